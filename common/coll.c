@@ -1,0 +1,238 @@
+/* coll.c - group structure and combine arithmetic of the collectives.
+ *
+ * Tensors are viewed along one axis as [outer, len, inner] (outer = product
+ * of the dims before the axis, inner = product after it); chunking and
+ * concatenation along an axis are then block copies. */
+#include "coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Row-major coordinates of shard `s` in a mesh of shape `m`. */
+static void coords_of(const shape_t *m, int64_t s, int64_t *c)
+{
+    for (int i = m->rank - 1; i >= 0; i--) {
+        c[i] = s % m->dim[i];
+        s /= m->dim[i];
+    }
+}
+
+int coll_group(const shape_t *slice_shape, unsigned mesh_axes, int shard, int *members,
+               int *n, int *pos)
+{
+    if (!slice_shape || !members || !n || !pos || slice_shape->rank < 1 ||
+        slice_shape->rank > TENSOR_MAX_RANK || (mesh_axes >> slice_shape->rank) != 0)
+        return -1;
+    int64_t total = shape_numel(slice_shape);
+    if (shard < 0 || shard >= total)
+        return -1;
+    unsigned mask = mesh_axes ? mesh_axes : (1u << slice_shape->rank) - 1;
+    int64_t me[TENSOR_MAX_RANK], other[TENSOR_MAX_RANK];
+    coords_of(slice_shape, shard, me);
+    *n = 0;
+    *pos = -1;
+    /* Members: shards agreeing with `shard` on every axis outside the mask,
+     * found in increasing shard index, so positions are deterministic. */
+    for (int64_t s = 0; s < total; s++) {
+        coords_of(slice_shape, s, other);
+        int same = 1;
+        for (int i = 0; i < slice_shape->rank && same; i++)
+            same = (mask & (1u << i)) || other[i] == me[i];
+        if (!same)
+            continue;
+        if (s == shard)
+            *pos = *n;
+        members[(*n)++] = (int)s;
+    }
+    return 0;
+}
+
+typedef struct axis_view {
+    int64_t outer, len, inner;
+} axis_view_t;
+
+static axis_view_t view_of(const shape_t *s, int axis)
+{
+    axis_view_t v = {1, s->dim[axis], 1};
+    for (int i = 0; i < axis; i++)
+        v.outer *= s->dim[i];
+    for (int i = axis + 1; i < s->rank; i++)
+        v.inner *= s->dim[i];
+    return v;
+}
+
+/* Chunk j of n along `axis` (dim must be divisible by n); NULL on error. */
+static tensor_t *chunk_of(const tensor_t *t, int axis, int n, int j)
+{
+    if (axis < 0 || axis >= t->shape.rank || n < 1 || j < 0 || j >= n ||
+        t->shape.dim[axis] % n != 0)
+        return NULL;
+    shape_t cs = t->shape;
+    cs.dim[axis] /= n;
+    tensor_t *c = tensor_new(&cs);
+    if (!c)
+        return NULL;
+    axis_view_t v = view_of(&t->shape, axis);
+    int64_t block = cs.dim[axis] * v.inner;
+    for (int64_t o = 0; o < v.outer; o++)
+        memcpy(c->data + o * block, t->data + o * v.len * v.inner + j * block,
+               (size_t)block * sizeof *c->data);
+    return c;
+}
+
+/* Concatenation of n equally shaped pieces along `axis`, in index order. */
+static int concat_of(const tensor_t *const *pieces, int n, int axis, tensor_t **out)
+{
+    const shape_t *ps = &pieces[0]->shape;
+    if (axis < 0 || axis >= ps->rank)
+        return -1;
+    shape_t rs = *ps;
+    rs.dim[axis] *= n;
+    tensor_t *r = tensor_new(&rs);
+    if (!r)
+        return -1;
+    axis_view_t v = view_of(ps, axis);
+    int64_t block = v.len * v.inner;
+    for (int64_t o = 0; o < v.outer; o++) {
+        for (int p = 0; p < n; p++)
+            memcpy(r->data + (o * n + p) * block, pieces[p]->data + o * block,
+                   (size_t)block * sizeof *r->data);
+    }
+    *out = r;
+    return 0;
+}
+
+tensor_t *coll_piece(const op_t *op, const tensor_t *arg, int n, int pos, int dst)
+{
+    if (!op || !arg || n < 1 || pos < 0 || pos >= n || dst < 0 || dst >= n)
+        return NULL;
+    if (op->code == OP_ALL_TO_ALL)
+        return chunk_of(arg, op->split_axis, n, dst);
+    return tensor_clone(arg);
+}
+
+int coll_ppermute_source(const op_t *op, int n, int pos)
+{
+    if (!op || n < 1 || pos < 0 || pos >= n)
+        return -1;
+    int64_t s = ((int64_t)pos - op->shift % n) % n;     /* in (-n, n) */
+    return (int)(s < 0 ? s + n : s);
+}
+
+static float reduce2(reduce_kind_t k, float a, float b)
+{
+    if (k == REDUCE_MAX)
+        return a > b ? a : b;
+    if (k == REDUCE_MIN)
+        return a < b ? a : b;
+    return a + b;
+}
+
+/* all_reduce and reduce_scatter: element i of the result reduces element
+ * `off + i` of every piece, in position order 0..n-1 (deterministic). The
+ * result covers chunk `pos` along op->axis for reduce_scatter, all of it for
+ * all_reduce. */
+static int combine_reduce(const op_t *op, const tensor_t *const *pieces, int n, int pos,
+                          tensor_t **out)
+{
+    const shape_t *ps = &pieces[0]->shape;
+    int scatter = op->code == OP_REDUCE_SCATTER;
+    if (scatter && (op->axis < 0 || op->axis >= ps->rank || ps->dim[op->axis] % n != 0))
+        return -1;
+    shape_t rs = *ps;
+    axis_view_t v = {1, 1, shape_numel(ps)};
+    if (scatter) {
+        v = view_of(ps, op->axis);
+        rs.dim[op->axis] /= n;
+    }
+    tensor_t *r = tensor_new(&rs);
+    if (!r)
+        return -1;
+    int64_t block = (v.len / (scatter ? n : 1)) * v.inner;
+    for (int64_t o = 0; o < v.outer; o++) {
+        int64_t src = o * v.len * v.inner + (scatter ? pos * block : 0);
+        float *dst = r->data + o * block;
+        memcpy(dst, pieces[0]->data + src, (size_t)block * sizeof *dst);
+        for (int p = 1; p < n; p++) {
+            const float *d = pieces[p]->data + src;
+            for (int64_t i = 0; i < block; i++)
+                dst[i] = reduce2(op->reduce, dst[i], d[i]);
+        }
+    }
+    *out = r;
+    return 0;
+}
+
+/* all_to_all: pieces[src] is the chunk src sent here. pieces[pos] may also
+ * be this shard's whole argument (then our own chunk is cut from it), so a
+ * caller need not call coll_piece() for itself. */
+static int combine_all_to_all(const op_t *op, const tensor_t *const *pieces, int n, int pos,
+                              tensor_t **out)
+{
+    const tensor_t *own = pieces[pos];
+    tensor_t *cut = NULL;
+    int rc = -1;
+    int ref = pos == 0 ? (n > 1 ? 1 : 0) : 0;
+    const tensor_t **local = NULL;     /* borrowed pointers; array owned here */
+    int sa = op->split_axis;
+    if (sa < 0 || sa >= own->shape.rank)
+        return -1;
+    if (n > 1 && !shape_equal(&own->shape, &pieces[ref]->shape)) {
+        shape_t want = pieces[ref]->shape;
+        want.dim[sa] *= n;
+        if (!shape_equal(&own->shape, &want))
+            return -1;
+        cut = chunk_of(own, sa, n, pos);
+        if (!cut)
+            return -1;
+        own = cut;
+    }
+    local = malloc((size_t)n * sizeof *local);
+    if (!local)
+        goto cleanup;
+    for (int p = 0; p < n; p++)
+        local[p] = p == pos ? own : pieces[p];
+    for (int p = 1; p < n; p++) {
+        if (!shape_equal(&local[p]->shape, &local[0]->shape))
+            goto cleanup;
+    }
+    rc = concat_of(local, n, op->concat_axis, out);
+cleanup:
+    free(local);
+    tensor_free(cut);
+    return rc;
+}
+
+static int pieces_ok(const tensor_t *const *pieces, int n, int same_shape)
+{
+    for (int p = 0; p < n; p++) {
+        if (!pieces[p])
+            return 0;
+        if (same_shape && !shape_equal(&pieces[p]->shape, &pieces[0]->shape))
+            return 0;
+    }
+    return 1;
+}
+
+int coll_combine(const op_t *op, const tensor_t *const *pieces, int n, int pos,
+                 tensor_t **out)
+{
+    if (!op || !pieces || !out || n < 1 || pos < 0 || pos >= n)
+        return -1;
+    switch (op->code) {
+    case OP_ALL_REDUCE:
+    case OP_REDUCE_SCATTER:
+        return pieces_ok(pieces, n, 1) ? combine_reduce(op, pieces, n, pos, out) : -1;
+    case OP_ALL_GATHER:
+        return pieces_ok(pieces, n, 1) ? concat_of(pieces, n, op->axis, out) : -1;
+    case OP_PPERMUTE:
+        if (!pieces[0])
+            return -1;
+        *out = tensor_clone(pieces[0]);
+        return *out ? 0 : -1;
+    case OP_ALL_TO_ALL:
+        return pieces_ok(pieces, n, 0) ? combine_all_to_all(op, pieces, n, pos, out) : -1;
+    default:
+        return -1;
+    }
+}

@@ -1,0 +1,40 @@
+/* coll.h - arithmetic and group structure of the collectives.
+ *
+ * The worker moves the bytes; these pure functions say who talks to whom
+ * and how contributions combine, so the same code is unit-tested here and
+ * run by every worker. A "group" is the set of a computation's shards that
+ * take part together: those whose slice coordinates agree on every axis NOT
+ * listed in mesh_axes (mesh_axes == 0 means all axes, i.e. the whole
+ * slice). Members are listed in increasing shard index; `pos` is a shard's
+ * position among them. */
+#ifndef ATOLL_COLL_H
+#define ATOLL_COLL_H
+
+#include "compiler.h"
+#include "tensor.h"
+
+/* Fills members[] (capacity >= nshards of the slice) with the shard indexes
+ * of `shard`'s group; sets *n and *pos. Returns 0, or -1 on bad arguments. */
+int coll_group(const shape_t *slice_shape, unsigned mesh_axes, int shard,
+               int *members, int *n, int *pos);
+
+/* For an op, which group positions this shard sends to and what piece.
+ * The exchange patterns (v0, direct):
+ *   all_reduce, all_gather, reduce_scatter: every member sends its whole
+ *     argument to every other member.
+ *   ppermute: member p sends its argument to member (p + shift) mod n.
+ *   all_to_all: member p sends chunk j (of split_axis) to member j.
+ * coll_piece() returns a new tensor (caller frees) holding what position
+ * `pos` sends to position `dst`, or NULL on OOM. */
+tensor_t *coll_piece(const op_t *op, const tensor_t *arg, int n, int pos, int dst);
+/* The position whose piece `pos` receives in a ppermute; -1 if none. */
+int coll_ppermute_source(const op_t *op, int n, int pos);
+
+/* Combines the pieces this shard holds, indexed by source group position
+ * (pieces[pos] is the shard's own contribution or own chunk), into the op's
+ * result. For ppermute pieces has one entry: the received tensor.
+ * Allocates *out. Returns 0 or -1. */
+int coll_combine(const op_t *op, const tensor_t *const *pieces, int n, int pos,
+                 tensor_t **out);
+
+#endif

@@ -1,0 +1,1336 @@
+/* compiler.c - validation and shape inference of job documents.
+ *
+ * Layout: small JSON readers, a name index (hash), per-op compilation,
+ * per-computation compilation (shared by compiler_job and compiler_comp),
+ * then the job level: slices, the input-edge graph (Kahn topological order)
+ * and the island fit check. Every error is reported through err_set() with a
+ * JSON-path-like field; 400 for a bad document, 422 for a slice that can
+ * never fit the cluster. Input JSON is always borrowed. */
+#include "compiler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLICES_MAX 64
+#define SLICE_DIM_MAX 4096
+#define PRIORITY_LIMIT 1000
+#define RETRIES_MAX 10
+#define RETRIES_DEFAULT 2
+#define COMPUTE_US_MAX 10000000
+
+/* ------------------------------------------------------------------ */
+/* Opcodes and the fields each op takes (the ops table of DESIGN.md). */
+
+enum {
+    F_ARGS = 1u << 0, F_SHAPE = 1u << 1, F_VALUE = 1u << 2, F_FACTOR = 1u << 3,
+    F_AXIS = 1u << 4, F_REDUCE = 1u << 5, F_MESH = 1u << 6, F_SHIFT = 1u << 7,
+    F_SPLIT = 1u << 8, F_CONCAT = 1u << 9, F_US = 1u << 10, F_FROM = 1u << 11,
+};
+/* field_names[i] is the JSON key of bit i above. */
+static const char *const field_names[] = {
+    "args", "shape", "value", "factor", "axis", "reduce", "mesh_axes",
+    "shift", "split_axis", "concat_axis", "us", "from",
+};
+#define NFIELDS ((int)(sizeof field_names / sizeof field_names[0]))
+
+typedef struct op_spec {
+    const char *name;
+    int nargs;              /* exact length of "args" (0: no "args" field) */
+    unsigned required;      /* F_* bits, besides "op" and "out" */
+    unsigned optional;
+} op_spec_t;
+
+static const op_spec_t op_specs[OP__COUNT] = {
+    [OP_FILL] = {"fill", 0, F_SHAPE | F_VALUE, 0},
+    [OP_IOTA] = {"iota", 0, F_SHAPE, 0},
+    [OP_SHARD_INDEX] = {"shard_index", 0, 0, 0},
+    [OP_INPUT] = {"input", 0, F_FROM, 0},
+    [OP_ADD] = {"add", 2, F_ARGS, 0},
+    [OP_SUB] = {"sub", 2, F_ARGS, 0},
+    [OP_MUL] = {"mul", 2, F_ARGS, 0},
+    [OP_DIV] = {"div", 2, F_ARGS, 0},
+    [OP_MAX] = {"max", 2, F_ARGS, 0},
+    [OP_MIN] = {"min", 2, F_ARGS, 0},
+    [OP_NEG] = {"neg", 1, F_ARGS, 0},
+    [OP_RELU] = {"relu", 1, F_ARGS, 0},
+    [OP_EXP] = {"exp", 1, F_ARGS, 0},
+    [OP_TANH] = {"tanh", 1, F_ARGS, 0},
+    [OP_SCALE] = {"scale", 1, F_ARGS | F_FACTOR, 0},
+    [OP_MATMUL] = {"matmul", 2, F_ARGS, 0},
+    [OP_TRANSPOSE] = {"transpose", 1, F_ARGS, 0},
+    [OP_RESHAPE] = {"reshape", 1, F_ARGS | F_SHAPE, 0},
+    [OP_REDUCE_SUM] = {"reduce_sum", 1, F_ARGS, F_AXIS},
+    [OP_ALL_REDUCE] = {"all_reduce", 1, F_ARGS | F_REDUCE, F_MESH},
+    [OP_ALL_GATHER] = {"all_gather", 1, F_ARGS | F_AXIS, F_MESH},
+    [OP_REDUCE_SCATTER] = {"reduce_scatter", 1, F_ARGS | F_AXIS | F_REDUCE, F_MESH},
+    [OP_PPERMUTE] = {"ppermute", 1, F_ARGS | F_SHIFT, F_MESH},
+    [OP_ALL_TO_ALL] = {"all_to_all", 1, F_ARGS | F_SPLIT | F_CONCAT, F_MESH},
+    [OP_COMPUTE] = {"compute", 0, F_US, 0},
+};
+
+int opcode_from_name(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int i = 0; i < OP__COUNT; i++) {
+        if (strcmp(op_specs[i].name, name) == 0)
+            return i;
+    }
+    return -1;
+}
+
+const char *opcode_name(opcode_t code)
+{
+    if ((int)code < 0 || code >= OP__COUNT)
+        return "?";
+    return op_specs[code].name;
+}
+
+int opcode_is_collective(opcode_t code)
+{
+    return code == OP_ALL_REDUCE || code == OP_ALL_GATHER || code == OP_REDUCE_SCATTER ||
+           code == OP_PPERMUTE || code == OP_ALL_TO_ALL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Small helpers: formatting paths, JSON readers. */
+
+/* snprintf through a va_list: truncation of field paths is acceptable
+ * (they are diagnostics), and this keeps -Wformat-truncation quiet. */
+static void fmt(char *dst, size_t n, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *dst, size_t n, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(dst, n, f, ap);
+    va_end(ap);
+}
+
+/* Names: 1..NAME_MAX_LEN-1 chars of [A-Za-z0-9_-]. */
+static int name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n >= NAME_MAX_LEN)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+static int json_name(const json_t *v)
+{
+    return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v) &&
+           name_valid(json_string_value(v));
+}
+
+/* Integer in [lo, hi]; reals (even 1.0) and booleans are not integers. */
+static int read_int(const json_t *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!json_is_integer(v))
+        return -1;
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi)
+        return -1;
+    *out = (int64_t)i;
+    return 0;
+}
+
+/* A finite number that also stays finite as an f32. */
+static int read_float(const json_t *v, float *out)
+{
+    if (!json_is_number(v))
+        return -1;
+    double d = json_number_value(v);
+    if (!isfinite(d) || fabs(d) > FLT_MAX)
+        return -1;
+    *out = (float)d;
+    return 0;
+}
+
+/* Array of min_rank..max_rank integers, each 1..max_dim, at most
+ * TENSOR_MAX_ELEMS in product. */
+static int read_shape(const json_t *v, int min_rank, int max_rank, int64_t max_dim,
+                      shape_t *out)
+{
+    if (!json_is_array(v))
+        return -1;
+    size_t n = json_array_size(v);
+    if (n < (size_t)min_rank || n > (size_t)max_rank)
+        return -1;
+    shape_t s;
+    memset(&s, 0, sizeof s);
+    s.rank = (int)n;
+    int64_t numel = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (read_int(json_array_get(v, i), 1, max_dim, &s.dim[i]))
+            return -1;
+        numel *= s.dim[i];
+        if (numel > TENSOR_MAX_ELEMS)
+            return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+static int shape_ok(const shape_t *s)
+{
+    if (s->rank < 0 || s->rank > TENSOR_MAX_RANK)
+        return 0;
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dim[i] < 1 || s->dim[i] > TENSOR_MAX_ELEMS)
+            return 0;
+        n *= s->dim[i];
+        if (n > TENSOR_MAX_ELEMS)
+            return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Name index: open addressing, keys borrowed (they must outlive it). */
+
+typedef struct nidx {
+    size_t mask;
+    const char **keys;
+    int *vals;
+} nidx_t;
+
+static size_t nidx_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* Capacity for n keys at load <= 1/2, so probing always finds a hole. */
+static int nidx_init(nidx_t *x, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    x->mask = cap - 1;
+    x->keys = calloc(cap, sizeof *x->keys);
+    x->vals = calloc(cap, sizeof *x->vals);
+    if (!x->keys || !x->vals) {
+        free(x->keys);
+        free(x->vals);
+        x->keys = NULL;
+        x->vals = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void nidx_free(nidx_t *x)
+{
+    free(x->keys);
+    free(x->vals);
+    x->keys = NULL;
+    x->vals = NULL;
+}
+
+static int nidx_find(const nidx_t *x, const char *k)
+{
+    for (size_t i = nidx_hash(k) & x->mask; x->keys[i]; i = (i + 1) & x->mask) {
+        if (strcmp(x->keys[i], k) == 0)
+            return x->vals[i];
+    }
+    return -1;
+}
+
+/* Inserts k -> v and returns -1, or returns the existing value (kept). The
+ * caller never inserts more keys than the capacity given to nidx_init. */
+static int nidx_put(nidx_t *x, const char *k, int v)
+{
+    size_t i = nidx_hash(k) & x->mask;
+    for (; x->keys[i]; i = (i + 1) & x->mask) {
+        if (strcmp(x->keys[i], k) == 0)
+            return x->vals[i];
+    }
+    x->keys[i] = k;
+    x->vals[i] = v;
+    return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Compiling one computation. */
+
+typedef struct cc cc_t;
+/* Fills in->shape and in->producer for an `input` op, or fails through
+ * op_fail() and returns the status. */
+typedef int (*resolve_fn)(void *rctx, cc_t *x, comp_input_t *in);
+
+struct cc {
+    const char *prefix;     /* "computations[3]" (job) or "" (compiler_comp) */
+    comp_t *c;
+    nidx_t values;          /* value name -> slot; keys point into c->vnames */
+    resolve_fn resolve;
+    void *rctx;
+    err_t *e;
+    int j;                  /* op being compiled */
+    const char *opname;     /* its op name once known, else "?" */
+};
+
+static void field_join(char *dst, size_t n, const char *prefix, const char *sub)
+{
+    if (!prefix[0])
+        fmt(dst, n, "%s", sub);
+    else if (!sub[0])
+        fmt(dst, n, "%s", prefix);
+    else
+        fmt(dst, n, "%s.%s", prefix, sub);
+}
+
+/* 400 at field PREFIX.ops[j].SUB, detail "computation 'c' op j (name): ...". */
+static int op_fail(cc_t *x, const char *sub, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static int op_fail(cc_t *x, const char *sub, const char *f, ...)
+{
+    char opfield[32], field[ERR_FIELD_MAX], where[ERR_FIELD_MAX], msg[ERR_DETAIL_MAX];
+    fmt(opfield, sizeof opfield, "ops[%d]", x->j);
+    field_join(where, sizeof where, x->prefix, opfield);
+    field_join(field, sizeof field, where, sub);
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(msg, sizeof msg, f, ap);
+    va_end(ap);
+    return err_set(x->e, 400, field, "computation '%s' op %d (%s): %s", x->c->name, x->j,
+                   x->opname, msg);
+}
+
+/* 400 at field PREFIX.SUB for faults of the computation object itself. */
+static int comp_fail(const char *prefix, err_t *e, const char *sub, const char *f, ...)
+    __attribute__((format(printf, 4, 5)));
+static int comp_fail(const char *prefix, err_t *e, const char *sub, const char *f, ...)
+{
+    char field[ERR_FIELD_MAX], msg[ERR_DETAIL_MAX];
+    field_join(field, sizeof field, prefix, sub);
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(msg, sizeof msg, f, ap);
+    va_end(ap);
+    return err_set(e, 400, field, "%s", msg);
+}
+
+static int field_bit(const char *key)
+{
+    for (int i = 0; i < NFIELDS; i++) {
+        if (strcmp(field_names[i], key) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* Exactly the fields of the ops table: no unknown one, no required missing. */
+static int op_check_keys(cc_t *x, const json_t *opj, const op_spec_t *spec)
+{
+    const char *key;
+    json_t *val;
+    unsigned allowed = spec->required | spec->optional;
+    json_object_foreach((json_t *)opj, key, val) {
+        if (strcmp(key, "op") == 0 || strcmp(key, "out") == 0)
+            continue;
+        int b = field_bit(key);
+        if (b < 0 || !(allowed & (1u << b)))
+            return op_fail(x, key, "unknown field '%s'", key);
+    }
+    for (int b = 0; b < NFIELDS; b++) {
+        if ((spec->required & (1u << b)) && !json_object_get(opj, field_names[b]))
+            return op_fail(x, field_names[b], "missing field '%s'", field_names[b]);
+    }
+    return 0;
+}
+
+static int op_args(cc_t *x, const json_t *opj, op_t *op, int nargs)
+{
+    op->nargs = nargs;
+    if (nargs == 0)
+        return 0;
+    const json_t *a = json_object_get(opj, "args");
+    if (!json_is_array(a) || json_array_size(a) != (size_t)nargs)
+        return op_fail(x, "args", "args must be an array of %d value name%s", nargs,
+                       nargs == 1 ? "" : "s");
+    for (int k = 0; k < nargs; k++) {
+        char sub[16];
+        fmt(sub, sizeof sub, "args[%d]", k);
+        const json_t *s = json_array_get(a, (size_t)k);
+        if (!json_is_string(s))
+            return op_fail(x, sub, "arguments must be value names");
+        int slot = nidx_find(&x->values, json_string_value(s));
+        if (slot < 0)
+            return op_fail(x, sub, "unknown value '%s' (arguments must be defined by earlier ops)",
+                           json_string_value(s));
+        op->arg[k] = slot;
+    }
+    return 0;
+}
+
+static int op_tensor_shape(cc_t *x, const json_t *opj, shape_t *out)
+{
+    if (read_shape(json_object_get(opj, "shape"), 0, TENSOR_MAX_RANK, TENSOR_MAX_ELEMS, out))
+        return op_fail(x, "shape",
+                       "shape must be an array of 0 to %d integers >= 1 with at most %lld elements",
+                       TENSOR_MAX_RANK, (long long)TENSOR_MAX_ELEMS);
+    return 0;
+}
+
+static int op_float(cc_t *x, const json_t *opj, const char *key, float *out)
+{
+    if (read_float(json_object_get(opj, key), out))
+        return op_fail(x, key, "%s must be a finite number", key);
+    return 0;
+}
+
+/* An axis field in 0..rank-1 of the argument. */
+static int op_axis(cc_t *x, const json_t *opj, const char *key, int rank, int *out)
+{
+    int64_t v;
+    if (rank < 1)
+        return op_fail(x, key, "%s needs an argument of rank >= 1", key);
+    if (read_int(json_object_get(opj, key), 0, rank - 1, &v))
+        return op_fail(x, key, "%s must be an integer in 0..%d", key, rank - 1);
+    *out = (int)v;
+    return 0;
+}
+
+static int op_reduce(cc_t *x, const json_t *opj, op_t *op)
+{
+    static const char *const names[] = {"sum", "max", "min"};
+    const char *s = json_string_value(json_object_get(opj, "reduce"));
+    for (int i = 0; s && i < 3; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            op->reduce = (reduce_kind_t)i;
+            return 0;
+        }
+    }
+    return op_fail(x, "reduce", "reduce must be one of sum, max, min");
+}
+
+/* mesh_axes: 1..rank distinct slice axes -> bit mask; *g = group size. */
+static int op_mesh(cc_t *x, const json_t *opj, op_t *op, int64_t *g)
+{
+    const shape_t *ss = &x->c->slice_shape;
+    const json_t *m = json_object_get(opj, "mesh_axes");
+    op->mesh_axes = 0;
+    *g = x->c->nshards;
+    if (!m)
+        return 0;
+    size_t n = json_array_size(m);
+    if (!json_is_array(m) || n < 1 || n > (size_t)ss->rank)
+        return op_fail(x, "mesh_axes", "mesh_axes must list 1 to %d distinct slice axes",
+                       ss->rank);
+    *g = 1;
+    for (size_t i = 0; i < n; i++) {
+        int64_t a;
+        if (read_int(json_array_get(m, i), 0, ss->rank - 1, &a) || (op->mesh_axes & (1u << a)))
+            return op_fail(x, "mesh_axes", "mesh_axes must list distinct integers in 0..%d",
+                           ss->rank - 1);
+        op->mesh_axes |= 1u << a;
+        *g *= ss->dim[a];
+    }
+    return 0;
+}
+
+static int op_numel_ok(cc_t *x, const shape_t *s)
+{
+    if (!shape_ok(s)) {
+        char buf[64];
+        shape_format(s, buf, sizeof buf);
+        return op_fail(x, "", "result %s exceeds %lld elements", buf, (long long)TENSOR_MAX_ELEMS);
+    }
+    return 0;
+}
+
+static int op_input(cc_t *x, const json_t *opj, op_t *op)
+{
+    const char *from = json_string_value(json_object_get(opj, "from"));
+    const char *dot = from ? strchr(from, '.') : NULL;
+    comp_t *c = x->c;
+    comp_input_t *in = &c->inputs[c->ninputs];
+    if (!dot || (size_t)(dot - from) >= NAME_MAX_LEN || strlen(dot + 1) >= NAME_MAX_LEN)
+        return op_fail(x, "from", "from must be \"computation.value\"");
+    memset(in, 0, sizeof *in);
+    memcpy(in->producer_name, from, (size_t)(dot - from));
+    fmt(in->value, sizeof in->value, "%s", dot + 1);
+    fmt(in->from, sizeof in->from, "%s", from);
+    if (!name_valid(in->producer_name) || !name_valid(in->value))
+        return op_fail(x, "from", "from must be \"computation.value\"");
+    in->producer = -1;
+    in->op_index = x->j;
+    int rc = x->resolve(x->rctx, x, in);
+    if (rc)
+        return rc;
+    op->input = c->ninputs++;
+    op->shape = in->shape;
+    return 0;
+}
+
+static int op_binary(cc_t *x, op_t *op, const shape_t *a, const shape_t *b)
+{
+    if (shape_equal(a, b) || b->rank == 0) {
+        op->shape = *a;
+    } else if (a->rank == 0) {
+        op->shape = *b;
+    } else {
+        char sa[64], sb[64];
+        shape_format(a, sa, sizeof sa);
+        shape_format(b, sb, sizeof sb);
+        return op_fail(x, "args", "shapes %s and %s differ (only a scalar broadcasts)", sa, sb);
+    }
+    return 0;
+}
+
+static int op_matmul(cc_t *x, op_t *op, const shape_t *a, const shape_t *b)
+{
+    if (a->rank != 2 || b->rank != 2 || a->dim[1] != b->dim[0]) {
+        char sa[64], sb[64];
+        shape_format(a, sa, sizeof sa);
+        shape_format(b, sb, sizeof sb);
+        return op_fail(x, "args", "matmul needs [m,k] x [k,n], got %s x %s", sa, sb);
+    }
+    memset(&op->shape, 0, sizeof op->shape);
+    op->shape.rank = 2;
+    op->shape.dim[0] = a->dim[0];
+    op->shape.dim[1] = b->dim[1];
+    return op_numel_ok(x, &op->shape);
+}
+
+static int op_reshape(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
+{
+    int rc = op_tensor_shape(x, opj, &op->shape);
+    if (rc)
+        return rc;
+    if (shape_numel(&op->shape) != shape_numel(a)) {
+        char sa[64], sb[64];
+        shape_format(a, sa, sizeof sa);
+        shape_format(&op->shape, sb, sizeof sb);
+        return op_fail(x, "shape", "cannot reshape %s to %s (element counts differ)", sa, sb);
+    }
+    return 0;
+}
+
+/* Drops axis `axis` from a (axis -1: every axis, giving a scalar). */
+static void shape_drop_axis(const shape_t *a, int axis, shape_t *out)
+{
+    shape_t s;
+    memset(&s, 0, sizeof s);
+    if (axis >= 0) {
+        for (int i = 0; i < a->rank; i++) {
+            if (i != axis)
+                s.dim[s.rank++] = a->dim[i];
+        }
+    }
+    *out = s;
+}
+
+static int op_reduce_sum(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
+{
+    op->axis = -1;
+    if (json_object_get(opj, "axis")) {
+        int rc = op_axis(x, opj, "axis", a->rank, &op->axis);
+        if (rc)
+            return rc;
+    }
+    shape_drop_axis(a, op->axis, &op->shape);
+    return 0;
+}
+
+static int op_divisible(cc_t *x, const char *key, const shape_t *a, int axis, int64_t g)
+{
+    if (a->dim[axis] % g != 0)
+        return op_fail(x, key, "dimension %d (%lld) is not divisible by the group size %lld",
+                       axis, (long long)a->dim[axis], (long long)g);
+    return 0;
+}
+
+static int op_collective(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
+{
+    int64_t g, v;
+    int rc = op_mesh(x, opj, op, &g);
+    if (rc)
+        return rc;
+    op->shape = *a;
+    switch (op->code) {
+    case OP_ALL_REDUCE:
+        return op_reduce(x, opj, op);
+    case OP_ALL_GATHER:
+        if ((rc = op_axis(x, opj, "axis", a->rank, &op->axis)))
+            return rc;
+        op->shape.dim[op->axis] *= g;
+        return op_numel_ok(x, &op->shape);
+    case OP_REDUCE_SCATTER:
+        if ((rc = op_axis(x, opj, "axis", a->rank, &op->axis)) || (rc = op_reduce(x, opj, op)) ||
+            (rc = op_divisible(x, "axis", a, op->axis, g)))
+            return rc;
+        op->shape.dim[op->axis] /= g;
+        return 0;
+    case OP_PPERMUTE:
+        if (read_int(json_object_get(opj, "shift"), INT64_MIN, INT64_MAX, &v))
+            return op_fail(x, "shift", "shift must be an integer");
+        op->shift = v;
+        return 0;
+    case OP_ALL_TO_ALL:
+        if ((rc = op_axis(x, opj, "split_axis", a->rank, &op->split_axis)) ||
+            (rc = op_axis(x, opj, "concat_axis", a->rank, &op->concat_axis)) ||
+            (rc = op_divisible(x, "split_axis", a, op->split_axis, g)))
+            return rc;
+        op->shape.dim[op->split_axis] /= g;
+        op->shape.dim[op->concat_axis] *= g;
+        return 0;
+    default:
+        return op_fail(x, "op", "internal: not a collective");
+    }
+}
+
+static int op_unary_shape(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
+{
+    switch (op->code) {
+    case OP_SCALE:
+        op->shape = *a;
+        return op_float(x, opj, "factor", &op->factor);
+    case OP_TRANSPOSE:
+        if (a->rank != 2)
+            return op_fail(x, "args", "transpose needs a rank-2 argument, got rank %d", a->rank);
+        op->shape = *a;
+        op->shape.dim[0] = a->dim[1];
+        op->shape.dim[1] = a->dim[0];
+        return 0;
+    case OP_RESHAPE:
+        return op_reshape(x, opj, op, a);
+    case OP_REDUCE_SUM:
+        return op_reduce_sum(x, opj, op, a);
+    default:
+        if (opcode_is_collective(op->code))
+            return op_collective(x, opj, op, a);
+        op->shape = *a;     /* neg, relu, exp, tanh */
+        return 0;
+    }
+}
+
+/* Shape inference and the op-specific fields, after keys and args passed. */
+static int op_semantics(cc_t *x, const json_t *opj, op_t *op)
+{
+    const shape_t *a = op->nargs > 0 ? &x->c->vshapes[op->arg[0]] : NULL;
+    const shape_t *b = op->nargs > 1 ? &x->c->vshapes[op->arg[1]] : NULL;
+    int64_t us;
+    memset(&op->shape, 0, sizeof op->shape);    /* rank 0 unless set below */
+    switch (op->code) {
+    case OP_FILL: {
+        int rc = op_tensor_shape(x, opj, &op->shape);
+        return rc ? rc : op_float(x, opj, "value", &op->value);
+    }
+    case OP_IOTA:
+        return op_tensor_shape(x, opj, &op->shape);
+    case OP_SHARD_INDEX:
+        return 0;
+    case OP_INPUT:
+        return op_input(x, opj, op);
+    case OP_COMPUTE:
+        if (read_int(json_object_get(opj, "us"), 0, COMPUTE_US_MAX, &us))
+            return op_fail(x, "us", "us must be an integer in 0..%d", COMPUTE_US_MAX);
+        op->us = us;
+        return 0;
+    case OP_MATMUL:
+        return op_matmul(x, op, a, b);
+    default:
+        if (op->nargs == 2)
+            return op_binary(x, op, a, b);
+        return op_unary_shape(x, opj, op, a);
+    }
+}
+
+static void op_init(op_t *op, int j)
+{
+    memset(op, 0, sizeof *op);
+    op->out = j;
+    op->arg[0] = op->arg[1] = -1;
+    op->axis = -1;
+    op->input = -1;
+}
+
+static int cc_op(cc_t *x, int j, const json_t *opj)
+{
+    comp_t *c = x->c;
+    op_t *op = &c->ops[j];
+    x->j = j;
+    x->opname = "?";
+    op_init(op, j);
+    if (!json_is_object(opj))
+        return op_fail(x, "", "each op must be an object");
+    const json_t *name = json_object_get(opj, "op");
+    if (!json_is_string(name))
+        return op_fail(x, "op", name ? "op must be a string" : "missing field 'op'");
+    int code = opcode_from_name(json_string_value(name));
+    if (code < 0)
+        return op_fail(x, "op", "unknown op '%s'", json_string_value(name));
+    op->code = (opcode_t)code;
+    x->opname = op_specs[code].name;
+    int rc = op_check_keys(x, opj, &op_specs[code]);
+    if (rc)
+        return rc;
+    const json_t *out = json_object_get(opj, "out");
+    if (!out)
+        return op_fail(x, "out", "missing field 'out'");
+    if (!json_name(out))
+        return op_fail(x, "out", "out must be a name of 1 to %d characters [A-Za-z0-9_-]",
+                       NAME_MAX_LEN - 1);
+    if ((rc = op_args(x, opj, op, op_specs[code].nargs)) || (rc = op_semantics(x, opj, op)))
+        return rc;
+    /* Define the value only now, so an op cannot read its own result. */
+    fmt(c->vnames[j], sizeof c->vnames[j], "%s", json_string_value(out));
+    int prev = nidx_put(&x->values, c->vnames[j], j);
+    if (prev >= 0)
+        return op_fail(x, "out", "value '%s' is already defined by op %d", c->vnames[j], prev);
+    c->vshapes[j] = op->shape;
+    return 0;
+}
+
+static int cc_outputs(cc_t *x, const json_t *outs)
+{
+    comp_t *c = x->c;
+    size_t n = json_array_size(outs);
+    c->outputs = calloc(n ? n : 1, sizeof *c->outputs);
+    if (!c->outputs)
+        return err_set(x->e, 500, "", "out of memory");
+    for (size_t k = 0; k < n; k++) {
+        char sub[32];
+        fmt(sub, sizeof sub, "outputs[%zu]", k);
+        const json_t *s = json_array_get(outs, k);
+        int slot = json_is_string(s) ? nidx_find(&x->values, json_string_value(s)) : -1;
+        if (slot < 0)
+            return comp_fail(x->prefix, x->e, sub, "computation '%s': output %zu must name a "
+                             "value the computation defines", c->name, k);
+        for (int i = 0; i < c->noutputs; i++) {
+            if (c->outputs[i] == slot)
+                return comp_fail(x->prefix, x->e, sub, "computation '%s': output '%s' is "
+                                 "listed twice", c->name, c->vnames[slot]);
+        }
+        c->outputs[c->noutputs++] = slot;
+    }
+    return 0;
+}
+
+/* Counts `input` ops so c->inputs can be sized exactly. */
+static size_t count_inputs(const json_t *ops)
+{
+    size_t n = 0;
+    for (size_t j = 0; j < json_array_size(ops); j++) {
+        const char *s = json_string_value(json_object_get(json_array_get(ops, j), "op"));
+        if (s && strcmp(s, "input") == 0)
+            n++;
+    }
+    return n;
+}
+
+static int cc_alloc(comp_t *c, size_t nops, size_t ninputs)
+{
+    c->ops = calloc(nops, sizeof *c->ops);
+    c->vnames = calloc(nops, sizeof *c->vnames);
+    c->vshapes = calloc(nops, sizeof *c->vshapes);
+    c->inputs = calloc(ninputs ? ninputs : 1, sizeof *c->inputs);
+    return c->ops && c->vnames && c->vshapes && c->inputs ? 0 : -1;
+}
+
+/* Header checks shared by both entry points: an object with only the known
+ * keys, a valid name and a string `slice`. Fills c->name. */
+static int comp_head(const json_t *cj, const char *prefix, comp_t *c, err_t *e)
+{
+    static const char *const keys[] = {"name", "slice", "ops", "outputs"};
+    const char *key;
+    json_t *val;
+    if (!json_is_object(cj))
+        return comp_fail(prefix, e, "", "each computation must be an object");
+    json_object_foreach((json_t *)cj, key, val) {
+        int known = 0;
+        for (int i = 0; i < 4; i++)
+            known |= strcmp(key, keys[i]) == 0;
+        if (!known)
+            return comp_fail(prefix, e, key, "unknown field '%s' in a computation", key);
+    }
+    const json_t *name = json_object_get(cj, "name");
+    if (!json_name(name))
+        return comp_fail(prefix, e, "name", "computation name must be 1 to %d characters "
+                         "[A-Za-z0-9_-]", NAME_MAX_LEN - 1);
+    fmt(c->name, sizeof c->name, "%s", json_string_value(name));
+    if (!json_is_string(json_object_get(cj, "slice")))
+        return comp_fail(prefix, e, "slice", "computation '%s': slice must be a slice name",
+                         c->name);
+    return 0;
+}
+
+/* Compiles ops and outputs into c (name, slice, slice_shape, nshards set by
+ * the caller). On failure c may hold partial arrays: caller releases it. */
+static int comp_body(const json_t *cj, const char *prefix, comp_t *c, resolve_fn resolve,
+                     void *rctx, err_t *e)
+{
+    cc_t x = {.prefix = prefix, .c = c, .resolve = resolve, .rctx = rctx, .e = e};
+    const json_t *ops = json_object_get(cj, "ops");
+    const json_t *outs = json_object_get(cj, "outputs");
+    size_t nops = json_array_size(ops);
+    int rc = 0;
+    if (!json_is_array(ops) || nops < 1 || nops > JOB_MAX_OPS)
+        return comp_fail(prefix, e, "ops", "computation '%s': ops must be an array of 1 to %d ops",
+                         c->name, JOB_MAX_OPS);
+    if (outs && !json_is_array(outs))
+        return comp_fail(prefix, e, "outputs", "computation '%s': outputs must be an array of "
+                         "value names", c->name);
+    if (cc_alloc(c, nops, count_inputs(ops)) || nidx_init(&x.values, nops))
+        return err_set(e, 500, "", "out of memory");
+    c->nops = c->nvalues = (int)nops;
+    for (size_t j = 0; j < nops && !rc; j++)
+        rc = cc_op(&x, (int)j, json_array_get(ops, j));
+    if (!rc)
+        rc = cc_outputs(&x, outs);
+    nidx_free(&x.values);
+    return rc;
+}
+
+/* Frees what a comp_t owns (not the struct itself). */
+static void comp_release(comp_t *c)
+{
+    free(c->ops);
+    free(c->vnames);
+    free(c->vshapes);
+    free(c->outputs);
+    free(c->inputs);
+}
+
+void comp_free(comp_t *c)
+{
+    if (!c)
+        return;
+    comp_release(c);
+    free(c);
+}
+
+static void comp_set_slice(comp_t *c, int slice, const shape_t *slice_shape)
+{
+    c->slice = slice;
+    c->slice_shape = *slice_shape;
+    c->nshards = (int)shape_numel(slice_shape);
+}
+
+/* compiler_comp(): resolution through the caller's shape callback. */
+typedef struct comp_rctx {
+    compiler_input_fn fn;
+    void *ctx;
+} comp_rctx_t;
+
+static int comp_resolve(void *rctx, cc_t *x, comp_input_t *in)
+{
+    comp_rctx_t *r = rctx;
+    if (!r->fn || r->fn(r->ctx, in->from, &in->shape) != 0)
+        return op_fail(x, "from", "unknown input '%s'", in->from);
+    if (!shape_ok(&in->shape))
+        return op_fail(x, "from", "input '%s' has an invalid shape", in->from);
+    return 0;
+}
+
+static int slice_shape_ok(const shape_t *s)
+{
+    if (s->rank < 1 || s->rank > MESH_MAX_RANK)
+        return 0;
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dim[i] < 1 || s->dim[i] > SLICE_DIM_MAX)
+            return 0;
+    }
+    return 1;
+}
+
+int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
+                  compiler_input_fn input_shape, void *ctx, comp_t **out, err_t *e)
+{
+    comp_rctx_t r = {input_shape, ctx};
+    if (!slice_shape || !slice_shape_ok(slice_shape))
+        return err_set(e, 400, "slice_shape", "slice shape must have 1 to %d dims of 1..%d",
+                       MESH_MAX_RANK, SLICE_DIM_MAX);
+    comp_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return err_set(e, 500, "", "out of memory");
+    comp_set_slice(c, -1, slice_shape);
+    int rc = comp_head(comp_json, "", c, e);
+    if (!rc)
+        rc = comp_body(comp_json, "", c, comp_resolve, &r, e);
+    if (rc) {
+        comp_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Slices, islands, mesh shapes. */
+
+static int fits_from(const shape_t *s, int i, const shape_t *isl, int k)
+{
+    if (i == s->rank)
+        return 1;
+    /* Slice axis i goes to island axis k' >= k, leaving room for the rest. */
+    for (int kk = k; isl->rank - kk >= s->rank - i; kk++) {
+        if (s->dim[i] <= isl->dim[kk] && fits_from(s, i + 1, isl, kk + 1))
+            return 1;
+    }
+    return 0;
+}
+
+int compiler_slice_fits(const shape_t *slice, const shape_t *island)
+{
+    if (!slice || !island || slice->rank < 1 || slice->rank > island->rank)
+        return 0;
+    return fits_from(slice, 0, island, 0);
+}
+
+int mesh_shape_parse(const char *text, shape_t *out)
+{
+    shape_t s;
+    memset(&s, 0, sizeof s);
+    const char *p = text;
+    if (!p)
+        return -1;
+    for (;;) {
+        int64_t d = 0;
+        const char *start = p;
+        while (*p >= '0' && *p <= '9') {
+            d = d * 10 + (*p - '0');
+            if (d > SLICE_DIM_MAX)
+                return -1;
+            p++;
+        }
+        if (p == start || d < 1 || s.rank == MESH_MAX_RANK)
+            return -1;
+        s.dim[s.rank++] = d;
+        if (*p == '\0')
+            break;
+        if (*p != 'x')
+            return -1;
+        p++;
+    }
+    *out = s;
+    return 0;
+}
+
+static int island_find(const island_desc_t *islands, int n, const char *name)
+{
+    for (int i = 0; i < n; i++) {
+        if (islands[i].name && strcmp(islands[i].name, name) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static int slice_parse(const char *name, const json_t *sj, const island_desc_t *islands,
+                       int nislands, job_slice_t *out, err_t *e)
+{
+    char field[ERR_FIELD_MAX];
+    const char *key;
+    json_t *val;
+    fmt(field, sizeof field, "slices.%s", name);
+    if (!name_valid(name))
+        return err_set(e, 400, field, "slice names must be 1 to %d characters [A-Za-z0-9_-]",
+                       NAME_MAX_LEN - 1);
+    if (!json_is_object(sj))
+        return err_set(e, 400, field, "slice '%s' must be an object", name);
+    json_object_foreach((json_t *)sj, key, val) {
+        if (strcmp(key, "shape") != 0 && strcmp(key, "island") != 0) {
+            fmt(field, sizeof field, "slices.%s.%s", name, key);
+            return err_set(e, 400, field, "unknown field '%s' in slice '%s'", key, name);
+        }
+    }
+    fmt(out->name, sizeof out->name, "%s", name);
+    fmt(field, sizeof field, "slices.%s.shape", name);
+    if (read_shape(json_object_get(sj, "shape"), 1, MESH_MAX_RANK, SLICE_DIM_MAX, &out->shape))
+        return err_set(e, 400, field, "slice '%s': shape must be 1 to %d integers in 1..%d",
+                       name, MESH_MAX_RANK, SLICE_DIM_MAX);
+    const json_t *isl = json_object_get(sj, "island");
+    if (!isl)
+        return 0;
+    fmt(field, sizeof field, "slices.%s.island", name);
+    if (!json_name(isl))
+        return err_set(e, 400, field, "slice '%s': island must be an island name", name);
+    fmt(out->island, sizeof out->island, "%s", json_string_value(isl));
+    if (islands && island_find(islands, nislands, out->island) < 0)
+        return err_set(e, 400, field, "slice '%s': unknown island '%s'", name, out->island);
+    return 0;
+}
+
+static int job_slices(const json_t *sj, const island_desc_t *islands, int nislands,
+                      job_plan_t *plan, err_t *e)
+{
+    const char *key;
+    json_t *val;
+    size_t n = json_object_size(sj);
+    if (!json_is_object(sj) || n < 1 || n > SLICES_MAX)
+        return err_set(e, 400, "slices", "slices must be an object of 1 to %d slices", SLICES_MAX);
+    plan->slices = calloc(n, sizeof *plan->slices);
+    if (!plan->slices)
+        return err_set(e, 500, "", "out of memory");
+    json_object_foreach((json_t *)sj, key, val) {
+        int rc = slice_parse(key, val, islands, nislands, &plan->slices[plan->nslices], e);
+        if (rc)
+            return rc;
+        plan->nslices++;
+    }
+    return 0;
+}
+
+/* 422 when a slice fits no island it may use. Skipped when islands is NULL. */
+static int job_fit(const job_plan_t *plan, const island_desc_t *islands, int nislands, err_t *e)
+{
+    for (int s = 0; islands && s < plan->nslices; s++) {
+        const job_slice_t *sl = &plan->slices[s];
+        int ok = 0;
+        for (int i = 0; i < nislands && !ok; i++) {
+            if (!sl->island[0] || (islands[i].name && strcmp(islands[i].name, sl->island) == 0))
+                ok = compiler_slice_fits(&sl->shape, &islands[i].shape);
+        }
+        if (!ok) {
+            char field[ERR_FIELD_MAX], buf[64];
+            fmt(field, sizeof field, "slices.%s.shape", sl->name);
+            shape_format(&sl->shape, buf, sizeof buf);
+            return err_set(e, 422, field, "slice '%s' of shape %s fits %s", sl->name, buf,
+                           sl->island[0] ? "not its island" : "no island of the cluster");
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The job: computations, the input graph, topological order. */
+
+typedef struct edge {
+    int consumer, producer, op;  /* op: index of the input op in the consumer */
+} edge_t;
+
+typedef struct job_ctx {
+    job_plan_t *plan;
+    const json_t *comps_json;
+    nidx_t comp_names;           /* comp name -> index; keys in plan->comps[].name */
+    nidx_t *outputs;             /* per comp: output value name -> slot, once compiled */
+    edge_t *edges;               /* grouped by consumer, in document order */
+    size_t nedges, cap_edges;
+    err_t *e;
+} job_ctx_t;
+
+static int slice_find(const job_plan_t *plan, const char *name)
+{
+    for (int s = 0; s < plan->nslices; s++) {
+        if (strcmp(plan->slices[s].name, name) == 0)
+            return s;
+    }
+    return -1;
+}
+
+static int edge_add(job_ctx_t *j, int consumer, int producer, int op)
+{
+    if (j->nedges == j->cap_edges) {
+        size_t cap = j->cap_edges ? 2 * j->cap_edges : 16;
+        edge_t *ne = realloc(j->edges, cap * sizeof *ne);
+        if (!ne)
+            return err_set(j->e, 500, "", "out of memory");
+        j->edges = ne;
+        j->cap_edges = cap;
+    }
+    j->edges[j->nedges++] = (edge_t){consumer, producer, op};
+    return 0;
+}
+
+/* Records computation i's input edges. Malformed input ops are skipped here
+ * (the full compile reports them); unknown producers, self-inputs and
+ * shard-count mismatches are reported now because ordering needs them. */
+static int job_scan_edges(job_ctx_t *j, int i, const json_t *ops)
+{
+    const comp_t *c = &j->plan->comps[i];
+    for (size_t k = 0; k < json_array_size(ops); k++) {
+        const json_t *opj = json_array_get(ops, k);
+        const char *code = json_string_value(json_object_get(opj, "op"));
+        const char *from = json_string_value(json_object_get(opj, "from"));
+        const char *dot = from ? strchr(from, '.') : NULL;
+        char pname[NAME_MAX_LEN], field[ERR_FIELD_MAX];
+        if (!code || strcmp(code, "input") != 0 || !dot || dot - from >= NAME_MAX_LEN)
+            continue;
+        memcpy(pname, from, (size_t)(dot - from));
+        pname[dot - from] = '\0';
+        int p = nidx_find(&j->comp_names, pname);
+        fmt(field, sizeof field, "computations[%d].ops[%zu].from", i, k);
+        if (p < 0)
+            return err_set(j->e, 400, field, "computation '%s' op %zu (input): no computation "
+                           "named '%s'", c->name, k, pname);
+        if (p == i)
+            return err_set(j->e, 400, field, "computation '%s' op %zu (input): a computation "
+                           "cannot take input from itself", c->name, k);
+        if (j->plan->comps[p].nshards != c->nshards)
+            return err_set(j->e, 400, field, "computation '%s' op %zu (input): producer '%s' "
+                           "has %d shards, this computation %d (they must match)", c->name, k,
+                           pname, j->plan->comps[p].nshards, c->nshards);
+        int rc = edge_add(j, i, p, (int)k);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* First pass over computations: headers, names, slices, edges. */
+static int job_scan(job_ctx_t *j)
+{
+    job_plan_t *plan = j->plan;
+    for (int i = 0; i < plan->ncomps; i++) {
+        char prefix[32];
+        comp_t *c = &plan->comps[i];
+        const json_t *cj = json_array_get(j->comps_json, (size_t)i);
+        fmt(prefix, sizeof prefix, "computations[%d]", i);
+        int rc = comp_head(cj, prefix, c, j->e);
+        if (rc)
+            return rc;
+        int prev = nidx_put(&j->comp_names, c->name, i);
+        if (prev >= 0)
+            return comp_fail(prefix, j->e, "name", "duplicate computation name '%s' (also "
+                             "computations[%d])", c->name, prev);
+        const char *sname = json_string_value(json_object_get(cj, "slice"));
+        int s = slice_find(plan, sname);
+        if (s < 0)
+            return comp_fail(prefix, j->e, "slice", "computation '%s': no slice named '%s'",
+                             c->name, sname);
+        comp_set_slice(c, s, &plan->slices[s].shape);
+    }
+    for (int i = 0; i < plan->ncomps; i++) {
+        const json_t *ops = json_object_get(json_array_get(j->comps_json, (size_t)i), "ops");
+        int rc = job_scan_edges(j, i, ops);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Reports a cycle among the computations Kahn could not order (done[] == 0):
+ * walking producers from any of them for ncomps steps lands on the cycle. */
+static int job_cycle(job_ctx_t *j, const size_t *in_off, const char *done)
+{
+    int n = j->plan->ncomps, v = 0, via = -1;
+    while (done[v])
+        v++;
+    for (int step = 0; step <= n; step++) {
+        via = -1;
+        for (size_t k = in_off[v]; k < in_off[v + 1]; k++) {
+            if (!done[j->edges[k].producer]) {
+                via = (int)k;
+                break;
+            }
+        }
+        if (via < 0)
+            return err_set(j->e, 500, "", "internal: cycle walk lost its way");
+        v = j->edges[via].producer;
+    }
+    /* v is on the cycle; name it and the edge that leaves it backwards. */
+    const edge_t *ed = &j->edges[via];
+    char field[ERR_FIELD_MAX];
+    fmt(field, sizeof field, "computations[%d].ops[%d].from", ed->consumer, ed->op);
+    return err_set(j->e, 400, field, "computations '%s' and '%s' are on a cycle of inputs",
+                   j->plan->comps[ed->consumer].name, j->plan->comps[ed->producer].name);
+}
+
+/* Kahn's algorithm; among ready computations the lowest index goes first. */
+static int job_topo(job_ctx_t *j)
+{
+    int n = j->plan->ncomps, rc = 0;
+    size_t *in_off = calloc((size_t)n + 1, sizeof *in_off);
+    size_t *out_off = calloc((size_t)n + 1, sizeof *out_off);
+    int *out_adj = calloc(j->nedges ? j->nedges : 1, sizeof *out_adj);
+    int *indeg = calloc((size_t)n, sizeof *indeg);
+    char *done = calloc((size_t)n, 1);
+    j->plan->topo = calloc((size_t)n, sizeof *j->plan->topo);
+    if (!in_off || !out_off || !out_adj || !indeg || !done || !j->plan->topo) {
+        rc = err_set(j->e, 500, "", "out of memory");
+        goto cleanup;
+    }
+    for (size_t k = 0; k < j->nedges; k++) {
+        in_off[j->edges[k].consumer + 1]++;
+        out_off[j->edges[k].producer + 1]++;
+        indeg[j->edges[k].consumer]++;
+    }
+    for (int i = 0; i < n; i++) {
+        in_off[i + 1] += in_off[i];
+        out_off[i + 1] += out_off[i];
+    }
+    {
+        size_t *fill = calloc((size_t)n, sizeof *fill);
+        if (!fill) {
+            rc = err_set(j->e, 500, "", "out of memory");
+            goto cleanup;
+        }
+        for (size_t k = 0; k < j->nedges; k++) {
+            int p = j->edges[k].producer;
+            out_adj[out_off[p] + fill[p]++] = j->edges[k].consumer;
+        }
+        free(fill);
+    }
+    for (int t = 0; t < n; t++) {
+        int v = 0;
+        while (v < n && (done[v] || indeg[v] > 0))
+            v++;
+        if (v == n) {
+            rc = job_cycle(j, in_off, done);
+            goto cleanup;
+        }
+        done[v] = 1;
+        j->plan->topo[t] = v;
+        for (size_t k = out_off[v]; k < out_off[v + 1]; k++)
+            indeg[out_adj[k]]--;
+    }
+cleanup:
+    free(in_off);
+    free(out_off);
+    free(out_adj);
+    free(indeg);
+    free(done);
+    return rc;
+}
+
+/* compiler_job(): the producer is compiled already (topological order). */
+static int job_resolve(void *rctx, cc_t *x, comp_input_t *in)
+{
+    job_ctx_t *j = rctx;
+    int p = nidx_find(&j->comp_names, in->producer_name);
+    if (p < 0 || !j->outputs[p].keys)
+        return op_fail(x, "from", "no computation named '%s'", in->producer_name);
+    int slot = nidx_find(&j->outputs[p], in->value);
+    if (slot < 0)
+        return op_fail(x, "from", "computation '%s' has no output '%s'", in->producer_name,
+                       in->value);
+    in->producer = p;
+    in->shape = j->plan->comps[p].vshapes[slot];
+    return 0;
+}
+
+static int job_compile_comps(job_ctx_t *j)
+{
+    job_plan_t *plan = j->plan;
+    for (int t = 0; t < plan->ncomps; t++) {
+        int i = plan->topo[t];
+        comp_t *c = &plan->comps[i];
+        char prefix[32];
+        fmt(prefix, sizeof prefix, "computations[%d]", i);
+        int rc = comp_body(json_array_get(j->comps_json, (size_t)i), prefix, c, job_resolve, j,
+                           j->e);
+        if (rc)
+            return rc;
+        if (nidx_init(&j->outputs[i], (size_t)c->noutputs))
+            return err_set(j->e, 500, "", "out of memory");
+        for (int k = 0; k < c->noutputs; k++)
+            nidx_put(&j->outputs[i], c->vnames[c->outputs[k]], c->outputs[k]);
+    }
+    return 0;
+}
+
+static int job_comps(const json_t *cj, job_plan_t *plan, err_t *e)
+{
+    size_t n = json_array_size(cj);
+    job_ctx_t j = {.plan = plan, .comps_json = cj, .e = e};
+    int rc = 0;
+    if (!json_is_array(cj) || n < 1 || n > JOB_MAX_COMPS)
+        return err_set(e, 400, "computations", "computations must be an array of 1 to %d "
+                       "computations", JOB_MAX_COMPS);
+    plan->comps = calloc(n, sizeof *plan->comps);
+    j.outputs = calloc(n, sizeof *j.outputs);
+    if (!plan->comps || !j.outputs || nidx_init(&j.comp_names, n)) {
+        rc = err_set(e, 500, "", "out of memory");
+        goto cleanup;
+    }
+    plan->ncomps = (int)n;
+    if (!(rc = job_scan(&j)) && !(rc = job_topo(&j)))
+        rc = job_compile_comps(&j);
+cleanup:
+    for (size_t i = 0; j.outputs && i < n; i++)
+        nidx_free(&j.outputs[i]);
+    free(j.outputs);
+    nidx_free(&j.comp_names);
+    free(j.edges);
+    return rc;
+}
+
+static int job_top(const json_t *doc, job_plan_t *plan, err_t *e)
+{
+    static const char *const keys[] = {"name", "priority", "max_retries", "slices",
+                                       "computations"};
+    const char *key;
+    json_t *val;
+    if (!json_is_object(doc))
+        return err_set(e, 400, "", "the job document must be a JSON object");
+    json_object_foreach((json_t *)doc, key, val) {
+        int known = 0;
+        for (int i = 0; i < 5; i++)
+            known |= strcmp(key, keys[i]) == 0;
+        if (!known)
+            return err_set(e, 400, key, "unknown field '%s'", key);
+    }
+    const json_t *name = json_object_get(doc, "name");
+    if (name) {
+        const char *s = json_string_value(name);
+        int ok = s && json_string_length(name) < NAME_MAX_LEN && strlen(s) == json_string_length(name);
+        for (const char *p = s; ok && *p; p++)
+            ok = (unsigned char)*p >= 0x20 && *p != 0x7f;
+        if (!ok)
+            return err_set(e, 400, "name", "name must be a string of at most %d printable "
+                           "characters", NAME_MAX_LEN - 1);
+        fmt(plan->name, sizeof plan->name, "%s", s);
+    }
+    int64_t v = 0;
+    if (json_object_get(doc, "priority") &&
+        read_int(json_object_get(doc, "priority"), -PRIORITY_LIMIT, PRIORITY_LIMIT, &v))
+        return err_set(e, 400, "priority", "priority must be an integer in %d..%d",
+                       -PRIORITY_LIMIT, PRIORITY_LIMIT);
+    plan->priority = json_object_get(doc, "priority") ? v : 0;
+    plan->max_retries = RETRIES_DEFAULT;
+    if (json_object_get(doc, "max_retries")) {
+        if (read_int(json_object_get(doc, "max_retries"), 0, RETRIES_MAX, &v))
+            return err_set(e, 400, "max_retries", "max_retries must be an integer in 0..%d",
+                           RETRIES_MAX);
+        plan->max_retries = (int)v;
+    }
+    if (!json_object_get(doc, "slices"))
+        return err_set(e, 400, "slices", "missing field 'slices'");
+    if (!json_object_get(doc, "computations"))
+        return err_set(e, 400, "computations", "missing field 'computations'");
+    return 0;
+}
+
+int compiler_job(const json_t *doc, const island_desc_t *islands, int nislands,
+                 job_plan_t **out, err_t *e)
+{
+    job_plan_t *plan = calloc(1, sizeof *plan);
+    int rc;
+    if (!plan)
+        return err_set(e, 500, "", "out of memory");
+    if ((rc = job_top(doc, plan, e)) ||
+        (rc = job_slices(json_object_get(doc, "slices"), islands, nislands, plan, e)) ||
+        (rc = job_comps(json_object_get(doc, "computations"), plan, e)) ||
+        (rc = job_fit(plan, islands, nislands, e))) {
+        job_plan_free(plan);
+        return rc;
+    }
+    *out = plan;
+    return 0;
+}
+
+void job_plan_free(job_plan_t *plan)
+{
+    if (!plan)
+        return;
+    for (int i = 0; plan->comps && i < plan->ncomps; i++)
+        comp_release(&plan->comps[i]);
+    free(plan->comps);
+    free(plan->slices);
+    free(plan->topo);
+    free(plan);
+}

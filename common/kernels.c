@@ -1,0 +1,256 @@
+/* kernels.c - per-shard arithmetic of the local ops.
+ *
+ * Every kernel checks that its arguments have the element counts the op's
+ * compiled shape implies before touching memory, so a worker bug yields -1
+ * instead of an out-of-bounds access. */
+#include "kernels.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef ATOLL_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+/* Nanoseconds on CLOCK_MONOTONIC (whole-µs rounding could end a spin early). */
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void kernel_compute_spin(int64_t us)
+{
+    int64_t end = mono_ns() + us * 1000;
+    /* A busy-wait on purpose: `compute` models a device that is occupied,
+     * so the thread must stay on the CPU rather than sleep. */
+    while (mono_ns() < end) {
+    }
+}
+
+void kernel_matmul_naive(const float *a, const float *b, float *c, int64_t m, int64_t k,
+                         int64_t n)
+{
+    memset(c, 0, (size_t)(m * n) * sizeof *c);
+    /* i-k-j order: the inner loop walks rows of b and c contiguously. */
+    for (int64_t i = 0; i < m; i++) {
+        float *crow = c + i * n;
+        for (int64_t p = 0; p < k; p++) {
+            float av = a[i * k + p];
+            const float *brow = b + p * n;
+            for (int64_t j = 0; j < n; j++)
+                crow[j] += av * brow[j];
+        }
+    }
+}
+
+#ifdef ATOLL_HAVE_BLAS
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_setup(void)
+{
+    openblas_set_num_threads(1);
+}
+#endif
+
+void kernel_matmul_blas(const float *a, const float *b, float *c, int64_t m, int64_t k,
+                        int64_t n)
+{
+#ifdef ATOLL_HAVE_BLAS
+    pthread_once(&blas_once, blas_setup);
+    /* Dims are <= TENSOR_MAX_ELEMS (2^24), so they fit an int. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a,
+                (int)k, b, (int)n, 0.0f, c, (int)n);
+#else
+    kernel_matmul_naive(a, b, c, m, k, n);
+#endif
+}
+
+int kernel_have_blas(void)
+{
+#ifdef ATOLL_HAVE_BLAS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+static float apply_binary(opcode_t code, float x, float y)
+{
+    switch (code) {
+    case OP_ADD: return x + y;
+    case OP_SUB: return x - y;
+    case OP_MUL: return x * y;
+    case OP_DIV: return x / y;
+    case OP_MAX: return x > y ? x : y;
+    default: return x < y ? x : y;      /* OP_MIN */
+    }
+}
+
+static float apply_unary(opcode_t code, float x, float factor)
+{
+    switch (code) {
+    case OP_NEG: return -x;
+    case OP_RELU: return x > 0.0f ? x : 0.0f;
+    case OP_EXP: return expf(x);
+    case OP_TANH: return tanhf(x);
+    default: return x * factor;         /* OP_SCALE */
+    }
+}
+
+/* Elementwise a (op) b; a rank-0 side is broadcast (stride 0). */
+static int k_binary(const op_t *op, const tensor_t *a, const tensor_t *b, tensor_t *out)
+{
+    int64_t n = shape_numel(&out->shape);
+    int64_t na = shape_numel(&a->shape), nb = shape_numel(&b->shape);
+    int64_t sa = na == 1 && a->shape.rank == 0 ? 0 : 1;
+    int64_t sb = nb == 1 && b->shape.rank == 0 ? 0 : 1;
+    if ((sa && na != n) || (sb && nb != n))
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        out->data[i] = apply_binary(op->code, a->data[i * sa], b->data[i * sb]);
+    return 0;
+}
+
+static int k_unary(const op_t *op, const tensor_t *a, tensor_t *out)
+{
+    int64_t n = shape_numel(&out->shape);
+    if (shape_numel(&a->shape) != n)
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        out->data[i] = apply_unary(op->code, a->data[i], op->factor);
+    return 0;
+}
+
+static int k_matmul(const tensor_t *a, const tensor_t *b, tensor_t *out)
+{
+    const shape_t *sa = &a->shape, *sb = &b->shape, *so = &out->shape;
+    if (sa->rank != 2 || sb->rank != 2 || so->rank != 2 || sa->dim[1] != sb->dim[0] ||
+        so->dim[0] != sa->dim[0] || so->dim[1] != sb->dim[1])
+        return -1;
+    kernel_matmul_blas(a->data, b->data, out->data, sa->dim[0], sa->dim[1], sb->dim[1]);
+    return 0;
+}
+
+static int k_transpose(const tensor_t *a, tensor_t *out)
+{
+    if (a->shape.rank != 2 || out->shape.rank != 2 || out->shape.dim[0] != a->shape.dim[1] ||
+        out->shape.dim[1] != a->shape.dim[0])
+        return -1;
+    int64_t r = a->shape.dim[0], c = a->shape.dim[1];
+    for (int64_t i = 0; i < r; i++) {
+        for (int64_t j = 0; j < c; j++)
+            out->data[j * r + i] = a->data[i * c + j];
+    }
+    return 0;
+}
+
+/* Sum over one axis: for each (outer, inner) pair, add the `len` rows of
+ * the axis into a double accumulator row, then round once to f32. */
+static int k_reduce_sum(const op_t *op, const tensor_t *a, tensor_t *out)
+{
+    int64_t total = shape_numel(&a->shape);
+    if (op->axis < 0) {
+        if (shape_numel(&out->shape) != 1)
+            return -1;
+        out->data[0] = (float)tensor_sum(a);
+        return 0;
+    }
+    if (op->axis >= a->shape.rank)
+        return -1;
+    int64_t len = a->shape.dim[op->axis], inner = 1;
+    for (int i = op->axis + 1; i < a->shape.rank; i++)
+        inner *= a->shape.dim[i];
+    int64_t outer = total / (len * inner);
+    if (shape_numel(&out->shape) != outer * inner)
+        return -1;
+    double *acc = malloc((size_t)inner * sizeof *acc);
+    if (!acc)
+        return -1;
+    for (int64_t o = 0; o < outer; o++) {
+        memset(acc, 0, (size_t)inner * sizeof *acc);
+        const float *base = a->data + o * len * inner;
+        for (int64_t l = 0; l < len; l++) {
+            for (int64_t i = 0; i < inner; i++)
+                acc[i] += base[l * inner + i];
+        }
+        for (int64_t i = 0; i < inner; i++)
+            out->data[o * inner + i] = (float)acc[i];
+    }
+    free(acc);
+    return 0;
+}
+
+/* Ops with no tensor argument. */
+static int k_source(const op_t *op, int shard_index, tensor_t *out)
+{
+    int64_t n = shape_numel(&out->shape);
+    switch (op->code) {
+    case OP_FILL:
+        for (int64_t i = 0; i < n; i++)
+            out->data[i] = op->value;
+        return 0;
+    case OP_IOTA:
+        for (int64_t i = 0; i < n; i++)
+            out->data[i] = (float)i;
+        return 0;
+    case OP_SHARD_INDEX:
+        out->data[0] = (float)shard_index;
+        return 0;
+    case OP_COMPUTE:
+        kernel_compute_spin(op->us);
+        out->data[0] = 0.0f;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+static int k_dispatch(const op_t *op, const tensor_t *const *args, int shard_index,
+                      tensor_t *out)
+{
+    switch (op->code) {
+    case OP_FILL: case OP_IOTA: case OP_SHARD_INDEX: case OP_COMPUTE:
+        return k_source(op, shard_index, out);
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAX: case OP_MIN:
+        return k_binary(op, args[0], args[1], out);
+    case OP_NEG: case OP_RELU: case OP_EXP: case OP_TANH: case OP_SCALE:
+        return k_unary(op, args[0], out);
+    case OP_MATMUL:
+        return k_matmul(args[0], args[1], out);
+    case OP_TRANSPOSE:
+        return k_transpose(args[0], out);
+    case OP_RESHAPE:
+        if (shape_numel(&args[0]->shape) != shape_numel(&out->shape))
+            return -1;
+        memcpy(out->data, args[0]->data, (size_t)shape_numel(&out->shape) * sizeof *out->data);
+        return 0;
+    case OP_REDUCE_SUM:
+        return k_reduce_sum(op, args[0], out);
+    default:
+        return -1;      /* input and collectives are not kernels */
+    }
+}
+
+int kernel_run(const op_t *op, const tensor_t *const *args, int shard_index, tensor_t **out)
+{
+    if (!op || !out || op->code == OP_INPUT || opcode_is_collective(op->code))
+        return -1;
+    for (int i = 0; i < op->nargs; i++) {
+        if (!args || !args[i])
+            return -1;
+    }
+    tensor_t *t = tensor_new(&op->shape);
+    if (!t)
+        return -1;
+    if (k_dispatch(op, args, shard_index, t) != 0) {
+        tensor_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}

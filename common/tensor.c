@@ -1,0 +1,107 @@
+#include "tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t shape_numel(const shape_t *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dim[i];
+    return n;
+}
+
+int shape_equal(const shape_t *a, const shape_t *b)
+{
+    if (a->rank != b->rank)
+        return 0;
+    for (int i = 0; i < a->rank; i++) {
+        if (a->dim[i] != b->dim[i])
+            return 0;
+    }
+    return 1;
+}
+
+void shape_format(const shape_t *s, char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    size_t used = 0;
+    buf[0] = '\0';
+    /* Each snprintf may truncate; `used` is clamped so the buffer always
+     * stays NUL-terminated and we never index past it. */
+    used += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < s->rank && used < len; i++) {
+        used += (size_t)snprintf(buf + used, len - used, i ? ",%lld" : "%lld",
+                                 (long long)s->dim[i]);
+    }
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
+}
+
+/* A valid tensor shape: rank 0..TENSOR_MAX_RANK, every dim >= 1 and at most
+ * TENSOR_MAX_ELEMS elements in all (checked as we go, so no overflow). */
+static int shape_valid(const shape_t *s)
+{
+    if (s->rank < 0 || s->rank > TENSOR_MAX_RANK)
+        return 0;
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dim[i] < 1 || s->dim[i] > TENSOR_MAX_ELEMS)
+            return 0;
+        n *= s->dim[i];
+        if (n > TENSOR_MAX_ELEMS)
+            return 0;
+    }
+    return 1;
+}
+
+tensor_t *tensor_new(const shape_t *s)
+{
+    if (!s || !shape_valid(s))
+        return NULL;
+    tensor_t *t = malloc(sizeof *t);
+    if (!t)
+        return NULL;
+    /* Copy only the used dims so the "dims beyond rank are 0" invariant
+     * holds even if the caller left garbage there. */
+    memset(&t->shape, 0, sizeof t->shape);
+    t->shape.rank = s->rank;
+    for (int i = 0; i < s->rank; i++)
+        t->shape.dim[i] = s->dim[i];
+    t->data = calloc((size_t)shape_numel(s), sizeof *t->data);
+    if (!t->data) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+tensor_t *tensor_clone(const tensor_t *t)
+{
+    if (!t)
+        return NULL;
+    tensor_t *c = tensor_new(&t->shape);
+    if (!c)
+        return NULL;
+    memcpy(c->data, t->data, (size_t)shape_numel(&t->shape) * sizeof *t->data);
+    return c;
+}
+
+void tensor_free(tensor_t *t)
+{
+    if (!t)
+        return;
+    free(t->data);
+    free(t);
+}
+
+double tensor_sum(const tensor_t *t)
+{
+    double s = 0.0;
+    int64_t n = shape_numel(&t->shape);
+    for (int64_t i = 0; i < n; i++)
+        s += t->data[i];
+    return s;
+}

@@ -1,0 +1,88 @@
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static const char *log_program = "atoll";
+static log_level_t log_min = LOG_INFO;
+static int log_json;
+
+int64_t util_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t util_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void log_setup(const char *program, log_level_t min_level, int json_lines)
+{
+    log_program = program;
+    log_min = min_level;
+    log_json = json_lines;
+}
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+int log_level_parse(const char *text, log_level_t *out)
+{
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(text, level_names[i]) == 0) {
+            *out = (log_level_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Writes the message with JSON string escaping (quotes, backslash, controls). */
+static void log_json_escaped(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+}
+
+void log_msg(log_level_t level, const char *fmt, ...)
+{
+    if (level < log_min)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+
+    int64_t us = util_wall_us();
+    time_t secs = (time_t)(us / 1000000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    /* One fprintf per line under flockfile so threads never interleave. */
+    flockfile(stderr);
+    if (log_json) {
+        fprintf(stderr, "{\"ts\":\"%s.%06dZ\",\"level\":\"%s\",\"program\":\"%s\",\"msg\":\"",
+                stamp, (int)(us % 1000000), level_names[level], log_program);
+        log_json_escaped(stderr, msg);
+        fputs("\"}\n", stderr);
+    } else {
+        fprintf(stderr, "%s.%03dZ %-5s %s: %s\n", stamp, (int)(us % 1000000 / 1000),
+                level_names[level], log_program, msg);
+    }
+    funlockfile(stderr);
+}

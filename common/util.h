@@ -1,0 +1,24 @@
+/* util.h - clocks and leveled logging to stderr, shared by both programs. */
+#ifndef ATOLL_UTIL_H
+#define ATOLL_UTIL_H
+
+#include <stdint.h>
+
+/* Unix time in microseconds (CLOCK_REALTIME): for timestamps stored/reported. */
+int64_t util_wall_us(void);
+/* Monotonic microseconds (CLOCK_MONOTONIC): for durations and deadlines. */
+int64_t util_mono_us(void);
+
+typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
+
+/* Process-wide settings; call once at start before threads exist. */
+void log_setup(const char *program, log_level_t min_level, int json_lines);
+int log_level_parse(const char *text, log_level_t *out);
+void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+#endif

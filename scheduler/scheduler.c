@@ -1,0 +1,367 @@
+/* scheduler.c - the scheduler thread: admission, gang allocation, dispatch.
+ * See scheduler.h for the contract and store_sched.c for the SQL. */
+#include "scheduler.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "store.h"
+#include "util.h"
+
+/* Period of the lease check when nothing wakes the thread. */
+#define SCHED_TICK_US 200000
+
+static sched_config_t sched_cfg;
+static pthread_t sched_thread;
+static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
+static int sched_wake;          /* guarded by sched_mu */
+static int sched_running;       /* guarded by sched_mu */
+
+/* The cluster as the allocator sees it for one admission round. */
+typedef struct round {
+    int n;
+    int64_t island_id[16];
+    alloc_island_t *isl[16];
+    sched_dev_t *devs[16];
+} round_t;
+
+static void round_free(round_t *r)
+{
+    for (int i = 0; i < r->n; i++) {
+        alloc_island_free(r->isl[i]);
+        free(r->devs[i]);
+    }
+    r->n = 0;
+}
+
+static int round_load(store_t *st, round_t *r)
+{
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < sched_cfg.nislands && i < 16; i++) {
+        const island_desc_t *d = &sched_cfg.islands[i];
+        int64_t n = shape_numel(&d->shape);
+        r->island_id[i] = store_island_id(st, d->name);
+        r->isl[i] = alloc_island_new(d->name, &d->shape);
+        r->devs[i] = calloc((size_t)n, sizeof(sched_dev_t));
+        r->n = i + 1;
+        if (r->island_id[i] < 0 || !r->isl[i] || !r->devs[i] ||
+            store_sched_devices(st, r->island_id[i], r->devs[i], n) != 0)
+            return -1;
+        for (int64_t k = 0; k < n; k++) {
+            const sched_dev_t *dv = &r->devs[i][k];
+            alloc_island_set(r->isl[i], k, dv->worker == 0 ? ALLOC_DOWN
+                                           : dv->job ? ALLOC_BUSY : ALLOC_FREE);
+        }
+    }
+    return 0;
+}
+
+/* Describes why a job cannot be placed now, for the dashboard and the
+ * job object, e.g. "needs a 4x4 slice on west; largest free block is 2x4". */
+static void pending_reason(round_t *r, const job_plan_t *plan, const alloc_request_t *reqs,
+                           char *buf, size_t len)
+{
+    for (int s = 0; s < plan->nslices; s++) {
+        alloc_placement_t pl;
+        if (alloc_gang(r->isl, r->n, &reqs[s], 1, &pl) == ALLOC_OK) {
+            /* Fits alone: undo, it is the combination that does not fit. */
+            for (int k = 0; k < pl.nshards; k++)
+                alloc_island_set(r->isl[pl.island], pl.devices[k], ALLOC_FREE);
+            alloc_placements_release(&pl, 1);
+            continue;
+        }
+        char want[32];
+        shape_format(&reqs[s].shape, want, sizeof want);
+        size_t off = (size_t)snprintf(buf, len, "needs a %s slice (%s) on %s;", want,
+                                      plan->slices[s].name,
+                                      reqs[s].island ? reqs[s].island : "any island");
+        for (int i = 0; i < r->n && off < len; i++) {
+            if (reqs[s].island && strcmp(reqs[s].island, alloc_island_name(r->isl[i])) != 0)
+                continue;
+            shape_t big;
+            char got[32] = "none";
+            if (alloc_largest_free(r->isl[i], &big) > 0)
+                shape_format(&big, got, sizeof got);
+            off += (size_t)snprintf(buf + off, len - off, " largest free block on %s is %s;",
+                                    alloc_island_name(r->isl[i]), got);
+        }
+        if (off > 0 && off < len)
+            buf[off - 1] = '\0';
+        return;
+    }
+    snprintf(buf, len, "needs %d slices at once; they do not all fit together yet",
+             plan->nslices);
+}
+
+/* Adds one entry to a task's "sends": value `v` of this shard goes to the
+ * consumer's `input` op. */
+static void task_sends(const job_plan_t *plan, int c, int shard, round_t *r,
+                       const alloc_placement_t *pl, json_t *sends)
+{
+    for (int c2 = 0; c2 < plan->ncomps; c2++) {
+        const comp_t *cc = &plan->comps[c2];
+        for (int i = 0; i < cc->ninputs; i++) {
+            if (cc->inputs[i].producer != c)
+                continue;
+            const alloc_placement_t *cp = &pl[cc->slice];
+            const sched_dev_t *dv = &r->devs[cp->island][cp->devices[shard]];
+            json_t *e = json_object();
+            json_object_set_new(e, "value", json_string(cc->inputs[i].value));
+            json_object_set_new(e, "comp", json_integer(c2));
+            json_object_set_new(e, "op", json_integer(cc->inputs[i].op_index));
+            json_object_set_new(e, "to", json_string(dv->addr));
+            json_array_append_new(sends, e);
+        }
+    }
+}
+
+static json_t *shape_json(const shape_t *s)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < s->rank; i++)
+        json_array_append_new(a, json_integer(s->dim[i]));
+    return a;
+}
+
+/* The TASK JSON (docs/worker-protocol.md) of one shard; new reference. */
+static json_t *task_payload(const job_plan_t *plan, const json_t *doc, int64_t job, int attempt,
+                            int c, int shard, int64_t seq, round_t *r, const alloc_placement_t *pl)
+{
+    const comp_t *cp = &plan->comps[c];
+    const alloc_placement_t *p = &pl[cp->slice];
+    json_t *t = json_object(), *peers = json_array(), *inputs = json_object();
+    json_t *sends = json_array();
+    for (int k = 0; k < p->nshards; k++)
+        json_array_append_new(peers, json_string(r->devs[p->island][p->devices[k]].addr));
+    for (int i = 0; i < cp->ninputs; i++)
+        json_object_set_new(inputs, cp->inputs[i].from, shape_json(&cp->inputs[i].shape));
+    task_sends(plan, c, shard, r, pl, sends);
+    json_object_set_new(t, "job", json_integer(job));
+    json_object_set_new(t, "attempt", json_integer(attempt));
+    json_object_set_new(t, "comp", json_integer(c));
+    json_object_set_new(t, "seq", json_integer(seq));
+    json_object_set_new(t, "shard", json_integer(shard));
+    json_object_set_new(t, "device", json_integer(r->devs[p->island][p->devices[shard]].local));
+    json_object_set_new(t, "slice_shape", shape_json(&cp->slice_shape));
+    json_object_set_new(t, "computation",
+                        json_incref(json_array_get(json_object_get(doc, "computations"), (size_t)c)));
+    json_object_set_new(t, "input_shapes", inputs);
+    json_object_set_new(t, "peers", peers);
+    json_object_set_new(t, "sends", sends);
+    return t;
+}
+
+/* Writes the allocation and every shard task of the job in one
+ * transaction. Sequence numbers follow the job's topological order, so on
+ * each island every device meets the job's computations in the same order. */
+static int dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
+                        const json_t *doc, round_t *r, const alloc_placement_t *pl)
+{
+    int ndev = 0;
+    for (int s = 0; s < plan->nslices; s++)
+        ndev += pl[s].nshards;
+    int64_t *isl = malloc(sizeof *isl * (size_t)ndev), *dev = malloc(sizeof *dev * (size_t)ndev);
+    if (!isl || !dev || store_begin(st) != 0)
+        goto fail;
+    ndev = 0;
+    for (int s = 0; s < plan->nslices; s++) {
+        int64_t island = r->island_id[pl[s].island];
+        for (int k = 0; k < pl[s].nshards; k++) {
+            isl[ndev] = island;
+            dev[ndev++] = pl[s].devices[k];
+        }
+        if (store_sched_add_slice(st, job->id, plan->slices[s].name, island, &plan->slices[s].shape,
+                                  pl[s].devices, pl[s].nshards) != 0)
+            goto fail;
+    }
+    if (store_sched_mark_allocated(st, job->id, isl, dev, ndev) != 0)
+        goto fail;
+    for (int t = 0; t < plan->ncomps; t++) {
+        int c = plan->topo[t];
+        const comp_t *cp = &plan->comps[c];
+        const alloc_placement_t *p = &pl[cp->slice];
+        int64_t island = r->island_id[p->island];
+        int64_t seq = store_sched_take_seq(st, island, 1);
+        int blocked = sched_cfg.sequential && cp->ninputs > 0;
+        if (seq < 0 || store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
+            goto fail;
+        for (int k = 0; k < cp->nshards; k++) {
+            json_t *payload = task_payload(plan, doc, job->id, job->attempt, c, k, seq, r, pl);
+            char *text = payload ? json_dumps(payload, JSON_COMPACT) : NULL;
+            json_decref(payload);
+            sched_task_t task = {job->id, job->attempt, c, k, island, p->devices[k],
+                                 r->devs[p->island][p->devices[k]].worker, seq, blocked, text};
+            int rc = text ? store_sched_add_task(st, &task) : -1;
+            free(text);
+            if (rc != 0)
+                goto fail;
+        }
+    }
+    if (store_commit(st) != 0)
+        goto fail;
+    free(isl);
+    free(dev);
+    log_info("job %ld allocated: %d devices, %d computations dispatched", (long)job->id, ndev,
+             plan->ncomps);
+    return 0;
+fail:
+    store_rollback(st);
+    free(isl);
+    free(dev);
+    log_error("job %ld: allocation could not be written; will retry", (long)job->id);
+    return -1;
+}
+
+/* An island a blocked job could use: lower-priority jobs may not take it
+ * (no backfill on contended islands, so a big job is never starved). */
+static int touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const int *blocked)
+{
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < r->n; i++)
+            if (blocked[i] && (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0))
+                return 1;
+    return 0;
+}
+
+/* Tries to admit one queued job. Returns 1 if dispatched, 0 if it waits
+ * (islands it needs marked in blocked[]), -1 on a store error. */
+static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *blocked)
+{
+    err_t e = {0};
+    job_plan_t *plan = NULL;
+    json_t *doc = json_loads(job->doc, 0, NULL);
+    int rc = 0;
+    if (!doc || compiler_job(doc, sched_cfg.islands, sched_cfg.nislands, &plan, &e) != 0) {
+        /* Accepted earlier, but the cluster changed (e.g. an island was
+         * removed from the command line): it can never run now. */
+        char why[400];
+        snprintf(why, sizeof why, "no longer valid on this cluster: %s", e.detail);
+        store_sched_fail(st, job->id, why);
+        goto cleanup;
+    }
+    alloc_request_t reqs[64];
+    for (int s = 0; s < plan->nslices && s < 64; s++) {
+        reqs[s].shape = plan->slices[s].shape;
+        reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
+    }
+    if (touches_blocked(reqs, plan->nslices, r, blocked)) {
+        store_sched_set_reason(st, job->id, "waiting behind a higher-priority or older job");
+        goto cleanup;
+    }
+    alloc_placement_t pl[64];
+    int a = alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    if (a == ALLOC_OK) {
+        rc = dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
+        alloc_placements_release(pl, plan->nslices);
+        goto cleanup;
+    }
+    char reason[512];
+    pending_reason(r, plan, reqs, reason, sizeof reason);
+    store_sched_set_reason(st, job->id, reason);
+    for (int s = 0; s < plan->nslices; s++)
+        for (int i = 0; i < r->n; i++)
+            if (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0)
+                blocked[i] = 1;
+    rc = a == ALLOC_ENOMEM ? -1 : 0;
+cleanup:
+    job_plan_free(plan);
+    json_decref(doc);
+    return rc;
+}
+
+/* One admission round over the whole queue. */
+static void admit(store_t *st)
+{
+    sched_job_t *jobs = NULL;
+    int n = 0, dispatched = 0;
+    round_t r;
+    if (round_load(st, &r) != 0 || store_sched_queued(st, &jobs, &n) != 0)
+        goto cleanup;
+    int blocked[16] = {0};
+    for (int i = 0; i < n; i++) {
+        int rc = admit_job(st, &r, &jobs[i], blocked);
+        if (rc < 0)
+            break;
+        dispatched += rc;
+    }
+cleanup:
+    round_free(&r);
+    store_sched_jobs_free(jobs, n);
+    if (dispatched && sched_cfg.on_dispatch)
+        sched_cfg.on_dispatch();
+}
+
+static void *sched_main(void *arg)
+{
+    (void)arg;
+    store_t *st = store_thread();
+    if (!st) {
+        log_error("scheduler: no database connection");
+        return NULL;
+    }
+    store_sched_recover(st);
+    pthread_mutex_lock(&sched_mu);
+    while (sched_running) {
+        if (!sched_wake) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += SCHED_TICK_US * 1000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&sched_cv, &sched_mu, &ts);
+        }
+        if (!sched_running)
+            break;
+        int woke = sched_wake;
+        sched_wake = 0;
+        pthread_mutex_unlock(&sched_mu);
+        if (store_sched_expire(st, sched_cfg.lease_us) > 0) {
+            woke = 1;
+            if (sched_cfg.on_dispatch)
+                sched_cfg.on_dispatch();   /* pollers learn about aborted jobs */
+        }
+        /* Admission only when something changed: the queue is re-read and
+         * re-compiled each round, so idle ticks stay cheap. */
+        if (woke)
+            admit(st);
+        pthread_mutex_lock(&sched_mu);
+    }
+    pthread_mutex_unlock(&sched_mu);
+    store_thread_close();
+    return NULL;
+}
+
+int sched_start(const sched_config_t *cfg)
+{
+    sched_cfg = *cfg;
+    sched_running = 1;
+    sched_wake = 1;
+    if (pthread_create(&sched_thread, NULL, sched_main, NULL) != 0) {
+        sched_running = 0;
+        return -1;
+    }
+    return 0;
+}
+
+void sched_notify(void)
+{
+    pthread_mutex_lock(&sched_mu);
+    sched_wake = 1;
+    pthread_cond_signal(&sched_cv);
+    pthread_mutex_unlock(&sched_mu);
+}
+
+void sched_stop(void)
+{
+    pthread_mutex_lock(&sched_mu);
+    int was = sched_running;
+    sched_running = 0;
+    pthread_cond_signal(&sched_cv);
+    pthread_mutex_unlock(&sched_mu);
+    if (was)
+        pthread_join(sched_thread, NULL);
+}

@@ -1,0 +1,31 @@
+/* scheduler.h - the scheduler thread of atolld.
+ *
+ * One thread owns admission: it reads queued jobs in priority-then-age
+ * order, gang-allocates all slices of a job at once (alloc.h), gives every
+ * computation an island sequence number, and writes all shard tasks of the
+ * job in one transaction (parallel asynchronous dispatch: every task is
+ * pending at once; in sequential mode a computation's tasks stay blocked
+ * until its producers succeeded). It also expires worker leases. Other
+ * threads only call sched_notify() after changing something it cares about. */
+#ifndef ATOLL_SCHEDULER_H
+#define ATOLL_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "compiler.h"
+
+typedef struct sched_config {
+    const island_desc_t *islands;   /* borrowed; must outlive the scheduler */
+    int nislands;
+    int64_t lease_us;               /* worker heartbeat lease */
+    int sequential;                 /* 1: --dispatch sequential */
+    void (*on_dispatch)(void);      /* called after tasks became pending */
+} sched_config_t;
+
+int sched_start(const sched_config_t *cfg);
+/* Wakes the scheduler: a job arrived or ended, a worker came or went. */
+void sched_notify(void);
+/* Stops admission and joins the thread. */
+void sched_stop(void);
+
+#endif

@@ -1,0 +1,53 @@
+/* api.h - request handlers of atolld, by resource. router.c maps method
+ * and path to them; each validates its input and answers JSON or a
+ * problem+json naming the field at fault. */
+#ifndef ATOLL_API_H
+#define ATOLL_API_H
+
+#include "compiler.h"
+#include "http.h"
+
+typedef struct api_config {
+    const island_desc_t *islands;
+    int nislands;
+    int64_t lease_us;
+    const char *web_dir;
+    const char *dispatch;           /* "parallel" | "sequential" */
+} api_config_t;
+
+extern api_config_t api_cfg;
+
+/* The router: the handler given to http_start(). */
+void api_route(http_req_t *req, http_resp_t *resp);
+
+/* api_jobs.c */
+void api_jobs_create(http_req_t *req, http_resp_t *resp);
+void api_jobs_list(http_req_t *req, http_resp_t *resp);
+void api_jobs_get(http_req_t *req, http_resp_t *resp);
+void api_jobs_cancel(http_req_t *req, http_resp_t *resp);
+void api_jobs_result(http_req_t *req, http_resp_t *resp);
+/* api_cluster.c */
+void api_islands_list(http_req_t *req, http_resp_t *resp);
+void api_islands_get(http_req_t *req, http_resp_t *resp);
+void api_workers_list(http_req_t *req, http_resp_t *resp);
+void api_healthz(http_req_t *req, http_resp_t *resp);
+void api_metrics(http_req_t *req, http_resp_t *resp);
+/* api_worker.c (worker protocol, docs/worker-protocol.md) */
+void api_worker_register(http_req_t *req, http_resp_t *resp);
+void api_worker_heartbeat(http_req_t *req, http_resp_t *resp);
+void api_worker_poll(http_req_t *req, http_resp_t *resp);
+void api_worker_report(http_req_t *req, http_resp_t *resp);
+void api_worker_leave(http_req_t *req, http_resp_t *resp);
+/* api_web.c */
+void api_web_file(http_req_t *req, http_resp_t *resp);
+
+/* Shared helpers (router.c). */
+/* Parses a positive decimal id; 0 and problem 400/404 on failure. */
+int64_t api_parse_id(const char *text);
+/* Parses the body as a JSON object, else answers 400/415 and returns NULL.
+ * New reference. */
+json_t *api_body_json(http_req_t *req, http_resp_t *resp);
+/* 503 problem when the thread has no database connection. */
+struct store *api_store(http_resp_t *resp);
+
+#endif

@@ -1,0 +1,191 @@
+/* api_jobs.c - /v1/jobs: submit (validate + compile + store), list, get,
+ * cancel, result. */
+#include "api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "scheduler.h"
+#include "store.h"
+#include "util.h"
+
+#define API_IDEM_KEY_MAX 128
+#define API_LIST_MAX 500
+
+/* 422 when the job's slices could not be placed together even on an
+ * empty cluster: it would wait forever. */
+static int job_ever_fits(const job_plan_t *plan)
+{
+    alloc_island_t *isl[16] = {0};
+    alloc_request_t reqs[64];
+    int n = api_cfg.nislands < 16 ? api_cfg.nislands : 16, fits = -1;
+    for (int i = 0; i < n; i++)
+        if (!(isl[i] = alloc_island_new(api_cfg.islands[i].name, &api_cfg.islands[i].shape)))
+            goto cleanup;
+    for (int s = 0; s < plan->nslices && s < 64; s++) {
+        reqs[s].shape = plan->slices[s].shape;
+        reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
+    }
+    fits = alloc_ever_fits(isl, n, reqs, plan->nslices);
+cleanup:
+    for (int i = 0; i < n; i++)
+        alloc_island_free(isl[i]);
+    return fits;
+}
+
+void api_jobs_create(http_req_t *req, http_resp_t *resp)
+{
+    job_plan_t *plan = NULL;
+    err_t e = {0};
+    json_t *doc = api_body_json(req, resp), *job = NULL;
+    store_t *st;
+    if (!doc || !(st = api_store(resp)))
+        goto cleanup;
+    const char *idem = http_header(req, "Idempotency-Key");
+    if (idem && (strlen(idem) == 0 || strlen(idem) > API_IDEM_KEY_MAX)) {
+        http_problem(resp, 400, "Idempotency-Key", "must be 1 to %d characters", API_IDEM_KEY_MAX);
+        goto cleanup;
+    }
+    if (compiler_job(doc, api_cfg.islands, api_cfg.nislands, &plan, &e) != 0) {
+        http_problem(resp, e.status, e.field, "%s", e.detail);
+        goto cleanup;
+    }
+    int fits = job_ever_fits(plan);
+    if (fits < 0) {
+        http_problem(resp, 500, NULL, "out of memory");
+        goto cleanup;
+    }
+    if (!fits) {
+        http_problem(resp, 422, "slices",
+                     "the job's %d slices can never be placed together on this cluster",
+                     plan->nslices);
+        goto cleanup;
+    }
+    int64_t id = 0;
+    int rc = store_job_create(st, plan, req->body, idem, &id);
+    if (rc == STORE_ERR) {
+        http_problem(resp, 503, NULL, "the job could not be stored; nothing was created");
+        goto cleanup;
+    }
+    if (rc == STORE_OK)
+        sched_notify();
+    if (!(job = store_job_json(st, id))) {
+        http_problem(resp, 500, NULL, "job %ld stored but could not be read back", (long)id);
+        goto cleanup;
+    }
+    snprintf(resp->location, sizeof resp->location, "/v1/jobs/%ld", (long)id);
+    /* A retried submission with the same key answers the first job, 200. */
+    http_json(resp, rc == STORE_OK ? 201 : 200, job);
+cleanup:
+    job_plan_free(plan);
+    json_decref(doc);
+}
+
+static const char *const job_states[] = {"queued", "allocated", "running", "succeeded",
+                                         "failed", "cancelled", NULL};
+
+void api_jobs_list(http_req_t *req, http_resp_t *resp)
+{
+    const char *state = http_query(req, "state");
+    const char *limit_s = http_query(req, "limit"), *before_s = http_query(req, "before");
+    if (state) {
+        int ok = 0;
+        for (int i = 0; job_states[i]; i++)
+            ok |= strcmp(state, job_states[i]) == 0;
+        if (!ok) {
+            http_problem(resp, 400, "state", "unknown state '%s'", state);
+            return;
+        }
+    }
+    int64_t limit = limit_s ? api_parse_id(limit_s) : 50;
+    if (limit < 1 || limit > API_LIST_MAX) {
+        http_problem(resp, 400, "limit", "limit must be 1 to %d", API_LIST_MAX);
+        return;
+    }
+    int64_t before = before_s ? api_parse_id(before_s) : 0;
+    if (before_s && before < 1) {
+        http_problem(resp, 400, "before", "before must be a job id");
+        return;
+    }
+    store_t *st = api_store(resp);
+    if (!st)
+        return;
+    json_t *list = store_jobs_list(st, state, before, (int)limit);
+    if (!list)
+        http_problem(resp, 500, NULL, "could not list jobs");
+    else
+        http_json(resp, 200, list);
+}
+
+/* Parses the :id of /v1/jobs/:id, answering 404 for a malformed one. */
+static int64_t job_id_param(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = api_parse_id(req->params[0]);
+    if (id < 1)
+        http_problem(resp, 404, "id", "no job '%s'", req->params[0]);
+    return id;
+}
+
+void api_jobs_get(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = job_id_param(req, resp);
+    store_t *st;
+    if (id < 1 || !(st = api_store(resp)))
+        return;
+    json_t *job = store_job_json(st, id);
+    if (!job)
+        http_problem(resp, 404, "id", "no job %ld", (long)id);
+    else
+        http_json(resp, 200, job);
+}
+
+void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = job_id_param(req, resp);
+    store_t *st;
+    if (id < 1 || !(st = api_store(resp)))
+        return;
+    char state[16] = "";
+    int rc = store_job_cancel(st, id, state);
+    if (rc == STORE_NOTFOUND) {
+        http_problem(resp, 404, "id", "no job %ld", (long)id);
+        return;
+    }
+    if (rc == STORE_CONFLICT) {
+        http_problem(resp, 409, "state", "job %ld already %s", (long)id, state);
+        return;
+    }
+    if (rc != STORE_OK) {
+        http_problem(resp, 503, NULL, "job %ld could not be cancelled now; retry", (long)id);
+        return;
+    }
+    sched_notify();
+    http_wake();    /* workers holding its tasks learn of it on their poll */
+    json_t *job = store_job_json(st, id);
+    if (job)
+        http_json(resp, 200, job);
+    else
+        http_problem(resp, 500, NULL, "job %ld cancelled but could not be read back", (long)id);
+}
+
+void api_jobs_result(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = job_id_param(req, resp);
+    store_t *st;
+    if (id < 1 || !(st = api_store(resp)))
+        return;
+    char state[16] = "";
+    json_t *res = NULL;
+    int rc = store_job_result(st, id, &res, state);
+    if (rc == STORE_NOTFOUND)
+        http_problem(resp, 404, "id", "no job %ld", (long)id);
+    else if (rc == STORE_CONFLICT)
+        http_problem(resp, 409, "state", "job %ld is %s; results exist once it succeeded",
+                     (long)id, state);
+    else if (rc != STORE_OK)
+        http_problem(resp, 500, NULL, "could not read results of job %ld", (long)id);
+    else
+        http_json(resp, 200, res);
+}

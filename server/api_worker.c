@@ -1,0 +1,204 @@
+/* api_worker.c - the worker protocol (docs/worker-protocol.md). */
+#include "api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler.h"
+#include "store.h"
+#include "util.h"
+
+#define WORKER_MAX_DEVICES 4096
+#define POLL_WAIT_MAX_MS 30000
+
+/* A string field of at most max bytes; answers 400 naming it otherwise. */
+static const char *str_field(json_t *body, const char *key, size_t max, int required,
+                             http_resp_t *resp)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v && !required)
+        return "";
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max) {
+        http_problem(resp, 400, key, "%s must be a string of 1 to %zu characters", key, max);
+        return NULL;
+    }
+    return json_string_value(v);
+}
+
+void api_worker_register(http_req_t *req, http_resp_t *resp)
+{
+    static const char *const allowed[] = {"island", "devices", "backend", "data_addr", "host",
+                                          "pid", NULL};
+    json_t *body = api_body_json(req, resp), *out = NULL;
+    if (!body)
+        return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        int ok = 0;
+        for (int i = 0; allowed[i]; i++)
+            ok |= strcmp(key, allowed[i]) == 0;
+        if (!ok) {
+            http_problem(resp, 400, key, "unknown field '%s'", key);
+            goto cleanup;
+        }
+    }
+    worker_reg_t reg = {0};
+    json_t *nd = json_object_get(body, "devices"), *pid = json_object_get(body, "pid");
+    if (!(reg.island = str_field(body, "island", NAME_MAX_LEN - 1, 1, resp)) ||
+        !(reg.data_addr = str_field(body, "data_addr", 63, 1, resp)) ||
+        !(reg.backend = str_field(body, "backend", 16, 0, resp)) ||
+        !(reg.host = str_field(body, "host", 255, 0, resp)))
+        goto cleanup;
+    if (!*reg.backend)
+        reg.backend = "cpu";
+    if (strcmp(reg.backend, "cpu") != 0 && strcmp(reg.backend, "sim") != 0) {
+        http_problem(resp, 400, "backend", "backend must be cpu or sim");
+        goto cleanup;
+    }
+    if (!json_is_integer(nd) || json_integer_value(nd) < 1 ||
+        json_integer_value(nd) > WORKER_MAX_DEVICES) {
+        http_problem(resp, 400, "devices", "devices must be an integer 1..%d", WORKER_MAX_DEVICES);
+        goto cleanup;
+    }
+    if (pid && !json_is_integer(pid)) {
+        http_problem(resp, 400, "pid", "pid must be an integer");
+        goto cleanup;
+    }
+    reg.ndevices = (int)json_integer_value(nd);
+    reg.pid = pid ? json_integer_value(pid) : 0;
+    store_t *st = api_store(resp);
+    if (!st)
+        goto cleanup;
+    int rc = store_worker_register(st, &reg, api_cfg.lease_us, &out);
+    if (rc == STORE_NOTFOUND)
+        http_problem(resp, 404, "island", "no island named '%s'", reg.island);
+    else if (rc == STORE_FULL)
+        http_problem(resp, 409, "devices", "island %s has no free block of %d devices",
+                     reg.island, reg.ndevices);
+    else if (rc != STORE_OK)
+        http_problem(resp, 503, NULL, "registration could not be stored; retry");
+    else {
+        log_info("worker %ld registered on %s (%d devices, data %s)",
+                 (long)json_integer_value(json_object_get(out, "id")), reg.island, reg.ndevices,
+                 reg.data_addr);
+        sched_notify();
+        http_json(resp, 201, out);
+    }
+cleanup:
+    json_decref(body);
+}
+
+static int64_t worker_param(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = api_parse_id(req->params[0]);
+    if (id < 1)
+        http_problem(resp, 404, "id", "no worker '%.32s'", req->params[0]);
+    return id;
+}
+
+void api_worker_heartbeat(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = worker_param(req, resp);
+    store_t *st;
+    if (id < 1 || !(st = api_store(resp)))
+        return;
+    int rc = store_worker_heartbeat(st, id);
+    if (rc == STORE_NOTFOUND)
+        http_problem(resp, 404, "id", "worker %ld is not registered (lease expired?)", (long)id);
+    else if (rc != STORE_OK)
+        http_problem(resp, 503, NULL, "heartbeat not stored; retry");
+    else
+        http_json(resp, 200, json_pack("{s:I}", "lease_ms", (json_int_t)(api_cfg.lease_us / 1000)));
+}
+
+void api_worker_poll(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = worker_param(req, resp);
+    if (id < 1)
+        return;
+    const char *w = http_query(req, "wait_ms");
+    int64_t wait_ms = w ? api_parse_id(w) : 1000;
+    if (w && strcmp(w, "0") == 0)
+        wait_ms = 0;
+    else if (wait_ms < 1 || wait_ms > POLL_WAIT_MAX_MS) {
+        http_problem(resp, 400, "wait_ms", "wait_ms must be 0..%d", POLL_WAIT_MAX_MS);
+        return;
+    }
+    store_t *st = api_store(resp);
+    if (!st)
+        return;
+    if (req->runs == 0 && store_worker_heartbeat(st, id) == STORE_NOTFOUND) {
+        http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);
+        return;
+    }
+    json_t *out = NULL;
+    int any = 0;
+    if (store_worker_poll(st, id, &out, &any) != STORE_OK) {
+        http_problem(resp, 503, NULL, "tasks could not be leased; retry");
+        return;
+    }
+    if (!any && util_mono_us() - req->first_us < wait_ms * 1000) {
+        json_decref(out);
+        resp->park = 1;     /* long poll: run again on http_wake() or the tick */
+        return;
+    }
+    http_json(resp, 200, out);
+}
+
+void api_worker_report(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = worker_param(req, resp);
+    int64_t task = api_parse_id(req->params[1]);
+    if (id < 1)
+        return;
+    if (task < 1) {
+        http_problem(resp, 404, "task", "no task '%.32s'", req->params[1]);
+        return;
+    }
+    json_t *body = api_body_json(req, resp);
+    store_t *st;
+    if (!body || !(st = api_store(resp))) {
+        json_decref(body);
+        return;
+    }
+    err_t e = {0};
+    int effects = 0;
+    int rc = store_worker_report(st, id, task, body, &effects, &e);
+    json_decref(body);
+    if (rc == STORE_NOTFOUND)
+        http_problem(resp, 404, "task", "no task %ld", (long)task);
+    else if (rc == STORE_CONFLICT)
+        http_problem(resp, 409, "task", "task %ld is not leased to worker %ld (already reported"
+                     " or reassigned)", (long)task, (long)id);
+    else if (rc != STORE_OK && e.status >= 400 && e.status < 500)
+        http_problem(resp, e.status, e.field, "%s", e.detail);
+    else if (rc != STORE_OK)
+        http_problem(resp, 503, NULL, "report could not be stored; retry");
+    else {
+        if (effects & STORE_FX_JOB_ENDED)
+            sched_notify();
+        if (effects & (STORE_FX_TASKS_READY | STORE_FX_JOB_ENDED))
+            http_wake();
+        http_json(resp, 200, json_pack("{s:b}", "accepted", 1));
+    }
+}
+
+void api_worker_leave(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = worker_param(req, resp);
+    store_t *st;
+    if (id < 1 || !(st = api_store(resp)))
+        return;
+    int rc = store_worker_leave(st, id);
+    if (rc == STORE_NOTFOUND)
+        http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);
+    else if (rc != STORE_OK)
+        http_problem(resp, 503, NULL, "could not record the departure; retry");
+    else {
+        sched_notify();
+        http_wake();
+        http_json(resp, 200, json_pack("{s:b}", "left", 1));
+    }
+}

@@ -1,0 +1,313 @@
+/* http.c - libmicrohttpd glue: body accumulation with a cap, parking of
+ * long polls (suspend/resume), response building. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* Per-connection request state (MHD's con_cls); freed in conn_done(). */
+typedef struct conn_ctx {
+    char *body;
+    size_t len, cap;
+    int too_large;
+    http_req_t req;
+} conn_ctx_t;
+
+static struct MHD_Daemon *http_daemon;
+static http_config_t http_cfg;
+static _Atomic uint64_t http_status_counts[6];
+
+/* Parked connections; guarded by park_mu. */
+static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct MHD_Connection **parked;
+static size_t nparked, parked_cap;
+static pthread_t ticker;
+static _Atomic int ticker_run;
+static _Atomic int http_stopping;   /* set by http_stop: parking is refused */
+
+static const char *status_title(int status)
+{
+    switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
+    case 503: return "Service Unavailable";
+    default: return status >= 500 ? "Internal Server Error" : "Error";
+    }
+}
+
+void http_text(http_resp_t *resp, int status, const char *type, const char *text, size_t len)
+{
+    free(resp->body);
+    resp->body = malloc(len + 1);
+    resp->status = resp->body ? status : 500;
+    resp->len = resp->body ? len : 0;
+    resp->content_type = type;
+    if (resp->body) {
+        memcpy(resp->body, text, len);
+        resp->body[len] = '\0';
+    }
+}
+
+void http_json(http_resp_t *resp, int status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        http_problem(resp, 500, NULL, "out of memory building the response");
+        return;
+    }
+    free(resp->body);
+    resp->body = text;
+    resp->len = strlen(text);
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
+void http_problem(http_resp_t *resp, int status, const char *field, const char *fmt, ...)
+{
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
+                          status_title(status), "status", status, "detail", detail);
+    if (p && field && *field)
+        json_object_set_new(p, "field", json_string(field));
+    char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
+    json_decref(p);
+    free(resp->body);
+    resp->body = text;
+    resp->len = text ? strlen(text) : 0;
+    resp->status = status;
+    resp->content_type = "application/problem+json";
+}
+
+const char *http_query(const http_req_t *req, const char *key)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *http_header(const http_req_t *req, const char *key)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, key);
+}
+
+void http_counts(uint64_t out[6])
+{
+    for (int i = 0; i < 6; i++)
+        out[i] = atomic_load(&http_status_counts[i]);
+}
+
+/* Appends an upload chunk; past the cap the rest is read and dropped so the
+ * client still gets its 413 instead of a reset connection. */
+static void body_append(conn_ctx_t *c, const char *data, size_t n)
+{
+    if (c->too_large)
+        return;
+    if (c->len + n > http_cfg.max_body) {
+        c->too_large = 1;
+        return;
+    }
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 1024;
+        while (cap < c->len + n + 1)
+            cap *= 2;
+        char *p = realloc(c->body, cap);
+        if (!p) {
+            c->too_large = 1;   /* answered 413 as well: we cannot hold it */
+            return;
+        }
+        c->body = p;
+        c->cap = cap;
+    }
+    memcpy(c->body + c->len, data, n);
+    c->len += n;
+    c->body[c->len] = '\0';
+}
+
+static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
+{
+    if (!resp->body)
+        http_problem(resp, 500, NULL, "the handler produced no response");
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(resp->len, resp->body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(resp->body);
+        return MHD_NO;
+    }
+    resp->body = NULL;   /* owned by MHD now */
+    MHD_add_response_header(r, "Content-Type", resp->content_type ? resp->content_type
+                                                                 : "application/json");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (resp->location[0])
+        MHD_add_response_header(r, "Location", resp->location);
+    int cls = resp->status / 100;
+    if (cls >= 1 && cls <= 5)
+        atomic_fetch_add(&http_status_counts[cls], 1);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)resp->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static void park(struct MHD_Connection *conn)
+{
+    pthread_mutex_lock(&park_mu);
+    if (nparked == parked_cap) {
+        size_t cap = parked_cap ? parked_cap * 2 : 64;
+        struct MHD_Connection **p = realloc(parked, sizeof *p * cap);
+        if (!p) {
+            pthread_mutex_unlock(&park_mu);
+            return;   /* stays unparked: the handler answers on the next run */
+        }
+        parked = p;
+        parked_cap = cap;
+    }
+    MHD_suspend_connection(conn);
+    parked[nparked++] = conn;
+    pthread_mutex_unlock(&park_mu);
+}
+
+void http_wake(void)
+{
+    pthread_mutex_lock(&park_mu);
+    for (size_t i = 0; i < nparked; i++)
+        MHD_resume_connection(parked[i]);
+    nparked = 0;
+    pthread_mutex_unlock(&park_mu);
+}
+
+static void *ticker_main(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&ticker_run)) {
+        usleep(HTTP_PARK_TICK_MS * 1000);
+        http_wake();
+    }
+    return NULL;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)cls;
+    (void)version;
+    conn_ctx_t *c = *con_cls;
+    if (!c) {
+        if (!(c = calloc(1, sizeof *c)))
+            return MHD_NO;
+        *con_cls = c;
+        const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (clen && strtoull(clen, NULL, 10) > http_cfg.max_body)
+            c->too_large = 1;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        body_append(c, upload_data, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    http_resp_t resp = {0};
+    if (c->too_large) {
+        http_problem(&resp, 413, "body", "request body larger than %zu bytes", http_cfg.max_body);
+        return send_resp(conn, &resp);
+    }
+    if (c->req.runs == 0) {
+        c->req.method = method;
+        c->req.path = url;
+        c->req.body = c->body ? c->body : "";
+        c->req.body_len = c->len;
+        c->req.conn = conn;
+        c->req.first_us = util_mono_us();
+    }
+    http_cfg.handler(&c->req, &resp);
+    c->req.runs++;
+    if (resp.park && atomic_load(&http_stopping))
+        http_problem(&resp, 503, NULL, "atolld is shutting down");
+    else if (resp.park) {
+        free(resp.body);
+        park(conn);
+        return MHD_YES;
+    }
+    return send_resp(conn, &resp);
+}
+
+static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    conn_ctx_t *c = *con_cls;
+    if (c) {
+        free(c->body);
+        free(c);
+        *con_cls = NULL;
+    }
+}
+
+int http_start(const http_config_t *cfg, int *bound_port)
+{
+    http_cfg = *cfg;
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)cfg->port);
+    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
+        log_error("--listen: '%s' is not an IPv4 address", cfg->host);
+        return -1;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    http_daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+        MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_END);
+    if (!http_daemon) {
+        log_error("cannot listen on %s:%d", cfg->host, cfg->port);
+        return -1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(http_daemon, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = info ? info->port : cfg->port;
+    atomic_store(&ticker_run, 1);
+    if (pthread_create(&ticker, NULL, ticker_main, NULL) != 0) {
+        MHD_stop_daemon(http_daemon);
+        http_daemon = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void http_stop(void)
+{
+    if (!http_daemon)
+        return;
+    atomic_store(&http_stopping, 1);
+    atomic_store(&ticker_run, 0);
+    pthread_join(ticker, NULL);
+    /* MHD requires suspended connections to be resumed before stopping. */
+    http_wake();
+    MHD_stop_daemon(http_daemon);
+    http_daemon = NULL;
+    free(parked);
+    parked = NULL;
+    nparked = parked_cap = 0;
+}

@@ -1,0 +1,69 @@
+/* http.h - atolld's front door on libmicrohttpd.
+ *
+ * A thread pool serves connections; request bodies are accumulated per
+ * connection and capped (413 beyond the cap, the rest of the body is read
+ * and dropped). Each complete request is passed to one handler (the
+ * router); the handler fills an http_resp_t. A handler may instead ask to
+ * park the request (long poll): the connection is suspended and the handler
+ * runs again after http_wake() or within HTTP_PARK_TICK_MS, until it
+ * answers. */
+#ifndef ATOLL_HTTP_H
+#define ATOLL_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HTTP_MAX_PARAMS 4
+#define HTTP_PARK_TICK_MS 100
+
+typedef struct http_req {
+    const char *method;
+    const char *path;
+    const char *body;               /* NUL-terminated; "" when none */
+    size_t body_len;
+    void *conn;                     /* struct MHD_Connection * */
+    const char *params[HTTP_MAX_PARAMS];  /* ":name" path segments, set by the router */
+    int64_t first_us;               /* monotonic time the request was first handled */
+    int runs;                       /* how many times the handler ran (parking) */
+} http_req_t;
+
+typedef struct http_resp {
+    int status;
+    char *body;                     /* owned (malloc); freed by the front door */
+    size_t len;
+    const char *content_type;       /* static string */
+    char location[128];             /* Location header when non-empty */
+    int park;                       /* handler: "run me again later" */
+} http_resp_t;
+
+typedef void (*http_handler_fn)(http_req_t *req, http_resp_t *resp);
+
+typedef struct http_config {
+    const char *host;               /* numeric IPv4 address to bind */
+    int port;                       /* 0 = ephemeral */
+    size_t max_body;                /* bytes */
+    int threads;
+    http_handler_fn handler;
+} http_config_t;
+
+/* Starts serving; *bound_port receives the actual port. 0 or -1. */
+int http_start(const http_config_t *cfg, int *bound_port);
+/* Resumes every parked request, then stops the daemon. */
+void http_stop(void);
+/* Runs parked requests' handlers again (something they wait for changed). */
+void http_wake(void);
+
+/* Response helpers. http_json steals `body` (json_decref'd here). */
+void http_json(http_resp_t *resp, int status, json_t *body);
+void http_text(http_resp_t *resp, int status, const char *type, const char *text, size_t len);
+/* application/problem+json {type,title,status,detail,field?}. */
+void http_problem(http_resp_t *resp, int status, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const char *http_query(const http_req_t *req, const char *key);
+const char *http_header(const http_req_t *req, const char *key);
+
+/* Requests served per status class since start (for /metrics). */
+void http_counts(uint64_t out[6]);
+
+#endif

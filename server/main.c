@@ -1,0 +1,293 @@
+/* main.c - atolld: flags, start-up order, signal handling.
+ *
+ * Start-up: parse flags (each also from an ATOLL_* environment variable)
+ * -> open + migrate the store, create islands -> scheduler thread -> HTTP
+ * -> print the ready line. SIGTERM/SIGINT: stop admission, stop serving,
+ * close the database, exit 0. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "http.h"
+#include "scheduler.h"
+#include "store.h"
+#include "util.h"
+
+#define MAX_ISLANDS 16
+
+typedef struct options {
+    char host[64];
+    int port;
+    const char *db;
+    island_desc_t islands[MAX_ISLANDS];
+    char island_names[MAX_ISLANDS][NAME_MAX_LEN];
+    int nislands;
+    const char *dispatch;
+    int64_t lease_ms;
+    int64_t max_body;
+    int64_t threads;
+    const char *web_dir;
+    log_level_t log_level;
+    int log_json;
+} options_t;
+
+/* "4x4" for a mesh shape (the --island spelling). */
+static void mesh_format(const shape_t *s, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->rank && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%ld", i ? "x" : "", (long)s->dim[i]);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "usage: atolld [options]\n"
+        "  --listen HOST:PORT   address to serve the API and dashboard (ATOLL_LISTEN,\n"
+        "                       default 127.0.0.1:8080; port 0 = any free port)\n"
+        "  --db FILE            SQLite database file (ATOLL_DB, default atoll.db)\n"
+        "  --island NAME=SHAPE  an island mesh, e.g. west=4x4; repeatable (ATOLL_ISLANDS,\n"
+        "                       comma-separated, e.g. west=4x4,east=2x4)\n"
+        "  --dispatch MODE      parallel (default) or sequential (ATOLL_DISPATCH)\n"
+        "  --lease-ms N         worker heartbeat lease (ATOLL_LEASE_MS, default 5000)\n"
+        "  --max-body BYTES     request body cap (ATOLL_MAX_BODY, default 1048576)\n"
+        "  --threads N          HTTP thread pool size (ATOLL_HTTP_THREADS, default 8)\n"
+        "  --web-dir DIR        dashboard files (ATOLL_WEB_DIR, default %s/web)\n"
+        "  --log-level LEVEL    debug|info|warn|error (ATOLL_LOG_LEVEL, default info)\n"
+        "  --log-json           JSON-lines logs (ATOLL_LOG_JSON=1)\n"
+        "  --help, --version\n", ATOLL_SOURCE_DIR);
+}
+
+static int fail_flag(const char *flag, const char *value, const char *why)
+{
+    fprintf(stderr, "atolld: bad %s '%s': %s (see --help)\n", flag, value, why);
+    return -1;
+}
+
+static int parse_int(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        char why[96];
+        snprintf(why, sizeof why, "must be an integer %lld..%lld", (long long)lo, (long long)hi);
+        return fail_flag(flag, text, why);
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_listen(options_t *o, const char *text)
+{
+    const char *colon = strrchr(text, ':');
+    int64_t port;
+    if (!colon || colon == text || (size_t)(colon - text) >= sizeof o->host)
+        return fail_flag("--listen", text, "expected HOST:PORT");
+    if (parse_int("--listen port", colon + 1, 0, 65535, &port) != 0)
+        return -1;
+    memcpy(o->host, text, (size_t)(colon - text));
+    o->host[colon - text] = '\0';
+    if (strcmp(o->host, "localhost") == 0)
+        snprintf(o->host, sizeof o->host, "127.0.0.1");
+    o->port = (int)port;
+    return 0;
+}
+
+static int parse_island(options_t *o, const char *text)
+{
+    const char *eq = strchr(text, '=');
+    size_t nlen = eq ? (size_t)(eq - text) : 0;
+    if (!eq || nlen == 0 || nlen >= NAME_MAX_LEN)
+        return fail_flag("--island", text, "expected NAME=SHAPE, e.g. west=4x4");
+    for (size_t i = 0; i < nlen; i++) {
+        char c = text[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return fail_flag("--island", text, "names use letters, digits, '_' and '-'");
+    }
+    if (o->nislands == MAX_ISLANDS)
+        return fail_flag("--island", text, "too many islands (at most 16)");
+    island_desc_t *d = &o->islands[o->nislands];
+    if (mesh_shape_parse(eq + 1, &d->shape) != 0 || shape_numel(&d->shape) > 4096)
+        return fail_flag("--island", text, "SHAPE is 1 to 3 positive dims like 4x4, at most"
+                                           " 4096 devices");
+    memcpy(o->island_names[o->nislands], text, nlen);
+    o->island_names[o->nislands][nlen] = '\0';
+    for (int i = 0; i < o->nislands; i++)
+        if (strcmp(o->island_names[i], o->island_names[o->nislands]) == 0)
+            return fail_flag("--island", text, "island named twice");
+    d->name = o->island_names[o->nislands];
+    o->nislands++;
+    return 0;
+}
+
+static int parse_islands_env(options_t *o, const char *list)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (parse_island(o, tok) != 0)
+            return -1;
+    return 0;
+}
+
+/* Applies one option (from the command line or the environment). */
+static int apply(options_t *o, int opt, const char *arg)
+{
+    switch (opt) {
+    case 'l': return parse_listen(o, arg);
+    case 'd': o->db = arg; return 0;
+    case 'i': return parse_island(o, arg);
+    case 'D':
+        if (strcmp(arg, "parallel") != 0 && strcmp(arg, "sequential") != 0)
+            return fail_flag("--dispatch", arg, "must be parallel or sequential");
+        o->dispatch = arg;
+        return 0;
+    case 'L': return parse_int("--lease-ms", arg, 100, 3600000, &o->lease_ms);
+    case 'b': return parse_int("--max-body", arg, 1024, 1 << 30, &o->max_body);
+    case 't': return parse_int("--threads", arg, 1, 256, &o->threads);
+    case 'w': o->web_dir = arg; return 0;
+    case 'v':
+        return log_level_parse(arg, &o->log_level) == 0
+                   ? 0 : fail_flag("--log-level", arg, "must be debug, info, warn or error");
+    case 'j': o->log_json = 1; return 0;
+    default: return -1;
+    }
+}
+
+static int parse_env(options_t *o)
+{
+    static const struct { const char *env; int opt; } envs[] = {
+        {"ATOLL_LISTEN", 'l'}, {"ATOLL_DB", 'd'}, {"ATOLL_DISPATCH", 'D'},
+        {"ATOLL_LEASE_MS", 'L'}, {"ATOLL_MAX_BODY", 'b'}, {"ATOLL_HTTP_THREADS", 't'},
+        {"ATOLL_WEB_DIR", 'w'}, {"ATOLL_LOG_LEVEL", 'v'},
+    };
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        const char *v = getenv(envs[i].env);
+        if (v && *v && apply(o, envs[i].opt, v) != 0)
+            return -1;
+    }
+    const char *j = getenv("ATOLL_LOG_JSON");
+    if (j && strcmp(j, "1") == 0)
+        o->log_json = 1;
+    const char *isl = getenv("ATOLL_ISLANDS");
+    return isl && *isl ? parse_islands_env(o, isl) : 0;
+}
+
+/* Returns 0 to run, 1 to exit 0 (help/version), -1 for bad flags. */
+static int parse_args(options_t *o, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'}, {"db", required_argument, NULL, 'd'},
+        {"island", required_argument, NULL, 'i'}, {"dispatch", required_argument, NULL, 'D'},
+        {"lease-ms", required_argument, NULL, 'L'}, {"max-body", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 't'}, {"web-dir", required_argument, NULL, 'w'},
+        {"log-level", required_argument, NULL, 'v'}, {"log-json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
+    snprintf(o->host, sizeof o->host, "127.0.0.1");
+    o->port = 8080;
+    o->db = "atoll.db";
+    o->dispatch = "parallel";
+    o->lease_ms = 5000;
+    o->max_body = 1 << 20;
+    o->threads = 8;
+    o->web_dir = ATOLL_SOURCE_DIR "/web";
+    o->log_level = LOG_INFO;
+    if (parse_env(o) != 0)
+        return -1;
+    int cli_islands = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (opt == 'h') {
+            usage(stdout);
+            return 1;
+        }
+        if (opt == 'V') {
+            printf("atolld %s\n", ATOLL_VERSION);
+            return 1;
+        }
+        if (opt == '?') {
+            usage(stderr);
+            return -1;
+        }
+        if (opt == 'i' && cli_islands++ == 0)
+            o->nislands = 0;   /* the command line's islands replace ATOLL_ISLANDS */
+        if (apply(o, opt, optarg) != 0)
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "atolld: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
+    }
+    if (o->nislands == 0) {
+        fprintf(stderr, "atolld: no island: give at least one --island NAME=SHAPE\n");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options_t o;
+    memset(&o, 0, sizeof o);
+    int p = parse_args(&o, argc, argv);
+    if (p != 0)
+        return p > 0 ? 0 : 2;
+    log_setup("atolld", o.log_level, o.log_json);
+
+    /* Signals are taken by sigwait() below; every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    err_t e = {0};
+    if (store_global_init(o.db, o.islands, o.nislands, &e) != 0) {
+        fprintf(stderr, "atolld: %s\n", e.detail[0] ? e.detail : "cannot open the database");
+        return 1;
+    }
+    api_cfg = (api_config_t){o.islands, o.nislands, o.lease_ms * 1000, o.web_dir, o.dispatch};
+    sched_config_t sc = {o.islands, o.nislands, o.lease_ms * 1000,
+                         strcmp(o.dispatch, "sequential") == 0, http_wake};
+    if (sched_start(&sc) != 0) {
+        fprintf(stderr, "atolld: cannot start the scheduler thread\n");
+        return 1;
+    }
+    http_config_t hc = {o.host, o.port, (size_t)o.max_body, (int)o.threads, api_route};
+    int port = 0;
+    if (http_start(&hc, &port) != 0) {
+        sched_stop();
+        fprintf(stderr, "atolld: cannot listen on %s:%d\n", o.host, o.port);
+        return 1;
+    }
+    char islands[512] = "";
+    for (int i = 0, off = 0; i < o.nislands && off < (int)sizeof islands; i++) {
+        char sh[32];
+        mesh_format(&o.islands[i].shape, sh, sizeof sh);
+        off += snprintf(islands + off, sizeof islands - (size_t)off, "%s%s=%s", i ? " " : "",
+                        o.islands[i].name, sh);
+    }
+    log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s lease_ms=%ld max_body=%ld"
+             " threads=%ld web_dir=%s", o.host, port, o.db, islands, o.dispatch,
+             (long)o.lease_ms, (long)o.max_body, (long)o.threads, o.web_dir);
+    printf("atolld ready: http://%s:%d (db %s, islands %s)\n", o.host, port, o.db, islands);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_info("signal %d: stopping admission, then the HTTP server", sig);
+    sched_stop();
+    http_stop();
+    store_thread_close();
+    log_info("stopped cleanly");
+    return 0;
+}

@@ -1,0 +1,302 @@
+/* store.c - connections, statement cache, migrations, islands. */
+#include "store.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define STORE_STMT_CACHE 96
+#define STORE_BUSY_TIMEOUT_MS 10000
+
+struct store {
+    sqlite3 *db;
+    int nstmts;
+    const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
+    sqlite3_stmt *stmt[STORE_STMT_CACHE];
+};
+
+extern const char *const store_migrations[];
+extern const int store_migration_count;
+
+static char store_path[4096];
+static pthread_key_t store_key;
+static pthread_once_t store_key_once = PTHREAD_ONCE_INIT;
+
+static void store_close(store_t *st)
+{
+    if (!st)
+        return;
+    for (int i = 0; i < st->nstmts; i++)
+        sqlite3_finalize(st->stmt[i]);
+    sqlite3_close(st->db);
+    free(st);
+}
+
+static void store_key_destroy(void *p) { store_close(p); }
+static void store_key_make(void) { pthread_key_create(&store_key, store_key_destroy); }
+
+static int store_exec(store_t *st, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        log_error("sqlite: %s (in: %.80s)", msg ? msg : "?", sql);
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static store_t *store_open(const char *path)
+{
+    store_t *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(path, &st->db, flags, NULL) != SQLITE_OK) {
+        log_error("cannot open database %s: %s", path, st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
+    /* WAL: readers (dashboard, lists) never block the scheduler's writes.
+     * synchronous=NORMAL is durable across process crashes in WAL mode,
+     * which is the failure the controller must survive (kill -9). */
+    if (store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                       " PRAGMA foreign_keys=ON;") != 0)
+        goto fail;
+    return st;
+fail:
+    store_close(st);
+    return NULL;
+}
+
+store_t *store_thread(void)
+{
+    pthread_once(&store_key_once, store_key_make);
+    store_t *st = pthread_getspecific(store_key);
+    if (st)
+        return st;
+    st = store_open(store_path);
+    if (st && pthread_setspecific(store_key, st) != 0) {
+        store_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+void store_thread_close(void)
+{
+    pthread_once(&store_key_once, store_key_make);
+    store_t *st = pthread_getspecific(store_key);
+    pthread_setspecific(store_key, NULL);
+    store_close(st);
+}
+
+sqlite3 *store_db(store_t *st) { return st->db; }
+
+sqlite3_stmt *store_stmt(store_t *st, const char *sql)
+{
+    for (int i = 0; i < st->nstmts; i++) {
+        if (st->sql[i] == sql) {
+            sqlite3_reset(st->stmt[i]);
+            sqlite3_clear_bindings(st->stmt[i]);
+            return st->stmt[i];
+        }
+    }
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) != SQLITE_OK) {
+        log_error("sqlite prepare: %s (in: %.100s)", sqlite3_errmsg(st->db), sql);
+        return NULL;
+    }
+    if (st->nstmts == STORE_STMT_CACHE) {
+        /* Cache full: a programming error (more distinct statements than
+         * slots); still correct, just not cached. Leaks nothing: the
+         * caller's statement is finalized when the slot is reused. */
+        sqlite3_finalize(st->stmt[0]);
+        memmove(&st->stmt[0], &st->stmt[1], sizeof st->stmt[0] * (STORE_STMT_CACHE - 1));
+        memmove(&st->sql[0], &st->sql[1], sizeof st->sql[0] * (STORE_STMT_CACHE - 1));
+        st->nstmts--;
+    }
+    st->sql[st->nstmts] = sql;
+    st->stmt[st->nstmts] = s;
+    st->nstmts++;
+    return s;
+}
+
+int store_begin(store_t *st) { return store_exec(st, "BEGIN IMMEDIATE"); }
+int store_commit(store_t *st) { return store_exec(st, "COMMIT"); }
+void store_rollback(store_t *st)
+{
+    if (!sqlite3_get_autocommit(st->db))
+        store_exec(st, "ROLLBACK");
+}
+
+int store_step_done(sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        log_error("sqlite step: %s", sqlite3_errmsg(sqlite3_db_handle(s)));
+        sqlite3_reset(s);
+        return -1;
+    }
+    sqlite3_reset(s);
+    return 0;
+}
+
+json_t *store_col_json(sqlite3_stmt *s, int col)
+{
+    const char *text = (const char *)sqlite3_column_text(s, col);
+    if (!text)
+        return NULL;
+    return json_loads(text, JSON_DECODE_ANY, NULL);
+}
+
+void store_event(store_t *st, int64_t job, const char *kind, const char *fmt, ...)
+{
+    static const char sql[] = "INSERT INTO events(job_id, at, kind, detail) VALUES (?,?,?,?)";
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return;
+    if (job > 0)
+        sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, util_wall_us());
+    sqlite3_bind_text(s, 3, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, detail, -1, SQLITE_TRANSIENT);
+    store_step_done(s);
+}
+
+int64_t store_island_id(store_t *st, const char *name)
+{
+    static const char sql[] = "SELECT id FROM islands WHERE name = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    int64_t id = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+    sqlite3_reset(s);
+    return id;
+}
+
+/* Applies migrations newer than PRAGMA user_version, each in one
+ * transaction, so a crash mid-migration leaves the previous version. */
+static int store_migrate(store_t *st, err_t *e)
+{
+    sqlite3_stmt *s = NULL;
+    int version = 0;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+        version = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    if (version > store_migration_count)
+        return err_set(e, -1, "db", "database schema version %d is newer than this atolld (%d)",
+                       version, store_migration_count), -1;
+    for (int v = version; v < store_migration_count; v++) {
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
+        if (store_begin(st) != 0 || store_exec(st, store_migrations[v]) != 0 ||
+            store_exec(st, pragma) != 0 || store_commit(st) != 0) {
+            store_rollback(st);
+            return err_set(e, -1, "db", "migration %d failed", v + 1), -1;
+        }
+        log_info("database migrated to schema version %d", v + 1);
+    }
+    return 0;
+}
+
+static json_t *shape_to_json(const shape_t *s)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < s->rank; i++)
+        json_array_append_new(a, json_integer(s->dim[i]));
+    return a;
+}
+
+/* Inserts an island and one row per device; rejects an existing island
+ * whose mesh shape differs (the devices' coordinates would be wrong). */
+static int store_island_ensure(store_t *st, const island_desc_t *isl, err_t *e)
+{
+    int rc = -1;
+    char *shape_txt = NULL;
+    json_t *shape = shape_to_json(&isl->shape);
+    if (!shape || !(shape_txt = json_dumps(shape, JSON_COMPACT)))
+        goto cleanup;
+    sqlite3_stmt *s = store_stmt(st, "SELECT shape FROM islands WHERE name = ?");
+    if (!s)
+        goto cleanup;
+    sqlite3_bind_text(s, 1, isl->name, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        int same = strcmp((const char *)sqlite3_column_text(s, 0), shape_txt) == 0;
+        if (!same)
+            err_set(e, -1, "island", "island %s exists in the database with shape %s, not %s",
+                    isl->name, sqlite3_column_text(s, 0), shape_txt);
+        sqlite3_reset(s);
+        rc = same ? 0 : -1;
+        goto cleanup;
+    }
+    sqlite3_reset(s);
+    s = store_stmt(st, "INSERT INTO islands(name, shape) VALUES (?, ?)");
+    if (!s)
+        goto cleanup;
+    sqlite3_bind_text(s, 1, isl->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, shape_txt, -1, SQLITE_STATIC);
+    if (store_step_done(s) != 0)
+        goto cleanup;
+    int64_t island_id = sqlite3_last_insert_rowid(st->db);
+    int64_t n = shape_numel(&isl->shape);
+    s = store_stmt(st, "INSERT INTO devices(island_id, idx, coords) VALUES (?, ?, ?)");
+    if (!s)
+        goto cleanup;
+    for (int64_t i = 0; i < n; i++) {
+        char coords[64];
+        int64_t rem = i, c[MESH_MAX_RANK] = {0};
+        for (int d = isl->shape.rank - 1; d >= 0; d--) {
+            c[d] = rem % isl->shape.dim[d];
+            rem /= isl->shape.dim[d];
+        }
+        if (isl->shape.rank == 1)
+            snprintf(coords, sizeof coords, "[%ld]", (long)c[0]);
+        else if (isl->shape.rank == 2)
+            snprintf(coords, sizeof coords, "[%ld,%ld]", (long)c[0], (long)c[1]);
+        else
+            snprintf(coords, sizeof coords, "[%ld,%ld,%ld]", (long)c[0], (long)c[1], (long)c[2]);
+        sqlite3_bind_int64(s, 1, island_id);
+        sqlite3_bind_int64(s, 2, i);
+        sqlite3_bind_text(s, 3, coords, -1, SQLITE_TRANSIENT);
+        if (store_step_done(s) != 0)
+            goto cleanup;
+    }
+    rc = 0;
+cleanup:
+    json_decref(shape);
+    free(shape_txt);
+    return rc;
+}
+
+int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e)
+{
+    if (strlen(path) >= sizeof store_path)
+        return err_set(e, -1, "db", "database path too long"), -1;
+    snprintf(store_path, sizeof store_path, "%s", path);
+    store_t *st = store_thread();
+    if (!st)
+        return err_set(e, -1, "db", "cannot open database %s", path), -1;
+    if (store_migrate(st, e) != 0)
+        return -1;
+    if (store_begin(st) != 0)
+        return err_set(e, -1, "db", "cannot lock database %s", path), -1;
+    for (int i = 0; i < nislands; i++) {
+        if (store_island_ensure(st, &islands[i], e) != 0) {
+            store_rollback(st);
+            return -1;
+        }
+    }
+    return store_commit(st) == 0 ? 0 : (err_set(e, -1, "db", "commit failed"), -1);
+}

@@ -1,0 +1,147 @@
+/* store.h - the controller's SQLite store: the source of truth.
+ *
+ * One store_t wraps one SQLite connection and is used by one thread only
+ * (SQLite "one connection per thread"); store_thread() hands each thread
+ * its own, opened on first use and closed when the thread exits. Every
+ * read-modify-write runs inside store_begin() (BEGIN IMMEDIATE), so two
+ * threads never interleave a state change. The database is in WAL mode with
+ * a busy timeout, so readers never block the writer.
+ *
+ * JSON returned by store functions is a new reference the caller must
+ * json_decref(). */
+#ifndef ATOLL_STORE_H
+#define ATOLL_STORE_H
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "compiler.h"
+#include "err.h"
+
+typedef struct store store_t;
+
+enum {
+    STORE_OK = 0,
+    STORE_NOTFOUND = 1,
+    STORE_CONFLICT = 2,
+    STORE_FULL = 3,
+    STORE_ERR = -1,
+};
+
+/* Opens the database file once for the process, applies migrations and
+ * creates the islands. Returns 0, or -1 with a message in e->detail. */
+int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e);
+/* This thread's connection; NULL if it cannot be opened (logged). */
+store_t *store_thread(void);
+/* Closes the calling thread's connection now (before process exit). */
+void store_thread_close(void);
+
+sqlite3 *store_db(store_t *st);
+/* A prepared statement for `sql`, cached per connection by the pointer of
+ * the (static) SQL string, reset and with bindings cleared. NULL on error. */
+sqlite3_stmt *store_stmt(store_t *st, const char *sql);
+int store_begin(store_t *st);          /* BEGIN IMMEDIATE */
+int store_commit(store_t *st);
+void store_rollback(store_t *st);
+/* Runs a statement that returns no rows; 0 or -1 (logged). */
+int store_step_done(sqlite3_stmt *s);
+/* Appends an event row (job may be 0 for cluster events). */
+void store_event(store_t *st, int64_t job, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Parses a JSON text column into a new reference (NULL on NULL/invalid). */
+json_t *store_col_json(sqlite3_stmt *s, int col);
+int64_t store_island_id(store_t *st, const char *name);
+
+/* ---- jobs (store_jobs.c) ---- */
+/* Stores an accepted, compiled job as queued with its computations. With an
+ * idempotency key already used, returns STORE_CONFLICT and sets *id to the
+ * existing job. */
+int store_job_create(store_t *st, const job_plan_t *plan, const char *doc,
+                     const char *idem_key, int64_t *id);
+json_t *store_job_json(store_t *st, int64_t id);      /* NULL: not found */
+json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit);
+/* Cancels a non-terminal job: state cancelled, devices freed, unleased
+ * tasks cancelled. STORE_NOTFOUND / STORE_CONFLICT (already terminal). */
+int store_job_cancel(store_t *st, int64_t id, char state_out[16]);
+/* {"id","outputs":{...}}; STORE_CONFLICT (not succeeded) with *state set. */
+int store_job_result(store_t *st, int64_t id, json_t **out, char state_out[16]);
+
+/* ---- cluster views (store_cluster.c) ---- */
+json_t *store_islands_json(store_t *st);
+json_t *store_island_json(store_t *st, const char *name);   /* NULL: unknown */
+json_t *store_workers_json(store_t *st, int64_t lease_us);
+/* Appends Prometheus text to a malloc'd buffer; NULL on error. */
+char *store_metrics_text(store_t *st);
+
+/* ---- worker protocol (store_worker.c) ---- */
+typedef struct worker_reg {
+    const char *island, *backend, *data_addr, *host;
+    int ndevices;
+    int64_t pid;
+} worker_reg_t;
+/* STORE_NOTFOUND unknown island, STORE_FULL no free block; else *out is the
+ * 201 body. */
+int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out);
+int store_worker_heartbeat(store_t *st, int64_t worker);      /* NOTFOUND when gone */
+int store_worker_leave(store_t *st, int64_t worker);
+/* Leases every pending task of the worker (seq order) and lists the jobs it
+ * must abort. *out = {"tasks":[...],"cancel":[...]}. *any = 1 when either is
+ * non-empty. */
+int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any);
+/* Applies a completion report; STORE_CONFLICT when the task is not leased to
+ * this worker (fencing); e filled on a malformed report (400). */
+/* *effects gets STORE_FX_* bits telling the caller whom to wake. */
+#define STORE_FX_JOB_ENDED 1        /* devices were freed: wake the scheduler */
+#define STORE_FX_TASKS_READY 2      /* blocked tasks became pending: wake pollers */
+int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
+                        int *effects, err_t *e);
+
+#endif
+
+/* ---- scheduler side (store_sched.c); called from the scheduler thread ---- */
+typedef struct sched_dev {
+    int64_t worker;             /* 0 = no live worker (down) */
+    int local;                  /* worker-local device number */
+    int64_t job;                /* 0 = not held */
+    char addr[64];              /* the worker's data_addr */
+} sched_dev_t;
+/* Fills devs[0..n-1] for the island (n = its device count). */
+int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t n);
+
+typedef struct sched_job {
+    int64_t id;
+    int attempt;
+    char *doc;                  /* owned; freed by store_sched_jobs_free */
+} sched_job_t;
+/* Queued jobs in admission order (priority desc, then age). */
+int store_sched_queued(store_t *st, sched_job_t **jobs, int *n);
+void store_sched_jobs_free(sched_job_t *jobs, int n);
+int store_sched_set_reason(store_t *st, int64_t job, const char *reason);
+/* Reserves `count` consecutive sequence numbers of an island (inside the
+ * caller's transaction); returns the first, or -1. */
+int64_t store_sched_take_seq(store_t *st, int64_t island, int count);
+int store_sched_add_slice(store_t *st, int64_t job, const char *name, int64_t island,
+                          const shape_t *shape, const int64_t *devices, int n);
+int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
+                         int dispatched);
+typedef struct sched_task {
+    int64_t job;
+    int attempt, comp, shard;
+    int64_t island, device, worker, seq;
+    int blocked;                /* sequential dispatch: waits for producers */
+    const char *payload;        /* TASK JSON text */
+} sched_task_t;
+int store_sched_add_task(store_t *st, const sched_task_t *t);
+/* Marks the job allocated (devices held by it, pending_reason cleared). */
+int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
+                               const int64_t *devices, int n);
+/* Fails a queued job that can no longer be compiled or placed. */
+int store_sched_fail(store_t *st, int64_t job, const char *why);
+/* Expires live workers silent for longer than lease_us: their devices go
+ * down and each job holding one is requeued (attempt+1, if retries are
+ * left) or failed naming the worker. Returns the number of workers expired. */
+int store_sched_expire(store_t *st, int64_t lease_us);
+/* At controller start: give every live worker a fresh lease, so workers
+ * that kept running while atolld was down are not declared lost. */
+int store_sched_recover(store_t *st);

@@ -1,0 +1,24 @@
+/* store_internal.h - helpers shared by the store_*.c files only. */
+#ifndef ATOLL_STORE_INTERNAL_H
+#define ATOLL_STORE_INTERNAL_H
+
+#include "store.h"
+
+/* Ends a job (succeeded/failed/cancelled) inside the caller's transaction:
+ * sets state, error, finished_at; frees its devices; cancels its tasks that
+ * no worker holds; marks unfinished computations. Leased tasks stay leased
+ * until their worker reports (it is told through the poll's cancel list). */
+int store_job_finish(store_t *st, int64_t job, const char *state, const char *error);
+/* RFC 3339 UTC text with microseconds for a Unix-microsecond time, or JSON
+ * null when t is 0 / SQL NULL. New reference. */
+json_t *store_time_json(sqlite3_stmt *s, int col);
+/* Sets key to a new integer (or null for SQL NULL) from column col. */
+void store_set_int_or_null(json_t *obj, const char *key, sqlite3_stmt *s, int col);
+void store_set_text_or_null(json_t *obj, const char *key, sqlite3_stmt *s, int col);
+/* Inside the caller's transaction: the worker is gone, its devices go
+ * down, its unfinished tasks are cancelled, and each live job holding one
+ * of its devices is requeued (retries left) or failed naming the worker. */
+int store_worker_lost(store_t *st, int64_t worker, const char *how);
+int store_state_is_terminal(const char *state);
+
+#endif

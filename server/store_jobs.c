@@ -1,0 +1,442 @@
+/* store_jobs.c - where a job's state changes at the user's request:
+ * creation (queued), views, cancellation, results. The scheduler side of
+ * the state machine is in store_sched.c, the worker side in store_worker.c.
+ *
+ *   queued -> allocated -> running -> succeeded | failed
+ *      \________\____________\____-> cancelled (DELETE)     */
+#include "store_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+int store_state_is_terminal(const char *state)
+{
+    return strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
+           strcmp(state, "cancelled") == 0;
+}
+
+json_t *store_time_json(sqlite3_stmt *s, int col)
+{
+    if (sqlite3_column_type(s, col) == SQLITE_NULL)
+        return json_null();
+    int64_t us = sqlite3_column_int64(s, col);
+    time_t secs = (time_t)(us / 1000000);
+    struct tm tm;
+    char buf[48], stamp[32];
+    gmtime_r(&secs, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, sizeof buf, "%s.%06dZ", stamp, (int)(us % 1000000));
+    return json_string(buf);
+}
+
+void store_set_int_or_null(json_t *obj, const char *key, sqlite3_stmt *s, int col)
+{
+    json_object_set_new(obj, key, sqlite3_column_type(s, col) == SQLITE_NULL
+                                      ? json_null()
+                                      : json_integer(sqlite3_column_int64(s, col)));
+}
+
+void store_set_text_or_null(json_t *obj, const char *key, sqlite3_stmt *s, int col)
+{
+    const char *t = (const char *)sqlite3_column_text(s, col);
+    json_object_set_new(obj, key, t ? json_string(t) : json_null());
+}
+
+/* Room for "[i,j,...]" of every distinct producer of one computation. */
+#define JOB_PRODUCERS_TEXT (JOB_MAX_COMPS * 6 + 4)
+
+/* Writes the distinct producer indexes of c as a JSON array text. */
+static void comp_producers_text(const comp_t *c, char *buf, size_t len)
+{
+    size_t off = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < c->ninputs && off < len; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= c->inputs[j].producer == c->inputs[i].producer;
+        if (!dup)
+            off += (size_t)snprintf(buf + off, len - off, "%s%d", off > 1 ? "," : "",
+                                    c->inputs[i].producer);
+    }
+    if (off < len)
+        snprintf(buf + off, len - off, "]");
+}
+
+int store_job_create(store_t *st, const job_plan_t *plan, const char *doc,
+                     const char *idem_key, int64_t *id)
+{
+    static const char find_sql[] = "SELECT id FROM jobs WHERE idem_key = ?";
+    static const char job_sql[] =
+        "INSERT INTO jobs(name, state, priority, max_retries, doc, idem_key, comps_total,"
+        " created_at) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)";
+    static const char comp_sql[] =
+        "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
+        " deps_left) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6))";
+    if (store_begin(st) != 0)
+        return STORE_ERR;
+    sqlite3_stmt *s;
+    if (idem_key) {
+        if (!(s = store_stmt(st, find_sql)))
+            goto fail;
+        sqlite3_bind_text(s, 1, idem_key, -1, SQLITE_STATIC);
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            *id = sqlite3_column_int64(s, 0);
+            sqlite3_reset(s);
+            store_rollback(st);
+            return STORE_CONFLICT;
+        }
+        sqlite3_reset(s);
+    }
+    if (!(s = store_stmt(st, job_sql)))
+        goto fail;
+    sqlite3_bind_text(s, 1, plan->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, plan->priority);
+    sqlite3_bind_int(s, 3, plan->max_retries);
+    sqlite3_bind_text(s, 4, doc, -1, SQLITE_STATIC);
+    if (idem_key)
+        sqlite3_bind_text(s, 5, idem_key, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 6, plan->ncomps);
+    sqlite3_bind_int64(s, 7, util_wall_us());
+    if (store_step_done(s) != 0)
+        goto fail;
+    *id = sqlite3_last_insert_rowid(store_db(st));
+    if (!(s = store_stmt(st, comp_sql)))
+        goto fail;
+    for (int i = 0; i < plan->ncomps; i++) {
+        const comp_t *c = &plan->comps[i];
+        sqlite3_bind_int64(s, 1, *id);
+        sqlite3_bind_int(s, 2, i);
+        sqlite3_bind_text(s, 3, c->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, plan->slices[c->slice].name, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, 5, c->nshards);
+        char producers[JOB_PRODUCERS_TEXT];
+        comp_producers_text(c, producers, sizeof producers);
+        sqlite3_bind_text(s, 6, producers, -1, SQLITE_TRANSIENT);
+        if (store_step_done(s) != 0)
+            goto fail;
+    }
+    store_event(st, *id, "submitted", "job '%s' accepted: %d computations, %d slices",
+                plan->name, plan->ncomps, plan->nslices);
+    if (store_commit(st) != 0)
+        goto fail;
+    return STORE_OK;
+fail:
+    store_rollback(st);
+    return STORE_ERR;
+}
+
+/* Columns shared by the job object and the list summary. */
+#define JOB_COLS "id, name, state, priority, attempt, max_retries, comps_total, comps_done," \
+                 " pending_reason, error, created_at, allocated_at, started_at, finished_at"
+
+static json_t *job_summary(sqlite3_stmt *s)
+{
+    json_t *j = json_object();
+    if (!j)
+        return NULL;
+    json_object_set_new(j, "id", json_integer(sqlite3_column_int64(s, 0)));
+    json_object_set_new(j, "name", json_string((const char *)sqlite3_column_text(s, 1)));
+    json_object_set_new(j, "state", json_string((const char *)sqlite3_column_text(s, 2)));
+    json_object_set_new(j, "priority", json_integer(sqlite3_column_int64(s, 3)));
+    json_object_set_new(j, "attempt", json_integer(sqlite3_column_int64(s, 4)));
+    json_object_set_new(j, "max_retries", json_integer(sqlite3_column_int64(s, 5)));
+    json_object_set_new(j, "computations_total", json_integer(sqlite3_column_int64(s, 6)));
+    json_object_set_new(j, "computations_done", json_integer(sqlite3_column_int64(s, 7)));
+    store_set_text_or_null(j, "pending_reason", s, 8);
+    store_set_text_or_null(j, "error", s, 9);
+    json_object_set_new(j, "created_at", store_time_json(s, 10));
+    json_object_set_new(j, "allocated_at", store_time_json(s, 11));
+    json_object_set_new(j, "started_at", store_time_json(s, 12));
+    json_object_set_new(j, "finished_at", store_time_json(s, 13));
+    json_t *us = json_object();
+    store_set_int_or_null(us, "created", s, 10);
+    store_set_int_or_null(us, "allocated", s, 11);
+    store_set_int_or_null(us, "started", s, 12);
+    store_set_int_or_null(us, "finished", s, 13);
+    json_object_set_new(j, "times_us", us);
+    return j;
+}
+
+/* slices: {name: {island, shape, devices: [{index, coords}]}} */
+static json_t *job_slices_json(store_t *st, int64_t id)
+{
+    static const char sql[] =
+        "SELECT s.name, i.name, s.shape, s.devices, i.id FROM slices s"
+        " JOIN islands i ON i.id = s.island_id WHERE s.job_id = ? ORDER BY s.name";
+    static const char dev_sql[] = "SELECT coords FROM devices WHERE island_id = ? AND idx = ?";
+    json_t *out = json_object();
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!out || !s)
+        return out;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *sl = json_object();
+        json_t *idxs = store_col_json(s, 3);
+        json_t *devs = json_array();
+        size_t k;
+        json_t *v;
+        json_array_foreach(idxs, k, v) {
+            sqlite3_stmt *d = store_stmt(st, dev_sql);
+            if (!d)
+                break;
+            sqlite3_bind_int64(d, 1, sqlite3_column_int64(s, 4));
+            sqlite3_bind_int64(d, 2, json_integer_value(v));
+            json_t *dev = json_object();
+            json_object_set_new(dev, "shard", json_integer((json_int_t)k));
+            json_object_set_new(dev, "index", json_integer(json_integer_value(v)));
+            if (sqlite3_step(d) == SQLITE_ROW)
+                json_object_set_new(dev, "coords", store_col_json(d, 0));
+            sqlite3_reset(d);
+            json_array_append_new(devs, dev);
+        }
+        json_decref(idxs);
+        json_object_set_new(sl, "island", json_string((const char *)sqlite3_column_text(s, 1)));
+        json_object_set_new(sl, "shape", store_col_json(s, 2));
+        json_object_set_new(sl, "devices", devs);
+        json_object_set_new(out, (const char *)sqlite3_column_text(s, 0), sl);
+    }
+    sqlite3_reset(s);
+    return out;
+}
+
+static json_t *job_comps_json(store_t *st, int64_t id)
+{
+    static const char sql[] =
+        "SELECT c.idx, c.name, c.slice, i.name, c.seq, c.state, c.shards_total, c.shards_done,"
+        " c.dispatched_at, c.started_at, c.inputs_ready_at, c.finished_at"
+        " FROM computations c LEFT JOIN islands i ON i.id = c.island_id"
+        " WHERE c.job_id = ? ORDER BY c.idx";
+    json_t *out = json_array();
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!out || !s)
+        return out;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *c = json_object();
+        json_object_set_new(c, "index", json_integer(sqlite3_column_int64(s, 0)));
+        json_object_set_new(c, "name", json_string((const char *)sqlite3_column_text(s, 1)));
+        json_object_set_new(c, "slice", json_string((const char *)sqlite3_column_text(s, 2)));
+        store_set_text_or_null(c, "island", s, 3);
+        store_set_int_or_null(c, "seq", s, 4);
+        json_object_set_new(c, "state", json_string((const char *)sqlite3_column_text(s, 5)));
+        json_object_set_new(c, "shards_total", json_integer(sqlite3_column_int64(s, 6)));
+        json_object_set_new(c, "shards_done", json_integer(sqlite3_column_int64(s, 7)));
+        json_t *t = json_object();
+        store_set_int_or_null(t, "dispatched", s, 8);
+        store_set_int_or_null(t, "started", s, 9);
+        store_set_int_or_null(t, "inputs_ready", s, 10);
+        store_set_int_or_null(t, "finished", s, 11);
+        json_object_set_new(c, "times_us", t);
+        json_array_append_new(out, c);
+    }
+    sqlite3_reset(s);
+    return out;
+}
+
+static json_t *job_events_json(store_t *st, int64_t id)
+{
+    static const char sql[] =
+        "SELECT at, kind, detail FROM events WHERE job_id = ? ORDER BY id DESC LIMIT 100";
+    json_t *out = json_array();
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!out || !s)
+        return out;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *e = json_object();
+        json_object_set_new(e, "at", store_time_json(s, 0));
+        json_object_set_new(e, "kind", json_string((const char *)sqlite3_column_text(s, 1)));
+        json_object_set_new(e, "detail", json_string((const char *)sqlite3_column_text(s, 2)));
+        json_array_insert_new(out, 0, e);
+    }
+    sqlite3_reset(s);
+    return out;
+}
+
+json_t *store_job_json(store_t *st, int64_t id)
+{
+    static const char sql[] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return NULL;
+    sqlite3_bind_int64(s, 1, id);
+    json_t *j = NULL;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        j = job_summary(s);
+    sqlite3_reset(s);
+    if (!j)
+        return NULL;
+    json_object_set_new(j, "slices", job_slices_json(st, id));
+    json_object_set_new(j, "computations", job_comps_json(st, id));
+    json_object_set_new(j, "events", job_events_json(st, id));
+    return j;
+}
+
+json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit)
+{
+    static const char sql[] =
+        "SELECT " JOB_COLS " FROM jobs WHERE (?1 IS NULL OR state = ?1)"
+        " AND (?2 <= 0 OR id < ?2) ORDER BY id DESC LIMIT ?3";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    json_t *out = json_object(), *jobs = json_array();
+    if (!s || !out || !jobs)
+        goto fail;
+    if (state)
+        sqlite3_bind_text(s, 1, state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, before);
+    sqlite3_bind_int(s, 3, limit + 1);   /* one extra row tells whether there is a next page */
+    int n = 0;
+    int64_t last = 0;
+    json_t *next = json_null();
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (n == limit) {
+            json_decref(next);
+            next = json_integer(last);
+            break;
+        }
+        last = sqlite3_column_int64(s, 0);
+        json_array_append_new(jobs, job_summary(s));
+        n++;
+    }
+    sqlite3_reset(s);
+    json_object_set_new(out, "jobs", jobs);
+    json_object_set_new(out, "next_before", next);
+    return out;
+fail:
+    json_decref(out);
+    json_decref(jobs);
+    return NULL;
+}
+
+int store_job_finish(store_t *st, int64_t job, const char *state, const char *error)
+{
+    static const char job_sql[] =
+        "UPDATE jobs SET state = ?2, error = COALESCE(?3, error), finished_at = ?4,"
+        " pending_reason = NULL WHERE id = ?1";
+    static const char dev_sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
+    static const char task_sql[] =
+        "UPDATE tasks SET state = 'cancelled' WHERE job_id = ? AND state IN ('blocked','pending')";
+    static const char comp_sql[] =
+        "UPDATE computations SET state = ?2 WHERE job_id = ?1 AND state NOT IN ('succeeded')";
+    int64_t now = util_wall_us();
+    sqlite3_stmt *s = store_stmt(st, job_sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+    if (error)
+        sqlite3_bind_text(s, 3, error, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 4, now);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, dev_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, task_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    if (store_step_done(s) != 0)
+        return -1;
+    if (strcmp(state, "succeeded") != 0) {
+        if (!(s = store_stmt(st, comp_sql)))
+            return -1;
+        sqlite3_bind_int64(s, 1, job);
+        sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+        if (store_step_done(s) != 0)
+            return -1;
+    }
+    store_event(st, job, state, "job %s%s%s", state, error ? ": " : "", error ? error : "");
+    return 0;
+}
+
+/* Reads a job's state into state_out; STORE_NOTFOUND if there is no job. */
+static int job_state(store_t *st, int64_t id, char state_out[16])
+{
+    static const char sql[] = "SELECT state FROM jobs WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, id);
+    int rc = STORE_NOTFOUND;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        snprintf(state_out, 16, "%s", sqlite3_column_text(s, 0));
+        rc = STORE_OK;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_job_cancel(store_t *st, int64_t id, char state_out[16])
+{
+    if (store_begin(st) != 0)
+        return STORE_ERR;
+    int rc = job_state(st, id, state_out);
+    if (rc == STORE_OK && store_state_is_terminal(state_out))
+        rc = STORE_CONFLICT;
+    if (rc == STORE_OK) {
+        if (store_job_finish(st, id, "cancelled", "cancelled by request") != 0)
+            rc = STORE_ERR;
+        else
+            snprintf(state_out, 16, "cancelled");
+    }
+    if (rc != STORE_OK || store_commit(st) != 0) {
+        store_rollback(st);
+        return rc == STORE_OK ? STORE_ERR : rc;
+    }
+    return STORE_OK;
+}
+
+/* One shard's entry of the result: {"shard","shape","sum","values"?}. */
+static json_t *result_shard(sqlite3_stmt *s)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "shard", json_integer(sqlite3_column_int64(s, 2)));
+    json_object_set_new(e, "shape", store_col_json(s, 3));
+    json_object_set_new(e, "sum", json_real(sqlite3_column_double(s, 4)));
+    const float *vals = sqlite3_column_blob(s, 5);
+    int bytes = sqlite3_column_bytes(s, 5);
+    if (vals) {
+        json_t *arr = json_array();
+        for (int i = 0; i < bytes / (int)sizeof(float); i++)
+            json_array_append_new(arr, json_real(vals[i]));
+        json_object_set_new(e, "values", arr);
+    }
+    return e;
+}
+
+int store_job_result(store_t *st, int64_t id, json_t **out, char state_out[16])
+{
+    static const char sql[] =
+        "SELECT c.name, o.value, o.shard, o.shape, o.sum, o.vals FROM outputs o"
+        " JOIN computations c ON c.job_id = o.job_id AND c.idx = o.comp_idx"
+        " WHERE o.job_id = ? ORDER BY o.comp_idx, o.value, o.shard";
+    int rc = job_state(st, id, state_out);
+    if (rc != STORE_OK)
+        return rc;
+    if (strcmp(state_out, "succeeded") != 0)
+        return STORE_CONFLICT;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    json_t *res = json_object(), *outputs = json_object();
+    if (!s || !res || !outputs) {
+        json_decref(res);
+        json_decref(outputs);
+        return STORE_ERR;
+    }
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        char key[2 * NAME_MAX_LEN + 2];
+        snprintf(key, sizeof key, "%s.%s", sqlite3_column_text(s, 0), sqlite3_column_text(s, 1));
+        json_t *arr = json_object_get(outputs, key);   /* borrowed */
+        if (!arr) {
+            arr = json_array();
+            json_object_set_new(outputs, key, arr);
+        }
+        json_array_append_new(arr, result_shard(s));
+    }
+    sqlite3_reset(s);
+    json_object_set_new(res, "id", json_integer(id));
+    json_object_set_new(res, "outputs", outputs);
+    *out = res;
+    return STORE_OK;
+}

@@ -1,0 +1,337 @@
+/* store_sched.c - the scheduler's side of the state machine: admission
+ * (queued -> allocated), and worker loss (requeue or fail). Every function
+ * that changes rows runs inside the scheduler's transaction or opens its
+ * own. */
+#include "store_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t n)
+{
+    static const char sql[] =
+        "SELECT d.idx, d.worker_id, d.local, d.job_id, w.data_addr FROM devices d"
+        " LEFT JOIN workers w ON w.id = d.worker_id AND w.state = 'live'"
+        " WHERE d.island_id = ? ORDER BY d.idx";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    memset(devs, 0, sizeof *devs * (size_t)n);
+    sqlite3_bind_int64(s, 1, island);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t i = sqlite3_column_int64(s, 0);
+        if (i < 0 || i >= n)
+            continue;
+        const char *addr = (const char *)sqlite3_column_text(s, 4);
+        if (addr) {
+            devs[i].worker = sqlite3_column_int64(s, 1);
+            devs[i].local = sqlite3_column_int(s, 2);
+            snprintf(devs[i].addr, sizeof devs[i].addr, "%s", addr);
+        }
+        devs[i].job = sqlite3_column_int64(s, 3);
+    }
+    sqlite3_reset(s);
+    return 0;
+}
+
+int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
+{
+    static const char sql[] =
+        "SELECT id, attempt, doc FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id";
+    *jobs = NULL;
+    *n = 0;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    int cap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (*n == cap) {
+            int ncap = cap ? cap * 2 : 16;
+            sched_job_t *p = realloc(*jobs, sizeof *p * (size_t)ncap);
+            if (!p)
+                goto fail;
+            *jobs = p;
+            cap = ncap;
+        }
+        sched_job_t *j = &(*jobs)[*n];
+        j->id = sqlite3_column_int64(s, 0);
+        j->attempt = sqlite3_column_int(s, 1);
+        j->doc = strdup((const char *)sqlite3_column_text(s, 2));
+        if (!j->doc)
+            goto fail;
+        (*n)++;
+    }
+    sqlite3_reset(s);
+    return 0;
+fail:
+    sqlite3_reset(s);
+    store_sched_jobs_free(*jobs, *n);
+    *jobs = NULL;
+    *n = 0;
+    return -1;
+}
+
+void store_sched_jobs_free(sched_job_t *jobs, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(jobs[i].doc);
+    free(jobs);
+}
+
+int store_sched_set_reason(store_t *st, int64_t job, const char *reason)
+{
+    static const char sql[] =
+        "UPDATE jobs SET pending_reason = ?2 WHERE id = ?1 AND state = 'queued'"
+        " AND pending_reason IS NOT ?2";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_text(s, 2, reason, -1, SQLITE_STATIC);
+    return store_step_done(s);
+}
+
+int64_t store_sched_take_seq(store_t *st, int64_t island, int count)
+{
+    static const char sql[] =
+        "UPDATE islands SET next_seq = next_seq + ?2 WHERE id = ?1 RETURNING next_seq - ?2";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, island);
+    sqlite3_bind_int(s, 2, count);
+    int64_t first = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+    sqlite3_reset(s);
+    return first;
+}
+
+int store_sched_add_slice(store_t *st, int64_t job, const char *name, int64_t island,
+                          const shape_t *shape, const int64_t *devices, int n)
+{
+    static const char sql[] =
+        "INSERT OR REPLACE INTO slices(job_id, name, island_id, shape, devices) VALUES (?,?,?,?,?)";
+    int rc = -1;
+    json_t *sh = json_array(), *dv = json_array();
+    char *sh_txt = NULL, *dv_txt = NULL;
+    for (int i = 0; sh && i < shape->rank; i++)
+        json_array_append_new(sh, json_integer(shape->dim[i]));
+    for (int i = 0; dv && i < n; i++)
+        json_array_append_new(dv, json_integer(devices[i]));
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!sh || !dv || !s || !(sh_txt = json_dumps(sh, JSON_COMPACT)) ||
+        !(dv_txt = json_dumps(dv, JSON_COMPACT)))
+        goto cleanup;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, island);
+    sqlite3_bind_text(s, 4, sh_txt, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 5, dv_txt, -1, SQLITE_STATIC);
+    rc = store_step_done(s);
+cleanup:
+    json_decref(sh);
+    json_decref(dv);
+    free(sh_txt);
+    free(dv_txt);
+    return rc;
+}
+
+int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
+                         int dispatched)
+{
+    static const char sql[] =
+        "UPDATE computations SET island_id = ?3, seq = ?4,"
+        " state = CASE WHEN ?5 THEN 'dispatched' ELSE 'waiting' END,"
+        " dispatched_at = CASE WHEN ?5 THEN ?6 END WHERE job_id = ?1 AND idx = ?2";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, comp);
+    sqlite3_bind_int64(s, 3, island);
+    sqlite3_bind_int64(s, 4, seq);
+    sqlite3_bind_int(s, 5, dispatched);
+    sqlite3_bind_int64(s, 6, util_wall_us());
+    return store_step_done(s);
+}
+
+int store_sched_add_task(store_t *st, const sched_task_t *t)
+{
+    static const char sql[] =
+        "INSERT INTO tasks(job_id, attempt, comp_idx, shard, island_id, device_idx, worker_id,"
+        " seq, state, payload, dispatched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, t->job);
+    sqlite3_bind_int(s, 2, t->attempt);
+    sqlite3_bind_int(s, 3, t->comp);
+    sqlite3_bind_int(s, 4, t->shard);
+    sqlite3_bind_int64(s, 5, t->island);
+    sqlite3_bind_int64(s, 6, t->device);
+    sqlite3_bind_int64(s, 7, t->worker);
+    sqlite3_bind_int64(s, 8, t->seq);
+    sqlite3_bind_text(s, 9, t->blocked ? "blocked" : "pending", -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 10, t->payload, -1, SQLITE_STATIC);
+    if (!t->blocked)
+        sqlite3_bind_int64(s, 11, util_wall_us());
+    return store_step_done(s);
+}
+
+int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
+                               const int64_t *devices, int n)
+{
+    static const char dev_sql[] =
+        "UPDATE devices SET job_id = ?1 WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL";
+    static const char job_sql[] =
+        "UPDATE jobs SET state = 'allocated', allocated_at = ?2, pending_reason = NULL"
+        " WHERE id = ?1 AND state = 'queued'";
+    sqlite3_stmt *s = store_stmt(st, dev_sql);
+    if (!s)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        sqlite3_bind_int64(s, 1, job);
+        sqlite3_bind_int64(s, 2, islands[i]);
+        sqlite3_bind_int64(s, 3, devices[i]);
+        if (store_step_done(s) != 0)
+            return -1;
+        /* A device taken meanwhile would break exclusivity: abort. */
+        if (sqlite3_changes(store_db(st)) != 1)
+            return -1;
+    }
+    if (!(s = store_stmt(st, job_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, util_wall_us());
+    if (store_step_done(s) != 0 || sqlite3_changes(store_db(st)) != 1)
+        return -1;
+    store_event(st, job, "allocated", "%d devices allocated", n);
+    return 0;
+}
+
+int store_sched_fail(store_t *st, int64_t job, const char *why)
+{
+    if (store_begin(st) != 0)
+        return -1;
+    if (store_job_finish(st, job, "failed", why) != 0 || store_commit(st) != 0) {
+        store_rollback(st);
+        return -1;
+    }
+    return 0;
+}
+
+/* Puts a job holding a lost device back in the queue for a new attempt:
+ * its work so far is discarded (outputs, slices, seq numbers), its devices
+ * freed; tasks still leased on live workers are aborted through the poll's
+ * cancel list (their attempt is now stale). */
+static int job_requeue(store_t *st, int64_t job, const char *why)
+{
+    static const char *const sqls[] = {
+        "UPDATE jobs SET state = 'queued', attempt = attempt + 1, comps_done = 0,"
+        " allocated_at = NULL, started_at = NULL, pending_reason = NULL, error = ?2 WHERE id = ?1",
+        "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
+        "UPDATE tasks SET state = 'cancelled' WHERE job_id = ?1 AND state IN ('blocked','pending')",
+        "DELETE FROM outputs WHERE job_id = ?1",
+        "DELETE FROM slices WHERE job_id = ?1",
+        "UPDATE computations SET state = 'waiting', island_id = NULL, seq = NULL, shards_done = 0,"
+        " deps_left = json_array_length(producers), dispatched_at = NULL, started_at = NULL,"
+        " inputs_ready_at = NULL, finished_at = NULL WHERE job_id = ?1",
+    };
+    for (size_t i = 0; i < sizeof sqls / sizeof sqls[0]; i++) {
+        sqlite3_stmt *s = store_stmt(st, sqls[i]);
+        if (!s)
+            return -1;
+        sqlite3_bind_int64(s, 1, job);
+        if (i == 0)
+            sqlite3_bind_text(s, 2, why, -1, SQLITE_STATIC);
+        if (store_step_done(s) != 0)
+            return -1;
+    }
+    store_event(st, job, "requeued", "%s", why);
+    return 0;
+}
+
+int store_worker_lost(store_t *st, int64_t worker, const char *how)
+{
+    static const char jobs_sql[] =
+        "SELECT DISTINCT j.id, j.attempt, j.max_retries FROM devices d JOIN jobs j ON j.id = d.job_id"
+        " WHERE d.worker_id = ? AND j.state IN ('allocated','running')";
+    static const char dev_sql[] =
+        "UPDATE devices SET worker_id = NULL, local = NULL WHERE worker_id = ?";
+    static const char w_sql[] = "UPDATE workers SET state = 'gone' WHERE id = ?";
+    static const char t_sql[] =
+        "UPDATE tasks SET state = 'cancelled', error = 'worker lost' WHERE worker_id = ?"
+        " AND state IN ('pending','leased','blocked')";
+    int64_t ids[256];
+    int attempts[256], retries[256], n = 0;
+    sqlite3_stmt *s = store_stmt(st, jobs_sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    while (n < 256 && sqlite3_step(s) == SQLITE_ROW) {
+        ids[n] = sqlite3_column_int64(s, 0);
+        attempts[n] = sqlite3_column_int(s, 1);
+        retries[n] = sqlite3_column_int(s, 2);
+        n++;
+    }
+    sqlite3_reset(s);
+    for (int i = 0; i < n; i++) {
+        char why[160];
+        snprintf(why, sizeof why, "worker %ld was lost (%s)", (long)worker, how);
+        int rc = attempts[i] < retries[i] ? job_requeue(st, ids[i], why)
+                                          : store_job_finish(st, ids[i], "failed", why);
+        if (rc != 0)
+            return -1;
+    }
+    if (!(s = store_stmt(st, dev_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, w_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, t_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    if (store_step_done(s) != 0)
+        return -1;
+    store_event(st, 0, "worker", "worker %ld lost (%s), %d jobs affected", (long)worker, how, n);
+    return 0;
+}
+
+int store_sched_expire(store_t *st, int64_t lease_us)
+{
+    static const char sql[] = "SELECT id FROM workers WHERE state = 'live' AND heartbeat_at < ?";
+    int64_t lost[64];
+    int n = 0;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, util_wall_us() - lease_us);
+    while (n < 64 && sqlite3_step(s) == SQLITE_ROW)
+        lost[n++] = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    if (n == 0)
+        return 0;
+    if (store_begin(st) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (store_worker_lost(st, lost[i], "missed its heartbeat lease") != 0) {
+            store_rollback(st);
+            return -1;
+        }
+        log_warn("worker %ld lost: no heartbeat for %ld ms", (long)lost[i], (long)(lease_us / 1000));
+    }
+    return store_commit(st) == 0 ? n : -1;
+}
+
+int store_sched_recover(store_t *st)
+{
+    static const char sql[] = "UPDATE workers SET heartbeat_at = ? WHERE state = 'live'";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, util_wall_us());
+    return store_step_done(s);
+}

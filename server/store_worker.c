@@ -1,0 +1,523 @@
+/* store_worker.c - the worker protocol's side of the state machine:
+ * registration, heartbeats, task leases and completion reports
+ * (docs/worker-protocol.md). A report is where a computation and a job
+ * reach succeeded/failed. */
+#include "store_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Lowest first index of `n` consecutive devices with no worker; -1 if none. */
+static int64_t free_block(store_t *st, int64_t island, int64_t n)
+{
+    static const char sql[] =
+        "SELECT idx FROM devices WHERE island_id = ? AND worker_id IS NULL ORDER BY idx";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, island);
+    int64_t start = -1, run = 0, prev = -2, found = -1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t idx = sqlite3_column_int64(s, 0);
+        if (idx != prev + 1) {
+            start = idx;
+            run = 0;
+        }
+        prev = idx;
+        if (++run == n) {
+            found = start;
+            break;
+        }
+    }
+    sqlite3_reset(s);
+    return found;
+}
+
+static json_t *register_reply(store_t *st, int64_t id, const worker_reg_t *reg, int64_t island,
+                              int64_t first, int64_t epoch, int64_t lease_us)
+{
+    static const char sql[] =
+        "SELECT idx, coords, local FROM devices WHERE island_id = ? AND worker_id = ? ORDER BY idx";
+    json_t *out = json_object(), *devs = json_array();
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!out || !devs || !s) {
+        json_decref(out);
+        json_decref(devs);
+        return NULL;
+    }
+    sqlite3_bind_int64(s, 1, island);
+    sqlite3_bind_int64(s, 2, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *d = json_object();
+        json_object_set_new(d, "local", json_integer(sqlite3_column_int64(s, 2)));
+        json_object_set_new(d, "index", json_integer(sqlite3_column_int64(s, 0)));
+        json_object_set_new(d, "coords", store_col_json(s, 1));
+        json_array_append_new(devs, d);
+    }
+    sqlite3_reset(s);
+    json_object_set_new(out, "id", json_integer(id));
+    json_object_set_new(out, "island", json_string(reg->island));
+    json_object_set_new(out, "first_device", json_integer(first));
+    json_object_set_new(out, "lease_ms", json_integer(lease_us / 1000));
+    json_object_set_new(out, "epoch", json_integer(epoch));
+    json_object_set_new(out, "devices", devs);
+    return out;
+}
+
+int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out)
+{
+    static const char ins_sql[] =
+        "INSERT INTO workers(island_id, first_device, ndevices, data_addr, host, pid, backend,"
+        " state, epoch, registered_at, heartbeat_at)"
+        " VALUES (?,?,?,?,?,?,?,'live',(SELECT COALESCE(MAX(epoch),0)+1 FROM workers),?,?)";
+    static const char dev_sql[] =
+        "UPDATE devices SET worker_id = ?1, local = idx - ?2"
+        " WHERE island_id = ?3 AND idx >= ?2 AND idx < ?2 + ?4";
+    static const char epoch_sql[] = "SELECT epoch FROM workers WHERE id = ?";
+    if (store_begin(st) != 0)
+        return STORE_ERR;
+    int rc = STORE_ERR;
+    int64_t island = store_island_id(st, reg->island);
+    if (island < 0) {
+        rc = STORE_NOTFOUND;
+        goto fail;
+    }
+    int64_t first = free_block(st, island, reg->ndevices);
+    if (first < 0) {
+        rc = STORE_FULL;
+        goto fail;
+    }
+    int64_t now = util_wall_us();
+    sqlite3_stmt *s = store_stmt(st, ins_sql);
+    if (!s)
+        goto fail;
+    sqlite3_bind_int64(s, 1, island);
+    sqlite3_bind_int64(s, 2, first);
+    sqlite3_bind_int(s, 3, reg->ndevices);
+    sqlite3_bind_text(s, 4, reg->data_addr, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 5, reg->host, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, reg->pid);
+    sqlite3_bind_text(s, 7, reg->backend, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 8, now);
+    sqlite3_bind_int64(s, 9, now);
+    if (store_step_done(s) != 0)
+        goto fail;
+    int64_t id = sqlite3_last_insert_rowid(store_db(st));
+    if (!(s = store_stmt(st, dev_sql)))
+        goto fail;
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_int64(s, 2, first);
+    sqlite3_bind_int64(s, 3, island);
+    sqlite3_bind_int(s, 4, reg->ndevices);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, epoch_sql)))
+        goto fail;
+    sqlite3_bind_int64(s, 1, id);
+    int64_t epoch = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    store_event(st, 0, "worker", "worker %ld joined %s devices %ld..%ld at %s", (long)id,
+                reg->island, (long)first, (long)(first + reg->ndevices - 1), reg->data_addr);
+    *out = register_reply(st, id, reg, island, first, epoch, lease_us);
+    if (!*out || store_commit(st) != 0) {
+        json_decref(*out);
+        *out = NULL;
+        goto fail;
+    }
+    return STORE_OK;
+fail:
+    store_rollback(st);
+    return rc;
+}
+
+int store_worker_heartbeat(store_t *st, int64_t worker)
+{
+    static const char sql[] =
+        "UPDATE workers SET heartbeat_at = ? WHERE id = ? AND state = 'live'";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, util_wall_us());
+    sqlite3_bind_int64(s, 2, worker);
+    if (store_step_done(s) != 0)
+        return STORE_ERR;
+    return sqlite3_changes(store_db(st)) == 1 ? STORE_OK : STORE_NOTFOUND;
+}
+
+int store_worker_leave(store_t *st, int64_t worker)
+{
+    static const char sql[] = "SELECT 1 FROM workers WHERE id = ? AND state = 'live'";
+    if (store_begin(st) != 0)
+        return STORE_ERR;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        goto fail;
+    sqlite3_bind_int64(s, 1, worker);
+    int live = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_reset(s);
+    if (!live) {
+        store_rollback(st);
+        return STORE_NOTFOUND;
+    }
+    if (store_worker_lost(st, worker, "it left the cluster") != 0)
+        goto fail;
+    return store_commit(st) == 0 ? STORE_OK : STORE_ERR;
+fail:
+    store_rollback(st);
+    return STORE_ERR;
+}
+
+/* Jobs whose tasks this worker still holds but which ended (failed or
+ * cancelled) or moved to a newer attempt: the worker must abort them. */
+static json_t *poll_cancels(store_t *st, int64_t worker)
+{
+    static const char sql[] =
+        "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.worker_id = ? AND t.state = 'leased'"
+        " AND (j.state IN ('failed','cancelled') OR t.attempt < j.attempt)";
+    json_t *arr = json_array();
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!arr || !s)
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        json_array_append_new(arr, json_integer(sqlite3_column_int64(s, 0)));
+    sqlite3_reset(s);
+    return arr;
+}
+
+int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any)
+{
+    static const char sel_sql[] =
+        "SELECT id, payload, job_id FROM tasks WHERE worker_id = ? AND state = 'pending'"
+        " ORDER BY seq, shard";
+    static const char lease_sql[] =
+        "UPDATE tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1 AND state = 'pending'";
+    static const char run_sql[] =
+        "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
+        " (SELECT job_id FROM tasks WHERE worker_id = ?2 AND leased_at = ?1)";
+    *any = 0;
+    json_t *res = json_object(), *tasks = json_array();
+    if (!res || !tasks || store_begin(st) != 0)
+        goto fail;
+    sqlite3_stmt *s = store_stmt(st, sel_sql);
+    if (!s)
+        goto fail;
+    sqlite3_bind_int64(s, 1, worker);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        /* The id is only known once the row exists, so it joins the
+         * payload here rather than in the stored text. */
+        json_t *t = store_col_json(s, 1);
+        if (t) {
+            json_object_set_new(t, "task", json_integer(sqlite3_column_int64(s, 0)));
+            json_array_append_new(tasks, t);
+        }
+    }
+    sqlite3_reset(s);
+    if (json_array_size(tasks) > 0) {
+        int64_t now = util_wall_us();
+        if (!(s = store_stmt(st, lease_sql)))
+            goto fail;
+        sqlite3_bind_int64(s, 1, worker);
+        sqlite3_bind_int64(s, 2, now);
+        if (store_step_done(s) != 0 || !(s = store_stmt(st, run_sql)))
+            goto fail;
+        sqlite3_bind_int64(s, 1, now);
+        sqlite3_bind_int64(s, 2, worker);
+        if (store_step_done(s) != 0)
+            goto fail;
+    }
+    json_t *cancels = poll_cancels(st, worker);
+    *any = json_array_size(tasks) > 0 || json_array_size(cancels) > 0;
+    json_object_set_new(res, "tasks", tasks);
+    json_object_set_new(res, "cancel", cancels);
+    tasks = NULL;
+    if (store_commit(st) != 0)
+        goto fail;
+    *out = res;
+    return STORE_OK;
+fail:
+    store_rollback(st);
+    json_decref(res);
+    json_decref(tasks);
+    return STORE_ERR;
+}
+
+/* The row of a task being reported, read under the report's transaction. */
+typedef struct task_row {
+    int64_t job, attempt, comp, shard, island, device, worker, job_attempt;
+    char state[16], job_state[16];
+} task_row_t;
+
+static int task_load(store_t *st, int64_t task, task_row_t *r)
+{
+    static const char sql[] =
+        "SELECT t.job_id, t.attempt, t.comp_idx, t.shard, t.island_id, t.device_idx,"
+        " t.worker_id, t.state, j.state, j.attempt FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, task);
+    int rc = STORE_NOTFOUND;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        r->job = sqlite3_column_int64(s, 0);
+        r->attempt = sqlite3_column_int64(s, 1);
+        r->comp = sqlite3_column_int64(s, 2);
+        r->shard = sqlite3_column_int64(s, 3);
+        r->island = sqlite3_column_int64(s, 4);
+        r->device = sqlite3_column_int64(s, 5);
+        r->worker = sqlite3_column_int64(s, 6);
+        snprintf(r->state, sizeof r->state, "%s", sqlite3_column_text(s, 7));
+        snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 8));
+        r->job_attempt = sqlite3_column_int64(s, 9);
+        rc = STORE_OK;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* Validates one reported output {"shape":[..], "sum": x, "values"?: [..]}
+ * and stores it. Returns 0, 400 (e filled) or -1. */
+static int report_output(store_t *st, const task_row_t *r, const char *name, json_t *o,
+                         err_t *e)
+{
+    static const char sql[] =
+        "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard, shape, sum, vals)"
+        " VALUES (?,?,?,?,?,?,?)";
+    char field[96];
+    snprintf(field, sizeof field, "outputs.%.60s", name);
+    json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
+    json_t *vals = json_object_get(o, "values");
+    if (!json_is_object(o) || !json_is_array(shape) || !json_is_number(sum) ||
+        (vals && !json_is_array(vals)) || json_object_size(o) != 2u + (vals != NULL))
+        return err_set(e, 400, field, "an output is {shape: [..], sum: number, values?: [..]}");
+    int64_t numel = 1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(shape, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || i >= TENSOR_MAX_RANK)
+            return err_set(e, 400, field, "shape must be up to 4 positive integers");
+        numel *= json_integer_value(v);
+        if (numel > TENSOR_MAX_ELEMS)
+            return err_set(e, 400, field, "tensor too large");
+    }
+    float *buf = NULL;
+    if (vals) {
+        if ((int64_t)json_array_size(vals) != numel || numel > 4096)
+            return err_set(e, 400, field, "values must list all elements (at most 4096)");
+        if (!(buf = malloc(sizeof *buf * (size_t)numel)))
+            return -1;
+        json_array_foreach(vals, i, v) {
+            /* Non-finite results travel as null (JSON has no NaN). */
+            buf[i] = json_is_number(v) ? (float)json_number_value(v) : NAN;
+        }
+    }
+    int rc = -1;
+    char *shape_txt = json_dumps(shape, JSON_COMPACT);
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (shape_txt && s) {
+        sqlite3_bind_int64(s, 1, r->job);
+        sqlite3_bind_int64(s, 2, r->comp);
+        sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 4, r->shard);
+        sqlite3_bind_text(s, 5, shape_txt, -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, 6, json_number_value(sum));
+        if (buf)
+            sqlite3_bind_blob(s, 7, buf, (int)(sizeof *buf * (size_t)numel), SQLITE_STATIC);
+        rc = store_step_done(s);
+    }
+    free(shape_txt);
+    free(buf);
+    return rc;
+}
+
+static int64_t json_time(const json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* A computation finished: count it, unblock its consumers (sequential
+ * dispatch), and end the job when it was the last one. */
+static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
+{
+    static const char comp_sql[] =
+        "UPDATE computations SET state = 'succeeded' WHERE job_id = ? AND idx = ?";
+    static const char job_sql[] =
+        "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?"
+        " RETURNING comps_done = comps_total";
+    static const char deps_sql[] =
+        "UPDATE computations SET deps_left = deps_left - 1 WHERE job_id = ?1"
+        " AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
+    static const char unblock_sql[] =
+        "UPDATE tasks SET state = 'pending', dispatched_at = ?3 WHERE job_id = ?1 AND attempt = ?2"
+        " AND state = 'blocked' AND comp_idx IN"
+        " (SELECT idx FROM computations WHERE job_id = ?1 AND deps_left = 0)";
+    static const char disp_sql[] =
+        "UPDATE computations SET state = 'dispatched', dispatched_at = ?2 WHERE job_id = ?1"
+        " AND state = 'waiting' AND deps_left = 0";
+    sqlite3_stmt *s = store_stmt(st, comp_sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, job_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    int done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    if (done) {
+        *effects |= STORE_FX_JOB_ENDED;
+        return store_job_finish(st, r->job, "succeeded", NULL);
+    }
+    int64_t now = util_wall_us();
+    if (!(s = store_stmt(st, deps_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, unblock_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->attempt);
+    sqlite3_bind_int64(s, 3, now);
+    if (store_step_done(s) != 0)
+        return -1;
+    if (sqlite3_changes(store_db(st)) > 0)
+        *effects |= STORE_FX_TASKS_READY;
+    if (!(s = store_stmt(st, disp_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, now);
+    return store_step_done(s);
+}
+
+/* Records a succeeded shard: outputs, timings, device busy time, and the
+ * computation's progress. */
+static int shard_succeeded(store_t *st, const task_row_t *r, const json_t *body, int *effects,
+                           err_t *e)
+{
+    static const char comp_sql[] =
+        "UPDATE computations SET shards_done = shards_done + 1,"
+        " started_at = MIN(COALESCE(started_at, ?3), ?3),"
+        " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"
+        " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"
+        " WHERE job_id = ?1 AND idx = ?2 RETURNING shards_done = shards_total";
+    static const char dev_sql[] =
+        "UPDATE devices SET busy_us = busy_us + ? WHERE island_id = ? AND idx = ?";
+    json_t *outputs = json_object_get(body, "outputs");
+    if (outputs && !json_is_object(outputs))
+        return err_set(e, 400, "outputs", "outputs must be an object");
+    const char *name;
+    json_t *o;
+    json_object_foreach(outputs, name, o) {
+        int rc = report_output(st, r, name, o, e);
+        if (rc != 0)
+            return rc;
+    }
+    int64_t t0 = json_time(body, "started_us"), t1 = json_time(body, "inputs_ready_us");
+    int64_t t2 = json_time(body, "finished_us");
+    sqlite3_stmt *s = store_stmt(st, dev_sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, t2 > t1 ? t2 - t1 : 0);
+    sqlite3_bind_int64(s, 2, r->island);
+    sqlite3_bind_int64(s, 3, r->device);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, comp_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    sqlite3_bind_int64(s, 3, t0);
+    sqlite3_bind_int64(s, 4, t1);
+    sqlite3_bind_int64(s, 5, t2);
+    int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    return comp_done ? comp_succeeded(st, r, effects) : 0;
+}
+
+static int report_validate(const json_t *body, const char **state, err_t *e)
+{
+    static const char *const allowed[] = {"state", "error", "started_us", "inputs_ready_us",
+                                          "finished_us", "outputs", NULL};
+    if (!json_is_object(body))
+        return err_set(e, 400, "", "the report must be a JSON object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)body, key, v) {
+        int ok = 0;
+        for (int i = 0; allowed[i]; i++)
+            ok |= strcmp(key, allowed[i]) == 0;
+        if (!ok)
+            return err_set(e, 400, key, "unknown field '%s'", key);
+        if (strstr(key, "_us") && !json_is_integer(v))
+            return err_set(e, 400, key, "%s must be an integer (unix microseconds)", key);
+    }
+    *state = json_string_value(json_object_get(body, "state"));
+    if (!*state || (strcmp(*state, "succeeded") != 0 && strcmp(*state, "failed") != 0 &&
+                    strcmp(*state, "cancelled") != 0))
+        return err_set(e, 400, "state", "state must be succeeded, failed or cancelled");
+    json_t *err = json_object_get(body, "error");
+    if (err && !json_is_string(err))
+        return err_set(e, 400, "error", "error must be a string");
+    return 0;
+}
+
+int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
+                        int *effects, err_t *e)
+{
+    static const char task_sql[] =
+        "UPDATE tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4, finished_us = ?5,"
+        " error = ?6 WHERE id = ?1";
+    const char *state;
+    *effects = 0;
+    if (report_validate(body, &state, e) != 0)
+        return STORE_ERR;
+    if (store_begin(st) != 0)
+        return err_set(e, 503, "", "store busy"), STORE_ERR;
+    task_row_t r;
+    int rc = task_load(st, task, &r);
+    if (rc != STORE_OK)
+        goto out;
+    if (r.worker != worker || strcmp(r.state, "leased") != 0) {
+        rc = STORE_CONFLICT;
+        goto out;
+    }
+    const char *msg = json_string_value(json_object_get(body, "error"));
+    sqlite3_stmt *s = store_stmt(st, task_sql);
+    rc = STORE_ERR;
+    if (!s)
+        goto out;
+    sqlite3_bind_int64(s, 1, task);
+    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
+    sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
+    sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
+    if (msg)
+        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
+    if (store_step_done(s) != 0)
+        goto out;
+    /* Only the job's current attempt, while it is live, moves the job. */
+    int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
+    if (live && strcmp(state, "succeeded") == 0) {
+        e->status = 0;
+        int x = shard_succeeded(st, &r, body, effects, e);
+        if (x != 0) {
+            rc = e->status ? STORE_ERR : STORE_ERR;
+            goto out;
+        }
+    } else if (live && strcmp(state, "failed") == 0) {
+        char why[400];
+        snprintf(why, sizeof why, "computation %ld shard %ld on worker %ld failed: %s",
+                 (long)r.comp, (long)r.shard, (long)worker, msg ? msg : "no reason given");
+        if (store_job_finish(st, r.job, "failed", why) != 0)
+            goto out;
+        *effects |= STORE_FX_JOB_ENDED;
+    }
+    rc = store_commit(st) == 0 ? STORE_OK : STORE_ERR;
+out:
+    if (rc != STORE_OK)
+        store_rollback(st);
+    return rc;
+}

@@ -1,0 +1,107 @@
+/* itest.h - cmocka-side helpers shared by the integration test programs
+ * (never by bench: it uses cmocka). Each test program is one process with
+ * one cluster and one client, hence the file-level statics. Include after
+ * <cmocka.h>. */
+#ifndef ATOLL_ITEST_H
+#define ATOLL_ITEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support_check.h"
+#include "support_harness.h"
+
+#define ITEST_POLL_MS 20
+#define ITEST_JOB_TIMEOUT_MS 30000
+
+static hx_cluster_t itest_cluster;
+static hx_client_t itest_client;
+
+/* Reports (request/response, logs) and fails the current cmocka test. */
+#define T_CHECK(cond, ...)                                                              \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            hx_report_failure(&itest_cluster, &itest_client, __FILE__, __LINE__,        \
+                              __VA_ARGS__);                                             \
+            fail_msg("%s", #cond);                                                      \
+        }                                                                               \
+    } while (0)
+
+/* One island spec and how its workers split it. */
+typedef struct itest_island {
+    const char *spec;           /* "west=4x4" */
+    const char *name;           /* "west" */
+    int workers, devices_each;
+} itest_island_t;
+
+/* Group setup body: cluster + client; 0 or -1 (cmocka then skips the group). */
+static inline int itest_start(const itest_island_t *isl, int n)
+{
+    const char *specs[8];
+    if (hx_init() != 0 || n > 8)
+        return -1;
+    for (int i = 0; i < n; i++)
+        specs[i] = isl[i].spec;
+    if (hx_cluster_start(&itest_cluster, specs, n) != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int w = 0; w < isl[i].workers; w++)
+            if (hx_worker_start(&itest_cluster, isl[i].name, isl[i].devices_each) != 0)
+                goto fail;
+    if (hx_client_init(&itest_client, itest_cluster.url) != 0)
+        goto fail;
+    return 0;
+fail:
+    hx_cluster_stop(&itest_cluster);
+    return -1;
+}
+
+/* Group teardown body: non-zero when a process did not exit 0 on SIGTERM. */
+static inline int itest_stop(void)
+{
+    hx_client_cleanup(&itest_client);
+    int unclean = hx_cluster_stop(&itest_cluster);
+    if (unclean)
+        fprintf(stderr, "itest: %d process(es) did not exit cleanly on SIGTERM\n", unclean);
+    return unclean ? -1 : 0;
+}
+
+/* Submits a single-quoted JSON document; fails the test unless 201. */
+static inline int64_t itest_submit(const char *doc_q)
+{
+    char *doc = hx_text_q(doc_q);
+    T_CHECK(doc != NULL, "out of memory");
+    int64_t id = -1;
+    int status = hx_job_submit(&itest_client, doc, &id, NULL);
+    free(doc);
+    T_CHECK(status == 201, "submit returned %d, expected 201", status);
+    return id;
+}
+
+/* Waits for a terminal state and fails unless it is `want`. Returns the
+ * final job object (caller decrefs). */
+static inline json_t *itest_wait_state(int64_t id, const char *want)
+{
+    json_t *job = NULL;
+    int rc = hx_job_wait(&itest_client, id, ITEST_JOB_TIMEOUT_MS, ITEST_POLL_MS, &job);
+    const char *st = job ? hx_job_state(job) : "(no job object)";
+    const char *err = json_string_value(json_object_get(job, "error"));
+    T_CHECK(rc == 0, "job %" PRId64 " not terminal after %d ms (state %s)", id,
+            ITEST_JOB_TIMEOUT_MS, st);
+    T_CHECK(strcmp(st, want) == 0, "job %" PRId64 " ended %s, expected %s (error: %s)", id, st,
+            want, err ? err : "none");
+    return job;
+}
+
+/* Submit + wait for success; returns the job object (caller decrefs). */
+static inline json_t *itest_run_ok(const char *doc_q, int64_t *id_out)
+{
+    int64_t id = itest_submit(doc_q);
+    if (id_out)
+        *id_out = id;
+    return itest_wait_state(id, "succeeded");
+}
+
+#endif

@@ -1,0 +1,130 @@
+/* support_harness.h - runs a real Atoll cluster for integration tests and
+ * benchmarks: atolld plus workers as child processes, and a small HTTP
+ * client for the public API.
+ *
+ * Shared by tests (cmocka) and bench programs (no cmocka), so nothing here
+ * asserts: functions return an error and print why on stderr.
+ *
+ * Processes: every child is registered in a process-wide table; an atexit
+ * handler and fatal-signal handlers kill what is left, and each child also
+ * gets PR_SET_PDEATHSIG so it dies with us even on SIGKILL. No fixed ports:
+ * atolld binds port 0 and its ready line gives the URL.
+ *
+ * Threads: start/stop clusters from one thread; each thread that talks HTTP
+ * uses its own hx_client_t. */
+#ifndef ATOLL_SUPPORT_HARNESS_H
+#define ATOLL_SUPPORT_HARNESS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define HX_MAX_WORKERS 32
+#define HX_PATH_MAX 512
+#define HX_DIR_MAX 256
+#define HX_URL_MAX 128
+
+typedef struct hx_proc {
+    pid_t pid;                      /* 0 when not running */
+    int out_fd;                     /* read end of its stdout pipe, -1 when closed */
+    char name[32];                  /* "atolld", "worker-west-0", ... */
+    char log_path[HX_PATH_MAX];     /* its stderr */
+} hx_proc_t;
+
+typedef struct hx_cluster {
+    char dir[HX_DIR_MAX];           /* mkdtemp'd; holds db and logs */
+    char url[HX_URL_MAX];           /* "http://127.0.0.1:PORT" */
+    hx_proc_t atolld;
+    hx_proc_t workers[HX_MAX_WORKERS];
+    int nworkers;
+    int keep_dir;                   /* set when something failed: logs stay */
+} hx_cluster_t;
+
+/* Once per process, before any thread starts: curl global init, cleanup
+ * handlers. Returns 0 or -1. */
+int hx_init(void);
+
+/* Starts atolld with `islands` ("west=4x4", ...) on a fresh temp dir, waits
+ * for its ready line (timeout 15 s). c is zeroed first. 0 or -1 (then
+ * everything started is stopped again and the log is printed). */
+int hx_cluster_start(hx_cluster_t *c, const char *const *islands, int nislands);
+/* Starts one atoll-worker for `island` with `devices` devices and waits for
+ * its ready line. 0 or -1. */
+int hx_worker_start(hx_cluster_t *c, const char *island, int devices);
+/* SIGTERM to workers, then atolld; SIGKILL after a 5 s grace each. Returns
+ * the number of processes that did not exit with status 0 (contract: exit 0
+ * on SIGTERM). Removes the temp dir unless keep_dir. Idempotent. */
+int hx_cluster_stop(hx_cluster_t *c);
+/* Prints the last `tail_bytes` of each process log to stderr and marks
+ * the dir to be kept. */
+void hx_cluster_dump_logs(hx_cluster_t *c, size_t tail_bytes);
+
+/* ---- HTTP ---- */
+
+typedef struct hx_resp {
+    long status;                    /* 0 when the transport failed */
+    char *body;                     /* NUL-terminated, owned; may be "" */
+    size_t len;
+    json_t *json;                   /* parsed body or NULL; owned (one ref) */
+    char ctype[96];                 /* Content-Type, "" when none */
+    char location[256];             /* Location header, "" when none */
+} hx_resp_t;
+
+typedef struct hx_client {
+    void *curl;                     /* CURL *, reused so connections stay alive */
+    char base[HX_URL_MAX];
+    /* The last exchange, for failure reports. */
+    char last_req[512];             /* "POST /v1/jobs {...}" (truncated) */
+    char last_resp[1024];           /* "201 {...}" (truncated) */
+} hx_client_t;
+
+int hx_client_init(hx_client_t *cl, const char *base_url);
+void hx_client_cleanup(hx_client_t *cl);
+/* Performs one request; body may be NULL. Fills r (release with
+ * hx_resp_clear). Returns 0 when an HTTP answer came back (any status), -1
+ * on transport failure or OOM. */
+int hx_request(hx_client_t *cl, const char *method, const char *path,
+               const char *body, size_t body_len, hx_resp_t *r);
+void hx_resp_clear(hx_resp_t *r);
+/* Prints the client's last request and response to stderr. */
+void hx_client_print_last(const hx_client_t *cl);
+
+/* ---- jobs ---- */
+
+/* Parses a JSON text written with single quotes instead of double quotes
+ * (tests embed many documents; none contains an apostrophe). New reference
+ * or NULL (error printed). */
+json_t *hx_json_q(const char *text_with_single_quotes);
+/* Text of a JSON written with single quotes: malloc'd, caller frees. */
+char *hx_text_q(const char *text_with_single_quotes);
+
+/* POSTs the document; returns the HTTP status (201 expected) or -1, and on
+ * 201 stores the job id in *id. r (optional) receives the response. */
+int hx_job_submit(hx_client_t *cl, const char *doc, int64_t *id, hx_resp_t *r);
+/* GET /v1/jobs/{id}: new reference or NULL. */
+json_t *hx_job_get(hx_client_t *cl, int64_t id);
+/* The job's state ("queued", ...) borrowed from job, or "" . */
+const char *hx_job_state(const json_t *job);
+int hx_state_terminal(const char *state);
+/* Polls GET /v1/jobs/{id} every poll_ms until a terminal state or
+ * timeout_ms. Returns 0 and stores the last job object (new ref) in *job
+ * (may be NULL), or -1 on timeout/transport failure (last object still
+ * stored when there was one). */
+int hx_job_wait(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **job);
+/* Polls until the job's state is not `state` anymore; like hx_job_wait. */
+int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeout_ms,
+                      int poll_ms, json_t **job);
+/* GET /v1/jobs/{id}/result on 200: new reference, else NULL. */
+json_t *hx_job_result(hx_client_t *cl, int64_t id);
+/* A job timestamp in Unix µs: times_us.NAME ("created", "allocated",
+ * "started", "finished"), or NAME_us at the top level; -1 when absent. */
+int64_t hx_job_time_us(const json_t *job, const char *name);
+/* outputs[key][shard] of a result object (borrowed) or NULL. */
+json_t *hx_result_shard(const json_t *result, const char *key, int shard);
+
+/* Sleeps ms milliseconds (the poll interval). */
+void hx_sleep_ms(int ms);
+int64_t hx_now_ms(void);
+
+#endif

@@ -1,0 +1,198 @@
+/* support_jobs.c - job-level helpers on top of the HTTP client: submit,
+ * poll to a terminal state, fetch results, read timestamps. */
+#include "support_harness.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void hx_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int64_t hx_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+char *hx_text_q(const char *text)
+{
+    char *s = strdup(text);
+    if (!s)
+        return NULL;
+    for (char *p = s; *p; p++)
+        if (*p == '\'')
+            *p = '"';
+    return s;
+}
+
+json_t *hx_json_q(const char *text)
+{
+    char *s = hx_text_q(text);
+    if (!s)
+        return NULL;
+    json_error_t err;
+    json_t *j = json_loads(s, 0, &err);
+    if (!j)
+        fprintf(stderr, "harness: bad test JSON at %d:%d: %s\n  %s\n", err.line, err.column,
+                err.text, s);
+    free(s);
+    return j;
+}
+
+/* Job ids are integers in this server; a string id holding digits is
+ * accepted too so the harness does not fail on a harmless representation
+ * change. Returns 0 or -1. */
+static int jobs_id_of(const json_t *obj, int64_t *id)
+{
+    json_t *v = json_object_get(obj, "id");
+    if (json_is_integer(v)) {
+        *id = json_integer_value(v);
+        return 0;
+    }
+    if (json_is_string(v)) {
+        char *end = NULL;
+        long long x = strtoll(json_string_value(v), &end, 10);
+        if (end && *end == '\0' && end != json_string_value(v)) {
+            *id = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int hx_job_submit(hx_client_t *cl, const char *doc, int64_t *id, hx_resp_t *out)
+{
+    hx_resp_t r;
+    if (hx_request(cl, "POST", "/v1/jobs", doc, strlen(doc), &r) != 0)
+        return -1;
+    int status = (int)r.status;
+    if (status == 201 && jobs_id_of(r.json, id) != 0) {
+        fprintf(stderr, "harness: 201 without a job id: %s\n", r.body);
+        status = -1;
+    }
+    if (out)
+        *out = r;               /* caller now owns the response */
+    else
+        hx_resp_clear(&r);
+    return status;
+}
+
+json_t *hx_job_get(hx_client_t *cl, int64_t id)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    hx_resp_t r;
+    if (hx_request(cl, "GET", path, NULL, 0, &r) != 0)
+        return NULL;
+    json_t *job = NULL;
+    if (r.status == 200 && json_is_object(r.json)) {
+        job = r.json;
+        r.json = NULL;          /* keep the reference, clear drops the rest */
+    }
+    hx_resp_clear(&r);
+    return job;
+}
+
+const char *hx_job_state(const json_t *job)
+{
+    const char *s = json_string_value(json_object_get(job, "state"));
+    return s ? s : "";
+}
+
+int hx_state_terminal(const char *s)
+{
+    return strcmp(s, "succeeded") == 0 || strcmp(s, "failed") == 0 ||
+           strcmp(s, "cancelled") == 0;
+}
+
+/* Polls until done(state, arg) or timeout. Shared by both wait helpers. */
+static int jobs_poll(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **out,
+                     int (*done)(const char *state, const char *arg), const char *arg)
+{
+    int64_t deadline = hx_now_ms() + timeout_ms;
+    json_t *last = NULL;
+    int rc = -1;
+    for (;;) {
+        json_t *job = hx_job_get(cl, id);
+        if (!job)
+            break;
+        json_decref(last);
+        last = job;
+        if (done(hx_job_state(job), arg)) {
+            rc = 0;
+            break;
+        }
+        if (hx_now_ms() >= deadline)
+            break;
+        hx_sleep_ms(poll_ms);
+    }
+    if (out)
+        *out = last;
+    else
+        json_decref(last);
+    return rc;
+}
+
+static int jobs_is_terminal(const char *state, const char *unused)
+{
+    (void)unused;
+    return hx_state_terminal(state);
+}
+
+static int jobs_left(const char *state, const char *from)
+{
+    return strcmp(state, from) != 0;
+}
+
+int hx_job_wait(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **job)
+{
+    return jobs_poll(cl, id, timeout_ms, poll_ms, job, jobs_is_terminal, NULL);
+}
+
+int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeout_ms,
+                      int poll_ms, json_t **job)
+{
+    return jobs_poll(cl, id, timeout_ms, poll_ms, job, jobs_left, state);
+}
+
+json_t *hx_job_result(hx_client_t *cl, int64_t id)
+{
+    char path[80];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "/result", id);
+    hx_resp_t r;
+    if (hx_request(cl, "GET", path, NULL, 0, &r) != 0)
+        return NULL;
+    json_t *res = NULL;
+    if (r.status == 200 && json_is_object(r.json)) {
+        res = r.json;
+        r.json = NULL;
+    }
+    hx_resp_clear(&r);
+    return res;
+}
+
+int64_t hx_job_time_us(const json_t *job, const char *name)
+{
+    json_t *v = json_object_get(json_object_get(job, "times_us"), name);
+    if (json_is_integer(v))
+        return json_integer_value(v);
+    char key[64];
+    snprintf(key, sizeof key, "%s_us", name);
+    v = json_object_get(job, key);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+json_t *hx_result_shard(const json_t *result, const char *key, int shard)
+{
+    json_t *arr = json_object_get(json_object_get(result, "outputs"), key);
+    return json_array_get(arr, (size_t)shard);
+}

@@ -1,0 +1,407 @@
+/* support_proc.c - child processes of the harness: atolld and workers.
+ *
+ * Invariant: every pid > 0 stored in proc_table is a live or unreaped child
+ * of ours; hx_proc_reap() clears its entry. The atexit and fatal-signal
+ * handlers SIGKILL whatever is still listed, so a crashing or aborted test
+ * never leaves a cluster behind. */
+#include "support_harness.h"
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PROC_TABLE_MAX 128
+#define READY_TIMEOUT_MS 15000
+#define STOP_GRACE_MS 5000
+
+/* Written from the main thread, read by signal handlers: sig_atomic_t-sized
+ * pid slots are enough because a handler only calls kill() on them. */
+static volatile pid_t proc_table[PROC_TABLE_MAX];
+
+static void proc_table_add(pid_t pid)
+{
+    for (int i = 0; i < PROC_TABLE_MAX; i++) {
+        if (proc_table[i] == 0) {
+            proc_table[i] = pid;
+            return;
+        }
+    }
+    /* Table full: the child still dies with us through PDEATHSIG. */
+}
+
+static void proc_table_remove(pid_t pid)
+{
+    for (int i = 0; i < PROC_TABLE_MAX; i++)
+        if (proc_table[i] == pid)
+            proc_table[i] = 0;
+}
+
+static void proc_kill_all(void)
+{
+    for (int i = 0; i < PROC_TABLE_MAX; i++)
+        if (proc_table[i] > 0)
+            kill(proc_table[i], SIGKILL);
+}
+
+static void proc_atexit(void)
+{
+    for (int i = 0; i < PROC_TABLE_MAX; i++) {
+        pid_t pid = proc_table[i];
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            proc_table[i] = 0;
+        }
+    }
+}
+
+/* Async-signal-safe: kill() only, then die by the same signal. */
+static void proc_on_fatal(int sig)
+{
+    proc_kill_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+int hx_init(void)
+{
+    static int done;
+    if (done)
+        return 0;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "harness: curl_global_init failed\n");
+        return -1;
+    }
+    atexit(proc_atexit);
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGABRT, SIGBUS, SIGFPE};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        signal(sigs[i], proc_on_fatal);
+    /* A child closing its stdout pipe must not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+    done = 1;
+    return 0;
+}
+
+static const char *proc_bin_dir(void)
+{
+    const char *d = getenv("ATOLL_BIN_DIR");
+    return d && *d ? d : "build/bin";
+}
+
+/* Child side of hx_proc_spawn: never returns. */
+static void proc_child(pid_t parent, int out_w, int log_fd, char *const argv[])
+{
+    /* Die with the test even if it is SIGKILLed (the backstop). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    signal(SIGPIPE, SIG_DFL);
+    if (dup2(out_w, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
+        _exit(127);
+    execv(argv[0], argv);
+    dprintf(STDERR_FILENO, "harness: exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* Forks argv with stdout on a pipe (read end kept in p->out_fd) and stderr
+ * on p->log_path. Returns 0 or -1. */
+static int proc_spawn(hx_proc_t *p, char *const argv[])
+{
+    int fds[2] = {-1, -1};
+    int log_fd = -1;
+    int rc = -1;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        perror("harness: pipe2");
+        goto cleanup;
+    }
+    log_fd = open(p->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+        fprintf(stderr, "harness: open %s: %s\n", p->log_path, strerror(errno));
+        goto cleanup;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("harness: fork");
+        goto cleanup;
+    }
+    if (pid == 0)
+        proc_child(parent, fds[1], log_fd, argv);
+    proc_table_add(pid);
+    p->pid = pid;
+    p->out_fd = fds[0];
+    fds[0] = -1;
+    rc = 0;
+cleanup:
+    if (fds[0] >= 0)
+        close(fds[0]);
+    if (fds[1] >= 0)
+        close(fds[1]);
+    if (log_fd >= 0)
+        close(log_fd);
+    return rc;
+}
+
+/* Reads the child's stdout until one full line or timeout. Returns 0 with
+ * the line (no newline) in buf, or -1 (EOF = the child died, or timeout). */
+static int proc_read_line(hx_proc_t *p, char *buf, size_t cap, int timeout_ms)
+{
+    size_t len = 0;
+    int64_t deadline = hx_now_ms() + timeout_ms;
+    buf[0] = '\0';
+    for (;;) {
+        int64_t left = deadline - hx_now_ms();
+        if (left <= 0) {
+            fprintf(stderr, "harness: %s: no ready line within %d ms\n", p->name, timeout_ms);
+            return -1;
+        }
+        struct pollfd pfd = {.fd = p->out_fd, .events = POLLIN};
+        int n = poll(&pfd, 1, (int)left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            continue;   /* timeout is checked at the top */
+        /* One byte at a time: the line is short and bytes after it stay in
+         * the pipe for nobody (the contract says one line). */
+        char ch;
+        ssize_t got = read(p->out_fd, &ch, 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            fprintf(stderr, "harness: %s exited before its ready line\n", p->name);
+            return -1;
+        }
+        if (ch == '\n')
+            return 0;
+        if (len + 1 < cap) {
+            buf[len++] = ch;
+            buf[len] = '\0';
+        }
+    }
+}
+
+/* Reaps p, waiting up to grace_ms after `sig` (0 = just wait), then
+ * SIGKILL. Returns the wait status, or -1 when p was not running. */
+static int proc_stop(hx_proc_t *p, int sig, int grace_ms)
+{
+    if (p->pid <= 0)
+        return -1;
+    if (sig)
+        kill(p->pid, sig);
+    int status = 0;
+    int64_t deadline = hx_now_ms() + grace_ms;
+    for (;;) {
+        pid_t r = waitpid(p->pid, &status, WNOHANG);
+        if (r == p->pid || (r < 0 && errno != EINTR))
+            break;
+        if (hx_now_ms() >= deadline) {
+            fprintf(stderr, "harness: %s (pid %d) ignored signal %d for %d ms: SIGKILL\n",
+                    p->name, (int)p->pid, sig, grace_ms);
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &status, 0);
+            status = -2;    /* counts as unclean */
+            break;
+        }
+        hx_sleep_ms(10);
+    }
+    proc_table_remove(p->pid);
+    p->pid = 0;
+    if (p->out_fd >= 0) {
+        close(p->out_fd);
+        p->out_fd = -1;
+    }
+    return status;
+}
+
+static int proc_clean_exit(const hx_proc_t *p, int status)
+{
+    if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 1;
+    if (status >= 0 && WIFEXITED(status))
+        fprintf(stderr, "harness: %s exited with status %d\n", p->name, WEXITSTATUS(status));
+    else if (status >= 0 && WIFSIGNALED(status))
+        fprintf(stderr, "harness: %s died of signal %d\n", p->name, WTERMSIG(status));
+    return 0;
+}
+
+static void proc_init(hx_proc_t *p, const hx_cluster_t *c, const char *name)
+{
+    memset(p, 0, sizeof *p);
+    p->out_fd = -1;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    /* Built in a local first: p lives inside c, and the dir is at most
+     * HX_DIR_MAX so the path always fits. */
+    char path[HX_DIR_MAX + 48];
+    snprintf(path, sizeof path, "%s/%.31s.log", c->dir, name);
+    memcpy(p->log_path, path, sizeof path);
+}
+
+/* "... http://127.0.0.1:PORT ..." -> url. 0 or -1. */
+static int proc_parse_url(const char *line, char *url, size_t cap)
+{
+    const char *s = strstr(line, "http://");
+    if (!s)
+        return -1;
+    size_t n = strcspn(s, " \t\r\n\"',;");
+    while (n > 0 && s[n - 1] == '/')
+        n--;   /* we append "/v1/..." ourselves */
+    if (n >= cap || n <= strlen("http://"))
+        return -1;
+    memcpy(url, s, n);
+    url[n] = '\0';
+    return 0;
+}
+
+int hx_cluster_start(hx_cluster_t *c, const char *const *islands, int nislands)
+{
+    memset(c, 0, sizeof *c);
+    c->atolld.out_fd = -1;
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp || strlen(tmp) > HX_DIR_MAX - 32)
+        tmp = "/tmp";   /* the name must fit c->dir with its XXXXXX intact */
+    snprintf(c->dir, sizeof c->dir, "%s/atoll-itest-XXXXXX", tmp);
+    if (!mkdtemp(c->dir)) {
+        perror("harness: mkdtemp");
+        c->dir[0] = '\0';
+        return -1;
+    }
+    char bin[HX_PATH_MAX], db[HX_PATH_MAX + 16];
+    snprintf(bin, sizeof bin, "%s/atolld", proc_bin_dir());
+    snprintf(db, sizeof db, "%s/atoll.db", c->dir);
+    char *argv[8 + 2 * 8];
+    int argc = 0;
+    argv[argc++] = bin;
+    argv[argc++] = "--listen";
+    argv[argc++] = "127.0.0.1:0";
+    argv[argc++] = "--db";
+    argv[argc++] = db;
+    for (int i = 0; i < nislands && i < 8; i++) {
+        argv[argc++] = "--island";
+        argv[argc++] = (char *)islands[i];
+    }
+    argv[argc] = NULL;
+    proc_init(&c->atolld, c, "atolld");
+    char line[512];
+    if (proc_spawn(&c->atolld, argv) != 0)
+        goto fail;
+    if (proc_read_line(&c->atolld, line, sizeof line, READY_TIMEOUT_MS) != 0)
+        goto fail;
+    if (proc_parse_url(line, c->url, sizeof c->url) != 0) {
+        fprintf(stderr, "harness: no http:// URL in atolld's ready line '%s'\n", line);
+        goto fail;
+    }
+    return 0;
+fail:
+    hx_cluster_dump_logs(c, 4096);
+    hx_cluster_stop(c);
+    return -1;
+}
+
+int hx_worker_start(hx_cluster_t *c, const char *island, int devices)
+{
+    if (c->nworkers >= HX_MAX_WORKERS || !c->url[0])
+        return -1;
+    hx_proc_t *p = &c->workers[c->nworkers];
+    char name[32], bin[HX_PATH_MAX], ndev[16];
+    snprintf(name, sizeof name, "worker-%s-%d", island, c->nworkers);
+    proc_init(p, c, name);
+    snprintf(bin, sizeof bin, "%s/atoll-worker", proc_bin_dir());
+    snprintf(ndev, sizeof ndev, "%d", devices);
+    char *argv[] = {bin, "--controller", c->url, "--island", (char *)island,
+                    "--devices", ndev, NULL};
+    char line[512];
+    if (proc_spawn(p, argv) != 0)
+        return -1;
+    c->nworkers++;   /* counted now so stop reaps it even if it never gets ready */
+    if (proc_read_line(p, line, sizeof line, READY_TIMEOUT_MS) != 0) {
+        hx_cluster_dump_logs(c, 4096);
+        return -1;
+    }
+    return 0;
+}
+
+/* Removes the files directly inside dir, then dir (atolld writes no
+ * subdirectories). */
+static void proc_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[HX_PATH_MAX + 300];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int hx_cluster_stop(hx_cluster_t *c)
+{
+    int unclean = 0;
+    /* Signal all workers first so they drain in parallel, then reap. */
+    for (int i = 0; i < c->nworkers; i++)
+        if (c->workers[i].pid > 0)
+            kill(c->workers[i].pid, SIGTERM);
+    for (int i = 0; i < c->nworkers; i++) {
+        if (c->workers[i].pid <= 0)
+            continue;
+        int st = proc_stop(&c->workers[i], 0, STOP_GRACE_MS);
+        unclean += !proc_clean_exit(&c->workers[i], st);
+    }
+    c->nworkers = 0;
+    if (c->atolld.pid > 0) {
+        int st = proc_stop(&c->atolld, SIGTERM, STOP_GRACE_MS);
+        unclean += !proc_clean_exit(&c->atolld, st);
+    }
+    if (unclean)
+        c->keep_dir = 1;
+    if (c->dir[0]) {
+        if (c->keep_dir)
+            fprintf(stderr, "harness: logs kept in %s\n", c->dir);
+        else
+            proc_remove_dir(c->dir);
+        c->dir[0] = '\0';
+    }
+    return unclean;
+}
+
+static void proc_print_tail(const char *name, const char *path, size_t tail)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    long from = size > (long)tail ? size - (long)tail : 0;
+    fseek(f, from, SEEK_SET);
+    fprintf(stderr, "----- %s stderr (%s, last %ld bytes) -----\n", name, path, size - from);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, stderr);
+    fprintf(stderr, "----- end %s -----\n", name);
+    fclose(f);
+}
+
+void hx_cluster_dump_logs(hx_cluster_t *c, size_t tail_bytes)
+{
+    c->keep_dir = 1;
+    if (c->atolld.log_path[0])
+        proc_print_tail(c->atolld.name, c->atolld.log_path, tail_bytes);
+    for (int i = 0; i < c->nworkers; i++)
+        proc_print_tail(c->workers[i].name, c->workers[i].log_path, tail_bytes);
+}

@@ -1,0 +1,276 @@
+/* test_mbox.c - the worker mailbox (workers/mbox.c, compiled in here
+ * because unit tests link only atoll_common). Real threads, real waits. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <time.h>
+
+#include "../../workers/mbox.c"
+
+static tensor_t *scalar(float v)
+{
+    shape_t s = {0};
+    tensor_t *t = tensor_new(&s);
+    assert_non_null(t);
+    t->data[0] = v;
+    return t;
+}
+
+static mbox_tag_t tag_of(int64_t job, int attempt, int op, int src, int dst)
+{
+    mbox_tag_t t = {.job = job, .attempt = attempt, .comp = 1, .op = op, .src = src, .dst = dst};
+    return t;
+}
+
+static int64_t in_ms(int ms)
+{
+    return util_mono_us() + (int64_t)ms * 1000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A message that arrives before its taker is kept; tags must match exactly. */
+static void test_put_then_take(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    assert_non_null(mb);
+    mbox_tag_t a = tag_of(5, 0, 3, 0, 1);
+    assert_int_equal(mbox_put(mb, &a, scalar(7.0f)), 0);
+    assert_int_equal(mbox_count(mb), 1);
+
+    tensor_t *got = NULL;
+    mbox_tag_t other = tag_of(5, 0, 3, 1, 0);        /* src/dst swapped */
+    assert_int_equal(mbox_take(mb, &other, in_ms(20), &got), MBOX_TIMEOUT);
+    assert_null(got);
+    mbox_tag_t other_attempt = tag_of(5, 1, 3, 0, 1);
+    assert_int_equal(mbox_take(mb, &other_attempt, in_ms(0), &got), MBOX_TIMEOUT);
+
+    assert_int_equal(mbox_take(mb, &a, in_ms(1000), &got), MBOX_OK);
+    assert_non_null(got);
+    assert_true(got->data[0] == 7.0f);
+    tensor_free(got);
+    assert_int_equal(mbox_count(mb), 0);
+    mbox_free(mb);
+}
+
+static void test_timeout_waits_until_deadline(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    mbox_tag_t a = tag_of(1, 0, 0, 0, 0);
+    tensor_t *got = NULL;
+    int64_t t0 = util_mono_us();
+    assert_int_equal(mbox_take(mb, &a, in_ms(80), &got), MBOX_TIMEOUT);
+    int64_t waited = util_mono_us() - t0;
+    assert_true(waited >= 75000);
+    assert_true(waited < 2000000);
+    mbox_free(mb);
+}
+
+typedef struct putter {
+    mbox_t *mb;
+    mbox_tag_t tag;
+    int delay_ms;
+    int what;           /* 0 put, 1 cancel job, 2 shutdown */
+} putter_t;
+
+static void *putter_main(void *arg)
+{
+    putter_t *p = arg;
+    sleep_ms(p->delay_ms);
+    if (p->what == 0)
+        mbox_put(p->mb, &p->tag, scalar(42.0f));
+    else if (p->what == 1)
+        mbox_cancel_job(p->mb, p->tag.job, p->tag.attempt);
+    else
+        mbox_shutdown(p->mb);
+    return NULL;
+}
+
+/* Runs a take while another thread acts after 50 ms; returns its status. */
+static mbox_status_t take_while(mbox_t *mb, int what, const mbox_tag_t *tag, tensor_t **got)
+{
+    putter_t p = {.mb = mb, .tag = *tag, .delay_ms = 50, .what = what};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, putter_main, &p), 0);
+    int64_t t0 = util_mono_us();
+    mbox_status_t st = mbox_take(mb, tag, in_ms(5000), got);
+    /* Woken by the event, well before the 5 s deadline. */
+    assert_true(util_mono_us() - t0 < 3000000);
+    pthread_join(th, NULL);
+    return st;
+}
+
+static void test_taker_first_is_woken_by_put(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    mbox_tag_t a = tag_of(9, 2, 4, 3, 1);
+    tensor_t *got = NULL;
+    assert_int_equal(take_while(mb, 0, &a, &got), MBOX_OK);
+    assert_non_null(got);
+    assert_true(got->data[0] == 42.0f);
+    tensor_free(got);
+    mbox_free(mb);
+}
+
+static void test_cancel_wakes_and_drops(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    mbox_tag_t waiting = tag_of(3, 1, 0, 0, 1);
+    mbox_tag_t kept = tag_of(3, 0, 2, 1, 0);
+    mbox_put(mb, &kept, scalar(1.0f));
+    tensor_t *got = NULL;
+    assert_int_equal(take_while(mb, 1, &waiting, &got), MBOX_CANCELLED);
+    assert_null(got);
+    /* Cancel of attempts <= 1 freed the kept attempt-0 message. */
+    assert_int_equal(mbox_count(mb), 0);
+    assert_true(mbox_is_cancelled(mb, 3, 0));
+    assert_true(mbox_is_cancelled(mb, 3, 1));
+    assert_false(mbox_is_cancelled(mb, 3, 2));
+    assert_false(mbox_is_cancelled(mb, 4, 0));
+    /* Late puts for the cancelled attempt are dropped... */
+    assert_int_equal(mbox_put(mb, &waiting, scalar(2.0f)), 1);
+    assert_int_equal(mbox_count(mb), 0);
+    /* ...but a retry (attempt 2) of the same job works. */
+    mbox_tag_t retry = tag_of(3, 2, 0, 0, 1);
+    assert_int_equal(mbox_put(mb, &retry, scalar(3.0f)), 0);
+    assert_int_equal(mbox_take(mb, &retry, in_ms(100), &got), MBOX_OK);
+    tensor_free(got);
+    mbox_free(mb);
+}
+
+static void test_shutdown_wakes_waiters(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    mbox_tag_t a = tag_of(1, 0, 0, 0, 1);
+    tensor_t *got = NULL;
+    assert_int_equal(take_while(mb, 2, &a, &got), MBOX_STOPPED);
+    assert_int_equal(mbox_put(mb, &a, scalar(1.0f)), 1);   /* dropped after shutdown */
+    assert_int_equal(mbox_take(mb, &a, in_ms(1000), &got), MBOX_STOPPED);
+    mbox_free(mb);
+}
+
+static void test_drop_job_is_selective(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    for (int op = 0; op < 10; op++) {
+        mbox_tag_t a0 = tag_of(7, 0, op, 0, 0), a1 = tag_of(7, 1, op, 0, 0);
+        mbox_tag_t other = tag_of(8, 0, op, 0, 0);
+        mbox_put(mb, &a0, scalar((float)op));
+        mbox_put(mb, &a1, scalar((float)op));
+        mbox_put(mb, &other, scalar((float)op));
+    }
+    assert_int_equal(mbox_count(mb), 30);
+    assert_int_equal(mbox_drop_job(mb, 7, 0), 10);
+    assert_int_equal(mbox_count(mb), 20);
+    tensor_t *got = NULL;
+    mbox_tag_t a1 = tag_of(7, 1, 4, 0, 0);
+    assert_int_equal(mbox_take(mb, &a1, in_ms(0), &got), MBOX_OK);
+    assert_true(got->data[0] == 4.0f);
+    tensor_free(got);
+    assert_int_equal(mbox_drop_job(mb, 7, INT32_MAX), 9);
+    assert_int_equal(mbox_count(mb), 10);   /* job 8 untouched; freed by mbox_free */
+    mbox_free(mb);
+}
+
+/* Many messages (bucket chains) and duplicates taken in arrival order. */
+static void test_many_and_duplicates(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    const int n = 5000;
+    for (int i = 0; i < n; i++) {
+        mbox_tag_t t = tag_of(i % 7, 0, i, i % 13, i % 5);
+        mbox_put(mb, &t, scalar((float)i));
+    }
+    mbox_tag_t dup = tag_of(100, 0, 0, 0, 0);
+    mbox_put(mb, &dup, scalar(1.0f));
+    mbox_put(mb, &dup, scalar(2.0f));
+    assert_int_equal(mbox_count(mb), n + 2);
+    for (int i = n - 1; i >= 0; i--) {
+        mbox_tag_t t = tag_of(i % 7, 0, i, i % 13, i % 5);
+        tensor_t *got = NULL;
+        assert_int_equal(mbox_take(mb, &t, in_ms(0), &got), MBOX_OK);
+        assert_true(got->data[0] == (float)i);
+        tensor_free(got);
+    }
+    tensor_t *first = NULL, *second = NULL;
+    assert_int_equal(mbox_take(mb, &dup, in_ms(0), &first), MBOX_OK);
+    assert_int_equal(mbox_take(mb, &dup, in_ms(0), &second), MBOX_OK);
+    assert_true(first->data[0] == 1.0f && second->data[0] == 2.0f);
+    tensor_free(first);
+    tensor_free(second);
+    assert_int_equal(mbox_count(mb), 0);
+    mbox_free(mb);
+}
+
+/* Several takers at once, each woken by its own message. */
+typedef struct taker {
+    mbox_t *mb;
+    mbox_tag_t tag;
+    mbox_status_t st;
+    float value;
+} taker_t;
+
+static void *taker_main(void *arg)
+{
+    taker_t *t = arg;
+    tensor_t *got = NULL;
+    t->st = mbox_take(t->mb, &t->tag, in_ms(5000), &got);
+    t->value = got ? got->data[0] : -1.0f;
+    tensor_free(got);
+    return NULL;
+}
+
+static void test_concurrent_takers(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    enum { K = 8 };
+    taker_t tk[K];
+    pthread_t th[K];
+    for (int i = 0; i < K; i++) {
+        tk[i] = (taker_t){.mb = mb, .tag = tag_of(1, 0, 0, i, 0)};
+        assert_int_equal(pthread_create(&th[i], NULL, taker_main, &tk[i]), 0);
+    }
+    sleep_ms(30);
+    for (int i = K - 1; i >= 0; i--) {
+        mbox_tag_t t = tag_of(1, 0, 0, i, 0);
+        mbox_put(mb, &t, scalar((float)(i * 10)));
+    }
+    for (int i = 0; i < K; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(tk[i].st, MBOX_OK);
+        assert_true(tk[i].value == (float)(i * 10));
+    }
+    assert_int_equal(mbox_count(mb), 0);
+    mbox_free(mb);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_then_take),
+        cmocka_unit_test(test_timeout_waits_until_deadline),
+        cmocka_unit_test(test_taker_first_is_woken_by_put),
+        cmocka_unit_test(test_cancel_wakes_and_drops),
+        cmocka_unit_test(test_shutdown_wakes_waiters),
+        cmocka_unit_test(test_drop_job_is_selective),
+        cmocka_unit_test(test_many_and_duplicates),
+        cmocka_unit_test(test_concurrent_takers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,51 @@
+/* exec.h - the executor: one thread per device, tasks in `seq` order.
+ *
+ * Tasks from the poll loop are parsed, queued on their device (sorted by
+ * seq) and run one at a time per device by exec_run_task(). Every task
+ * handed to exec_submit() produces exactly one report through report_fn:
+ * succeeded, failed (bad task, compile error, peer timeout, shutdown) or
+ * cancelled.
+ *
+ * Thread safety: all functions except exec_start/exec_stop may be called
+ * from any thread. report_fn runs on a device thread (or the caller's) and
+ * must not block for long; it receives ownership of body, which is NULL
+ * only when the report could not be built (out of memory). */
+#ifndef ATOLL_EXEC_H
+#define ATOLL_EXEC_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "dplane.h"
+#include "mbox.h"
+
+typedef void (*exec_report_fn)(void *ctx, int64_t task_id, json_t *body);
+
+typedef struct exec_cfg {
+    int ndevices;
+    int64_t peer_timeout_us;
+    int sim;
+} exec_cfg_t;
+
+typedef struct exec exec_t;
+
+/* mb and dp are borrowed and must outlive the executor. NULL on failure. */
+exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_fn report_fn,
+                   void *report_ctx);
+/* Queues one TASK object (borrowed). A malformed task, or one for a device
+ * this worker lacks, is reported failed at once (when its id is readable). */
+void exec_submit(exec_t *ex, const json_t *task);
+/* Aborts a job: its queued tasks are reported cancelled, its running tasks
+ * wake from their waits and report cancelled, its messages are dropped. */
+void exec_cancel_job(exec_t *ex, int64_t job);
+/* Tasks queued or running. */
+int exec_pending(exec_t *ex);
+/* Waits until nothing is queued or running, at most timeout_ms. Returns 0
+ * when drained, -1 on timeout. */
+int exec_drain(exec_t *ex, int64_t timeout_ms);
+/* Reports every still-queued task failed ("worker shutting down"), waits
+ * for the running ones (call mbox_shutdown() first so they cannot wait
+ * for peers), joins the threads and frees. */
+void exec_stop(exec_t *ex);
+
+#endif

@@ -1,0 +1,39 @@
+/* exec_run.h - running one shard task to completion (no threads here).
+ *
+ * exec_run_task() compiles the task's computation, runs its ops in order
+ * (local ops via kernel_run(), `input` and collectives through the mailbox
+ * and data plane), forwards the `sends`, and returns the report body of
+ * docs/worker-protocol.md: succeeded with timings and outputs, failed with
+ * an error, or cancelled. It never aborts the process on a bad task. */
+#ifndef ATOLL_EXEC_RUN_H
+#define ATOLL_EXEC_RUN_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "dplane.h"
+#include "mbox.h"
+#include "wtask.h"
+
+/* Largest output reported element by element (DESIGN.md: values when <= 4096). */
+#define EXEC_MAX_REPORTED_VALUES 4096
+
+typedef struct exec_env {
+    mbox_t *mb;                 /* borrowed */
+    dplane_t *dp;               /* borrowed */
+    int64_t peer_timeout_us;    /* how long one wait for a peer may take */
+    int sim;                    /* `sim` backend: v0 computes like cpu */
+} exec_env_t;
+
+/* Returns a new JSON object (caller owns the reference), or NULL only when
+ * out of memory. */
+json_t *exec_run_task(const exec_env_t *env, const wtask_t *t);
+
+/* Report bodies for tasks that never ran. New references; NULL on OOM. */
+json_t *exec_report_failed(const char *error);
+json_t *exec_report_cancelled(void);
+
+/* {"shape": [...], "sum": S, "values": [...] (when small)}; NULL on OOM. */
+json_t *exec_tensor_json(const tensor_t *t);
+
+#endif

@@ -1,0 +1,265 @@
+/* main.c - atoll-worker: joins an island and runs the shard tasks it gets.
+ *
+ * Threads: main (registration, then the long-poll loop), heartbeat, the
+ * reporter (wreport), one per device (exec), and the data plane's accept
+ * and reader threads. SIGTERM/SIGINT only set g_stop; the main thread then
+ * drains: stop polling, let queued and running tasks finish (bounded by
+ * --drain-ms), deliver their reports, leave the controller, exit 0. */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dplane.h"
+#include "exec.h"
+#include "mbox.h"
+#include "util.h"
+#include "wclient.h"
+#include "wopts.h"
+#include "wreport.h"
+
+static atomic_int g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&g_stop, 1);
+}
+
+typedef struct worker {
+    wopts_t o;
+    mbox_t *mb;
+    dplane_t *dp;
+    wclient_t *wc;
+    wreport_t *wr;
+    exec_t *ex;
+    pthread_t hb_thread;
+    int hb_started;
+    atomic_int hb_stop;
+} worker_t;
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;       /* no SA_RESTART: blocking calls wake */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);        /* a dead peer is an error, not a kill */
+}
+
+/* Sleeps ms in small steps; returns early once *flag is set. */
+static void sleep_unless(int ms, const atomic_int *flag)
+{
+    for (int slept = 0; slept < ms && !atomic_load(flag); slept += 20) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *heartbeat_main(void *arg)
+{
+    worker_t *w = arg;
+    while (!atomic_load(&w->hb_stop)) {
+        sleep_unless(wclient_lease_ms(w->wc) / 3, &w->hb_stop);
+        if (atomic_load(&w->hb_stop))
+            break;
+        int64_t id = wclient_id(w->wc);
+        int st = wclient_heartbeat(w->wc, id);
+        if (st == 404)
+            wclient_reregister(w->wc, id, &w->hb_stop);
+        else if (st != 200)
+            log_debug("heartbeat: %s %d", st < 0 ? "controller unreachable" : "HTTP", st);
+    }
+    return NULL;
+}
+
+/* Prints the one ready line from the registration answer. */
+static void print_ready(const worker_t *w, const json_t *reg)
+{
+    const json_t *devs = json_object_get(reg, "devices");
+    size_t n = json_array_size(devs);
+    long long first = -1, last = -1;
+    if (n > 0) {
+        first = json_integer_value(json_object_get(json_array_get(devs, 0), "index"));
+        last = json_integer_value(json_object_get(json_array_get(devs, n - 1), "index"));
+    }
+    printf("atoll-worker ready: id=%lld island=%s devices=%lld..%lld data=%s\n",
+           (long long)wclient_id(w->wc), w->o.island, first, last, dplane_addr(w->dp));
+    fflush(stdout);
+}
+
+/* First registration. Retries while the controller is unreachable or has
+ * no free block yet; a refusal that retrying cannot fix is fatal. Returns
+ * 0, or -1 (stopped or refused). */
+static int register_first(worker_t *w)
+{
+    int delay = 100;
+    int warned = 0;
+    for (;;) {
+        json_t *ans = NULL;
+        int st = wclient_register(w->wc, &ans);
+        if (st == 201) {
+            print_ready(w, ans);
+            json_decref(ans);
+            return 0;
+        }
+        if (st == 400 || st == 404) {
+            log_error("controller refused registration (HTTP %d): %s", st,
+                      wclient_problem_detail(ans));
+            json_decref(ans);
+            return -1;
+        }
+        if (!warned++ || st > 0)
+            log_warn("registration: %s (HTTP %d %s); retrying",
+                     st < 0 ? "controller unreachable" : "not accepted yet", st,
+                     wclient_problem_detail(ans));
+        json_decref(ans);
+        if (wclient_sleep_backoff(&delay, &g_stop))
+            return -1;
+    }
+}
+
+/* Hands a poll answer's tasks to the executor and applies its cancels. */
+static size_t handle_poll(worker_t *w, const json_t *ans)
+{
+    const json_t *tasks = json_object_get(ans, "tasks");
+    const json_t *cancel = json_object_get(ans, "cancel");
+    size_t i;
+    const json_t *v;
+    json_array_foreach(tasks, i, v)
+        exec_submit(w->ex, v);
+    json_array_foreach(cancel, i, v)
+        if (json_is_integer(v))
+            exec_cancel_job(w->ex, json_integer_value(v));
+    return json_array_size(tasks) + json_array_size(cancel);
+}
+
+static void poll_loop(worker_t *w)
+{
+    int delay = 100, down = 0;
+    while (!atomic_load(&g_stop)) {
+        int64_t id = wclient_id(w->wc);
+        json_t *ans = NULL;
+        int st = wclient_poll(w->wc, id, w->o.poll_ms, &g_stop, &ans);
+        if (st == 200) {
+            if (down)
+                log_info("controller reachable again");
+            down = 0;
+            delay = 100;
+            if (handle_poll(w, ans) == 0 && w->o.poll_ms < 100)
+                sleep_unless(100, &g_stop);       /* no busy loop on wait_ms=0 */
+        } else if (st == 404) {
+            wclient_reregister(w->wc, id, &g_stop);
+        } else if (!atomic_load(&g_stop)) {
+            if (!down++)
+                log_warn("poll: %s (HTTP %d); retrying with backoff",
+                         st < 0 ? "controller unreachable" : "unexpected answer", st);
+            wclient_sleep_backoff(&delay, &g_stop);
+        }
+        json_decref(ans);
+    }
+}
+
+/* Brings up mailbox, data plane and client. Returns 0 or -1. */
+static int worker_open(worker_t *w)
+{
+    if (!(w->mb = mbox_new()))
+        return -1;
+    if (!(w->dp = dplane_start(w->o.data_listen, w->o.data_advertise, w->mb)))
+        return -1;
+    wclient_reg_req_t req = {.island = w->o.island, .devices = w->o.devices,
+                             .backend = w->o.backend, .data_addr = dplane_addr(w->dp)};
+    if (!(w->wc = wclient_new(w->o.controller, &req)))
+        return -1;
+    return 0;
+}
+
+/* Starts reporter, executor and heartbeat. Returns 0 or -1. */
+static int worker_run_threads(worker_t *w)
+{
+    if (!(w->wr = wreport_start(w->wc)))
+        return -1;
+    exec_cfg_t cfg = {.ndevices = w->o.devices,
+                      .peer_timeout_us = (int64_t)w->o.peer_timeout_ms * 1000,
+                      .sim = strcmp(w->o.backend, "sim") == 0};
+    if (!(w->ex = exec_start(&cfg, w->mb, w->dp, wreport_exec_fn, w->wr)))
+        return -1;
+    if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0)
+        return -1;
+    w->hb_started = 1;
+    return 0;
+}
+
+/* Drains and tears everything down in dependency order. */
+static void worker_close(worker_t *w, int registered)
+{
+    if (w->ex) {
+        log_info("draining %d task(s), at most %d ms", exec_pending(w->ex), w->o.drain_ms);
+        if (exec_drain(w->ex, w->o.drain_ms) != 0)
+            log_warn("drain timed out: aborting %d task(s)", exec_pending(w->ex));
+        mbox_shutdown(w->mb);           /* wakes tasks still waiting for peers */
+        exec_stop(w->ex);
+    }
+    wreport_stop(w->wr, 5000);
+    if (w->hb_started) {
+        atomic_store(&w->hb_stop, 1);
+        pthread_join(w->hb_thread, NULL);
+    }
+    if (registered && wclient_leave(w->wc, wclient_id(w->wc)) / 100 != 2)
+        log_warn("could not leave the controller cleanly");
+    dplane_stop(w->dp);
+    mbox_free(w->mb);
+    wclient_free(w->wc);
+}
+
+int main(int argc, char **argv)
+{
+    static worker_t w;                 /* static: threads point into it */
+    char err[256];
+    if (wopts_parse(argc, argv, NULL, &w.o, err, sizeof err) != 0) {
+        fprintf(stderr, "atoll-worker: %s\n", err);
+        return 2;
+    }
+    if (w.o.help) {
+        fputs(wopts_usage(), stdout);
+        return 0;
+    }
+    if (w.o.version) {
+        printf("atoll-worker %s\n", ATOLL_VERSION);
+        return 0;
+    }
+    log_setup("atoll-worker", w.o.log_level, w.o.log_json);
+    install_signals();
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        log_error("cannot initialise libcurl");
+        return 1;
+    }
+    int rc = 1, registered = 0;
+    if (worker_open(&w) != 0) {
+        log_error("cannot start (see above)");
+        goto cleanup;
+    }
+    if (register_first(&w) != 0) {
+        rc = atomic_load(&g_stop) ? 0 : 1;
+        goto cleanup;
+    }
+    registered = 1;
+    if (worker_run_threads(&w) != 0) {
+        log_error("cannot start worker threads");
+        goto cleanup;
+    }
+    poll_loop(&w);
+    rc = 0;
+cleanup:
+    worker_close(&w, registered);
+    curl_global_cleanup();
+    log_info("exiting with status %d", rc);
+    return rc;
+}

@@ -1,0 +1,310 @@
+/* wclient.c - see wclient.h. */
+#include "wclient.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* Largest controller answer we accept: a poll may carry many tasks, each
+ * with its computation, but never this much. */
+#define WCLIENT_MAX_BODY (64u << 20)
+
+struct wclient {
+    char *base;                 /* owned, no trailing '/' */
+    char *island;               /* owned copies of the registration request */
+    char *backend;
+    char *data_addr;
+    int devices;
+    pthread_mutex_t mu;         /* guards id, lease_ms */
+    int64_t id;
+    int lease_ms;
+    pthread_mutex_t reg_mu;     /* one (re-)registration at a time */
+};
+
+typedef struct buf {
+    char *data;
+    size_t len;
+    int overflow;
+} buf_t;
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    buf_t *b = userdata;
+    size_t n = size * nmemb;
+    if (b->len + n > WCLIENT_MAX_BODY) {
+        b->overflow = 1;
+        return 0;                       /* makes curl fail the transfer */
+    }
+    char *grown = realloc(b->data, b->len + n + 1);
+    if (!grown)
+        return 0;
+    b->data = grown;
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+static int on_progress(void *clientp, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt, (void)dn, (void)ut, (void)un;
+    const atomic_int *abort_flag = clientp;
+    return abort_flag && atomic_load(abort_flag) ? 1 : 0;
+}
+
+wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req)
+{
+    wclient_t *wc = calloc(1, sizeof *wc);
+    if (!wc)
+        return NULL;
+    wc->base = strdup(base_url);
+    wc->island = strdup(req->island);
+    wc->backend = strdup(req->backend);
+    wc->data_addr = strdup(req->data_addr);
+    if (!wc->base || !wc->island || !wc->backend || !wc->data_addr) {
+        wclient_free(wc);
+        return NULL;
+    }
+    size_t n = strlen(wc->base);
+    while (n > 0 && wc->base[n - 1] == '/')
+        wc->base[--n] = '\0';
+    wc->devices = req->devices;
+    wc->id = -1;
+    wc->lease_ms = 5000;
+    pthread_mutex_init(&wc->mu, NULL);
+    pthread_mutex_init(&wc->reg_mu, NULL);
+    return wc;
+}
+
+void wclient_free(wclient_t *wc)
+{
+    if (!wc)
+        return;
+    if (wc->base && wc->island && wc->backend && wc->data_addr) {
+        pthread_mutex_destroy(&wc->mu);
+        pthread_mutex_destroy(&wc->reg_mu);
+    }
+    free(wc->base);
+    free(wc->island);
+    free(wc->backend);
+    free(wc->data_addr);
+    free(wc);
+}
+
+/* Sets up one easy handle. Returns 0 or -1. */
+static int setup(CURL *c, const char *url, const char *method, const char *payload,
+                 struct curl_slist *hdrs, long timeout_ms, const atomic_int *abort_flag,
+                 buf_t *b)
+{
+    int bad = 0;
+    bad |= curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 3000L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, b) != CURLE_OK;
+    if (payload)
+        bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload) != CURLE_OK;
+    if (abort_flag) {
+        bad |= curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK;
+        bad |= curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)abort_flag) != CURLE_OK;
+        bad |= curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK;
+    }
+    return bad ? -1 : 0;
+}
+
+int wclient_call(wclient_t *wc, const char *method, const char *path, const json_t *body,
+                 long timeout_ms, const atomic_int *abort_flag, json_t **resp)
+{
+    int status = -1;
+    char url[1024];
+    char *payload = NULL;
+    buf_t b = {0};
+    struct curl_slist *hdrs = NULL, *h2 = NULL;
+    CURL *c = NULL;
+    if (resp)
+        *resp = NULL;
+    snprintf(url, sizeof url, "%s%s", wc->base, path);
+    if (body && !(payload = json_dumps(body, JSON_COMPACT)))
+        goto cleanup;
+    if (!(hdrs = curl_slist_append(NULL, "Accept: application/json")))
+        goto cleanup;
+    if (!(h2 = curl_slist_append(hdrs, "Content-Type: application/json")))
+        goto cleanup;
+    hdrs = h2;
+    if (!(c = curl_easy_init()) ||
+        setup(c, url, method, payload ? payload : (body ? "" : NULL), hdrs, timeout_ms,
+              abort_flag, &b) != 0)
+        goto cleanup;
+    CURLcode rc = curl_easy_perform(c);
+    if (rc != CURLE_OK) {
+        if (!(abort_flag && atomic_load(abort_flag)))
+            log_debug("%s %s: %s", method, url, curl_easy_strerror(rc));
+        goto cleanup;
+    }
+    long code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    status = (int)code;
+    if (resp && b.data && b.len > 0)
+        *resp = json_loadb(b.data, b.len, 0, NULL);
+cleanup:
+    if (c)
+        curl_easy_cleanup(c);
+    curl_slist_free_all(hdrs);
+    free(payload);
+    free(b.data);
+    return status;
+}
+
+const char *wclient_problem_detail(const json_t *resp)
+{
+    const char *d = json_string_value(json_object_get(resp, "detail"));
+    if (!d)
+        d = json_string_value(json_object_get(resp, "title"));
+    return d ? d : "";
+}
+
+int wclient_register(wclient_t *wc, json_t **resp)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    json_t *body = json_pack("{s:s, s:i, s:s, s:s, s:s, s:I}", "island", wc->island,
+                             "devices", wc->devices, "backend", wc->backend,
+                             "data_addr", wc->data_addr, "host", host,
+                             "pid", (json_int_t)getpid());
+    if (!body)
+        return -1;
+    json_t *ans = NULL;
+    int status = wclient_call(wc, "POST", "/v1/workers", body, 10000, NULL, &ans);
+    json_decref(body);
+    if (status == 201) {
+        const json_t *id = json_object_get(ans, "id");
+        const json_t *lease = json_object_get(ans, "lease_ms");
+        if (!json_is_integer(id)) {
+            log_error("register: answer without an integer id");
+            status = -1;
+        } else {
+            pthread_mutex_lock(&wc->mu);
+            wc->id = json_integer_value(id);
+            if (json_is_integer(lease) && json_integer_value(lease) >= 30)
+                wc->lease_ms = (int)json_integer_value(lease);
+            pthread_mutex_unlock(&wc->mu);
+        }
+    }
+    if (resp)
+        *resp = ans;
+    else
+        json_decref(ans);
+    return status;
+}
+
+int wclient_reregister(wclient_t *wc, int64_t stale_id, const atomic_int *stop)
+{
+    int rc = 0, delay = 100;
+    pthread_mutex_lock(&wc->reg_mu);
+    if (wclient_id(wc) != stale_id)
+        goto done;                      /* another thread already did it */
+    log_warn("controller no longer knows worker %lld: registering again", (long long)stale_id);
+    for (;;) {
+        json_t *ans = NULL;
+        int st = wclient_register(wc, &ans);
+        if (st == 201) {
+            log_info("registered again as worker %lld", (long long)wclient_id(wc));
+            json_decref(ans);
+            break;
+        }
+        if (st > 0)
+            log_warn("register: HTTP %d %s", st, wclient_problem_detail(ans));
+        json_decref(ans);
+        if (wclient_sleep_backoff(&delay, stop)) {
+            rc = -1;
+            break;
+        }
+    }
+done:
+    pthread_mutex_unlock(&wc->reg_mu);
+    return rc;
+}
+
+int64_t wclient_id(wclient_t *wc)
+{
+    pthread_mutex_lock(&wc->mu);
+    int64_t id = wc->id;
+    pthread_mutex_unlock(&wc->mu);
+    return id;
+}
+
+int wclient_lease_ms(wclient_t *wc)
+{
+    pthread_mutex_lock(&wc->mu);
+    int ms = wc->lease_ms;
+    pthread_mutex_unlock(&wc->mu);
+    return ms;
+}
+
+int wclient_heartbeat(wclient_t *wc, int64_t id)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/v1/workers/%lld/heartbeat", (long long)id);
+    json_t *body = json_object(), *ans = NULL;
+    if (!body)
+        return -1;
+    int st = wclient_call(wc, "POST", path, body, 5000, NULL, &ans);
+    json_decref(body);
+    const json_t *lease = json_object_get(ans, "lease_ms");
+    if (st == 200 && json_is_integer(lease) && json_integer_value(lease) >= 30) {
+        pthread_mutex_lock(&wc->mu);
+        wc->lease_ms = (int)json_integer_value(lease);
+        pthread_mutex_unlock(&wc->mu);
+    }
+    json_decref(ans);
+    return st;
+}
+
+int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort_flag,
+                 json_t **resp)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/workers/%lld/tasks?wait_ms=%d", (long long)id, wait_ms);
+    return wclient_call(wc, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
+}
+
+int wclient_report(wclient_t *wc, int64_t id, int64_t task, const json_t *body)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/workers/%lld/tasks/%lld", (long long)id, (long long)task);
+    json_t *ans = NULL;
+    int st = wclient_call(wc, "POST", path, body, 10000, NULL, &ans);
+    if (st >= 400)
+        log_warn("report of task %lld: HTTP %d %s", (long long)task, st,
+                 wclient_problem_detail(ans));
+    json_decref(ans);
+    return st;
+}
+
+int wclient_leave(wclient_t *wc, int64_t id)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/v1/workers/%lld", (long long)id);
+    return wclient_call(wc, "DELETE", path, NULL, 5000, NULL, NULL);
+}
+
+int wclient_sleep_backoff(int *delay_ms, const atomic_int *stop)
+{
+    for (int slept = 0; slept < *delay_ms; slept += 50) {
+        if (stop && atomic_load(stop))
+            return 1;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    *delay_ms = *delay_ms * 2 > 5000 ? 5000 : *delay_ms * 2;
+    return stop && atomic_load(stop) ? 1 : 0;
+}

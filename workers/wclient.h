@@ -1,0 +1,66 @@
+/* wclient.h - the worker's HTTP client to the controller (libcurl + Jansson).
+ *
+ * One call = one HTTP exchange of docs/worker-protocol.md; calls return the
+ * HTTP status, or -1 when the controller could not be reached (connection
+ * refused, timeout, aborted). Retrying is the caller's policy, helped by
+ * wclient_sleep_backoff() and wclient_reregister().
+ *
+ * Thread safety: every function may be called from any thread (each call
+ * uses its own curl handle; curl_global_init() must have run first).
+ * The current registration (id, lease) is guarded by a mutex. */
+#ifndef ATOLL_WCLIENT_H
+#define ATOLL_WCLIENT_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct wclient_reg_req {
+    const char *island;
+    int devices;
+    const char *backend;
+    const char *data_addr;
+} wclient_reg_req_t;
+
+typedef struct wclient wclient_t;
+
+/* Copies base_url (trailing '/' removed) and the registration request.
+ * NULL on OOM. */
+wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req);
+void wclient_free(wclient_t *wc);
+
+/* Generic exchange: body (borrowed, may be NULL) is sent as JSON; a JSON
+ * answer is parsed into *resp (new reference, NULL when none or not JSON;
+ * resp may be NULL). abort_flag (may be NULL) cuts the transfer short once
+ * it becomes non-zero. */
+int wclient_call(wclient_t *wc, const char *method, const char *path, const json_t *body,
+                 long timeout_ms, const atomic_int *abort_flag, json_t **resp);
+
+/* POST /v1/workers. On 201 records id and lease_ms and, when resp is not
+ * NULL, hands over the answer (new reference). Other statuses: *resp is the
+ * problem document if any. */
+int wclient_register(wclient_t *wc, json_t **resp);
+/* Registers again unless another thread already replaced stale_id; retries
+ * with backoff until it succeeds or *stop becomes non-zero. Returns 0 when
+ * registered, -1 when stopped. */
+int wclient_reregister(wclient_t *wc, int64_t stale_id, const atomic_int *stop);
+
+int64_t wclient_id(wclient_t *wc);         /* -1 before registration */
+int wclient_lease_ms(wclient_t *wc);
+
+int wclient_heartbeat(wclient_t *wc, int64_t id);
+/* GET tasks; *resp = {"tasks": [...], "cancel": [...]} on 200. */
+int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort_flag,
+                 json_t **resp);
+int wclient_report(wclient_t *wc, int64_t id, int64_t task, const json_t *body);
+int wclient_leave(wclient_t *wc, int64_t id);
+
+/* Sleeps *delay_ms (in small steps, returning early once *stop is set,
+ * stop may be NULL), then doubles *delay_ms up to 5000. Returns non-zero
+ * when stopped. */
+int wclient_sleep_backoff(int *delay_ms, const atomic_int *stop);
+
+/* The "detail" (or "title") of a problem document, or "". */
+const char *wclient_problem_detail(const json_t *resp);
+
+#endif

@@ -1,0 +1,41 @@
+/* wopts.h - atoll-worker's command line and environment.
+ *
+ * Every flag has an environment variable (ATOLL_ + upper-cased flag name
+ * with '-' -> '_', e.g. --poll-ms / ATOLL_POLL_MS); a flag given on the
+ * command line wins over the environment. */
+#ifndef ATOLL_WOPTS_H
+#define ATOLL_WOPTS_H
+
+#include <stddef.h>
+
+#include "util.h"
+
+typedef struct wopts {
+    const char *controller;     /* required: http://HOST:PORT */
+    const char *island;         /* required */
+    int devices;                /* required, 1..WOPTS_MAX_DEVICES */
+    const char *backend;        /* "cpu" (default) or "sim" */
+    const char *data_listen;    /* default "127.0.0.1:0" */
+    const char *data_advertise; /* host peers should dial; NULL = bound host */
+    int poll_ms;                /* long-poll wait, 0..30000, default 1000 */
+    int peer_timeout_ms;        /* one wait for a peer, default 60000 */
+    int drain_ms;               /* SIGTERM: time left to running tasks, default 10000 */
+    log_level_t log_level;      /* default info */
+    int log_json;               /* default 0 */
+    int help, version;
+} wopts_t;
+
+#define WOPTS_MAX_DEVICES 4096
+
+/* Fills o from argv and the environment (getenv-like lookup, so tests can
+ * pass their own; NULL = getenv). Strings point into argv or the
+ * environment. Returns 0, or -1 with a one-line message in err (the caller
+ * prints it and exits 2). --help / --version set o->help / o->version and
+ * skip the required-flag checks. */
+int wopts_parse(int argc, char **argv, const char *(*env)(const char *name), wopts_t *o,
+                char *err, size_t errlen);
+
+/* The --help text. */
+const char *wopts_usage(void);
+
+#endif

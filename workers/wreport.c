@@ -1,0 +1,142 @@
+/* wreport.c - see wreport.h. */
+#include "wreport.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "util.h"
+
+typedef struct rnode {
+    int64_t task;
+    json_t *body;               /* owned */
+    struct rnode *next;
+} rnode_t;
+
+struct wreport {
+    wclient_t *wc;              /* borrowed */
+    pthread_t thread;
+    pthread_mutex_t mu;         /* guards head, tail */
+    pthread_cond_t cv;
+    rnode_t *head, *tail;       /* FIFO */
+    atomic_int stopping;        /* set by wreport_stop: drain then exit */
+    atomic_int give_up;         /* set when the drain deadline passed */
+};
+
+/* Delivers one report, retrying unreachable/5xx until give_up. */
+static void deliver(wreport_t *wr, const rnode_t *n)
+{
+    int delay = 100;
+    for (;;) {
+        int64_t id = wclient_id(wr->wc);
+        int st = wclient_report(wr->wc, id, n->task, n->body);
+        if (st >= 200 && st < 500)
+            return;                     /* done, or final refusal (logged) */
+        if (wclient_sleep_backoff(&delay, &wr->give_up)) {
+            log_warn("report of task %lld dropped: controller unreachable", (long long)n->task);
+            return;
+        }
+    }
+}
+
+static void *report_main(void *arg)
+{
+    wreport_t *wr = arg;
+    pthread_mutex_lock(&wr->mu);
+    for (;;) {
+        while (!wr->head && !atomic_load(&wr->stopping))
+            pthread_cond_wait(&wr->cv, &wr->mu);
+        if (!wr->head || atomic_load(&wr->give_up))
+            break;                      /* drained, or out of time */
+        rnode_t *n = wr->head;
+        wr->head = n->next;
+        if (!wr->head)
+            wr->tail = NULL;
+        pthread_mutex_unlock(&wr->mu);
+        deliver(wr, n);
+        json_decref(n->body);
+        free(n);
+        pthread_mutex_lock(&wr->mu);
+    }
+    pthread_mutex_unlock(&wr->mu);
+    return NULL;
+}
+
+wreport_t *wreport_start(wclient_t *wc)
+{
+    wreport_t *wr = calloc(1, sizeof *wr);
+    if (!wr)
+        return NULL;
+    wr->wc = wc;
+    pthread_mutex_init(&wr->mu, NULL);
+    pthread_cond_init(&wr->cv, NULL);
+    if (pthread_create(&wr->thread, NULL, report_main, wr) != 0) {
+        pthread_mutex_destroy(&wr->mu);
+        pthread_cond_destroy(&wr->cv);
+        free(wr);
+        return NULL;
+    }
+    return wr;
+}
+
+void wreport_push(wreport_t *wr, int64_t task, json_t *body)
+{
+    if (!body)
+        return;
+    rnode_t *n = malloc(sizeof *n);
+    if (!n) {
+        log_error("report of task %lld dropped: out of memory", (long long)task);
+        json_decref(body);
+        return;
+    }
+    n->task = task;
+    n->body = body;
+    n->next = NULL;
+    pthread_mutex_lock(&wr->mu);
+    if (wr->tail)
+        wr->tail->next = n;
+    else
+        wr->head = n;
+    wr->tail = n;
+    pthread_cond_signal(&wr->cv);
+    pthread_mutex_unlock(&wr->mu);
+}
+
+void wreport_exec_fn(void *ctx, int64_t task, json_t *body)
+{
+    wreport_push(ctx, task, body);
+}
+
+void wreport_stop(wreport_t *wr, int64_t timeout_ms)
+{
+    if (!wr)
+        return;
+    int64_t deadline = util_mono_us() + timeout_ms * 1000;
+    pthread_mutex_lock(&wr->mu);
+    atomic_store(&wr->stopping, 1);
+    pthread_cond_signal(&wr->cv);
+    pthread_mutex_unlock(&wr->mu);
+    /* Poll for the queue to empty; past the deadline, make retries give up. */
+    for (;;) {
+        pthread_mutex_lock(&wr->mu);
+        int empty = wr->head == NULL;
+        pthread_mutex_unlock(&wr->mu);
+        if (empty || util_mono_us() >= deadline)
+            break;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&wr->give_up, 1);
+    pthread_join(wr->thread, NULL);
+    while (wr->head) {
+        rnode_t *n = wr->head;
+        wr->head = n->next;
+        log_warn("report of task %lld dropped at shutdown", (long long)n->task);
+        json_decref(n->body);
+        free(n);
+    }
+    pthread_mutex_destroy(&wr->mu);
+    pthread_cond_destroy(&wr->cv);
+    free(wr);
+}

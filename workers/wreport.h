@@ -1,0 +1,28 @@
+/* wreport.h - the reporting thread: task reports leave the device threads
+ * through a queue, so a slow or restarting controller never stalls a
+ * device. Reports are sent in order; one that cannot be delivered because
+ * the controller is unreachable (or answers 5xx) is retried with backoff;
+ * 4xx answers (409: not leased to us / already reported) are final.
+ *
+ * Ownership: wreport_push() takes the body reference. */
+#ifndef ATOLL_WREPORT_H
+#define ATOLL_WREPORT_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "wclient.h"
+
+typedef struct wreport wreport_t;
+
+/* wc is borrowed and must outlive the reporter. NULL on failure. */
+wreport_t *wreport_start(wclient_t *wc);
+/* Queues a report (body: new reference, taken; NULL is ignored). */
+void wreport_push(wreport_t *wr, int64_t task, json_t *body);
+/* exec_report_fn adapter (ctx: the wreport_t). */
+void wreport_exec_fn(void *ctx, int64_t task, json_t *body);
+/* Sends what is queued for at most timeout_ms, then stops the thread and
+ * frees; undelivered reports are logged and dropped. */
+void wreport_stop(wreport_t *wr, int64_t timeout_ms);
+
+#endif
