@@ -27,13 +27,20 @@ int coll_group(const shape_t *slice_shape, unsigned mesh_axes, int shard,
  * coll_piece() returns a new tensor (caller frees) holding what position
  * `pos` sends to position `dst`, or NULL on OOM. */
 tensor_t *coll_piece(const op_t *op, const tensor_t *arg, int n, int pos, int dst);
-/* The position whose piece `pos` receives in a ppermute; -1 if none. */
+/* The position whose piece `pos` receives in a ppermute: (pos - shift)
+ * mod n, with a true modulo for any shift (negative or beyond n); -1 on
+ * bad arguments. Every position receives exactly one piece. */
 int coll_ppermute_source(const op_t *op, int n, int pos);
 
 /* Combines the pieces this shard holds, indexed by source group position
  * (pieces[pos] is the shard's own contribution or own chunk), into the op's
  * result. For ppermute pieces has one entry: the received tensor.
- * Allocates *out. Returns 0 or -1. */
+ * Allocates *out. Returns 0 or -1 (a missing piece, or shapes that do not
+ * agree: never for pieces made by coll_piece() from compiled shapes).
+ * Results are deterministic: reductions run in position order 0..n-1 in
+ * f32, concatenations place position p's block p-th. For all_to_all,
+ * pieces[pos] may be either coll_piece(pos -> pos) or the shard's whole
+ * argument (its own chunk is then cut from it). Pieces are borrowed. */
 int coll_combine(const op_t *op, const tensor_t *const *pieces, int n, int pos,
                  tensor_t **out);
 

@@ -1140,7 +1140,34 @@ static int job_cycle(job_ctx_t *j, const size_t *in_off, const char *done)
                    j->plan->comps[ed->consumer].name, j->plan->comps[ed->producer].name);
 }
 
-/* Kahn's algorithm; among ready computations the lowest index goes first. */
+/* Offsets of the edges into (in_off) and out of (out_off, out_adj) each
+ * computation, and in-degrees. Edges are already grouped by consumer. */
+static int edges_index(job_ctx_t *j, size_t *in_off, size_t *out_off, int *out_adj,
+                       int *indeg)
+{
+    int n = j->plan->ncomps;
+    size_t *fill = calloc((size_t)n, sizeof *fill);
+    if (!fill)
+        return err_set(j->e, 500, "", "out of memory");
+    for (size_t k = 0; k < j->nedges; k++) {
+        in_off[j->edges[k].consumer + 1]++;
+        out_off[j->edges[k].producer + 1]++;
+        indeg[j->edges[k].consumer]++;
+    }
+    for (int i = 0; i < n; i++) {
+        in_off[i + 1] += in_off[i];
+        out_off[i + 1] += out_off[i];
+    }
+    for (size_t k = 0; k < j->nedges; k++) {
+        int p = j->edges[k].producer;
+        out_adj[out_off[p] + fill[p]++] = j->edges[k].consumer;
+    }
+    free(fill);
+    return 0;
+}
+
+/* Kahn's algorithm; among ready computations the lowest index goes first
+ * (O(n^2) scan, n <= JOB_MAX_COMPS). */
 static int job_topo(job_ctx_t *j)
 {
     int n = j->plan->ncomps, rc = 0;
@@ -1154,27 +1181,8 @@ static int job_topo(job_ctx_t *j)
         rc = err_set(j->e, 500, "", "out of memory");
         goto cleanup;
     }
-    for (size_t k = 0; k < j->nedges; k++) {
-        in_off[j->edges[k].consumer + 1]++;
-        out_off[j->edges[k].producer + 1]++;
-        indeg[j->edges[k].consumer]++;
-    }
-    for (int i = 0; i < n; i++) {
-        in_off[i + 1] += in_off[i];
-        out_off[i + 1] += out_off[i];
-    }
-    {
-        size_t *fill = calloc((size_t)n, sizeof *fill);
-        if (!fill) {
-            rc = err_set(j->e, 500, "", "out of memory");
-            goto cleanup;
-        }
-        for (size_t k = 0; k < j->nedges; k++) {
-            int p = j->edges[k].producer;
-            out_adj[out_off[p] + fill[p]++] = j->edges[k].consumer;
-        }
-        free(fill);
-    }
+    if ((rc = edges_index(j, in_off, out_off, out_adj, indeg)))
+        goto cleanup;
     for (int t = 0; t < n; t++) {
         int v = 0;
         while (v < n && (done[v] || indeg[v] > 0))

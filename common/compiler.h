@@ -109,7 +109,21 @@ typedef struct job_plan {
  * island) with e filled and *out untouched. `islands` lists the cluster's
  * islands: slices naming an unknown island are 400 (field
  * "slices.NAME.island"), and a slice whose shape fits no permitted island
- * is 422. (The gang check of all slices together is the allocator's.) */
+ * is 422. (The gang check of all slices together is the allocator's.)
+ * islands == NULL skips both island checks (for tools that only validate).
+ *
+ * Rules beyond DESIGN.md that callers may rely on:
+ *  - `outputs` is optional (absent = none); listing a value twice is 400;
+ *  - `mesh_axes` must list 1..rank distinct slice axes (an empty list is
+ *    400; absent means the whole slice, stored as mesh_axes == 0);
+ *  - every 400 is detected before any 422, so a 422 means the document is
+ *    valid but asks for a slice the cluster can never hold;
+ *  - error fields are JSON paths ("computations[1].ops[2].args[0]",
+ *    "slices.a.shape", "computations[0].outputs[1]"); the detail names the
+ *    computation and op ("computation 'p' op 3 (all_reduce): ...");
+ *  - a cycle of inputs is reported at the `from` field of an input op on
+ *    the cycle;
+ *  - status 500 (field "") only on out-of-memory. */
 int compiler_job(const json_t *doc, const island_desc_t *islands, int nislands,
                  job_plan_t **out, err_t *e);
 void job_plan_free(job_plan_t *plan);
@@ -119,7 +133,11 @@ void job_plan_free(job_plan_t *plan);
 typedef int (*compiler_input_fn)(void *ctx, const char *from, shape_t *shape);
 
 /* Compiles one computation object ({"name","slice","ops","outputs"}) for a
- * slice of the given mesh shape. Returns 0 or a 4xx status with e filled. */
+ * slice of the given mesh shape. Returns 0 or a 4xx status with e filled.
+ * Same rules as compiler_job(), except that `slice` need only be a string
+ * and each `input` op's shape comes from input_shape (NULL or -1 from it:
+ * 400 at "ops[j].from"). Error fields have no "computations[i]." prefix.
+ * In the result c->slice and every inputs[].producer are -1. */
 int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
                   compiler_input_fn input_shape, void *ctx,
                   comp_t **out, err_t *e);

@@ -28,7 +28,11 @@ int shape_equal(const shape_t *a, const shape_t *b);
 /* Writes "[2,4]" into buf (always NUL-terminated). */
 void shape_format(const shape_t *s, char *buf, size_t len);
 
-/* New zero-filled tensor; NULL when out of memory or the shape is invalid. */
+/* New zero-filled tensor; NULL when out of memory or the shape is invalid
+ * (rank outside 0..TENSOR_MAX_RANK, a dim < 1, or more than
+ * TENSOR_MAX_ELEMS elements). Dims beyond rank are stored as 0.
+ * tensor_clone() copies shape and data (NULL in, NULL out); tensor_free()
+ * accepts NULL. shape_format() writes "[]" for a scalar. */
 tensor_t *tensor_new(const shape_t *s);
 tensor_t *tensor_clone(const tensor_t *t);
 void tensor_free(tensor_t *t);

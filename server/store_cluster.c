@@ -64,8 +64,8 @@ json_t *store_islands_json(store_t *st)
 {
     static const char sql[] = "SELECT id, name, shape, next_seq FROM islands ORDER BY id";
     json_t *out = json_object(), *arr = json_array();
-    /* island_row() runs other statements, so collect ids first: a cached
-     * statement must not be reset while this one is iterating. */
+    /* island_row() runs other cached statements while this one iterates;
+     * that is safe because each SQL text has its own statement. */
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!out || !arr || !s) {
         json_decref(out);

@@ -6,6 +6,7 @@
  *      \________\____________\____-> cancelled (DELETE)     */
 #include "store_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,13 +394,15 @@ static json_t *result_shard(sqlite3_stmt *s)
     json_t *e = json_object();
     json_object_set_new(e, "shard", json_integer(sqlite3_column_int64(s, 2)));
     json_object_set_new(e, "shape", store_col_json(s, 3));
-    json_object_set_new(e, "sum", json_real(sqlite3_column_double(s, 4)));
+    double sum = sqlite3_column_double(s, 4);
+    json_object_set_new(e, "sum", isfinite(sum) ? json_real(sum) : json_null());
     const float *vals = sqlite3_column_blob(s, 5);
     int bytes = sqlite3_column_bytes(s, 5);
     if (vals) {
         json_t *arr = json_array();
+        /* JSON has no NaN or infinity: such elements are null. */
         for (int i = 0; i < bytes / (int)sizeof(float); i++)
-            json_array_append_new(arr, json_real(vals[i]));
+            json_array_append_new(arr, isfinite(vals[i]) ? json_real(vals[i]) : json_null());
         json_object_set_new(e, "values", arr);
     }
     return e;

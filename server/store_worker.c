@@ -437,6 +437,24 @@ static int shard_succeeded(store_t *st, const task_row_t *r, const json_t *body,
     return comp_done ? comp_succeeded(st, r, effects) : 0;
 }
 
+/* The computation's name for messages; "?" if it cannot be read. The
+ * returned text lives in a per-thread buffer until the next call. */
+static const char *comp_name(store_t *st, const task_row_t *r)
+{
+    static const char sql[] = "SELECT name FROM computations WHERE job_id = ? AND idx = ?";
+    static _Thread_local char name[NAME_MAX_LEN];
+    snprintf(name, sizeof name, "?");
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return name;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        snprintf(name, sizeof name, "%s", sqlite3_column_text(s, 0));
+    sqlite3_reset(s);
+    return name;
+}
+
 static int report_validate(const json_t *body, const char **state, err_t *e)
 {
     static const char *const allowed[] = {"state", "error", "started_us", "inputs_ready_us",
@@ -470,7 +488,7 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
     static const char task_sql[] =
         "UPDATE tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4, finished_us = ?5,"
         " error = ?6 WHERE id = ?1";
-    const char *state;
+    const char *state = NULL;
     *effects = 0;
     if (report_validate(body, &state, e) != 0)
         return STORE_ERR;
@@ -501,16 +519,13 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
     /* Only the job's current attempt, while it is live, moves the job. */
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
     if (live && strcmp(state, "succeeded") == 0) {
-        e->status = 0;
-        int x = shard_succeeded(st, &r, body, effects, e);
-        if (x != 0) {
-            rc = e->status ? STORE_ERR : STORE_ERR;
+        /* A 400 from a malformed output leaves e->status set for the caller. */
+        if (shard_succeeded(st, &r, body, effects, e) != 0)
             goto out;
-        }
     } else if (live && strcmp(state, "failed") == 0) {
         char why[400];
-        snprintf(why, sizeof why, "computation %ld shard %ld on worker %ld failed: %s",
-                 (long)r.comp, (long)r.shard, (long)worker, msg ? msg : "no reason given");
+        snprintf(why, sizeof why, "computation '%s' shard %ld on worker %ld failed: %s",
+                 comp_name(st, &r), (long)r.shard, (long)worker, msg ? msg : "no reason given");
         if (store_job_finish(st, r.job, "failed", why) != 0)
             goto out;
         *effects |= STORE_FX_JOB_ENDED;

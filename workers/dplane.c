@@ -278,6 +278,10 @@ static void *reader_main(void *arg)
         dplane_payload_swap(t->data, shape_numel(&t->shape));
         mbox_put(c->dp->mb, &h.tag, t);   /* takes t */
     }
+    /* Tell the sender at once (it reconnects on its next frame); the fd
+     * itself is closed by whoever joins this thread, so it cannot be reused
+     * while dplane_stop() might still shut it down. */
+    shutdown(c->fd, SHUT_RDWR);
     atomic_store(&c->done, 1);
     return NULL;
 }

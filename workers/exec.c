@@ -201,13 +201,14 @@ static int32_t cancel_locked(exec_t *ex, int64_t job, qnode_t **removed)
     return max_attempt;
 }
 
-void exec_cancel_job(exec_t *ex, int64_t job)
+int exec_cancel_job(exec_t *ex, int64_t job)
 {
     qnode_t *removed = NULL;
     pthread_mutex_lock(&ex->mu);
     int32_t max_attempt = cancel_locked(ex, job, &removed);
     pthread_cond_broadcast(&ex->idle_cv);
     pthread_mutex_unlock(&ex->mu);
+    int fresh = max_attempt >= 0 && !mbox_is_cancelled(ex->env.mb, job, max_attempt);
     /* The job has ended: every message of it is garbage. Only attempts we
      * hold are marked cancelled, so a waiter of one of them wakes. */
     if (max_attempt >= 0)
@@ -219,8 +220,11 @@ void exec_cancel_job(exec_t *ex, int64_t job)
         report(ex, q->t->id, exec_report_cancelled());
         wtask_free(q->t);
         free(q);
+        fresh++;
     }
-    log_info("job %lld cancelled", (long long)job);
+    if (fresh)
+        log_info("job %lld cancelled", (long long)job);
+    return fresh;
 }
 
 /* Holds mu. */

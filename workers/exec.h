@@ -36,8 +36,10 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
  * this worker lacks, is reported failed at once (when its id is readable). */
 void exec_submit(exec_t *ex, const json_t *task);
 /* Aborts a job: its queued tasks are reported cancelled, its running tasks
- * wake from their waits and report cancelled, its messages are dropped. */
-void exec_cancel_job(exec_t *ex, int64_t job);
+ * wake from their waits and report cancelled, its messages are dropped.
+ * Returns how many tasks this call newly aborted (0 when the controller
+ * repeats a cancel we already applied). */
+int exec_cancel_job(exec_t *ex, int64_t job);
 /* Tasks queued or running. */
 int exec_pending(exec_t *ex);
 /* Waits until nothing is queued or running, at most timeout_ms. Returns 0

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll.h"
 #include "kernels.h"
@@ -110,8 +111,10 @@ static int run_ppermute(run_t *r, int i, const tensor_t *arg, const int *members
         if (run_send(r, r->t->peers[members[dst]], &stag, piece) != 0 || run_take(r, &rtag, &got) != 0)
             goto cleanup;
     }
+    /* For ppermute `pieces` has one entry (the received tensor); n and pos
+     * are still the group's. */
     const tensor_t *pieces[1] = {got};
-    if (coll_combine(op, pieces, 1, pos, out) != 0) {
+    if (coll_combine(op, pieces, n, pos, out) != 0) {
         snprintf(r->err, sizeof r->err, "ppermute op %d: cannot combine", i);
         goto cleanup;
     }
@@ -192,6 +195,32 @@ cleanup:
     return rc;
 }
 
+/* The `compute` op, in slices so that a cancelled job stops within ~10 ms.
+ * cpu busy-waits (the device is occupied); sim sleeps: modelled time that
+ * leaves the host's cores to the other simulated devices. */
+static int run_compute(run_t *r, int i, tensor_t **out)
+{
+    const op_t *op = &r->comp->ops[i];
+    for (int64_t left = op->us; left > 0; left -= 10000) {
+        int64_t chunk = left < 10000 ? left : 10000;
+        if (r->env->sim) {
+            struct timespec ts = {0, (long)chunk * 1000};
+            nanosleep(&ts, NULL);
+        } else {
+            kernel_compute_spin(chunk);
+        }
+        if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
+            r->cancelled = 1;
+            return -1;
+        }
+    }
+    if (!(*out = tensor_new(&op->shape))) {
+        snprintf(r->err, sizeof r->err, "compute op %d: out of memory", i);
+        return -1;
+    }
+    return 0;
+}
+
 /* Runs op i into its value slot. Returns 0 or -1 (r->err / r->cancelled). */
 static int run_op(run_t *r, int i)
 {
@@ -210,6 +239,8 @@ static int run_op(run_t *r, int i)
         rc = run_input(r, i, &out);
     else if (opcode_is_collective(op->code))
         rc = run_collective(r, i, args[0], &out);
+    else if (op->code == OP_COMPUTE)
+        rc = run_compute(r, i, &out);
     else if ((rc = kernel_run(op, args, r->t->shard, &out)) != 0)
         snprintf(r->err, sizeof r->err, "%s op %d failed (out of memory?)", opcode_name(op->code), i);
     if (rc != 0)

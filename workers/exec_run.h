@@ -22,7 +22,8 @@ typedef struct exec_env {
     mbox_t *mb;                 /* borrowed */
     dplane_t *dp;               /* borrowed */
     int64_t peer_timeout_us;    /* how long one wait for a peer may take */
-    int sim;                    /* `sim` backend: v0 computes like cpu */
+    int sim;                    /* `sim` backend: real arithmetic, but `compute`
+                                   sleeps instead of busy-waiting */
 } exec_env_t;
 
 /* Returns a new JSON object (caller owns the reference), or NULL only when

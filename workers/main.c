@@ -126,19 +126,23 @@ static int register_first(worker_t *w)
     }
 }
 
-/* Hands a poll answer's tasks to the executor and applies its cancels. */
-static size_t handle_poll(worker_t *w, const json_t *ans)
+/* Hands a poll answer's tasks to the executor and applies its cancels.
+ * Returns how many tasks and cancels were new: the controller repeats a
+ * cancel until the job's tasks are reported, and the caller must not spin
+ * on such answers. */
+static int handle_poll(worker_t *w, const json_t *ans)
 {
     const json_t *tasks = json_object_get(ans, "tasks");
     const json_t *cancel = json_object_get(ans, "cancel");
     size_t i;
     const json_t *v;
+    int news = (int)json_array_size(tasks);
     json_array_foreach(tasks, i, v)
         exec_submit(w->ex, v);
     json_array_foreach(cancel, i, v)
         if (json_is_integer(v))
-            exec_cancel_job(w->ex, json_integer_value(v));
-    return json_array_size(tasks) + json_array_size(cancel);
+            news += exec_cancel_job(w->ex, json_integer_value(v));
+    return news;
 }
 
 static void poll_loop(worker_t *w)
@@ -153,8 +157,10 @@ static void poll_loop(worker_t *w)
                 log_info("controller reachable again");
             down = 0;
             delay = 100;
-            if (handle_poll(w, ans) == 0 && w->o.poll_ms < 100)
-                sleep_unless(100, &g_stop);       /* no busy loop on wait_ms=0 */
+            /* Nothing new (wait_ms=0, or only repeated cancels): do not spin. */
+            if (handle_poll(w, ans) == 0 && (w->o.poll_ms < 100 || json_array_size(
+                                                 json_object_get(ans, "cancel")) > 0))
+                sleep_unless(100, &g_stop);
         } else if (st == 404) {
             wclient_reregister(w->wc, id, &g_stop);
         } else if (!atomic_load(&g_stop)) {

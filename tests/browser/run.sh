@@ -138,9 +138,11 @@ job_in allocated running || fail "job $JOB finished before the page could be che
 
 # ---------------------------------------------------------------- the page
 # dump_dom FILE: the page after the browser ran its scripts for 5 s of
-# virtual time; newlines flattened so one tag is one grep match.
+# virtual time; newlines flattened so one tag is one grep match. Chromium
+# runs in its own session (setsid) so that nothing it signals on its way out
+# can reach atolld or the workers, which share this script's process group.
 dump_dom() {
-    timeout 90 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-background-networking \
+    setsid -w timeout 90 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-background-networking \
         --disable-component-update --disable-sync --no-first-run \
         --user-data-dir="$(mktemp -d "$TMP/chrome.XXXXXX")" --virtual-time-budget=5000 \
         --dump-dom "$URL/" 2>>"$TMP/chromium.err" | tr '\n' ' ' >"$1" ||

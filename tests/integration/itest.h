@@ -104,4 +104,31 @@ static inline json_t *itest_run_ok(const char *doc_q, int64_t *id_out)
     return itest_wait_state(id, "succeeded");
 }
 
+/* Per-test teardown: cancels every job a (failed) test left queued or
+ * running, so the next test on the shared cluster starts on idle devices.
+ * Always returns 0: leftovers are the failed test's fault, already reported. */
+static inline int itest_cancel_leftovers(void **state)
+{
+    static const char *const live[] = {"queued", "allocated", "running"};
+    (void)state;
+    for (int s = 0; s < 3; s++) {
+        char path[96];
+        hx_resp_t r;
+        snprintf(path, sizeof path, "/v1/jobs?state=%s&limit=100", live[s]);
+        if (hx_request(&itest_client, "GET", path, NULL, 0, &r) != 0)
+            continue;
+        json_t *jobs = json_object_get(r.json, "jobs");
+        for (size_t i = 0; i < json_array_size(jobs); i++) {
+            json_int_t id = json_integer_value(json_object_get(json_array_get(jobs, i), "id"));
+            hx_resp_t d;
+            snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
+            fprintf(stderr, "itest: cancelling leftover job %lld (%s)\n", (long long)id, live[s]);
+            if (hx_request(&itest_client, "DELETE", path, NULL, 0, &d) == 0)
+                hx_resp_clear(&d);
+        }
+        hx_resp_clear(&r);
+    }
+    return 0;
+}
+
 #endif

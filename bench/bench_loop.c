@@ -1,0 +1,217 @@
+/* bench_loop.c - end-to-end control-loop throughput of a real cluster.
+ *
+ * Starts its own cluster (west=4x4, 4 workers of 4 devices) and prints:
+ *   loop.jobs_per_s.serial       tiny jobs submitted and waited to success
+ *                                one after another by one client
+ *   loop.jobs_per_s.clients8     the same with 8 concurrent clients
+ *   loop.chain64.comps_per_s     one job of 64 chained computations:
+ *                                64 / (finished - created), server clocks
+ * A tiny job is a [2,2] slice with fill + all_reduce. Clients poll job state
+ * every BENCH_POLL_MS (the API has no completion push), which bounds what a
+ * single client can see; each phase has a time budget so a run stays under
+ * a minute. Output lines are `name value`, easy to grep and diff. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support_harness.h"
+
+#define BENCH_POLL_MS 2
+#define BENCH_JOBS 1000           /* per phase, at most */
+#define BENCH_PHASE_MS 8000       /* per phase, at most */
+#define BENCH_CLIENTS 8
+#define BENCH_CHAIN 64
+
+static const char tiny_doc_q[] =
+    "{'name':'tiny','slices':{'s':{'shape':[2,2]}},'computations':[{'name':'c','slice':'s',"
+    "'ops':[{'op':'fill','out':'x','shape':[1],'value':1.0},"
+    "{'op':'all_reduce','out':'z','args':['x'],'reduce':'sum'}],'outputs':['z']}]}";
+
+static char *tiny_doc;            /* hx_text_q(tiny_doc_q), set once in main */
+static const char *bench_url;
+
+/* Runs one tiny job to success. 0 or -1 (reason printed). */
+static int bench_one(hx_client_t *cl)
+{
+    int64_t id;
+    int status = hx_job_submit(cl, tiny_doc, &id, NULL);
+    if (status != 201) {
+        fprintf(stderr, "bench: submit answered %d\n", status);
+        hx_client_print_last(cl);
+        return -1;
+    }
+    json_t *job = NULL;
+    int rc = hx_job_wait(cl, id, 20000, BENCH_POLL_MS, &job);
+    if (rc != 0 || strcmp(hx_job_state(job), "succeeded") != 0) {
+        fprintf(stderr, "bench: job %" PRId64 " ended '%s'\n", id, job ? hx_job_state(job) : "?");
+        rc = -1;
+    }
+    json_decref(job);
+    return rc;
+}
+
+/* Shared by the client threads of one phase. */
+typedef struct phase {
+    atomic_int started;           /* jobs claimed so far */
+    atomic_int done;              /* jobs that succeeded */
+    atomic_int failed;
+    int64_t deadline_ms;
+} phase_t;
+
+static void *bench_client(void *arg)
+{
+    phase_t *ph = arg;
+    hx_client_t cl;
+    if (hx_client_init(&cl, bench_url) != 0) {
+        atomic_fetch_add(&ph->failed, 1);
+        return NULL;
+    }
+    while (hx_now_ms() < ph->deadline_ms && atomic_fetch_add(&ph->started, 1) < BENCH_JOBS) {
+        if (bench_one(&cl) != 0) {
+            atomic_fetch_add(&ph->failed, 1);
+            break;
+        }
+        atomic_fetch_add(&ph->done, 1);
+    }
+    hx_client_cleanup(&cl);
+    return NULL;
+}
+
+/* Runs a phase with n client threads; prints jobs/s under `name`. 0 or -1. */
+static int bench_jobs_phase(const char *name, int n)
+{
+    phase_t ph = {.deadline_ms = hx_now_ms() + BENCH_PHASE_MS};
+    pthread_t th[BENCH_CLIENTS];
+    int nthreads = 0;
+    int64_t t0 = hx_now_ms();
+    for (; nthreads < n; nthreads++)
+        if (pthread_create(&th[nthreads], NULL, bench_client, &ph) != 0)
+            break;
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(th[i], NULL);
+    int64_t ms = hx_now_ms() - t0;
+    int done = atomic_load(&ph.done);
+    if (nthreads < n || atomic_load(&ph.failed) || done == 0) {
+        fprintf(stderr, "bench: %s: %d threads of %d, %d failures, %d done\n", name, nthreads,
+                n, atomic_load(&ph.failed), done);
+        return -1;
+    }
+    printf("%s %.1f\n", name, done * 1000.0 / (double)(ms > 0 ? ms : 1));
+    printf("%s.jobs %d\n", name, done);
+    printf("%s.mean_latency_ms %.2f\n", name, (double)ms * n / done);
+    fflush(stdout);
+    return 0;
+}
+
+/* The chained job: c0 fills ones; c_i = input(c_{i-1}.x) + 1. Returns a
+ * malloc'd document or NULL. */
+static char *bench_chain_doc(int k)
+{
+    size_t cap = 512 + (size_t)k * 320, len = 0;
+    char *doc = malloc(cap);
+    if (!doc)
+        return NULL;
+    len += (size_t)snprintf(doc + len, cap - len,
+                            "{\"name\":\"chain\",\"slices\":{\"s\":{\"shape\":[2,2]}},"
+                            "\"computations\":[{\"name\":\"c0\",\"slice\":\"s\",\"ops\":["
+                            "{\"op\":\"fill\",\"out\":\"x\",\"shape\":[4],\"value\":1.0}],"
+                            "\"outputs\":[\"x\"]}");
+    for (int i = 1; i < k; i++)
+        len += (size_t)snprintf(doc + len, cap - len,
+                                ",{\"name\":\"c%d\",\"slice\":\"s\",\"ops\":["
+                                "{\"op\":\"input\",\"out\":\"p\",\"from\":\"c%d.x\"},"
+                                "{\"op\":\"fill\",\"out\":\"one\",\"shape\":[4],\"value\":1.0},"
+                                "{\"op\":\"add\",\"out\":\"x\",\"args\":[\"p\",\"one\"]}],"
+                                "\"outputs\":[\"x\"]}",
+                                i, i - 1);
+    snprintf(doc + len, cap - len, "]}");
+    return doc;
+}
+
+/* Checks the last link holds k everywhere (the chain really ran). */
+static int bench_chain_verify(hx_client_t *cl, int64_t id, int k)
+{
+    json_t *res = hx_job_result(cl, id);
+    char key[32];
+    snprintf(key, sizeof key, "c%d.x", k - 1);
+    json_t *sh = hx_result_shard(res, key, 3);
+    double v = json_number_value(json_array_get(json_object_get(sh, "values"), 0));
+    json_decref(res);
+    if (v != (double)k) {
+        fprintf(stderr, "bench: chain result %s = %g, expected %d\n", key, v, k);
+        return -1;
+    }
+    return 0;
+}
+
+static int bench_chain(hx_client_t *cl, int k)
+{
+    char *doc = bench_chain_doc(k);
+    json_t *job = NULL;
+    int rc = -1;
+    if (!doc)
+        goto cleanup;
+    int64_t id, t0 = hx_now_ms();
+    int status = hx_job_submit(cl, doc, &id, NULL);
+    if (status != 201) {
+        fprintf(stderr, "bench: chain submit answered %d\n", status);
+        hx_client_print_last(cl);
+        goto cleanup;
+    }
+    if (hx_job_wait(cl, id, 30000, BENCH_POLL_MS, &job) != 0 ||
+        strcmp(hx_job_state(job), "succeeded") != 0) {
+        fprintf(stderr, "bench: chain job ended '%s'\n", job ? hx_job_state(job) : "?");
+        goto cleanup;
+    }
+    int64_t client_ms = hx_now_ms() - t0;
+    if (bench_chain_verify(cl, id, k) != 0)
+        goto cleanup;
+    int64_t created = hx_job_time_us(job, "created"), finished = hx_job_time_us(job, "finished");
+    if (created > 0 && finished > created)
+        printf("loop.chain%d.comps_per_s %.1f\n", k, k * 1e6 / (double)(finished - created));
+    else
+        fprintf(stderr, "bench: job has no created/finished times\n");
+    printf("loop.chain%d.client_comps_per_s %.1f\n", k,
+           k * 1000.0 / (double)(client_ms > 0 ? client_ms : 1));
+    fflush(stdout);
+    rc = 0;
+cleanup:
+    json_decref(job);
+    free(doc);
+    return rc;
+}
+
+int main(void)
+{
+    static const char *const islands[] = {"west=4x4"};
+    hx_cluster_t c;
+    hx_client_t cl = {0};
+    int rc = 1;
+    if (hx_init() != 0 || hx_cluster_start(&c, islands, 1) != 0)
+        return 1;
+    tiny_doc = hx_text_q(tiny_doc_q);
+    if (!tiny_doc || hx_client_init(&cl, c.url) != 0)
+        goto cleanup;
+    for (int w = 0; w < 4; w++)
+        if (hx_worker_start(&c, "west", 4) != 0)
+            goto cleanup;
+    bench_url = c.url;
+    if (bench_one(&cl) != 0)        /* warm-up, and a check that it works */
+        goto cleanup;
+    if (bench_jobs_phase("loop.jobs_per_s.serial", 1) != 0 ||
+        bench_jobs_phase("loop.jobs_per_s.clients8", BENCH_CLIENTS) != 0 ||
+        bench_chain(&cl, BENCH_CHAIN) != 0)
+        goto cleanup;
+    rc = 0;
+cleanup:
+    if (rc != 0)
+        hx_cluster_dump_logs(&c, 3000);
+    hx_client_cleanup(&cl);
+    free(tiny_doc);
+    if (hx_cluster_stop(&c) != 0)
+        fprintf(stderr, "bench: some process did not exit cleanly\n");
+    return rc;
+}

@@ -1,0 +1,359 @@
+/* test_worker_exec.c - the worker executor end to end inside one process:
+ * real device threads, real compiler/kernels/collectives from atoll_common,
+ * the real mailbox and data plane (every peer is this process's own
+ * data_addr, so data moves through the mailbox). The worker modules are
+ * compiled in because unit tests link only atoll_common. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../workers/dplane.c"
+#include "../../workers/exec.c"
+#include "../../workers/exec_run.c"
+#include "../../workers/mbox.c"
+#include "../../workers/wtask.c"
+
+#define MAX_REPORTS 64
+
+typedef struct sink {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n;
+    int64_t task[MAX_REPORTS];
+    json_t *body[MAX_REPORTS];
+} sink_t;
+
+typedef struct fixture {
+    mbox_t *mb;
+    dplane_t *dp;
+    exec_t *ex;
+    sink_t sink;
+} fixture_t;
+
+static void sink_fn(void *ctx, int64_t task, json_t *body)
+{
+    sink_t *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    if (s->n < MAX_REPORTS) {
+        s->task[s->n] = task;
+        s->body[s->n++] = body;
+    } else {
+        json_decref(body);
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits (up to 20 s) for n reports; returns how many arrived. */
+static int sink_wait(sink_t *s, int n)
+{
+    int64_t deadline = util_mono_us() + 20 * 1000000;
+    pthread_mutex_lock(&s->mu);
+    while (s->n < n && util_mono_us() < deadline) {
+        pthread_mutex_unlock(&s->mu);
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->mu);
+    }
+    int got = s->n;
+    pthread_mutex_unlock(&s->mu);
+    return got;
+}
+
+static const json_t *sink_find(sink_t *s, int64_t task)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->task[i] == task)
+            return s->body[i];
+    return NULL;
+}
+
+static int fixture_start(void **state, int64_t peer_timeout_ms)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    pthread_mutex_init(&f->sink.mu, NULL);
+    pthread_cond_init(&f->sink.cv, NULL);
+    f->mb = mbox_new();
+    f->dp = dplane_start("127.0.0.1:0", NULL, f->mb);
+    exec_cfg_t cfg = {.ndevices = 4, .peer_timeout_us = peer_timeout_ms * 1000};
+    f->ex = f->dp ? exec_start(&cfg, f->mb, f->dp, sink_fn, &f->sink) : NULL;
+    *state = f;
+    return f->ex ? 0 : -1;
+}
+
+static int setup_normal(void **state)
+{
+    return fixture_start(state, 10000);
+}
+
+static int setup_short_timeout(void **state)
+{
+    return fixture_start(state, 200);
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    mbox_shutdown(f->mb);
+    exec_stop(f->ex);
+    dplane_stop(f->dp);
+    mbox_free(f->mb);
+    for (int i = 0; i < f->sink.n; i++)
+        json_decref(f->sink.body[i]);
+    pthread_mutex_destroy(&f->sink.mu);
+    pthread_cond_destroy(&f->sink.cv);
+    free(f);
+    return 0;
+}
+
+static const char *PRODUCE =
+    "{\"name\": \"produce\", \"slice\": \"a\", \"ops\": ["
+    " {\"op\": \"shard_index\", \"out\": \"i\"},"
+    " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [4], \"value\": 1.0},"
+    " {\"op\": \"mul\", \"out\": \"y\", \"args\": [\"x\", \"i\"]},"
+    " {\"op\": \"all_reduce\", \"out\": \"z\", \"args\": [\"y\"], \"reduce\": \"sum\"}],"
+    " \"outputs\": [\"z\"]}";
+
+static const char *CONSUME =
+    "{\"name\": \"consume\", \"slice\": \"b\", \"ops\": ["
+    " {\"op\": \"input\", \"out\": \"z\", \"from\": \"produce.z\"},"
+    " {\"op\": \"scale\", \"out\": \"w\", \"args\": [\"z\"], \"factor\": 0.5}],"
+    " \"outputs\": [\"w\"]}";
+
+/* A TASK object of docs/worker-protocol.md on a [2,2] slice whose every
+ * peer is this process. sends_to_consumer adds the produce.z edge. */
+static json_t *make_task(fixture_t *f, int64_t id, int64_t job, int comp, int seq, int shard,
+                         const char *computation, int sends_to_consumer)
+{
+    json_error_t jerr;
+    json_t *c = json_loads(computation, 0, &jerr);
+    assert_non_null(c);
+    const char *me = dplane_addr(f->dp);
+    json_t *t = json_pack("{s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:[i,i], s:o, s:{s:[i]},"
+                          " s:[s,s,s,s]}",
+                          "task", (json_int_t)id, "job", (json_int_t)job, "attempt", 0,
+                          "comp", comp, "seq", seq, "shard", shard, "device", shard,
+                          "slice_shape", 2, 2, "computation", c, "input_shapes", "produce.z", 4,
+                          "peers", me, me, me, me);
+    assert_non_null(t);
+    if (sends_to_consumer) {
+        json_t *s = json_pack("[{s:s, s:i, s:i, s:s}]", "value", "z", "comp", 1, "op", 0,
+                              "to", me);
+        assert_int_equal(json_object_set_new(t, "sends", s), 0);
+    }
+    return t;
+}
+
+static void submit(fixture_t *f, json_t *task)
+{
+    exec_submit(f->ex, task);
+    json_decref(task);
+}
+
+static void assert_output_all(const json_t *report, const char *value, double want, double sum)
+{
+    assert_non_null(report);
+    assert_string_equal(json_string_value(json_object_get(report, "state")), "succeeded");
+    const json_t *out = json_object_get(json_object_get(report, "outputs"), value);
+    assert_non_null(out);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 0)), 4);
+    assert_true(json_real_value(json_object_get(out, "sum")) == sum);
+    const json_t *vals = json_object_get(out, "values");
+    assert_int_equal(json_array_size(vals), 4);
+    for (size_t k = 0; k < 4; k++)
+        assert_true(json_number_value(json_array_get(vals, k)) == want);
+    int64_t started = json_integer_value(json_object_get(report, "started_us"));
+    int64_t ready = json_integer_value(json_object_get(report, "inputs_ready_us"));
+    int64_t finished = json_integer_value(json_object_get(report, "finished_us"));
+    assert_true(started > 0 && started <= ready && ready <= finished);
+}
+
+/* DESIGN.md's example: produce.z is 6 everywhere, consume.w 3. */
+static void test_design_example(void **state)
+{
+    fixture_t *f = *state;
+    for (int s = 0; s < 4; s++)
+        submit(f, make_task(f, 10 + s, 1, 0, 1, s, PRODUCE, 1));
+    for (int s = 0; s < 4; s++)
+        submit(f, make_task(f, 20 + s, 1, 1, 2, s, CONSUME, 0));
+    assert_int_equal(sink_wait(&f->sink, 8), 8);
+    for (int s = 0; s < 4; s++) {
+        assert_output_all(sink_find(&f->sink, 10 + s), "z", 6.0, 24.0);
+        assert_output_all(sink_find(&f->sink, 20 + s), "w", 3.0, 12.0);
+    }
+    assert_int_equal(mbox_count(f->mb), 0);    /* every message was consumed */
+    assert_int_equal(exec_drain(f->ex, 1000), 0);
+}
+
+/* Tasks run in seq order per device, whatever the submission order, when
+ * they are queued behind a busy device. */
+static void test_seq_order_per_device(void **state)
+{
+    fixture_t *f = *state;
+    /* Keep every device busy 300 ms so the next tasks queue up. */
+    const char *busy = "{\"name\": \"busy\", \"slice\": \"a\", \"ops\": ["
+                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 300000}],"
+                       " \"outputs\": []}";
+    for (int s = 0; s < 4; s++)
+        submit(f, make_task(f, 30 + s, 2, 2, 0, s, busy, 0));
+    for (int s = 0; s < 4; s++)
+        submit(f, make_task(f, 20 + s, 1, 1, 2, s, CONSUME, 0));
+    for (int s = 0; s < 4; s++)
+        submit(f, make_task(f, 10 + s, 1, 0, 1, s, PRODUCE, 1));
+    assert_int_equal(sink_wait(&f->sink, 12), 12);
+    for (int s = 0; s < 4; s++) {
+        assert_output_all(sink_find(&f->sink, 10 + s), "z", 6.0, 24.0);
+        assert_output_all(sink_find(&f->sink, 20 + s), "w", 3.0, 12.0);
+    }
+}
+
+static const char *COLLS =
+    "{\"name\": \"c\", \"slice\": \"a\", \"ops\": ["
+    " {\"op\": \"shard_index\", \"out\": \"i\"},"
+    " {\"op\": \"iota\", \"out\": \"x\", \"shape\": [4]},"
+    " {\"op\": \"add\", \"out\": \"y\", \"args\": [\"x\", \"i\"]},"
+    " {\"op\": \"ppermute\", \"out\": \"p\", \"args\": [\"y\"], \"shift\": 1},"
+    " {\"op\": \"all_gather\", \"out\": \"g\", \"args\": [\"y\"], \"axis\": 0},"
+    " {\"op\": \"all_to_all\", \"out\": \"t\", \"args\": [\"y\"], \"split_axis\": 0,"
+    "  \"concat_axis\": 0},"
+    " {\"op\": \"reduce_scatter\", \"out\": \"r\", \"args\": [\"y\"], \"axis\": 0,"
+    "  \"reduce\": \"sum\"},"
+    " {\"op\": \"all_reduce\", \"out\": \"m\", \"args\": [\"i\"], \"reduce\": \"max\","
+    "  \"mesh_axes\": [1]}],"
+    " \"outputs\": [\"p\", \"g\", \"t\", \"r\", \"m\"]}";
+
+/* The values of output `name` of a report, as doubles; returns the count. */
+static size_t output_values(const json_t *report, const char *name, double *v, size_t cap)
+{
+    const json_t *vals = json_object_get(json_object_get(json_object_get(report, "outputs"),
+                                                         name), "values");
+    size_t n = json_array_size(vals);
+    for (size_t k = 0; k < n && k < cap; k++)
+        v[k] = json_number_value(json_array_get(vals, k));
+    return n;
+}
+
+/* Every collective's exchange pattern through the executor. With
+ * y_k = [k, k+1, k+2, k+3] on shard k of a [2,2] slice:
+ * ppermute(1) -> y_{k-1}; all_gather -> y_0..y_3; all_to_all -> [k..k+3];
+ * reduce_scatter(sum) -> [6 + 4k]; all_reduce(max) along mesh axis 1 ->
+ * the larger shard index of k's row. */
+static void test_collectives(void **state)
+{
+    fixture_t *f = *state;
+    for (int s = 0; s < 4; s++)
+        submit(f, make_task(f, 70 + s, 6, 0, 1, s, COLLS, 0));
+    assert_int_equal(sink_wait(&f->sink, 4), 4);
+    for (int k = 0; k < 4; k++) {
+        const json_t *r = sink_find(&f->sink, 70 + k);
+        assert_non_null(r);
+        assert_string_equal(json_string_value(json_object_get(r, "state")), "succeeded");
+        double v[16];
+        int prev = (k + 3) % 4;
+        assert_int_equal(output_values(r, "p", v, 16), 4);
+        for (int e = 0; e < 4; e++)
+            assert_true(v[e] == prev + e);
+        assert_int_equal(output_values(r, "g", v, 16), 16);
+        for (int e = 0; e < 16; e++)
+            assert_true(v[e] == e / 4 + e % 4);
+        assert_int_equal(output_values(r, "t", v, 16), 4);
+        for (int e = 0; e < 4; e++)
+            assert_true(v[e] == k + e);
+        assert_int_equal(output_values(r, "r", v, 16), 1);
+        assert_true(v[0] == 6 + 4 * k);
+        assert_int_equal(output_values(r, "m", v, 16), 1);
+        assert_true(v[0] == (k < 2 ? 1 : 3));
+    }
+}
+
+static const char *report_state(fixture_t *f, int64_t task)
+{
+    const json_t *r = sink_find(&f->sink, task);
+    return r ? json_string_value(json_object_get(r, "state")) : "(none)";
+}
+
+/* A consumer whose input never comes fails with a timeout, not a hang. */
+static void test_peer_timeout(void **state)
+{
+    fixture_t *f = *state;
+    submit(f, make_task(f, 40, 3, 1, 2, 0, CONSUME, 0));
+    assert_int_equal(sink_wait(&f->sink, 1), 1);
+    assert_string_equal(report_state(f, 40), "failed");
+    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 40), "error"));
+    assert_non_null(strstr(err, "timed out"));
+}
+
+/* Cancel wakes a running waiter and reports queued tasks cancelled. */
+static void test_cancel(void **state)
+{
+    fixture_t *f = *state;
+    submit(f, make_task(f, 50, 4, 1, 2, 0, CONSUME, 0));     /* waits for input */
+    submit(f, make_task(f, 51, 4, 1, 3, 0, CONSUME, 0));     /* queued behind it */
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    assert_int_equal(exec_pending(f->ex), 2);
+    int64_t t0 = util_mono_us();
+    exec_cancel_job(f->ex, 4);
+    assert_int_equal(sink_wait(&f->sink, 2), 2);
+    assert_true(util_mono_us() - t0 < 2000000);
+    assert_string_equal(report_state(f, 50), "cancelled");
+    assert_string_equal(report_state(f, 51), "cancelled");
+    assert_int_equal(exec_drain(f->ex, 1000), 0);
+}
+
+/* A long `compute` stops soon after its job is cancelled; a repeated
+ * cancel of the same job is recognised as nothing new. */
+static void test_cancel_compute(void **state)
+{
+    fixture_t *f = *state;
+    const char *slow = "{\"name\": \"slow\", \"slice\": \"a\", \"ops\": ["
+                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 5000000}],"
+                       " \"outputs\": [\"c\"]}";
+    submit(f, make_task(f, 80, 7, 0, 1, 0, slow, 0));
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    int64_t t0 = util_mono_us();
+    assert_int_equal(exec_cancel_job(f->ex, 7), 1);
+    assert_int_equal(exec_cancel_job(f->ex, 7), 0);
+    assert_int_equal(sink_wait(&f->sink, 1), 1);
+    assert_true(util_mono_us() - t0 < 1000000);
+    assert_string_equal(report_state(f, 80), "cancelled");
+    assert_int_equal(exec_cancel_job(f->ex, 7), 0);
+}
+
+/* Bad tasks are reported failed, never crash the worker. */
+static void test_bad_tasks(void **state)
+{
+    fixture_t *f = *state;
+    json_t *t = make_task(f, 60, 5, 0, 1, 0, PRODUCE, 0);
+    json_object_del(t, "peers");
+    submit(f, t);
+    t = make_task(f, 61, 5, 0, 1, 0, PRODUCE, 0);
+    json_object_set_new(t, "device", json_integer(9));      /* no such device */
+    submit(f, t);
+    const char *bogus = "{\"name\": \"x\", \"slice\": \"a\", \"ops\": ["
+                        " {\"op\": \"frobnicate\", \"out\": \"q\"}], \"outputs\": [\"q\"]}";
+    submit(f, make_task(f, 62, 5, 0, 1, 0, bogus, 0));
+    assert_int_equal(sink_wait(&f->sink, 3), 3);
+    assert_string_equal(report_state(f, 60), "failed");
+    assert_string_equal(report_state(f, 61), "failed");
+    assert_string_equal(report_state(f, 62), "failed");
+    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 62), "error"));
+    assert_non_null(strstr(err, "compile"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_design_example, setup_normal, teardown),
+        cmocka_unit_test_setup_teardown(test_seq_order_per_device, setup_normal, teardown),
+        cmocka_unit_test_setup_teardown(test_collectives, setup_normal, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_timeout, setup_short_timeout, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel, setup_normal, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_compute, setup_normal, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_tasks, setup_normal, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

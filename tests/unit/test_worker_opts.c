@@ -1,0 +1,127 @@
+/* test_worker_opts.c - atoll-worker's flags and environment (workers/wopts.c
+ * compiled in, with the dplane/mbox code it uses for address checks). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../workers/dplane.c"
+#include "../../workers/mbox.c"
+#include "../../workers/wopts.c"
+
+/* A fake environment: NULL-terminated name/value pairs set per test. */
+static const char *const *fake_env;
+
+static const char *env_lookup(const char *name)
+{
+    for (const char *const *p = fake_env; p && *p; p += 2)
+        if (strcmp(p[0], name) == 0)
+            return p[1];
+    return NULL;
+}
+
+static int parse(int argc, const char **argv, wopts_t *o, char *err)
+{
+    return wopts_parse(argc, (char **)argv, env_lookup, o, err, 256);
+}
+
+static void test_flags_and_defaults(void **state)
+{
+    (void)state;
+    fake_env = NULL;
+    const char *argv[] = {"atoll-worker", "--controller", "http://127.0.0.1:8080",
+                          "--island", "west", "--devices=2"};
+    wopts_t o;
+    char err[256] = "";
+    assert_int_equal(parse(6, argv, &o, err), 0);
+    assert_string_equal(o.controller, "http://127.0.0.1:8080");
+    assert_string_equal(o.island, "west");
+    assert_int_equal(o.devices, 2);
+    assert_string_equal(o.backend, "cpu");
+    assert_string_equal(o.data_listen, "127.0.0.1:0");
+    assert_int_equal(o.poll_ms, 1000);
+    assert_int_equal(o.peer_timeout_ms, 60000);
+    assert_int_equal(o.log_level, LOG_INFO);
+}
+
+static void test_env_and_override(void **state)
+{
+    (void)state;
+    static const char *const env[] = {"ATOLL_CONTROLLER", "http://ctl:9000",
+                                      "ATOLL_ISLAND", "east", "ATOLL_DEVICES", "4",
+                                      "ATOLL_BACKEND", "sim", "ATOLL_POLL_MS", "250",
+                                      "ATOLL_LOG_LEVEL", "debug", NULL};
+    fake_env = env;
+    const char *argv[] = {"atoll-worker", "--devices", "8", "--backend", "cpu"};
+    wopts_t o;
+    char err[256] = "";
+    assert_int_equal(parse(5, argv, &o, err), 0);
+    assert_string_equal(o.controller, "http://ctl:9000");
+    assert_string_equal(o.island, "east");
+    assert_int_equal(o.devices, 8);             /* flag beats environment */
+    assert_string_equal(o.backend, "cpu");
+    assert_int_equal(o.poll_ms, 250);
+    assert_int_equal(o.log_level, LOG_DEBUG);
+    fake_env = NULL;
+}
+
+/* Each bad input yields -1 and a message naming the culprit. */
+static void expect_error(int argc, const char **argv, const char *needle)
+{
+    wopts_t o;
+    char err[256] = "";
+    assert_int_equal(parse(argc, argv, &o, err), -1);
+    if (!strstr(err, needle))
+        fail_msg("error '%s' does not mention '%s'", err, needle);
+}
+
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    fake_env = NULL;
+    const char *c = "--controller", *u = "http://127.0.0.1:1";
+    expect_error(7, (const char *[]){"w", c, u, "--island", "a", "--devices", "0"}, "--devices");
+    expect_error(7, (const char *[]){"w", c, u, "--island", "a", "--devices", "x"}, "--devices");
+    expect_error(6, (const char *[]){"w", c, u, "--island", "a", "--devices"}, "needs a value");
+    expect_error(5, (const char *[]){"w", c, u, "--island", "a"}, "--devices");
+    expect_error(5, (const char *[]){"w", "--island", "a", "--devices", "1"}, "--controller");
+    expect_error(7, (const char *[]){"w", c, "ftp://x", "--island", "a", "--devices", "1"},
+                 "--controller");
+    expect_error(2, (const char *[]){"w", "--frobnicate"}, "unknown option");
+    expect_error(2, (const char *[]){"w", "stray"}, "unexpected argument");
+    expect_error(3, (const char *[]){"w", "--backend", "gpu"}, "--backend");
+    expect_error(3, (const char *[]){"w", "--data-listen", "nowhere"}, "--data-listen");
+    expect_error(3, (const char *[]){"w", "--poll-ms", "40000"}, "--poll-ms");
+    expect_error(3, (const char *[]){"w", "--log-level", "loud"}, "--log-level");
+
+    static const char *const env[] = {"ATOLL_DEVICES", "-3", NULL};
+    fake_env = env;
+    expect_error(1, (const char *[]){"w"}, "ATOLL_DEVICES");
+    fake_env = NULL;
+}
+
+static void test_help_and_version_skip_required(void **state)
+{
+    (void)state;
+    fake_env = NULL;
+    wopts_t o;
+    char err[256] = "";
+    assert_int_equal(parse(2, (const char *[]){"w", "--help"}, &o, err), 0);
+    assert_true(o.help);
+    assert_int_equal(parse(2, (const char *[]){"w", "--version"}, &o, err), 0);
+    assert_true(o.version);
+    assert_non_null(strstr(wopts_usage(), "ATOLL_CONTROLLER"));
+    assert_non_null(strstr(wopts_usage(), "sim"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flags_and_defaults),
+        cmocka_unit_test(test_env_and_override),
+        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_help_and_version_skip_required),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
