@@ -123,7 +123,7 @@ CREATE TABLE outputs (
   value     TEXT NOT NULL,
   shard     INTEGER NOT NULL,
   shape     TEXT NOT NULL,
-  sum       REAL NOT NULL,
+  sum       REAL,                     -- NULL when not finite
   vals      BLOB,                     -- f32 little-endian, when <= 4096 elements
   PRIMARY KEY (job_id, comp_idx, value, shard)
 );

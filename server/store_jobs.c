@@ -394,8 +394,8 @@ static json_t *result_shard(sqlite3_stmt *s)
     json_t *e = json_object();
     json_object_set_new(e, "shard", json_integer(sqlite3_column_int64(s, 2)));
     json_object_set_new(e, "shape", store_col_json(s, 3));
-    double sum = sqlite3_column_double(s, 4);
-    json_object_set_new(e, "sum", isfinite(sum) ? json_real(sum) : json_null());
+    json_object_set_new(e, "sum", sqlite3_column_type(s, 4) == SQLITE_NULL
+                                      ? json_null() : json_real(sqlite3_column_double(s, 4)));
     const float *vals = sqlite3_column_blob(s, 5);
     int bytes = sqlite3_column_bytes(s, 5);
     if (vals) {

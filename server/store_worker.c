@@ -291,7 +291,8 @@ static int report_output(store_t *st, const task_row_t *r, const char *name, jso
     snprintf(field, sizeof field, "outputs.%.60s", name);
     json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
     json_t *vals = json_object_get(o, "values");
-    if (!json_is_object(o) || !json_is_array(shape) || !json_is_number(sum) ||
+    /* A non-finite sum travels as null (JSON has no NaN or infinity). */
+    if (!json_is_object(o) || !json_is_array(shape) || !(json_is_number(sum) || json_is_null(sum)) ||
         (vals && !json_is_array(vals)) || json_object_size(o) != 2u + (vals != NULL))
         return err_set(e, 400, field, "an output is {shape: [..], sum: number, values?: [..]}");
     int64_t numel = 1;
@@ -324,7 +325,8 @@ static int report_output(store_t *st, const task_row_t *r, const char *name, jso
         sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(s, 4, r->shard);
         sqlite3_bind_text(s, 5, shape_txt, -1, SQLITE_STATIC);
-        sqlite3_bind_double(s, 6, json_number_value(sum));
+        if (!json_is_null(sum))
+            sqlite3_bind_double(s, 6, json_number_value(sum));
         if (buf)
             sqlite3_bind_blob(s, 7, buf, (int)(sizeof *buf * (size_t)numel), SQLITE_STATIC);
         rc = store_step_done(s);

@@ -23,7 +23,7 @@ typedef struct run {
     comp_t *comp;               /* owned */
     tensor_t **vals;            /* comp->nvalues slots, each owned or NULL */
     int64_t started_us;
-    int64_t inputs_ready_us;
+    int64_t inputs_ready_us;    /* last `input` edge taken, else started_us */
     int cancelled;
     char err[512];
 } run_t;
@@ -43,7 +43,6 @@ static int run_take(run_t *r, const mbox_tag_t *tag, tensor_t **out)
     mbox_status_t st = mbox_take(r->env->mb, tag, deadline, out);
     switch (st) {
     case MBOX_OK:
-        r->inputs_ready_us = util_wall_us();
         return 0;
     case MBOX_CANCELLED:
         r->cancelled = 1;
@@ -75,6 +74,9 @@ static int run_input(run_t *r, int i, tensor_t **out)
     mbox_tag_t tag = run_tag(r, r->t->comp, i, r->t->shard, r->t->shard);
     if (run_take(r, &tag, out) != 0)
         return -1;
+    /* Only DAG edges count as inputs; collective pieces are part of the
+     * computation itself. */
+    r->inputs_ready_us = util_wall_us();
     if (!shape_equal(&(*out)->shape, &op->shape)) {
         char got[64], want[64];
         shape_format(&(*out)->shape, got, sizeof got);

@@ -126,6 +126,37 @@ static int register_first(worker_t *w)
     }
 }
 
+static int64_t task_seq(const json_t *task)
+{
+    return json_integer_value(json_object_get(task, "seq"));
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    int64_t x = task_seq(*(json_t *const *)a), y = task_seq(*(json_t *const *)b);
+    return (x > y) - (x < y);
+}
+
+/* Submits an answer's tasks in increasing seq: a device that is idle takes
+ * the first task it is given, so a later seq must not be queued first. */
+static void submit_tasks(worker_t *w, const json_t *tasks)
+{
+    size_t n = json_array_size(tasks);
+    json_t **order = n ? malloc(n * sizeof *order) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (order)
+            order[i] = json_array_get(tasks, i);
+        else
+            exec_submit(w->ex, json_array_get(tasks, i));  /* OOM: answer order */
+    }
+    if (!order)
+        return;
+    qsort(order, n, sizeof *order, by_seq);
+    for (size_t i = 0; i < n; i++)
+        exec_submit(w->ex, order[i]);
+    free(order);
+}
+
 /* Hands a poll answer's tasks to the executor and applies its cancels.
  * Returns how many tasks and cancels were new: the controller repeats a
  * cancel until the job's tasks are reported, and the caller must not spin
@@ -137,8 +168,7 @@ static int handle_poll(worker_t *w, const json_t *ans)
     size_t i;
     const json_t *v;
     int news = (int)json_array_size(tasks);
-    json_array_foreach(tasks, i, v)
-        exec_submit(w->ex, v);
+    submit_tasks(w, tasks);
     json_array_foreach(cancel, i, v)
         if (json_is_integer(v))
             news += exec_cancel_job(w->ex, json_integer_value(v));

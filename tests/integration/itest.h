@@ -86,12 +86,18 @@ static inline json_t *itest_wait_state(int64_t id, const char *want)
 {
     json_t *job = NULL;
     int rc = hx_job_wait(&itest_client, id, ITEST_JOB_TIMEOUT_MS, ITEST_POLL_MS, &job);
-    const char *st = job ? hx_job_state(job) : "(no job object)";
-    const char *err = json_string_value(json_object_get(job, "error"));
+    char st[32], err[400];
+    const char *e = json_string_value(json_object_get(job, "error"));
+    snprintf(st, sizeof st, "%s", job ? hx_job_state(job) : "(no job object)");
+    snprintf(err, sizeof err, "%s", e ? e : "none");
+    if (rc != 0 || strcmp(st, want) != 0) {
+        json_decref(job);   /* fail() longjmps: release first so ASan stays quiet */
+        job = NULL;
+    }
     T_CHECK(rc == 0, "job %" PRId64 " not terminal after %d ms (state %s)", id,
             ITEST_JOB_TIMEOUT_MS, st);
     T_CHECK(strcmp(st, want) == 0, "job %" PRId64 " ended %s, expected %s (error: %s)", id, st,
-            want, err ? err : "none");
+            want, err);
     return job;
 }
 

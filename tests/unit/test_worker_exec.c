@@ -180,8 +180,13 @@ static void test_design_example(void **state)
         submit(f, make_task(f, 20 + s, 1, 1, 2, s, CONSUME, 0));
     assert_int_equal(sink_wait(&f->sink, 8), 8);
     for (int s = 0; s < 4; s++) {
-        assert_output_all(sink_find(&f->sink, 10 + s), "z", 6.0, 24.0);
+        const json_t *prod = sink_find(&f->sink, 10 + s);
+        assert_output_all(prod, "z", 6.0, 24.0);
         assert_output_all(sink_find(&f->sink, 20 + s), "w", 3.0, 12.0);
+        /* No `input` op: inputs were ready when it started (collective
+         * pieces are not inputs). */
+        assert_true(json_integer_value(json_object_get(prod, "inputs_ready_us")) ==
+                    json_integer_value(json_object_get(prod, "started_us")));
     }
     assert_int_equal(mbox_count(f->mb), 0);    /* every message was consumed */
     assert_int_equal(exec_drain(f->ex, 1000), 0);
