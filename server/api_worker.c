@@ -98,13 +98,60 @@ static int64_t worker_param(http_req_t *req, http_resp_t *resp)
     return id;
 }
 
+/* The optional heartbeat body {"store": {"objects","bytes","cap_bytes"}}. */
+static int heartbeat_stats(http_req_t *req, http_resp_t *resp, worker_stats_t *ws)
+{
+    if (req->body_len == 0)
+        return 0;
+    json_t *body = api_body_json(req, resp);
+    if (!body)
+        return -1;
+    int rc = -1;
+    const char *key;
+    json_t *v, *store = NULL;
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "store") != 0) {
+            http_problem(resp, 400, key, "unknown field '%s'", key);
+            goto cleanup;
+        }
+        store = v;
+    }
+    if (store) {
+        int64_t *dst[] = {&ws->objects, &ws->bytes, &ws->cap_bytes};
+        const char *names[] = {"objects", "bytes", "cap_bytes"};
+        const char *fields[] = {"store.objects", "store.bytes", "store.cap_bytes"};
+        if (!json_is_object(store) || json_object_size(store) > 3) {
+            http_problem(resp, 400, "store", "store is {objects, bytes, cap_bytes}");
+            goto cleanup;
+        }
+        for (int i = 0; i < 3; i++) {
+            json_t *n = json_object_get(store, names[i]);
+            if (n && (!json_is_integer(n) || json_integer_value(n) < 0)) {
+                http_problem(resp, 400, fields[i], "%s must be a non-negative integer",
+                             fields[i]);
+                goto cleanup;
+            }
+            *dst[i] = n ? json_integer_value(n) : 0;
+        }
+    }
+    rc = 0;
+cleanup:
+    json_decref(body);
+    return rc;
+}
+
 void api_worker_heartbeat(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
     store_t *st;
     if (id < 1 || !(st = api_store(resp)))
         return;
+    worker_stats_t ws = {0};
+    if (heartbeat_stats(req, resp, &ws) != 0)
+        return;
     int rc = store_worker_heartbeat(st, id);
+    if (rc == STORE_OK)
+        rc = store_worker_set_stats(st, id, &ws);
     if (rc == STORE_NOTFOUND)
         http_problem(resp, 404, "id", "worker %ld is not registered (lease expired?)", (long)id);
     else if (rc != STORE_OK)

@@ -84,6 +84,11 @@ typedef struct worker_reg {
  * 201 body. */
 int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out);
 int store_worker_heartbeat(store_t *st, int64_t worker);      /* NOTFOUND when gone */
+/* Object-store figures a worker sends with its heartbeat (all >= 0). */
+typedef struct worker_stats {
+    int64_t objects, bytes, cap_bytes;
+} worker_stats_t;
+int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws);
 int store_worker_leave(store_t *st, int64_t worker);
 /* Leases every pending task of the worker (seq order) and lists the jobs it
  * must abort. *out = {"tasks":[...],"cancel":[...]}. *any = 1 when either is

@@ -96,7 +96,8 @@ json_t *store_workers_json(store_t *st, int64_t lease_us)
     static const char sql[] =
         "SELECT w.id, i.name, w.first_device, w.ndevices, w.data_addr, w.host, w.pid, w.backend,"
         " w.state, w.epoch, w.registered_at, w.heartbeat_at,"
-        " (SELECT COUNT(*) FROM tasks t WHERE t.worker_id = w.id AND t.state = 'leased')"
+        " (SELECT COUNT(*) FROM tasks t WHERE t.worker_id = w.id AND t.state = 'leased'),"
+        " w.store_objects, w.store_bytes, w.store_cap_bytes"
         " FROM workers w JOIN islands i ON i.id = w.island_id ORDER BY w.id";
     json_t *out = json_object(), *arr = json_array();
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -126,6 +127,10 @@ json_t *store_workers_json(store_t *st, int64_t lease_us)
         json_object_set_new(w, "heartbeat_age_s", json_real(age < 0 ? 0 : age));
         json_object_set_new(w, "lease_s", json_real((double)lease_us / 1e6));
         json_object_set_new(w, "tasks_leased", json_integer(sqlite3_column_int64(s, 12)));
+        json_object_set_new(w, "store", json_pack("{s:I, s:I, s:I}",
+                            "objects", (json_int_t)sqlite3_column_int64(s, 13),
+                            "bytes", (json_int_t)sqlite3_column_int64(s, 14),
+                            "cap_bytes", (json_int_t)sqlite3_column_int64(s, 15)));
         json_array_append_new(arr, w);
     }
     sqlite3_reset(s);

@@ -146,6 +146,21 @@ int store_worker_heartbeat(store_t *st, int64_t worker)
     return sqlite3_changes(store_db(st)) == 1 ? STORE_OK : STORE_NOTFOUND;
 }
 
+int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws)
+{
+    static const char sql[] =
+        "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4"
+        " WHERE id = ?1 AND state = 'live'";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, ws->objects);
+    sqlite3_bind_int64(s, 3, ws->bytes);
+    sqlite3_bind_int64(s, 4, ws->cap_bytes);
+    return store_step_done(s) == 0 ? STORE_OK : STORE_ERR;
+}
+
 int store_worker_leave(store_t *st, int64_t worker)
 {
     static const char sql[] = "SELECT 1 FROM workers WHERE id = ? AND state = 'live'";
