@@ -236,3 +236,50 @@ int coll_combine(const op_t *op, const tensor_t *const *pieces, int n, int pos,
         return -1;
     }
 }
+
+/* ---- ring schedules ---- */
+
+static int mod_n(int64_t v, int n)
+{
+    int64_t m = v % n;
+    return (int)(m < 0 ? m + n : m);
+}
+
+void coll_ring_chunk(int64_t numel, int n, int c, int64_t *off, int64_t *len)
+{
+    if (n < 1 || c < 0 || c >= n || numel < 0) {
+        *off = 0;
+        *len = 0;
+        return;
+    }
+    int64_t base = numel / n, extra = numel % n;
+    *len = base + (c < extra ? 1 : 0);
+    *off = c * base + (c < extra ? c : extra);
+}
+
+int coll_ring_send_chunk(int n, int pos, int step)
+{
+    return n < 1 ? -1 : mod_n((int64_t)pos - step, n);
+}
+
+int coll_ring_recv_chunk(int n, int pos, int step)
+{
+    return n < 1 ? -1 : mod_n((int64_t)pos - step - 1, n);
+}
+
+int coll_ring_owned(int n, int pos)
+{
+    return n < 1 ? -1 : mod_n((int64_t)pos + 1, n);
+}
+
+void coll_reduce_into(reduce_kind_t k, float *dst, const float *src, int64_t count)
+{
+    /* One loop per kind so the compiler can vectorise the sum. */
+    if (k == REDUCE_SUM) {
+        for (int64_t i = 0; i < count; i++)
+            dst[i] += src[i];
+    } else {
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = reduce2(k, dst[i], src[i]);
+    }
+}

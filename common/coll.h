@@ -44,4 +44,27 @@ int coll_ppermute_source(const op_t *op, int n, int pos);
 int coll_combine(const op_t *op, const tensor_t *const *pieces, int n, int pos,
                  tensor_t **out);
 
+/* Ring schedules, for collectives on large tensors (n members; position p
+ * sends only to p+1 and receives only from p-1, mod n, so every link carries
+ * the same bytes whatever n is).
+ *
+ * coll_ring_chunk(): a flat buffer of numel elements cut into n nearly
+ * equal chunks (the first numel % n get one extra element); chunk c covers
+ * [*off, *off + *len). *len is 0 when numel < n.
+ *
+ * Reduce-scatter step s (0..n-2): p sends chunk coll_ring_send_chunk(n,p,s)
+ * and receives chunk coll_ring_recv_chunk(n,p,s), which it reduces into its
+ * own copy. After n-1 steps p holds chunk coll_ring_owned(n,p) fully
+ * reduced. All-gather step s (0..n-2): p sends chunk
+ * coll_ring_send_chunk(n, p + 1, s) (starting with the one it owns) and
+ * stores chunk coll_ring_recv_chunk(n, p + 1, s). A ring all_gather of
+ * whole blocks uses the reduce-scatter indexes on blocks instead of chunks.
+ * Positions may be given unreduced (any int): results are taken mod n. */
+void coll_ring_chunk(int64_t numel, int n, int c, int64_t *off, int64_t *len);
+int coll_ring_send_chunk(int n, int pos, int step);   /* (pos - step) mod n */
+int coll_ring_recv_chunk(int n, int pos, int step);   /* (pos - step - 1) mod n */
+int coll_ring_owned(int n, int pos);                  /* (pos + 1) mod n */
+/* dst[i] = reduce(dst[i], src[i]) for i < count. */
+void coll_reduce_into(reduce_kind_t k, float *dst, const float *src, int64_t count);
+
 #endif

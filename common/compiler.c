@@ -182,21 +182,6 @@ static int read_shape(const json_t *v, int min_rank, int max_rank, int64_t max_d
     return 0;
 }
 
-static int shape_ok(const shape_t *s)
-{
-    if (s->rank < 0 || s->rank > TENSOR_MAX_RANK)
-        return 0;
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++) {
-        if (s->dim[i] < 1 || s->dim[i] > TENSOR_MAX_ELEMS)
-            return 0;
-        n *= s->dim[i];
-        if (n > TENSOR_MAX_ELEMS)
-            return 0;
-    }
-    return 1;
-}
-
 /* ------------------------------------------------------------------ */
 /* Name index: open addressing, keys borrowed (they must outlive it). */
 
@@ -444,7 +429,7 @@ static int op_mesh(cc_t *x, const json_t *opj, op_t *op, int64_t *g)
 
 static int op_numel_ok(cc_t *x, const shape_t *s)
 {
-    if (!shape_ok(s)) {
+    if (!shape_valid(s)) {
         char buf[64];
         shape_format(s, buf, sizeof buf);
         return op_fail(x, "", "result %s exceeds %lld elements", buf, (long long)TENSOR_MAX_ELEMS);
@@ -832,12 +817,12 @@ static int comp_resolve(void *rctx, cc_t *x, comp_input_t *in)
     comp_rctx_t *r = rctx;
     if (!r->fn || r->fn(r->ctx, in->from, &in->shape) != 0)
         return op_fail(x, "from", "unknown input '%s'", in->from);
-    if (!shape_ok(&in->shape))
+    if (!shape_valid(&in->shape))
         return op_fail(x, "from", "input '%s' has an invalid shape", in->from);
     return 0;
 }
 
-static int slice_shape_ok(const shape_t *s)
+static int slice_shape_valid(const shape_t *s)
 {
     if (s->rank < 1 || s->rank > MESH_MAX_RANK)
         return 0;
@@ -852,7 +837,7 @@ int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
                   compiler_input_fn input_shape, void *ctx, comp_t **out, err_t *e)
 {
     comp_rctx_t r = {input_shape, ctx};
-    if (!slice_shape || !slice_shape_ok(slice_shape))
+    if (!slice_shape || !slice_shape_valid(slice_shape))
         return err_set(e, 400, "slice_shape", "slice shape must have 1 to %d dims of 1..%d",
                        MESH_MAX_RANK, SLICE_DIM_MAX);
     comp_t *c = calloc(1, sizeof *c);

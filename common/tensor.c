@@ -40,9 +40,7 @@ void shape_format(const shape_t *s, char *buf, size_t len)
         snprintf(buf + used, len - used, "]");
 }
 
-/* A valid tensor shape: rank 0..TENSOR_MAX_RANK, every dim >= 1 and at most
- * TENSOR_MAX_ELEMS elements in all (checked as we go, so no overflow). */
-static int shape_valid(const shape_t *s)
+int shape_valid(const shape_t *s)
 {
     if (s->rank < 0 || s->rank > TENSOR_MAX_RANK)
         return 0;

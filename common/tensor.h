@@ -24,6 +24,9 @@ typedef struct tensor {
 } tensor_t;
 
 int64_t shape_numel(const shape_t *s);
+/* A valid tensor shape: rank 0..TENSOR_MAX_RANK, every dim >= 1 and at most
+ * TENSOR_MAX_ELEMS elements in all (checked as it goes, so no overflow). */
+int shape_valid(const shape_t *s);
 int shape_equal(const shape_t *a, const shape_t *b);
 /* Writes "[2,4]" into buf (always NUL-terminated). */
 void shape_format(const shape_t *s, char *buf, size_t len);

@@ -303,7 +303,8 @@ static void *sched_main(void *arg)
         log_error("scheduler: no database connection");
         return NULL;
     }
-    store_sched_recover(st);
+    /* Recovery after a restart (store_sched_recover) already ran in main(),
+     * before the API opened. */
     pthread_mutex_lock(&sched_mu);
     while (sched_running) {
         if (!sched_wake) {

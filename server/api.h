@@ -38,8 +38,20 @@ void api_worker_heartbeat(http_req_t *req, http_resp_t *resp);
 void api_worker_poll(http_req_t *req, http_resp_t *resp);
 void api_worker_report(http_req_t *req, http_resp_t *resp);
 void api_worker_leave(http_req_t *req, http_resp_t *resp);
+/* api_tenants.c (admin) */
+void api_tenants_create(http_req_t *req, http_resp_t *resp);
+void api_tenants_list(http_req_t *req, http_resp_t *resp);
+void api_tenants_revoke(http_req_t *req, http_resp_t *resp);
 /* api_web.c */
 void api_web_file(http_req_t *req, http_resp_t *resp);
+/* api_stream.c (dashboard): SSE feed and utilization series. The notifiers
+ * are the sampler's callbacks; api_stream_stop() ends every stream (call it
+ * before http_stop(): MHD must not stop with suspended connections). */
+void api_events_stream(http_req_t *req, http_resp_t *resp);
+void api_stats_utilization(http_req_t *req, http_resp_t *resp);
+void api_stream_changed(void);
+void api_stream_sampled(void);
+void api_stream_stop(void);
 
 /* Shared helpers (router.c). */
 /* Parses a positive decimal id; 0 and problem 400/404 on failure. */

@@ -26,6 +26,29 @@ static const char *str_field(json_t *body, const char *key, size_t max, int requ
     return json_string_value(v);
 }
 
+/* data_addr is "host:port" (what peers dial): host of [A-Za-z0-9.:_[]-]
+ * (names, IPv4, bracketed IPv6), port 1..65535. Anything else would be
+ * handed to every peer worker as an address it cannot connect to. */
+static int data_addr_ok(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || !colon[1] || strlen(colon + 1) > 5)
+        return 0;
+    for (const char *p = addr; p < colon; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']'))
+            return 0;
+    }
+    long port = 0;
+    for (const char *p = colon + 1; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        port = port * 10 + (*p - '0');
+    }
+    return port >= 1 && port <= 65535;
+}
+
 void api_worker_register(http_req_t *req, http_resp_t *resp)
 {
     static const char *const allowed[] = {"island", "devices", "backend", "data_addr", "host",
@@ -51,6 +74,10 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
         !(reg.backend = str_field(body, "backend", 16, 0, resp)) ||
         !(reg.host = str_field(body, "host", 255, 0, resp)))
         goto cleanup;
+    if (!data_addr_ok(reg.data_addr)) {
+        http_problem(resp, 400, "data_addr", "data_addr must be host:port (port 1..65535)");
+        goto cleanup;
+    }
     if (!*reg.backend)
         reg.backend = "cpu";
     if (strcmp(reg.backend, "cpu") != 0 && strcmp(reg.backend, "sim") != 0) {
@@ -194,6 +221,46 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     http_json(resp, 200, out);
 }
 
+/* Structure of a report's outputs that the store does not check: each key
+ * a value name ([A-Za-z0-9_-], 1..NAME_MAX_LEN-1, as the compiler allows)
+ * and each listed value a number or null (null = non-finite). The store
+ * checks shapes, sums and counts. 0, or -1 with a 400 answered. */
+static int report_outputs_ok(const json_t *body, http_resp_t *resp)
+{
+    json_t *outs = json_object_get(body, "outputs"), *o;
+    const char *name;
+    if (!outs)
+        return 0;
+    if (!json_is_object(outs)) {
+        http_problem(resp, 400, "outputs", "outputs must be an object");
+        return -1;
+    }
+    json_object_foreach(outs, name, o) {
+        size_t n = strlen(name);
+        int ok = n >= 1 && n < NAME_MAX_LEN;
+        for (size_t i = 0; ok && i < n; i++) {
+            char c = name[i];
+            ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '-';
+        }
+        if (!ok) {
+            http_problem(resp, 400, "outputs", "output names are value names (1 to %d "
+                         "characters [A-Za-z0-9_-])", NAME_MAX_LEN - 1);
+            return -1;
+        }
+        json_t *vals = json_object_get(o, "values"), *v;
+        size_t i;
+        json_array_foreach(vals, i, v) {
+            if (!json_is_number(v) && !json_is_null(v)) {
+                http_problem(resp, 400, "outputs", "output '%s': values must be numbers "
+                             "(null for non-finite)", name);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 void api_worker_report(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
@@ -206,7 +273,7 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
     }
     json_t *body = api_body_json(req, resp);
     store_t *st;
-    if (!body || !(st = api_store(resp))) {
+    if (!body || report_outputs_ok(body, resp) != 0 || !(st = api_store(resp))) {
         json_decref(body);
         return;
     }

@@ -78,17 +78,71 @@ void http_json(http_resp_t *resp, int status, json_t *body)
     resp->content_type = "application/json";
 }
 
+/* Length of the valid UTF-8 sequence at s (strict, as Jansson checks it:
+ * no overlongs, no surrogates, nothing above U+10FFFF), or 0. */
+static size_t utf8_seq_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* Replaces every byte that does not start a valid UTF-8 sequence with '?'.
+ * Problem texts quote client input (a URL-decoded path, a query value, a
+ * name cut at a buffer's end mid-character); Jansson refuses invalid UTF-8,
+ * and without this the problem body could not be built at all (a 500). */
+static void utf8_scrub(char *text)
+{
+    unsigned char *s = (unsigned char *)text;
+    while (*s) {
+        size_t n = utf8_seq_len(s);
+        if (n == 0) {
+            *s++ = '?';
+            continue;
+        }
+        s += n;     /* NUL is never a continuation byte, so n never overruns */
+    }
+}
+
 void http_problem(http_resp_t *resp, int status, const char *field, const char *fmt, ...)
 {
-    char detail[512];
+    char detail[512], fieldbuf[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
+    utf8_scrub(detail);
     json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
                           status_title(status), "status", status, "detail", detail);
-    if (p && field && *field)
-        json_object_set_new(p, "field", json_string(field));
+    if (p && field && *field) {
+        snprintf(fieldbuf, sizeof fieldbuf, "%s", field);
+        utf8_scrub(fieldbuf);
+        json_object_set_new(p, "field", json_string(fieldbuf));
+    }
     char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
     json_decref(p);
     free(resp->body);
@@ -143,6 +197,13 @@ static void body_append(conn_ctx_t *c, const char *data, size_t n)
 
 static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
 {
+    if (resp->stream) {   /* a streaming response the handler built (api_stream.c) */
+        free(resp->body);
+        atomic_fetch_add(&http_status_counts[2], 1);
+        enum MHD_Result sret = MHD_queue_response(conn, (unsigned)resp->status, resp->stream);
+        MHD_destroy_response(resp->stream);
+        return sret;
+    }
     if (!resp->body)
         http_problem(resp, 500, NULL, "the handler produced no response");
     struct MHD_Response *r =

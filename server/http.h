@@ -35,6 +35,8 @@ typedef struct http_resp {
     const char *content_type;       /* static string */
     char location[128];             /* Location header when non-empty */
     int park;                       /* handler: "run me again later" */
+    void *stream;                   /* handler: a struct MHD_Response * to queue as is
+                                       (streaming body, e.g. SSE); owned, body unused */
 } http_resp_t;
 
 typedef void (*http_handler_fn)(http_req_t *req, http_resp_t *resp);

@@ -13,6 +13,7 @@
 
 #include "api.h"
 #include "http.h"
+#include "sampler.h"
 #include "scheduler.h"
 #include "store.h"
 #include "util.h"
@@ -255,6 +256,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "atolld: %s\n", e.detail[0] ? e.detail : "cannot open the database");
         return 1;
     }
+    /* Recovery runs before the API and the scheduler: whatever a previous
+     * atolld left allocated or running starts a new attempt (see
+     * store_sched_recover), so nothing accepted is lost or left hanging. */
+    store_t *rst = store_thread();
+    int requeued = rst ? store_sched_recover(rst) : -1;
+    if (requeued < 0) {
+        fprintf(stderr, "atolld: cannot recover the jobs in %s\n", o.db);
+        return 1;
+    }
+    if (requeued > 0)
+        log_warn("recovery: %d allocated/running job(s) from before the restart requeued",
+                 requeued);
     api_cfg = (api_config_t){o.islands, o.nislands, o.lease_ms * 1000, o.web_dir, o.dispatch};
     sched_config_t sc = {o.islands, o.nislands, o.lease_ms * 1000,
                          strcmp(o.dispatch, "sequential") == 0, http_wake};
@@ -262,9 +275,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "atolld: cannot start the scheduler thread\n");
         return 1;
     }
+    /* The dashboard's watcher: utilization samples and live-update pushes. */
+    sampler_config_t smp = {1000, 3600, api_stream_changed, api_stream_sampled};
+    if (sampler_start(&smp) != 0) {
+        sched_stop();
+        fprintf(stderr, "atolld: cannot start the sampler thread\n");
+        return 1;
+    }
     http_config_t hc = {o.host, o.port, (size_t)o.max_body, (int)o.threads, api_route};
     int port = 0;
     if (http_start(&hc, &port) != 0) {
+        sampler_stop();
         sched_stop();
         fprintf(stderr, "atolld: cannot listen on %s:%d\n", o.host, o.port);
         return 1;
@@ -286,6 +307,8 @@ int main(int argc, char **argv)
     sigwait(&sigs, &sig);
     log_info("signal %d: stopping admission, then the HTTP server", sig);
     sched_stop();
+    sampler_stop();
+    api_stream_stop();   /* event streams end, so none is suspended at http_stop() */
     http_stop();
     store_thread_close();
     log_info("stopped cleanly");

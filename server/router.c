@@ -30,6 +30,8 @@ static const route_t routes[] = {
     {"DELETE", "/v1/workers/:id", api_worker_leave},
     {"GET", "/healthz", api_healthz},
     {"GET", "/metrics", api_metrics},
+    {"GET", "/v1/events/stream", api_events_stream},
+    {"GET", "/v1/stats/utilization", api_stats_utilization},
 };
 
 /* Matches path against pattern, capturing ":x" segments into params.

@@ -102,7 +102,14 @@ int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any);
 int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         int *effects, err_t *e);
 
-#endif
+/* ---- tenants (store_tenants.c) ---- */
+/* Tenant id for an active token hash, or 0. */
+int64_t store_tenant_by_hash(store_t *st, const char *hash);
+/* STORE_CONFLICT when the name exists. */
+int store_tenant_create(store_t *st, const char *name, const char *hash, int64_t quota,
+                        int64_t share, int64_t *id);
+int store_tenant_revoke(store_t *st, const char *name);     /* NOTFOUND if none active */
+json_t *store_tenants_json(store_t *st);
 
 /* ---- scheduler side (store_sched.c); called from the scheduler thread ---- */
 typedef struct sched_dev {
@@ -150,3 +157,5 @@ int store_sched_expire(store_t *st, int64_t lease_us);
 /* At controller start: give every live worker a fresh lease, so workers
  * that kept running while atolld was down are not declared lost. */
 int store_sched_recover(store_t *st);
+
+#endif

@@ -2,6 +2,7 @@
  * the Prometheus metrics text. */
 #include "store_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,19 +14,104 @@
     "CASE WHEN d.worker_id IS NULL THEN 'down' WHEN d.job_id IS NOT NULL THEN 'allocated'" \
     " ELSE 'free' END"
 
+/* Device accounting.
+ *  busy: devices.busy_us, credited per succeeded shard as finished -
+ *        inputs_ready (store_worker.c), over the database's lifetime.
+ *  up:   the time some worker covered the device, over the same lifetime:
+ *        the sum over every worker registration that held it of (end -
+ *        registered_at), end = now for a live worker, else its last
+ *        heartbeat (when it left or was lost). The workers table keeps one
+ *        row per registration, so this is exact up to one heartbeat period.
+ *  idle: up - busy (never negative: clocks of different hosts may disagree).
+ * Binds: ?2 = now (Unix us). d is the device row. */
+#define DEVICE_UP_SQL \
+    "(SELECT COALESCE(SUM(MAX(0, (CASE WHEN w.state = 'live' THEN ?2 ELSE w.heartbeat_at END)" \
+    "   - w.registered_at)), 0) FROM workers w WHERE w.island_id = d.island_id" \
+    "   AND d.idx >= w.first_device AND d.idx < w.first_device + w.ndevices)"
+
+/* Utilization over the recent window: device time spent computing in the
+ * last CLUSTER_UTIL_WINDOW_US divided by device time covered by workers in
+ * it. Shards still running count once they report (a shard longer than the
+ * window is clipped to it), so the figure lags by at most one shard. */
+#define CLUSTER_UTIL_WINDOW_US 60000000LL
+
+typedef struct island_acct {
+    int64_t busy_us, up_us;             /* lifetime sums over the island's devices */
+    int64_t win_busy_us, win_up_us;     /* within the recent window */
+} island_acct_t;
+
+static int64_t idle_of(int64_t up, int64_t busy)
+{
+    return up > busy ? up - busy : 0;
+}
+
+static double ratio_of(int64_t busy, int64_t up)
+{
+    if (up <= 0)
+        return 0.0;
+    double r = (double)busy / (double)up;
+    return r > 1.0 ? 1.0 : r;
+}
+
+/* Fills the window sums of one island. 0 or -1. Uses the index
+ * tasks_by_island_finish (schema/003) so it reads only recent tasks. */
+static int island_window(store_t *st, int64_t island_id, int64_t now, island_acct_t *a)
+{
+    static const char busy_sql[] =
+        "SELECT COALESCE(SUM(finished_us - MAX(inputs_ready_us, ?2)), 0) FROM tasks"
+        " WHERE island_id = ?1 AND finished_us > ?2 AND state = 'succeeded'"
+        " AND finished_us > inputs_ready_us";
+    static const char up_sql[] =
+        "SELECT COALESCE(SUM(w.ndevices * MAX(0, MIN(CASE WHEN w.state = 'live' THEN ?3"
+        " ELSE w.heartbeat_at END, ?3) - MAX(w.registered_at, ?2))), 0)"
+        " FROM workers w WHERE w.island_id = ?1";
+    int64_t since = now - CLUSTER_UTIL_WINDOW_US;
+    sqlite3_stmt *s = store_stmt(st, busy_sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, island_id);
+    sqlite3_bind_int64(s, 2, since);
+    a->win_busy_us = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    if (!(s = store_stmt(st, up_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, island_id);
+    sqlite3_bind_int64(s, 2, since);
+    sqlite3_bind_int64(s, 3, now);
+    a->win_up_us = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    return 0;
+}
+
+/* The accounting members of an island object. */
+static void island_acct_json(json_t *isl, const island_acct_t *a)
+{
+    json_object_set_new(isl, "busy_us", json_integer(a->busy_us));
+    json_object_set_new(isl, "idle_us", json_integer(idle_of(a->up_us, a->busy_us)));
+    json_object_set_new(isl, "utilization", json_real(ratio_of(a->busy_us, a->up_us)));
+    json_object_set_new(isl, "utilization_recent", json_real(ratio_of(a->win_busy_us, a->win_up_us)));
+    json_object_set_new(isl, "utilization_window_s",
+                        json_integer(CLUSTER_UTIL_WINDOW_US / 1000000));
+}
+
+/* The island's device array; also sets the free/allocated/down counts and
+ * the accounting totals on isl. */
 static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
 {
     static const char sql[] =
         "SELECT d.idx, d.coords, " DEVICE_STATE_SQL ", d.job_id, d.worker_id, d.local, d.busy_us,"
         " (SELECT s.name FROM slices s WHERE s.job_id = d.job_id AND s.island_id = d.island_id"
-        "   AND EXISTS (SELECT 1 FROM json_each(s.devices) WHERE value = d.idx))"
-        " FROM devices d WHERE d.island_id = ? ORDER BY d.idx";
+        "   AND EXISTS (SELECT 1 FROM json_each(s.devices) WHERE value = d.idx)), "
+        DEVICE_UP_SQL " FROM devices d WHERE d.island_id = ?1 ORDER BY d.idx";
     json_t *devs = json_array();
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!devs || !s)
         return devs;
     int64_t counts[3] = {0, 0, 0};
+    int64_t now = util_wall_us();
+    island_acct_t acct = {0, 0, 0, 0};
     sqlite3_bind_int64(s, 1, island_id);
+    sqlite3_bind_int64(s, 2, now);
     while (sqlite3_step(s) == SQLITE_ROW) {
         json_t *d = json_object();
         const char *state = (const char *)sqlite3_column_text(s, 2);
@@ -36,14 +122,21 @@ static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
         store_set_int_or_null(d, "job", s, 3);
         store_set_int_or_null(d, "worker", s, 4);
         store_set_int_or_null(d, "local", s, 5);
-        json_object_set_new(d, "busy_us", json_integer(sqlite3_column_int64(s, 6)));
+        int64_t busy = sqlite3_column_int64(s, 6), up = sqlite3_column_int64(s, 8);
+        json_object_set_new(d, "busy_us", json_integer(busy));
+        json_object_set_new(d, "idle_us", json_integer(idle_of(up, busy)));
         store_set_text_or_null(d, "slice", s, 7);
         json_array_append_new(devs, d);
+        acct.busy_us += busy;
+        acct.up_us += up;
     }
     sqlite3_reset(s);
     json_object_set_new(isl, "free", json_integer(counts[0]));
     json_object_set_new(isl, "allocated", json_integer(counts[1]));
     json_object_set_new(isl, "down", json_integer(counts[2]));
+    /* A failed window query leaves the window at 0: the view still serves. */
+    island_window(st, island_id, now, &acct);
+    island_acct_json(isl, &acct);
     return devs;
 }
 
@@ -174,6 +267,84 @@ static void mbuf_printf(mbuf_t *b, const char *fmt, ...)
     }
 }
 
+/* Per-device busy and idle counters, then per-island utilization over the
+ * recent window (see DEVICE_UP_SQL and island_window). 0 or -1. */
+static int metrics_devices(store_t *st, mbuf_t *b, int64_t now)
+{
+    static const char dev_sql[] =
+        "SELECT i.name, d.idx, d.busy_us, " DEVICE_UP_SQL " FROM devices d"
+        " JOIN islands i ON i.id = d.island_id ORDER BY i.id, d.idx";
+    static const char isl_sql[] = "SELECT id, name FROM islands ORDER BY id";
+    sqlite3_stmt *s = store_stmt(st, dev_sql);
+    if (!s)
+        return -1;
+    /* Two passes over one statement would interleave the two families;
+     * Prometheus wants each family's samples together, so the idle values
+     * wait in a small text buffer. */
+    mbuf_t idle = {malloc(1024), 0, 1024, 0};
+    if (!idle.p)
+        return -1;
+    idle.p[0] = '\0';
+    mbuf_printf(b, "# HELP atoll_device_busy_seconds_total Time each device spent computing"
+                   " (shard inputs ready to finished).\n"
+                   "# TYPE atoll_device_busy_seconds_total counter\n");
+    mbuf_printf(&idle, "# HELP atoll_device_idle_seconds_total Time each device was covered by a"
+                       " worker but not computing.\n"
+                       "# TYPE atoll_device_idle_seconds_total counter\n");
+    sqlite3_bind_int64(s, 2, now);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *isl = (const char *)sqlite3_column_text(s, 0);
+        long idx = (long)sqlite3_column_int64(s, 1);
+        int64_t busy = sqlite3_column_int64(s, 2), up = sqlite3_column_int64(s, 3);
+        mbuf_printf(b, "atoll_device_busy_seconds_total{island=\"%s\",device=\"%ld\"} %.6f\n",
+                    isl, idx, (double)busy / 1e6);
+        mbuf_printf(&idle, "atoll_device_idle_seconds_total{island=\"%s\",device=\"%ld\"} %.6f\n",
+                    isl, idx, (double)idle_of(up, busy) / 1e6);
+    }
+    sqlite3_reset(s);
+    mbuf_printf(b, "%s", idle.p);
+    int failed = idle.failed;
+    free(idle.p);
+    if (failed || !(s = store_stmt(st, isl_sql)))
+        return -1;
+    mbuf_printf(b, "# HELP atoll_island_utilization Fraction of the island's device time spent"
+                   " computing over the last %lld s.\n# TYPE atoll_island_utilization gauge\n",
+                CLUSTER_UTIL_WINDOW_US / 1000000);
+    /* island_window() uses other statements while this one iterates: each
+     * SQL text has its own cached statement. */
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        island_acct_t a = {0, 0, 0, 0};
+        island_window(st, sqlite3_column_int64(s, 0), now, &a);
+        mbuf_printf(b, "atoll_island_utilization{island=\"%s\"} %.4f\n", sqlite3_column_text(s, 1),
+                    ratio_of(a.win_busy_us, a.win_up_us));
+    }
+    sqlite3_reset(s);
+    return 0;
+}
+
+/* What each live worker's object store holds (from its heartbeats). */
+static int metrics_worker_store(store_t *st, mbuf_t *b)
+{
+    static const char sql[] =
+        "SELECT id, store_objects, store_bytes FROM workers WHERE state = 'live' ORDER BY id";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    mbuf_printf(b, "# HELP atoll_worker_store_objects Buffers in each live worker's object store.\n"
+                   "# TYPE atoll_worker_store_objects gauge\n");
+    while (sqlite3_step(s) == SQLITE_ROW)
+        mbuf_printf(b, "atoll_worker_store_objects{worker=\"%ld\"} %ld\n",
+                    (long)sqlite3_column_int64(s, 0), (long)sqlite3_column_int64(s, 1));
+    sqlite3_reset(s);
+    mbuf_printf(b, "# HELP atoll_worker_store_bytes Bytes in each live worker's object store.\n"
+                   "# TYPE atoll_worker_store_bytes gauge\n");
+    while (sqlite3_step(s) == SQLITE_ROW)
+        mbuf_printf(b, "atoll_worker_store_bytes{worker=\"%ld\"} %ld\n",
+                    (long)sqlite3_column_int64(s, 0), (long)sqlite3_column_int64(s, 2));
+    sqlite3_reset(s);
+    return 0;
+}
+
 char *store_metrics_text(store_t *st)
 {
     static const char jobs_sql[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
@@ -211,16 +382,20 @@ char *store_metrics_text(store_t *st)
                     sqlite3_column_text(s, 0), sqlite3_column_text(s, 1),
                     (long)sqlite3_column_int64(s, 2));
     sqlite3_reset(s);
+    int64_t now = util_wall_us();
+    if (metrics_devices(st, &b, now) != 0)
+        goto fail;
     if (!(s = store_stmt(st, workers_sql)))
         goto fail;
     mbuf_printf(&b, "# HELP atoll_worker_heartbeat_age_seconds Since each live worker's last"
                     " heartbeat.\n# TYPE atoll_worker_heartbeat_age_seconds gauge\n");
-    int64_t now = util_wall_us();
     while (sqlite3_step(s) == SQLITE_ROW)
         mbuf_printf(&b, "atoll_worker_heartbeat_age_seconds{worker=\"%ld\"} %.3f\n",
                     (long)sqlite3_column_int64(s, 0),
                     (double)(now - sqlite3_column_int64(s, 1)) / 1e6);
     sqlite3_reset(s);
+    if (metrics_worker_store(st, &b) != 0)
+        goto fail;
     if (b.failed)
         goto fail;
     return b.p;

@@ -131,7 +131,8 @@ fail:
 
 /* Columns shared by the job object and the list summary. */
 #define JOB_COLS "id, name, state, priority, attempt, max_retries, comps_total, comps_done," \
-                 " pending_reason, error, created_at, allocated_at, started_at, finished_at"
+                 " pending_reason, error, created_at, allocated_at, started_at, finished_at," \
+                 " retries, restarts"
 
 static json_t *job_summary(sqlite3_stmt *s)
 {
@@ -158,6 +159,11 @@ static json_t *job_summary(sqlite3_stmt *s)
     store_set_int_or_null(us, "started", s, 12);
     store_set_int_or_null(us, "finished", s, 13);
     json_object_set_new(j, "times_us", us);
+    /* attempt counts every attempt; retries only those caused by lost
+     * workers (bounded by max_retries), restarts those caused by a
+     * controller restart (schema/004_faults.sql). */
+    json_object_set_new(j, "retries", json_integer(sqlite3_column_int64(s, 14)));
+    json_object_set_new(j, "restarts", json_integer(sqlite3_column_int64(s, 15)));
     return j;
 }
 
@@ -205,11 +211,20 @@ static json_t *job_slices_json(store_t *st, int64_t id)
 
 static json_t *job_comps_json(store_t *st, int64_t id)
 {
+    /* times_us.queued: when the current attempt entered the queue (the job's
+     * creation, or its latest requeue event). busy_us: device time of the
+     * current attempt's succeeded shards (inputs ready to finished), the same
+     * measure as devices.busy_us. */
     static const char sql[] =
         "SELECT c.idx, c.name, c.slice, i.name, c.seq, c.state, c.shards_total, c.shards_done,"
-        " c.dispatched_at, c.started_at, c.inputs_ready_at, c.finished_at"
+        " c.dispatched_at, c.started_at, c.inputs_ready_at, c.finished_at,"
+        " COALESCE((SELECT MAX(at) FROM events WHERE job_id = ?1 AND kind = 'requeued'),"
+        "          (SELECT created_at FROM jobs WHERE id = ?1)),"
+        " (SELECT SUM(MAX(0, t.finished_us - t.inputs_ready_us)) FROM tasks t"
+        "   WHERE t.job_id = ?1 AND t.attempt = (SELECT attempt FROM jobs WHERE id = ?1)"
+        "   AND t.comp_idx = c.idx AND t.state = 'succeeded')"
         " FROM computations c LEFT JOIN islands i ON i.id = c.island_id"
-        " WHERE c.job_id = ? ORDER BY c.idx";
+        " WHERE c.job_id = ?1 ORDER BY c.idx";
     json_t *out = json_array();
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!out || !s)
@@ -226,15 +241,44 @@ static json_t *job_comps_json(store_t *st, int64_t id)
         json_object_set_new(c, "shards_total", json_integer(sqlite3_column_int64(s, 6)));
         json_object_set_new(c, "shards_done", json_integer(sqlite3_column_int64(s, 7)));
         json_t *t = json_object();
+        store_set_int_or_null(t, "queued", s, 12);
         store_set_int_or_null(t, "dispatched", s, 8);
         store_set_int_or_null(t, "started", s, 9);
         store_set_int_or_null(t, "inputs_ready", s, 10);
         store_set_int_or_null(t, "finished", s, 11);
         json_object_set_new(c, "times_us", t);
+        json_object_set_new(c, "busy_us", json_integer(sqlite3_column_int64(s, 13)));
         json_array_append_new(out, c);
     }
     sqlite3_reset(s);
     return out;
+}
+
+/* Adds "shards_reported" to each computation object: how many shard tasks
+ * of the job's current attempt were reported succeeded. Every (job,
+ * attempt, comp, shard) has one task row and a row leaves 'leased' once, so
+ * for a succeeded job this equals shards_total; more would mean a shard
+ * result was counted twice (the fault suite checks it). */
+static void job_comps_reports(store_t *st, int64_t id, json_t *comps)
+{
+    static const char sql[] =
+        "SELECT t.comp_idx, COUNT(*) FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.job_id = ? AND t.attempt = j.attempt AND t.state = 'succeeded'"
+        " GROUP BY t.comp_idx";
+    size_t i;
+    json_t *c;
+    json_array_foreach(comps, i, c)
+        json_object_set_new(c, "shards_reported", json_integer(0));
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *comp = json_array_get(comps, (size_t)sqlite3_column_int64(s, 0));
+        if (comp)
+            json_object_set_new(comp, "shards_reported", json_integer(sqlite3_column_int64(s, 1)));
+    }
+    sqlite3_reset(s);
 }
 
 static json_t *job_events_json(store_t *st, int64_t id)
@@ -272,7 +316,20 @@ json_t *store_job_json(store_t *st, int64_t id)
         return NULL;
     json_object_set_new(j, "slices", job_slices_json(st, id));
     json_object_set_new(j, "computations", job_comps_json(st, id));
+    job_comps_reports(st, id, json_object_get(j, "computations"));
     json_object_set_new(j, "events", job_events_json(st, id));
+    /* The job document as submitted: the dashboard draws the graph's edges
+     * from its `input` ops. */
+    static const char doc_sql[] = "SELECT doc FROM jobs WHERE id = ?";
+    sqlite3_stmt *ds = store_stmt(st, doc_sql);
+    json_t *doc = NULL;
+    if (ds) {
+        sqlite3_bind_int64(ds, 1, id);
+        if (sqlite3_step(ds) == SQLITE_ROW)
+            doc = store_col_json(ds, 0);
+        sqlite3_reset(ds);
+    }
+    json_object_set_new(j, "document", doc ? doc : json_null());
     return j;
 }
 

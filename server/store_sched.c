@@ -40,7 +40,14 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
 int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
 {
     static const char sql[] =
-        "SELECT id, attempt, doc FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id";
+        "SELECT id, attempt, doc FROM jobs WHERE state = 'queued'"
+        /* A requeued job waits until no shard of its previous attempt is
+         * still leased: a worker must never hold two attempts of one job,
+         * because aborting the old one (a per-job cancel) would also drop
+         * the new one's messages. Abandonment (store_sched_expire) bounds
+         * the wait. */
+        " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = jobs.id AND t.state = 'leased')"
+        " ORDER BY priority DESC, id";
     *jobs = NULL;
     *n = 0;
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -222,15 +229,19 @@ int store_sched_fail(store_t *st, int64_t job, const char *why)
     return 0;
 }
 
-/* Puts a job holding a lost device back in the queue for a new attempt:
- * its work so far is discarded (outputs, slices, seq numbers), its devices
- * freed; tasks still leased on live workers are aborted through the poll's
- * cancel list (their attempt is now stale). */
-static int job_requeue(store_t *st, int64_t job, const char *why)
+/* Puts a job back in the queue for a new attempt: its work so far is
+ * discarded (outputs, slices, seq numbers), its devices freed; tasks still
+ * leased on live workers are aborted through the poll's cancel list (their
+ * attempt is now stale) and the job is not admitted again before they are
+ * settled. `retry` is 1 when a lost worker caused it (spends one of the
+ * job's max_retries), 0 for a controller restart (counted in restarts). */
+static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
 {
     static const char *const sqls[] = {
-        "UPDATE jobs SET state = 'queued', attempt = attempt + 1, comps_done = 0,"
-        " allocated_at = NULL, started_at = NULL, pending_reason = NULL, error = ?2 WHERE id = ?1",
+        "UPDATE jobs SET state = 'queued', attempt = attempt + 1, retries = retries + ?3,"
+        " restarts = restarts + 1 - ?3, comps_done = 0, allocated_at = NULL, started_at = NULL,"
+        " pending_reason = 'requeued: waiting for the previous attempt to stop', error = ?2"
+        " WHERE id = ?1",
         "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
         "UPDATE tasks SET state = 'cancelled' WHERE job_id = ?1 AND state IN ('blocked','pending')",
         "DELETE FROM outputs WHERE job_id = ?1",
@@ -244,8 +255,10 @@ static int job_requeue(store_t *st, int64_t job, const char *why)
         if (!s)
             return -1;
         sqlite3_bind_int64(s, 1, job);
-        if (i == 0)
+        if (i == 0) {
             sqlite3_bind_text(s, 2, why, -1, SQLITE_STATIC);
+            sqlite3_bind_int(s, 3, retry ? 1 : 0);
+        }
         if (store_step_done(s) != 0)
             return -1;
     }
@@ -256,7 +269,7 @@ static int job_requeue(store_t *st, int64_t job, const char *why)
 int store_worker_lost(store_t *st, int64_t worker, const char *how)
 {
     static const char jobs_sql[] =
-        "SELECT DISTINCT j.id, j.attempt, j.max_retries FROM devices d JOIN jobs j ON j.id = d.job_id"
+        "SELECT DISTINCT j.id, j.retries, j.max_retries FROM devices d JOIN jobs j ON j.id = d.job_id"
         " WHERE d.worker_id = ? AND j.state IN ('allocated','running')";
     static const char dev_sql[] =
         "UPDATE devices SET worker_id = NULL, local = NULL WHERE worker_id = ?";
@@ -265,14 +278,14 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
         "UPDATE tasks SET state = 'cancelled', error = 'worker lost' WHERE worker_id = ?"
         " AND state IN ('pending','leased','blocked')";
     int64_t ids[256];
-    int attempts[256], retries[256], n = 0;
+    int used[256], retries[256], n = 0;
     sqlite3_stmt *s = store_stmt(st, jobs_sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, worker);
     while (n < 256 && sqlite3_step(s) == SQLITE_ROW) {
         ids[n] = sqlite3_column_int64(s, 0);
-        attempts[n] = sqlite3_column_int(s, 1);
+        used[n] = sqlite3_column_int(s, 1);
         retries[n] = sqlite3_column_int(s, 2);
         n++;
     }
@@ -280,8 +293,8 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
     for (int i = 0; i < n; i++) {
         char why[160];
         snprintf(why, sizeof why, "worker %ld was lost (%s)", (long)worker, how);
-        int rc = attempts[i] < retries[i] ? job_requeue(st, ids[i], why)
-                                          : store_job_finish(st, ids[i], "failed", why);
+        int rc = used[i] < retries[i] ? job_requeue(st, ids[i], why, 1)
+                                      : store_job_finish(st, ids[i], "failed", why);
         if (rc != 0)
             return -1;
     }
@@ -300,11 +313,42 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
     return 0;
 }
 
+/* Stale tasks still leased although their worker was told to abort them
+ * at least `window_us` ago: the worker never received them (a poll answer
+ * lost with a controller crash), so no report will ever come. They are
+ * settled as cancelled; a late report for one gets 409 like any other.
+ * Returns how many, or -1. Inside the caller's transaction. */
+static int abandon_stale(store_t *st, int64_t window_us)
+{
+    static const char sql[] =
+        "UPDATE tasks SET state = 'cancelled',"
+        " error = 'abandoned: the worker never acknowledged the abort'"
+        " WHERE state = 'leased' AND abort_sent_at IS NOT NULL AND abort_sent_at < ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, util_wall_us() - window_us);
+    if (store_step_done(s) != 0)
+        return -1;
+    int n = sqlite3_changes(store_db(st));
+    if (n > 0)
+        log_warn("%d stale task(s) abandoned: their workers never acknowledged the abort", n);
+    return n;
+}
+
+/* Expires silent workers (see store.h) and abandons stale tasks whose
+ * abort went unanswered for a lease period (at least 500 ms). Returns the
+ * number of workers expired plus tasks abandoned: either may let queued
+ * jobs be admitted, so the caller runs admission when it is > 0. */
 int store_sched_expire(store_t *st, int64_t lease_us)
 {
     static const char sql[] = "SELECT id FROM workers WHERE state = 'live' AND heartbeat_at < ?";
+    static const char any_sql[] =
+        "SELECT 1 FROM tasks WHERE state = 'leased' AND abort_sent_at IS NOT NULL"
+        " AND abort_sent_at < ? LIMIT 1";
     int64_t lost[64];
-    int n = 0;
+    int n = 0, stale = 0;
+    int64_t window = lease_us > 500000 ? lease_us : 500000;
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
@@ -312,7 +356,14 @@ int store_sched_expire(store_t *st, int64_t lease_us)
     while (n < 64 && sqlite3_step(s) == SQLITE_ROW)
         lost[n++] = sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
-    if (n == 0)
+    /* Read first, write only when needed: the tick must not take the write
+     * lock every 200 ms. */
+    if (!(s = store_stmt(st, any_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, util_wall_us() - window);
+    stale = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_reset(s);
+    if (n == 0 && !stale)
         return 0;
     if (store_begin(st) != 0)
         return -1;
@@ -323,15 +374,64 @@ int store_sched_expire(store_t *st, int64_t lease_us)
         }
         log_warn("worker %ld lost: no heartbeat for %ld ms", (long)lost[i], (long)(lease_us / 1000));
     }
-    return store_commit(st) == 0 ? n : -1;
+    int abandoned = stale ? abandon_stale(st, window) : 0;
+    if (abandoned < 0) {
+        store_rollback(st);
+        return -1;
+    }
+    return store_commit(st) == 0 ? n + abandoned : -1;
 }
 
+/* At controller start, before the API and the scheduler run. What happened
+ * while atolld was down is unknown: a poll answer may have been lost after
+ * its tasks were marked leased (the worker never got them), and workers may
+ * have died. So every allocated or running job starts a new attempt, which
+ * does not spend its max_retries (counted in jobs.restarts instead); the
+ * old attempt's leased tasks are aborted through the workers' cancel lists
+ * (or abandoned) before the job is admitted again. Queued jobs stay as
+ * they are. Live workers get a fresh lease, so those that kept running are
+ * not declared lost; dead ones expire one lease later.
+ * Returns the number of jobs requeued, or -1. */
 int store_sched_recover(store_t *st)
 {
-    static const char sql[] = "UPDATE workers SET heartbeat_at = ? WHERE state = 'live'";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
+    static const char hb_sql[] = "UPDATE workers SET heartbeat_at = ? WHERE state = 'live'";
+    static const char jobs_sql[] =
+        "SELECT id FROM jobs WHERE state IN ('allocated','running') ORDER BY id";
+    int64_t *ids = NULL;
+    int n = 0, cap = 0;
+    if (store_begin(st) != 0)
         return -1;
+    sqlite3_stmt *s = store_stmt(st, hb_sql);
+    if (!s)
+        goto fail;
     sqlite3_bind_int64(s, 1, util_wall_us());
-    return store_step_done(s);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, jobs_sql)))
+        goto fail;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (n == cap) {
+            int ncap = cap ? cap * 2 : 64;
+            int64_t *p = realloc(ids, sizeof *p * (size_t)ncap);
+            if (!p) {
+                sqlite3_reset(s);
+                goto fail;
+            }
+            ids = p;
+            cap = ncap;
+        }
+        ids[n++] = sqlite3_column_int64(s, 0);
+    }
+    sqlite3_reset(s);
+    for (int i = 0; i < n; i++)
+        if (job_requeue(st, ids[i], "controller restarted; running again", 0) != 0)
+            goto fail;
+    if (n > 0)
+        store_event(st, 0, "recovery", "controller restarted: %d running job(s) requeued", n);
+    if (store_commit(st) != 0)
+        goto fail;
+    free(ids);
+    return n;
+fail:
+    store_rollback(st);
+    free(ids);
+    return -1;
 }

@@ -11,6 +11,10 @@
 
 #include "util.h"
 
+/* How long a re-registered worker is told to abort what it held under its
+ * expired lease (see poll_cancels). */
+#define PRED_ABORT_US 2000000
+
 /* Lowest first index of `n` consecutive devices with no worker; -1 if none. */
 static int64_t free_block(store_t *st, int64_t island, int64_t n)
 {
@@ -184,21 +188,88 @@ fail:
     return STORE_ERR;
 }
 
+/* Whether the worker is live (registered, lease not expired). A worker
+ * whose lease expired is fenced: its polls and reports are refused, its
+ * heartbeat gets 404 and it registers again under a new id. */
+static int worker_is_live(store_t *st, int64_t worker)
+{
+    static const char sql[] = "SELECT 1 FROM workers WHERE id = ? AND state = 'live'";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    int live = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_reset(s);
+    return live;
+}
+
 /* Jobs whose tasks this worker still holds but which ended (failed or
- * cancelled) or moved to a newer attempt: the worker must abort them. */
+ * cancelled) or moved to a newer attempt: the worker must abort them. The
+ * first time a stale task is named, abort_sent_at records it: a task still
+ * leased a lease period later was never received and is abandoned
+ * (store_sched_expire). Inside the poll's transaction. */
 static json_t *poll_cancels(store_t *st, int64_t worker)
 {
+    static const char mark_sql[] =
+        "UPDATE tasks SET abort_sent_at = ?2 WHERE worker_id = ?1 AND state = 'leased'"
+        " AND abort_sent_at IS NULL AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = tasks.job_id"
+        " AND (j.state IN ('succeeded','failed','cancelled') OR tasks.attempt < j.attempt))";
     static const char sql[] =
         "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.worker_id = ? AND t.state = 'leased'"
-        " AND (j.state IN ('failed','cancelled') OR t.attempt < j.attempt)";
+        " AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt)";
+    /* The same process under an earlier, expired lease (a worker paused
+     * past its lease registers again under a new id): the tasks it held
+     * then were cancelled when it was lost, but it may still run them, and
+     * a collective among aborted peers would hold its device until the peer
+     * timeout. Name their jobs for PRED_ABORT_US after the first time (its
+     * reports of them are refused, so nothing else ends the repetition),
+     * unless the job's current attempt has work on this worker: a per-job
+     * cancel would abort that too. */
+    static const char pred_mark_sql[] =
+        "UPDATE tasks SET abort_sent_at = ?2 WHERE abort_sent_at IS NULL AND state = 'cancelled'"
+        " AND error = 'worker lost' AND worker_id IN (SELECT g.id FROM workers g"
+        "  JOIN workers me ON me.id = ?1 WHERE g.state = 'gone' AND g.id <> me.id"
+        "  AND g.pid = me.pid AND g.host = me.host AND g.data_addr = me.data_addr)";
+    static const char pred_sql[] =
+        "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.state = 'cancelled' AND t.error = 'worker lost' AND t.abort_sent_at > ?2"
+        " AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
+        "  WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
+        "  AND g.data_addr = me.data_addr)"
+        " AND NOT EXISTS (SELECT 1 FROM tasks c WHERE c.job_id = j.id AND c.attempt = j.attempt"
+        "  AND c.worker_id = ?1 AND c.state IN ('blocked','pending','leased'))";
+    int64_t now = util_wall_us();
     json_t *arr = json_array();
-    sqlite3_stmt *s = store_stmt(st, sql);
+    sqlite3_stmt *s = store_stmt(st, mark_sql);
     if (!arr || !s)
         return arr;
     sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, now);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, pred_mark_sql)))
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, now);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, pred_sql)))
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, now - PRED_ABORT_US);
     while (sqlite3_step(s) == SQLITE_ROW)
         json_array_append_new(arr, json_integer(sqlite3_column_int64(s, 0)));
+    sqlite3_reset(s);
+    if (!(s = store_stmt(st, sql)))
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_int_t job = sqlite3_column_int64(s, 0);
+        int seen = 0;
+        size_t i;
+        json_t *v;
+        json_array_foreach(arr, i, v)
+            seen |= json_integer_value(v) == job;
+        if (!seen)
+            json_array_append_new(arr, json_integer(job));
+    }
     sqlite3_reset(s);
     return arr;
 }
@@ -214,9 +285,17 @@ int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any)
         "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
         " (SELECT job_id FROM tasks WHERE worker_id = ?2 AND leased_at = ?1)";
     *any = 0;
+    int rc = STORE_ERR;
     json_t *res = json_object(), *tasks = json_array();
     if (!res || !tasks || store_begin(st) != 0)
         goto fail;
+    /* Checked inside the transaction: a parked long poll may outlive its
+     * worker's lease, and a fenced worker must get nothing. */
+    int live = worker_is_live(st, worker);
+    if (live <= 0) {
+        rc = live == 0 ? STORE_NOTFOUND : STORE_ERR;
+        goto fail;
+    }
     sqlite3_stmt *s = store_stmt(st, sel_sql);
     if (!s)
         goto fail;
@@ -257,7 +336,7 @@ fail:
     store_rollback(st);
     json_decref(res);
     json_decref(tasks);
-    return STORE_ERR;
+    return rc;
 }
 
 /* The row of a task being reported, read under the report's transaction. */
@@ -515,7 +594,16 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
     int rc = task_load(st, task, &r);
     if (rc != STORE_OK)
         goto out;
-    if (r.worker != worker || strcmp(r.state, "leased") != 0) {
+    /* Fencing: only the live worker holding the lease may report, once. A
+     * worker whose lease expired is gone (its tasks were cancelled when it
+     * was lost), and one that re-registered has a new id, so a result of
+     * the old lease can never count, nor count twice. */
+    int live_worker = worker_is_live(st, worker);
+    if (live_worker < 0) {
+        rc = STORE_ERR;
+        goto out;
+    }
+    if (!live_worker || r.worker != worker || strcmp(r.state, "leased") != 0) {
         rc = STORE_CONFLICT;
         goto out;
     }
@@ -535,6 +623,10 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
         goto out;
     /* Only the job's current attempt, while it is live, moves the job. */
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
+    /* A stale shard settled: a requeued job may now be admitted (it waits
+     * until no task of its old attempt is leased), so wake the scheduler. */
+    if (!live && strcmp(r.job_state, "queued") == 0)
+        *effects |= STORE_FX_JOB_ENDED;
     if (live && strcmp(state, "succeeded") == 0) {
         /* A 400 from a malformed output leaves e->status set for the caller. */
         if (shard_succeeded(st, &r, body, effects, e) != 0)

@@ -1,6 +1,17 @@
 /* dplane.c - see dplane.h.
  *
- * Threads: one accept thread, one reader thread per accepted connection.
+ * Two transports share one frame format. TCP (other hosts, or
+ * --data-transport tcp): header and payload on the socket. Shared memory
+ * (same-host peers): the sender dials the peer's abstract Unix socket
+ * "@atoll-dp:<data_addr>", creates a shmring and passes its memfd in a
+ * 16-byte hello (u32 "ATDR", u32 0, u64 ring bytes) with SCM_RIGHTS; after
+ * that every frame's header goes over the Unix socket and its payload
+ * through the ring (same order on both, one writer per connection), so
+ * payload bytes never pass through a socket. A peer whose Unix socket cannot
+ * be reached gets TCP.
+ *
+ * Threads: one accept thread (polls both listeners and a wake eventfd),
+ * one reader thread per accepted connection.
  * Incoming connections sit on a list so dplane_stop() can shut their
  * sockets down (which wakes their blocking reads) and join them; finished
  * readers are reaped at each accept so the list stays short.
@@ -10,6 +21,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -18,16 +30,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "shmring.h"
 #include "util.h"
+
+#define DPLANE_HELLO_MAGIC 0x41544452u   /* "ATDR" */
+#define DPLANE_HELLO_SIZE 16
+/* A ring wait that sees no progress for this long gives the connection up. */
+#define DPLANE_SHM_TIMEOUT_MS 30000
 
 typedef struct dp_conn {           /* an accepted connection */
     int fd;
     pthread_t thread;
     atomic_int done;               /* set by the reader as it exits */
+    int is_unix;                   /* same-host: payloads come through ring */
+    shmring_t *ring;               /* owned by the reader thread */
     struct dp_conn *next;
     struct dplane *dp;
 } dp_conn_t;
@@ -36,12 +59,17 @@ typedef struct dp_peer {           /* an outgoing connection */
     char addr[DPLANE_ADDR_MAX];
     pthread_mutex_t mu;            /* serialises frames; guards fd */
     int fd;                        /* -1 when not connected */
+    shmring_t *ring;               /* set when fd is a same-host Unix socket */
     struct dp_peer *next;
 } dp_peer_t;
 
 struct dplane {
     mbox_t *mb;                    /* borrowed */
     int listen_fd;
+    int unix_fd;                   /* -1 when the shm transport is unavailable */
+    int wake_fd;                   /* eventfd: wakes the accept thread at stop */
+    atomic_int shm_on;             /* senders may use shared memory */
+    atomic_llong sent_shm, sent_tcp;
     char addr[DPLANE_ADDR_MAX];
     pthread_t accept_thread;
     atomic_int stopping;
@@ -254,10 +282,39 @@ static int connect_retry(const char *addr)
 
 /* Reads frames until EOF or error; every good frame goes to the mailbox.
  * A malformed frame closes the connection: the stream cannot be resynced. */
+/* Same-host connections start with the hello carrying the ring's memfd.
+ * Returns 0 with c->ring set, or -1. */
+static int reader_hello(dp_conn_t *c)
+{
+    uint8_t hello[DPLANE_HELLO_SIZE];
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof cbuf};
+    ssize_t got;
+    do
+        got = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    while (got < 0 && errno == EINTR);
+    int fd = -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    int ok = got == (ssize_t)sizeof hello && fd >= 0 && get_u32(hello) == DPLANE_HELLO_MAGIC;
+    if (ok && !(c->ring = shmring_attach(fd)))
+        ok = 0;
+    if (fd >= 0)
+        close(fd);                 /* the mapping keeps the memory */
+    if (!ok)
+        log_warn("dplane: bad shared-memory hello, closing connection");
+    return ok ? 0 : -1;
+}
+
 static void *reader_main(void *arg)
 {
     dp_conn_t *c = arg;
     uint8_t buf[DPLANE_HDR_SIZE];
+    if (c->is_unix && reader_hello(c) != 0)
+        goto out;
     for (;;) {
         if (read_full(c->fd, buf, sizeof buf) != 0)
             break;
@@ -271,13 +328,24 @@ static void *reader_main(void *arg)
             log_error("dplane: out of memory for a %llu-byte frame", (unsigned long long)h.nbytes);
             break;
         }
-        if (read_full(c->fd, t->data, (size_t)h.nbytes) != 0) {
-            tensor_free(t);
-            break;
+        if (c->ring) {             /* same host, same byte order: no swap */
+            if (shmring_read(c->ring, t->data, (size_t)h.nbytes, &c->dp->stopping, c->fd,
+                             DPLANE_SHM_TIMEOUT_MS) != 0) {
+                tensor_free(t);
+                break;
+            }
+        } else {
+            if (read_full(c->fd, t->data, (size_t)h.nbytes) != 0) {
+                tensor_free(t);
+                break;
+            }
+            dplane_payload_swap(t->data, shape_numel(&t->shape));
         }
-        dplane_payload_swap(t->data, shape_numel(&t->shape));
         mbox_put(c->dp->mb, &h.tag, t);   /* takes t */
     }
+out:
+    shmring_close(c->ring);
+    c->ring = NULL;
     /* Tell the sender at once (it reconnects on its next frame); the fd
      * itself is closed by whoever joins this thread, so it cannot be reused
      * while dplane_stop() might still shut it down. */
@@ -307,13 +375,33 @@ static void *accept_main(void *arg)
 {
     dplane_t *dp = arg;
     while (!atomic_load(&dp->stopping)) {
-        int fd = accept4(dp->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        struct pollfd pf[3] = {{.fd = dp->listen_fd, .events = POLLIN},
+                               {.fd = dp->wake_fd, .events = POLLIN},
+                               {.fd = dp->unix_fd, .events = POLLIN}};
+        int np = dp->unix_fd >= 0 ? 3 : 2;
+        if (poll(pf, (nfds_t)np, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            log_error("dplane: poll: %s", strerror(errno));
+            break;
+        }
+        if (atomic_load(&dp->stopping) || pf[1].revents)
+            break;
+        int is_unix = np == 3 && (pf[2].revents & POLLIN) && !(pf[0].revents & POLLIN);
+        int fd = accept4(is_unix ? dp->unix_fd : dp->listen_fd, NULL, NULL,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
+            if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
                 continue;
             if (!atomic_load(&dp->stopping))
                 log_error("dplane: accept: %s", strerror(errno));
             break;
+        }
+        /* Listeners are polled, accepted sockets are read blocking. */
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+            close(fd);
+            continue;
         }
         dp_conn_t *c = calloc(1, sizeof *c);
         if (!c) {
@@ -321,6 +409,7 @@ static void *accept_main(void *arg)
             continue;
         }
         c->fd = fd;
+        c->is_unix = is_unix;
         c->dp = dp;
         pthread_mutex_lock(&dp->conns_mu);
         reap_locked(dp);
@@ -369,6 +458,32 @@ static int listen_on(dplane_t *dp, const char *listen_addr, const char *advertis
     return 0;
 }
 
+/* The abstract Unix socket name of the worker whose data address is addr. */
+static socklen_t unix_name(const char *addr, struct sockaddr_un *su)
+{
+    memset(su, 0, sizeof *su);
+    su->sun_family = AF_UNIX;
+    /* sun_path[0] = 0: abstract namespace, no file to clean up. */
+    int n = snprintf(su->sun_path + 1, sizeof su->sun_path - 1, "atoll-dp:%s", addr);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Same-host listener; failure only disables the shm transport. */
+static void listen_unix(dplane_t *dp)
+{
+    struct sockaddr_un su;
+    socklen_t len = unix_name(dp->addr, &su);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&su, len) != 0 || listen(fd, 128) != 0) {
+        log_warn("dplane: no same-host listener (%s): peers on this host will use TCP",
+                 strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    dp->unix_fd = fd;
+}
+
 dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb)
 {
     dplane_t *dp = calloc(1, sizeof *dp);
@@ -376,10 +491,15 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
         return NULL;
     dp->mb = mb;
     dp->listen_fd = -1;
+    dp->unix_fd = -1;
+    atomic_store(&dp->shm_on, 1);
     pthread_mutex_init(&dp->conns_mu, NULL);
     pthread_mutex_init(&dp->peers_mu, NULL);
+    if ((dp->wake_fd = eventfd(0, EFD_CLOEXEC)) < 0)
+        goto fail;
     if (listen_on(dp, listen_addr, advertise_host) != 0)
         goto fail;
+    listen_unix(dp);
     if (pthread_create(&dp->accept_thread, NULL, accept_main, dp) != 0) {
         log_error("dplane: cannot start the accept thread");
         goto fail;
@@ -388,6 +508,10 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
 fail:
     if (dp->listen_fd >= 0)
         close(dp->listen_fd);
+    if (dp->unix_fd >= 0)
+        close(dp->unix_fd);
+    if (dp->wake_fd >= 0)
+        close(dp->wake_fd);
     pthread_mutex_destroy(&dp->conns_mu);
     pthread_mutex_destroy(&dp->peers_mu);
     free(dp);
@@ -399,10 +523,14 @@ void dplane_stop(dplane_t *dp)
     if (!dp)
         return;
     atomic_store(&dp->stopping, 1);
-    /* On Linux shutdown() of a listening socket wakes a blocked accept(). */
-    shutdown(dp->listen_fd, SHUT_RDWR);
+    uint64_t one = 1;
+    if (write(dp->wake_fd, &one, sizeof one) != (ssize_t)sizeof one)
+        shutdown(dp->listen_fd, SHUT_RDWR);    /* fallback wake */
     pthread_join(dp->accept_thread, NULL);
     close(dp->listen_fd);
+    close(dp->wake_fd);
+    if (dp->unix_fd >= 0)
+        close(dp->unix_fd);
     pthread_mutex_lock(&dp->conns_mu);
     for (dp_conn_t *c = dp->conns; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);    /* wakes the reader's recv() */
@@ -419,6 +547,7 @@ void dplane_stop(dplane_t *dp)
         dp->peers = p->next;
         if (p->fd >= 0)
             close(p->fd);
+        shmring_close(p->ring);
         pthread_mutex_destroy(&p->mu);
         free(p);
     }
@@ -430,6 +559,29 @@ void dplane_stop(dplane_t *dp)
 const char *dplane_addr(const dplane_t *dp)
 {
     return dp->addr;
+}
+
+void dplane_set_shm(dplane_t *dp, int on)
+{
+    atomic_store(&dp->shm_on, on ? 1 : 0);
+}
+
+void dplane_counts(dplane_t *dp, int64_t *shm_frames, int64_t *tcp_frames)
+{
+    *shm_frames = atomic_load(&dp->sent_shm);
+    *tcp_frames = atomic_load(&dp->sent_tcp);
+}
+
+int dplane_same_host(const char *a, const char *b)
+{
+    char ha[DPLANE_ADDR_MAX], hb[DPLANE_ADDR_MAX];
+    int pa, pb;
+    if (dplane_parse_addr(a, ha, sizeof ha, &pa) != 0 ||
+        dplane_parse_addr(b, hb, sizeof hb, &pb) != 0)
+        return 0;
+    int la = strncmp(ha, "127.", 4) == 0 || strcmp(ha, "localhost") == 0;
+    int lb = strncmp(hb, "127.", 4) == 0 || strcmp(hb, "localhost") == 0;
+    return strcmp(ha, hb) == 0 || (la && lb);
 }
 
 /* ---- sending ---- */
@@ -455,15 +607,83 @@ static dp_peer_t *peer_get(dplane_t *dp, const char *addr)
     return p;
 }
 
-/* Writes one frame. Caller holds the peer's mutex. */
-static int write_frame(int fd, const mbox_tag_t *tag, const tensor_t *t)
+/* Dials a same-host peer's Unix socket and hands it a new ring. Returns 0
+ * with p->fd and p->ring set, or -1 (the caller falls back to TCP). */
+static int connect_shm(dplane_t *dp, dp_peer_t *p)
 {
+    struct sockaddr_un su;
+    socklen_t len = unix_name(p->addr, &su);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), memfd = -1;
+    shmring_t *ring = NULL;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&su, len) != 0)
+        goto fail;
+    if (!(ring = shmring_create(SHMRING_DEFAULT_BYTES, &memfd)))
+        goto fail;
+    uint8_t hello[DPLANE_HELLO_SIZE] = {0};
+    put_u32(hello, DPLANE_HELLO_MAGIC);
+    put_u64(hello + 8, SHMRING_DEFAULT_BYTES);
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof cbuf);
+    struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof cbuf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &memfd, sizeof memfd);
+    if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof hello)
+        goto fail;
+    close(memfd);                  /* the receiver has its own copy now */
+    p->fd = fd;
+    p->ring = ring;
+    log_debug("dplane: shared memory to %s", p->addr);
+    (void)dp;
+    return 0;
+fail:
+    shmring_close(ring);
+    if (memfd >= 0)
+        close(memfd);
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* Connects p (shared memory when allowed and the peer is on this host,
+ * else TCP). Caller holds p->mu. Returns 0 or -1. */
+static int peer_connect(dplane_t *dp, dp_peer_t *p)
+{
+    if (atomic_load(&dp->shm_on) && dplane_same_host(dp->addr, p->addr) &&
+        connect_shm(dp, p) == 0)
+        return 0;
+    return (p->fd = connect_retry(p->addr)) >= 0 ? 0 : -1;
+}
+
+/* Drops p's connection (and ring). Caller holds p->mu. */
+static void peer_disconnect(dp_peer_t *p)
+{
+    close(p->fd);
+    p->fd = -1;
+    shmring_close(p->ring);
+    p->ring = NULL;
+}
+
+/* Writes one frame. Caller holds the peer's mutex. */
+static int write_frame(dplane_t *dp, dp_peer_t *p, const mbox_tag_t *tag, const tensor_t *t)
+{
+    int fd = p->fd;
     int64_t n = shape_numel(&t->shape);
     dplane_hdr_t h = {.tag = *tag, .shape = t->shape, .nbytes = (uint64_t)n * sizeof(float)};
     uint8_t buf[DPLANE_HDR_SIZE];
     dplane_hdr_encode(&h, buf);
     if (write_full(fd, buf, sizeof buf) != 0)
         return -1;
+    if (p->ring) {
+        atomic_fetch_add(&dp->sent_shm, 1);
+        return shmring_write(p->ring, t->data, (size_t)h.nbytes, &dp->stopping, fd,
+                             DPLANE_SHM_TIMEOUT_MS);
+    }
+    atomic_fetch_add(&dp->sent_tcp, 1);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     float *tmp = malloc((size_t)h.nbytes);
     if (!tmp)
@@ -494,13 +714,11 @@ int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const ten
     pthread_mutex_lock(&p->mu);
     /* Second round: the kept connection may have died (peer restarted). */
     for (int round = 0; round < 2 && rc != 0; round++) {
-        if (p->fd < 0 && (p->fd = connect_retry(addr)) < 0)
+        if (p->fd < 0 && peer_connect(dp, p) != 0)
             break;
-        rc = write_frame(p->fd, tag, t);
-        if (rc != 0) {
-            close(p->fd);
-            p->fd = -1;
-        }
+        rc = write_frame(dp, p, tag, t);
+        if (rc != 0)
+            peer_disconnect(p);
     }
     pthread_mutex_unlock(&p->mu);
     return rc;

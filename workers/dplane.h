@@ -1,4 +1,5 @@
-/* dplane.h - the data plane: tagged tensors between workers over TCP.
+/* dplane.h - the data plane: tagged tensors between workers, over shared
+ * memory to peers on this host and TCP to the others (see dplane.c).
  *
  * Each worker listens on one TCP address (its data_addr). A thread per
  * accepted connection reads frames and puts their tensors into the
@@ -57,6 +58,16 @@ const char *dplane_addr(const dplane_t *dp);
  * after a broken connection; connects are retried for up to about a
  * second). */
 int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const tensor_t *t);
+
+/* Shared memory to same-host peers: on by default (--data-transport auto);
+ * off = TCP to every peer (--data-transport tcp). Affects new connections. */
+void dplane_set_shm(dplane_t *dp, int on);
+/* Frames sent so far through shared memory and over TCP (not counting
+ * same-process deliveries). */
+void dplane_counts(dplane_t *dp, int64_t *shm_frames, int64_t *tcp_frames);
+/* Non-zero when two data addresses are on one host: the same host part, or
+ * both loopback. */
+int dplane_same_host(const char *a, const char *b);
 
 /* Splits "host:port" (IPv4 dotted or "localhost"). Returns 0 or -1. */
 int dplane_parse_addr(const char *addr, char *host, size_t hostlen, int *port);

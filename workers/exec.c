@@ -35,6 +35,7 @@ typedef struct device {
 
 struct exec {
     exec_env_t env;
+    ostore_t *own_store;        /* made here when the config gave none */
     exec_report_fn report_fn;
     void *report_ctx;
     pthread_mutex_t mu;
@@ -106,13 +107,21 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
     exec_t *ex = calloc(1, sizeof *ex);
     if (!ex)
         return NULL;
-    ex->env = (exec_env_t){.mb = mb, .dp = dp, .peer_timeout_us = cfg->peer_timeout_us,
-                           .sim = cfg->sim};
+    ostore_t *st = cfg->store;
+    if (!st && !(st = ex->own_store = ostore_new(EXEC_DEFAULT_STORE_CAP))) {
+        free(ex);
+        return NULL;
+    }
+    ex->env = (exec_env_t){.mb = mb, .dp = dp, .st = st,
+                           .peer_timeout_us = cfg->peer_timeout_us, .sim = cfg->sim,
+                           .ring_min_bytes = cfg->ring_min_bytes ? cfg->ring_min_bytes
+                                                                 : EXEC_RING_MIN_BYTES_DEFAULT};
     ex->report_fn = report_fn;
     ex->report_ctx = report_ctx;
     ex->dev = calloc((size_t)cfg->ndevices, sizeof *ex->dev);
     if (!ex->dev || exec_init_locks(ex) != 0) {
         free(ex->dev);
+        ostore_free(ex->own_store);
         free(ex);
         return NULL;
     }
@@ -298,5 +307,11 @@ void exec_stop(exec_t *ex)
     pthread_mutex_destroy(&ex->mu);
     pthread_cond_destroy(&ex->idle_cv);
     free(ex->dev);
+    ostore_free(ex->own_store);
     free(ex);
+}
+
+ostore_t *exec_store(exec_t *ex)
+{
+    return ex->env.st;
 }

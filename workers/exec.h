@@ -18,6 +18,7 @@
 
 #include "dplane.h"
 #include "mbox.h"
+#include "ostore.h"
 
 typedef void (*exec_report_fn)(void *ctx, int64_t task_id, json_t *body);
 
@@ -25,7 +26,13 @@ typedef struct exec_cfg {
     int ndevices;
     int64_t peer_timeout_us;
     int sim;
+    ostore_t *store;            /* borrowed; NULL: the executor makes its own
+                                   with EXEC_DEFAULT_STORE_CAP bytes */
+    int64_t ring_min_bytes;     /* 0: EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX:
+                                   collectives always exchange directly */
 } exec_cfg_t;
+
+#define EXEC_DEFAULT_STORE_CAP ((int64_t)1024 * 1024 * 1024)
 
 typedef struct exec exec_t;
 
@@ -40,6 +47,8 @@ void exec_submit(exec_t *ex, const json_t *task);
  * Returns how many tasks this call newly aborted (0 when the controller
  * repeats a cancel we already applied). */
 int exec_cancel_job(exec_t *ex, int64_t job);
+/* The object store the tasks use (borrowed). */
+ostore_t *exec_store(exec_t *ex);
 /* Tasks queued or running. */
 int exec_pending(exec_t *ex);
 /* Waits until nothing is queued or running, at most timeout_ms. Returns 0

@@ -21,18 +21,71 @@ typedef struct run {
     const exec_env_t *env;
     const wtask_t *t;
     comp_t *comp;               /* owned */
-    tensor_t **vals;            /* comp->nvalues slots, each owned or NULL */
+    ostore_obj_t **objs;        /* comp->nvalues slots: the store object of each
+                                   live value, NULL before it exists and after
+                                   its last consumer ran */
+    int *refs;                  /* consumers of each slot: ops reading it, sends
+                                   of it, +1 when it is an output */
+    int *send_slot;             /* slot of each of t->sends */
     int64_t started_us;
     int64_t inputs_ready_us;    /* last `input` edge taken, else started_us */
     int cancelled;
     char err[512];
 } run_t;
 
+/* Ring steps of collective op i travel under op numbers beyond every real
+ * op index: i + (1 + step) * JOB_MAX_OPS (step 0..2n-3), so the steps of
+ * one op between the same two shards never share a tag. */
+static int32_t ring_op_tag(int i, int step)
+{
+    return (int32_t)(i + (int64_t)(1 + step) * JOB_MAX_OPS);
+}
+
 static mbox_tag_t run_tag(const run_t *r, int comp, int op, int src, int dst)
 {
     mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = comp,
                       .op = op, .src = src, .dst = dst};
     return tag;
+}
+
+static ostore_key_t run_key(const run_t *r, int value)
+{
+    ostore_key_t k = {.job = r->t->job, .attempt = r->t->attempt, .comp = r->t->comp,
+                      .value = value, .shard = r->t->shard};
+    return k;
+}
+
+/* Stop predicate for back-pressure waits: the task's job was cancelled. */
+static int run_stop(void *ctx)
+{
+    const run_t *r = ctx;
+    return mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt);
+}
+
+/* Reserves store memory for a new buffer of `bytes` made by op i, waiting
+ * (back-pressure) while the store is full, at most the peer timeout.
+ * Returns 0, or -1 with r->err or r->cancelled set. */
+static int run_reserve(run_t *r, int i, int64_t bytes)
+{
+    ostore_stats_t stats;
+    int64_t t0 = util_mono_us();
+    ostore_status_t st = ostore_reserve(r->env->st, bytes, t0 + r->env->peer_timeout_us,
+                                        run_stop, r);
+    if (st == OSTORE_OK)
+        return 0;
+    ostore_stats(r->env->st, &stats);
+    if (st == OSTORE_STOPPED)
+        r->cancelled = 1;
+    else if (st == OSTORE_TOO_BIG)
+        snprintf(r->err, sizeof r->err,
+                 "op %d needs %lld bytes, more than the whole object store cap of %lld bytes "
+                 "(--store-cap-mb)", i, (long long)bytes, (long long)stats.cap_bytes);
+    else
+        snprintf(r->err, sizeof r->err,
+                 "object store full: op %d waited %lld ms for %lld bytes (%lld of %lld bytes "
+                 "in use; raise --store-cap-mb)", i, (long long)((util_mono_us() - t0) / 1000),
+                 (long long)bytes, (long long)stats.bytes, (long long)stats.cap_bytes);
+    return -1;
 }
 
 /* Waits for one message. Returns 0 and sets *out, or -1 with r->err or
@@ -50,14 +103,29 @@ static int run_take(run_t *r, const mbox_tag_t *tag, tensor_t **out)
     case MBOX_TIMEOUT:
         snprintf(r->err, sizeof r->err,
                  "timed out after %lld ms waiting for shard %d (op %d of computation %d)",
-                 (long long)(r->env->peer_timeout_us / 1000), (int)tag->src, (int)tag->op,
-                 (int)tag->comp);
+                 (long long)(r->env->peer_timeout_us / 1000), (int)tag->src,
+                 (int)(tag->op % JOB_MAX_OPS), (int)tag->comp);
         return -1;
     case MBOX_STOPPED:
     default:
         snprintf(r->err, sizeof r->err, "worker shutting down");
         return -1;
     }
+}
+
+/* Takes one collective piece into the store (it was counted while it
+ * waited in the mailbox; now the task holds it). Returns 0 or -1. */
+static int run_take_piece(run_t *r, int i, const mbox_tag_t *tag, ostore_obj_t **obj)
+{
+    tensor_t *t = NULL;
+    if (run_take(r, tag, &t) != 0)
+        return -1;
+    ostore_key_t k = run_key(r, OSTORE_PIECE_BASE - i);
+    if (!(*obj = ostore_put(r->env->st, &k, t, 1, 0))) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 static int run_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_t *v)
@@ -75,7 +143,8 @@ static int run_input(run_t *r, int i, tensor_t **out)
     if (run_take(r, &tag, out) != 0)
         return -1;
     /* Only DAG edges count as inputs; collective pieces are part of the
-     * computation itself. */
+     * computation itself. Ops run in order, so the last `input` op taken
+     * sets the final value. */
     r->inputs_ready_us = util_wall_us();
     if (!shape_equal(&(*out)->shape, &op->shape)) {
         char got[64], want[64];
@@ -97,79 +166,213 @@ static int run_ppermute(run_t *r, int i, const tensor_t *arg, const int *members
     int64_t shift = op->shift % n;
     int dst = (int)((pos + shift + n) % n);
     int src = coll_ppermute_source(op, n, pos);
-    tensor_t *piece = coll_piece(op, arg, n, pos, dst);
-    tensor_t *got = NULL;
+    ostore_obj_t *got = NULL;
     int rc = -1;
-    if (!piece || src < 0) {
-        snprintf(r->err, sizeof r->err, "ppermute op %d: %s", i, piece ? "no source" : "out of memory");
+    if (src < 0) {
+        snprintf(r->err, sizeof r->err, "ppermute op %d: no source", i);
+        return -1;
+    }
+    if (dst == pos) {                   /* shift 0 mod n: keep our own value */
+        if (!(*out = tensor_clone(arg))) {
+            snprintf(r->err, sizeof r->err, "ppermute op %d: out of memory", i);
+            return -1;
+        }
+        return 0;
+    }
+    /* The argument goes out as it is: ppermute's piece is the whole value. */
+    mbox_tag_t stag = run_tag(r, r->t->comp, i, r->t->shard, members[dst]);
+    mbox_tag_t rtag = run_tag(r, r->t->comp, i, members[src], r->t->shard);
+    if (run_send(r, r->t->peers[members[dst]], &stag, arg) != 0 ||
+        run_take_piece(r, i, &rtag, &got) != 0)
         goto cleanup;
-    }
-    if (dst == pos) {                   /* shift 0 mod n: keep our own piece */
-        got = piece;
-        piece = NULL;
-    } else {
-        mbox_tag_t stag = run_tag(r, r->t->comp, i, r->t->shard, members[dst]);
-        mbox_tag_t rtag = run_tag(r, r->t->comp, i, members[src], r->t->shard);
-        if (run_send(r, r->t->peers[members[dst]], &stag, piece) != 0 || run_take(r, &rtag, &got) != 0)
-            goto cleanup;
-    }
-    /* For ppermute `pieces` has one entry (the received tensor); n and pos
-     * are still the group's. */
-    const tensor_t *pieces[1] = {got};
+    const tensor_t *pieces[1] = {ostore_tensor(got)};
     if (coll_combine(op, pieces, n, pos, out) != 0) {
         snprintf(r->err, sizeof r->err, "ppermute op %d: cannot combine", i);
         goto cleanup;
     }
     rc = 0;
 cleanup:
-    tensor_free(piece);
-    tensor_free(got);
+    if (got)
+        ostore_release(r->env->st, got, 1);
     return rc;
 }
 
-/* all_reduce, all_gather, reduce_scatter, all_to_all: every member sends
- * its piece for each other member, then collects one piece from each. */
+/* Direct exchange (all_reduce, all_gather, reduce_scatter, all_to_all):
+ * every member sends its piece for each other member, then collects one
+ * piece from each. Fewest round trips: the choice for small tensors. */
 static int run_exchange(run_t *r, int i, const tensor_t *arg, const int *members, int n,
                         int pos, tensor_t **out)
 {
     const op_t *op = &r->comp->ops[i];
     int rc = -1;
-    tensor_t **pieces = calloc((size_t)n, sizeof *pieces);
-    if (!pieces) {
+    ostore_obj_t **objs = calloc((size_t)n, sizeof *objs);
+    const tensor_t **pieces = calloc((size_t)n, sizeof *pieces);
+    if (!objs || !pieces) {
         snprintf(r->err, sizeof r->err, "out of memory");
-        return -1;
+        goto cleanup;
     }
     for (int m = 0; m < n; m++) {
-        tensor_t *p = coll_piece(op, arg, n, pos, m);
-        if (!p) {
+        if (m == pos)
+            continue;
+        /* Only all_to_all sends a part; the others send the argument itself
+         * (no copy: the transport reads it in place). */
+        tensor_t *chunk = op->code == OP_ALL_TO_ALL ? coll_piece(op, arg, n, pos, m) : NULL;
+        if (op->code == OP_ALL_TO_ALL && !chunk) {
             snprintf(r->err, sizeof r->err, "%s op %d: out of memory", opcode_name(op->code), i);
             goto cleanup;
         }
-        if (m == pos) {
-            pieces[pos] = p;            /* own contribution, kept */
-            continue;
-        }
         mbox_tag_t tag = run_tag(r, r->t->comp, i, r->t->shard, members[m]);
-        int sent = run_send(r, r->t->peers[members[m]], &tag, p);
-        tensor_free(p);
+        int sent = run_send(r, r->t->peers[members[m]], &tag, chunk ? chunk : arg);
+        tensor_free(chunk);
         if (sent != 0)
             goto cleanup;
     }
     for (int m = 0; m < n; m++) {
         mbox_tag_t tag = run_tag(r, r->t->comp, i, members[m], r->t->shard);
-        if (m != pos && run_take(r, &tag, &pieces[m]) != 0)
+        if (m == pos)
+            pieces[m] = arg;            /* own contribution; coll_combine cuts
+                                           all_to_all's own chunk from it */
+        else if (run_take_piece(r, i, &tag, &objs[m]) != 0)
             goto cleanup;
+        else
+            pieces[m] = ostore_tensor(objs[m]);
     }
-    if (coll_combine(op, (const tensor_t *const *)pieces, n, pos, out) != 0) {
+    if (coll_combine(op, pieces, n, pos, out) != 0) {
         snprintf(r->err, sizeof r->err, "%s op %d: cannot combine", opcode_name(op->code), i);
         goto cleanup;
     }
     rc = 0;
 cleanup:
-    for (int m = 0; m < n; m++)
-        tensor_free(pieces[m]);
+    for (int m = 0; objs && m < n; m++)
+        if (objs[m])
+            ostore_release(r->env->st, objs[m], 1);
+    free(objs);
     free(pieces);
     return rc;
+}
+
+/* One ring step: sends count floats at send_data to the next member and
+ * takes the previous member's message for the same step. The received
+ * piece must hold want floats. Returns 0 and *got (caller releases), or -1. */
+static int ring_step(run_t *r, int i, int step, const int *members, int n, int pos,
+                     float *send_data, int64_t count, int64_t want, ostore_obj_t **got)
+{
+    int next = members[(pos + 1) % n], prev = members[(pos + n - 1) % n];
+    /* A view of part of a buffer: borrowed data, never freed. */
+    tensor_t view = {.shape = {.rank = 1, .dim = {count}}, .data = send_data};
+    mbox_tag_t stag = run_tag(r, r->t->comp, ring_op_tag(i, step), r->t->shard, next);
+    mbox_tag_t rtag = run_tag(r, r->t->comp, ring_op_tag(i, step), prev, r->t->shard);
+    if (run_send(r, r->t->peers[next], &stag, &view) != 0 ||
+        run_take_piece(r, i, &rtag, got) != 0)
+        return -1;
+    if (shape_numel(&ostore_tensor(*got)->shape) != want) {
+        snprintf(r->err, sizeof r->err, "op %d: ring step %d got %lld elements, expected %lld",
+                 i, step, (long long)shape_numel(&ostore_tensor(*got)->shape), (long long)want);
+        ostore_release(r->env->st, *got, 1);
+        *got = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Ring all_reduce: reduce-scatter then all-gather over n chunks of the
+ * flattened tensor. Each link carries 2 (n-1)/n of the tensor instead of
+ * n-1 copies, and a shard holds the result plus one chunk at a time.
+ * Chunk c is reduced in ring order starting at position c; every shard
+ * receives the same reduced bytes for it. */
+static int run_ring_all_reduce(run_t *r, int i, const tensor_t *arg, const int *members, int n,
+                               int pos, tensor_t **out)
+{
+    const op_t *op = &r->comp->ops[i];
+    int64_t numel = shape_numel(&arg->shape);
+    tensor_t *acc = tensor_clone(arg);
+    if (!acc) {
+        snprintf(r->err, sizeof r->err, "all_reduce op %d: out of memory", i);
+        return -1;
+    }
+    for (int phase = 0; phase < 2; phase++) {
+        for (int s = 0; s < n - 1; s++) {
+            /* Phase 1 (all-gather) runs the same schedule shifted by one
+             * position: it starts from the chunk this shard owns. */
+            int sc = coll_ring_send_chunk(n, pos + phase, s);
+            int rcv = coll_ring_recv_chunk(n, pos + phase, s);
+            int64_t soff, slen, roff, rlen;
+            coll_ring_chunk(numel, n, sc, &soff, &slen);
+            coll_ring_chunk(numel, n, rcv, &roff, &rlen);
+            ostore_obj_t *got = NULL;
+            if (ring_step(r, i, phase * (n - 1) + s, members, n, pos, acc->data + soff, slen,
+                          rlen, &got) != 0) {
+                tensor_free(acc);
+                return -1;
+            }
+            const float *src = ostore_tensor(got)->data;
+            if (phase == 0)
+                coll_reduce_into(op->reduce, acc->data + roff, src, rlen);
+            else
+                memcpy(acc->data + roff, src, (size_t)rlen * sizeof *src);
+            ostore_release(r->env->st, got, 1);
+        }
+    }
+    *out = acc;
+    return 0;
+}
+
+/* Ring all_gather: blocks travel round the ring, each forwarded n-1 times;
+ * then concatenated in position order like the direct algorithm. */
+static int run_ring_all_gather(run_t *r, int i, const tensor_t *arg, const int *members, int n,
+                               int pos, tensor_t **out)
+{
+    const op_t *op = &r->comp->ops[i];
+    int64_t numel = shape_numel(&arg->shape);
+    int rc = -1;
+    ostore_obj_t **objs = calloc((size_t)n, sizeof *objs);
+    const tensor_t **pieces = calloc((size_t)n, sizeof *pieces);
+    if (!objs || !pieces) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        goto cleanup;
+    }
+    pieces[pos] = arg;
+    for (int s = 0; s < n - 1; s++) {
+        int sb = coll_ring_send_chunk(n, pos, s), rb = coll_ring_recv_chunk(n, pos, s);
+        if (ring_step(r, i, s, members, n, pos, pieces[sb]->data, numel, numel, &objs[rb]) != 0)
+            goto cleanup;
+        pieces[rb] = ostore_tensor(objs[rb]);
+    }
+    /* Blocks travel flat; restore the argument's shape for the concat. */
+    tensor_t *views = calloc((size_t)n, sizeof *views);
+    const tensor_t **vp = calloc((size_t)n, sizeof *vp);
+    if (!views || !vp) {
+        free(views);
+        free(vp);
+        snprintf(r->err, sizeof r->err, "out of memory");
+        goto cleanup;
+    }
+    for (int m = 0; m < n; m++) {
+        views[m] = (tensor_t){.shape = arg->shape, .data = pieces[m]->data};
+        vp[m] = &views[m];
+    }
+    rc = coll_combine(op, vp, n, pos, out);
+    free(views);
+    free(vp);
+    if (rc != 0)
+        snprintf(r->err, sizeof r->err, "all_gather op %d: cannot combine", i);
+cleanup:
+    for (int m = 0; objs && m < n; m++)
+        if (objs[m])
+            ostore_release(r->env->st, objs[m], 1);
+    free(objs);
+    free(pieces);
+    return rc;
+}
+
+/* Ring or direct: the ring pays n-1 (or 2(n-1)) latencies but moves each
+ * byte over each link about once, so it wins once tensors are large. */
+static int use_ring(const run_t *r, const op_t *op, const tensor_t *arg, int n)
+{
+    int64_t numel = shape_numel(&arg->shape);
+    if (n < 3 || numel < n || (op->code != OP_ALL_REDUCE && op->code != OP_ALL_GATHER))
+        return 0;
+    return numel * (int64_t)sizeof(float) >= r->env->ring_min_bytes;
 }
 
 static int run_collective(run_t *r, int i, const tensor_t *arg, tensor_t **out)
@@ -190,6 +393,10 @@ static int run_collective(run_t *r, int i, const tensor_t *arg, tensor_t **out)
     }
     if (op->code == OP_PPERMUTE)
         rc = run_ppermute(r, i, arg, members, n, pos, out);
+    else if (use_ring(r, op, arg, n) && op->code == OP_ALL_REDUCE)
+        rc = run_ring_all_reduce(r, i, arg, members, n, pos, out);
+    else if (use_ring(r, op, arg, n))
+        rc = run_ring_all_gather(r, i, arg, members, n, pos, out);
     else
         rc = run_exchange(r, i, arg, members, n, pos, out);
 cleanup:
@@ -197,14 +404,15 @@ cleanup:
     return rc;
 }
 
-/* The `compute` op, in slices so that a cancelled job stops within ~10 ms.
- * cpu busy-waits (the device is occupied); sim sleeps: modelled time that
- * leaves the host's cores to the other simulated devices. */
+/* The `compute` op, in 1 ms slices so that a cancelled job stops within
+ * about a millisecond. cpu busy-waits (the device is occupied); sim sleeps:
+ * modelled time that leaves the host's cores to the other simulated
+ * devices. */
 static int run_compute(run_t *r, int i, tensor_t **out)
 {
     const op_t *op = &r->comp->ops[i];
-    for (int64_t left = op->us; left > 0; left -= 10000) {
-        int64_t chunk = left < 10000 ? left : 10000;
+    for (int64_t left = op->us; left > 0; left -= 1000) {
+        int64_t chunk = left < 1000 ? left : 1000;
         if (r->env->sim) {
             struct timespec ts = {0, (long)chunk * 1000};
             nanosleep(&ts, NULL);
@@ -223,18 +431,31 @@ static int run_compute(run_t *r, int i, tensor_t **out)
     return 0;
 }
 
-/* Runs op i into its value slot. Returns 0 or -1 (r->err / r->cancelled). */
+/* Drops one reference of slot v (a consumer ran). */
+static void run_release(run_t *r, int v)
+{
+    if (r->objs[v] && ostore_release(r->env->st, r->objs[v], 1) == 0)
+        r->objs[v] = NULL;
+}
+
+/* Runs op i into its value slot. Returns 0 or -1 (r->err / r->cancelled).
+ * Memory: the result is reserved in the store first (back-pressure), an
+ * `input` edge is adopted (it exists already); the arguments lose one
+ * reference each once the op ran, so a value dies with its last reader. */
 static int run_op(run_t *r, int i)
 {
     const op_t *op = &r->comp->ops[i];
     const tensor_t *args[2] = {NULL, NULL};
     for (int a = 0; a < op->nargs && a < 2; a++) {
-        if (op->arg[a] < 0 || op->arg[a] >= r->comp->nvalues || !r->vals[op->arg[a]]) {
+        if (op->arg[a] < 0 || op->arg[a] >= r->comp->nvalues || !r->objs[op->arg[a]]) {
             snprintf(r->err, sizeof r->err, "op %d reads an undefined value", i);
             return -1;
         }
-        args[a] = r->vals[op->arg[a]];
+        args[a] = ostore_tensor(r->objs[op->arg[a]]);
     }
+    int64_t reserved = op->code == OP_INPUT ? 0 : ostore_tensor_bytes(&op->shape);
+    if (reserved > 0 && run_reserve(r, i, reserved) != 0)
+        return -1;
     tensor_t *out = NULL;
     int rc;
     if (op->code == OP_INPUT)
@@ -245,10 +466,22 @@ static int run_op(run_t *r, int i)
         rc = run_compute(r, i, &out);
     else if ((rc = kernel_run(op, args, r->t->shard, &out)) != 0)
         snprintf(r->err, sizeof r->err, "%s op %d failed (out of memory?)", opcode_name(op->code), i);
-    if (rc != 0)
+    if (rc != 0) {
+        ostore_unreserve(r->env->st, reserved);
         return -1;
-    tensor_free(r->vals[op->out]);
-    r->vals[op->out] = out;
+    }
+    for (int a = 0; a < op->nargs && a < 2; a++)
+        run_release(r, op->arg[a]);
+    if (r->refs[op->out] == 0) {        /* nobody reads it: gone at once */
+        tensor_free(out);
+        ostore_unreserve(r->env->st, reserved);
+        return 0;
+    }
+    ostore_key_t k = run_key(r, op->out);
+    if (!(r->objs[op->out] = ostore_put(r->env->st, &k, out, r->refs[op->out], reserved))) {
+        snprintf(r->err, sizeof r->err, "op %d: out of memory", i);
+        return -1;
+    }
     return 0;
 }
 
@@ -257,17 +490,44 @@ static int run_sends(run_t *r)
 {
     for (int s = 0; s < r->t->nsends; s++) {
         const wtask_send_t *snd = &r->t->sends[s];
-        int slot = -1;
-        for (int v = 0; v < r->comp->nvalues && slot < 0; v++)
-            if (strcmp(r->comp->vnames[v], snd->value) == 0 && r->vals[v])
-                slot = v;
-        if (slot < 0) {
+        int slot = r->send_slot[s];
+        if (slot < 0 || !r->objs[slot]) {
             snprintf(r->err, sizeof r->err, "send of unknown value '%s'", snd->value);
             return -1;
         }
         mbox_tag_t tag = run_tag(r, snd->comp, snd->op, r->t->shard, r->t->shard);
-        if (run_send(r, snd->to, &tag, r->vals[slot]) != 0)
+        if (run_send(r, snd->to, &tag, ostore_tensor(r->objs[slot])) != 0)
             return -1;
+        run_release(r, slot);
+    }
+    return 0;
+}
+
+/* Counts each slot's consumers (ops, sends, output hold) and resolves the
+ * sends' value names. Returns 0 or -1. */
+static int run_plan_refs(run_t *r)
+{
+    int nv = r->comp->nvalues;
+    r->objs = calloc((size_t)nv + 1, sizeof *r->objs);
+    r->refs = calloc((size_t)nv + 1, sizeof *r->refs);
+    r->send_slot = calloc((size_t)r->t->nsends + 1, sizeof *r->send_slot);
+    if (!r->objs || !r->refs || !r->send_slot) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < r->comp->nops; i++)
+        for (int a = 0; a < r->comp->ops[i].nargs && a < 2; a++)
+            if (r->comp->ops[i].arg[a] >= 0 && r->comp->ops[i].arg[a] < nv)
+                r->refs[r->comp->ops[i].arg[a]]++;
+    for (int k = 0; k < r->comp->noutputs; k++)
+        r->refs[r->comp->outputs[k]]++;
+    for (int s = 0; s < r->t->nsends; s++) {
+        r->send_slot[s] = -1;
+        for (int v = 0; v < nv && r->send_slot[s] < 0; v++)
+            if (strcmp(r->comp->vnames[v], r->t->sends[s].value) == 0)
+                r->send_slot[s] = v;
+        if (r->send_slot[s] >= 0)
+            r->refs[r->send_slot[s]]++;
     }
     return 0;
 }
@@ -327,7 +587,7 @@ static json_t *run_success_report(run_t *r)
         return NULL;
     for (int k = 0; k < r->comp->noutputs; k++) {
         int slot = r->comp->outputs[k];
-        json_t *tj = r->vals[slot] ? exec_tensor_json(r->vals[slot]) : NULL;
+        json_t *tj = r->objs[slot] ? exec_tensor_json(ostore_tensor(r->objs[slot])) : NULL;
         if (!tj || json_object_set_new(outs, r->comp->vnames[slot], tj) != 0) {
             json_decref(outs);
             return NULL;
@@ -355,11 +615,8 @@ static int run_body(run_t *r)
                  r->t->npeers);
         return -1;
     }
-    r->vals = calloc((size_t)r->comp->nvalues + 1, sizeof *r->vals);
-    if (!r->vals) {
-        snprintf(r->err, sizeof r->err, "out of memory");
+    if (run_plan_refs(r) != 0)
         return -1;
-    }
     for (int i = 0; i < r->comp->nops; i++) {
         if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
             r->cancelled = 1;
@@ -386,10 +643,19 @@ json_t *exec_run_task(const exec_env_t *env, const wtask_t *t)
     if (!r.cancelled && r.err[0])
         log_warn("task %lld (job %lld comp %d shard %d) failed: %s", (long long)t->id,
                  (long long)t->job, (int)t->comp, (int)t->shard, r.err);
-    if (r.vals)
-        for (int v = 0; v < r.comp->nvalues; v++)
-            tensor_free(r.vals[v]);
-    free(r.vals);
+    /* Outputs are dropped once reported (the controller keeps the result
+     * values); after a failure or cancel everything the task still holds
+     * goes too, so an ended task leaves no object behind. */
+    if (r.objs) {
+        for (int k = 0; k < r.comp->noutputs; k++)
+            run_release(&r, r.comp->outputs[k]);
+        int left = ostore_drop_task(env->st, t->job, t->attempt, t->comp, t->shard);
+        if (left && !r.err[0] && !r.cancelled)
+            log_warn("task %lld: %d object(s) left after success", (long long)t->id, left);
+    }
+    free(r.objs);
+    free(r.refs);
+    free(r.send_slot);
     comp_free(r.comp);
     return report;
 }

@@ -13,14 +13,23 @@
 
 #include "dplane.h"
 #include "mbox.h"
+#include "ostore.h"
 #include "wtask.h"
 
 /* Largest output reported element by element (DESIGN.md: values when <= 4096). */
 #define EXEC_MAX_REPORTED_VALUES 4096
 
+/* Collectives on at least this many bytes per shard use the ring
+ * algorithms (all_reduce: reduce-scatter + all-gather; all_gather: ring of
+ * blocks) when the group has 3 or more members; smaller ones exchange
+ * directly (one message to every member: fewest round trips). */
+#define EXEC_RING_MIN_BYTES_DEFAULT (64 * 1024)
+
 typedef struct exec_env {
     mbox_t *mb;                 /* borrowed */
     dplane_t *dp;               /* borrowed */
+    ostore_t *st;               /* borrowed: every buffer a task holds lives here */
+    int64_t ring_min_bytes;     /* see EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX: never ring */
     int64_t peer_timeout_us;    /* how long one wait for a peer may take */
     int sim;                    /* `sim` backend: real arithmetic, but `compute`
                                    sleeps instead of busy-waiting */

@@ -18,6 +18,7 @@
 #include "dplane.h"
 #include "exec.h"
 #include "mbox.h"
+#include "ostore.h"
 #include "util.h"
 #include "wclient.h"
 #include "wopts.h"
@@ -33,6 +34,7 @@ static void on_signal(int sig)
 
 typedef struct worker {
     wopts_t o;
+    ostore_t *st;
     mbox_t *mb;
     dplane_t *dp;
     wclient_t *wc;
@@ -63,6 +65,22 @@ static void sleep_unless(int ms, const atomic_int *flag)
     }
 }
 
+/* Mailbox messages count in the object store (mbox_acct_fn). */
+static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
+{
+    ostore_charge(ctx, dobjects, dbytes);
+}
+
+/* {"store": {"objects", "bytes", "cap_bytes"}}; NULL on OOM (then the
+ * heartbeat goes without figures). */
+static json_t *heartbeat_body(worker_t *w)
+{
+    ostore_stats_t s;
+    ostore_stats(w->st, &s);
+    return json_pack("{s:{s:I, s:I, s:I}}", "store", "objects", (json_int_t)s.objects,
+                     "bytes", (json_int_t)s.bytes, "cap_bytes", (json_int_t)s.cap_bytes);
+}
+
 static void *heartbeat_main(void *arg)
 {
     worker_t *w = arg;
@@ -71,7 +89,9 @@ static void *heartbeat_main(void *arg)
         if (atomic_load(&w->hb_stop))
             break;
         int64_t id = wclient_id(w->wc);
-        int st = wclient_heartbeat(w->wc, id);
+        json_t *body = heartbeat_body(w);
+        int st = wclient_heartbeat(w->wc, id, body);
+        json_decref(body);
         if (st == 404)
             wclient_reregister(w->wc, id, &w->hb_stop);
         else if (st != 200)
@@ -206,10 +226,14 @@ static void poll_loop(worker_t *w)
 /* Brings up mailbox, data plane and client. Returns 0 or -1. */
 static int worker_open(worker_t *w)
 {
+    if (!(w->st = ostore_new((int64_t)w->o.store_cap_mb * 1024 * 1024)))
+        return -1;
     if (!(w->mb = mbox_new()))
         return -1;
+    mbox_set_accounting(w->mb, store_acct, w->st);
     if (!(w->dp = dplane_start(w->o.data_listen, w->o.data_advertise, w->mb)))
         return -1;
+    dplane_set_shm(w->dp, w->o.data_shm);
     wclient_reg_req_t req = {.island = w->o.island, .devices = w->o.devices,
                              .backend = w->o.backend, .data_addr = dplane_addr(w->dp)};
     if (!(w->wc = wclient_new(w->o.controller, &req)))
@@ -224,7 +248,9 @@ static int worker_run_threads(worker_t *w)
         return -1;
     exec_cfg_t cfg = {.ndevices = w->o.devices,
                       .peer_timeout_us = (int64_t)w->o.peer_timeout_ms * 1000,
-                      .sim = strcmp(w->o.backend, "sim") == 0};
+                      .sim = strcmp(w->o.backend, "sim") == 0, .store = w->st,
+                      .ring_min_bytes = w->o.ring_min_kb ? (int64_t)w->o.ring_min_kb * 1024
+                                                         : INT64_MAX};
     if (!(w->ex = exec_start(&cfg, w->mb, w->dp, wreport_exec_fn, w->wr)))
         return -1;
     if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0)
@@ -251,7 +277,8 @@ static void worker_close(worker_t *w, int registered)
     if (registered && wclient_leave(w->wc, wclient_id(w->wc)) / 100 != 2)
         log_warn("could not leave the controller cleanly");
     dplane_stop(w->dp);
-    mbox_free(w->mb);
+    mbox_free(w->mb);          /* gives its messages' charges back to st */
+    ostore_free(w->st);
     wclient_free(w->wc);
 }
 

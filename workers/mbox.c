@@ -38,7 +38,24 @@ struct mbox {
     mbox_cancel_t cancel[MBOX_CANCEL_MEMORY];
     int ncancel;
     int cancel_next;
+    mbox_acct_fn acct;      /* may be NULL */
+    void *acct_ctx;
 };
+
+/* Reports a message arriving (sign +1) or leaving (-1). Holds mu. */
+static void acct_locked(mbox_t *mb, const tensor_t *t, int sign)
+{
+    if (mb->acct)
+        mb->acct(mb->acct_ctx, sign, sign * shape_numel(&t->shape) * (int64_t)sizeof(float));
+}
+
+void mbox_set_accounting(mbox_t *mb, mbox_acct_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&mb->mu);
+    mb->acct = fn;
+    mb->acct_ctx = ctx;
+    pthread_mutex_unlock(&mb->mu);
+}
 
 static int tag_equal(const mbox_tag_t *a, const mbox_tag_t *b)
 {
@@ -91,6 +108,7 @@ void mbox_free(mbox_t *mb)
         mbox_msg_t *m = mb->bucket[b];
         while (m) {
             mbox_msg_t *next = m->next;
+            acct_locked(mb, m->t, -1);
             tensor_free(m->t);
             free(m);
             m = next;
@@ -131,6 +149,7 @@ int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t)
         p = &(*p)->next;
     *p = m;
     mb->count++;
+    acct_locked(mb, t, +1);
     pthread_cond_broadcast(&mb->cv);
     pthread_mutex_unlock(&mb->mu);
     return 0;
@@ -146,6 +165,7 @@ static tensor_t *remove_locked(mbox_t *mb, const mbox_tag_t *tag)
             *p = m->next;
             free(m);
             mb->count--;
+            acct_locked(mb, t, -1);
             return t;
         }
     }
@@ -194,6 +214,7 @@ static int drop_locked(mbox_t *mb, int64_t job, int32_t max_attempt)
             mbox_msg_t *m = *p;
             if (m->tag.job == job && m->tag.attempt <= max_attempt) {
                 *p = m->next;
+                acct_locked(mb, m->t, -1);
                 tensor_free(m->t);
                 free(m);
                 n++;

@@ -68,4 +68,11 @@ void mbox_shutdown(mbox_t *mb);
 /* Number of kept messages (for tests and metrics). */
 int mbox_count(mbox_t *mb);
 
+/* Accounting hook: called under the mailbox lock with (+1, +bytes) when a
+ * message is kept and (-1, -bytes) when it leaves (taken, dropped, freed),
+ * so the worker's object store counts messages waiting for their taker.
+ * fn must not call back into the mailbox. Set it before any traffic. */
+typedef void (*mbox_acct_fn)(void *ctx, int64_t dobjects, int64_t dbytes);
+void mbox_set_accounting(mbox_t *mb, mbox_acct_fn fn, void *ctx);
+
 #endif

@@ -250,15 +250,15 @@ int wclient_lease_ms(wclient_t *wc)
     return ms;
 }
 
-int wclient_heartbeat(wclient_t *wc, int64_t id)
+int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body)
 {
     char path[96];
     snprintf(path, sizeof path, "/v1/workers/%lld/heartbeat", (long long)id);
-    json_t *body = json_object(), *ans = NULL;
-    if (!body)
+    json_t *empty = body ? NULL : json_object(), *ans = NULL;
+    if (!body && !empty)
         return -1;
-    int st = wclient_call(wc, "POST", path, body, 5000, NULL, &ans);
-    json_decref(body);
+    int st = wclient_call(wc, "POST", path, body ? body : empty, 5000, NULL, &ans);
+    json_decref(empty);
     const json_t *lease = json_object_get(ans, "lease_ms");
     if (st == 200 && json_is_integer(lease) && json_integer_value(lease) >= 30) {
         pthread_mutex_lock(&wc->mu);

@@ -48,7 +48,8 @@ int wclient_reregister(wclient_t *wc, int64_t stale_id, const atomic_int *stop);
 int64_t wclient_id(wclient_t *wc);         /* -1 before registration */
 int wclient_lease_ms(wclient_t *wc);
 
-int wclient_heartbeat(wclient_t *wc, int64_t id);
+/* body (borrowed; NULL = {}) is e.g. {"store": {"objects", "bytes", "cap_bytes"}}. */
+int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body);
 /* GET tasks; *resp = {"tasks": [...], "cancel": [...]} on 200. */
 int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort_flag,
                  json_t **resp);

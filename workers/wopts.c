@@ -98,6 +98,27 @@ static int set_drain_ms(wopts_t *o, const char *v)
     return parse_int(v, 0, 3600 * 1000, &o->drain_ms);
 }
 
+static int set_store_cap_mb(wopts_t *o, const char *v)
+{
+    return parse_int(v, 1, 1024 * 1024, &o->store_cap_mb);
+}
+
+static int set_data_transport(wopts_t *o, const char *v)
+{
+    if (strcmp(v, "auto") == 0)
+        o->data_shm = 1;
+    else if (strcmp(v, "tcp") == 0)
+        o->data_shm = 0;
+    else
+        return -1;
+    return 0;
+}
+
+static int set_ring_min_kb(wopts_t *o, const char *v)
+{
+    return parse_int(v, 0, 1024 * 1024, &o->ring_min_kb);
+}
+
 static int set_log_level(wopts_t *o, const char *v)
 {
     return log_level_parse(v, &o->log_level);
@@ -124,6 +145,9 @@ static const wopt_t wopt_table[] = {
     {"poll-ms", "ATOLL_POLL_MS", set_poll_ms, "an integer from 0 to 30000"},
     {"peer-timeout-ms", "ATOLL_PEER_TIMEOUT_MS", set_peer_timeout_ms, "a positive integer"},
     {"drain-ms", "ATOLL_DRAIN_MS", set_drain_ms, "an integer from 0 to 3600000"},
+    {"store-cap-mb", "ATOLL_STORE_CAP_MB", set_store_cap_mb, "an integer from 1 to 1048576"},
+    {"data-transport", "ATOLL_DATA_TRANSPORT", set_data_transport, "auto or tcp"},
+    {"ring-min-kb", "ATOLL_RING_MIN_KB", set_ring_min_kb, "an integer from 0 to 1048576"},
     {"log-level", "ATOLL_LOG_LEVEL", set_log_level, "debug, info, warn or error"},
     {"log-json", "ATOLL_LOG_JSON", set_log_json, "0 or 1"},
 };
@@ -148,6 +172,12 @@ const char *wopts_usage(void)
            "  --poll-ms MS            ATOLL_POLL_MS      long-poll wait (default 1000, max 30000)\n"
            "  --peer-timeout-ms MS    ATOLL_PEER_TIMEOUT_MS  wait for a peer before failing (60000)\n"
            "  --drain-ms MS           ATOLL_DRAIN_MS     on SIGTERM, time left to running tasks (10000)\n"
+           "  --store-cap-mb MB       ATOLL_STORE_CAP_MB object store cap (default 1024); a full store\n"
+           "                                             makes tasks wait, then fail, never crash\n"
+           "  --data-transport auto|tcp ATOLL_DATA_TRANSPORT auto (default): shared memory to\n"
+           "                                             same-host peers, TCP to others; tcp: TCP only\n"
+           "  --ring-min-kb KB        ATOLL_RING_MIN_KB  all_reduce/all_gather of >= KB KiB per shard\n"
+           "                                             use ring algorithms (default 64; 0: never)\n"
            "  --log-level LEVEL       ATOLL_LOG_LEVEL    debug|info|warn|error (default info)\n"
            "  --log-json 0|1          ATOLL_LOG_JSON     log JSON lines to stderr\n"
            "  --help, --version\n";
@@ -169,6 +199,9 @@ static void wopts_defaults(wopts_t *o)
     o->poll_ms = 1000;
     o->peer_timeout_ms = 60000;
     o->drain_ms = 10000;
+    o->store_cap_mb = 1024;
+    o->data_shm = 1;
+    o->ring_min_kb = 64;
     o->log_level = LOG_INFO;
 }
 

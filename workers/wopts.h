@@ -20,6 +20,11 @@ typedef struct wopts {
     int poll_ms;                /* long-poll wait, 0..30000, default 1000 */
     int peer_timeout_ms;        /* one wait for a peer, default 60000 */
     int drain_ms;               /* SIGTERM: time left to running tasks, default 10000 */
+    int store_cap_mb;           /* object store cap, default 1024 */
+    int data_shm;               /* --data-transport: 1 auto (shm to same-host peers,
+                                   default), 0 tcp (always TCP) */
+    int ring_min_kb;            /* collectives of at least this many KiB use the
+                                   ring algorithms; default 64; 0: never */
     log_level_t log_level;      /* default info */
     int log_json;               /* default 0 */
     int help, version;

@@ -1,5 +1,6 @@
-/* test_worker_dplane.c - the data plane's frame codec and real loopback TCP
- * between two dplane instances in this process (workers/dplane.c and
+/* test_worker_dplane.c - the data plane's frame codec, real loopback TCP and
+ * the same-host shared-memory transport between two dplane instances in
+ * this process (workers/dplane.c and
  * mbox.c compiled in: unit tests link only atoll_common). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <cmocka.h>
 
 #include "../../workers/dplane.c"
+#include "../../workers/shmring.c"
 #include "../../workers/mbox.c"
 
 static int64_t in_ms(int ms)
@@ -246,6 +248,114 @@ static void test_unreachable_peer(void **state)
     mbox_free(mb);
 }
 
+/* Random floats (fixed seed): every bit pattern of the payload matters. */
+static tensor_t *random_tensor(int64_t n, uint32_t seed)
+{
+    shape_t s = {.rank = 1, .dim = {n}};
+    tensor_t *t = tensor_new(&s);
+    assert_non_null(t);
+    uint32_t x = seed;
+    for (int64_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        t->data[i] = (float)(x >> 8) / 65536.0f - 128.0f;
+    }
+    return t;
+}
+
+/* Same-host peers move payloads through shared memory: a 4 MiB tensor
+ * arrives bit-exact, repeatedly (the ring wraps), in both directions, and
+ * the sender counted shm frames, not TCP ones. */
+static void test_shm_4mib_integrity(void **state)
+{
+    pair_t *p = *state;
+    assert_true(dplane_same_host(dplane_addr(p->a), dplane_addr(p->b)));
+    assert_true(p->a->unix_fd >= 0 && p->b->unix_fd >= 0);
+    const int64_t n = (4 << 20) / 4;
+    for (int round = 0; round < 3; round++) {
+        tensor_t *t = random_tensor(n, 7u + (uint32_t)round);
+        mbox_tag_t tag = {.job = 10, .op = round, .src = 0, .dst = 1};
+        assert_int_equal(dplane_send(p->a, dplane_addr(p->b), &tag, t), 0);
+        /* A small frame right behind it keeps its place in the stream. */
+        tensor_t *sc = iota(0, NULL);
+        mbox_tag_t tag2 = {.job = 10, .op = 100 + round};
+        assert_int_equal(dplane_send(p->a, dplane_addr(p->b), &tag2, sc), 0);
+        tensor_t *got = NULL;
+        assert_int_equal(mbox_take(p->mb_b, &tag, in_ms(10000), &got), MBOX_OK);
+        assert_same_tensor(got, t);
+        tensor_free(got);
+        assert_int_equal(mbox_take(p->mb_b, &tag2, in_ms(10000), &got), MBOX_OK);
+        assert_same_tensor(got, sc);
+        tensor_free(got);
+        tensor_free(sc);
+        /* Back from B to A over B's own ring. */
+        assert_int_equal(dplane_send(p->b, dplane_addr(p->a), &tag, t), 0);
+        assert_int_equal(mbox_take(p->mb_a, &tag, in_ms(10000), &got), MBOX_OK);
+        assert_same_tensor(got, t);
+        tensor_free(got);
+        tensor_free(t);
+    }
+    int64_t shm, tcp;
+    dplane_counts(p->a, &shm, &tcp);
+    assert_int_equal(shm, 6);
+    assert_int_equal(tcp, 0);
+}
+
+/* --data-transport tcp: the same exchange goes over TCP. */
+static void test_forced_tcp(void **state)
+{
+    pair_t *p = *state;
+    dplane_set_shm(p->a, 0);
+    tensor_t *t = random_tensor(300000, 3);
+    mbox_tag_t tag = {.job = 11, .src = 0, .dst = 1};
+    assert_int_equal(dplane_send(p->a, dplane_addr(p->b), &tag, t), 0);
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(p->mb_b, &tag, in_ms(10000), &got), MBOX_OK);
+    assert_same_tensor(got, t);
+    tensor_free(got);
+    tensor_free(t);
+    int64_t shm, tcp;
+    dplane_counts(p->a, &shm, &tcp);
+    assert_int_equal(shm, 0);
+    assert_int_equal(tcp, 1);
+}
+
+/* A receiver that goes away mid-stream: the sender's next send reconnects
+ * to nobody and fails instead of hanging on a full ring. */
+static void test_shm_receiver_gone(void **state)
+{
+    (void)state;
+    mbox_t *ma = mbox_new(), *mb = mbox_new();
+    dplane_t *a = dplane_start("127.0.0.1:0", NULL, ma);
+    dplane_t *b = dplane_start("127.0.0.1:0", NULL, mb);
+    assert_non_null(a);
+    assert_non_null(b);
+    char addr[DPLANE_ADDR_MAX];
+    snprintf(addr, sizeof addr, "%s", dplane_addr(b));
+    tensor_t *t = random_tensor(1 << 20, 5);
+    mbox_tag_t tag = {.job = 12};
+    assert_int_equal(dplane_send(a, addr, &tag, t), 0);
+    dplane_stop(b);
+    int64_t t0 = util_mono_us();
+    assert_int_equal(dplane_send(a, addr, &tag, t), -1);
+    assert_true(util_mono_us() - t0 < 10 * 1000000);
+    tensor_free(t);
+    dplane_stop(a);
+    mbox_free(ma);
+    mbox_free(mb);
+}
+
+/* Host comparison used to pick the transport. */
+static void test_same_host(void **state)
+{
+    (void)state;
+    assert_true(dplane_same_host("127.0.0.1:1", "127.0.0.1:2"));
+    assert_true(dplane_same_host("127.0.0.1:1", "localhost:2"));
+    assert_true(dplane_same_host("10.0.0.5:1", "10.0.0.5:2"));
+    assert_false(dplane_same_host("10.0.0.5:1", "10.0.0.6:1"));
+    assert_false(dplane_same_host("10.0.0.5:1", "127.0.0.1:1"));
+    assert_false(dplane_same_host("garbage", "127.0.0.1:1"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +366,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_self_send_is_local, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_garbage_connection, pair_setup, pair_teardown),
         cmocka_unit_test(test_unreachable_peer),
+        cmocka_unit_test_setup_teardown(test_shm_4mib_integrity, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(test_forced_tcp, pair_setup, pair_teardown),
+        cmocka_unit_test(test_shm_receiver_gone),
+        cmocka_unit_test(test_same_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,9 +10,11 @@
 #include <cmocka.h>
 
 #include "../../workers/dplane.c"
+#include "../../workers/shmring.c"
 #include "../../workers/exec.c"
 #include "../../workers/exec_run.c"
 #include "../../workers/mbox.c"
+#include "../../workers/ostore.c"
 #include "../../workers/wtask.c"
 
 #define MAX_REPORTS 64
@@ -26,6 +28,7 @@ typedef struct sink {
 } sink_t;
 
 typedef struct fixture {
+    ostore_t *st;
     mbox_t *mb;
     dplane_t *dp;
     exec_t *ex;
@@ -70,17 +73,33 @@ static const json_t *sink_find(sink_t *s, int64_t task)
     return NULL;
 }
 
-static int fixture_start(void **state, int64_t peer_timeout_ms)
+static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
+{
+    ostore_charge(ctx, dobjects, dbytes);
+}
+
+/* The worker's wiring (main.c): one store counts task objects and mailbox
+ * messages. */
+static int fixture_start_with(void **state, int64_t peer_timeout_ms, int ndevices,
+                              int64_t cap_bytes, int64_t ring_min_bytes)
 {
     fixture_t *f = calloc(1, sizeof *f);
     pthread_mutex_init(&f->sink.mu, NULL);
     pthread_cond_init(&f->sink.cv, NULL);
+    f->st = ostore_new(cap_bytes);
     f->mb = mbox_new();
+    mbox_set_accounting(f->mb, store_acct, f->st);
     f->dp = dplane_start("127.0.0.1:0", NULL, f->mb);
-    exec_cfg_t cfg = {.ndevices = 4, .peer_timeout_us = peer_timeout_ms * 1000};
+    exec_cfg_t cfg = {.ndevices = ndevices, .peer_timeout_us = peer_timeout_ms * 1000,
+                      .store = f->st, .ring_min_bytes = ring_min_bytes};
     f->ex = f->dp ? exec_start(&cfg, f->mb, f->dp, sink_fn, &f->sink) : NULL;
     *state = f;
     return f->ex ? 0 : -1;
+}
+
+static int fixture_start(void **state, int64_t peer_timeout_ms)
+{
+    return fixture_start_with(state, peer_timeout_ms, 4, (int64_t)64 << 20, 0);
 }
 
 static int setup_normal(void **state)
@@ -93,6 +112,35 @@ static int setup_short_timeout(void **state)
     return fixture_start(state, 200);
 }
 
+/* 8 devices; every all_reduce / all_gather of 3+ shards takes the ring. */
+static int setup_ring8(void **state)
+{
+    return fixture_start_with(state, 10000, 8, (int64_t)64 << 20, 1);
+}
+
+/* 8 devices; collectives always exchange directly. */
+static int setup_direct8(void **state)
+{
+    return fixture_start_with(state, 10000, 8, (int64_t)64 << 20, INT64_MAX);
+}
+
+/* A 1 MiB store, 2 s peer timeout (which also bounds memory waits). */
+static int setup_small_store(void **state)
+{
+    return fixture_start_with(state, 2000, 4, (int64_t)1 << 20, 0);
+}
+
+/* Every object of every ended task is gone, and no message waits. */
+static void assert_store_empty(fixture_t *f)
+{
+    assert_int_equal(exec_drain(f->ex, 5000), 0);
+    ostore_stats_t st;
+    ostore_stats(f->st, &st);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(st.bytes, 0);
+    assert_int_equal(mbox_count(f->mb), 0);
+}
+
 static int teardown(void **state)
 {
     fixture_t *f = *state;
@@ -100,6 +148,7 @@ static int teardown(void **state)
     exec_stop(f->ex);
     dplane_stop(f->dp);
     mbox_free(f->mb);
+    ostore_free(f->st);
     for (int i = 0; i < f->sink.n; i++)
         json_decref(f->sink.body[i]);
     pthread_mutex_destroy(&f->sink.mu);
@@ -189,7 +238,10 @@ static void test_design_example(void **state)
                     json_integer_value(json_object_get(prod, "started_us")));
     }
     assert_int_equal(mbox_count(f->mb), 0);    /* every message was consumed */
-    assert_int_equal(exec_drain(f->ex, 1000), 0);
+    assert_store_empty(f);
+    ostore_stats_t st;
+    ostore_stats(f->st, &st);
+    assert_true(st.peak_bytes > 0);             /* values did live in the store */
 }
 
 /* Tasks run in seq order per device, whatever the submission order, when
@@ -288,6 +340,7 @@ static void test_peer_timeout(void **state)
     assert_string_equal(report_state(f, 40), "failed");
     const char *err = json_string_value(json_object_get(sink_find(&f->sink, 40), "error"));
     assert_non_null(strstr(err, "timed out"));
+    assert_store_empty(f);
 }
 
 /* Cancel wakes a running waiter and reports queued tasks cancelled. */
@@ -305,7 +358,7 @@ static void test_cancel(void **state)
     assert_true(util_mono_us() - t0 < 2000000);
     assert_string_equal(report_state(f, 50), "cancelled");
     assert_string_equal(report_state(f, 51), "cancelled");
-    assert_int_equal(exec_drain(f->ex, 1000), 0);
+    assert_store_empty(f);
 }
 
 /* A long `compute` stops soon after its job is cancelled; a repeated
@@ -326,6 +379,7 @@ static void test_cancel_compute(void **state)
     assert_true(util_mono_us() - t0 < 1000000);
     assert_string_equal(report_state(f, 80), "cancelled");
     assert_int_equal(exec_cancel_job(f->ex, 7), 0);
+    assert_store_empty(f);
 }
 
 /* Bad tasks are reported failed, never crash the worker. */
@@ -349,6 +403,173 @@ static void test_bad_tasks(void **state)
     assert_non_null(strstr(err, "compile"));
 }
 
+/* A TASK on a 1-D slice of n shards, every peer this process, shard k on
+ * device k. */
+static json_t *make_task_n(fixture_t *f, int64_t id, int64_t job, int seq, int shard, int n,
+                           const char *computation)
+{
+    json_error_t jerr;
+    json_t *c = json_loads(computation, 0, &jerr);
+    assert_non_null(c);
+    json_t *peers = json_array();
+    for (int k = 0; k < n; k++)
+        json_array_append_new(peers, json_string(dplane_addr(f->dp)));
+    json_t *t = json_pack("{s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:[i], s:o, s:{}, s:o}",
+                          "task", (json_int_t)id, "job", (json_int_t)job, "attempt", 0,
+                          "comp", 0, "seq", seq, "shard", shard, "device", shard,
+                          "slice_shape", n, "computation", c, "input_shapes", "peers", peers);
+    assert_non_null(t);
+    return t;
+}
+
+/* y_k[e] = tanh(0.001 (e + k)^2) on shard k: irregular data whose every
+ * element differs per shard; then sum and max all_reduce and all_gather. */
+#define RING_LEN 3000
+static const char *RING_COMP =
+    "{\"name\": \"r\", \"slice\": \"a\", \"ops\": ["
+    " {\"op\": \"shard_index\", \"out\": \"i\"},"
+    " {\"op\": \"iota\", \"out\": \"x\", \"shape\": [3000]},"
+    " {\"op\": \"add\", \"out\": \"a\", \"args\": [\"x\", \"i\"]},"
+    " {\"op\": \"mul\", \"out\": \"b\", \"args\": [\"a\", \"a\"]},"
+    " {\"op\": \"scale\", \"out\": \"c\", \"args\": [\"b\"], \"factor\": 0.001},"
+    " {\"op\": \"tanh\", \"out\": \"y\", \"args\": [\"c\"]},"
+    " {\"op\": \"all_reduce\", \"out\": \"s\", \"args\": [\"y\"], \"reduce\": \"sum\"},"
+    " {\"op\": \"all_reduce\", \"out\": \"m\", \"args\": [\"y\"], \"reduce\": \"max\"},"
+    " {\"op\": \"reshape\", \"out\": \"q\", \"args\": [\"y\"], \"shape\": [3, 1000]},"
+    " {\"op\": \"all_gather\", \"out\": \"g\", \"args\": [\"q\"], \"axis\": 1}],"
+    " \"outputs\": [\"s\", \"m\", \"g\"]}";
+
+static float ring_y(int k, int e)
+{
+    float a = (float)e + (float)k;
+    return tanhf((a * a) * 0.001f);
+}
+
+static int close_rel(double got, double want)
+{
+    return fabs(got - want) <= 1e-5 * fmax(1.0, fabs(want));
+}
+
+/* all_reduce and all_gather agree with the definition for groups of 1, 3
+ * and 8 shards, whichever algorithm the fixture forces (ring or direct). */
+static void test_ring_vs_direct(void **state)
+{
+    fixture_t *f = *state;
+    static const int sizes[3] = {1, 3, 8};
+    double *v = malloc(sizeof(double) * 8 * RING_LEN);
+    assert_non_null(v);
+    int64_t id = 100;
+    for (int j = 0; j < 3; j++)
+        for (int k = 0; k < sizes[j]; k++)
+            submit(f, make_task_n(f, id + 10 * j + k, 20 + j, 1 + j, k, sizes[j], RING_COMP));
+    assert_int_equal(sink_wait(&f->sink, 12), 12);
+    for (int j = 0; j < 3; j++) {
+        int n = sizes[j];
+        for (int k = 0; k < n; k++) {
+            const json_t *r = sink_find(&f->sink, id + 10 * j + k);
+            assert_non_null(r);
+            assert_string_equal(json_string_value(json_object_get(r, "state")), "succeeded");
+            assert_int_equal(output_values(r, "s", v, RING_LEN), RING_LEN);
+            for (int e = 0; e < RING_LEN; e++) {
+                double want = 0;
+                for (int p = 0; p < n; p++)
+                    want += ring_y(p, e);
+                assert_true(close_rel(v[e], want));
+            }
+            assert_int_equal(output_values(r, "m", v, RING_LEN), RING_LEN);
+            for (int e = 0; e < RING_LEN; e++)
+                assert_true(v[e] == ring_y(n - 1, e));   /* tanh grows with e + k */
+            /* g: [3, 1000 n], row r = the row-r blocks of shards 0..n-1. */
+            assert_int_equal(output_values(r, "g", v, 8 * RING_LEN), (size_t)(RING_LEN * n));
+            for (int row = 0; row < 3; row++)
+                for (int p = 0; p < n; p++)
+                    for (int e = 0; e < 1000; e++)
+                        assert_true(v[row * 1000 * n + p * 1000 + e] ==
+                                    ring_y(p, row * 1000 + e));
+        }
+    }
+    free(v);
+    assert_store_empty(f);
+}
+
+/* A value larger than the whole store fails its task with a clear error. */
+static void test_store_too_small(void **state)
+{
+    fixture_t *f = *state;
+    const char *big = "{\"name\": \"big\", \"slice\": \"a\", \"ops\": ["
+                      " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [1048576],"
+                      "  \"value\": 1.0}], \"outputs\": [\"x\"]}";
+    submit(f, make_task_n(f, 90, 30, 1, 0, 1, big));
+    assert_int_equal(sink_wait(&f->sink, 1), 1);
+    assert_string_equal(report_state(f, 90), "failed");
+    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 90), "error"));
+    assert_non_null(strstr(err, "object store cap"));
+    assert_store_empty(f);
+}
+
+/* Back-pressure: with a 1 MiB store, the second of two 600 KB values waits
+ * until the first task freed its memory, then succeeds. A third task whose
+ * memory never comes fails after the bound with a clear error. */
+static void test_store_backpressure(void **state)
+{
+    fixture_t *f = *state;
+    const char *hold = "{\"name\": \"h\", \"slice\": \"a\", \"ops\": ["
+                       " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [150000],"
+                       "  \"value\": 2.0},"
+                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 300000}],"
+                       " \"outputs\": [\"x\"]}";
+    submit(f, make_task_n(f, 91, 31, 1, 0, 1, hold));
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    json_t *t = make_task_n(f, 92, 32, 1, 0, 1, hold);
+    json_object_set_new(t, "device", json_integer(1));
+    submit(f, t);
+    assert_int_equal(sink_wait(&f->sink, 2), 2);
+    assert_string_equal(report_state(f, 91), "succeeded");
+    assert_string_equal(report_state(f, 92), "succeeded");
+    ostore_stats_t st;
+    ostore_stats(f->st, &st);
+    assert_true(st.waits >= 1);
+    assert_true(st.peak_bytes <= st.cap_bytes);
+    assert_store_empty(f);
+
+    /* Memory held by a message nobody takes (a forced charge) never frees:
+     * the waiting task fails after the peer timeout, the worker lives on. */
+    shape_t s900k = {.rank = 1, .dim = {225000}};
+    mbox_tag_t stray = {.job = 99, .op = 1};
+    mbox_put(f->mb, &stray, tensor_new(&s900k));
+    submit(f, make_task_n(f, 93, 33, 1, 0, 1, hold));
+    assert_int_equal(sink_wait(&f->sink, 3), 3);
+    assert_string_equal(report_state(f, 93), "failed");
+    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 93), "error"));
+    assert_non_null(strstr(err, "object store full"));
+    mbox_drop_job(f->mb, 99, 0);
+    assert_store_empty(f);
+}
+
+/* A cancelled task frees the values it held. */
+static void test_cancel_frees_values(void **state)
+{
+    fixture_t *f = *state;
+    const char *slow = "{\"name\": \"s\", \"slice\": \"a\", \"ops\": ["
+                       " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [1000],"
+                       "  \"value\": 1.0},"
+                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 5000000}],"
+                       " \"outputs\": [\"x\", \"c\"]}";
+    submit(f, make_task_n(f, 95, 40, 1, 0, 1, slow));
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    ostore_stats_t st;
+    ostore_stats(f->st, &st);
+    assert_int_equal(st.objects, 1);                /* x, held for the report */
+    assert_int_equal(ostore_job_objects(f->st, 40), 1);
+    exec_cancel_job(f->ex, 40);
+    assert_int_equal(sink_wait(&f->sink, 1), 1);
+    assert_string_equal(report_state(f, 95), "cancelled");
+    assert_int_equal(ostore_job_objects(f->st, 40), 0);
+    assert_store_empty(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +580,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel, setup_normal, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_compute, setup_normal, teardown),
         cmocka_unit_test_setup_teardown(test_bad_tasks, setup_normal, teardown),
+        cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_ring8, teardown),
+        cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_direct8, teardown),
+        cmocka_unit_test_setup_teardown(test_store_too_small, setup_small_store, teardown),
+        cmocka_unit_test_setup_teardown(test_store_backpressure, setup_small_store, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_frees_values, setup_normal, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "../../workers/dplane.c"
+#include "../../workers/shmring.c"
 #include "../../workers/mbox.c"
 #include "../../workers/wopts.c"
 

@@ -1,0 +1,583 @@
+/* test_badinput.c - bad input never breaks atolld.
+ *
+ * Against a real atolld (islands west=2x2 with one real worker, and fake=2
+ * whose "worker" is this test speaking the worker protocol by hand), every
+ * endpoint gets malformed input: wrong types, missing/unknown fields,
+ * out-of-range numbers, oversized bodies and tensors, NaN, deep nesting,
+ * invalid UTF-8, cycles, shape errors, unknown islands, bad ids. Each must
+ * answer a 4xx application/problem+json whose `field` names the fault, and
+ * afterwards atolld still answers /healthz, no job was created (no
+ * half-written job), and /metrics has counted no 5xx response at all. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <strings.h>
+
+#include "itest.h"
+
+/* ---- helpers ---- */
+
+/* Number of jobs atolld holds (all states; the test creates few). */
+static int job_count(void)
+{
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", "/v1/jobs?limit=500", NULL, 0, &r) == 0,
+            "GET /v1/jobs failed at transport level");
+    long status = r.status;
+    int n = (int)json_array_size(json_object_get(r.json, "jobs"));
+    hx_resp_clear(&r);
+    T_CHECK(status == 200, "GET /v1/jobs answered %ld", status);
+    return n;
+}
+
+static void expect_healthy(void)
+{
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", "/healthz", NULL, 0, &r) == 0,
+            "atolld stopped answering /healthz");
+    long status = r.status;
+    hx_resp_clear(&r);
+    T_CHECK(status == 200, "/healthz answered %ld", status);
+}
+
+/* Sends one request and checks: status `want`, problem+json with title,
+ * detail and the same status, and (when `field` is not NULL) a `field`
+ * member containing `field` (case-insensitive). Then /healthz still answers. */
+static void expect_fault(const char *method, const char *path, const char *body, size_t len,
+                         int want, const char *field)
+{
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, method, path, body, len, &r) == 0,
+            "%s %s failed at transport level (want %d)", method, path, want);
+    long status = r.status;
+    int ctype_ok = strncmp(r.ctype, "application/problem+json", 24) == 0;
+    const json_t *p = r.json;
+    int shape_ok = json_is_string(json_object_get(p, "title")) &&
+                   json_is_string(json_object_get(p, "detail")) &&
+                   json_integer_value(json_object_get(p, "status")) == want;
+    const char *f = json_string_value(json_object_get(p, "field"));
+    char got[200];
+    snprintf(got, sizeof got, "%s", f ? f : "(none)");
+    int named = !field || (f && strcasestr(f, field));
+    hx_resp_clear(&r);
+    T_CHECK(status == want, "%s %s: status %ld, want %d", method, path, status, want);
+    T_CHECK(ctype_ok, "%s %s: Content-Type is not application/problem+json", method, path);
+    T_CHECK(shape_ok, "%s %s: problem body lacks title/detail/status=%d", method, path, want);
+    T_CHECK(named, "%s %s: field is '%s', want one naming '%s'", method, path, got, field);
+    expect_healthy();
+}
+
+/* expect_fault with a NUL-terminated body. */
+static void fault_s(const char *method, const char *path, const char *body, int want,
+                    const char *field)
+{
+    expect_fault(method, path, body, strlen(body), want, field);
+}
+
+/* POST /v1/jobs of a single-quoted document. */
+static void job_fault_q(const char *doc_q, int want, const char *field)
+{
+    char *doc = hx_text_q(doc_q);
+    T_CHECK(doc != NULL, "out of memory");
+    expect_fault("POST", "/v1/jobs", doc, strlen(doc), want, field);
+    free(doc);
+}
+
+static void job_fault_raw(const char *body, int want, const char *field)
+{
+    expect_fault("POST", "/v1/jobs", body, strlen(body), want, field);
+}
+
+/* `n` copies of `unit` between prefix and suffix; caller frees. */
+static char *repeat(const char *prefix, const char *unit, size_t n, const char *mid,
+                    const char *unit2, size_t n2, const char *suffix)
+{
+    size_t lp = strlen(prefix), lu = strlen(unit), lm = strlen(mid), lu2 = strlen(unit2);
+    size_t total = lp + lu * n + lm + lu2 * n2 + strlen(suffix) + 1;
+    char *s = malloc(total), *w = s;
+    T_CHECK(s != NULL, "out of memory");
+    memcpy(w, prefix, lp);
+    w += lp;
+    for (size_t i = 0; i < n; i++, w += lu)
+        memcpy(w, unit, lu);
+    memcpy(w, mid, lm);
+    w += lm;
+    for (size_t i = 0; i < n2; i++, w += lu2)
+        memcpy(w, unit2, lu2);
+    strcpy(w, suffix);
+    return s;
+}
+
+/* A valid document around one computation's ops on slice [2]. */
+#define ONE_COMP(OPS) \
+    "{'name':'bad','slices':{'s':{'shape':[2]}},'computations':[{'name':'c','slice':'s'," \
+    "'ops':[" OPS "],'outputs':['x']}]}"
+
+/* ---- POST /v1/jobs: the body ---- */
+
+static void test_job_body_syntax(void **state)
+{
+    (void)state;
+    int before = job_count();
+    job_fault_raw("", 400, "body");
+    job_fault_raw("[1,2,3]", 400, "body");
+    job_fault_raw("\"a string\"", 400, "body");
+    job_fault_raw("42", 400, "body");
+    job_fault_raw("null", 400, "body");
+    job_fault_raw("{\"name\": ", 400, "body");
+    job_fault_raw("{\"name\":\"a\",\"name\":\"b\"}", 400, "body");       /* duplicate keys */
+    job_fault_raw("{\"priority\": NaN}", 400, "body");
+    job_fault_raw("{\"priority\": Infinity}", 400, "body");
+    job_fault_raw("{\"priority\": 1e400}", 400, "body");
+    job_fault_raw("{\"priority\": 123456789012345678901234567890}", 400, "body");
+    job_fault_raw("{\"name\": \"a\\u0000b\"}", 400, "body");             /* NUL in a string */
+    /* Invalid UTF-8: a lone continuation byte, an overlong '/', a surrogate. */
+    job_fault_raw("{\"name\": \"\x80\"}", 400, "body");
+    job_fault_raw("{\"name\": \"\xc0\xaf\"}", 400, "body");
+    job_fault_raw("{\"name\": \"\xed\xa0\x80\"}", 400, "body");
+    job_fault_raw("{\"\xff\": 1}", 400, "body");
+    /* 100k-deep nesting, arrays and objects. */
+    char *deep = repeat("", "[", 100000, "", "]", 100000, "");
+    job_fault_raw(deep, 400, "body");
+    free(deep);
+    deep = repeat("", "{\"a\":", 100000, "1", "}", 100000, "");
+    job_fault_raw(deep, 400, "body");
+    free(deep);
+    T_CHECK(job_count() == before, "a rejected body created a job");
+}
+
+static void test_job_body_oversized_413(void **state)
+{
+    (void)state;
+    int before = job_count();
+    /* 2 MiB: a valid-looking JSON object padded with spaces. */
+    size_t n = 2u << 20;
+    char *big = malloc(n + 1);
+    T_CHECK(big != NULL, "out of memory");
+    memset(big, ' ', n);
+    big[0] = '{';
+    big[n - 1] = '}';
+    big[n] = '\0';
+    expect_fault("POST", "/v1/jobs", big, n, 413, "body");
+    /* Also over the cap on the worker protocol. */
+    expect_fault("POST", "/v1/workers", big, n, 413, "body");
+    free(big);
+    T_CHECK(job_count() == before, "an oversized body created a job");
+}
+
+static void test_job_document_faults(void **state)
+{
+    (void)state;
+    int before = job_count();
+    /* Wrong types and missing / unknown fields. */
+    job_fault_q("{'slices':{'s':{'shape':[2]}}}", 400, "computations");
+    job_fault_q("{'computations':[]}", 400, "slices");
+    job_fault_q("{'nmae':'typo','slices':{},'computations':[]}", 400, "nmae");
+    job_fault_q("{'name':7,'slices':{'s':{'shape':[2]}},'computations':[]}", 400, "name");
+    job_fault_q("{'priority':'high','slices':{'s':{'shape':[2]}},'computations':[]}", 400,
+                "priority");
+    job_fault_q("{'priority':1.5,'slices':{'s':{'shape':[2]}},'computations':[]}", 400,
+                "priority");
+    job_fault_q("{'priority':1000000,'slices':{'s':{'shape':[2]}},'computations':[]}", 400,
+                "priority");
+    job_fault_q("{'max_retries':-1,'slices':{'s':{'shape':[2]}},'computations':[]}", 400,
+                "max_retries");
+    job_fault_q("{'slices':[2],'computations':[]}", 400, "slices");
+    job_fault_q("{'slices':{'s':{'shape':[2]}},'computations':{}}", 400, "computations");
+    job_fault_q(ONE_COMP("{'op':'fill','out':'x','shape':[2],'value':'one'}"), 400,
+                "ops[0].value");
+    job_fault_q(ONE_COMP("{'op':'fill','out':'x','shape':[2]}"), 400, "ops[0].value");
+    job_fault_q(ONE_COMP("{'op':'fill','out':'x','shape':[2],'value':1,'colour':'red'}"), 400,
+                "ops[0].colour");
+    job_fault_q(ONE_COMP("{'op':'conv2d','out':'x'}"), 400, "ops[0].op");
+    job_fault_q(ONE_COMP("{'op':'fill','out':'x','shape':[2],'value':1e39}"), 400,
+                "ops[0].value");   /* finite as f64, infinite as f32 */
+    job_fault_q(ONE_COMP("{'op':'shard_index','out':'i'},"
+                         "{'op':'ppermute','out':'x','args':['i'],'shift':1.5}"), 400,
+                "ops[1].shift");
+    job_fault_q(ONE_COMP("{'op':'iota','out':'x','shape':[4]},"
+                         "{'op':'all_gather','out':'y','args':['x'],'axis':1}"), 400,
+                "ops[1].axis");
+    job_fault_q(ONE_COMP("{'op':'compute','out':'x','us':-5}"), 400, "ops[0].us");
+    /* Shapes: negative and zero dims, a tensor over the element cap, rank 5. */
+    job_fault_q(ONE_COMP("{'op':'iota','out':'x','shape':[-4]}"), 400, "ops[0].shape");
+    job_fault_q(ONE_COMP("{'op':'iota','out':'x','shape':[0]}"), 400, "ops[0].shape");
+    job_fault_q(ONE_COMP("{'op':'fill','out':'x','shape':[4096,4096,2],'value':1}"), 400,
+                "ops[0].shape");
+    job_fault_q(ONE_COMP("{'op':'iota','out':'x','shape':[1,1,1,1,1]}"), 400, "ops[0].shape");
+    job_fault_q(ONE_COMP("{'op':'iota','out':'a','shape':[4096,1]},"
+                         "{'op':'iota','out':'b','shape':[1,8192]},"
+                         "{'op':'matmul','out':'x','args':['a','b']}"), 400, "ops[2]");
+    job_fault_q(ONE_COMP("{'op':'iota','out':'a','shape':[3,2]},"
+                         "{'op':'matmul','out':'x','args':['a','a']}"), 400, "ops[1].args");
+    job_fault_q("{'slices':{'s':{'shape':[0,2]}},'computations':[{'name':'c','slice':'s',"
+                "'ops':[{'op':'shard_index','out':'x'}]}]}", 400, "slices.s.shape");
+    job_fault_q("{'slices':{'s':{'shape':[-2]}},'computations':[{'name':'c','slice':'s',"
+                "'ops':[{'op':'shard_index','out':'x'}]}]}", 400, "slices.s.shape");
+    /* A cycle, a mismatched shard count, an unknown island, never fits. */
+    job_fault_q("{'slices':{'s':{'shape':[2]}},'computations':["
+                "{'name':'p','slice':'s','ops':[{'op':'input','out':'x','from':'q.y'}],"
+                "'outputs':['x']},"
+                "{'name':'q','slice':'s','ops':[{'op':'input','out':'y','from':'p.x'}],"
+                "'outputs':['y']}]}", 400, "from");
+    job_fault_q("{'slices':{'a':{'shape':[2,2]},'b':{'shape':[2]}},'computations':["
+                "{'name':'p','slice':'a','ops':[{'op':'shard_index','out':'i'}],'outputs':['i']},"
+                "{'name':'q','slice':'b','ops':[{'op':'input','out':'y','from':'p.i'}]}]}",
+                400, "computations[1].ops[0].from");
+    job_fault_q("{'slices':{'s':{'shape':[2],'island':'atlantis'}},'computations':["
+                "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'x'}]}]}", 400,
+                "slices.s.island");
+    job_fault_q("{'slices':{'s':{'shape':[8,8]}},'computations':["
+                "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'x'}]}]}", 422,
+                "slices.s.shape");
+    /* Very long strings in names. */
+    char *doc = repeat("{\"name\":\"", "n", 100000, "\",\"slices\":{\"s\":{\"shape\":[2]}},"
+                       "\"computations\":[]}", "", 0, "");
+    job_fault_raw(doc, 400, "name");
+    free(doc);
+    doc = repeat("{\"slices\":{\"s\":{\"shape\":[2]}},\"computations\":[{\"name\":\"", "c", 5000,
+                 "\",\"slice\":\"s\",\"ops\":[{\"op\":\"shard_index\",\"out\":\"x\"}]}]}", "",
+                 0, "");
+    job_fault_raw(doc, 400, "computations[0].name");
+    free(doc);
+    doc = repeat("{\"slices\":{\"", "s", 5000, "\":{\"shape\":[2]}},\"computations\":[]}", "", 0,
+                 "");
+    job_fault_raw(doc, 400, "slices.");
+    free(doc);
+    /* Multi-byte characters cut at a buffer's end must still make a valid answer. */
+    doc = repeat("{\"", "\xc3\xa9", 3000, "x\":1}", "", 0, "");
+    job_fault_raw(doc, 400, NULL);
+    free(doc);
+    doc = repeat("{\"", "\xe2\x82\xac", 3000, "\":1}", "", 0, "");
+    job_fault_raw(doc, 400, NULL);
+    free(doc);
+    /* Nesting inside a field the compiler reads (under the parser's limit). */
+    doc = repeat("{\"slices\":{\"s\":{\"shape\":", "[", 1000, "2", "]", 1000,
+                 "}},\"computations\":[]}");
+    job_fault_raw(doc, 400, "slices.s.shape");
+    free(doc);
+    T_CHECK(job_count() == before, "a rejected document created a job");
+}
+
+/* After all that, a valid job is still accepted and runs (one job more). */
+static void test_valid_job_still_runs(void **state)
+{
+    (void)state;
+    int before = job_count();
+    hx_resp_t r;
+    char *doc = hx_text_q(ONE_COMP("{'op':'shard_index','out':'x'}"));
+    T_CHECK(doc != NULL, "out of memory");
+    int64_t id = 0;
+    int st = hx_job_submit(&itest_client, doc, &id, &r);
+    hx_resp_clear(&r);
+    free(doc);
+    T_CHECK(st == 201, "a valid job was refused with %d", st);
+    json_decref(itest_wait_state(id, "succeeded"));
+    T_CHECK(job_count() == before + 1, "a valid submission did not create exactly one job");
+}
+
+/* ---- GET /v1/jobs, /v1/jobs/{id}, DELETE, /result ---- */
+
+static void test_job_queries(void **state)
+{
+    (void)state;
+    int before = job_count();
+    static const struct {
+        const char *path;
+        const char *field;
+    } list[] = {
+        {"/v1/jobs?state=bogus", "state"},
+        {"/v1/jobs?state=", "state"},
+        {"/v1/jobs?state=%ff", "state"},
+        {"/v1/jobs?limit=0", "limit"},
+        {"/v1/jobs?limit=-3", "limit"},
+        {"/v1/jobs?limit=abc", "limit"},
+        {"/v1/jobs?limit=501", "limit"},
+        {"/v1/jobs?limit=1e3", "limit"},
+        {"/v1/jobs?limit=99999999999999999999999999", "limit"},
+        {"/v1/jobs?before=-1", "before"},
+        {"/v1/jobs?before=x", "before"},
+        {"/v1/jobs?before=0", "before"},
+    };
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+        expect_fault("GET", list[i].path, NULL, 0, 400, list[i].field);
+    static const char *const bad_ids[] = {"abc", "0", "-1", "1.5", "1e3", "%ff",
+                                          "99999999999999999999999", "999999"};
+    static const char *const methods[] = {"GET", "DELETE", "GET"};
+    static const char *const suffixes[] = {"", "", "/result"};
+    for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
+        for (int m = 0; m < 3; m++) {
+            char path[128];
+            snprintf(path, sizeof path, "/v1/jobs/%s%s", bad_ids[i], suffixes[m]);
+            expect_fault(methods[m], path, NULL, 0, 404, "id");
+        }
+    }
+    expect_fault("PUT", "/v1/jobs", "{}", 2, 405, "method");
+    expect_fault("GET", "/v1/nothing/%ff", NULL, 0, 404, "path");
+    T_CHECK(job_count() == before, "a query created a job");
+}
+
+/* ---- /v1/islands/{name} ---- */
+
+static void test_islands(void **state)
+{
+    (void)state;
+    expect_fault("GET", "/v1/islands/atlantis", NULL, 0, 404, "name");
+    expect_fault("GET", "/v1/islands/%ff%fe", NULL, 0, 404, NULL);
+    expect_fault("GET", "/v1/islands/a%20b", NULL, 0, 404, "name");
+    char path[400];
+    memset(path, 0, sizeof path);
+    strcpy(path, "/v1/islands/");
+    memset(path + strlen(path), 'x', 300);
+    expect_fault("GET", path, NULL, 0, 404, NULL);
+}
+
+/* ---- worker protocol ---- */
+
+static const char *const bad_registrations[][2] = {
+    {"", "body"},
+    {"[]", "body"},
+    {"{'devices':2,'data_addr':'127.0.0.1:1'}", "island"},
+    {"{'island':'fake','data_addr':'127.0.0.1:1'}", "devices"},
+    {"{'island':'fake','devices':0,'data_addr':'127.0.0.1:1'}", "devices"},
+    {"{'island':'fake','devices':-2,'data_addr':'127.0.0.1:1'}", "devices"},
+    {"{'island':'fake','devices':'2','data_addr':'127.0.0.1:1'}", "devices"},
+    {"{'island':'fake','devices':2.0,'data_addr':'127.0.0.1:1'}", "devices"},
+    {"{'island':'fake','devices':99999999,'data_addr':'127.0.0.1:1'}", "devices"},
+    {"{'island':'fake','devices':2}", "data_addr"},
+    {"{'island':'fake','devices':2,'data_addr':'no-port'}", "data_addr"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:99999'}", "data_addr"},
+    {"{'island':'fake','devices':2,'data_addr':'a b:1'}", "data_addr"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','backend':'tpu'}", "backend"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','pid':'1'}", "pid"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','colour':1}", "colour"},
+    {"{'island':7,'devices':2,'data_addr':'127.0.0.1:1'}", "island"},
+};
+
+static void test_worker_register(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof bad_registrations / sizeof bad_registrations[0]; i++) {
+        char *doc = hx_text_q(bad_registrations[i][0]);
+        T_CHECK(doc != NULL, "out of memory");
+        expect_fault("POST", "/v1/workers", doc, strlen(doc), 400, bad_registrations[i][1]);
+        free(doc);
+    }
+    char *doc = hx_text_q("{'island':'atlantis','devices':2,'data_addr':'127.0.0.1:1'}");
+    T_CHECK(doc != NULL, "out of memory");
+    expect_fault("POST", "/v1/workers", doc, strlen(doc), 404, "island");
+    free(doc);
+    doc = hx_text_q("{'island':'fake','devices':3,'data_addr':'127.0.0.1:1'}");
+    T_CHECK(doc != NULL, "out of memory");
+    expect_fault("POST", "/v1/workers", doc, strlen(doc), 409, "devices");
+    free(doc);
+    char *name = repeat("{\"island\":\"", "i", 3000, "\",\"devices\":1,\"data_addr\":\"h:1\"}",
+                        "", 0, "");
+    expect_fault("POST", "/v1/workers", name, strlen(name), 400, "island");
+    free(name);
+    /* Nothing above registered a worker on fake: its devices are still down. */
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", "/v1/islands/fake", NULL, 0, &r) == 0 &&
+                r.status == 200, "GET /v1/islands/fake failed");
+    json_t *devs = json_object_get(r.json, "devices");
+    int down = 0;
+    for (size_t i = 0; i < json_array_size(devs); i++) {
+        const char *ds = json_string_value(json_object_get(json_array_get(devs, i), "state"));
+        down += ds && strcmp(ds, "down") == 0;
+    }
+    hx_resp_clear(&r);
+    T_CHECK(down == 2, "a refused registration took devices of fake (%d of 2 down)", down);
+}
+
+/* POSTs a single-quoted report for task `task` as worker `wid`. */
+static void report_fault(int64_t wid, int64_t task, const char *body_q, int want,
+                         const char *field)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/%" PRId64, wid, task);
+    char *body = hx_text_q(body_q);
+    T_CHECK(body != NULL, "out of memory");
+    expect_fault("POST", path, body, strlen(body), want, field);
+    free(body);
+}
+
+static int report_ok(int64_t wid, int64_t task, const char *body_q)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/%" PRId64, wid, task);
+    char *body = hx_text_q(body_q);
+    T_CHECK(body != NULL, "out of memory");
+    hx_resp_t r;
+    int rc = hx_request(&itest_client, "POST", path, body, strlen(body), &r);
+    long status = rc == 0 ? r.status : 0;
+    if (rc == 0)
+        hx_resp_clear(&r);
+    free(body);
+    return (int)status;
+}
+
+/* The test plays a worker on island fake: registers, heartbeats, polls a
+ * real job's tasks, sends malformed reports (each 400, the task stays
+ * leased and the job unchanged), then valid ones (the job succeeds), then a
+ * repeat (409). */
+static void test_worker_protocol(void **state)
+{
+    (void)state;
+    hx_resp_t r;
+    char *doc = hx_text_q("{'island':'fake','devices':2,'data_addr':'127.0.0.1:9','host':'t'}");
+    T_CHECK(doc != NULL, "out of memory");
+    T_CHECK(hx_request(&itest_client, "POST", "/v1/workers", doc, strlen(doc), &r) == 0,
+            "register failed at transport level");
+    free(doc);
+    long status = r.status;
+    int64_t wid = json_integer_value(json_object_get(r.json, "id"));
+    hx_resp_clear(&r);
+    T_CHECK(status == 201 && wid > 0, "registration on fake answered %ld", status);
+    char path[128];
+
+    /* Heartbeat faults. */
+    expect_fault("POST", "/v1/workers/abc/heartbeat", "{}", 2, 404, "id");
+    expect_fault("POST", "/v1/workers/999999/heartbeat", "{}", 2, 404, "id");
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/heartbeat", wid);
+    fault_s("POST", path, "[]", 400, "body");
+    fault_s("POST", path, "{\"beat\":1}", 400, "beat");
+    fault_s("POST", path, "{\"store\":[]}", 400, "store");
+    fault_s("POST", path, "{\"store\":{\"objects\":-1}}", 400, "store.objects");
+    fault_s("POST", path, "{\"store\":{\"bytes\":\"x\"}}", 400, "store.bytes");
+    fault_s("POST", path, "{\"store\":{\"bytes\":1e400}}", 400, "body");
+
+    /* Poll faults. */
+    static const char *const waits[] = {"abc", "-1", "30001", "1e3", "", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof waits / sizeof waits[0]; i++) {
+        snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=%s", wid, waits[i]);
+        expect_fault("GET", path, NULL, 0, 400, "wait_ms");
+    }
+    expect_fault("GET", "/v1/workers/999999/tasks?wait_ms=0", NULL, 0, 404, "id");
+    expect_fault("GET", "/v1/workers/x/tasks", NULL, 0, 404, "id");
+
+    /* A real job on fake: two shards, both leased to this "worker". */
+    int64_t job = itest_submit("{'name':'fake','slices':{'s':{'shape':[2],'island':'fake'}},"
+                               "'computations':[{'name':'c','slice':'s','ops':["
+                               "{'op':'shard_index','out':'i'}],'outputs':['i']}]}");
+    int64_t tasks[2] = {0, 0};
+    int shards[2] = {-1, -1}, ntasks = 0;
+    int64_t t0 = hx_now_ms();
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=500", wid);
+    while (ntasks < 2 && hx_now_ms() - t0 < 10000) {
+        T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+                "poll failed");
+        json_t *ts = json_object_get(r.json, "tasks");
+        for (size_t i = 0; i < json_array_size(ts) && ntasks < 2; i++) {
+            json_t *t = json_array_get(ts, i);
+            tasks[ntasks] = json_integer_value(json_object_get(t, "task"));
+            shards[ntasks++] = (int)json_integer_value(json_object_get(t, "shard"));
+        }
+        hx_resp_clear(&r);
+    }
+    T_CHECK(ntasks == 2, "the fake worker got %d of 2 tasks within 10 s", ntasks);
+
+    /* Malformed reports: 400, nothing recorded. */
+    static const char *const bad_reports[][2] = {
+        {"{}", "state"},
+        {"{'state':'done'}", "state"},
+        {"{'state':7}", "state"},
+        {"{'state':'failed','error':42}", "error"},
+        {"{'state':'succeeded','started_us':'now'}", "started_us"},
+        {"{'state':'succeeded','started_us':1.5}", "started_us"},
+        {"{'state':'succeeded','colour':'red'}", "colour"},
+        {"{'state':'succeeded','outputs':[]}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[]}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[-1],'sum':0}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[4096,4096,4096],'sum':0}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[1,1,1,1,1],'sum':0}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[2],'sum':0,'values':[1]}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':'x'}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0,'values':['a']}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0,'extra':1}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'no such name!':{'shape':[],'sum':0}}}", "outputs"},
+    };
+    for (size_t i = 0; i < sizeof bad_reports / sizeof bad_reports[0]; i++)
+        report_fault(wid, tasks[0], bad_reports[i][0], 400, bad_reports[i][1]);
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/%" PRId64, wid, tasks[0]);
+    fault_s("POST", path, "", 400, "body");
+    fault_s("POST", path, "[1]", 400, "body");
+    fault_s("POST", path, "{\"state\":\"succeeded\",\"state\":\"failed\"}", 400, "body");
+    /* Wrong ids: unknown task 404, another worker's task 409. */
+    report_fault(wid, 99999999, "{'state':'succeeded'}", 404, "task");
+    report_fault(wid + 1000, tasks[0], "{'state':'succeeded'}", 409, "task");
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/abc", wid);
+    fault_s("POST", path, "{}", 404, "task");
+
+    /* The job did not move: still running, no computation done. */
+    json_t *j = hx_job_get(&itest_client, job);
+    char st[32];
+    snprintf(st, sizeof st, "%s", j ? hx_job_state(j) : "(none)");
+    json_int_t done = json_integer_value(json_object_get(j, "computations_done"));
+    json_decref(j);
+    T_CHECK(strcmp(st, "running") == 0 && done == 0,
+            "malformed reports moved the job (state %s, %lld done)", st, (long long)done);
+
+    /* Valid reports now: both accepted, the job succeeds with those values. */
+    for (int k = 0; k < 2; k++) {
+        char body[200];
+        snprintf(body, sizeof body, "{'state':'succeeded','started_us':1,'inputs_ready_us':2,"
+                 "'finished_us':3,'outputs':{'i':{'shape':[],'sum':%d,'values':[%d]}}}",
+                 shards[k], shards[k]);
+        int s = report_ok(wid, tasks[k], body);
+        T_CHECK(s == 200, "valid report of task %" PRId64 " answered %d", tasks[k], s);
+    }
+    json_decref(itest_wait_state(job, "succeeded"));
+    /* A second report of a finished task: 409, never counted twice. */
+    report_fault(wid, tasks[0], "{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0}}}",
+                 409, "task");
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64, wid);
+    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0 && r.status == 200,
+            "the fake worker could not leave");
+    hx_resp_clear(&r);
+}
+
+/* Last: across everything above, atolld answered no 5xx at all. */
+static void test_no_5xx(void **state)
+{
+    (void)state;
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", "/metrics", NULL, 0, &r) == 0 && r.status == 200,
+            "GET /metrics failed");
+    const char *line = strstr(r.body, "atoll_http_responses{code=\"5xx\"}");
+    long n5 = line ? strtol(line + strlen("atoll_http_responses{code=\"5xx\"}"), NULL, 10) : -1;
+    hx_resp_clear(&r);
+    T_CHECK(n5 == 0, "atolld answered %ld 5xx responses during the bad-input tests", n5);
+    expect_healthy();
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    /* fake has no worker process: the test registers one by hand. */
+    static const itest_island_t isl[] = {{"west=2x2", "west", 1, 4}, {"fake=2", "fake", 0, 0}};
+    return itest_start(isl, 2);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return itest_stop();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_job_body_syntax, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_job_body_oversized_413, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_job_document_faults, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_valid_job_still_runs, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_job_queries, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_islands, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_worker_register, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_worker_protocol, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_no_5xx, itest_cancel_leftovers),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
