@@ -28,11 +28,12 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATOLL_TESTS=OFF \
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE}
-# curl is for HEALTHCHECK (and handy for operators inside the container).
+# curl is for HEALTHCHECK; sqlite3 (the CLI) for online backups of the
+# database (`.backup`, see docs/operations.md).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libsqlite3-0 libcurl4 libopenblas0-pthread \
-        curl ca-certificates \
+        curl ca-certificates sqlite3 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 atoll \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/atoll --no-create-home \

@@ -860,10 +860,12 @@ int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
 
 static int fits_from(const shape_t *s, int i, const shape_t *isl, int k)
 {
-    if (i == s->rank)
+    if (i >= s->rank)
         return 1;
+    if (i >= TENSOR_MAX_RANK)
+        return 0;
     /* Slice axis i goes to island axis k' >= k, leaving room for the rest. */
-    for (int kk = k; isl->rank - kk >= s->rank - i; kk++) {
+    for (int kk = k; kk < TENSOR_MAX_RANK && isl->rank - kk >= s->rank - i; kk++) {
         if (s->dim[i] <= isl->dim[kk] && fits_from(s, i + 1, isl, kk + 1))
             return 1;
     }

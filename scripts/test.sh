@@ -3,6 +3,7 @@
 #   1. install missing Debian packages (build deps, chromium, clang);
 #   2. build (build/) and run unit + integration tests (ctest);
 #   3. run the browser test against a real atolld + workers;
+#   3a. build the image and run the cluster in containers (tests/container/run.sh);
 #   3b. fuzz the job compiler for a bounded time (tests/fuzz/run.sh); a crash fails;
 #   4. build with ASan+UBSan (build-asan/) and run unit + integration again.
 # Exits non-zero when any test fails. ATOLL_SKIP_ASAN=1 skips step 4.
@@ -20,6 +21,9 @@ ctest --test-dir build --output-on-failure -j2
 
 echo "== browser tests (headless chromium)"
 tests/browser/run.sh build
+
+echo "== container test (podman + runc: image build, atolld + workers, compose, demo job)"
+tests/container/run.sh
 
 echo "== fuzzing the job compiler (libFuzzer, clang; ATOLL_FUZZ_SECONDS, default 60)"
 cmake -S "$ATOLL_ROOT" -B build-fuzz -DCMAKE_C_COMPILER=clang -DATOLL_FUZZ=ON -DATOLL_TESTS=OFF \

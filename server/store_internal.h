@@ -19,6 +19,10 @@ void store_set_text_or_null(json_t *obj, const char *key, sqlite3_stmt *s, int c
  * down, its unfinished tasks are cancelled, and each live job holding one
  * of its devices is requeued (retries left) or failed naming the worker. */
 int store_worker_lost(store_t *st, int64_t worker, const char *how);
+/* Inside the caller's transaction: a fault outside the job (a lost or
+ * unreachable worker) ended its current attempt. Requeued for a new attempt
+ * while jobs.retries < max_retries, else failed with `why`. 0 or -1. */
+int store_job_retry(store_t *st, int64_t job, const char *why);
 int store_state_is_terminal(const char *state);
 
 #endif

@@ -266,6 +266,18 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
     return 0;
 }
 
+int store_job_retry(store_t *st, int64_t job, const char *why)
+{
+    static const char sql[] = "SELECT retries < max_retries FROM jobs WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    int left = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    return left ? job_requeue(st, job, why, 1) : store_job_finish(st, job, "failed", why);
+}
+
 int store_worker_lost(store_t *st, int64_t worker, const char *how)
 {
     static const char jobs_sql[] =

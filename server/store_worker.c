@@ -551,6 +551,32 @@ static const char *comp_name(store_t *st, const task_row_t *r)
     return name;
 }
 
+/* A shard that failed because it could not reach a peer over the data plane
+ * ("cannot send to shard K at ADDR ...", workers/exec_run.c) failed for a
+ * fault outside the job: the peer's worker died (its lease expires a moment
+ * later) or is cut off. Such a job is retried like one that lost a worker,
+ * not failed outright. Returns 1 when handled, 0 when the error is not of
+ * that kind, -1 on a store error. */
+static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, const char *msg)
+{
+    static const char sql[] =
+        "SELECT id FROM workers WHERE data_addr = ? ORDER BY id DESC LIMIT 1";
+    char addr[64];
+    if (!msg || sscanf(msg, "cannot send to shard %*d at %63[^ (]", addr) != 1)
+        return 0;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_text(s, 1, addr, -1, SQLITE_STATIC);
+    int64_t peer = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    char why[400];
+    snprintf(why, sizeof why, "worker %ld was lost or unreachable: worker %ld could not send to"
+             " it from computation '%s' shard %ld (%s)", (long)peer, (long)worker,
+             comp_name(st, r), (long)r->shard, msg);
+    return store_job_retry(st, r->job, why) == 0 ? 1 : -1;
+}
+
 static int report_validate(const json_t *body, const char **state, err_t *e)
 {
     static const char *const allowed[] = {"state", "error", "started_us", "inputs_ready_us",
@@ -632,11 +658,16 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
         if (shard_succeeded(st, &r, body, effects, e) != 0)
             goto out;
     } else if (live && strcmp(state, "failed") == 0) {
-        char why[400];
-        snprintf(why, sizeof why, "computation '%s' shard %ld on worker %ld failed: %s",
-                 comp_name(st, &r), (long)r.shard, (long)worker, msg ? msg : "no reason given");
-        if (store_job_finish(st, r.job, "failed", why) != 0)
+        int peer = peer_unreachable(st, &r, worker, msg);
+        if (peer < 0)
             goto out;
+        if (peer == 0) {
+            char why[400];
+            snprintf(why, sizeof why, "computation '%s' shard %ld on worker %ld failed: %s",
+                     comp_name(st, &r), (long)r.shard, (long)worker, msg ? msg : "no reason given");
+            if (store_job_finish(st, r.job, "failed", why) != 0)
+                goto out;
+        }
         *effects |= STORE_FX_JOB_ENDED;
     }
     rc = store_commit(st) == 0 ? STORE_OK : STORE_ERR;

@@ -422,8 +422,8 @@
     return Object.keys(c.doc.slices).map(function (name) {
       var want = c.doc.slices[name] || {};
       var got = c.slices && c.slices[name] ? c.slices[name].island : null;
-      var where = got || (want.island ? want.island + "?" : "");
-      return name + " " + shapeText(want.shape) + (where ? " " + where : "");
+      var where = got ? " " + got : want.island ? " → " + want.island : "";
+      return name + " " + shapeText(want.shape) + where;
     }).join(", ");
   }
 

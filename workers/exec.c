@@ -35,6 +35,7 @@ typedef struct device {
 
 struct exec {
     exec_env_t env;
+    exec_counters_t counters;
     ostore_t *own_store;        /* made here when the config gave none */
     exec_report_fn report_fn;
     void *report_ctx;
@@ -115,7 +116,8 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
     ex->env = (exec_env_t){.mb = mb, .dp = dp, .st = st,
                            .peer_timeout_us = cfg->peer_timeout_us, .sim = cfg->sim,
                            .ring_min_bytes = cfg->ring_min_bytes ? cfg->ring_min_bytes
-                                                                 : EXEC_RING_MIN_BYTES_DEFAULT};
+                                                                 : EXEC_RING_MIN_BYTES_DEFAULT,
+                           .counters = &ex->counters};
     ex->report_fn = report_fn;
     ex->report_ctx = report_ctx;
     ex->dev = calloc((size_t)cfg->ndevices, sizeof *ex->dev);
@@ -309,6 +311,11 @@ void exec_stop(exec_t *ex)
     free(ex->dev);
     ostore_free(ex->own_store);
     free(ex);
+}
+
+exec_counters_t *exec_counters(exec_t *ex)
+{
+    return &ex->counters;
 }
 
 ostore_t *exec_store(exec_t *ex)

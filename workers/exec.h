@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "dplane.h"
+#include "exec_run.h"
 #include "mbox.h"
 #include "ostore.h"
 
@@ -47,6 +48,8 @@ void exec_submit(exec_t *ex, const json_t *task);
  * Returns how many tasks this call newly aborted (0 when the controller
  * repeats a cancel we already applied). */
 int exec_cancel_job(exec_t *ex, int64_t job);
+/* Collective algorithm counts so far (borrowed). */
+exec_counters_t *exec_counters(exec_t *ex);
 /* The object store the tasks use (borrowed). */
 ostore_t *exec_store(exec_t *ex);
 /* Tasks queued or running. */

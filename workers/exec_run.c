@@ -128,11 +128,31 @@ static int run_take_piece(run_t *r, int i, const mbox_tag_t *tag, ostore_obj_t *
     return 0;
 }
 
+/* Sends one message. A peer that cannot be reached is retried with backoff
+ * for up to the peer timeout: a peer worker that died is the controller's
+ * to handle (its lease expires, the job is requeued or failed naming that
+ * worker, and the cancel that follows ends this loop), so a shard must not
+ * fail the job first with a vaguer reason. Returns 0, or -1 with r->err or
+ * r->cancelled set. */
 static int run_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_t *v)
 {
-    if (dplane_send(r->env->dp, to, tag, v) == 0)
-        return 0;
-    snprintf(r->err, sizeof r->err, "cannot send to shard %d at %s", (int)tag->dst, to);
+    int64_t t0 = util_mono_us(), deadline = t0 + r->env->peer_timeout_us;
+    long backoff_ms = 50;
+    for (;;) {
+        if (dplane_send(r->env->dp, to, tag, v) == 0)
+            return 0;
+        if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
+            r->cancelled = 1;
+            return -1;
+        }
+        if (mbox_is_stopped(r->env->mb) || util_mono_us() >= deadline)
+            break;
+        struct timespec ts = {backoff_ms / 1000, (backoff_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
+    }
+    snprintf(r->err, sizeof r->err, "cannot send to shard %d at %s (peer unreachable for %lld ms)",
+             (int)tag->dst, to, (long long)((util_mono_us() - t0) / 1000));
     return -1;
 }
 
@@ -391,11 +411,14 @@ static int run_collective(run_t *r, int i, const tensor_t *arg, tensor_t **out)
                  (int)r->t->shard);
         goto cleanup;
     }
+    int ring = op->code != OP_PPERMUTE && use_ring(r, op, arg, n);
+    if (r->env->counters)
+        atomic_fetch_add(ring ? &r->env->counters->ring : &r->env->counters->direct, 1);
     if (op->code == OP_PPERMUTE)
         rc = run_ppermute(r, i, arg, members, n, pos, out);
-    else if (use_ring(r, op, arg, n) && op->code == OP_ALL_REDUCE)
+    else if (ring && op->code == OP_ALL_REDUCE)
         rc = run_ring_all_reduce(r, i, arg, members, n, pos, out);
-    else if (use_ring(r, op, arg, n))
+    else if (ring)
         rc = run_ring_all_gather(r, i, arg, members, n, pos, out);
     else
         rc = run_exchange(r, i, arg, members, n, pos, out);

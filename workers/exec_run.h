@@ -9,6 +9,7 @@
 #define ATOLL_EXEC_RUN_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "dplane.h"
@@ -25,11 +26,18 @@
  * directly (one message to every member: fewest round trips). */
 #define EXEC_RING_MIN_BYTES_DEFAULT (64 * 1024)
 
+/* How collectives ran (for tests and logs). */
+typedef struct exec_counters {
+    atomic_llong ring;          /* collectives that took a ring algorithm */
+    atomic_llong direct;        /* collectives exchanged directly (incl. ppermute) */
+} exec_counters_t;
+
 typedef struct exec_env {
     mbox_t *mb;                 /* borrowed */
     dplane_t *dp;               /* borrowed */
     ostore_t *st;               /* borrowed: every buffer a task holds lives here */
     int64_t ring_min_bytes;     /* see EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX: never ring */
+    exec_counters_t *counters;  /* borrowed; may be NULL */
     int64_t peer_timeout_us;    /* how long one wait for a peer may take */
     int sim;                    /* `sim` backend: real arithmetic, but `compute`
                                    sleeps instead of busy-waiting */

@@ -276,6 +276,14 @@ void mbox_shutdown(mbox_t *mb)
     pthread_mutex_unlock(&mb->mu);
 }
 
+int mbox_is_stopped(mbox_t *mb)
+{
+    pthread_mutex_lock(&mb->mu);
+    int s = mb->stopped;
+    pthread_mutex_unlock(&mb->mu);
+    return s;
+}
+
 int mbox_count(mbox_t *mb)
 {
     pthread_mutex_lock(&mb->mu);

@@ -65,6 +65,9 @@ int mbox_drop_job(mbox_t *mb, int64_t job, int32_t max_attempt);
 /* Wakes every waiter with MBOX_STOPPED and makes later takes fail at once. */
 void mbox_shutdown(mbox_t *mb);
 
+/* Non-zero once mbox_shutdown() was called. */
+int mbox_is_stopped(mbox_t *mb);
+
 /* Number of kept messages (for tests and metrics). */
 int mbox_count(mbox_t *mb);
 

@@ -58,11 +58,13 @@ async function api(path, init) {
 const submitApi = (doc) => api("/v1/jobs", { method: "POST", headers: { "Content-Type": "application/json" },
                                              body: JSON.stringify(doc) });
 
+// A job holding one slice for `us` µs (compute ops take at most 10 s each).
 function holdJob(name, shape, island, us, priority = 0) {
+  const ops = [{ op: "shard_index", out: "i" }];
+  for (let k = 0; us > 0; k++, us -= 10000000) ops.push({ op: "compute", out: "c" + k, us: Math.min(us, 10000000) });
+  ops.push({ op: "all_reduce", out: "s", args: ["i"], reduce: "sum" });
   return { name, priority, slices: { a: island ? { shape, island } : { shape } },
-           computations: [{ name: "hold", slice: "a", ops: [
-             { op: "shard_index", out: "i" }, { op: "compute", out: "c", us },
-             { op: "all_reduce", out: "s", args: ["i"], reduce: "sum" }], outputs: ["s"] }] };
+           computations: [{ name: "hold", slice: "a", ops, outputs: ["s"] }] };
 }
 
 // Two computations on two slices, an edge between them; long enough that
@@ -193,7 +195,7 @@ async function main() {
           `the page should have shown the job running before success (saw ${[...states]})`);
     check([...compStates].some((s) => s.endsWith(":dispatched")),
           `the graph should have shown a computation in flight (saw ${[...compStates]})`);
-    note(`job page went ${[...states].join(" -> ")} live; graph states seen: ${[...compStates].join(", ")}`);
+    note(`job page went ${[...states].filter(Boolean).join(" -> ")} live; graph states seen: ${[...compStates].join(", ")}`);
     const result = await until("the result preview shows both outputs", 10, () => dom(() => {
       const t = document.getElementById("result").textContent;
       return t.includes("produce.z") && t.includes("consume.w") ? t : null;
@@ -213,7 +215,7 @@ async function main() {
     await page.goto(URL + "/#/queue");
     const reason = await until("the queue shows why the 4x4 job waits", 15, () => dom((id) => {
       const li = document.querySelector(`#queue li[data-job-id="${id}"] .reason`);
-      return li && /needs a 4x4 slice/.test(li.textContent) && /largest free block/.test(li.textContent) ? li.textContent : null;
+      return li && /needs a \[?4[x,×]4\]? slice/.test(li.textContent) && /largest free block/.test(li.textContent) ? li.textContent : null;
     }, String(big.body.id)));
     note(`queue: job ${big.body.id} waits: "${reason}"`);
     const badge = await dom(() => document.getElementById("queue-count").textContent);
@@ -265,6 +267,8 @@ async function main() {
     const u = (await api("/v1/stats/utilization?minutes=15")).body;
     check(u.samples.some((s) => s.busy.west >= 4), "atolld's samples should show busy west devices");
     note(`utilization: ${u.samples.length} samples, path of ${plotted} chars`);
+    await page.click('.range button[data-minutes="5"]');   // a short run reads better at 5 min
+    await until("the 5 min range is drawn", 5, () => dom(() => /−5m/.test(document.getElementById("chart-busy").textContent)));
     await shot("utilization");
 
     check(await dom(() => window.__atollMarker === 1), "the page reloaded (marker lost): updates must be live");

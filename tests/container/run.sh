@@ -49,7 +49,7 @@ CONTAINERS=()                      # names, in start order
 COMPOSE_UP=0
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
-note() { echo "-- $*" >&2; }
+note() { echo "-- [+${SECONDS}s] $*" >&2; }
 skip() { echo "SKIP: container test: $*" >&2; exit 0; }
 
 SUDO=""
@@ -199,7 +199,8 @@ check_demo() {
         state="$(curl -fsS "$url/v1/jobs/$JOB" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" &&
             [[ "$state" == succeeded || "$state" == failed || "$state" == cancelled ]]
     }
-    wait_for 60 job_done || fail "job $JOB did not finish within 60 s (state: ${state:-?})"
+    # 120 s: room for one requeue after a lost worker (lease 5 s + retry).
+    wait_for 120 job_done || fail "job $JOB did not finish within 120 s (state: ${state:-?})"
     [ "$state" = succeeded ] || fail "job $JOB ended $state: $(curl -sS "$url/v1/jobs/$JOB")"
     curl -fsS "$url/v1/jobs/$JOB/result" >"$TMP/result.json" || fail "GET result of job $JOB failed"
     python3 - "$TMP/result.json" <<'EOF' || fail "wrong result: $(cat "$TMP/result.json")"
@@ -222,6 +223,19 @@ import json, sys
 isl = {i["name"]: i for i in json.load(sys.stdin)["islands"]}
 free = {n: sum(d["state"] == "free" for d in i["devices"]) for n, i in isl.items()}
 sys.exit(0 if free.get("west") == 8 and free.get("east") == 4 else 1)' 2>/dev/null
+}
+
+# dns_settled CONTAINER...: each container resolves every service name of
+# the topology. aardvark-dns (podman's DNS) reloads whenever a container
+# joins the network and can drop queries meanwhile (containers/aardvark-dns
+# #389); workers recover from that by re-registering, but the test waits for
+# a settled network so the job it submits runs on the workers it sees.
+SERVICES=(atolld worker-west-1 worker-west-2 worker-east-1)
+dns_settled() {
+    local c
+    for c in "$@"; do
+        timeout 5 "${PODMAN[@]}" exec "$c" getent ahostsv4 "${SERVICES[@]}" >/dev/null 2>&1 || return 1
+    done
 }
 
 healthy() { "${PODMAN[@]}" healthcheck run "$1" >/dev/null 2>&1; }
@@ -260,11 +274,22 @@ for spec in west-1:west west-2:west east-1:east; do
         -e ATOLL_DATA_LISTEN=0.0.0.0:7070 -e ATOLL_DATA_ADVERTISE="$svc" \
         "$IMAGE" >/dev/null 2>"$TMP/run-$name.err" || fail "podman run $svc failed: $(cat "$TMP/run-$name.err")"
 done
+WORKERS=("${CONTAINERS[@]:1}")
+wait_for 60 dns_settled "${WORKERS[@]}" || fail "worker containers cannot resolve ${SERVICES[*]}"
 wait_for 60 islands_ready "$URL" || fail "islands never fully covered: $(curl -sS "$URL/v1/islands")"
 note "islands west=2x4 (2 workers) and east=2x2 (1 worker) ready"
 
 check_demo "$URL"
 [ "$("${PODMAN[@]}" exec "$ATOLLD" id -u)" = 10001 ] || fail "atolld does not run as uid 10001"
+
+# Online backup with the image's sqlite3 (docs/operations.md): the copy is a
+# consistent database holding the job.
+"${PODMAN[@]}" exec "$ATOLLD" sqlite3 /var/lib/atoll/atoll.db ".backup /var/lib/atoll/backup.db" ||
+    fail "sqlite3 .backup inside the atolld container failed"
+n="$("${PODMAN[@]}" exec "$ATOLLD" sqlite3 /var/lib/atoll/backup.db \
+    "PRAGMA integrity_check; SELECT count(*) FROM jobs WHERE state = 'succeeded'" | tr '\n' ' ')"
+[ "$n" = "ok 1 " ] || fail "backup copy: integrity/jobs gave '$n', expected 'ok 1'"
+"${PODMAN[@]}" exec "$ATOLLD" rm -f /var/lib/atoll/backup.db
 
 # SIGTERM (podman stop) must drain and exit 0; a fresh container on the same
 # volume must still know the job: the database lives on the volume.
@@ -310,6 +335,10 @@ else
     wait_for 60 healthy "$CATOLLD" || fail "compose atolld never passed its HEALTHCHECK"
     CURL_="$(host_url "$CATOLLD")" || fail "no published port for $CATOLLD"
     note "compose atolld healthy at $CURL_"
+    mapfile -t CWORKERS < <("${PODMAN[@]}" ps --filter "label=com.docker.compose.project=$PROJECT" \
+        --format '{{.Names}}' | grep -v -- "$CATOLLD")
+    [ "${#CWORKERS[@]}" = 3 ] || fail "compose started ${#CWORKERS[@]} workers, expected 3"
+    wait_for 60 dns_settled "${CWORKERS[@]}" || fail "compose workers cannot resolve ${SERVICES[*]}"
     wait_for 60 islands_ready "$CURL_" || fail "compose islands never fully covered: $(curl -sS "$CURL_/v1/islands")"
     check_demo "$CURL_"
     compose down -v >"$TMP/compose-down.log" 2>&1 || fail "podman-compose down failed: $(tail -n 20 "$TMP/compose-down.log")"

@@ -423,7 +423,9 @@ static json_t *make_task_n(fixture_t *f, int64_t id, int64_t job, int seq, int s
 }
 
 /* y_k[e] = tanh(0.001 (e + k)^2) on shard k: irregular data whose every
- * element differs per shard; then sum and max all_reduce and all_gather. */
+ * element differs per shard; then sum and max all_reduce of it, and an
+ * all_gather along axis 1 of a [2, 256] value (kept small enough for the
+ * report to carry every value). */
 #define RING_LEN 3000
 static const char *RING_COMP =
     "{\"name\": \"r\", \"slice\": \"a\", \"ops\": ["
@@ -435,7 +437,8 @@ static const char *RING_COMP =
     " {\"op\": \"tanh\", \"out\": \"y\", \"args\": [\"c\"]},"
     " {\"op\": \"all_reduce\", \"out\": \"s\", \"args\": [\"y\"], \"reduce\": \"sum\"},"
     " {\"op\": \"all_reduce\", \"out\": \"m\", \"args\": [\"y\"], \"reduce\": \"max\"},"
-    " {\"op\": \"reshape\", \"out\": \"q\", \"args\": [\"y\"], \"shape\": [3, 1000]},"
+    " {\"op\": \"iota\", \"out\": \"x2\", \"shape\": [2, 256]},"
+    " {\"op\": \"add\", \"out\": \"q\", \"args\": [\"x2\", \"i\"]},"
     " {\"op\": \"all_gather\", \"out\": \"g\", \"args\": [\"q\"], \"axis\": 1}],"
     " \"outputs\": [\"s\", \"m\", \"g\"]}";
 
@@ -479,17 +482,24 @@ static void test_ring_vs_direct(void **state)
             assert_int_equal(output_values(r, "m", v, RING_LEN), RING_LEN);
             for (int e = 0; e < RING_LEN; e++)
                 assert_true(v[e] == ring_y(n - 1, e));   /* tanh grows with e + k */
-            /* g: [3, 1000 n], row r = the row-r blocks of shards 0..n-1. */
-            assert_int_equal(output_values(r, "g", v, 8 * RING_LEN), (size_t)(RING_LEN * n));
-            for (int row = 0; row < 3; row++)
+            /* g: [2, 256 n], row r = the row-r blocks of shards 0..n-1,
+             * block p holding 256 r + e + p. */
+            assert_int_equal(output_values(r, "g", v, 8 * RING_LEN), (size_t)(512 * n));
+            for (int row = 0; row < 2; row++)
                 for (int p = 0; p < n; p++)
-                    for (int e = 0; e < 1000; e++)
-                        assert_true(v[row * 1000 * n + p * 1000 + e] ==
-                                    ring_y(p, row * 1000 + e));
+                    for (int e = 0; e < 256; e++)
+                        assert_true(v[row * 256 * n + p * 256 + e] == row * 256 + e + p);
         }
     }
     free(v);
     assert_store_empty(f);
+    /* 3 collectives per job; the groups of 3 and 8 took the ring when the
+     * fixture asks for it (threshold 1 byte), never otherwise. A group of
+     * one is always direct (nothing to exchange). */
+    exec_counters_t *c = exec_counters(f->ex);
+    int64_t ring = atomic_load(&c->ring), direct = atomic_load(&c->direct);
+    assert_int_equal(ring + direct, 3 * 12);
+    assert_int_equal(ring, f->ex->env.ring_min_bytes == 1 ? 3 * 11 : 0);
 }
 
 /* A value larger than the whole store fails its task with a clear error. */

@@ -44,6 +44,33 @@ static void test_flags_and_defaults(void **state)
     assert_int_equal(o.poll_ms, 1000);
     assert_int_equal(o.peer_timeout_ms, 60000);
     assert_int_equal(o.log_level, LOG_INFO);
+    assert_int_equal(o.store_cap_mb, 1024);
+    assert_int_equal(o.data_shm, 1);
+    assert_int_equal(o.ring_min_kb, 64);
+}
+
+static void expect_error(int argc, const char **argv, const char *needle);
+
+/* Data-plane flags: store cap, transport, ring threshold (flag or env). */
+static void test_dataplane_flags(void **state)
+{
+    (void)state;
+    static const char *const env[] = {"ATOLL_STORE_CAP_MB", "32", "ATOLL_DATA_TRANSPORT", "tcp",
+                                      NULL};
+    fake_env = env;
+    const char *argv[] = {"atoll-worker", "--controller", "http://c:1", "--island", "w",
+                          "--devices", "1", "--ring-min-kb", "0"};
+    wopts_t o;
+    char err[256] = "";
+    assert_int_equal(parse(9, argv, &o, err), 0);
+    assert_int_equal(o.store_cap_mb, 32);
+    assert_int_equal(o.data_shm, 0);
+    assert_int_equal(o.ring_min_kb, 0);
+    fake_env = NULL;
+    const char *bad1[] = {"atoll-worker", "--data-transport", "udp"};
+    expect_error(3, bad1, "--data-transport");
+    const char *bad2[] = {"atoll-worker", "--store-cap-mb", "0"};
+    expect_error(3, bad2, "--store-cap-mb");
 }
 
 static void test_env_and_override(void **state)
@@ -121,6 +148,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags_and_defaults),
         cmocka_unit_test(test_env_and_override),
+        cmocka_unit_test(test_dataplane_flags),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_help_and_version_skip_required),
     };

@@ -1,4 +1,4 @@
--- Version 3: device accounting. Island utilization over a recent window
+-- Device accounting. Island utilization over a recent window
 -- (GET /v1/islands, /metrics) sums the busy time of tasks that finished
 -- inside the window; this index lets that read only recent tasks instead
 -- of the whole history.

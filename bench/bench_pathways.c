@@ -1,0 +1,567 @@
+/* bench_pathways.c - the Pathways micro-benchmark (Barham et al. 2022,
+ * §5.1) on a real Atoll cluster, plus data-plane bandwidths.
+ *
+ * Workload: a "computation" is one scalar all_reduce (max) plus an add, on
+ * a slice of D devices spread over P worker processes (D/P devices each;
+ * one island per D, the slice is the whole island), in three modes:
+ *   opbyop   one job per computation (OPBYOP_JOBS jobs submitted back to
+ *            back; they serialize on the island, gang-allocated each time);
+ *   chained  one job of N chained computations (edge c[k-1].x -> c[k]);
+ *   fused    one computation of N steps.
+ * each under parallel and sequential dispatch (one atolld per mode and P).
+ * Throughput is computations/s from the server's timestamps (created to
+ * finished), so client polling does not count. Every result is checked.
+ *
+ * Then, on the (16 devices, 4 processes) chained case: where the time per
+ * computation goes (setup, worker step, hand-off, controller tail), and the
+ * smallest `compute` duration that brings device utilization to 95 %.
+ * Last, same-host edge bandwidth (a 16 MiB tensor between computations on
+ * two worker processes, from worker timestamps) against memcpy in this
+ * process, and all-reduce bus bandwidth.
+ *
+ * Workers use the `sim` backend (compute sleeps) so that D device threads
+ * on a 2-core host do not fight over the cores; data still moves for real.
+ * Bounded by BENCH_BUDGET_MS: configurations past it are skipped and named.
+ * Output: plain `name value` lines. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "support_harness.h"
+
+#define N_STEPS 64
+#define OPBYOP_JOBS 32
+#define SWEEP_STEPS 32
+#define BENCH_BUDGET_MS 150000
+#define POLL_MS 10
+#define JOB_TIMEOUT_MS 60000
+#define EDGE_ELEMS (4 * 1024 * 1024)        /* 16 MiB of f32 */
+#define AR_ELEMS (1024 * 1024)              /* 4 MiB of f32 per shard */
+#define REPEATS 3
+
+enum { M_OPBYOP, M_CHAINED, M_FUSED, M__N };
+static const char *const mode_names[M__N] = {"opbyop", "chained", "fused"};
+static const int grid_d[] = {4, 8, 16, 32};
+static const char *const grid_shape[] = {"2x2", "2x4", "4x4", "4x8"};
+static const char *const grid_shape_json[] = {"[2,2]", "[2,4]", "[4,4]", "[4,8]"};
+static const int grid_p[] = {1, 2, 4, 8};
+#define ND 4
+#define NP 4
+
+/* comps/s by [dispatch][mode][d][p]; 0 = not run. */
+static double results[2][M__N][ND][NP];
+static int64_t bench_t0;
+
+static int over_budget(void)
+{
+    return hx_now_ms() - bench_t0 > BENCH_BUDGET_MS;
+}
+
+/* ---- documents (malloc'd text; NULL on OOM) ---- */
+
+/* Appends to a growing buffer; sets *fail on OOM. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int fail;
+} sbuf_t;
+
+static void sb_add(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf_t *b, const char *fmt, ...)
+{
+    if (b->fail)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->fail = 1;
+            return;
+        }
+        if (b->p && (size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 1024) + (size_t)n;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->fail = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+static char *sb_done(sbuf_t *b)
+{
+    if (b->fail) {
+        free(b->p);
+        return NULL;
+    }
+    return b->p;
+}
+
+/* One step: [compute us,] all_reduce max of `in`, plus one. */
+static void step_ops(sbuf_t *b, const char *in, const char *out, int k, int us)
+{
+    if (us > 0)
+        sb_add(b, "{\"op\":\"compute\",\"out\":\"w%d\",\"us\":%d},", k, us);
+    sb_add(b, "{\"op\":\"all_reduce\",\"out\":\"m%d\",\"args\":[\"%s\"],\"reduce\":\"max\"},"
+              "{\"op\":\"add\",\"out\":\"%s\",\"args\":[\"m%d\",\"one\"]}", k, in, out, k);
+}
+
+/* The job of `mode` with n computations (steps) on island dD. */
+static char *mode_doc(int mode, int di, int n, int us)
+{
+    sbuf_t b = {0};
+    sb_add(&b, "{\"name\":\"pw-%s\",\"slices\":{\"s\":{\"shape\":%s,\"island\":\"d%d\"}},"
+               "\"computations\":[", mode_names[mode], grid_shape_json[di], grid_d[di]);
+    if (mode == M_FUSED) {
+        sb_add(&b, "{\"name\":\"f\",\"slice\":\"s\",\"ops\":[{\"op\":\"shard_index\",\"out\":\"x0\"},"
+                   "{\"op\":\"fill\",\"out\":\"one\",\"shape\":[],\"value\":1.0},");
+        for (int k = 1; k <= n; k++) {
+            char in[16], out[16];
+            snprintf(in, sizeof in, "x%d", k - 1);
+            snprintf(out, sizeof out, "x%d", k);
+            step_ops(&b, in, out, k, us);
+            sb_add(&b, "%s", k < n ? "," : "");
+        }
+        sb_add(&b, "],\"outputs\":[\"x%d\"]}]}", n);
+        return sb_done(&b);
+    }
+    int ncomps = mode == M_CHAINED ? n : 1;
+    for (int c = 0; c < ncomps; c++) {
+        sb_add(&b, "%s{\"name\":\"c%d\",\"slice\":\"s\",\"ops\":[", c ? "," : "", c);
+        if (c == 0)
+            sb_add(&b, "{\"op\":\"shard_index\",\"out\":\"p\"},");
+        else
+            sb_add(&b, "{\"op\":\"input\",\"out\":\"p\",\"from\":\"c%d.x\"},", c - 1);
+        sb_add(&b, "{\"op\":\"fill\",\"out\":\"one\",\"shape\":[],\"value\":1.0},");
+        step_ops(&b, "p", "x", 0, us);
+        sb_add(&b, "],\"outputs\":[\"x\"]}");
+    }
+    sb_add(&b, "]}");
+    return sb_done(&b);
+}
+
+/* ---- running jobs ---- */
+
+static int submit(hx_client_t *cl, const char *doc, int64_t *id)
+{
+    int st = hx_job_submit(cl, doc, id, NULL);
+    if (st != 201) {
+        fprintf(stderr, "bench: submit answered %d\n", st);
+        hx_client_print_last(cl);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for success; returns the job object (new ref) or NULL. */
+static json_t *wait_ok(hx_client_t *cl, int64_t id)
+{
+    json_t *job = NULL;
+    if (hx_job_wait(cl, id, JOB_TIMEOUT_MS, POLL_MS, &job) != 0 ||
+        strcmp(hx_job_state(job), "succeeded") != 0) {
+        const char *e = json_string_value(json_object_get(job, "error"));
+        fprintf(stderr, "bench: job %" PRId64 " ended '%s' (%s)\n", id,
+                job ? hx_job_state(job) : "?", e ? e : "");
+        json_decref(job);
+        return NULL;
+    }
+    return job;
+}
+
+/* Shard 0's first value of result key, or NaN-ish -1e30 when absent. */
+static double result_value(hx_client_t *cl, int64_t id, const char *key)
+{
+    json_t *res = hx_job_result(cl, id);
+    json_t *v = json_array_get(json_object_get(hx_result_shard(res, key, 0), "values"), 0);
+    double x = json_is_number(v) ? json_number_value(v) : -1e30;
+    json_decref(res);
+    return x;
+}
+
+static int64_t ctime_of(const json_t *job, int comp, const char *name)
+{
+    json_t *c = json_array_get(json_object_get(job, "computations"), (size_t)comp);
+    json_t *v = json_object_get(json_object_get(c, "times_us"), name);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+static int64_t cbusy_of(const json_t *job, int comp)
+{
+    json_t *c = json_array_get(json_object_get(job, "computations"), (size_t)comp);
+    return json_integer_value(json_object_get(c, "busy_us"));
+}
+
+/* Runs one (mode, island) case; returns computations/s or -1. With
+ * job_out, the chained/fused job object is handed back (new ref). */
+static double run_case(hx_client_t *cl, int mode, int di, int n, int us, json_t **job_out)
+{
+    int D = grid_d[di];
+    double rate = -1;
+    char key[32];
+    if (mode == M_OPBYOP) {
+        char *doc = mode_doc(mode, di, 1, us);
+        int64_t ids[OPBYOP_JOBS];
+        int ok = doc != NULL;
+        for (int j = 0; ok && j < OPBYOP_JOBS; j++)
+            ok = submit(cl, doc, &ids[j]) == 0;
+        free(doc);
+        if (!ok)
+            return -1;
+        json_t *last = wait_ok(cl, ids[OPBYOP_JOBS - 1]);
+        int64_t first_created = -1, last_finished = -1;
+        for (int j = 0; last && j < OPBYOP_JOBS; j++) {
+            json_t *job = j == OPBYOP_JOBS - 1 ? json_incref(last) : wait_ok(cl, ids[j]);
+            if (!job) {
+                ok = 0;
+                break;
+            }
+            int64_t c = hx_job_time_us(job, "created"), f = hx_job_time_us(job, "finished");
+            first_created = first_created < 0 || c < first_created ? c : first_created;
+            last_finished = f > last_finished ? f : last_finished;
+            json_decref(job);
+        }
+        json_decref(last);
+        if (!last || !ok)
+            return -1;
+        if (result_value(cl, ids[0], "c0.x") != D) {
+            fprintf(stderr, "bench: opbyop result wrong\n");
+            return -1;
+        }
+        return OPBYOP_JOBS * 1e6 / (double)(last_finished - first_created);
+    }
+    char *doc = mode_doc(mode, di, n, us);
+    int64_t id;
+    if (!doc || submit(cl, doc, &id) != 0) {
+        free(doc);
+        return -1;
+    }
+    free(doc);
+    json_t *job = wait_ok(cl, id);
+    if (!job)
+        return -1;
+    if (mode == M_CHAINED)
+        snprintf(key, sizeof key, "c%d.x", n - 1);
+    else
+        snprintf(key, sizeof key, "f.x%d", n);
+    double want = mode == M_CHAINED ? D + n - 1 : D - 1 + n;
+    double got = result_value(cl, id, key);
+    if (got != want) {
+        fprintf(stderr, "bench: %s result %s = %g, expected %g\n", mode_names[mode], key, got, want);
+        json_decref(job);
+        return -1;
+    }
+    int64_t c = hx_job_time_us(job, "created"), f = hx_job_time_us(job, "finished");
+    rate = n * 1e6 / (double)(f - c);
+    if (job_out)
+        *job_out = job;
+    else
+        json_decref(job);
+    return rate;
+}
+
+/* ---- clusters ---- */
+
+/* One atolld with an island dD (shape per grid) for every D >= P that P
+ * divides, each covered by P workers of D/P devices. 0 or -1. */
+static int start_grid_cluster(hx_cluster_t *c, int pi, int sequential)
+{
+    const char *specs[ND];
+    char bufs[ND][32];
+    int n = 0;
+    for (int di = 0; di < ND; di++) {
+        if (grid_d[di] < grid_p[pi])
+            continue;
+        snprintf(bufs[n], sizeof bufs[n], "d%d=%s", grid_d[di], grid_shape[di]);
+        specs[n] = bufs[n];
+        n++;
+    }
+    setenv("ATOLL_DISPATCH", sequential ? "sequential" : "parallel", 1);
+    int rc = hx_cluster_start(c, specs, n);
+    unsetenv("ATOLL_DISPATCH");
+    if (rc != 0)
+        return -1;
+    for (int di = 0; di < ND; di++) {
+        if (grid_d[di] < grid_p[pi])
+            continue;
+        char isl[16];
+        snprintf(isl, sizeof isl, "d%d", grid_d[di]);
+        for (int w = 0; w < grid_p[pi]; w++)
+            if (hx_worker_start(c, isl, grid_d[di] / grid_p[pi]) != 0)
+                return -1;
+    }
+    return 0;
+}
+
+/* Where a chained job's time went, from its recorded timestamps. */
+static void profile_chained(const char *tag, const json_t *job, int n)
+{
+    int64_t created = hx_job_time_us(job, "created"), finished = hx_job_time_us(job, "finished");
+    int64_t c0_disp = ctime_of(job, 0, "dispatched"), c0_start = ctime_of(job, 0, "started");
+    int64_t last_fin = ctime_of(job, n - 1, "finished");
+    double exec = 0, handoff = 0, rep_to_disp = 0, disp_to_start = 0;
+    for (int k = 0; k < n; k++) {
+        exec += (double)(ctime_of(job, k, "finished") - ctime_of(job, k, "inputs_ready"));
+        if (k == 0)
+            continue;
+        int64_t prev_fin = ctime_of(job, k - 1, "finished");
+        handoff += (double)(ctime_of(job, k, "inputs_ready") - prev_fin);
+        int64_t d = ctime_of(job, k, "dispatched");
+        if (d > prev_fin) {   /* sequential: the controller unblocked it */
+            rep_to_disp += (double)(d - prev_fin);
+            disp_to_start += (double)(ctime_of(job, k, "started") - d);
+        }
+    }
+    printf("profile.%s.total_us_per_comp %.1f\n", tag, (double)(finished - created) / n);
+    printf("profile.%s.submit_to_dispatch_us %" PRId64 "\n", tag, c0_disp - created);
+    printf("profile.%s.dispatch_to_first_start_us %" PRId64 "\n", tag, c0_start - c0_disp);
+    printf("profile.%s.chain_us_per_comp %.1f\n", tag,
+           (double)(last_fin - c0_start) / n);
+    printf("profile.%s.worker_step_us %.1f\n", tag, exec / n);
+    printf("profile.%s.handoff_us %.1f\n", tag, handoff / (n - 1));
+    if (rep_to_disp > 0) {
+        printf("profile.%s.controller_unblock_us %.1f\n", tag, rep_to_disp / (n - 1));
+        printf("profile.%s.poll_to_start_us %.1f\n", tag, disp_to_start / (n - 1));
+    }
+    printf("profile.%s.controller_tail_us %" PRId64 "\n", tag, finished - last_fin);
+}
+
+/* Chained d16 over 4 processes with a `compute` per step: utilization. */
+static void sweep_utilization(hx_client_t *cl, int di)
+{
+    static const int us_list[] = {100, 250, 500, 1000, 2000, 5000};
+    int found = -1;
+    for (size_t i = 0; i < sizeof us_list / sizeof us_list[0] && found < 0; i++) {
+        if (over_budget()) {
+            printf("util.skipped_from_us %d\n", us_list[i]);
+            break;
+        }
+        json_t *job = NULL;
+        if (run_case(cl, M_CHAINED, di, SWEEP_STEPS, us_list[i], &job) < 0)
+            return;
+        int n = SWEEP_STEPS, D = grid_d[di];
+        int64_t wall = ctime_of(job, n - 1, "finished") - ctime_of(job, 0, "started");
+        int64_t busy = 0;
+        for (int k = 0; k < n; k++)
+            busy += cbusy_of(job, k);
+        json_decref(job);
+        double util = (double)n * us_list[i] / (double)wall;
+        printf("util.chained.d%d.p4.compute_%dus %.3f\n", D, us_list[i], util);
+        printf("util.chained.d%d.p4.compute_%dus.measured_busy %.3f\n", D, us_list[i],
+               (double)busy / ((double)D * (double)wall));
+        if (util >= 0.95)
+            found = us_list[i];
+    }
+    if (found > 0)
+        printf("util.min_compute_us_for_95pct %d\n", found);
+    else
+        printf("util.min_compute_us_for_95pct none_up_to_5000\n");
+}
+
+/* ---- bandwidths ---- */
+
+static double memcpy_gbps(void)
+{
+    size_t bytes = (size_t)EDGE_ELEMS * 4;
+    char *a = malloc(bytes), *b = malloc(bytes);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, bytes);
+        memset(b, 2, bytes);
+        for (int r = 0; r < 5; r++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            memcpy(b, a, bytes);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+            double gbps = (double)bytes / s / 1e9;
+            best = gbps > best ? gbps : best;
+            a[r] = (char)b[bytes - 1 - (size_t)r];   /* keep the copies observable */
+        }
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+/* Runs doc REPEATS times and returns the smallest value of f(job), or -1. */
+static int64_t best_of(hx_client_t *cl, const char *doc_q, int64_t (*f)(const json_t *))
+{
+    int64_t best = -1;
+    char *doc = hx_text_q(doc_q);
+    for (int r = 0; doc && r < REPEATS; r++) {
+        int64_t id;
+        json_t *job = submit(cl, doc, &id) == 0 ? wait_ok(cl, id) : NULL;
+        if (!job) {
+            best = -1;
+            break;
+        }
+        int64_t v = f(job);
+        json_decref(job);
+        best = best < 0 || v < best ? v : best;
+    }
+    free(doc);
+    return best;
+}
+
+static int64_t comp0_span(const json_t *job)
+{
+    return ctime_of(job, 0, "finished") - ctime_of(job, 0, "started");
+}
+
+/* Edge: consumer's inputs ready minus producer start (fill time is taken
+ * off by the caller). */
+static int64_t edge_span(const json_t *job)
+{
+    return ctime_of(job, 1, "inputs_ready") - ctime_of(job, 0, "started");
+}
+
+static int run_bandwidths(void)
+{
+    static const char *const islands[] = {"e=2", "ar=2x4"};
+    hx_cluster_t c;
+    hx_client_t cl = {0};
+    int rc = -1;
+    if (hx_cluster_start(&c, islands, 2) != 0)
+        return -1;
+    if (hx_client_init(&cl, c.url) != 0 || hx_worker_start(&c, "e", 1) != 0 ||
+        hx_worker_start(&c, "e", 1) != 0)
+        goto cleanup;
+    for (int w = 0; w < 4; w++)
+        if (hx_worker_start(&c, "ar", 2) != 0)
+            goto cleanup;
+    char fill_q[512], edge_q[1024], ar_q[512], base_q[512];
+    snprintf(fill_q, sizeof fill_q,
+             "{'name':'fill','slices':{'a':{'shape':[1],'island':'e'}},'computations':["
+             "{'name':'a','slice':'a','ops':[{'op':'fill','out':'x','shape':[%d],'value':1.5},"
+             "{'op':'fill','out':'y','shape':[],'value':0}],'outputs':['y']}]}", EDGE_ELEMS);
+    snprintf(edge_q, sizeof edge_q,
+             "{'name':'edge','slices':{'a':{'shape':[1],'island':'e'},'b':{'shape':[1],'island':'e'}},"
+             "'computations':[{'name':'a','slice':'a','ops':[{'op':'fill','out':'x','shape':[%d],"
+             "'value':1.5}],'outputs':['x']},{'name':'b','slice':'b','ops':[{'op':'input','out':'p',"
+             "'from':'a.x'},{'op':'fill','out':'y','shape':[],'value':0}],'outputs':['y']}]}",
+             EDGE_ELEMS);
+    snprintf(ar_q, sizeof ar_q,
+             "{'name':'ar','slices':{'s':{'shape':[2,4],'island':'ar'}},'computations':["
+             "{'name':'c','slice':'s','ops':[{'op':'fill','out':'x','shape':[%d],'value':1},"
+             "{'op':'all_reduce','out':'z','args':['x'],'reduce':'sum'},"
+             "{'op':'fill','out':'y','shape':[],'value':0}],'outputs':['y']}]}", AR_ELEMS);
+    snprintf(base_q, sizeof base_q,
+             "{'name':'arbase','slices':{'s':{'shape':[2,4],'island':'ar'}},'computations':["
+             "{'name':'c','slice':'s','ops':[{'op':'fill','out':'x','shape':[%d],'value':1},"
+             "{'op':'fill','out':'y','shape':[],'value':0}],'outputs':['y']}]}", AR_ELEMS);
+    int64_t fill_us = best_of(&cl, fill_q, comp0_span);
+    int64_t edge_us = best_of(&cl, edge_q, edge_span);
+    int64_t ar_us = best_of(&cl, ar_q, comp0_span);
+    int64_t base_us = best_of(&cl, base_q, comp0_span);
+    if (fill_us < 0 || edge_us < 0 || ar_us < 0 || base_us < 0)
+        goto cleanup;
+    double bytes = (double)EDGE_ELEMS * 4, mc = memcpy_gbps();
+    int64_t xfer = edge_us - fill_us > 1 ? edge_us - fill_us : 1;
+    double edge_gbps = bytes / ((double)xfer / 1e6) / 1e9;
+    printf("edge.bytes %.0f\n", bytes);
+    printf("edge.fill_us %" PRId64 "\n", fill_us);
+    printf("edge.producer_start_to_consumer_ready_us %" PRId64 "\n", edge_us);
+    printf("edge.transfer_us %" PRId64 "\n", xfer);
+    printf("edge.same_host_GBps %.3f\n", edge_gbps);
+    printf("memcpy.GBps %.3f\n", mc);
+    printf("edge.fraction_of_memcpy %.3f\n", mc > 0 ? edge_gbps / mc : 0);
+    int64_t t_ar = ar_us - base_us > 1 ? ar_us - base_us : 1;
+    double n = 8, arbytes = (double)AR_ELEMS * 4;
+    printf("allreduce.shards 8\nallreduce.processes 4\nallreduce.bytes_per_shard %.0f\n", arbytes);
+    printf("allreduce.us %" PRId64 "\n", t_ar);
+    printf("allreduce.algbw_GBps %.3f\n", arbytes / ((double)t_ar / 1e6) / 1e9);
+    printf("allreduce.busbw_GBps %.3f\n",
+           2.0 * (n - 1) / n * arbytes / ((double)t_ar / 1e6) / 1e9);
+    fflush(stdout);
+    rc = 0;
+cleanup:
+    if (rc != 0)
+        hx_cluster_dump_logs(&c, 3000);
+    hx_client_cleanup(&cl);
+    hx_cluster_stop(&c);
+    return rc;
+}
+
+/* ---- main ---- */
+
+/* Runs the grid for one P under one dispatch mode. 0 or -1. */
+static int run_grid_p(int pi, int seq)
+{
+    hx_cluster_t c;
+    hx_client_t cl = {0};
+    int rc = -1;
+    if (start_grid_cluster(&c, pi, seq) != 0 || hx_client_init(&cl, c.url) != 0)
+        goto cleanup;
+    for (int di = 0; di < ND; di++) {
+        if (grid_d[di] < grid_p[pi])
+            continue;
+        for (int m = 0; m < M__N; m++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "%s.d%d.p%d.%s", mode_names[m], grid_d[di], grid_p[pi],
+                     seq ? "sequential" : "parallel");
+            if (over_budget()) {
+                printf("pw.skipped %s\n", tag);
+                continue;
+            }
+            int want_profile = m == M_CHAINED && grid_d[di] == 16 && grid_p[pi] == 4;
+            json_t *job = NULL;
+            double r = run_case(&cl, m, di, N_STEPS, 0, want_profile ? &job : NULL);
+            if (r < 0)
+                goto cleanup;
+            results[seq][m][di][pi] = r;
+            printf("pw.%s.comps_per_s %.1f\n", tag, r);
+            if (job) {
+                printf("pw.%s.us_per_comp %.1f\n", tag, 1e6 / r);
+                profile_chained(tag, job, N_STEPS);
+                json_decref(job);
+                if (!seq)
+                    sweep_utilization(&cl, di);
+            }
+            fflush(stdout);
+        }
+    }
+    rc = 0;
+cleanup:
+    if (rc != 0)
+        hx_cluster_dump_logs(&c, 3000);
+    hx_client_cleanup(&cl);
+    hx_cluster_stop(&c);
+    return rc;
+}
+
+int main(void)
+{
+    if (hx_init() != 0)
+        return 1;
+    bench_t0 = hx_now_ms();
+    setenv("ATOLL_BACKEND", "sim", 1);    /* inherited by the workers */
+    printf("bench.backend sim\nbench.chain_steps %d\nbench.opbyop_jobs %d\n", N_STEPS,
+           OPBYOP_JOBS);
+    fflush(stdout);
+    int rc = 0;
+    for (int seq = 0; seq < 2 && rc == 0; seq++)
+        for (int pi = 0; pi < NP && rc == 0; pi++)
+            rc = run_grid_p(pi, seq);
+    for (int m = 0; m < M__N; m++)
+        for (int di = 0; di < ND; di++)
+            for (int pi = 0; pi < NP; pi++)
+                if (results[0][m][di][pi] > 0 && results[1][m][di][pi] > 0)
+                    printf("pw.%s.d%d.p%d.parallel_over_sequential %.2f\n", mode_names[m],
+                           grid_d[di], grid_p[pi],
+                           results[0][m][di][pi] / results[1][m][di][pi]);
+    unsetenv("ATOLL_BACKEND");
+    if (rc == 0 && run_bandwidths() != 0)
+        rc = 1;
+    printf("bench.wall_s %.1f\n", (double)(hx_now_ms() - bench_t0) / 1000.0);
+    return rc ? 1 : 0;
+}
