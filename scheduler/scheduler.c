@@ -13,6 +13,10 @@
 
 /* Period of the lease check when nothing wakes the thread. */
 #define SCHED_TICK_US 200000
+/* Admission also runs every this many ticks unwoken: some conditions open
+ * with time alone (a returning worker's devices once its old tasks were
+ * told to abort; a requeued job once its stale shards are abandoned). */
+#define SCHED_ADMIT_EVERY_TICKS 5
 
 static sched_config_t sched_cfg;
 static pthread_t sched_thread;
@@ -305,6 +309,7 @@ static void *sched_main(void *arg)
     }
     /* Recovery after a restart (store_sched_recover) already ran in main(),
      * before the API opened. */
+    int ticks = 0;
     pthread_mutex_lock(&sched_mu);
     while (sched_running) {
         if (!sched_wake) {
@@ -319,6 +324,10 @@ static void *sched_main(void *arg)
             break;
         int woke = sched_wake;
         sched_wake = 0;
+        if (++ticks >= SCHED_ADMIT_EVERY_TICKS) {
+            ticks = 0;
+            woke = 1;
+        }
         pthread_mutex_unlock(&sched_mu);
         if (store_sched_expire(st, sched_cfg.lease_us) > 0) {
             woke = 1;

@@ -10,14 +10,42 @@
 
 #include "util.h"
 
+/* Fills fenced[] with the live workers of the island that are a returning
+ * process (same host, pid and data address as a worker lost earlier) whose
+ * abort of its old tasks has not gone out at least 500 ms ago (see
+ * poll_cancels in store_worker.c). Their devices are kept out of new
+ * allocations until then: a per-job abort arriving after new work of the
+ * same job would destroy it. Returns the count (at most cap) or -1. */
+static int fenced_workers(store_t *st, int64_t island, int64_t *fenced, int cap)
+{
+    static const char sql[] =
+        "SELECT w.id FROM workers w WHERE w.island_id = ?1 AND w.state = 'live' AND EXISTS"
+        " (SELECT 1 FROM workers g JOIN tasks t ON t.worker_id = g.id WHERE g.state = 'gone'"
+        "  AND g.id <> w.id AND g.pid = w.pid AND g.host = w.host AND g.data_addr = w.data_addr"
+        "  AND t.state = 'cancelled' AND t.error = 'worker lost'"
+        "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?2))";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, island);
+    sqlite3_bind_int64(s, 2, util_wall_us() - 500000);
+    int n = 0;
+    while (n < cap && sqlite3_step(s) == SQLITE_ROW)
+        fenced[n++] = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return n;
+}
+
 int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t n)
 {
     static const char sql[] =
         "SELECT d.idx, d.worker_id, d.local, d.job_id, w.data_addr FROM devices d"
         " LEFT JOIN workers w ON w.id = d.worker_id AND w.state = 'live'"
         " WHERE d.island_id = ? ORDER BY d.idx";
+    int64_t fenced[64];
+    int nfenced = fenced_workers(st, island, fenced, 64);
     sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
+    if (nfenced < 0 || !s)
         return -1;
     memset(devs, 0, sizeof *devs * (size_t)n);
     sqlite3_bind_int64(s, 1, island);
@@ -26,6 +54,10 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
         if (i < 0 || i >= n)
             continue;
         const char *addr = (const char *)sqlite3_column_text(s, 4);
+        int64_t w = sqlite3_column_int64(s, 1);
+        for (int f = 0; f < nfenced && addr; f++)
+            if (fenced[f] == w)
+                addr = NULL;        /* not allocatable yet: seen as down */
         if (addr) {
             devs[i].worker = sqlite3_column_int64(s, 1);
             devs[i].local = sqlite3_column_int(s, 2);
