@@ -3,6 +3,7 @@
 #include "scheduler.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #define SCHED_ADMIT_EVERY_TICKS 5
 
 static sched_config_t sched_cfg;
+static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 static pthread_t sched_thread;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
@@ -231,6 +233,24 @@ static int touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const
     return 0;
 }
 
+/* A tenant's devices in use are capped by its quota: a job that would go
+ * past it waits (with a reason) until the tenant's own jobs free devices. */
+static int over_quota(store_t *st, const sched_job_t *job, const job_plan_t *plan)
+{
+    if (job->tenant == 0 || job->quota == 0)
+        return 0;
+    int64_t need = 0, used = store_sched_tenant_usage(st, job->tenant);
+    for (int s = 0; s < plan->nslices; s++)
+        need += shape_numel(&plan->slices[s].shape);
+    if (used >= 0 && used + need <= job->quota)
+        return 0;
+    char reason[160];
+    snprintf(reason, sizeof reason, "tenant at its quota: %ld of %ld devices in use, needs %ld",
+             (long)used, (long)job->quota, (long)need);
+    store_sched_set_reason(st, job->id, reason);
+    return 1;
+}
+
 /* Tries to admit one queued job. Returns 1 if dispatched, 0 if it waits
  * (islands it needs marked in blocked[]), -1 on a store error. */
 static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *blocked)
@@ -252,13 +272,17 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *block
         reqs[s].shape = plan->slices[s].shape;
         reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
     }
+    if (over_quota(st, job, plan))
+        goto cleanup;   /* waits for its own tenant's jobs; blocks nobody else */
     if (touches_blocked(reqs, plan->nslices, r, blocked)) {
         store_sched_set_reason(st, job->id, "waiting behind a higher-priority or older job");
         goto cleanup;
     }
     alloc_placement_t pl[64];
     int a = alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    atomic_fetch_add(&sched_attempts, 1);
     if (a == ALLOC_OK) {
+        atomic_fetch_add(&sched_successes, 1);
         rc = dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
         alloc_placements_release(pl, plan->nslices);
         goto cleanup;
@@ -355,6 +379,12 @@ int sched_start(const sched_config_t *cfg)
         return -1;
     }
     return 0;
+}
+
+void sched_counters(uint64_t *attempts, uint64_t *successes)
+{
+    *attempts = atomic_load(&sched_attempts);
+    *successes = atomic_load(&sched_successes);
 }
 
 void sched_notify(void)

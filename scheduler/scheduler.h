@@ -25,6 +25,9 @@ typedef struct sched_config {
 int sched_start(const sched_config_t *cfg);
 /* Wakes the scheduler: a job arrived or ended, a worker came or went. */
 void sched_notify(void);
+/* Allocation attempts (alloc_gang calls for queued jobs) and how many
+ * succeeded, since start; for /metrics. */
+void sched_counters(uint64_t *attempts, uint64_t *successes);
 /* Stops admission and joins the thread. */
 void sched_stop(void);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler.h"
 #include "store.h"
 
 void api_islands_list(http_req_t *req, http_resp_t *resp)
@@ -75,19 +76,39 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
     }
     uint64_t counts[6];
     http_counts(counts);
-    size_t len = strlen(text), cap = len + 512;
+    size_t len = strlen(text), cap = len + 16384;
     char *all = realloc(text, cap);
     if (!all) {
         free(text);
         http_problem(resp, 500, NULL, "out of memory");
         return;
     }
+    uint64_t attempts, successes;
+    sched_counters(&attempts, &successes);
+    len += (size_t)snprintf(all + len, cap - len,
+                            "# HELP atoll_allocation_attempts_total Gang allocation attempts.\n"
+                            "# TYPE atoll_allocation_attempts_total counter\n"
+                            "atoll_allocation_attempts_total %lu\n"
+                            "# HELP atoll_allocations_total Gang allocations that succeeded.\n"
+                            "# TYPE atoll_allocations_total counter\n"
+                            "atoll_allocations_total %lu\n",
+                            (unsigned long)attempts, (unsigned long)successes);
     len += (size_t)snprintf(all + len, cap - len,
                             "# HELP atoll_http_responses Responses sent by status class.\n"
                             "# TYPE atoll_http_responses counter\n");
     for (int c = 1; c <= 5; c++)
         len += (size_t)snprintf(all + len, cap - len, "atoll_http_responses{code=\"%dxx\"} %lu\n",
                                 c, (unsigned long)counts[c]);
+    static _Thread_local uint64_t codes[HTTP_CODE_MAX];
+    http_code_counts_get(codes);
+    len += (size_t)snprintf(all + len, cap - len,
+                            "# HELP atoll_http_requests_total Requests answered, by status code.\n"
+                            "# TYPE atoll_http_requests_total counter\n");
+    for (int c = 100; c < HTTP_CODE_MAX && len < cap; c++)
+        if (codes[c])
+            len += (size_t)snprintf(all + len, cap - len,
+                                    "atoll_http_requests_total{code=\"%d\"} %lu\n", c,
+                                    (unsigned long)codes[c]);
     free(resp->body);
     resp->body = all;
     resp->len = len;

@@ -35,6 +35,29 @@ cleanup:
     return fits;
 }
 
+/* 422 when the job alone needs more devices than the tenant's quota: it
+ * could never be admitted. Returns 1 when answered. */
+static int job_over_quota(store_t *st, int64_t tenant, const job_plan_t *plan,
+                          http_resp_t *resp)
+{
+    int64_t quota = store_tenant_quota(st, tenant), need = 0;
+    for (int s = 0; s < plan->nslices; s++)
+        need += shape_numel(&plan->slices[s].shape);
+    if (quota > 0 && need > quota) {
+        http_problem(resp, 422, "slices", "the job needs %ld devices; the tenant's quota is %ld",
+                     (long)need, (long)quota);
+        return 1;
+    }
+    return 0;
+}
+
+/* A tenant sees only its own jobs: another tenant's job is "not found". */
+static int job_visible(store_t *st, const http_req_t *req, int64_t id)
+{
+    int64_t owner = store_job_tenant(st, id);
+    return owner >= 0 && (req->tenant == 0 || owner == req->tenant);
+}
+
 void api_jobs_create(http_req_t *req, http_resp_t *resp)
 {
     job_plan_t *plan = NULL;
@@ -63,8 +86,14 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
                      plan->nslices);
         goto cleanup;
     }
+    if (req->tenant > 0 && job_over_quota(st, req->tenant, plan, resp))
+        goto cleanup;
+    /* Keys are per tenant: another tenant's key never finds this job. */
+    char key[API_IDEM_KEY_MAX + 32];
+    if (idem)
+        snprintf(key, sizeof key, "t%ld:%s", (long)req->tenant, idem);
     int64_t id = 0;
-    int rc = store_job_create(st, plan, req->body, idem, &id);
+    int rc = store_job_create(st, plan, req->body, idem ? key : NULL, req->tenant, &id);
     if (rc == STORE_ERR) {
         http_problem(resp, 503, NULL, "the job could not be stored; nothing was created");
         goto cleanup;
@@ -112,7 +141,7 @@ void api_jobs_list(http_req_t *req, http_resp_t *resp)
     store_t *st = api_store(resp);
     if (!st)
         return;
-    json_t *list = store_jobs_list(st, state, before, (int)limit);
+    json_t *list = store_jobs_list(st, state, before, (int)limit, req->tenant);
     if (!list)
         http_problem(resp, 500, NULL, "could not list jobs");
     else
@@ -128,11 +157,25 @@ static int64_t job_id_param(http_req_t *req, http_resp_t *resp)
     return id;
 }
 
-void api_jobs_get(http_req_t *req, http_resp_t *resp)
+/* The :id of /v1/jobs/:id when the caller may see that job, with this
+ * thread's store in *st; else answers (404/503) and returns 0. */
+static int64_t visible_job(http_req_t *req, http_resp_t *resp, store_t **st)
 {
     int64_t id = job_id_param(req, resp);
-    store_t *st;
-    if (id < 1 || !(st = api_store(resp)))
+    if (id < 1 || !(*st = api_store(resp)))
+        return 0;
+    if (!job_visible(*st, req, id)) {
+        http_problem(resp, 404, "id", "no job %ld", (long)id);
+        return 0;
+    }
+    return id;
+}
+
+void api_jobs_get(http_req_t *req, http_resp_t *resp)
+{
+    store_t *st = NULL;
+    int64_t id = visible_job(req, resp, &st);
+    if (id < 1)
         return;
     json_t *job = store_job_json(st, id);
     if (!job)
@@ -143,9 +186,9 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
 
 void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
 {
-    int64_t id = job_id_param(req, resp);
-    store_t *st;
-    if (id < 1 || !(st = api_store(resp)))
+    store_t *st = NULL;
+    int64_t id = visible_job(req, resp, &st);
+    if (id < 1)
         return;
     char state[16] = "";
     int rc = store_job_cancel(st, id, state);
@@ -172,9 +215,9 @@ void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
 
 void api_jobs_result(http_req_t *req, http_resp_t *resp)
 {
-    int64_t id = job_id_param(req, resp);
-    store_t *st;
-    if (id < 1 || !(st = api_store(resp)))
+    store_t *st = NULL;
+    int64_t id = visible_job(req, resp, &st);
+    if (id < 1)
         return;
     char state[16] = "";
     json_t *res = NULL;

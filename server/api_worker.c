@@ -209,7 +209,13 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     }
     json_t *out = NULL;
     int any = 0;
-    if (store_worker_poll(st, id, &out, &any) != STORE_OK) {
+    int rc = store_worker_poll(st, id, &out, &any);
+    if (rc == STORE_NOTFOUND) {
+        /* The lease expired while this poll was parked: register again. */
+        http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);
+        return;
+    }
+    if (rc != STORE_OK) {
         http_problem(resp, 503, NULL, "tasks could not be leased; retry");
         return;
     }

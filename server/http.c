@@ -24,7 +24,8 @@ typedef struct conn_ctx {
 
 static struct MHD_Daemon *http_daemon;
 static http_config_t http_cfg;
-static _Atomic uint64_t http_status_counts[6];
+static _Atomic uint64_t http_status_counts[6];            /* by class: [2] = 2xx */
+static _Atomic uint64_t http_code_counts[HTTP_CODE_MAX];   /* by exact status */
 
 /* Parked connections; guarded by park_mu. */
 static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -39,6 +40,7 @@ static const char *status_title(int status)
     switch (status) {
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 409: return "Conflict";
@@ -162,6 +164,22 @@ const char *http_header(const http_req_t *req, const char *key)
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, key);
 }
 
+void http_code_counts_get(uint64_t out[HTTP_CODE_MAX])
+{
+    for (int i = 0; i < HTTP_CODE_MAX; i++)
+        out[i] = atomic_load(&http_code_counts[i]);
+}
+
+/* Counts one response by class and by exact code. */
+static void count_status(int status)
+{
+    int cls = status / 100;
+    if (cls >= 1 && cls <= 5)
+        atomic_fetch_add(&http_status_counts[cls], 1);
+    if (status >= 0 && status < HTTP_CODE_MAX)
+        atomic_fetch_add(&http_code_counts[status], 1);
+}
+
 void http_counts(uint64_t out[6])
 {
     for (int i = 0; i < 6; i++)
@@ -199,7 +217,7 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
 {
     if (resp->stream) {   /* a streaming response the handler built (api_stream.c) */
         free(resp->body);
-        atomic_fetch_add(&http_status_counts[2], 1);
+        count_status(resp->status);
         enum MHD_Result sret = MHD_queue_response(conn, (unsigned)resp->status, resp->stream);
         MHD_destroy_response(resp->stream);
         return sret;
@@ -218,9 +236,7 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (resp->location[0])
         MHD_add_response_header(r, "Location", resp->location);
-    int cls = resp->status / 100;
-    if (cls >= 1 && cls <= 5)
-        atomic_fetch_add(&http_status_counts[cls], 1);
+    count_status(resp->status);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)resp->status, r);
     MHD_destroy_response(r);
     return ret;
@@ -323,6 +339,32 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
 }
 
+/* PEM text of the TLS certificate and key: MHD reads them for as long as
+ * the daemon runs, so they live until http_stop(). */
+static char *tls_cert_pem, *tls_key_pem;
+
+/* Reads a whole PEM file into a new NUL-terminated buffer; NULL (logged)
+ * when it cannot. */
+static char *read_pem(const char *path)
+{
+    char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    long size = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0)
+        size = ftell(f);
+    if (!f || size <= 0 || size > (1 << 20) || fseek(f, 0, SEEK_SET) != 0 ||
+        !(buf = malloc((size_t)size + 1)) || fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        log_error("cannot read TLS file %s", path);
+        free(buf);
+        buf = NULL;
+    } else {
+        buf[size] = '\0';
+    }
+    if (f)
+        fclose(f);
+    return buf;
+}
+
 int http_start(const http_config_t *cfg, int *bound_port)
 {
     http_cfg = *cfg;
@@ -335,14 +377,28 @@ int http_start(const http_config_t *cfg, int *bound_port)
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
-    http_daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-        MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_END);
+    /* Options as an array so that the TLS ones are added only when asked. */
+    struct MHD_OptionItem opts[12];
+    int n = 0;
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &addr};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, 1000, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_done, NULL};
+    if (cfg->tls_cert) {
+        if (!(tls_cert_pem = read_pem(cfg->tls_cert)) || !(tls_key_pem = read_pem(cfg->tls_key)))
+            return -1;
+        flags |= MHD_USE_TLS;
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, tls_cert_pem};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, tls_key_pem};
+    }
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    http_daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, NULL,
+                                   MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!http_daemon) {
+        free(tls_cert_pem);
+        free(tls_key_pem);
+        tls_cert_pem = tls_key_pem = NULL;
         log_error("cannot listen on %s:%d", cfg->host, cfg->port);
         return -1;
     }
@@ -368,6 +424,9 @@ void http_stop(void)
     http_wake();
     MHD_stop_daemon(http_daemon);
     http_daemon = NULL;
+    free(tls_cert_pem);
+    free(tls_key_pem);
+    tls_cert_pem = tls_key_pem = NULL;
     free(parked);
     parked = NULL;
     nparked = parked_cap = 0;

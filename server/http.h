@@ -26,6 +26,8 @@ typedef struct http_req {
     const char *params[HTTP_MAX_PARAMS];  /* ":name" path segments, set by the router */
     int64_t first_us;               /* monotonic time the request was first handled */
     int runs;                       /* how many times the handler ran (parking) */
+    int64_t tenant;                 /* set by the router: the caller's tenant id,
+                                       0 = may see every tenant's jobs */
 } http_req_t;
 
 typedef struct http_resp {
@@ -47,6 +49,8 @@ typedef struct http_config {
     size_t max_body;                /* bytes */
     int threads;
     http_handler_fn handler;
+    const char *tls_cert;           /* PEM file paths: HTTPS when set (GnuTLS via MHD) */
+    const char *tls_key;
 } http_config_t;
 
 /* Starts serving; *bound_port receives the actual port. 0 or -1. */
@@ -67,5 +71,8 @@ const char *http_header(const http_req_t *req, const char *key);
 
 /* Requests served per status class since start (for /metrics). */
 void http_counts(uint64_t out[6]);
+#define HTTP_CODE_MAX 600
+/* Responses served per exact status code since start. */
+void http_code_counts_get(uint64_t out[HTTP_CODE_MAX]);
 
 #endif

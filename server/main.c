@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api.h"
+#include "auth.h"
 #include "http.h"
 #include "sampler.h"
 #include "scheduler.h"
@@ -34,6 +36,9 @@ typedef struct options {
     const char *web_dir;
     log_level_t log_level;
     int log_json;
+    const char *admin_token, *worker_token, *read_token;
+    const char *tls_cert, *tls_key;     /* PEM file paths; both or neither */
+    int64_t drain_ms;                   /* SIGTERM: wait for running shards to report */
 } options_t;
 
 /* "4x4" for a mesh shape (the --island spelling). */
@@ -61,6 +66,14 @@ static void usage(FILE *out)
         "  --web-dir DIR        dashboard files (ATOLL_WEB_DIR, default %s/web)\n"
         "  --log-level LEVEL    debug|info|warn|error (ATOLL_LOG_LEVEL, default info)\n"
         "  --log-json           JSON-lines logs (ATOLL_LOG_JSON=1)\n"
+        "  --admin-token TOKEN  require bearer tokens; this one may do anything, incl.\n"
+        "                       POST /v1/tenants (ATOLL_ADMIN_TOKEN; >= 16 chars)\n"
+        "  --worker-token TOKEN the workers' join token (ATOLL_WORKER_TOKEN)\n"
+        "  --read-token TOKEN   read-only token, e.g. for the dashboard (ATOLL_READ_TOKEN)\n"
+        "  --tls-cert FILE      serve HTTPS with this PEM certificate (ATOLL_TLS_CERT)\n"
+        "  --tls-key FILE       and this PEM private key (ATOLL_TLS_KEY)\n"
+        "  --drain-ms N         on SIGTERM, time running shards get to report\n"
+        "                       (ATOLL_DRAIN_MS, default 5000)\n"
         "  --help, --version\n", ATOLL_SOURCE_DIR);
 }
 
@@ -158,6 +171,12 @@ static int apply(options_t *o, int opt, const char *arg)
         return log_level_parse(arg, &o->log_level) == 0
                    ? 0 : fail_flag("--log-level", arg, "must be debug, info, warn or error");
     case 'j': o->log_json = 1; return 0;
+    case 'A': o->admin_token = arg; return 0;
+    case 'W': o->worker_token = arg; return 0;
+    case 'R': o->read_token = arg; return 0;
+    case 'C': o->tls_cert = arg; return 0;
+    case 'K': o->tls_key = arg; return 0;
+    case 'T': return parse_int("--drain-ms", arg, 0, 3600000, &o->drain_ms);
     default: return -1;
     }
 }
@@ -167,7 +186,9 @@ static int parse_env(options_t *o)
     static const struct { const char *env; int opt; } envs[] = {
         {"ATOLL_LISTEN", 'l'}, {"ATOLL_DB", 'd'}, {"ATOLL_DISPATCH", 'D'},
         {"ATOLL_LEASE_MS", 'L'}, {"ATOLL_MAX_BODY", 'b'}, {"ATOLL_HTTP_THREADS", 't'},
-        {"ATOLL_WEB_DIR", 'w'}, {"ATOLL_LOG_LEVEL", 'v'},
+        {"ATOLL_WEB_DIR", 'w'}, {"ATOLL_LOG_LEVEL", 'v'}, {"ATOLL_ADMIN_TOKEN", 'A'},
+        {"ATOLL_WORKER_TOKEN", 'W'}, {"ATOLL_READ_TOKEN", 'R'}, {"ATOLL_TLS_CERT", 'C'},
+        {"ATOLL_TLS_KEY", 'K'}, {"ATOLL_DRAIN_MS", 'T'},
     };
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
@@ -190,6 +211,10 @@ static int parse_args(options_t *o, int argc, char **argv)
         {"lease-ms", required_argument, NULL, 'L'}, {"max-body", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'}, {"web-dir", required_argument, NULL, 'w'},
         {"log-level", required_argument, NULL, 'v'}, {"log-json", no_argument, NULL, 'j'},
+        {"admin-token", required_argument, NULL, 'A'},
+        {"worker-token", required_argument, NULL, 'W'},
+        {"read-token", required_argument, NULL, 'R'}, {"tls-cert", required_argument, NULL, 'C'},
+        {"tls-key", required_argument, NULL, 'K'}, {"drain-ms", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     snprintf(o->host, sizeof o->host, "127.0.0.1");
@@ -197,6 +222,7 @@ static int parse_args(options_t *o, int argc, char **argv)
     o->db = "atoll.db";
     o->dispatch = "parallel";
     o->lease_ms = 5000;
+    o->drain_ms = 5000;
     o->max_body = 1 << 20;
     o->threads = 8;
     o->web_dir = ATOLL_SOURCE_DIR "/web";
@@ -231,7 +257,35 @@ static int parse_args(options_t *o, int argc, char **argv)
         fprintf(stderr, "atolld: no island: give at least one --island NAME=SHAPE\n");
         return -1;
     }
+    if (!o->tls_cert != !o->tls_key) {
+        fprintf(stderr, "atolld: --tls-cert and --tls-key go together\n");
+        return -1;
+    }
+    if (auth_setup(o->admin_token, o->worker_token, o->read_token) != 0) {
+        fprintf(stderr, "atolld: tokens must be at least 16 characters\n");
+        return -1;
+    }
+    if (!o->admin_token && (o->worker_token || o->read_token)) {
+        fprintf(stderr, "atolld: --worker-token/--read-token need --admin-token (auth is on"
+                        " only with an admin token)\n");
+        return -1;
+    }
     return 0;
+}
+
+/* Graceful stop: with admission stopped, keep serving so that shards
+ * already running on workers can report, until none is left or
+ * --drain-ms passed. What is still unreported is resumed by the next
+ * atolld (recovery requeues it), so the wait is bounded, not required. */
+static void drain(const options_t *o)
+{
+    store_t *st = store_thread();
+    int64_t deadline = util_mono_us() + o->drain_ms * 1000, left = 0;
+    while (st && (left = store_tasks_leased(st, o->lease_ms * 1000)) > 0 && util_mono_us() < deadline)
+        usleep(50 * 1000);
+    if (left > 0)
+        log_warn("drain: %ld shard(s) still running after %ld ms; the next atolld resumes them",
+                 (long)left, (long)o->drain_ms);
 }
 
 int main(int argc, char **argv)
@@ -282,7 +336,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "atolld: cannot start the sampler thread\n");
         return 1;
     }
-    http_config_t hc = {o.host, o.port, (size_t)o.max_body, (int)o.threads, api_route};
+    http_config_t hc = {o.host, o.port, (size_t)o.max_body, (int)o.threads, api_route,
+                        o.tls_cert, o.tls_key};
     int port = 0;
     if (http_start(&hc, &port) != 0) {
         sampler_stop();
@@ -297,16 +352,19 @@ int main(int argc, char **argv)
         off += snprintf(islands + off, sizeof islands - (size_t)off, "%s%s=%s", i ? " " : "",
                         o.islands[i].name, sh);
     }
+    const char *scheme = o.tls_cert ? "https" : "http";
     log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s lease_ms=%ld max_body=%ld"
-             " threads=%ld web_dir=%s", o.host, port, o.db, islands, o.dispatch,
-             (long)o.lease_ms, (long)o.max_body, (long)o.threads, o.web_dir);
-    printf("atolld ready: http://%s:%d (db %s, islands %s)\n", o.host, port, o.db, islands);
+             " threads=%ld web_dir=%s auth=%s tls=%s", o.host, port, o.db, islands, o.dispatch,
+             (long)o.lease_ms, (long)o.max_body, (long)o.threads, o.web_dir,
+             auth_enabled() ? "tokens" : "off", o.tls_cert ? "on" : "off");
+    printf("atolld ready: %s://%s:%d (db %s, islands %s)\n", scheme, o.host, port, o.db, islands);
     fflush(stdout);
 
     int sig = 0;
     sigwait(&sigs, &sig);
     log_info("signal %d: stopping admission, then the HTTP server", sig);
     sched_stop();
+    drain(&o);
     sampler_stop();
     api_stream_stop();   /* event streams end, so none is suspended at http_stop() */
     http_stop();

@@ -1,9 +1,11 @@
 /* router.c - where a request goes: method + path pattern -> handler. */
 #include "api.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "store.h"
 
 api_config_t api_cfg;
@@ -12,26 +14,30 @@ typedef struct route {
     const char *method;
     const char *pattern;        /* segments; ":x" captures one segment */
     http_handler_fn fn;
+    auth_access_t access;       /* who may call it (auth.h) */
 } route_t;
 
 static const route_t routes[] = {
-    {"POST", "/v1/jobs", api_jobs_create},
-    {"GET", "/v1/jobs", api_jobs_list},
-    {"GET", "/v1/jobs/:id", api_jobs_get},
-    {"DELETE", "/v1/jobs/:id", api_jobs_cancel},
-    {"GET", "/v1/jobs/:id/result", api_jobs_result},
-    {"GET", "/v1/islands", api_islands_list},
-    {"GET", "/v1/islands/:name", api_islands_get},
-    {"GET", "/v1/workers", api_workers_list},
-    {"POST", "/v1/workers", api_worker_register},
-    {"POST", "/v1/workers/:id/heartbeat", api_worker_heartbeat},
-    {"GET", "/v1/workers/:id/tasks", api_worker_poll},
-    {"POST", "/v1/workers/:id/tasks/:task", api_worker_report},
-    {"DELETE", "/v1/workers/:id", api_worker_leave},
-    {"GET", "/healthz", api_healthz},
-    {"GET", "/metrics", api_metrics},
-    {"GET", "/v1/events/stream", api_events_stream},
-    {"GET", "/v1/stats/utilization", api_stats_utilization},
+    {"POST", "/v1/jobs", api_jobs_create, ACCESS_SUBMIT},
+    {"GET", "/v1/jobs", api_jobs_list, ACCESS_READ},
+    {"GET", "/v1/jobs/:id", api_jobs_get, ACCESS_READ},
+    {"DELETE", "/v1/jobs/:id", api_jobs_cancel, ACCESS_SUBMIT},
+    {"GET", "/v1/jobs/:id/result", api_jobs_result, ACCESS_READ},
+    {"GET", "/v1/islands", api_islands_list, ACCESS_READ},
+    {"GET", "/v1/islands/:name", api_islands_get, ACCESS_READ},
+    {"GET", "/v1/workers", api_workers_list, ACCESS_READ},
+    {"POST", "/v1/workers", api_worker_register, ACCESS_WORKER},
+    {"POST", "/v1/workers/:id/heartbeat", api_worker_heartbeat, ACCESS_WORKER},
+    {"GET", "/v1/workers/:id/tasks", api_worker_poll, ACCESS_WORKER},
+    {"POST", "/v1/workers/:id/tasks/:task", api_worker_report, ACCESS_WORKER},
+    {"DELETE", "/v1/workers/:id", api_worker_leave, ACCESS_WORKER},
+    {"GET", "/healthz", api_healthz, ACCESS_PUBLIC},
+    {"GET", "/metrics", api_metrics, ACCESS_READ},
+    {"GET", "/v1/events/stream", api_events_stream, ACCESS_READ},
+    {"GET", "/v1/stats/utilization", api_stats_utilization, ACCESS_READ},
+    {"POST", "/v1/tenants", api_tenants_create, ACCESS_ADMIN},
+    {"GET", "/v1/tenants", api_tenants_list, ACCESS_ADMIN},
+    {"DELETE", "/v1/tenants/:name", api_tenants_revoke, ACCESS_ADMIN},
 };
 
 /* Matches path against pattern, capturing ":x" segments into params.
@@ -63,6 +69,39 @@ static int route_match(const char *pattern, const char *path, char *buf, size_t 
     return *pattern == '\0' && *path == '\0';
 }
 
+/* Identifies the caller (Authorization header, or ?access_token= for
+ * clients such as EventSource that cannot set headers) and checks the
+ * route's access. Answers 401/403 and returns 0 when refused. Sets
+ * req->tenant: the tenant whose jobs the caller may see (0 = all). */
+static int route_authorize(http_req_t *req, http_resp_t *resp, auth_access_t access)
+{
+    auth_who_t who;
+    req->tenant = 0;
+    if (access == ACCESS_PUBLIC && !auth_enabled())
+        return 1;
+    store_t *st = access == ACCESS_PUBLIC ? NULL : api_store(resp);
+    if (access != ACCESS_PUBLIC && !st)
+        return 0;
+    const char *header = http_header(req, "Authorization");
+    char bearer[256];
+    const char *q = http_query(req, "access_token");
+    if (!header && q && strlen(q) < sizeof bearer - 8) {
+        snprintf(bearer, sizeof bearer, "Bearer %s", q);
+        header = bearer;
+    }
+    auth_identify(st, header, &who);
+    if (auth_allows(&who, access)) {
+        req->tenant = who.role == AUTH_TENANT ? who.tenant : 0;
+        return 1;
+    }
+    if (who.role == AUTH_NONE)
+        http_problem(resp, 401, "Authorization", "a valid bearer token is required");
+    else
+        http_problem(resp, 403, "Authorization", "this token may not %s %s", req->method,
+                     req->path);
+    return 0;
+}
+
 void api_route(http_req_t *req, http_resp_t *resp)
 {
     /* Captures must outlive parked re-runs of the handler: kept per thread
@@ -77,6 +116,8 @@ void api_route(http_req_t *req, http_resp_t *resp)
         if (strcmp(routes[i].method, req->method) != 0)
             continue;
         memcpy(req->params, params, sizeof params);
+        if (!route_authorize(req, resp, routes[i].access))
+            return;
         routes[i].fn(req, resp);
         return;
     }

@@ -58,9 +58,11 @@ int64_t store_island_id(store_t *st, const char *name);
  * idempotency key already used, returns STORE_CONFLICT and sets *id to the
  * existing job. */
 int store_job_create(store_t *st, const job_plan_t *plan, const char *doc,
-                     const char *idem_key, int64_t *id);
+                     const char *idem_key, int64_t tenant, int64_t *id);
 json_t *store_job_json(store_t *st, int64_t id);      /* NULL: not found */
-json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit);
+/* tenant 0: every tenant's jobs; else only that tenant's. */
+json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit,
+                        int64_t tenant);
 /* Cancels a non-terminal job: state cancelled, devices freed, unleased
  * tasks cancelled. STORE_NOTFOUND / STORE_CONFLICT (already terminal). */
 int store_job_cancel(store_t *st, int64_t id, char state_out[16]);
@@ -71,6 +73,9 @@ int store_job_result(store_t *st, int64_t id, json_t **out, char state_out[16]);
 json_t *store_islands_json(store_t *st);
 json_t *store_island_json(store_t *st, const char *name);   /* NULL: unknown */
 json_t *store_workers_json(store_t *st, int64_t lease_us);
+/* Shard tasks handed to live workers (heartbeat within lease_us) and not
+ * reported yet; -1 on error. */
+int64_t store_tasks_leased(store_t *st, int64_t lease_us);
 /* Appends Prometheus text to a malloc'd buffer; NULL on error. */
 char *store_metrics_text(store_t *st);
 
@@ -105,6 +110,10 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
 /* ---- tenants (store_tenants.c) ---- */
 /* Tenant id for an active token hash, or 0. */
 int64_t store_tenant_by_hash(store_t *st, const char *hash);
+/* The tenant id of a job: 0 when it has none, -1 when there is no job. */
+int64_t store_job_tenant(store_t *st, int64_t job);
+/* A tenant's device quota (0 = none). */
+int64_t store_tenant_quota(store_t *st, int64_t tenant);
 /* STORE_CONFLICT when the name exists. */
 int store_tenant_create(store_t *st, const char *name, const char *hash, int64_t quota,
                         int64_t share, int64_t *id);
@@ -125,10 +134,15 @@ typedef struct sched_job {
     int64_t id;
     int attempt;
     char *doc;                  /* owned; freed by store_sched_jobs_free */
+    int64_t tenant;             /* 0 = none */
+    int64_t quota;              /* the tenant's device quota; 0 = none */
 } sched_job_t;
-/* Queued jobs in admission order (priority desc, then age). */
+/* Queued jobs in admission order: priority desc, then the tenant furthest
+ * below its fair share, then age. */
 int store_sched_queued(store_t *st, sched_job_t **jobs, int *n);
 void store_sched_jobs_free(sched_job_t *jobs, int n);
+/* Devices held now by the tenant's jobs; -1 on error. */
+int64_t store_sched_tenant_usage(store_t *st, int64_t tenant);
 int store_sched_set_reason(store_t *st, int64_t job, const char *reason);
 /* Reserves `count` consecutive sequence numbers of an island (inside the
  * caller's transaction); returns the first, or -1. */

@@ -345,6 +345,40 @@ static int metrics_worker_store(store_t *st, mbuf_t *b)
     return 0;
 }
 
+/* Admission latency (created -> allocated, for every allocation the
+ * store remembers: jobs allocated now or before) as a Prometheus histogram.
+ * Derived from the jobs table, so it survives restarts; a requeued job
+ * counts its latest admission. */
+static int metrics_admission(store_t *st, mbuf_t *b)
+{
+    static const char sql[] =
+        "SELECT (allocated_at - created_at) / 1e6 FROM jobs WHERE allocated_at IS NOT NULL";
+    static const double le[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300};
+    enum { NB = sizeof le / sizeof le[0] };
+    int64_t counts[NB] = {0}, n = 0;
+    double sum = 0;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        double v = sqlite3_column_double(s, 0);
+        for (int i = 0; i < NB; i++)
+            counts[i] += v <= le[i];
+        sum += v;
+        n++;
+    }
+    sqlite3_reset(s);
+    mbuf_printf(b, "# HELP atoll_admission_latency_seconds From submission to allocation.\n"
+                   "# TYPE atoll_admission_latency_seconds histogram\n");
+    for (int i = 0; i < NB; i++)
+        mbuf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"%g\"} %ld\n", le[i],
+                    (long)counts[i]);
+    mbuf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"+Inf\"} %ld\n"
+                   "atoll_admission_latency_seconds_sum %.6f\n"
+                   "atoll_admission_latency_seconds_count %ld\n", (long)n, sum, (long)n);
+    return 0;
+}
+
 char *store_metrics_text(store_t *st)
 {
     static const char jobs_sql[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
@@ -394,7 +428,7 @@ char *store_metrics_text(store_t *st)
                     (long)sqlite3_column_int64(s, 0),
                     (double)(now - sqlite3_column_int64(s, 1)) / 1e6);
     sqlite3_reset(s);
-    if (metrics_worker_store(st, &b) != 0)
+    if (metrics_worker_store(st, &b) != 0 || metrics_admission(st, &b) != 0)
         goto fail;
     if (b.failed)
         goto fail;
@@ -402,4 +436,19 @@ char *store_metrics_text(store_t *st)
 fail:
     free(b.p);
     return NULL;
+}
+
+int64_t store_tasks_leased(store_t *st, int64_t lease_us)
+{
+    /* Only shards on workers that are alive can still report. */
+    static const char sql[] =
+        "SELECT COUNT(*) FROM tasks t JOIN workers w ON w.id = t.worker_id"
+        " WHERE t.state = 'leased' AND w.state = 'live' AND w.heartbeat_at > ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, util_wall_us() - lease_us);
+    int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+    sqlite3_reset(s);
+    return n;
 }

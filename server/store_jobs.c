@@ -67,12 +67,12 @@ static void comp_producers_text(const comp_t *c, char *buf, size_t len)
 }
 
 int store_job_create(store_t *st, const job_plan_t *plan, const char *doc,
-                     const char *idem_key, int64_t *id)
+                     const char *idem_key, int64_t tenant, int64_t *id)
 {
     static const char find_sql[] = "SELECT id FROM jobs WHERE idem_key = ?";
     static const char job_sql[] =
         "INSERT INTO jobs(name, state, priority, max_retries, doc, idem_key, comps_total,"
-        " created_at) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)";
+        " created_at, tenant_id) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?)";
     static const char comp_sql[] =
         "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
         " deps_left) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6))";
@@ -101,6 +101,8 @@ int store_job_create(store_t *st, const job_plan_t *plan, const char *doc,
         sqlite3_bind_text(s, 5, idem_key, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 6, plan->ncomps);
     sqlite3_bind_int64(s, 7, util_wall_us());
+    if (tenant > 0)
+        sqlite3_bind_int64(s, 8, tenant);
     if (store_step_done(s) != 0)
         goto fail;
     *id = sqlite3_last_insert_rowid(store_db(st));
@@ -333,11 +335,12 @@ json_t *store_job_json(store_t *st, int64_t id)
     return j;
 }
 
-json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit)
+json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit,
+                        int64_t tenant)
 {
     static const char sql[] =
         "SELECT " JOB_COLS " FROM jobs WHERE (?1 IS NULL OR state = ?1)"
-        " AND (?2 <= 0 OR id < ?2) ORDER BY id DESC LIMIT ?3";
+        " AND (?2 <= 0 OR id < ?2) AND (?4 = 0 OR tenant_id = ?4) ORDER BY id DESC LIMIT ?3";
     sqlite3_stmt *s = store_stmt(st, sql);
     json_t *out = json_object(), *jobs = json_array();
     if (!s || !out || !jobs)
@@ -346,6 +349,7 @@ json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limi
         sqlite3_bind_text(s, 1, state, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, before);
     sqlite3_bind_int(s, 3, limit + 1);   /* one extra row tells whether there is a next page */
+    sqlite3_bind_int64(s, 4, tenant);
     int n = 0;
     int64_t last = 0;
     json_t *next = json_null();

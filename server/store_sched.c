@@ -72,14 +72,22 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
 int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
 {
     static const char sql[] =
-        "SELECT id, attempt, doc FROM jobs WHERE state = 'queued'"
+        "SELECT id, attempt, doc, COALESCE(tenant_id, 0),"
+        " COALESCE((SELECT quota_devices FROM tenants WHERE id = jobs.tenant_id), 0)"
+        " FROM jobs WHERE state = 'queued'"
         /* A requeued job waits until no shard of its previous attempt is
          * still leased: a worker must never hold two attempts of one job,
          * because aborting the old one (a per-job cancel) would also drop
          * the new one's messages. Abandonment (store_sched_expire) bounds
          * the wait. */
         " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = jobs.id AND t.state = 'leased')"
-        " ORDER BY priority DESC, id";
+        /* Fair share: among equal priorities, the tenant using the fewest
+         * devices per unit of share goes first (jobs without a tenant count
+         * as using none); then age. */
+        " ORDER BY priority DESC,"
+        " (SELECT COUNT(*) FROM devices d JOIN jobs h ON h.id = d.job_id"
+        "   WHERE h.tenant_id = jobs.tenant_id) * 1.0 /"
+        " COALESCE((SELECT share FROM tenants WHERE id = jobs.tenant_id), 1), id";
     *jobs = NULL;
     *n = 0;
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -101,6 +109,8 @@ int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
         j->doc = strdup((const char *)sqlite3_column_text(s, 2));
         if (!j->doc)
             goto fail;
+        j->tenant = sqlite3_column_int64(s, 3);
+        j->quota = sqlite3_column_int64(s, 4);
         (*n)++;
     }
     sqlite3_reset(s);
@@ -111,6 +121,19 @@ fail:
     *jobs = NULL;
     *n = 0;
     return -1;
+}
+
+int64_t store_sched_tenant_usage(store_t *st, int64_t tenant)
+{
+    static const char sql[] =
+        "SELECT COUNT(*) FROM devices d JOIN jobs j ON j.id = d.job_id WHERE j.tenant_id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, tenant);
+    int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+    sqlite3_reset(s);
+    return n;
 }
 
 void store_sched_jobs_free(sched_job_t *jobs, int n)

@@ -84,8 +84,25 @@
 
   /* ------------------------------------------------------------ fetching */
 
+  /* When atolld requires tokens, open the page once as /?token=TOKEN (a
+   * read or tenant token): it is kept in localStorage and sent as a bearer
+   * token (and as access_token on the event stream, which cannot carry
+   * headers). */
+  var TOKEN = (function () {
+    var m = /[?&]token=([^&#]+)/.exec(window.location.search);
+    try {
+      if (m) window.localStorage.setItem("atoll-token", decodeURIComponent(m[1]));
+      return window.localStorage.getItem("atoll-token") || "";
+    } catch (e) { return m ? decodeURIComponent(m[1]) : ""; }
+  })();
+  function authHeaders(h) {
+    h = h || {};
+    if (TOKEN) h.Authorization = "Bearer " + TOKEN;
+    return h;
+  }
+
   function getJSON(url) {
-    return fetch(url, { cache: "no-store", headers: { Accept: "application/json" } })
+    return fetch(url, { cache: "no-store", headers: authHeaders({ Accept: "application/json" }) })
       .then(function (r) {
         if (!r.ok) throw new Error(url + ": HTTP " + r.status);
         return r.json();
@@ -172,7 +189,8 @@
   var pollTimer = 0;
   function startStream() {
     if (!window.EventSource) { pollTimer = setInterval(refresh, POLL_MS); return; }
-    var es = new EventSource("v1/events/stream");
+    var es = new EventSource("v1/events/stream" +
+                             (TOKEN ? "?access_token=" + encodeURIComponent(TOKEN) : ""));
     es.addEventListener("hello", function () {
       S.sseOpen = true;
       document.body.dataset.sse = "open";
@@ -850,7 +868,7 @@
     }
     disarmCancel();
     b.disabled = true;
-    fetch("v1/jobs/" + S.route.job, { method: "DELETE" }).then(function (r) {
+    fetch("v1/jobs/" + S.route.job, { method: "DELETE", headers: authHeaders() }).then(function (r) {
       return r.json().catch(function () { return {}; }).then(function (body) {
         if (!r.ok) {
           var box = $("job-error");
@@ -1047,7 +1065,7 @@
 
   function onSubmit() {
     var text = $("doc").value;
-    var headers = { "Content-Type": "application/json", Accept: "application/json" };
+    var headers = authHeaders({ "Content-Type": "application/json", Accept: "application/json" });
     var idem = $("idem").value.trim();
     if (idem) headers["Idempotency-Key"] = idem;
     $("submit-error").hidden = true;

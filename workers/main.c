@@ -130,7 +130,7 @@ static int register_first(worker_t *w)
             json_decref(ans);
             return 0;
         }
-        if (st == 400 || st == 404) {
+        if (st == 400 || st == 401 || st == 403 || st == 404) {
             log_error("controller refused registration (HTTP %d): %s", st,
                       wclient_problem_detail(ans));
             json_decref(ans);
@@ -236,7 +236,8 @@ static int worker_open(worker_t *w)
     dplane_set_shm(w->dp, w->o.data_shm);
     wclient_reg_req_t req = {.island = w->o.island, .devices = w->o.devices,
                              .backend = w->o.backend, .data_addr = dplane_addr(w->dp)};
-    if (!(w->wc = wclient_new(w->o.controller, &req)))
+    if (!(w->wc = wclient_new(w->o.controller, &req)) ||
+        wclient_set_auth(w->wc, w->o.token, w->o.ca_file) != 0)
         return -1;
     return 0;
 }

@@ -25,6 +25,8 @@ struct wclient {
     int64_t id;
     int lease_ms;
     pthread_mutex_t reg_mu;     /* one (re-)registration at a time */
+    char *auth_header;          /* "Authorization: Bearer ..." or NULL; owned */
+    char *ca_file;              /* owned or NULL */
 };
 
 typedef struct buf {
@@ -82,6 +84,19 @@ wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req)
     return wc;
 }
 
+int wclient_set_auth(wclient_t *wc, const char *token, const char *ca_file)
+{
+    if (token) {
+        size_t n = strlen(token) + 32;
+        if (!(wc->auth_header = malloc(n)))
+            return -1;
+        snprintf(wc->auth_header, n, "Authorization: Bearer %s", token);
+    }
+    if (ca_file && !(wc->ca_file = strdup(ca_file)))
+        return -1;
+    return 0;
+}
+
 void wclient_free(wclient_t *wc)
 {
     if (!wc)
@@ -94,15 +109,19 @@ void wclient_free(wclient_t *wc)
     free(wc->island);
     free(wc->backend);
     free(wc->data_addr);
+    free(wc->auth_header);
+    free(wc->ca_file);
     free(wc);
 }
 
 /* Sets up one easy handle. Returns 0 or -1. */
 static int setup(CURL *c, const char *url, const char *method, const char *payload,
                  struct curl_slist *hdrs, long timeout_ms, const atomic_int *abort_flag,
-                 buf_t *b)
+                 buf_t *b, const char *ca_file)
 {
     int bad = 0;
+    if (ca_file)
+        bad |= curl_easy_setopt(c, CURLOPT_CAINFO, ca_file) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK;
@@ -140,9 +159,14 @@ int wclient_call(wclient_t *wc, const char *method, const char *path, const json
     if (!(h2 = curl_slist_append(hdrs, "Content-Type: application/json")))
         goto cleanup;
     hdrs = h2;
+    if (wc->auth_header) {
+        if (!(h2 = curl_slist_append(hdrs, wc->auth_header)))
+            goto cleanup;
+        hdrs = h2;
+    }
     if (!(c = curl_easy_init()) ||
         setup(c, url, method, payload ? payload : (body ? "" : NULL), hdrs, timeout_ms,
-              abort_flag, &b) != 0)
+              abort_flag, &b, wc->ca_file) != 0)
         goto cleanup;
     CURLcode rc = curl_easy_perform(c);
     if (rc != CURLE_OK) {

@@ -27,6 +27,9 @@ typedef struct wclient wclient_t;
 /* Copies base_url (trailing '/' removed) and the registration request.
  * NULL on OOM. */
 wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req);
+/* Optional: a bearer token sent with every request and a CA file for
+ * https://. Strings are copied. Returns 0 or -1 (out of memory). */
+int wclient_set_auth(wclient_t *wc, const char *token, const char *ca_file);
 void wclient_free(wclient_t *wc);
 
 /* Generic exchange: body (borrowed, may be NULL) is sent as JSON; a JSON

@@ -119,6 +119,22 @@ static int set_ring_min_kb(wopts_t *o, const char *v)
     return parse_int(v, 0, 1024 * 1024, &o->ring_min_kb);
 }
 
+static int set_token(wopts_t *o, const char *v)
+{
+    if (strlen(v) < 16 || strlen(v) > 200 || strpbrk(v, " \r\n"))
+        return -1;
+    o->token = v;
+    return 0;
+}
+
+static int set_ca_file(wopts_t *o, const char *v)
+{
+    if (!*v || strlen(v) > 4096)
+        return -1;
+    o->ca_file = v;
+    return 0;
+}
+
 static int set_log_level(wopts_t *o, const char *v)
 {
     return log_level_parse(v, &o->log_level);
@@ -136,7 +152,7 @@ static int set_log_json(wopts_t *o, const char *v)
 }
 
 static const wopt_t wopt_table[] = {
-    {"controller", "ATOLL_CONTROLLER", set_controller, "an http:// URL"},
+    {"controller", "ATOLL_CONTROLLER", set_controller, "an http:// or https:// URL"},
     {"island", "ATOLL_ISLAND", set_island, "a name of 1 to 63 characters"},
     {"devices", "ATOLL_DEVICES", set_devices, "an integer from 1 to 4096"},
     {"backend", "ATOLL_BACKEND", set_backend, "cpu or sim"},
@@ -148,6 +164,8 @@ static const wopt_t wopt_table[] = {
     {"store-cap-mb", "ATOLL_STORE_CAP_MB", set_store_cap_mb, "an integer from 1 to 1048576"},
     {"data-transport", "ATOLL_DATA_TRANSPORT", set_data_transport, "auto or tcp"},
     {"ring-min-kb", "ATOLL_RING_MIN_KB", set_ring_min_kb, "an integer from 0 to 1048576"},
+    {"token", "ATOLL_TOKEN", set_token, "16 to 200 characters without spaces"},
+    {"ca-file", "ATOLL_CA_FILE", set_ca_file, "a PEM file path"},
     {"log-level", "ATOLL_LOG_LEVEL", set_log_level, "debug, info, warn or error"},
     {"log-json", "ATOLL_LOG_JSON", set_log_json, "0 or 1"},
 };
@@ -178,6 +196,8 @@ const char *wopts_usage(void)
            "                                             same-host peers, TCP to others; tcp: TCP only\n"
            "  --ring-min-kb KB        ATOLL_RING_MIN_KB  all_reduce/all_gather of >= KB KiB per shard\n"
            "                                             use ring algorithms (default 64; 0: never)\n"
+           "  --token TOKEN           ATOLL_TOKEN        bearer token when atolld requires tokens\n"
+           "  --ca-file FILE          ATOLL_CA_FILE      CA to trust for an https:// controller\n"
            "  --log-level LEVEL       ATOLL_LOG_LEVEL    debug|info|warn|error (default info)\n"
            "  --log-json 0|1          ATOLL_LOG_JSON     log JSON lines to stderr\n"
            "  --help, --version\n";

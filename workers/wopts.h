@@ -25,6 +25,8 @@ typedef struct wopts {
                                    default), 0 tcp (always TCP) */
     int ring_min_kb;            /* collectives of at least this many KiB use the
                                    ring algorithms; default 64; 0: never */
+    const char *token;          /* bearer token (the controller's worker token); NULL = none */
+    const char *ca_file;        /* PEM CA bundle to trust for an https:// controller */
     log_level_t log_level;      /* default info */
     int log_json;               /* default 0 */
     int help, version;

@@ -52,6 +52,21 @@ int hx_cluster_start(hx_cluster_t *c, const char *const *islands, int nislands);
 /* Starts one atoll-worker for `island` with `devices` devices and waits for
  * its ready line. 0 or -1. */
 int hx_worker_start(hx_cluster_t *c, const char *island, int devices);
+/* Like hx_cluster_start, with `extra` (NULL-terminated, may be NULL; at
+ * most 16 entries) appended to atolld's arguments, e.g. {"--admin-token",
+ * T, NULL}. The ready line may name an http:// or https:// URL. */
+int hx_cluster_start_args(hx_cluster_t *c, const char *const *islands, int nislands,
+                          const char *const *extra);
+/* Like hx_worker_start, with `extra` (as above) appended, waiting at most
+ * ready_timeout_ms for the ready line. With `expect_fail` nothing is
+ * printed when it does not get ready (a test that wants it refused). On -1
+ * the process stays listed; hx_worker_stop_last() takes it away. */
+int hx_worker_start_args(hx_cluster_t *c, const char *island, int devices,
+                         const char *const *extra, int ready_timeout_ms, int expect_fail);
+/* Stops the most recently started worker (SIGTERM if still running, SIGKILL
+ * after grace_ms) and forgets it. Returns its wait status (see waitpid),
+ * -2 when it had to be killed, -1 when there was none. */
+int hx_worker_stop_last(hx_cluster_t *c, int grace_ms);
 /* SIGTERM to workers, then atolld; SIGKILL after a 5 s grace each. Returns
  * the number of processes that did not exit with status 0 (contract: exit 0
  * on SIGTERM). Removes the temp dir unless keep_dir. Idempotent. */
@@ -74,6 +89,10 @@ typedef struct hx_resp {
 typedef struct hx_client {
     void *curl;                     /* CURL *, reused so connections stay alive */
     char base[HX_URL_MAX];
+    /* Optional, "" when unused: sent with every request / trusted for
+     * https:// (set with hx_client_set_auth; zeroed by hx_client_init). */
+    char auth_header[256];          /* "Authorization: Bearer ..." */
+    char ca_file[HX_PATH_MAX];
     /* The last exchange, for failure reports. */
     char last_req[512];             /* "POST /v1/jobs {...}" (truncated) */
     char last_resp[1024];           /* "201 {...}" (truncated) */
@@ -86,6 +105,13 @@ void hx_client_cleanup(hx_client_t *cl);
  * on transport failure or OOM. */
 int hx_request(hx_client_t *cl, const char *method, const char *path,
                const char *body, size_t body_len, hx_resp_t *r);
+/* Same, with `headers` ("Name: value" strings, NULL-terminated, may be
+ * NULL) added to the request. */
+int hx_request_h(hx_client_t *cl, const char *method, const char *path, const char *body,
+                 size_t body_len, const char *const *headers, hx_resp_t *r);
+/* Sets (token non-NULL) or clears the bearer token and the CA file (NULL:
+ * libcurl's default trust) of a client. 0, or -1 when one is too long. */
+int hx_client_set_auth(hx_client_t *cl, const char *token, const char *ca_file);
 void hx_resp_clear(hx_resp_t *r);
 /* Prints the client's last request and response to stderr. */
 void hx_client_print_last(const hx_client_t *cl);

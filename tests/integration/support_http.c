@@ -106,8 +106,47 @@ static void http_record(hx_client_t *cl, const char *method, const char *path,
     http_excerpt(cl->last_resp, sizeof cl->last_resp, status, r->body);
 }
 
+int hx_client_set_auth(hx_client_t *cl, const char *token, const char *ca_file)
+{
+    cl->auth_header[0] = '\0';
+    cl->ca_file[0] = '\0';
+    if (token) {
+        int n = snprintf(cl->auth_header, sizeof cl->auth_header, "Authorization: Bearer %s",
+                         token);
+        if (n < 0 || (size_t)n >= sizeof cl->auth_header)
+            goto too_long;
+    }
+    if (ca_file) {
+        int n = snprintf(cl->ca_file, sizeof cl->ca_file, "%s", ca_file);
+        if (n < 0 || (size_t)n >= sizeof cl->ca_file)
+            goto too_long;
+    }
+    return 0;
+too_long:
+    fprintf(stderr, "harness: token or CA file path too long\n");
+    cl->auth_header[0] = '\0';
+    cl->ca_file[0] = '\0';
+    return -1;
+}
+
 int hx_request(hx_client_t *cl, const char *method, const char *path,
                const char *body, size_t body_len, hx_resp_t *r)
+{
+    return hx_request_h(cl, method, path, body, body_len, NULL, r);
+}
+
+/* Appends one header to *list; 0 or -1 (OOM: *list is left as it was). */
+static int http_add_header(struct curl_slist **list, const char *h)
+{
+    struct curl_slist *n = curl_slist_append(*list, h);
+    if (!n)
+        return -1;
+    *list = n;
+    return 0;
+}
+
+int hx_request_h(hx_client_t *cl, const char *method, const char *path, const char *body,
+                 size_t body_len, const char *const *headers, hx_resp_t *r)
 {
     CURL *curl = cl->curl;
     struct curl_slist *hdrs = NULL;
@@ -124,11 +163,18 @@ int hx_request(hx_client_t *cl, const char *method, const char *path,
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &buf);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, HTTP_TIMEOUT_MS);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    if (body) {
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-        if (!hdrs)
+    if (cl->ca_file[0])
+        curl_easy_setopt(curl, CURLOPT_CAINFO, cl->ca_file);
+    if (cl->auth_header[0] && http_add_header(&hdrs, cl->auth_header) != 0)
+        goto cleanup;
+    for (int i = 0; headers && headers[i]; i++)
+        if (http_add_header(&hdrs, headers[i]) != 0)
             goto cleanup;
+    if (body && http_add_header(&hdrs, "Content-Type: application/json") != 0)
+        goto cleanup;
+    if (hdrs)
         curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hdrs);
+    if (body) {
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     }

@@ -246,23 +246,33 @@ static void proc_init(hx_proc_t *p, const hx_cluster_t *c, const char *name)
     memcpy(p->log_path, path, sizeof path);
 }
 
-/* "... http://127.0.0.1:PORT ..." -> url. 0 or -1. */
+/* "... http://127.0.0.1:PORT ..." (or https://) -> url. 0 or -1. */
 static int proc_parse_url(const char *line, char *url, size_t cap)
 {
     const char *s = strstr(line, "http://");
+    if (!s)
+        s = strstr(line, "https://");
     if (!s)
         return -1;
     size_t n = strcspn(s, " \t\r\n\"',;");
     while (n > 0 && s[n - 1] == '/')
         n--;   /* we append "/v1/..." ourselves */
-    if (n >= cap || n <= strlen("http://"))
+    if (n >= cap || n <= strlen("https://"))
         return -1;
     memcpy(url, s, n);
     url[n] = '\0';
     return 0;
 }
 
+#define PROC_EXTRA_MAX 16
+
 int hx_cluster_start(hx_cluster_t *c, const char *const *islands, int nislands)
+{
+    return hx_cluster_start_args(c, islands, nislands, NULL);
+}
+
+int hx_cluster_start_args(hx_cluster_t *c, const char *const *islands, int nislands,
+                          const char *const *extra)
 {
     memset(c, 0, sizeof *c);
     c->atolld.out_fd = -1;
@@ -278,7 +288,7 @@ int hx_cluster_start(hx_cluster_t *c, const char *const *islands, int nislands)
     char bin[HX_PATH_MAX], db[HX_PATH_MAX + 16];
     snprintf(bin, sizeof bin, "%s/atolld", proc_bin_dir());
     snprintf(db, sizeof db, "%s/atoll.db", c->dir);
-    char *argv[8 + 2 * 8];
+    char *argv[8 + 2 * 8 + PROC_EXTRA_MAX];
     int argc = 0;
     argv[argc++] = bin;
     argv[argc++] = "--listen";
@@ -289,6 +299,8 @@ int hx_cluster_start(hx_cluster_t *c, const char *const *islands, int nislands)
         argv[argc++] = "--island";
         argv[argc++] = (char *)islands[i];
     }
+    for (int i = 0; extra && extra[i] && i < PROC_EXTRA_MAX; i++)
+        argv[argc++] = (char *)extra[i];
     argv[argc] = NULL;
     proc_init(&c->atolld, c, "atolld");
     char line[512];
@@ -309,6 +321,12 @@ fail:
 
 int hx_worker_start(hx_cluster_t *c, const char *island, int devices)
 {
+    return hx_worker_start_args(c, island, devices, NULL, READY_TIMEOUT_MS, 0);
+}
+
+int hx_worker_start_args(hx_cluster_t *c, const char *island, int devices,
+                         const char *const *extra, int ready_timeout_ms, int expect_fail)
+{
     if (c->nworkers >= HX_MAX_WORKERS || !c->url[0])
         return -1;
     hx_proc_t *p = &c->workers[c->nworkers];
@@ -317,17 +335,45 @@ int hx_worker_start(hx_cluster_t *c, const char *island, int devices)
     proc_init(p, c, name);
     snprintf(bin, sizeof bin, "%s/atoll-worker", proc_bin_dir());
     snprintf(ndev, sizeof ndev, "%d", devices);
-    char *argv[] = {bin, "--controller", c->url, "--island", (char *)island,
-                    "--devices", ndev, NULL};
+    char *argv[8 + PROC_EXTRA_MAX] = {bin, "--controller", c->url, "--island", (char *)island,
+                                      "--devices", ndev, NULL};
+    int argc = 7;
+    for (int i = 0; extra && extra[i] && i < PROC_EXTRA_MAX; i++)
+        argv[argc++] = (char *)extra[i];
+    argv[argc] = NULL;
     char line[512];
     if (proc_spawn(p, argv) != 0)
         return -1;
     c->nworkers++;   /* counted now so stop reaps it even if it never gets ready */
-    if (proc_read_line(p, line, sizeof line, READY_TIMEOUT_MS) != 0) {
+    if (expect_fail) {
+        /* Quietly: proc_read_line's messages would read like a failure. */
+        int saved = dup(STDERR_FILENO), devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (saved >= 0 && devnull >= 0)
+            dup2(devnull, STDERR_FILENO);
+        int rc = proc_read_line(p, line, sizeof line, ready_timeout_ms);
+        if (saved >= 0 && devnull >= 0)
+            dup2(saved, STDERR_FILENO);
+        if (saved >= 0)
+            close(saved);
+        if (devnull >= 0)
+            close(devnull);
+        return rc;
+    }
+    if (proc_read_line(p, line, sizeof line, ready_timeout_ms) != 0) {
         hx_cluster_dump_logs(c, 4096);
         return -1;
     }
     return 0;
+}
+
+int hx_worker_stop_last(hx_cluster_t *c, int grace_ms)
+{
+    if (c->nworkers <= 0)
+        return -1;
+    hx_proc_t *p = &c->workers[c->nworkers - 1];
+    int st = p->pid > 0 ? proc_stop(p, SIGTERM, grace_ms) : -1;
+    c->nworkers--;
+    return st;
 }
 
 /* Removes the files directly inside dir, then dir (atolld writes no

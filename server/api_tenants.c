@@ -1,0 +1,113 @@
+/* api_tenants.c - /v1/tenants (admin only): create a tenant and hand out
+ * its token once, list tenants with their usage, revoke. */
+#include "api.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "auth.h"
+#include "sha256.h"
+#include "store.h"
+
+#define TENANT_QUOTA_MAX 1000000
+#define TENANT_SHARE_MAX 1000
+
+static int tenant_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= NAME_MAX_LEN)
+        return 0;
+    for (const char *p = name; *p; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Reads an optional integer field in [lo, hi]; answers 400 otherwise. */
+static int int_field(json_t *body, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                     http_resp_t *resp)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        http_problem(resp, 400, key, "%s must be an integer %ld..%ld", key, (long)lo, (long)hi);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+void api_tenants_create(http_req_t *req, http_resp_t *resp)
+{
+    json_t *body = api_body_json(req, resp);
+    store_t *st;
+    if (!body || !(st = api_store(resp)))
+        goto cleanup;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "name") != 0 && strcmp(key, "quota_devices") != 0 &&
+            strcmp(key, "share") != 0) {
+            http_problem(resp, 400, key, "unknown field '%s'", key);
+            goto cleanup;
+        }
+    }
+    const char *name = json_string_value(json_object_get(body, "name"));
+    if (!name || !tenant_name_ok(name)) {
+        http_problem(resp, 400, "name", "name: 1 to 63 letters, digits, '_' or '-'");
+        goto cleanup;
+    }
+    int64_t quota = 0, share = 1, id = 0;
+    if (int_field(body, "quota_devices", 0, TENANT_QUOTA_MAX, &quota, resp) != 0 ||
+        int_field(body, "share", 1, TENANT_SHARE_MAX, &share, resp) != 0)
+        goto cleanup;
+    char token[64], hash[2 * SHA256_DIGEST_LEN + 1];
+    if (auth_new_token(token) != 0) {
+        http_problem(resp, 503, NULL, "no randomness available for a token");
+        goto cleanup;
+    }
+    sha256_hex(token, hash);
+    int rc = store_tenant_create(st, name, hash, quota, share, &id);
+    if (rc == STORE_CONFLICT)
+        http_problem(resp, 409, "name", "tenant '%s' exists", name);
+    else if (rc != STORE_OK)
+        http_problem(resp, 503, NULL, "tenant could not be stored");
+    else
+        /* The token is shown once; only its hash is kept. */
+        http_json(resp, 201, json_pack("{s:I, s:s, s:s, s:I, s:I}", "id", (json_int_t)id,
+                                       "name", name, "token", token, "quota_devices",
+                                       (json_int_t)quota, "share", (json_int_t)share));
+cleanup:
+    json_decref(body);
+}
+
+void api_tenants_list(http_req_t *req, http_resp_t *resp)
+{
+    (void)req;
+    store_t *st = api_store(resp);
+    if (!st)
+        return;
+    json_t *v = store_tenants_json(st);
+    if (v)
+        http_json(resp, 200, v);
+    else
+        http_problem(resp, 500, NULL, "could not list tenants");
+}
+
+void api_tenants_revoke(http_req_t *req, http_resp_t *resp)
+{
+    store_t *st = api_store(resp);
+    if (!st)
+        return;
+    int rc = store_tenant_revoke(st, req->params[0]);
+    if (rc == STORE_NOTFOUND)
+        http_problem(resp, 404, "name", "no active tenant '%.64s'", req->params[0]);
+    else if (rc != STORE_OK)
+        http_problem(resp, 503, NULL, "could not revoke");
+    else
+        http_json(resp, 200, json_pack("{s:s, s:b}", "name", req->params[0], "revoked", 1));
+}

@@ -1,0 +1,115 @@
+/* store_tenants.c - tenants and their token hashes (auth.h). */
+#include "store_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+int64_t store_tenant_by_hash(store_t *st, const char *hash)
+{
+    static const char sql[] =
+        "SELECT id FROM tenants WHERE token_hash = ? AND revoked_at IS NULL";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return 0;
+    sqlite3_bind_text(s, 1, hash, -1, SQLITE_STATIC);
+    int64_t id = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    return id;
+}
+
+int64_t store_job_tenant(store_t *st, int64_t job)
+{
+    static const char sql[] = "SELECT COALESCE(tenant_id, 0) FROM jobs WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    int64_t t = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+    sqlite3_reset(s);
+    return t;
+}
+
+int64_t store_tenant_quota(store_t *st, int64_t tenant)
+{
+    static const char sql[] = "SELECT quota_devices FROM tenants WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return 0;
+    sqlite3_bind_int64(s, 1, tenant);
+    int64_t q = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    return q;
+}
+
+int store_tenant_create(store_t *st, const char *name, const char *hash, int64_t quota,
+                        int64_t share, int64_t *id)
+{
+    static const char sql[] =
+        "INSERT INTO tenants(name, token_hash, quota_devices, share, created_at)"
+        " VALUES (?,?,?,?,?) ON CONFLICT(name) DO NOTHING";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, hash, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, quota);
+    sqlite3_bind_int64(s, 4, share);
+    sqlite3_bind_int64(s, 5, util_wall_us());
+    if (store_step_done(s) != 0)
+        return STORE_ERR;
+    if (sqlite3_changes(store_db(st)) == 0)
+        return STORE_CONFLICT;
+    *id = sqlite3_last_insert_rowid(store_db(st));
+    store_event(st, 0, "tenant", "tenant %s created (quota %ld devices, share %ld)", name,
+                (long)quota, (long)share);
+    return STORE_OK;
+}
+
+int store_tenant_revoke(store_t *st, const char *name)
+{
+    static const char sql[] =
+        "UPDATE tenants SET token_hash = NULL, revoked_at = ? WHERE name = ?"
+        " AND revoked_at IS NULL";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, util_wall_us());
+    sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+    if (store_step_done(s) != 0)
+        return STORE_ERR;
+    if (sqlite3_changes(store_db(st)) == 0)
+        return STORE_NOTFOUND;
+    store_event(st, 0, "tenant", "tenant %s revoked", name);
+    return STORE_OK;
+}
+
+json_t *store_tenants_json(store_t *st)
+{
+    static const char sql[] =
+        "SELECT t.id, t.name, t.quota_devices, t.share, t.created_at, t.revoked_at,"
+        " (SELECT COUNT(*) FROM devices d JOIN jobs j ON j.id = d.job_id WHERE j.tenant_id = t.id),"
+        " (SELECT COUNT(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued')"
+        " FROM tenants t ORDER BY t.id";
+    json_t *arr = json_array();
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!arr || !s) {
+        json_decref(arr);
+        return NULL;
+    }
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *t = json_object();
+        json_object_set_new(t, "id", json_integer(sqlite3_column_int64(s, 0)));
+        json_object_set_new(t, "name", json_string((const char *)sqlite3_column_text(s, 1)));
+        json_object_set_new(t, "quota_devices", json_integer(sqlite3_column_int64(s, 2)));
+        json_object_set_new(t, "share", json_integer(sqlite3_column_int64(s, 3)));
+        json_object_set_new(t, "created_at", store_time_json(s, 4));
+        json_object_set_new(t, "revoked_at", store_time_json(s, 5));
+        json_object_set_new(t, "devices_in_use", json_integer(sqlite3_column_int64(s, 6)));
+        json_object_set_new(t, "jobs_queued", json_integer(sqlite3_column_int64(s, 7)));
+        json_array_append_new(arr, t);
+    }
+    sqlite3_reset(s);
+    return json_pack("{s:o}", "tenants", arr);
+}
