@@ -37,6 +37,7 @@ void api_worker_register(http_req_t *req, http_resp_t *resp);
 void api_worker_heartbeat(http_req_t *req, http_resp_t *resp);
 void api_worker_poll(http_req_t *req, http_resp_t *resp);
 void api_worker_report(http_req_t *req, http_resp_t *resp);
+void api_worker_report_batch(http_req_t *req, http_resp_t *resp);
 void api_worker_leave(http_req_t *req, http_resp_t *resp);
 /* api_tenants.c (admin) */
 void api_tenants_create(http_req_t *req, http_resp_t *resp);

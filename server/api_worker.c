@@ -305,6 +305,56 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
     }
 }
 
+#define REPORT_BATCH_MAX 1024
+
+/* POST /v1/workers/:id/reports {"reports": [{"task": N, ...report}, ...]}:
+ * many reports in one request and one transaction, answered per item. A
+ * worker sends whatever its queue holds, so a computation's shards on one
+ * worker cost one round trip. */
+void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
+{
+    int64_t id = worker_param(req, resp);
+    if (id < 1)
+        return;
+    json_t *body = api_body_json(req, resp), *results = NULL;
+    store_t *st;
+    if (!body)
+        return;
+    json_t *reports = json_object_get(body, "reports");
+    if (json_object_size(body) != 1 || !json_is_array(reports) || json_array_size(reports) == 0 ||
+        json_array_size(reports) > REPORT_BATCH_MAX) {
+        http_problem(resp, 400, "reports", "body is {\"reports\": [1..%d reports]}",
+                     REPORT_BATCH_MAX);
+        goto cleanup;
+    }
+    size_t i;
+    json_t *item;
+    json_array_foreach(reports, i, item) {
+        http_resp_t scratch = {0};
+        int bad = report_outputs_ok(item, &scratch);
+        free(scratch.body);
+        if (bad) {
+            http_problem(resp, 400, "reports", "report %zu: outputs must map value names to"
+                         " {shape, sum, values?} with numeric values", i);
+            goto cleanup;
+        }
+    }
+    if (!(st = api_store(resp)))
+        goto cleanup;
+    int effects = 0;
+    if (store_worker_report_batch(st, id, reports, &results, &effects) != STORE_OK) {
+        http_problem(resp, 503, NULL, "reports could not be stored; retry");
+        goto cleanup;
+    }
+    if (effects & STORE_FX_JOB_ENDED)
+        sched_notify();
+    if (effects & (STORE_FX_TASKS_READY | STORE_FX_JOB_ENDED))
+        http_wake();
+    http_json(resp, 200, json_pack("{s:o}", "results", results));
+cleanup:
+    json_decref(body);
+}
+
 void api_worker_leave(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);

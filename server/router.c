@@ -30,6 +30,7 @@ static const route_t routes[] = {
     {"POST", "/v1/workers/:id/heartbeat", api_worker_heartbeat, ACCESS_WORKER},
     {"GET", "/v1/workers/:id/tasks", api_worker_poll, ACCESS_WORKER},
     {"POST", "/v1/workers/:id/tasks/:task", api_worker_report, ACCESS_WORKER},
+    {"POST", "/v1/workers/:id/reports", api_worker_report_batch, ACCESS_WORKER},
     {"DELETE", "/v1/workers/:id", api_worker_leave, ACCESS_WORKER},
     {"GET", "/healthz", api_healthz, ACCESS_PUBLIC},
     {"GET", "/metrics", api_metrics, ACCESS_READ},

@@ -127,6 +127,12 @@ sqlite3_stmt *store_stmt(store_t *st, const char *sql)
 }
 
 int store_begin(store_t *st) { return store_exec(st, "BEGIN IMMEDIATE"); }
+int store_savepoint(store_t *st) { return store_exec(st, "SAVEPOINT item"); }
+int store_release(store_t *st) { return store_exec(st, "RELEASE item"); }
+int store_rollback_to(store_t *st)
+{
+    return store_exec(st, "ROLLBACK TO item") == 0 ? store_release(st) : -1;
+}
 int store_commit(store_t *st) { return store_exec(st, "COMMIT"); }
 void store_rollback(store_t *st)
 {

@@ -43,6 +43,11 @@ sqlite3 *store_db(store_t *st);
 sqlite3_stmt *store_stmt(store_t *st, const char *sql);
 int store_begin(store_t *st);          /* BEGIN IMMEDIATE */
 int store_commit(store_t *st);
+/* One nested unit inside a transaction: store_savepoint() then either
+ * store_release() (keep) or store_rollback_to() (undo just this unit). */
+int store_savepoint(store_t *st);
+int store_release(store_t *st);
+int store_rollback_to(store_t *st);
 void store_rollback(store_t *st);
 /* Runs a statement that returns no rows; 0 or -1 (logged). */
 int store_step_done(sqlite3_stmt *s);
@@ -106,6 +111,12 @@ int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any);
 #define STORE_FX_TASKS_READY 2      /* blocked tasks became pending: wake pollers */
 int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         int *effects, err_t *e);
+/* Applies many reports ({"task": N, ...report fields}) in one transaction,
+ * each in its own savepoint so one refused report undoes only itself.
+ * *results = [{"task", "status", "detail"?}] (HTTP-like status per item).
+ * Returns STORE_OK, or STORE_ERR when the transaction itself failed. */
+int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
+                              json_t **results, int *effects);
 
 /* ---- tenants (store_tenants.c) ---- */
 /* Tenant id for an active token hash, or 0. */

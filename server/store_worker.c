@@ -604,18 +604,16 @@ static int report_validate(const json_t *body, const char **state, err_t *e)
     return 0;
 }
 
-int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
-                        int *effects, err_t *e)
+/* Applies one validated report inside the caller's transaction. Returns
+ * STORE_OK, STORE_NOTFOUND, STORE_CONFLICT, or STORE_ERR (e->status 400
+ * for a malformed output, else a store failure). On failure the caller
+ * undoes what this wrote. */
+static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t *body,
+                        const char *state, int *effects, err_t *e)
 {
     static const char task_sql[] =
         "UPDATE tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4, finished_us = ?5,"
         " error = ?6 WHERE id = ?1";
-    const char *state = NULL;
-    *effects = 0;
-    if (report_validate(body, &state, e) != 0)
-        return STORE_ERR;
-    if (store_begin(st) != 0)
-        return err_set(e, 503, "", "store busy"), STORE_ERR;
     task_row_t r;
     int rc = task_load(st, task, &r);
     if (rc != STORE_OK)
@@ -670,9 +668,105 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
         }
         *effects |= STORE_FX_JOB_ENDED;
     }
-    rc = store_commit(st) == 0 ? STORE_OK : STORE_ERR;
+    rc = STORE_OK;
 out:
+    return rc;
+}
+
+int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
+                        int *effects, err_t *e)
+{
+    const char *state = NULL;
+    *effects = 0;
+    if (report_validate(body, &state, e) != 0)
+        return STORE_ERR;
+    if (store_begin(st) != 0)
+        return err_set(e, 503, "", "store busy"), STORE_ERR;
+    int rc = report_apply(st, worker, task, body, state, effects, e);
+    if (rc == STORE_OK && store_commit(st) != 0)
+        rc = STORE_ERR;
     if (rc != STORE_OK)
         store_rollback(st);
     return rc;
+}
+
+/* One item of a batch: its task id and the report without "task" (a
+ * shallow copy, new reference), or NULL with e filled. */
+static json_t *batch_item(const json_t *item, int64_t *task, err_t *e)
+{
+    json_t *t = json_object_get(item, "task");
+    if (!json_is_object(item) || !json_is_integer(t) || json_integer_value(t) < 1) {
+        err_set(e, 400, "task", "each report is an object with a positive integer task");
+        return NULL;
+    }
+    *task = json_integer_value(t);
+    json_t *body = json_copy((json_t *)item);
+    if (!body) {
+        err_set(e, 500, "", "out of memory");
+        return NULL;
+    }
+    json_object_del(body, "task");
+    return body;
+}
+
+static int status_of(int rc, const err_t *e)
+{
+    if (rc == STORE_OK)
+        return 200;
+    if (rc == STORE_NOTFOUND)
+        return 404;
+    if (rc == STORE_CONFLICT)
+        return 409;
+    return e->status >= 400 ? e->status : 503;
+}
+
+int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
+                              json_t **results, int *effects)
+{
+    *effects = 0;
+    json_t *res = json_array();
+    if (!res || store_begin(st) != 0) {
+        json_decref(res);
+        return STORE_ERR;
+    }
+    size_t i;
+    json_t *item;
+    json_array_foreach(reports, i, item) {
+        err_t e = {0};
+        int64_t task = 0;
+        const char *state = NULL;
+        int rc = STORE_ERR;
+        json_t *body = batch_item(item, &task, &e);
+        if (body && report_validate(body, &state, &e) == 0) {
+            if (store_savepoint(st) != 0) {
+                json_decref(body);
+                goto fail;
+            }
+            int fx = 0;
+            rc = report_apply(st, worker, task, body, state, &fx, &e);
+            /* A store failure (not a refusal) fails the whole batch: nothing
+             * is committed and the worker sends it again. */
+            int store_failed = rc == STORE_ERR && e.status < 400;
+            if (store_failed || (rc == STORE_OK ? store_release(st) : store_rollback_to(st)) != 0) {
+                json_decref(body);
+                goto fail;
+            }
+            if (rc == STORE_OK)
+                *effects |= fx;
+        }
+        json_decref(body);
+        json_t *r = json_pack("{s:I, s:i}", "task", (json_int_t)task, "status", status_of(rc, &e));
+        if (r && rc != STORE_OK && e.detail[0])
+            json_object_set_new(r, "detail", json_string(e.detail));
+        json_array_append_new(res, r);
+    }
+    if (store_commit(st) != 0)
+        goto fail;
+    *results = res;
+    return STORE_OK;
+fail:
+    store_rollback(st);
+    json_decref(res);
+    *effects = 0;
+    return STORE_ERR;
 }

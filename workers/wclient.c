@@ -314,6 +314,35 @@ int wclient_report(wclient_t *wc, int64_t id, int64_t task, const json_t *body)
     return st;
 }
 
+int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/v1/workers/%lld/reports", (long long)id);
+    json_t *body = json_pack("{s:O}", "reports", reports), *ans = NULL;
+    if (!body)
+        return -1;
+    int st = wclient_call(wc, "POST", path, body, 15000, NULL, &ans);
+    json_decref(body);
+    if (st >= 400) {
+        log_warn("batch of %zu reports: HTTP %d %s", json_array_size(reports), st,
+                 wclient_problem_detail(ans));
+    } else if (st == 200) {
+        /* Per-item refusals (409: no longer ours) are final; log them. */
+        size_t i;
+        json_t *r;
+        json_array_foreach(json_object_get(ans, "results"), i, r) {
+            json_int_t code = json_integer_value(json_object_get(r, "status"));
+            if (code != 200)
+                log_warn("report of task %lld: %lld %s",
+                         (long long)json_integer_value(json_object_get(r, "task")),
+                         (long long)code, json_string_value(json_object_get(r, "detail"))
+                             ? json_string_value(json_object_get(r, "detail")) : "");
+        }
+    }
+    json_decref(ans);
+    return st;
+}
+
 int wclient_leave(wclient_t *wc, int64_t id)
 {
     char path[96];

@@ -57,6 +57,10 @@ int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body);
 int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort_flag,
                  json_t **resp);
 int wclient_report(wclient_t *wc, int64_t id, int64_t task, const json_t *body);
+/* POSTs many reports at once (each {"task": N, ...report}); returns the
+ * HTTP status of the whole request (-1 transport failure); per-item
+ * refusals are final and logged. reports is borrowed. */
+int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports);
 int wclient_leave(wclient_t *wc, int64_t id);
 
 /* Sleeps *delay_ms (in small steps, returning early once *stop is set,

@@ -24,20 +24,42 @@ struct wreport {
     atomic_int give_up;         /* set when the drain deadline passed */
 };
 
-/* Delivers one report, retrying unreachable/5xx until give_up. */
-static void deliver(wreport_t *wr, const rnode_t *n)
+/* Most reports sent in one request: bounds the request body (each report
+ * carries at most 4096 values per output). */
+#define WREPORT_BATCH_MAX 64
+
+/* Delivers a batch in one request, retrying unreachable/5xx until give_up.
+ * A batch is {"task": N, ...report} items in queue order. */
+static void deliver(wreport_t *wr, const json_t *batch)
 {
     int delay = 100;
     for (;;) {
         int64_t id = wclient_id(wr->wc);
-        int st = wclient_report(wr->wc, id, n->task, n->body);
+        int st = wclient_report_batch(wr->wc, id, batch);
         if (st >= 200 && st < 500)
             return;                     /* done, or final refusal (logged) */
         if (wclient_sleep_backoff(&delay, &wr->give_up)) {
-            log_warn("report of task %lld dropped: controller unreachable", (long long)n->task);
+            log_warn("%zu reports dropped: controller unreachable", json_array_size(batch));
             return;
         }
     }
+}
+
+/* Moves up to WREPORT_BATCH_MAX queued reports into a new batch array
+ * (caller holds mu). Each report gains its "task" field. */
+static json_t *take_batch(wreport_t *wr)
+{
+    json_t *batch = json_array();
+    while (batch && wr->head && json_array_size(batch) < WREPORT_BATCH_MAX) {
+        rnode_t *n = wr->head;
+        wr->head = n->next;
+        if (!wr->head)
+            wr->tail = NULL;
+        json_object_set_new(n->body, "task", json_integer(n->task));
+        json_array_append_new(batch, n->body);   /* the node's reference moves */
+        free(n);
+    }
+    return batch;
 }
 
 static void *report_main(void *arg)
@@ -49,14 +71,13 @@ static void *report_main(void *arg)
             pthread_cond_wait(&wr->cv, &wr->mu);
         if (!wr->head || atomic_load(&wr->give_up))
             break;                      /* drained, or out of time */
-        rnode_t *n = wr->head;
-        wr->head = n->next;
-        if (!wr->head)
-            wr->tail = NULL;
+        json_t *batch = take_batch(wr);
         pthread_mutex_unlock(&wr->mu);
-        deliver(wr, n);
-        json_decref(n->body);
-        free(n);
+        if (batch)
+            deliver(wr, batch);
+        else
+            log_error("out of memory: reports dropped");
+        json_decref(batch);
         pthread_mutex_lock(&wr->mu);
     }
     pthread_mutex_unlock(&wr->mu);
