@@ -879,6 +879,16 @@ int compiler_slice_fits(const shape_t *slice, const shape_t *island)
     return fits_from(slice, 0, island, 0);
 }
 
+void mesh_shape_format(const shape_t *s, char *buf, size_t len)
+{
+    size_t off = 0;
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    for (int i = 0; i < s->rank && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%ld", i ? "x" : "", (long)s->dim[i]);
+}
+
 int mesh_shape_parse(const char *text, shape_t *out)
 {
     shape_t s;

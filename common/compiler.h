@@ -151,5 +151,7 @@ int compiler_slice_fits(const shape_t *slice, const shape_t *island);
 /* Parses "4x4", "2x2x2", "8" into a mesh shape of 1..3 positive dims.
  * Returns 0 or -1. */
 int mesh_shape_parse(const char *text, shape_t *out);
+/* The inverse: "4x4" into buf (always NUL-terminated). */
+void mesh_shape_format(const shape_t *s, char *buf, size_t len);
 
 #endif

@@ -81,7 +81,7 @@ static void pending_reason(round_t *r, const job_plan_t *plan, const alloc_reque
             continue;
         }
         char want[32];
-        shape_format(&reqs[s].shape, want, sizeof want);
+        mesh_shape_format(&reqs[s].shape, want, sizeof want);
         size_t off = (size_t)snprintf(buf, len, "needs a %s slice (%s) on %s;", want,
                                       plan->slices[s].name,
                                       reqs[s].island ? reqs[s].island : "any island");
@@ -89,11 +89,15 @@ static void pending_reason(round_t *r, const job_plan_t *plan, const alloc_reque
             if (reqs[s].island && strcmp(reqs[s].island, alloc_island_name(r->isl[i])) != 0)
                 continue;
             shape_t big;
-            char got[32] = "none";
-            if (alloc_largest_free(r->isl[i], &big) > 0)
-                shape_format(&big, got, sizeof got);
-            off += (size_t)snprintf(buf + off, len - off, " largest free block on %s is %s;",
-                                    alloc_island_name(r->isl[i]), got);
+            char got[32];
+            const char *isl = alloc_island_name(r->isl[i]);
+            if (alloc_largest_free(r->isl[i], &big) > 0) {
+                mesh_shape_format(&big, got, sizeof got);
+                off += (size_t)snprintf(buf + off, len - off, " largest free block on %s is %s;",
+                                        isl, got);
+            } else {
+                off += (size_t)snprintf(buf + off, len - off, " no free device on %s;", isl);
+            }
         }
         if (off > 0 && off < len)
             buf[off - 1] = '\0';

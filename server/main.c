@@ -41,15 +41,6 @@ typedef struct options {
     int64_t drain_ms;                   /* SIGTERM: wait for running shards to report */
 } options_t;
 
-/* "4x4" for a mesh shape (the --island spelling). */
-static void mesh_format(const shape_t *s, char *buf, size_t len)
-{
-    size_t off = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < s->rank && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%ld", i ? "x" : "", (long)s->dim[i]);
-}
-
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -348,7 +339,7 @@ int main(int argc, char **argv)
     char islands[512] = "";
     for (int i = 0, off = 0; i < o.nislands && off < (int)sizeof islands; i++) {
         char sh[32];
-        mesh_format(&o.islands[i].shape, sh, sizeof sh);
+        mesh_shape_format(&o.islands[i].shape, sh, sizeof sh);
         off += snprintf(islands + off, sizeof islands - (size_t)off, "%s%s=%s", i ? " " : "",
                         o.islands[i].name, sh);
     }

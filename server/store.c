@@ -127,6 +127,7 @@ sqlite3_stmt *store_stmt(store_t *st, const char *sql)
 }
 
 int store_begin(store_t *st) { return store_exec(st, "BEGIN IMMEDIATE"); }
+int store_begin_read(store_t *st) { return store_exec(st, "BEGIN DEFERRED"); }
 int store_savepoint(store_t *st) { return store_exec(st, "SAVEPOINT item"); }
 int store_release(store_t *st) { return store_exec(st, "RELEASE item"); }
 int store_rollback_to(store_t *st)
@@ -150,6 +151,18 @@ int store_step_done(sqlite3_stmt *s)
     }
     sqlite3_reset(s);
     return 0;
+}
+
+int64_t store_scalar(store_t *st, const char *sql, int64_t arg, int64_t dflt)
+{
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return dflt;
+    sqlite3_bind_int64(s, 1, arg);
+    int64_t v = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL
+                    ? sqlite3_column_int64(s, 0) : dflt;
+    sqlite3_reset(s);
+    return v;
 }
 
 json_t *store_col_json(sqlite3_stmt *s, int col)

@@ -43,6 +43,9 @@ sqlite3 *store_db(store_t *st);
 sqlite3_stmt *store_stmt(store_t *st, const char *sql);
 int store_begin(store_t *st);          /* BEGIN IMMEDIATE */
 int store_commit(store_t *st);
+/* A read transaction: the reads until store_commit() see one snapshot
+ * (WAL), so a view assembled from several queries is consistent. */
+int store_begin_read(store_t *st);
 /* One nested unit inside a transaction: store_savepoint() then either
  * store_release() (keep) or store_rollback_to() (undo just this unit). */
 int store_savepoint(store_t *st);
@@ -54,6 +57,9 @@ int store_step_done(sqlite3_stmt *s);
 /* Appends an event row (job may be 0 for cluster events). */
 void store_event(store_t *st, int64_t job, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Runs a cached one-row, one-column query with one integer parameter;
+ * returns the value, or dflt when there is no row, it is NULL, or on error. */
+int64_t store_scalar(store_t *st, const char *sql, int64_t arg, int64_t dflt);
 /* Parses a JSON text column into a new reference (NULL on NULL/invalid). */
 json_t *store_col_json(sqlite3_stmt *s, int col);
 int64_t store_island_id(store_t *st, const char *name);

@@ -303,7 +303,8 @@ static json_t *job_events_json(store_t *st, int64_t id)
     return out;
 }
 
-json_t *store_job_json(store_t *st, int64_t id)
+/* The job object from several queries; the caller provides the snapshot. */
+static json_t *job_json(store_t *st, int64_t id)
 {
     static const char sql[] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -332,6 +333,18 @@ json_t *store_job_json(store_t *st, int64_t id)
         sqlite3_reset(ds);
     }
     json_object_set_new(j, "document", doc ? doc : json_null());
+    return j;
+}
+
+json_t *store_job_json(store_t *st, int64_t id)
+{
+    /* One read transaction: the job's state, slices and computations come
+     * from the same snapshot even while the scheduler writes. Inside a
+     * caller's transaction (autocommit off) that one already is. */
+    int own = sqlite3_get_autocommit(store_db(st)) && store_begin_read(st) == 0;
+    json_t *j = job_json(st, id);
+    if (own)
+        store_commit(st);
     return j;
 }
 

@@ -127,13 +127,7 @@ int64_t store_sched_tenant_usage(store_t *st, int64_t tenant)
 {
     static const char sql[] =
         "SELECT COUNT(*) FROM devices d JOIN jobs j ON j.id = d.job_id WHERE j.tenant_id = ?";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, tenant);
-    int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
-    sqlite3_reset(s);
-    return n;
+    return store_scalar(st, sql, tenant, -1);
 }
 
 void store_sched_jobs_free(sched_job_t *jobs, int n)

@@ -22,25 +22,13 @@ int64_t store_tenant_by_hash(store_t *st, const char *hash)
 int64_t store_job_tenant(store_t *st, int64_t job)
 {
     static const char sql[] = "SELECT COALESCE(tenant_id, 0) FROM jobs WHERE id = ?";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, job);
-    int64_t t = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
-    sqlite3_reset(s);
-    return t;
+    return store_scalar(st, sql, job, -1);
 }
 
 int64_t store_tenant_quota(store_t *st, int64_t tenant)
 {
     static const char sql[] = "SELECT quota_devices FROM tenants WHERE id = ?";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return 0;
-    sqlite3_bind_int64(s, 1, tenant);
-    int64_t q = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-    sqlite3_reset(s);
-    return q;
+    return store_scalar(st, sql, tenant, 0);
 }
 
 int store_tenant_create(store_t *st, const char *name, const char *hash, int64_t quota,
