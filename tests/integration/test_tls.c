@@ -195,7 +195,7 @@ static void test_untrusted_clients_fail(void **state)
     (void)state;
     NEED_OPENSSL();
     char plain[HX_URL_MAX];
-    snprintf(plain, sizeof plain, "http://%s", itest_cluster.url + strlen("https://"));
+    snprintf(plain, sizeof plain, "http://%.100s", itest_cluster.url + strlen("https://"));
     hx_client_t cl;
     T_CHECK(hx_client_init(&cl, plain) == 0, "client");
     hx_resp_t r;
