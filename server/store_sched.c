@@ -338,27 +338,32 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
     static const char t_sql[] =
         "UPDATE tasks SET state = 'cancelled', error = 'worker lost' WHERE worker_id = ?"
         " AND state IN ('pending','leased','blocked')";
-    int64_t ids[256];
-    int used[256], retries[256], n = 0;
-    sqlite3_stmt *s = store_stmt(st, jobs_sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, worker);
-    while (n < 256 && sqlite3_step(s) == SQLITE_ROW) {
-        ids[n] = sqlite3_column_int64(s, 0);
-        used[n] = sqlite3_column_int(s, 1);
-        retries[n] = sqlite3_column_int(s, 2);
-        n++;
-    }
-    sqlite3_reset(s);
-    for (int i = 0; i < n; i++) {
-        char why[160];
-        snprintf(why, sizeof why, "worker %ld was lost (%s)", (long)worker, how);
-        int rc = used[i] < retries[i] ? job_requeue(st, ids[i], why, 1)
-                                      : store_job_finish(st, ids[i], "failed", why);
-        if (rc != 0)
+    /* In batches: each job handled frees its devices, so the query finds
+     * only the rest; it ends when no live job holds a device of the worker. */
+    enum { BATCH = 256 };
+    int64_t ids[BATCH];
+    int used[BATCH], retries[BATCH], n, total = 0;
+    sqlite3_stmt *s;
+    do {
+        if (!(s = store_stmt(st, jobs_sql)))
             return -1;
-    }
+        sqlite3_bind_int64(s, 1, worker);
+        for (n = 0; n < BATCH && sqlite3_step(s) == SQLITE_ROW; n++) {
+            ids[n] = sqlite3_column_int64(s, 0);
+            used[n] = sqlite3_column_int(s, 1);
+            retries[n] = sqlite3_column_int(s, 2);
+        }
+        sqlite3_reset(s);
+        for (int i = 0; i < n; i++) {
+            char why[160];
+            snprintf(why, sizeof why, "worker %ld was lost (%s)", (long)worker, how);
+            int rc = used[i] < retries[i] ? job_requeue(st, ids[i], why, 1)
+                                          : store_job_finish(st, ids[i], "failed", why);
+            if (rc != 0)
+                return -1;
+        }
+        total += n;
+    } while (n == BATCH);
     if (!(s = store_stmt(st, dev_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, worker);
@@ -370,7 +375,8 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
     sqlite3_bind_int64(s, 1, worker);
     if (store_step_done(s) != 0)
         return -1;
-    store_event(st, 0, "worker", "worker %ld lost (%s), %d jobs affected", (long)worker, how, n);
+    store_event(st, 0, "worker", "worker %ld lost (%s), %d jobs affected", (long)worker, how,
+                total);
     return 0;
 }
 

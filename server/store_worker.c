@@ -552,17 +552,17 @@ static const char *comp_name(store_t *st, const task_row_t *r)
 }
 
 /* A shard that failed because it could not reach a peer over the data plane
- * ("cannot send to shard K at ADDR ...", workers/exec_run.c) failed for a
- * fault outside the job: the peer's worker died (its lease expires a moment
+ * (the report's "unreachable_peer" names the peer's data address,
+ * workers/exec_run.c) failed for a fault outside the job: the peer's worker died (its lease expires a moment
  * later) or is cut off. Such a job is retried like one that lost a worker,
  * not failed outright. Returns 1 when handled, 0 when the error is not of
  * that kind, -1 on a store error. */
-static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, const char *msg)
+static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, const char *msg,
+                            const char *addr)
 {
     static const char sql[] =
         "SELECT id FROM workers WHERE data_addr = ? ORDER BY id DESC LIMIT 1";
-    char addr[64];
-    if (!msg || sscanf(msg, "cannot send to shard %*d at %63[^ (]", addr) != 1)
+    if (!addr)
         return 0;
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
@@ -573,14 +573,14 @@ static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, co
     char why[400];
     snprintf(why, sizeof why, "worker %ld was lost or unreachable: worker %ld could not send to"
              " it from computation '%s' shard %ld (%s)", (long)peer, (long)worker,
-             comp_name(st, r), (long)r->shard, msg);
+             comp_name(st, r), (long)r->shard, msg ? msg : "no detail");
     return store_job_retry(st, r->job, why) == 0 ? 1 : -1;
 }
 
 static int report_validate(const json_t *body, const char **state, err_t *e)
 {
     static const char *const allowed[] = {"state", "error", "started_us", "inputs_ready_us",
-                                          "finished_us", "outputs", NULL};
+                                          "finished_us", "outputs", "unreachable_peer", NULL};
     if (!json_is_object(body))
         return err_set(e, 400, "", "the report must be a JSON object");
     const char *key;
@@ -601,6 +601,10 @@ static int report_validate(const json_t *body, const char **state, err_t *e)
     json_t *err = json_object_get(body, "error");
     if (err && !json_is_string(err))
         return err_set(e, 400, "error", "error must be a string");
+    json_t *peer = json_object_get(body, "unreachable_peer");
+    if (peer && (!json_is_string(peer) || json_string_length(peer) == 0 ||
+                 json_string_length(peer) > 63))
+        return err_set(e, 400, "unreachable_peer", "unreachable_peer is a data address");
     return 0;
 }
 
@@ -656,7 +660,8 @@ static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t 
         if (shard_succeeded(st, &r, body, effects, e) != 0)
             goto out;
     } else if (live && strcmp(state, "failed") == 0) {
-        int peer = peer_unreachable(st, &r, worker, msg);
+        int peer = peer_unreachable(st, &r, worker, msg,
+                                    json_string_value(json_object_get(body, "unreachable_peer")));
         if (peer < 0)
             goto out;
         if (peer == 0) {

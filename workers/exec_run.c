@@ -31,6 +31,7 @@ typedef struct run {
     int64_t inputs_ready_us;    /* last `input` edge taken, else started_us */
     int cancelled;
     char err[512];
+    char unreachable[64];       /* data address of a peer that could not be reached */
 } run_t;
 
 /* Ring steps of collective op i travel under op numbers beyond every real
@@ -153,6 +154,7 @@ static int run_send(run_t *r, const char *to, const mbox_tag_t *tag, const tenso
     }
     snprintf(r->err, sizeof r->err, "cannot send to shard %d at %s (peer unreachable for %lld ms)",
              (int)tag->dst, to, (long long)((util_mono_us() - t0) / 1000));
+    snprintf(r->unreachable, sizeof r->unreachable, "%s", to);
     return -1;
 }
 
@@ -663,6 +665,10 @@ json_t *exec_run_task(const exec_env_t *env, const wtask_t *t)
         report = exec_report_cancelled();
     else
         report = exec_report_failed(r.err);
+    /* Tell the controller which peer was unreachable: the job then goes back
+     * to the queue like one that lost a worker, instead of failing. */
+    if (report && r.unreachable[0] && !r.cancelled)
+        json_object_set_new(report, "unreachable_peer", json_string(r.unreachable));
     if (!r.cancelled && r.err[0])
         log_warn("task %lld (job %lld comp %d shard %d) failed: %s", (long long)t->id,
                  (long long)t->job, (int)t->comp, (int)t->shard, r.err);
