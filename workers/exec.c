@@ -117,7 +117,7 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
                            .peer_timeout_us = cfg->peer_timeout_us, .sim = cfg->sim,
                            .ring_min_bytes = cfg->ring_min_bytes ? cfg->ring_min_bytes
                                                                  : EXEC_RING_MIN_BYTES_DEFAULT,
-                           .counters = &ex->counters};
+                           .counters = &ex->counters, .no_two_level = cfg->no_two_level};
     ex->report_fn = report_fn;
     ex->report_ctx = report_ctx;
     ex->dev = calloc((size_t)cfg->ndevices, sizeof *ex->dev);

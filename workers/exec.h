@@ -31,6 +31,7 @@ typedef struct exec_cfg {
                                    with EXEC_DEFAULT_STORE_CAP bytes */
     int64_t ring_min_bytes;     /* 0: EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX:
                                    collectives always exchange directly */
+    int no_two_level;           /* see exec_env_t */
 } exec_cfg_t;
 
 #define EXEC_DEFAULT_STORE_CAP ((int64_t)1024 * 1024 * 1024)

@@ -273,6 +273,163 @@ cleanup:
     return rc;
 }
 
+/* Hierarchical exchange: the phases of collective op i travel under
+ * negative op numbers, apart from direct (i) and ring (> JOB_MAX_OPS) tags. */
+enum { HIER_TO_LEADER = 0, HIER_LEADERS = 1, HIER_FROM_LEADER = 2 };
+static int32_t hier_op_tag(int i, int phase)
+{
+    return (int32_t)(-(1 + i + (int64_t)phase * JOB_MAX_OPS));
+}
+
+/* Does member a run in the same worker process as member b? */
+static int same_proc(const run_t *r, const int *members, int a, int b)
+{
+    return strcmp(r->t->peers[members[a]], r->t->peers[members[b]]) == 0;
+}
+
+/* Leader (lowest group position) of member m's process. */
+static int proc_leader(const run_t *r, const int *members, int m)
+{
+    int l = 0;
+    while (!same_proc(r, members, l, m))
+        l++;
+    return l;
+}
+
+/* Two-level exchange for all_reduce, all_gather and reduce_scatter when
+ * several group members share a worker process: members hand their
+ * argument to their process's leader; leaders swap their processes'
+ * arguments packed in one message each; every leader then holds all n
+ * contributions and combines them, in group-position order exactly like
+ * the direct exchange (same bits), for each of its members. Messages per
+ * process: 2(L-1) local + (P-1) out instead of L(n-1). Used only for small
+ * tensors (large ones take the ring). */
+static int run_exchange_hier(run_t *r, int i, const tensor_t *arg, const int *members, int n,
+                             int pos, tensor_t **out)
+{
+    const op_t *op = &r->comp->ops[i];
+    int leader = proc_leader(r, members, pos), rc = -1;
+    int64_t numel = shape_numel(&arg->shape);
+    ostore_obj_t **objs = calloc((size_t)n, sizeof *objs);
+    tensor_t *views = calloc((size_t)n, sizeof *views), *pack = NULL;
+    const tensor_t **pieces = calloc((size_t)n, sizeof *pieces);
+    if (!objs || !views || !pieces) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        goto cleanup;
+    }
+    if (leader != pos) {   /* a member: give the argument, get the result */
+        mbox_tag_t st = run_tag(r, r->t->comp, hier_op_tag(i, HIER_TO_LEADER), r->t->shard,
+                                members[leader]);
+        mbox_tag_t rt = run_tag(r, r->t->comp, hier_op_tag(i, HIER_FROM_LEADER),
+                                members[leader], r->t->shard);
+        if (run_send(r, r->t->peers[members[leader]], &st, arg) != 0 ||
+            run_take_piece(r, i, &rt, &objs[0]) != 0)
+            goto cleanup;
+        if (!(*out = tensor_clone(ostore_tensor(objs[0])))) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            goto cleanup;
+        }
+        rc = 0;
+        goto cleanup;
+    }
+    /* Leader: collect this process's arguments, in group-position order. */
+    int nlocal = 0;
+    for (int m = 0; m < n; m++) {
+        if (!same_proc(r, members, m, pos))
+            continue;
+        nlocal++;
+        if (m == pos) {
+            pieces[m] = arg;
+            continue;
+        }
+        mbox_tag_t t = run_tag(r, r->t->comp, hier_op_tag(i, HIER_TO_LEADER), members[m],
+                               r->t->shard);
+        if (run_take_piece(r, i, &t, &objs[m]) != 0)
+            goto cleanup;
+        pieces[m] = ostore_tensor(objs[m]);
+    }
+    /* Pack them (in that order) and swap packs with the other leaders. */
+    shape_t ps = {.rank = 1, .dim = {numel * nlocal}};
+    if (!(pack = tensor_new(&ps))) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        goto cleanup;
+    }
+    for (int m = 0, k = 0; m < n; m++)
+        if (same_proc(r, members, m, pos))
+            memcpy(pack->data + numel * k++, pieces[m]->data, sizeof(float) * (size_t)numel);
+    for (int l = 0; l < n; l++) {
+        if (l == pos || proc_leader(r, members, l) != l)
+            continue;
+        mbox_tag_t t = run_tag(r, r->t->comp, hier_op_tag(i, HIER_LEADERS), r->t->shard,
+                               members[l]);
+        if (run_send(r, r->t->peers[members[l]], &t, pack) != 0)
+            goto cleanup;
+    }
+    for (int l = 0; l < n; l++) {
+        if (l == pos || proc_leader(r, members, l) != l)
+            continue;
+        mbox_tag_t t = run_tag(r, r->t->comp, hier_op_tag(i, HIER_LEADERS), members[l],
+                               r->t->shard);
+        if (run_take_piece(r, i, &t, &objs[l]) != 0)
+            goto cleanup;
+        const float *data = ostore_tensor(objs[l])->data;
+        for (int m = l, k = 0; m < n; m++) {   /* unpack views, no copy */
+            if (!same_proc(r, members, m, l))
+                continue;
+            views[m].shape = arg->shape;
+            views[m].data = (float *)data + numel * k++;
+            pieces[m] = &views[m];
+        }
+    }
+    /* Every contribution is here: combine for each local member. */
+    for (int m = 0; m < n; m++) {
+        if (!same_proc(r, members, m, pos))
+            continue;
+        tensor_t *res = NULL;
+        if (coll_combine(op, pieces, n, m, &res) != 0) {
+            snprintf(r->err, sizeof r->err, "%s op %d: cannot combine", opcode_name(op->code), i);
+            goto cleanup;
+        }
+        if (m == pos) {
+            *out = res;
+            continue;
+        }
+        mbox_tag_t t = run_tag(r, r->t->comp, hier_op_tag(i, HIER_FROM_LEADER), r->t->shard,
+                               members[m]);
+        int sent = run_send(r, r->t->peers[members[m]], &t, res);
+        tensor_free(res);
+        if (sent != 0)
+            goto cleanup;
+    }
+    rc = 0;
+cleanup:
+    if (rc != 0 && *out) {
+        tensor_free(*out);
+        *out = NULL;
+    }
+    for (int m = 0; objs && m < n; m++)
+        if (objs[m])
+            ostore_release(r->env->st, objs[m], 1);
+    tensor_free(pack);
+    free(objs);
+    free(views);
+    free(pieces);
+    return rc;
+}
+
+/* Is the two-level exchange worth it: some process holds two or more of
+ * the group's members (else it is the direct exchange with extra hops). */
+static int use_hier(const run_t *r, const op_t *op, const int *members, int n)
+{
+    if (n < 3 || r->env->no_two_level ||
+        (op->code != OP_ALL_REDUCE && op->code != OP_ALL_GATHER && op->code != OP_REDUCE_SCATTER))
+        return 0;
+    for (int m = 1; m < n; m++)
+        if (proc_leader(r, members, m) != m)
+            return 1;
+    return 0;
+}
+
 /* One ring step: sends count floats at send_data to the next member and
  * takes the previous member's message for the same step. The received
  * piece must hold want floats. Returns 0 and *got (caller releases), or -1. */
@@ -422,6 +579,11 @@ static int run_collective(run_t *r, int i, const tensor_t *arg, tensor_t **out)
         rc = run_ring_all_reduce(r, i, arg, members, n, pos, out);
     else if (ring)
         rc = run_ring_all_gather(r, i, arg, members, n, pos, out);
+    else if (use_hier(r, op, members, n)) {
+        if (r->env->counters)
+            atomic_fetch_add(&r->env->counters->two_level, 1);
+        rc = run_exchange_hier(r, i, arg, members, n, pos, out);
+    }
     else
         rc = run_exchange(r, i, arg, members, n, pos, out);
 cleanup:

@@ -29,7 +29,9 @@
 /* How collectives ran (for tests and logs). */
 typedef struct exec_counters {
     atomic_llong ring;          /* collectives that took a ring algorithm */
-    atomic_llong direct;        /* collectives exchanged directly (incl. ppermute) */
+    atomic_llong direct;        /* collectives exchanged directly (incl. ppermute and
+                                   two-level ones) */
+    atomic_llong two_level;     /* of those, two-level (leaders per process) */
 } exec_counters_t;
 
 typedef struct exec_env {
@@ -41,6 +43,8 @@ typedef struct exec_env {
     int64_t peer_timeout_us;    /* how long one wait for a peer may take */
     int sim;                    /* `sim` backend: real arithmetic, but `compute`
                                    sleeps instead of busy-waiting */
+    int no_two_level;           /* 1: small collectives never go through process
+                                   leaders (always the flat direct exchange) */
 } exec_env_t;
 
 /* Returns a new JSON object (caller owns the reference), or NULL only when

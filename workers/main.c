@@ -251,7 +251,8 @@ static int worker_run_threads(worker_t *w)
                       .peer_timeout_us = (int64_t)w->o.peer_timeout_ms * 1000,
                       .sim = strcmp(w->o.backend, "sim") == 0, .store = w->st,
                       .ring_min_bytes = w->o.ring_min_kb ? (int64_t)w->o.ring_min_kb * 1024
-                                                         : INT64_MAX};
+                                                         : INT64_MAX,
+                      .no_two_level = !w->o.two_level};
     if (!(w->ex = exec_start(&cfg, w->mb, w->dp, wreport_exec_fn, w->wr)))
         return -1;
     if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0)

@@ -27,6 +27,8 @@ typedef struct wopts {
                                    ring algorithms; default 64; 0: never */
     const char *token;          /* bearer token (the controller's worker token); NULL = none */
     const char *ca_file;        /* PEM CA bundle to trust for an https:// controller */
+    int two_level;              /* small collectives through one leader per process
+                                   (default 1); 0: flat direct exchange */
     log_level_t log_level;      /* default info */
     int log_json;               /* default 0 */
     int help, version;

@@ -80,8 +80,18 @@ static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
 
 /* The worker's wiring (main.c): one store counts task objects and mailbox
  * messages. */
+static int fixture_start_flat(void **state, int64_t peer_timeout_ms, int ndevices,
+                              int64_t cap_bytes, int64_t ring_min_bytes, int flat);
+
 static int fixture_start_with(void **state, int64_t peer_timeout_ms, int ndevices,
                               int64_t cap_bytes, int64_t ring_min_bytes)
+{
+    return fixture_start_flat(state, peer_timeout_ms, ndevices, cap_bytes, ring_min_bytes, 0);
+}
+
+/* flat: 1 turns the two-level (per-process leader) exchange off. */
+static int fixture_start_flat(void **state, int64_t peer_timeout_ms, int ndevices,
+                              int64_t cap_bytes, int64_t ring_min_bytes, int flat)
 {
     fixture_t *f = calloc(1, sizeof *f);
     pthread_mutex_init(&f->sink.mu, NULL);
@@ -91,7 +101,8 @@ static int fixture_start_with(void **state, int64_t peer_timeout_ms, int ndevice
     mbox_set_accounting(f->mb, store_acct, f->st);
     f->dp = dplane_start("127.0.0.1:0", NULL, f->mb);
     exec_cfg_t cfg = {.ndevices = ndevices, .peer_timeout_us = peer_timeout_ms * 1000,
-                      .store = f->st, .ring_min_bytes = ring_min_bytes};
+                      .store = f->st, .ring_min_bytes = ring_min_bytes,
+                      .no_two_level = flat};
     f->ex = f->dp ? exec_start(&cfg, f->mb, f->dp, sink_fn, &f->sink) : NULL;
     *state = f;
     return f->ex ? 0 : -1;
@@ -125,6 +136,11 @@ static int setup_direct8(void **state)
 }
 
 /* A 1 MiB store, 2 s peer timeout (which also bounds memory waits). */
+static int setup_flat8(void **state)
+{
+    return fixture_start_flat(state, 10000, 8, (int64_t)64 << 20, INT64_MAX, 1);
+}
+
 static int setup_small_store(void **state)
 {
     return fixture_start_with(state, 2000, 4, (int64_t)1 << 20, 0);
@@ -500,6 +516,11 @@ static void test_ring_vs_direct(void **state)
     int64_t ring = atomic_load(&c->ring), direct = atomic_load(&c->direct);
     assert_int_equal(ring + direct, 3 * 12);
     assert_int_equal(ring, f->ex->env.ring_min_bytes == 1 ? 3 * 11 : 0);
+    /* Every shard here lives in this one process: without the ring, the
+     * groups of 3 and 8 go through the process leader unless that is off. */
+    int64_t two_level = atomic_load(&c->two_level);
+    int want = f->ex->env.ring_min_bytes == 1 || f->ex->env.no_two_level ? 0 : 3 * 11;
+    assert_int_equal(two_level, want);
 }
 
 /* A value larger than the whole store fails its task with a clear error. */
@@ -592,6 +613,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_tasks, setup_normal, teardown),
         cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_ring8, teardown),
         cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_direct8, teardown),
+        cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_flat8, teardown),
         cmocka_unit_test_setup_teardown(test_store_too_small, setup_small_store, teardown),
         cmocka_unit_test_setup_teardown(test_store_backpressure, setup_small_store, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_frees_values, setup_normal, teardown),
