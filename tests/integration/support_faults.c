@@ -1,145 +1,21 @@
 /* support_faults.c - see support_faults.h.
  *
- * Invariant: every pid > 0 in fx_table is a child of ours not yet reaped;
- * fx_reap() clears its slot right after waitpid(), so the atexit handler
- * never signals a pid the kernel may have reused. */
+ * Processes are spawned and tracked by support_proc.c (hx_proc_spawn).
+ * Invariant: fx_reap() removes a pid from that table right after
+ * waitpid(), so the exit handler never signals a pid the kernel may have
+ * reused. */
 #include "support_faults.h"
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define FX_TABLE_MAX 128
 #define FX_READY_MS 15000
-
-static pid_t fx_table[FX_TABLE_MAX];
-
-static void fx_atexit(void)
-{
-    for (int i = 0; i < FX_TABLE_MAX; i++) {
-        if (fx_table[i] > 0) {
-            kill(fx_table[i], SIGKILL);
-            waitpid(fx_table[i], NULL, 0);
-            fx_table[i] = 0;
-        }
-    }
-}
-
-static void fx_track(pid_t pid)
-{
-    static int registered;
-    if (!registered) {
-        atexit(fx_atexit);
-        registered = 1;
-    }
-    for (int i = 0; i < FX_TABLE_MAX; i++) {
-        if (fx_table[i] == 0) {
-            fx_table[i] = pid;
-            return;
-        }
-    }
-    /* Full: the child still dies with us through PDEATHSIG. */
-}
-
-static void fx_untrack(pid_t pid)
-{
-    for (int i = 0; i < FX_TABLE_MAX; i++)
-        if (fx_table[i] == pid)
-            fx_table[i] = 0;
-}
-
-static const char *fx_bin_dir(void)
-{
-    const char *d = getenv("ATOLL_BIN_DIR");
-    return d && *d ? d : "build/bin";
-}
-
-/* Forks argv with stdout on a pipe (p->out_fd) and stderr appended to
- * p->log_path. 0 or -1. */
-static int fx_spawn(hx_proc_t *p, char *const argv[])
-{
-    int fds[2] = {-1, -1}, log_fd = -1, rc = -1;
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        perror("faults: pipe2");
-        goto cleanup;
-    }
-    log_fd = open(p->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) {
-        fprintf(stderr, "faults: open %s: %s\n", p->log_path, strerror(errno));
-        goto cleanup;
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("faults: fork");
-        goto cleanup;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        signal(SIGPIPE, SIG_DFL);
-        if (dup2(fds[1], STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
-            _exit(127);
-        execv(argv[0], argv);
-        dprintf(STDERR_FILENO, "faults: exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    fx_track(pid);
-    p->pid = pid;
-    p->out_fd = fds[0];
-    fds[0] = -1;
-    rc = 0;
-cleanup:
-    if (fds[0] >= 0)
-        close(fds[0]);
-    if (fds[1] >= 0)
-        close(fds[1]);
-    if (log_fd >= 0)
-        close(log_fd);
-    return rc;
-}
-
-/* One line of the child's stdout within timeout_ms. 0 or -1. */
-static int fx_read_line(hx_proc_t *p, char *buf, size_t cap, int timeout_ms)
-{
-    size_t len = 0;
-    int64_t deadline = hx_now_ms() + timeout_ms;
-    buf[0] = '\0';
-    for (;;) {
-        int64_t left = deadline - hx_now_ms();
-        if (left <= 0) {
-            fprintf(stderr, "faults: %s: no ready line within %d ms\n", p->name, timeout_ms);
-            return -1;
-        }
-        struct pollfd pfd = {.fd = p->out_fd, .events = POLLIN};
-        int n = poll(&pfd, 1, (int)left);
-        if (n <= 0)
-            continue;       /* EINTR or timeout: checked at the top */
-        char ch;
-        ssize_t got = read(p->out_fd, &ch, 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0) {
-            fprintf(stderr, "faults: %s exited before its ready line\n", p->name);
-            return -1;
-        }
-        if (ch == '\n')
-            return 0;
-        if (len + 1 < cap) {
-            buf[len++] = ch;
-            buf[len] = '\0';
-        }
-    }
-}
 
 static void fx_init(hx_proc_t *p, const char *dir, const char *name)
 {
@@ -175,7 +51,7 @@ static int fx_reap(hx_proc_t *p, int sig, int grace_ms)
         }
         hx_sleep_ms(5);
     }
-    fx_untrack(p->pid);
+    hx_proc_forget(p->pid);
     p->pid = 0;
     if (p->out_fd >= 0) {
         close(p->out_fd);
@@ -189,7 +65,7 @@ int fx_atolld_start(hx_proc_t *p, const char *dir, const char *name, int port, i
                     int *port_out)
 {
     char bin[HX_PATH_MAX], db[HX_DIR_MAX + 16], listen[64], lease[16], line[512];
-    snprintf(bin, sizeof bin, "%s/atolld", fx_bin_dir());
+    snprintf(bin, sizeof bin, "%s/atolld", hx_bin_dir());
     snprintf(db, sizeof db, "%.*s/atoll.db", HX_DIR_MAX - 1, dir);
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     snprintf(lease, sizeof lease, "%d", lease_ms);
@@ -208,9 +84,9 @@ int fx_atolld_start(hx_proc_t *p, const char *dir, const char *name, int port, i
     }
     argv[argc] = NULL;
     fx_init(p, dir, name);
-    if (fx_spawn(p, argv) != 0)
+    if (hx_proc_spawn(p, argv, 1) != 0)
         return -1;
-    if (fx_read_line(p, line, sizeof line, FX_READY_MS) != 0) {
+    if (hx_proc_read_line(p, line, sizeof line, FX_READY_MS) != 0) {
         fx_reap(p, SIGKILL, 1000);
         return -1;
     }
@@ -231,14 +107,14 @@ int fx_worker_start(hx_proc_t *p, const char *dir, const char *name, const char 
                     const char *island, int devices, int timeout_ms)
 {
     char bin[HX_PATH_MAX], ndev[16], line[512];
-    snprintf(bin, sizeof bin, "%s/atoll-worker", fx_bin_dir());
+    snprintf(bin, sizeof bin, "%s/atoll-worker", hx_bin_dir());
     snprintf(ndev, sizeof ndev, "%d", devices);
     char *argv[] = {bin, "--controller", (char *)url, "--island", (char *)island,
                     "--devices", ndev, NULL};
     fx_init(p, dir, name);
-    if (fx_spawn(p, argv) != 0)
+    if (hx_proc_spawn(p, argv, 1) != 0)
         return -1;
-    return fx_read_line(p, line, sizeof line, timeout_ms);
+    return hx_proc_read_line(p, line, sizeof line, timeout_ms);
 }
 
 void fx_kill(hx_proc_t *p)

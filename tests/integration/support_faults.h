@@ -2,10 +2,10 @@
  * chosen port and database (so it can be killed and restarted on the same
  * ones) and workers that can be killed with SIGKILL at any moment.
  *
- * These processes are tracked in a table of their own (support_proc.c's is
- * private), with the same safety net: PR_SET_PDEATHSIG, and an atexit
- * handler that kills what is left. Start, kill and reap them from the main
- * thread only: PDEATHSIG fires when the thread that forked exits. */
+ * They are spawned and tracked by support_proc.c (hx_proc_spawn), with its
+ * safety net: PR_SET_PDEATHSIG, and exit and fatal-signal handlers that kill
+ * what is left (call hx_init() first). Start, kill and reap them from the
+ * main thread only: PDEATHSIG fires when the thread that forked exits. */
 #ifndef ATOLL_SUPPORT_FAULTS_H
 #define ATOLL_SUPPORT_FAULTS_H
 

@@ -75,6 +75,17 @@ int hx_cluster_stop(hx_cluster_t *c);
  * the dir to be kept. */
 void hx_cluster_dump_logs(hx_cluster_t *c, size_t tail_bytes);
 
+/* Lower-level process helpers (for harnesses that manage their own
+ * processes, e.g. support_faults.c). Spawned children are tracked in the
+ * same table, so hx_init()'s exit and fatal-signal handlers kill them;
+ * call hx_proc_forget() right after reaping one yourself. */
+int hx_proc_spawn(hx_proc_t *p, char *const argv[], int append_log);
+/* One line of the child's stdout (no newline) within timeout_ms; 0 or -1. */
+int hx_proc_read_line(hx_proc_t *p, char *buf, size_t cap, int timeout_ms);
+void hx_proc_forget(pid_t pid);
+/* $ATOLL_BIN_DIR, or build/bin. */
+const char *hx_bin_dir(void);
+
 /* ---- HTTP ---- */
 
 typedef struct hx_resp {

@@ -114,8 +114,9 @@ static void proc_child(pid_t parent, int out_w, int log_fd, char *const argv[])
 }
 
 /* Forks argv with stdout on a pipe (read end kept in p->out_fd) and stderr
- * on p->log_path. Returns 0 or -1. */
-static int proc_spawn(hx_proc_t *p, char *const argv[])
+ * on p->log_path (appended to when `append`, else truncated). Returns 0 or
+ * -1. */
+static int proc_spawn_log(hx_proc_t *p, char *const argv[], int append)
 {
     int fds[2] = {-1, -1};
     int log_fd = -1;
@@ -124,7 +125,8 @@ static int proc_spawn(hx_proc_t *p, char *const argv[])
         perror("harness: pipe2");
         goto cleanup;
     }
-    log_fd = open(p->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    log_fd = open(p->log_path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC,
+                  0644);
     if (log_fd < 0) {
         fprintf(stderr, "harness: open %s: %s\n", p->log_path, strerror(errno));
         goto cleanup;
@@ -150,6 +152,26 @@ cleanup:
     if (log_fd >= 0)
         close(log_fd);
     return rc;
+}
+
+static int proc_spawn(hx_proc_t *p, char *const argv[])
+{
+    return proc_spawn_log(p, argv, 0);
+}
+
+int hx_proc_spawn(hx_proc_t *p, char *const argv[], int append_log)
+{
+    return proc_spawn_log(p, argv, append_log);
+}
+
+void hx_proc_forget(pid_t pid)
+{
+    proc_table_remove(pid);
+}
+
+const char *hx_bin_dir(void)
+{
+    return proc_bin_dir();
 }
 
 /* Reads the child's stdout until one full line or timeout. Returns 0 with
@@ -188,6 +210,11 @@ static int proc_read_line(hx_proc_t *p, char *buf, size_t cap, int timeout_ms)
             buf[len] = '\0';
         }
     }
+}
+
+int hx_proc_read_line(hx_proc_t *p, char *buf, size_t cap, int timeout_ms)
+{
+    return proc_read_line(p, buf, cap, timeout_ms);
 }
 
 /* Reaps p, waiting up to grace_ms after `sig` (0 = just wait), then
