@@ -1,13 +1,12 @@
 /* support_faults.c - see support_faults.h.
  *
  * Processes are spawned and tracked by support_proc.c (hx_proc_spawn).
- * Invariant: fx_reap() removes a pid from that table right after
+ * Invariant: hx_proc_stop() removes a pid from that table right after
  * waitpid(), so the exit handler never signals a pid the kernel may have
  * reused. */
 #include "support_faults.h"
 
 #include <curl/curl.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,39 +24,6 @@ static void fx_init(hx_proc_t *p, const char *dir, const char *name)
     char path[HX_DIR_MAX + 48];
     snprintf(path, sizeof path, "%.*s/%.31s.log", HX_DIR_MAX - 1, dir, name);
     snprintf(p->log_path, sizeof p->log_path, "%s", path);
-}
-
-/* Reaps p after `sig` (0: none), SIGKILL after grace_ms. Wait status, or
- * -1 when it had to be killed or was not running. */
-static int fx_reap(hx_proc_t *p, int sig, int grace_ms)
-{
-    if (p->pid <= 0)
-        return -1;
-    if (sig)
-        kill(p->pid, sig);
-    int status = -1;
-    int64_t deadline = hx_now_ms() + grace_ms;
-    for (;;) {
-        pid_t r = waitpid(p->pid, &status, WNOHANG);
-        if (r == p->pid || (r < 0 && errno != EINTR))
-            break;
-        if (hx_now_ms() >= deadline) {
-            fprintf(stderr, "faults: %s (pid %d) ignored signal %d for %d ms: SIGKILL\n",
-                    p->name, (int)p->pid, sig, grace_ms);
-            kill(p->pid, SIGKILL);
-            waitpid(p->pid, NULL, 0);
-            status = -1;
-            break;
-        }
-        hx_sleep_ms(5);
-    }
-    hx_proc_forget(p->pid);
-    p->pid = 0;
-    if (p->out_fd >= 0) {
-        close(p->out_fd);
-        p->out_fd = -1;
-    }
-    return status;
 }
 
 int fx_atolld_start(hx_proc_t *p, const char *dir, const char *name, int port, int lease_ms,
@@ -87,7 +53,7 @@ int fx_atolld_start(hx_proc_t *p, const char *dir, const char *name, int port, i
     if (hx_proc_spawn(p, argv, 1) != 0)
         return -1;
     if (hx_proc_read_line(p, line, sizeof line, FX_READY_MS) != 0) {
-        fx_reap(p, SIGKILL, 1000);
+        hx_proc_stop(p, SIGKILL, 1000);
         return -1;
     }
     /* "atolld ready: http://127.0.0.1:PORT (db ...)" */
@@ -95,7 +61,7 @@ int fx_atolld_start(hx_proc_t *p, const char *dir, const char *name, int port, i
     int got = s ? atoi(s + strlen("http://127.0.0.1:")) : 0;
     if (got <= 0) {
         fprintf(stderr, "faults: no port in atolld's ready line '%s'\n", line);
-        fx_reap(p, SIGKILL, 1000);
+        hx_proc_stop(p, SIGKILL, 1000);
         return -1;
     }
     snprintf(url, url_cap, "http://127.0.0.1:%d", got);
@@ -119,12 +85,12 @@ int fx_worker_start(hx_proc_t *p, const char *dir, const char *name, const char 
 
 void fx_kill(hx_proc_t *p)
 {
-    fx_reap(p, SIGKILL, 5000);
+    hx_proc_stop(p, SIGKILL, 5000);
 }
 
 int fx_term(hx_proc_t *p, int grace_ms)
 {
-    int st = fx_reap(p, SIGTERM, grace_ms);
+    int st = hx_proc_stop(p, SIGTERM, grace_ms);
     return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 

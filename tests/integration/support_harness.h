@@ -83,6 +83,10 @@ int hx_proc_spawn(hx_proc_t *p, char *const argv[], int append_log);
 /* One line of the child's stdout (no newline) within timeout_ms; 0 or -1. */
 int hx_proc_read_line(hx_proc_t *p, char *buf, size_t cap, int timeout_ms);
 void hx_proc_forget(pid_t pid);
+/* Sends sig (0: none), waits up to grace_ms, then SIGKILLs; reaps and
+ * forgets p. Returns the wait status, -2 when it had to be killed, -1 when
+ * p was not running. */
+int hx_proc_stop(hx_proc_t *p, int sig, int grace_ms);
 /* $ATOLL_BIN_DIR, or build/bin. */
 const char *hx_bin_dir(void);
 

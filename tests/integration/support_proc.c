@@ -250,6 +250,11 @@ static int proc_stop(hx_proc_t *p, int sig, int grace_ms)
     return status;
 }
 
+int hx_proc_stop(hx_proc_t *p, int sig, int grace_ms)
+{
+    return proc_stop(p, sig, grace_ms);
+}
+
 static int proc_clean_exit(const hx_proc_t *p, int status)
 {
     if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)

@@ -62,21 +62,33 @@ static json_t *job_after(const char *url, int64_t id)
     return job;
 }
 
+/* A cluster (atolld + one worker covering west) running LONG_JOB; logs are
+ * named after `tag`. Returns the job id (asserts on failure). */
+static int64_t start_with_running_job(hx_proc_t *atolld, hx_proc_t *worker, const char *tag,
+                                      char url[HX_URL_MAX], int *port)
+{
+    char name[32];
+    snprintf(name, sizeof name, "atolld%s", tag);
+    assert_int_equal(fx_atolld_start(atolld, dir, name, 0, 5000, islands, 1, url, HX_URL_MAX,
+                                     port), 0);
+    snprintf(name, sizeof name, "worker%s", tag);
+    assert_int_equal(fx_worker_start(worker, dir, name, url, "west", 4, 15000), 0);
+    int64_t id = submit_running(url);
+    assert_true(id > 0);
+    return id;
+}
+
 static void test_atolld_drains(void **state)
 {
     (void)state;
     hx_proc_t atolld = {0}, worker = {0};
     char url[HX_URL_MAX];
     int port = 0;
-    assert_int_equal(fx_atolld_start(&atolld, dir, "atolld", 0, 5000, islands, 1, url,
-                                     sizeof url, &port), 0);
-    assert_int_equal(fx_worker_start(&worker, dir, "worker", url, "west", 4, 15000), 0);
-    int64_t id = submit_running(url);
-    assert_true(id > 0);
+    int64_t id = start_with_running_job(&atolld, &worker, "1", url, &port);
 
     /* SIGTERM mid-shard: atolld must exit 0, after the shard reported. */
     assert_int_equal(fx_term(&atolld, 40000), 1);
-    assert_int_equal(fx_atolld_start(&atolld, dir, "atolld", port, 5000, islands, 1, url,
+    assert_int_equal(fx_atolld_start(&atolld, dir, "atolld1", port, 5000, islands, 1, url,
                                      sizeof url, &port), 0);
     json_t *job = job_after(url, id);
     assert_non_null(job);
@@ -94,11 +106,7 @@ static void test_worker_finishes_its_shards(void **state)
     hx_proc_t atolld = {0}, worker = {0};
     char url[HX_URL_MAX];
     int port = 0;
-    assert_int_equal(fx_atolld_start(&atolld, dir, "atolld2", 0, 5000, islands, 1, url,
-                                     sizeof url, &port), 0);
-    assert_int_equal(fx_worker_start(&worker, dir, "worker2", url, "west", 4, 15000), 0);
-    int64_t id = submit_running(url);
-    assert_true(id > 0);
+    int64_t id = start_with_running_job(&atolld, &worker, "2", url, &port);
 
     /* SIGTERM mid-shard: the worker finishes, reports, leaves, exits 0. */
     assert_int_equal(fx_term(&worker, 40000), 1);
