@@ -255,41 +255,132 @@ static int over_quota(store_t *st, const sched_job_t *job, const job_plan_t *pla
     return 1;
 }
 
+/* Compiled plans of queued jobs, kept across admission rounds so that a
+ * long queue is not re-read and re-compiled every round. A plan depends
+ * only on the job document (never changed once accepted) and the islands
+ * (fixed for the life of atolld), so an entry stays valid until its job
+ * leaves the queue; entries not seen in a round are dropped after it.
+ * Sorted by job id; owned by the scheduler thread alone. */
+typedef struct plan_entry {
+    int64_t id;
+    json_t *doc;                /* owned reference */
+    job_plan_t *plan;           /* owned */
+    int seen;                   /* looked up in the current round */
+} plan_entry_t;
+
+static plan_entry_t *plans;
+static int nplans, plans_cap;
+
+static void plan_entry_free(plan_entry_t *pe)
+{
+    job_plan_free(pe->plan);
+    json_decref(pe->doc);
+}
+
+/* Index of id, or of where it would go (lower bound). */
+static int plan_find(int64_t id)
+{
+    int lo = 0, hi = nplans;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (plans[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The job's compiled plan, compiling it on first sight. A document that no
+ * longer compiles (the cluster changed, e.g. an island was removed from the
+ * command line) fails its job. NULL when the job cannot be planned now. */
+static const plan_entry_t *plan_get(store_t *st, int64_t id)
+{
+    int k = plan_find(id);
+    if (k < nplans && plans[k].id == id) {
+        plans[k].seen = 1;
+        return &plans[k];
+    }
+    err_t e = {0};
+    plan_entry_t pe = {id, store_sched_job_doc(st, id), NULL, 1};
+    if (!pe.doc ||
+        compiler_job(pe.doc, sched_cfg.islands, sched_cfg.nislands, &pe.plan, &e) != 0) {
+        char why[400];
+        snprintf(why, sizeof why, "no longer valid on this cluster: %s",
+                 e.detail[0] ? e.detail : "its document cannot be read");
+        if (pe.doc)
+            store_sched_fail(st, id, why);
+        plan_entry_free(&pe);
+        return NULL;
+    }
+    if (nplans == plans_cap) {
+        int cap = plans_cap ? plans_cap * 2 : 64;
+        plan_entry_t *p = realloc(plans, sizeof *p * (size_t)cap);
+        if (!p) {
+            plan_entry_free(&pe);
+            return NULL;
+        }
+        plans = p;
+        plans_cap = cap;
+    }
+    memmove(&plans[k + 1], &plans[k], sizeof *plans * (size_t)(nplans - k));
+    plans[k] = pe;
+    nplans++;
+    return &plans[k];
+}
+
+/* After a round: drop the plans of jobs that left the queue. */
+static void plans_sweep(void)
+{
+    int w = 0;
+    for (int i = 0; i < nplans; i++) {
+        if (plans[i].seen) {
+            plans[i].seen = 0;
+            plans[w++] = plans[i];
+        } else {
+            plan_entry_free(&plans[i]);
+        }
+    }
+    nplans = w;
+}
+
+static void plans_free_all(void)
+{
+    for (int i = 0; i < nplans; i++)
+        plan_entry_free(&plans[i]);
+    free(plans);
+    plans = NULL;
+    nplans = plans_cap = 0;
+}
+
 /* Tries to admit one queued job. Returns 1 if dispatched, 0 if it waits
  * (islands it needs marked in blocked[]), -1 on a store error. */
 static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *blocked)
 {
-    err_t e = {0};
-    job_plan_t *plan = NULL;
-    json_t *doc = json_loads(job->doc, 0, NULL);
-    int rc = 0;
-    if (!doc || compiler_job(doc, sched_cfg.islands, sched_cfg.nislands, &plan, &e) != 0) {
-        /* Accepted earlier, but the cluster changed (e.g. an island was
-         * removed from the command line): it can never run now. */
-        char why[400];
-        snprintf(why, sizeof why, "no longer valid on this cluster: %s", e.detail);
-        store_sched_fail(st, job->id, why);
-        goto cleanup;
-    }
+    const plan_entry_t *pe = plan_get(st, job->id);
+    if (!pe)
+        return 0;       /* failed (and recorded), or out of memory: next round */
+    const job_plan_t *plan = pe->plan;
+    const json_t *doc = pe->doc;
     alloc_request_t reqs[64];
     for (int s = 0; s < plan->nslices && s < 64; s++) {
         reqs[s].shape = plan->slices[s].shape;
         reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
     }
     if (over_quota(st, job, plan))
-        goto cleanup;   /* waits for its own tenant's jobs; blocks nobody else */
+        return 0;   /* waits for its own tenant's jobs; blocks nobody else */
     if (touches_blocked(reqs, plan->nslices, r, blocked)) {
         store_sched_set_reason(st, job->id, "waiting behind a higher-priority or older job");
-        goto cleanup;
+        return 0;
     }
     alloc_placement_t pl[64];
     int a = alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
     atomic_fetch_add(&sched_attempts, 1);
     if (a == ALLOC_OK) {
         atomic_fetch_add(&sched_successes, 1);
-        rc = dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
+        int rc = dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
         alloc_placements_release(pl, plan->nslices);
-        goto cleanup;
+        return rc;
     }
     char reason[512];
     pending_reason(r, plan, reqs, reason, sizeof reason);
@@ -298,29 +389,31 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *block
         for (int i = 0; i < r->n; i++)
             if (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0)
                 blocked[i] = 1;
-    rc = a == ALLOC_ENOMEM ? -1 : 0;
-cleanup:
-    job_plan_free(plan);
-    json_decref(doc);
-    return rc;
+    return a == ALLOC_ENOMEM ? -1 : 0;
 }
 
 /* One admission round over the whole queue. */
 static void admit(store_t *st)
 {
     sched_job_t *jobs = NULL;
-    int n = 0, dispatched = 0;
+    int n = 0, dispatched = 0, i_done = 0;
     round_t r;
     if (round_load(st, &r) != 0 || store_sched_queued(st, &jobs, &n) != 0)
         goto cleanup;
     int blocked[16] = {0};
-    for (int i = 0; i < n; i++) {
+    int i = 0;
+    for (; i < n; i++) {
         int rc = admit_job(st, &r, &jobs[i], blocked);
         if (rc < 0)
             break;
         dispatched += rc;
     }
+    i_done = i == n;
 cleanup:
+    /* A round stopped early (store error) keeps unseen plans too: their
+     * jobs may still be queued. */
+    if (i_done)
+        plans_sweep();
     round_free(&r);
     store_sched_jobs_free(jobs, n);
     if (dispatched && sched_cfg.on_dispatch)
@@ -369,6 +462,7 @@ static void *sched_main(void *arg)
         pthread_mutex_lock(&sched_mu);
     }
     pthread_mutex_unlock(&sched_mu);
+    plans_free_all();
     store_thread_close();
     return NULL;
 }

@@ -150,7 +150,6 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
 typedef struct sched_job {
     int64_t id;
     int attempt;
-    char *doc;                  /* owned; freed by store_sched_jobs_free */
     int64_t tenant;             /* 0 = none */
     int64_t quota;              /* the tenant's device quota; 0 = none */
 } sched_job_t;
@@ -158,6 +157,8 @@ typedef struct sched_job {
  * below its fair share, then age. */
 int store_sched_queued(store_t *st, sched_job_t **jobs, int *n);
 void store_sched_jobs_free(sched_job_t *jobs, int n);
+/* The job document as stored (new reference), or NULL. */
+json_t *store_sched_job_doc(store_t *st, int64_t job);
 /* Devices held now by the tenant's jobs; -1 on error. */
 int64_t store_sched_tenant_usage(store_t *st, int64_t tenant);
 int store_sched_set_reason(store_t *st, int64_t job, const char *reason);

@@ -72,7 +72,7 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
 int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
 {
     static const char sql[] =
-        "SELECT id, attempt, doc, COALESCE(tenant_id, 0),"
+        "SELECT id, attempt, COALESCE(tenant_id, 0),"
         " COALESCE((SELECT quota_devices FROM tenants WHERE id = jobs.tenant_id), 0)"
         " FROM jobs WHERE state = 'queued'"
         /* A requeued job waits until no shard of its previous attempt is
@@ -106,11 +106,8 @@ int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
         sched_job_t *j = &(*jobs)[*n];
         j->id = sqlite3_column_int64(s, 0);
         j->attempt = sqlite3_column_int(s, 1);
-        j->doc = strdup((const char *)sqlite3_column_text(s, 2));
-        if (!j->doc)
-            goto fail;
-        j->tenant = sqlite3_column_int64(s, 3);
-        j->quota = sqlite3_column_int64(s, 4);
+        j->tenant = sqlite3_column_int64(s, 2);
+        j->quota = sqlite3_column_int64(s, 3);
         (*n)++;
     }
     sqlite3_reset(s);
@@ -132,9 +129,20 @@ int64_t store_sched_tenant_usage(store_t *st, int64_t tenant)
 
 void store_sched_jobs_free(sched_job_t *jobs, int n)
 {
-    for (int i = 0; i < n; i++)
-        free(jobs[i].doc);
+    (void)n;
     free(jobs);
+}
+
+json_t *store_sched_job_doc(store_t *st, int64_t job)
+{
+    static const char sql[] = "SELECT doc FROM jobs WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return NULL;
+    sqlite3_bind_int64(s, 1, job);
+    json_t *doc = sqlite3_step(s) == SQLITE_ROW ? store_col_json(s, 0) : NULL;
+    sqlite3_reset(s);
+    return doc;
 }
 
 int store_sched_set_reason(store_t *st, int64_t job, const char *reason)
