@@ -301,19 +301,6 @@ int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort
     return wclient_call(wc, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
 }
 
-int wclient_report(wclient_t *wc, int64_t id, int64_t task, const json_t *body)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/v1/workers/%lld/tasks/%lld", (long long)id, (long long)task);
-    json_t *ans = NULL;
-    int st = wclient_call(wc, "POST", path, body, 10000, NULL, &ans);
-    if (st >= 400)
-        log_warn("report of task %lld: HTTP %d %s", (long long)task, st,
-                 wclient_problem_detail(ans));
-    json_decref(ans);
-    return st;
-}
-
 int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports)
 {
     char path[96];

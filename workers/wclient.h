@@ -56,7 +56,6 @@ int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body);
 /* GET tasks; *resp = {"tasks": [...], "cancel": [...]} on 200. */
 int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort_flag,
                  json_t **resp);
-int wclient_report(wclient_t *wc, int64_t id, int64_t task, const json_t *body);
 /* POSTs many reports at once (each {"task": N, ...report}); returns the
  * HTTP status of the whole request (-1 transport failure); per-item
  * refusals are final and logged. reports is borrowed. */

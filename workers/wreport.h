@@ -1,6 +1,7 @@
 /* wreport.h - the reporting thread: task reports leave the device threads
  * through a queue, so a slow or restarting controller never stalls a
- * device. Reports are sent in order; one that cannot be delivered because
+ * device. Reports are sent in order, in batches of what the queue holds
+ * (POST /v1/workers/{id}/reports); a batch that cannot be delivered because
  * the controller is unreachable (or answers 5xx) is retried with backoff;
  * 4xx answers (409: not leased to us / already reported) are final.
  *
