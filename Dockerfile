@@ -15,7 +15,7 @@ FROM ${BASE} AS build
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev \
-        libcurl4-openssl-dev libopenblas-dev \
+        libcurl4-openssl-dev libopenblas-dev nettle-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # .dockerignore keeps build trees, tests, docs and .git out of the context.

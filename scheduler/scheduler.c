@@ -18,9 +18,18 @@
  * with time alone (a returning worker's devices once its old tasks were
  * told to abort; a requeued job once its stale shards are abandoned). */
 #define SCHED_ADMIT_EVERY_TICKS 5
+/* Per-tenant queues: in one round the scheduler stops reading further down
+ * a tenant's queue once this many of its jobs waited (were not placed), so
+ * a round costs O(tenants x SCHED_LOOKAHEAD + jobs placed + islands),
+ * whatever the queue length. A tenant's deeper jobs come up as its head
+ * moves. */
+#define SCHED_LOOKAHEAD 16
+/* Jobs read from one tenant's queue per index probe. */
+#define SCHED_PAGE 8
 
 static sched_config_t sched_cfg;
 static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
+static _Atomic uint64_t sched_rounds, sched_round_us, sched_round_max_us;   /* for /metrics */
 static pthread_t sched_thread;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
@@ -237,24 +246,6 @@ static int touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const
     return 0;
 }
 
-/* A tenant's devices in use are capped by its quota: a job that would go
- * past it waits (with a reason) until the tenant's own jobs free devices. */
-static int over_quota(store_t *st, const sched_job_t *job, const job_plan_t *plan)
-{
-    if (job->tenant == 0 || job->quota == 0)
-        return 0;
-    int64_t need = 0, used = store_sched_tenant_usage(st, job->tenant);
-    for (int s = 0; s < plan->nslices; s++)
-        need += shape_numel(&plan->slices[s].shape);
-    if (used >= 0 && used + need <= job->quota)
-        return 0;
-    char reason[160];
-    snprintf(reason, sizeof reason, "tenant at its quota: %ld of %ld devices in use, needs %ld",
-             (long)used, (long)job->quota, (long)need);
-    store_sched_set_reason(st, job->id, reason);
-    return 1;
-}
-
 /* Compiled plans of queued jobs, kept across admission rounds so that a
  * long queue is not re-read and re-compiled every round. A plan depends
  * only on the job document (never changed once accepted) and the islands
@@ -266,6 +257,7 @@ typedef struct plan_entry {
     json_t *doc;                /* owned reference */
     job_plan_t *plan;           /* owned */
     int seen;                   /* looked up in the current round */
+    char *reason;               /* owned; the pending_reason last written, or NULL */
 } plan_entry_t;
 
 static plan_entry_t *plans;
@@ -275,6 +267,20 @@ static void plan_entry_free(plan_entry_t *pe)
 {
     job_plan_free(pe->plan);
     json_decref(pe->doc);
+    free(pe->reason);
+}
+
+/* Writes the job's pending_reason only when it differs from the one this
+ * thread last wrote: a job waiting round after round for the same reason
+ * costs no write (and no WAL growth). */
+static void set_reason(store_t *st, plan_entry_t *pe, const char *reason)
+{
+    if (pe->reason && strcmp(pe->reason, reason) == 0)
+        return;
+    if (store_sched_set_reason(st, pe->id, reason) != 0)
+        return;
+    free(pe->reason);
+    pe->reason = strdup(reason);    /* NULL (out of memory): written again next time */
 }
 
 /* Index of id, or of where it would go (lower bound). */
@@ -294,7 +300,7 @@ static int plan_find(int64_t id)
 /* The job's compiled plan, compiling it on first sight. A document that no
  * longer compiles (the cluster changed, e.g. an island was removed from the
  * command line) fails its job. NULL when the job cannot be planned now. */
-static const plan_entry_t *plan_get(store_t *st, int64_t id)
+static plan_entry_t *plan_get(store_t *st, int64_t id)
 {
     int k = plan_find(id);
     if (k < nplans && plans[k].id == id) {
@@ -302,7 +308,7 @@ static const plan_entry_t *plan_get(store_t *st, int64_t id)
         return &plans[k];
     }
     err_t e = {0};
-    plan_entry_t pe = {id, store_sched_job_doc(st, id), NULL, 1};
+    plan_entry_t pe = {id, store_sched_job_doc(st, id), NULL, 1, NULL};
     if (!pe.doc ||
         compiler_job(pe.doc, sched_cfg.islands, sched_cfg.nislands, &pe.plan, &e) != 0) {
         char why[400];
@@ -353,11 +359,38 @@ static void plans_free_all(void)
     nplans = plans_cap = 0;
 }
 
-/* Tries to admit one queued job. Returns 1 if dispatched, 0 if it waits
- * (islands it needs marked in blocked[]), -1 on a store error. */
-static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *blocked)
+static int64_t plan_devices(const job_plan_t *plan)
 {
-    const plan_entry_t *pe = plan_get(st, job->id);
+    int64_t need = 0;
+    for (int s = 0; s < plan->nslices; s++)
+        need += shape_numel(&plan->slices[s].shape);
+    return need;
+}
+
+/* A tenant's devices in use are capped by its quota: a job that would go
+ * past it waits (with a reason) until the tenant's own jobs free devices.
+ * `used`: the tenant's devices in use, kept by the round. */
+static int over_quota(store_t *st, plan_entry_t *pe, const sched_job_t *job, int64_t used)
+{
+    if (job->tenant == 0 || job->quota == 0)
+        return 0;
+    int64_t need = plan_devices(pe->plan);
+    if (used + need <= job->quota)
+        return 0;
+    char reason[160];
+    snprintf(reason, sizeof reason, "tenant at its quota: %ld of %ld devices in use, needs %ld",
+             (long)used, (long)job->quota, (long)need);
+    set_reason(st, pe, reason);
+    return 1;
+}
+
+/* Tries to admit one queued job. Returns 1 if dispatched (*used grows by
+ * its devices), 0 if it waits (islands it needs marked in blocked[]), -1 on
+ * a store error. */
+static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *used,
+                     int *blocked)
+{
+    plan_entry_t *pe = plan_get(st, job->id);
     if (!pe)
         return 0;       /* failed (and recorded), or out of memory: next round */
     const job_plan_t *plan = pe->plan;
@@ -367,10 +400,10 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *block
         reqs[s].shape = plan->slices[s].shape;
         reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
     }
-    if (over_quota(st, job, plan))
+    if (over_quota(st, pe, job, *used))
         return 0;   /* waits for its own tenant's jobs; blocks nobody else */
     if (touches_blocked(reqs, plan->nslices, r, blocked)) {
-        store_sched_set_reason(st, job->id, "waiting behind a higher-priority or older job");
+        set_reason(st, pe, "waiting behind a higher-priority or older job");
         return 0;
     }
     alloc_placement_t pl[64];
@@ -380,11 +413,16 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *block
         atomic_fetch_add(&sched_successes, 1);
         int rc = dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
         alloc_placements_release(pl, plan->nslices);
+        if (rc == 1)
+            *used += plan_devices(plan);
+        /* Allocation cleared pending_reason; a requeue sets its own. */
+        free(pe->reason);
+        pe->reason = NULL;
         return rc;
     }
     char reason[512];
     pending_reason(r, plan, reqs, reason, sizeof reason);
-    store_sched_set_reason(st, job->id, reason);
+    set_reason(st, pe, reason);
     for (int s = 0; s < plan->nslices; s++)
         for (int i = 0; i < r->n; i++)
             if (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0)
@@ -392,30 +430,99 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int *block
     return a == ALLOC_ENOMEM ? -1 : 0;
 }
 
-/* One admission round over the whole queue. */
+/* One tenant's queue during a round: a page of its next jobs in its own
+ * order (priority desc, then age) and how far the round went down it. */
+typedef struct tenant_q {
+    sched_tenant_t t;           /* t.used grows as its jobs are placed */
+    double fair;                /* devices in use per share at the round's start */
+    sched_job_t page[SCHED_PAGE];
+    int n, next;                /* jobs in page, the next one to look at */
+    int64_t last_prio, last_id; /* the last job read: the next page starts after it */
+    int waits;                  /* its jobs that waited in this round */
+    int done;                   /* nothing more to look at in this round */
+} tenant_q_t;
+
+/* The next job of q (reading a page when the last one is used up), or NULL
+ * when q is done. */
+static const sched_job_t *tq_head(store_t *st, tenant_q_t *q)
+{
+    if (!q->done && q->next == q->n) {
+        int n = store_sched_tenant_page(st, &q->t, q->last_prio, q->last_id, q->page,
+                                        SCHED_PAGE);
+        q->n = n > 0 ? n : 0;
+        q->next = 0;
+        if (n > 0) {
+            q->last_prio = q->page[n - 1].priority;
+            q->last_id = q->page[n - 1].id;
+        }
+        q->done = n <= 0;
+    }
+    return q->done ? NULL : &q->page[q->next];
+}
+
+/* Does a (of queue qa) come before b (of qb) in admission order: priority
+ * desc, then the tenant furthest below its fair share, then age? */
+static int job_before(const sched_job_t *a, const tenant_q_t *qa, const sched_job_t *b,
+                      const tenant_q_t *qb)
+{
+    if (a->priority != b->priority)
+        return a->priority > b->priority;
+    if (qa->fair != qb->fair)
+        return qa->fair < qb->fair;
+    return a->id < b->id;
+}
+
+/* The queue whose head comes first across all tenants; NULL when every
+ * queue is done. A k-way merge of the tenants' heads: the order among the
+ * jobs looked at is the order of one global queue. */
+static tenant_q_t *tq_pick(store_t *st, tenant_q_t *qs, int n)
+{
+    tenant_q_t *best = NULL;
+    const sched_job_t *bj = NULL;
+    for (int i = 0; i < n; i++) {
+        const sched_job_t *j = tq_head(st, &qs[i]);
+        if (j && (!best || job_before(j, &qs[i], bj, best))) {
+            best = &qs[i];
+            bj = j;
+        }
+    }
+    return best;
+}
+
+/* One admission round over the heads of the tenants' queues. */
 static void admit(store_t *st)
 {
-    sched_job_t *jobs = NULL;
-    int n = 0, dispatched = 0, i_done = 0;
+    sched_tenant_t *ts = NULL;
+    tenant_q_t *qs = NULL;
+    int nt = 0, dispatched = 0, complete = 0;
     round_t r;
-    if (round_load(st, &r) != 0 || store_sched_queued(st, &jobs, &n) != 0)
+    if (round_load(st, &r) != 0 || store_sched_tenants(st, &ts, &nt) != 0 ||
+        !(qs = calloc((size_t)(nt > 0 ? nt : 1), sizeof *qs)))
         goto cleanup;
+    for (int i = 0; i < nt; i++) {
+        qs[i].t = ts[i];
+        qs[i].fair = (double)ts[i].used / (double)ts[i].share;
+        qs[i].last_prio = INT64_MAX;
+    }
     int blocked[16] = {0};
-    int i = 0;
-    for (; i < n; i++) {
-        int rc = admit_job(st, &r, &jobs[i], blocked);
+    tenant_q_t *q;
+    while ((q = tq_pick(st, qs, nt))) {
+        int rc = admit_job(st, &r, &q->page[q->next++], &q->t.used, blocked);
         if (rc < 0)
             break;
         dispatched += rc;
+        if (rc == 0 && ++q->waits >= SCHED_LOOKAHEAD)
+            q->done = 1;
     }
-    i_done = i == n;
+    complete = q == NULL;
 cleanup:
     /* A round stopped early (store error) keeps unseen plans too: their
      * jobs may still be queued. */
-    if (i_done)
+    if (complete)
         plans_sweep();
     round_free(&r);
-    store_sched_jobs_free(jobs, n);
+    free(qs);
+    free(ts);
     if (dispatched && sched_cfg.on_dispatch)
         sched_cfg.on_dispatch();
 }
@@ -455,10 +562,17 @@ static void *sched_main(void *arg)
             if (sched_cfg.on_dispatch)
                 sched_cfg.on_dispatch();   /* pollers learn about aborted jobs */
         }
-        /* Admission only when something changed: the queue is re-read and
-         * re-compiled each round, so idle ticks stay cheap. */
-        if (woke)
+        /* Admission only when something changed, so idle ticks stay cheap
+         * (a round reads each tenant's head, not the queue). */
+        if (woke) {
+            int64_t t0 = util_mono_us();
             admit(st);
+            uint64_t us = (uint64_t)(util_mono_us() - t0);
+            atomic_fetch_add(&sched_rounds, 1);
+            atomic_fetch_add(&sched_round_us, us);
+            if (us > atomic_load(&sched_round_max_us))
+                atomic_store(&sched_round_max_us, us);   /* one writer: this thread */
+        }
         pthread_mutex_lock(&sched_mu);
     }
     pthread_mutex_unlock(&sched_mu);
@@ -483,6 +597,13 @@ void sched_counters(uint64_t *attempts, uint64_t *successes)
 {
     *attempts = atomic_load(&sched_attempts);
     *successes = atomic_load(&sched_successes);
+}
+
+void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us)
+{
+    *rounds = atomic_load(&sched_rounds);
+    *total_us = atomic_load(&sched_round_us);
+    *max_us = atomic_load(&sched_round_max_us);
 }
 
 void sched_notify(void)

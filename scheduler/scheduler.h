@@ -1,7 +1,10 @@
 /* scheduler.h - the scheduler thread of atolld.
  *
- * One thread owns admission: it reads queued jobs in priority-then-age
- * order, gang-allocates all slices of a job at once (alloc.h), gives every
+ * One thread owns admission: it merges the heads of the tenants' queues
+ * (each tenant's next jobs by priority then age; across tenants priority,
+ * then fair share, then age), looking at most SCHED_LOOKAHEAD waiting jobs
+ * per tenant per round, so a round's cost does not grow with the queue; it
+ * gang-allocates all slices of a job at once (alloc.h), gives every
  * computation an island sequence number, and writes all shard tasks of the
  * job in one transaction (parallel asynchronous dispatch: every task is
  * pending at once; in sequential mode a computation's tasks stay blocked
@@ -28,6 +31,9 @@ void sched_notify(void);
 /* Allocation attempts (alloc_gang calls for queued jobs) and how many
  * succeeded, since start; for /metrics. */
 void sched_counters(uint64_t *attempts, uint64_t *successes);
+/* Admission rounds since start, their total and longest duration (µs);
+ * for /metrics (atoll_sched_round_*). */
+void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us);
 /* Stops admission and joins the thread. */
 void sched_stop(void);
 

@@ -8,13 +8,61 @@
 #include "scheduler.h"
 #include "store.h"
 
+/* Tenant views (DESIGN.md Part E): a tenant sees its own job ids only.
+ * Admin, read and auth-off callers (req->tenant 0) see everything. */
+
+/* Jobs whose tenant was looked up for one view; the devices of one job are
+ * many, its lookups one. */
+#define VIEW_JOBS_CACHED 64
+
+typedef struct view_jobs {
+    int64_t id[VIEW_JOBS_CACHED];
+    int own[VIEW_JOBS_CACHED];
+    int n;
+} view_jobs_t;
+
+static int view_job_own(store_t *st, view_jobs_t *vj, int64_t tenant, int64_t job)
+{
+    for (int i = 0; i < vj->n; i++)
+        if (vj->id[i] == job)
+            return vj->own[i];
+    int own = store_job_tenant(st, job) == tenant;
+    if (vj->n < VIEW_JOBS_CACHED) {
+        vj->id[vj->n] = job;
+        vj->own[vj->n++] = own;
+    }
+    return own;
+}
+
+/* In an island object: a device held by another tenant's job (or a job
+ * without a tenant) shows "tenant": "other" instead of its job and slice. */
+static void island_tenant_view(store_t *st, json_t *isl, int64_t tenant, view_jobs_t *vj)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(isl, "devices"), i, d) {
+        json_t *job = json_object_get(d, "job");
+        if (!json_is_integer(job) || view_job_own(st, vj, tenant, json_integer_value(job)))
+            continue;
+        json_object_del(d, "job");
+        json_object_del(d, "slice");
+        json_object_set_new(d, "tenant", json_string("other"));
+    }
+}
+
 void api_islands_list(http_req_t *req, http_resp_t *resp)
 {
-    (void)req;
     store_t *st = api_store(resp);
     if (!st)
         return;
     json_t *v = store_islands_json(st);
+    if (v && req->tenant > 0) {
+        view_jobs_t vj = {.n = 0};
+        size_t i;
+        json_t *isl;
+        json_array_foreach(json_object_get(v, "islands"), i, isl)
+            island_tenant_view(st, isl, req->tenant, &vj);
+    }
     if (v)
         http_json(resp, 200, v);
     else
@@ -27,6 +75,10 @@ void api_islands_get(http_req_t *req, http_resp_t *resp)
     if (!st)
         return;
     json_t *v = store_island_json(st, req->params[0]);
+    if (v && req->tenant > 0) {
+        view_jobs_t vj = {.n = 0};
+        island_tenant_view(st, v, req->tenant, &vj);
+    }
     if (v)
         http_json(resp, 200, v);
     else
@@ -35,11 +87,20 @@ void api_islands_get(http_req_t *req, http_resp_t *resp)
 
 void api_workers_list(http_req_t *req, http_resp_t *resp)
 {
-    (void)req;
     store_t *st = api_store(resp);
     if (!st)
         return;
     json_t *v = store_workers_json(st, api_cfg.lease_us);
+    if (v && req->tenant > 0) {
+        /* Where workers listen and run is for operators, not tenants. */
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(v, "workers"), i, w) {
+            json_object_del(w, "data_addr");
+            json_object_del(w, "host");
+            json_object_del(w, "pid");
+        }
+    }
     if (v)
         http_json(resp, 200, v);
     else
@@ -93,6 +154,26 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
                             "# TYPE atoll_allocations_total counter\n"
                             "atoll_allocations_total %lu\n",
                             (unsigned long)attempts, (unsigned long)successes);
+    len += (size_t)snprintf(all + len, cap - len,
+                            "# HELP atoll_store_write_transactions_total SQLite write"
+                            " transactions committed.\n"
+                            "# TYPE atoll_store_write_transactions_total counter\n"
+                            "atoll_store_write_transactions_total %lu\n",
+                            (unsigned long)store_write_transactions());
+    uint64_t rounds, round_us, round_max_us;
+    sched_round_stats(&rounds, &round_us, &round_max_us);
+    len += (size_t)snprintf(all + len, cap - len,
+                            "# HELP atoll_sched_rounds_total Admission rounds run.\n"
+                            "# TYPE atoll_sched_rounds_total counter\n"
+                            "atoll_sched_rounds_total %lu\n"
+                            "# HELP atoll_sched_round_seconds_sum Time spent in admission rounds.\n"
+                            "# TYPE atoll_sched_round_seconds_sum counter\n"
+                            "atoll_sched_round_seconds_sum %.6f\n"
+                            "# HELP atoll_sched_round_seconds_max The longest admission round.\n"
+                            "# TYPE atoll_sched_round_seconds_max gauge\n"
+                            "atoll_sched_round_seconds_max %.6f\n",
+                            (unsigned long)rounds, (double)round_us / 1e6,
+                            (double)round_max_us / 1e6);
     len += (size_t)snprintf(all + len, cap - len,
                             "# HELP atoll_http_responses Responses sent by status class.\n"
                             "# TYPE atoll_http_responses counter\n");

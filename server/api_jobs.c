@@ -7,12 +7,16 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "auth.h"
 #include "scheduler.h"
 #include "store.h"
 #include "util.h"
 
 #define API_IDEM_KEY_MAX 128
 #define API_LIST_MAX 500
+/* Retry-After of a 429 (tenant queue full): about how long a slot takes to
+ * open on a busy cluster; a hint, not a promise. */
+#define API_QUEUE_FULL_RETRY_S "5"
 
 /* 422 when the job's slices could not be placed together even on an
  * empty cluster: it would wait forever. */
@@ -35,20 +39,55 @@ cleanup:
     return fits;
 }
 
-/* 422 when the job alone needs more devices than the tenant's quota: it
- * could never be admitted. Returns 1 when answered. */
-static int job_over_quota(store_t *st, int64_t tenant, const job_plan_t *plan,
-                          http_resp_t *resp)
+/* A tenant's submission against its limits (DESIGN.md Part E): a priority
+ * above max_priority is 403; a job alone needing more devices than the
+ * quota could never be admitted: 422. Returns 1 when answered. The queue
+ * cap (429) is checked by the store, in the insert's transaction. */
+static int job_over_limits(const tenant_limits_t *lim, const job_plan_t *plan,
+                           http_resp_t *resp)
 {
-    int64_t quota = store_tenant_quota(st, tenant), need = 0;
+    if (plan->priority > lim->max_priority) {
+        http_problem(resp, 403, "priority", "priority %ld is above the tenant's max_priority %ld",
+                     (long)plan->priority, (long)lim->max_priority);
+        return 1;
+    }
+    int64_t need = 0;
     for (int s = 0; s < plan->nslices; s++)
         need += shape_numel(&plan->slices[s].shape);
-    if (quota > 0 && need > quota) {
+    if (lim->quota > 0 && need > lim->quota) {
         http_problem(resp, 422, "slices", "the job needs %ld devices; the tenant's quota is %ld",
-                     (long)need, (long)quota);
+                     (long)need, (long)lim->quota);
         return 1;
     }
     return 0;
+}
+
+/* The hash of the canonical document (sorted keys, compact): a replayed
+ * Idempotency-Key must bring the same document. 0 or -1 (out of memory). */
+static int doc_hash(const json_t *doc, char hex[AUTH_HASH_HEX_LEN])
+{
+    char *text = json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT);
+    if (!text)
+        return -1;
+    auth_hash_token(text, hex);
+    free(text);
+    return 0;
+}
+
+/* Answers a store refusal of a submission; id is the existing job for a
+ * reused key. */
+static void job_refused(int rc, int64_t id, const tenant_limits_t *lim, http_resp_t *resp)
+{
+    if (rc == STORE_MISMATCH) {
+        http_problem(resp, 422, "Idempotency-Key",
+                     "this key was used for job %ld with a different document", (long)id);
+    } else if (rc == STORE_FULL) {
+        snprintf(resp->retry_after, sizeof resp->retry_after, "%s", API_QUEUE_FULL_RETRY_S);
+        http_problem(resp, 429, NULL, "the tenant has %ld jobs queued, its max_queued",
+                     (long)lim->max_queued);
+    } else {
+        http_problem(resp, 503, NULL, "the job could not be stored; nothing was created");
+    }
 }
 
 /* A tenant sees only its own jobs: another tenant's job is "not found". */
@@ -86,16 +125,29 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
                      plan->nslices);
         goto cleanup;
     }
-    if (req->tenant > 0 && job_over_quota(st, req->tenant, plan, resp))
+    /* Admin and auth-off callers (tenant 0) are not tenant-limited. */
+    tenant_limits_t lim = {0, 1, 0, 0};
+    if (req->tenant > 0 && store_tenant_limits(st, req->tenant, &lim) != STORE_OK) {
+        http_problem(resp, 503, NULL, "the tenant's limits could not be read; retry");
+        goto cleanup;
+    }
+    if (req->tenant > 0 && job_over_limits(&lim, plan, resp))
         goto cleanup;
     /* Keys are per tenant: another tenant's key never finds this job. */
-    char key[API_IDEM_KEY_MAX + 32];
-    if (idem)
+    char key[API_IDEM_KEY_MAX + 32], hash[AUTH_HASH_HEX_LEN];
+    if (idem) {
         snprintf(key, sizeof key, "t%ld:%s", (long)req->tenant, idem);
+        if (doc_hash(doc, hash) != 0) {
+            http_problem(resp, 500, NULL, "out of memory");
+            goto cleanup;
+        }
+    }
+    store_job_new_t nj = {req->body, idem ? key : NULL, idem ? hash : NULL, req->tenant,
+                          lim.max_queued};
     int64_t id = 0;
-    int rc = store_job_create(st, plan, req->body, idem ? key : NULL, req->tenant, &id);
-    if (rc == STORE_ERR) {
-        http_problem(resp, 503, NULL, "the job could not be stored; nothing was created");
+    int rc = store_job_create(st, plan, &nj, &id);
+    if (rc != STORE_OK && rc != STORE_CONFLICT) {
+        job_refused(rc, id, &lim, resp);
         goto cleanup;
     }
     if (rc == STORE_OK)

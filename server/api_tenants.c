@@ -6,11 +6,19 @@
 #include <string.h>
 
 #include "auth.h"
-#include "sha256.h"
 #include "store.h"
 
 #define TENANT_QUOTA_MAX 1000000
 #define TENANT_SHARE_MAX 1000
+/* DESIGN.md Part E defaults. */
+#define TENANT_MAX_QUEUED_DEFAULT 1000
+#define TENANT_MAX_QUEUED_MAX 100000
+#define TENANT_MAX_PRIORITY_DEFAULT 0
+/* The job document's priority range (common/compiler.c). */
+#define TENANT_PRIORITY_LIMIT 1000
+
+static const char *const tenant_fields[] = {"name", "quota_devices", "share", "max_queued",
+                                            "max_priority", NULL};
 
 static int tenant_name_ok(const char *name)
 {
@@ -50,8 +58,10 @@ void api_tenants_create(http_req_t *req, http_resp_t *resp)
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v) {
-        if (strcmp(key, "name") != 0 && strcmp(key, "quota_devices") != 0 &&
-            strcmp(key, "share") != 0) {
+        int known = 0;
+        for (int i = 0; tenant_fields[i]; i++)
+            known |= strcmp(key, tenant_fields[i]) == 0;
+        if (!known) {
             http_problem(resp, 400, key, "unknown field '%s'", key);
             goto cleanup;
         }
@@ -61,26 +71,36 @@ void api_tenants_create(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 400, "name", "name: 1 to 63 letters, digits, '_' or '-'");
         goto cleanup;
     }
-    int64_t quota = 0, share = 1, id = 0;
-    if (int_field(body, "quota_devices", 0, TENANT_QUOTA_MAX, &quota, resp) != 0 ||
-        int_field(body, "share", 1, TENANT_SHARE_MAX, &share, resp) != 0)
+    /* quota_devices absent = no cap (stored as 0); 0 itself is refused:
+     * it read as "nothing" but meant "unlimited". */
+    tenant_limits_t lim = {0, 1, TENANT_MAX_QUEUED_DEFAULT, TENANT_MAX_PRIORITY_DEFAULT};
+    int64_t id = 0;
+    if (int_field(body, "quota_devices", 1, TENANT_QUOTA_MAX, &lim.quota, resp) != 0 ||
+        int_field(body, "share", 1, TENANT_SHARE_MAX, &lim.share, resp) != 0 ||
+        int_field(body, "max_queued", 1, TENANT_MAX_QUEUED_MAX, &lim.max_queued, resp) != 0 ||
+        int_field(body, "max_priority", -TENANT_PRIORITY_LIMIT, TENANT_PRIORITY_LIMIT,
+                  &lim.max_priority, resp) != 0)
         goto cleanup;
-    char token[64], hash[2 * SHA256_DIGEST_LEN + 1];
+    char token[64], hash[AUTH_HASH_HEX_LEN];
     if (auth_new_token(token) != 0) {
         http_problem(resp, 503, NULL, "no randomness available for a token");
         goto cleanup;
     }
-    sha256_hex(token, hash);
-    int rc = store_tenant_create(st, name, hash, quota, share, &id);
+    auth_hash_token(token, hash);
+    int rc = store_tenant_create(st, name, hash, &lim, &id);
     if (rc == STORE_CONFLICT)
         http_problem(resp, 409, "name", "tenant '%s' exists", name);
     else if (rc != STORE_OK)
         http_problem(resp, 503, NULL, "tenant could not be stored");
     else
         /* The token is shown once; only its hash is kept. */
-        http_json(resp, 201, json_pack("{s:I, s:s, s:s, s:I, s:I}", "id", (json_int_t)id,
-                                       "name", name, "token", token, "quota_devices",
-                                       (json_int_t)quota, "share", (json_int_t)share));
+        http_json(resp, 201, json_pack("{s:I, s:s, s:s, s:o, s:I, s:I, s:I}", "id",
+                                       (json_int_t)id, "name", name, "token", token,
+                                       "quota_devices", lim.quota ? json_integer(lim.quota)
+                                                                  : json_null(),
+                                       "share", (json_int_t)lim.share, "max_queued",
+                                       (json_int_t)lim.max_queued, "max_priority",
+                                       (json_int_t)lim.max_priority));
 cleanup:
     json_decref(body);
 }

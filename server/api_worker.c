@@ -1,16 +1,214 @@
-/* api_worker.c - the worker protocol (docs/worker-protocol.md). */
+/* api_worker.c - the worker protocol (docs/worker-protocol.md).
+ *
+ * Credentials: registration needs the join token (the router's
+ * ACCESS_WORKER) and answers the worker's own secret; the store keeps only
+ * its hash. Every later call about a live worker must carry that secret in
+ * WORKER_SECRET_HEADER (worker_auth); the join token alone is refused.
+ *
+ * Leases without writes: heartbeats and polls note the time a worker was
+ * heard in an in-memory book; lease_flush() writes the book in one
+ * transaction at most LEASE_FLUSHES_PER_LEASE times a lease, whatever the
+ * number of workers. A parked poll re-reads the store only when a write
+ * transaction committed since its last look (store_write_gen), and that
+ * read takes no write lock when there is nothing to lease. */
 #include "api.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "scheduler.h"
 #include "store.h"
 #include "util.h"
 
 #define WORKER_MAX_DEVICES 4096
 #define POLL_WAIT_MAX_MS 30000
+#define WORKER_SECRET_HEADER "X-Atoll-Worker-Secret"
+/* The book is written every lease/5: a renewal reaches the store within a
+ * fifth of a lease (plus one call's delay) of the worker's call. */
+#define LEASE_FLUSHES_PER_LEASE 5
+
+/* ---- credentials ---- */
+
+/* The one place a worker secret is hashed into what the store keeps. */
+static void worker_secret_hash(const char *secret, char hex[AUTH_HASH_HEX_LEN])
+{
+    auth_hash_token(secret, hex);
+}
+
+/* Equal hex hashes, in time independent of where they differ. */
+static int hash_equal(const char *a, const char *b)
+{
+    unsigned char diff = 0;
+    for (size_t i = 0; i < AUTH_HASH_HEX_LEN - 1; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0 && strlen(a) == AUTH_HASH_HEX_LEN - 1;
+}
+
+/* With auth on, the admin token may remove any worker (operators' tool). */
+static int caller_is_admin(const http_req_t *req)
+{
+    auth_who_t who;
+    return auth_enabled() &&
+           auth_identify(http_header(req, "Authorization"), NULL, NULL, &who) == 0 &&
+           who.role == AUTH_ADMIN;
+}
+
+/* Checks the caller speaks for worker `id`. Returns 1 to go on (*live
+ * set), 0 when answered: 401 no secret, 403 wrong secret, 404 a live worker
+ * registered before credentials existed (it registers again). A gone or
+ * unknown worker needs no secret: every handler refuses it anyway
+ * (fencing), with the statuses it always had. */
+static int worker_auth(http_req_t *req, http_resp_t *resp, store_t *st, int64_t id,
+                       int admin_may, int *live)
+{
+    char stored[AUTH_HASH_HEX_LEN], given[AUTH_HASH_HEX_LEN];
+    *live = 0;
+    int rc = store_worker_secret(st, id, stored, live);
+    if (rc == STORE_NOTFOUND)
+        return 1;
+    if (rc == STORE_OK && *live && !stored[0]) {
+        http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);
+        return 0;
+    }
+    if (rc != STORE_OK) {
+        http_problem(resp, 503, NULL, "worker could not be read; retry");
+        return 0;
+    }
+    if (!*live || (admin_may && caller_is_admin(req)))
+        return 1;
+    const char *secret = http_header(req, WORKER_SECRET_HEADER);
+    if (!secret || !*secret) {
+        http_problem(resp, 401, WORKER_SECRET_HEADER, "calls about worker %ld need its "
+                     "credential in " WORKER_SECRET_HEADER, (long)id);
+        return 0;
+    }
+    worker_secret_hash(strlen(secret) <= AUTH_MAX_TOKEN ? secret : "", given);
+    if (strlen(secret) > AUTH_MAX_TOKEN || !hash_equal(given, stored)) {
+        http_problem(resp, 403, WORKER_SECRET_HEADER, "not the credential of worker %ld",
+                     (long)id);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- leases in memory ---- */
+
+typedef struct lease_ent {
+    int64_t id;
+    int64_t heard_at;           /* unix us of the last call */
+    int64_t written_at;         /* heard_at last written to the store */
+    int has_stats, dirty;       /* ws holds figures; not yet written */
+    worker_stats_t ws;
+} lease_ent_t;
+
+static pthread_mutex_t lease_mu = PTHREAD_MUTEX_INITIALIZER;
+static lease_ent_t *lease_tab;      /* owned here; guarded by lease_mu */
+static size_t lease_n, lease_cap;
+static _Atomic int64_t lease_next_flush;
+
+/* The entry of `id` (lease_mu held), appended when absent and add; NULL
+ * when absent or out of memory. */
+static lease_ent_t *lease_find(int64_t id, int add)
+{
+    for (size_t i = 0; i < lease_n; i++)
+        if (lease_tab[i].id == id)
+            return &lease_tab[i];
+    if (!add)
+        return NULL;
+    if (lease_n == lease_cap) {
+        size_t cap = lease_cap ? lease_cap * 2 : 64;
+        lease_ent_t *t = realloc(lease_tab, cap * sizeof *t);
+        if (!t)
+            return NULL;
+        lease_tab = t;
+        lease_cap = cap;
+    }
+    lease_tab[lease_n] = (lease_ent_t){.id = id};
+    return &lease_tab[lease_n++];
+}
+
+/* Records that worker `id` was heard now, with its figures when ws is not
+ * NULL. 0, or -1 when the book cannot hold it (the caller writes). */
+static int lease_note(int64_t id, const worker_stats_t *ws)
+{
+    pthread_mutex_lock(&lease_mu);
+    lease_ent_t *e = lease_find(id, 1);
+    if (e) {
+        e->heard_at = util_wall_us();
+        if (ws && (!e->has_stats || memcmp(&e->ws, ws, sizeof *ws) != 0)) {
+            e->ws = *ws;
+            e->has_stats = e->dirty = 1;
+        }
+    }
+    pthread_mutex_unlock(&lease_mu);
+    return e ? 0 : -1;
+}
+
+static void lease_forget(int64_t id)
+{
+    pthread_mutex_lock(&lease_mu);
+    lease_ent_t *e = lease_find(id, 0);
+    if (e)
+        *e = lease_tab[--lease_n];
+    pthread_mutex_unlock(&lease_mu);
+}
+
+/* What the book heard that the store lacks, into a new array (*n items;
+ * NULL when none or out of memory). Drops entries silent for two leases
+ * (their workers are gone). lease_mu held. */
+static worker_renew_t *lease_collect(int64_t now, int *n)
+{
+    *n = 0;
+    for (size_t i = 0; i < lease_n;) {
+        if (lease_tab[i].heard_at < now - 2 * api_cfg.lease_us)
+            lease_tab[i] = lease_tab[--lease_n];
+        else
+            i++;
+    }
+    worker_renew_t *b = lease_n ? malloc(lease_n * sizeof *b) : NULL;
+    for (size_t i = 0; b && i < lease_n; i++) {
+        lease_ent_t *e = &lease_tab[i];
+        if (e->heard_at > e->written_at || e->dirty)
+            b[(*n)++] = (worker_renew_t){e->id, e->heard_at, e->dirty, e->ws};
+    }
+    return b;
+}
+
+/* Writes the book at most once per lease/LEASE_FLUSHES_PER_LEASE (one
+ * caller wins the turn). Cheap when not due: every worker call and every
+ * run of a parked poll calls it. */
+static void lease_flush(store_t *st)
+{
+    int64_t now = util_wall_us(), due = atomic_load(&lease_next_flush);
+    int64_t period = api_cfg.lease_us / LEASE_FLUSHES_PER_LEASE;
+    if (now < due || !atomic_compare_exchange_strong(&lease_next_flush, &due, now + period))
+        return;
+    int n = 0;
+    pthread_mutex_lock(&lease_mu);
+    worker_renew_t *b = lease_collect(now, &n);
+    pthread_mutex_unlock(&lease_mu);
+    if (n > 0 && store_worker_renew(st, b, n) != STORE_OK) {
+        log_warn("%d worker lease renewal(s) not stored; retrying", n);
+        atomic_store(&lease_next_flush, now);
+        n = 0;
+    }
+    pthread_mutex_lock(&lease_mu);
+    for (int i = 0; i < n; i++) {
+        lease_ent_t *e = lease_find(b[i].id, 0);
+        if (!e)
+            continue;
+        if (b[i].heard_at > e->written_at)
+            e->written_at = b[i].heard_at;
+        if (b[i].has_stats && memcmp(&e->ws, &b[i].ws, sizeof e->ws) == 0)
+            e->dirty = 0;
+    }
+    pthread_mutex_unlock(&lease_mu);
+    free(b);
+}
 
 /* A string field of at most max bytes; answers 400 naming it otherwise. */
 static const char *str_field(json_t *body, const char *key, size_t max, int required,
@@ -54,6 +252,7 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
     static const char *const allowed[] = {"island", "devices", "backend", "data_addr", "host",
                                           "pid", NULL};
     json_t *body = api_body_json(req, resp), *out = NULL;
+    char secret[64] = "", secret_hash[AUTH_HASH_HEX_LEN];
     if (!body)
         return;
     const char *key;
@@ -98,6 +297,12 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
     store_t *st = api_store(resp);
     if (!st)
         goto cleanup;
+    if (auth_new_token(secret) != 0) {
+        http_problem(resp, 503, NULL, "no credential could be made; retry");
+        goto cleanup;
+    }
+    worker_secret_hash(secret, secret_hash);
+    reg.secret_hash = secret_hash;
     int rc = store_worker_register(st, &reg, api_cfg.lease_us, &out);
     if (rc == STORE_NOTFOUND)
         http_problem(resp, 404, "island", "no island named '%s'", reg.island);
@@ -111,9 +316,11 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
                  (long)json_integer_value(json_object_get(out, "id")), reg.island, reg.ndevices,
                  reg.data_addr);
         sched_notify();
+        json_object_set_new(out, "secret", json_string(secret));
         http_json(resp, 201, out);
     }
 cleanup:
+    memset(secret, 0, sizeof secret);
     json_decref(body);
 }
 
@@ -125,7 +332,8 @@ static int64_t worker_param(http_req_t *req, http_resp_t *resp)
     return id;
 }
 
-/* The optional heartbeat body {"store": {"objects","bytes","cap_bytes"}}. */
+/* The optional heartbeat body {"store": {"objects","bytes","cap_bytes"}}.
+ * 1 when it carries figures, 0 when not, -1 with a 400 answered. */
 static int heartbeat_stats(http_req_t *req, http_resp_t *resp, worker_stats_t *ws)
 {
     if (req->body_len == 0)
@@ -161,9 +369,23 @@ static int heartbeat_stats(http_req_t *req, http_resp_t *resp, worker_stats_t *w
             *dst[i] = n ? json_integer_value(n) : 0;
         }
     }
-    rc = 0;
+    rc = store != NULL;
 cleanup:
     json_decref(body);
+    return rc;
+}
+
+/* The lease renewal of a call by a live worker: in the book, or straight
+ * to the store when the book cannot take it. */
+static int lease_renew(store_t *st, int64_t id, const worker_stats_t *ws)
+{
+    int rc = STORE_OK;
+    if (lease_note(id, ws) != 0) {
+        rc = store_worker_heartbeat(st, id);
+        if (rc == STORE_OK && ws)
+            rc = store_worker_set_stats(st, id, ws);
+    }
+    lease_flush(st);
     return rc;
 }
 
@@ -171,14 +393,14 @@ void api_worker_heartbeat(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
     store_t *st;
-    if (id < 1 || !(st = api_store(resp)))
+    int live = 0;
+    if (id < 1 || !(st = api_store(resp)) || !worker_auth(req, resp, st, id, 0, &live))
         return;
     worker_stats_t ws = {0};
-    if (heartbeat_stats(req, resp, &ws) != 0)
+    int has_stats = heartbeat_stats(req, resp, &ws);
+    if (has_stats < 0)
         return;
-    int rc = store_worker_heartbeat(st, id);
-    if (rc == STORE_OK)
-        rc = store_worker_set_stats(st, id, &ws);
+    int rc = live ? lease_renew(st, id, has_stats ? &ws : NULL) : STORE_NOTFOUND;
     if (rc == STORE_NOTFOUND)
         http_problem(resp, 404, "id", "worker %ld is not registered (lease expired?)", (long)id);
     else if (rc != STORE_OK)
@@ -201,12 +423,29 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         return;
     }
     store_t *st = api_store(resp);
+    int live = 0;
     if (!st)
         return;
-    if (req->runs == 0 && store_worker_heartbeat(st, id) == STORE_NOTFOUND) {
-        http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);
-        return;
+    if (req->runs == 0) {
+        if (!worker_auth(req, resp, st, id, 0, &live))
+            return;
+        if (live && lease_renew(st, id, NULL) != STORE_OK) {
+            http_problem(resp, 503, NULL, "lease not renewed; retry");
+            return;
+        }
+    } else {
+        lease_flush(st);
+        if (store_write_gen() == req->user_gen) {
+            /* Nothing committed since this poll last looked: no SQL. */
+            if (util_mono_us() - req->first_us < wait_ms * 1000)
+                resp->park = 1;
+            else
+                http_json(resp, 200, json_pack("{s:[], s:[]}", "tasks", "cancel"));
+            return;
+        }
     }
+    /* Noted before the read: a commit after this is seen next time. */
+    req->user_gen = store_write_gen();
     json_t *out = NULL;
     int any = 0;
     int rc = store_worker_poll(st, id, &out, &any);
@@ -221,7 +460,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     }
     if (!any && util_mono_us() - req->first_us < wait_ms * 1000) {
         json_decref(out);
-        resp->park = 1;     /* long poll: run again on http_wake() or the tick */
+        resp->park = 1;     /* long poll: run again on http_wake() or the tick (cheap) */
         return;
     }
     http_json(resp, 200, out);
@@ -279,7 +518,9 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
     }
     json_t *body = api_body_json(req, resp);
     store_t *st;
-    if (!body || report_outputs_ok(body, resp) != 0 || !(st = api_store(resp))) {
+    int live = 0;
+    if (!body || report_outputs_ok(body, resp) != 0 || !(st = api_store(resp)) ||
+        !worker_auth(req, resp, st, id, 0, &live)) {
         json_decref(body);
         return;
     }
@@ -339,7 +580,8 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
             goto cleanup;
         }
     }
-    if (!(st = api_store(resp)))
+    int live = 0;
+    if (!(st = api_store(resp)) || !worker_auth(req, resp, st, id, 0, &live))
         goto cleanup;
     int effects = 0;
     if (store_worker_report_batch(st, id, reports, &results, &effects) != STORE_OK) {
@@ -359,9 +601,11 @@ void api_worker_leave(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
     store_t *st;
-    if (id < 1 || !(st = api_store(resp)))
+    int live = 0;
+    if (id < 1 || !(st = api_store(resp)) || !worker_auth(req, resp, st, id, 1, &live))
         return;
     int rc = store_worker_leave(st, id);
+    lease_forget(id);
     if (rc == STORE_NOTFOUND)
         http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);
     else if (rc != STORE_OK)

@@ -1,14 +1,12 @@
 /* auth.c - bearer-token identification; see auth.h for the roles. */
 #include "auth.h"
 
+#include <nettle/sha2.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include "sha256.h"
-
-#define AUTH_MIN_TOKEN 16
-#define HEX_LEN (2 * SHA256_DIGEST_LEN + 1)
+#define HEX_LEN AUTH_HASH_HEX_LEN
 
 /* Hashes of the fixed tokens; "" when unset. Written once at start-up,
  * before any thread reads them. */
@@ -19,10 +17,21 @@ static int auth_keep(const char *token, char hash[HEX_LEN])
     hash[0] = '\0';
     if (!token || !*token)
         return 0;
-    if (strlen(token) < AUTH_MIN_TOKEN)
+    if (strlen(token) < AUTH_MIN_TOKEN || strlen(token) > AUTH_MAX_TOKEN)
         return -1;
-    sha256_hex(token, hash);
+    auth_hash_token(token, hash);
     return 0;
+}
+
+void auth_hash_token(const char *token, char hex[HEX_LEN])
+{
+    struct sha256_ctx ctx;
+    uint8_t digest[SHA256_DIGEST_SIZE];
+    sha256_init(&ctx);
+    sha256_update(&ctx, strlen(token), (const uint8_t *)token);
+    sha256_digest(&ctx, sizeof digest, digest);
+    for (size_t i = 0; i < sizeof digest; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
 }
 
 int auth_setup(const char *admin, const char *worker, const char *read)
@@ -45,30 +54,35 @@ static int hash_equal(const char *a, const char *b)
     return diff == 0;
 }
 
-void auth_identify(store_t *st, const char *authorization, auth_who_t *who)
+int auth_identify(const char *authorization, auth_tenant_fn lookup, void *ctx,
+                  auth_who_t *who)
 {
     who->role = auth_enabled() ? AUTH_NONE : AUTH_ADMIN;
     who->tenant = 0;
     if (!auth_enabled() || !authorization || strncmp(authorization, "Bearer ", 7) != 0)
-        return;
+        return 0;
     const char *token = authorization + 7;
-    if (strlen(token) < AUTH_MIN_TOKEN || strlen(token) > 200)
-        return;
+    size_t len = strnlen(token, AUTH_MAX_TOKEN + 1);
+    if (len < AUTH_MIN_TOKEN || len > AUTH_MAX_TOKEN)
+        return 0;
     char hash[HEX_LEN];
-    sha256_hex(token, hash);
+    auth_hash_token(token, hash);
     if (hash_equal(hash, admin_hash)) {
         who->role = AUTH_ADMIN;
     } else if (worker_hash[0] && hash_equal(hash, worker_hash)) {
         who->role = AUTH_WORKER;
     } else if (read_hash[0] && hash_equal(hash, read_hash)) {
         who->role = AUTH_READ;
-    } else {
-        int64_t tenant = store_tenant_by_hash(st, hash);
+    } else if (lookup) {
+        int64_t tenant = lookup(ctx, hash);
+        if (tenant < 0)
+            return -1;
         if (tenant > 0) {
             who->role = AUTH_TENANT;
             who->tenant = tenant;
         }
     }
+    return 0;
 }
 
 int auth_allows(const auth_who_t *who, auth_access_t access)

@@ -1,5 +1,7 @@
 /* http.c - libmicrohttpd glue: body accumulation with a cap, parking of
- * long polls (suspend/resume), response building. */
+ * long polls (suspend/resume), response building, and the defences against
+ * hostile connections (see http.h): a connection cap from RLIMIT_NOFILE, an
+ * idle timeout, and a header deadline enforced by a sweeper. */
 #include "http.h"
 
 #include <arpa/inet.h>
@@ -10,17 +12,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "util.h"
 
-/* Per-connection request state (MHD's con_cls); freed in conn_done(). */
+/* Per-request state (MHD's con_cls): made by on_uri() when the request
+ * line arrives (or by on_request() if that failed), freed in on_done(). */
 typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     int too_large;
+    int headers_seen;               /* on_request() ran once: the header block is complete */
+    char *raw_target;               /* the request target as received; owned */
     http_req_t req;
 } conn_ctx_t;
+
+/* One open connection, for the header-deadline sweeper (MHD's
+ * socket_context): made on MHD_CONNECTION_NOTIFY_STARTED, unlinked and
+ * freed on MHD_CONNECTION_NOTIFY_CLOSED, which MHD calls before it closes
+ * the socket; the sweeper holds track_mu while it calls shutdown(), so the
+ * fd it shuts down is always still this connection's. */
+typedef struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    _Atomic int64_t deadline_us;    /* headers complete by then (monotonic); 0 = none */
+} conn_track_t;
+
+static pthread_mutex_t track_mu = PTHREAD_MUTEX_INITIALIZER;
+static conn_track_t *track_head;    /* guarded by track_mu */
+static _Atomic uint64_t http_cut_count;
+static unsigned http_conn_cap;
 
 static struct MHD_Daemon *http_daemon;
 static http_config_t http_cfg;
@@ -47,6 +70,7 @@ static const char *status_title(int status)
     case 413: return "Payload Too Large";
     case 415: return "Unsupported Media Type";
     case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
     case 503: return "Service Unavailable";
     default: return status >= 500 ? "Internal Server Error" : "Error";
     }
@@ -218,6 +242,7 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
     if (resp->stream) {   /* a streaming response the handler built (api_stream.c) */
         free(resp->body);
         count_status(resp->status);
+        MHD_add_response_header(resp->stream, "X-Content-Type-Options", "nosniff");
         enum MHD_Result sret = MHD_queue_response(conn, (unsigned)resp->status, resp->stream);
         MHD_destroy_response(resp->stream);
         return sret;
@@ -234,8 +259,13 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
     MHD_add_response_header(r, "Content-Type", resp->content_type ? resp->content_type
                                                                  : "application/json");
     MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (resp->csp)
+        MHD_add_response_header(r, "Content-Security-Policy", resp->csp);
     if (resp->location[0])
         MHD_add_response_header(r, "Location", resp->location);
+    if (resp->retry_after[0])
+        MHD_add_response_header(r, "Retry-After", resp->retry_after);
     count_status(resp->status);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)resp->status, r);
     MHD_destroy_response(r);
@@ -269,14 +299,94 @@ void http_wake(void)
     pthread_mutex_unlock(&park_mu);
 }
 
+/* Sets the header deadline of conn's tracked connection (0: none). */
+static void track_deadline(struct MHD_Connection *conn, int64_t deadline_us)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_track_t *t = info ? info->socket_context : NULL;
+    if (t)
+        atomic_store(&t->deadline_us, deadline_us);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    conn_track_t *t = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!info || !(t = calloc(1, sizeof *t)))
+            return;     /* untracked: only the idle timeout applies to it */
+        t->fd = info->connect_fd;
+        atomic_store(&t->deadline_us,
+                     util_mono_us() + (int64_t)http_cfg.header_timeout_ms * 1000);
+        pthread_mutex_lock(&track_mu);
+        t->next = track_head;
+        if (track_head)
+            track_head->prev = t;
+        track_head = t;
+        pthread_mutex_unlock(&track_mu);
+        *socket_context = t;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && t) {
+        pthread_mutex_lock(&track_mu);
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            track_head = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+        pthread_mutex_unlock(&track_mu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+/* Shuts down every connection past its header deadline: MHD then sees the
+ * end of the stream and closes it (the fd stays open until then, see
+ * conn_track_t). A slowloris client that sends a header line every few
+ * seconds resets MHD's idle timer forever; this deadline does not move. */
+static void sweep(void)
+{
+    int64_t now = util_mono_us();
+    pthread_mutex_lock(&track_mu);
+    for (conn_track_t *t = track_head; t; t = t->next) {
+        int64_t d = atomic_load(&t->deadline_us);
+        if (d && now > d) {
+            shutdown(t->fd, SHUT_RDWR);
+            atomic_store(&t->deadline_us, 0);
+            atomic_fetch_add(&http_cut_count, 1);
+        }
+    }
+    pthread_mutex_unlock(&track_mu);
+}
+
+uint64_t http_header_timeouts(void) { return atomic_load(&http_cut_count); }
+unsigned http_max_conns(void) { return http_conn_cap; }
+
 static void *ticker_main(void *arg)
 {
     (void)arg;
     while (atomic_load(&ticker_run)) {
         usleep(HTTP_PARK_TICK_MS * 1000);
         http_wake();
+        sweep();
     }
     return NULL;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: the request line has arrived; its target is
+ * still as sent (MHD decodes the path later, and cuts it at a %00), so a
+ * copy is kept for the router. The result becomes the request's con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    conn_ctx_t *c = calloc(1, sizeof *c);
+    if (c && uri)
+        c->raw_target = strdup(uri);    /* NULL on OOM: the router then sees only the path */
+    return c;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -286,10 +396,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)cls;
     (void)version;
     conn_ctx_t *c = *con_cls;
-    if (!c) {
-        if (!(c = calloc(1, sizeof *c)))
-            return MHD_NO;
-        *con_cls = c;
+    if (!c && !(c = *con_cls = calloc(1, sizeof *c)))
+        return MHD_NO;
+    if (!c->headers_seen) {
+        /* First call: the header block is complete, no deadline until the
+         * response is done. */
+        c->headers_seen = 1;
+        track_deadline(conn, 0);
         const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (clen && strtoull(clen, NULL, 10) > http_cfg.max_body)
             c->too_large = 1;
@@ -308,6 +421,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (c->req.runs == 0) {
         c->req.method = method;
         c->req.path = url;
+        c->req.raw_target = c->raw_target;
         c->req.body = c->body ? c->body : "";
         c->req.body_len = c->len;
         c->req.conn = conn;
@@ -329,11 +443,14 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
                     enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
     (void)toe;
+    /* The next request on a kept-alive connection gets as long for its
+     * headers as an idle connection may live. */
+    track_deadline(conn, util_mono_us() + (int64_t)HTTP_IDLE_TIMEOUT_S * 1000000);
     conn_ctx_t *c = *con_cls;
     if (c) {
         free(c->body);
+        free(c->raw_target);
         free(c);
         *con_cls = NULL;
     }
@@ -365,9 +482,39 @@ static char *read_pem(const char *path)
     return buf;
 }
 
+/* Raises the soft RLIMIT_NOFILE to the hard limit (each connection is one
+ * fd) and derives the connection cap from what is left after the reserve.
+ * The limit is the hard one: an operator lowers it with ulimit/systemd's
+ * LimitNOFILE, or sets --max-connections. */
+static unsigned fd_budget(unsigned asked)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return asked ? asked : 1000;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max == RLIM_INFINITY ? 1048576 : rl.rlim_max;
+        struct rlimit up = {want, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = want;
+    }
+    rlim_t room = rl.rlim_cur > 2 * HTTP_FD_RESERVE ? rl.rlim_cur - HTTP_FD_RESERVE
+                                                    : rl.rlim_cur / 2;
+    if (room > 1000000)
+        room = 1000000;
+    if (asked && asked < room)
+        return asked;
+    if (asked)
+        log_warn("--max-connections %u is more than the %lu file descriptors allowed; using %lu",
+                 asked, (unsigned long)room, (unsigned long)room);
+    return (unsigned)room;
+}
+
 int http_start(const http_config_t *cfg, int *bound_port)
 {
     http_cfg = *cfg;
+    if (http_cfg.header_timeout_ms <= 0)
+        http_cfg.header_timeout_ms = HTTP_HEADER_TIMEOUT_MS_DEFAULT;
+    http_conn_cap = fd_budget(cfg->max_conns);
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)cfg->port);
@@ -377,14 +524,19 @@ int http_start(const http_config_t *cfg, int *bound_port)
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
-    /* Options as an array so that the TLS ones are added only when asked. */
-    struct MHD_OptionItem opts[12];
+    /* Options as an array so that the TLS ones are added only when asked.
+     * MHD_USE_AUTO picks epoll here: no FD_SETSIZE ceiling, and the cost of
+     * a wake-up does not grow with the number of idle connections. */
+    struct MHD_OptionItem opts[16];
     int n = 0;
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &addr};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, NULL};
-    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
-    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, 1000, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, HTTP_IDLE_TIMEOUT_S, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, (intptr_t)http_conn_cap, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_done, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection,
+                                        NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, NULL};
     if (cfg->tls_cert) {
         if (!(tls_cert_pem = read_pem(cfg->tls_cert)) || !(tls_key_pem = read_pem(cfg->tls_key)))
             return -1;

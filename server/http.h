@@ -6,7 +6,15 @@
  * router); the handler fills an http_resp_t. A handler may instead ask to
  * park the request (long poll): the connection is suspended and the handler
  * runs again after http_wake() or within HTTP_PARK_TICK_MS, until it
- * answers. */
+ * answers.
+ *
+ * Hostile clients (docs/operations.md, "Connections and hostile clients"):
+ * epoll, RLIMIT_NOFILE raised to its hard limit and a connection cap
+ * derived from it; a connection idle HTTP_IDLE_TIMEOUT_S is closed; a
+ * request's header block must be complete within header_timeout_ms of the
+ * accept (of the previous response on a kept-alive connection:
+ * HTTP_IDLE_TIMEOUT_S), else a sweeper shuts the socket down (slowloris).
+ * Every response carries X-Content-Type-Options: nosniff. */
 #ifndef ATOLL_HTTP_H
 #define ATOLL_HTTP_H
 
@@ -16,16 +24,24 @@
 
 #define HTTP_MAX_PARAMS 4
 #define HTTP_PARK_TICK_MS 100
+/* Longer than the longest long poll (api_worker.c, 30 s) with margin. */
+#define HTTP_IDLE_TIMEOUT_S 60
+#define HTTP_HEADER_TIMEOUT_MS_DEFAULT 10000
+/* File descriptors kept out of the connection cap (database, logs, the
+ * store's threads, the listener). */
+#define HTTP_FD_RESERVE 256
 
 typedef struct http_req {
     const char *method;
-    const char *path;
+    const char *path;               /* URL-decoded, cut at a %00 */
+    const char *raw_target;         /* path?query as received, or NULL */
     const char *body;               /* NUL-terminated; "" when none */
     size_t body_len;
     void *conn;                     /* struct MHD_Connection * */
     const char *params[HTTP_MAX_PARAMS];  /* ":name" path segments, set by the router */
     int64_t first_us;               /* monotonic time the request was first handled */
     int runs;                       /* how many times the handler ran (parking) */
+    uint64_t user_gen;              /* the handler's own, kept across runs (0 at first) */
     int64_t tenant;                 /* set by the router: the caller's tenant id,
                                        0 = may see every tenant's jobs */
 } http_req_t;
@@ -36,9 +52,11 @@ typedef struct http_resp {
     size_t len;
     const char *content_type;       /* static string */
     char location[128];             /* Location header when non-empty */
+    char retry_after[16];           /* Retry-After header (seconds) when non-empty */
     int park;                       /* handler: "run me again later" */
     void *stream;                   /* handler: a struct MHD_Response * to queue as is
                                        (streaming body, e.g. SSE); owned, body unused */
+    const char *csp;                /* Content-Security-Policy when set (static string) */
 } http_resp_t;
 
 typedef void (*http_handler_fn)(http_req_t *req, http_resp_t *resp);
@@ -51,9 +69,12 @@ typedef struct http_config {
     http_handler_fn handler;
     const char *tls_cert;           /* PEM file paths: HTTPS when set (GnuTLS via MHD) */
     const char *tls_key;
+    unsigned max_conns;             /* 0: RLIMIT_NOFILE - HTTP_FD_RESERVE */
+    int header_timeout_ms;          /* 0: HTTP_HEADER_TIMEOUT_MS_DEFAULT */
 } http_config_t;
 
-/* Starts serving; *bound_port receives the actual port. 0 or -1. */
+/* Starts serving (raising RLIMIT_NOFILE first); *bound_port receives the
+ * actual port. 0 or -1. */
 int http_start(const http_config_t *cfg, int *bound_port);
 /* Resumes every parked request, then stops the daemon. */
 void http_stop(void);
@@ -69,6 +90,10 @@ void http_problem(http_resp_t *resp, int status, const char *field, const char *
 const char *http_query(const http_req_t *req, const char *key);
 const char *http_header(const http_req_t *req, const char *key);
 
+/* Connections shut down for not completing their headers in time. */
+uint64_t http_header_timeouts(void);
+/* The connection cap in force (after http_start). */
+unsigned http_max_conns(void);
 /* Requests served per status class since start (for /metrics). */
 void http_counts(uint64_t out[6]);
 #define HTTP_CODE_MAX 600

@@ -39,6 +39,8 @@ typedef struct options {
     const char *admin_token, *worker_token, *read_token;
     const char *tls_cert, *tls_key;     /* PEM file paths; both or neither */
     int64_t drain_ms;                   /* SIGTERM: wait for running shards to report */
+    int64_t max_conns;                  /* 0: derived from RLIMIT_NOFILE (http.h) */
+    int64_t header_timeout_ms;          /* a request's header block, from accept */
 } options_t;
 
 static void usage(FILE *out)
@@ -65,6 +67,11 @@ static void usage(FILE *out)
         "  --tls-key FILE       and this PEM private key (ATOLL_TLS_KEY)\n"
         "  --drain-ms N         on SIGTERM, time running shards get to report\n"
         "                       (ATOLL_DRAIN_MS, default 5000)\n"
+        "  --max-connections N  open HTTP connections at most (ATOLL_MAX_CONNECTIONS,\n"
+        "                       default: the file-descriptor limit, raised to its hard\n"
+        "                       limit, less 256)\n"
+        "  --header-timeout-ms N  a request's headers must be complete within N ms of\n"
+        "                       the connection (ATOLL_HEADER_TIMEOUT_MS, default 10000)\n"
         "  --help, --version\n", ATOLL_SOURCE_DIR);
 }
 
@@ -168,6 +175,8 @@ static int apply(options_t *o, int opt, const char *arg)
     case 'C': o->tls_cert = arg; return 0;
     case 'K': o->tls_key = arg; return 0;
     case 'T': return parse_int("--drain-ms", arg, 0, 3600000, &o->drain_ms);
+    case 'M': return parse_int("--max-connections", arg, 16, 1000000, &o->max_conns);
+    case 'H': return parse_int("--header-timeout-ms", arg, 100, 600000, &o->header_timeout_ms);
     default: return -1;
     }
 }
@@ -179,7 +188,8 @@ static int parse_env(options_t *o)
         {"ATOLL_LEASE_MS", 'L'}, {"ATOLL_MAX_BODY", 'b'}, {"ATOLL_HTTP_THREADS", 't'},
         {"ATOLL_WEB_DIR", 'w'}, {"ATOLL_LOG_LEVEL", 'v'}, {"ATOLL_ADMIN_TOKEN", 'A'},
         {"ATOLL_WORKER_TOKEN", 'W'}, {"ATOLL_READ_TOKEN", 'R'}, {"ATOLL_TLS_CERT", 'C'},
-        {"ATOLL_TLS_KEY", 'K'}, {"ATOLL_DRAIN_MS", 'T'},
+        {"ATOLL_TLS_KEY", 'K'}, {"ATOLL_DRAIN_MS", 'T'}, {"ATOLL_MAX_CONNECTIONS", 'M'},
+        {"ATOLL_HEADER_TIMEOUT_MS", 'H'},
     };
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
@@ -206,6 +216,8 @@ static int parse_args(options_t *o, int argc, char **argv)
         {"worker-token", required_argument, NULL, 'W'},
         {"read-token", required_argument, NULL, 'R'}, {"tls-cert", required_argument, NULL, 'C'},
         {"tls-key", required_argument, NULL, 'K'}, {"drain-ms", required_argument, NULL, 'T'},
+        {"max-connections", required_argument, NULL, 'M'},
+        {"header-timeout-ms", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     snprintf(o->host, sizeof o->host, "127.0.0.1");
@@ -214,6 +226,7 @@ static int parse_args(options_t *o, int argc, char **argv)
     o->dispatch = "parallel";
     o->lease_ms = 5000;
     o->drain_ms = 5000;
+    o->header_timeout_ms = HTTP_HEADER_TIMEOUT_MS_DEFAULT;
     o->max_body = 1 << 20;
     o->threads = 8;
     o->web_dir = ATOLL_SOURCE_DIR "/web";
@@ -253,7 +266,8 @@ static int parse_args(options_t *o, int argc, char **argv)
         return -1;
     }
     if (auth_setup(o->admin_token, o->worker_token, o->read_token) != 0) {
-        fprintf(stderr, "atolld: tokens must be at least 16 characters\n");
+        fprintf(stderr, "atolld: tokens must be %d to %d characters\n", AUTH_MIN_TOKEN,
+                AUTH_MAX_TOKEN);
         return -1;
     }
     if (!o->admin_token && (o->worker_token || o->read_token)) {
@@ -328,7 +342,8 @@ int main(int argc, char **argv)
         return 1;
     }
     http_config_t hc = {o.host, o.port, (size_t)o.max_body, (int)o.threads, api_route,
-                        o.tls_cert, o.tls_key};
+                        o.tls_cert, o.tls_key, (unsigned)o.max_conns,
+                        (int)o.header_timeout_ms};
     int port = 0;
     if (http_start(&hc, &port) != 0) {
         sampler_stop();
@@ -345,9 +360,10 @@ int main(int argc, char **argv)
     }
     const char *scheme = o.tls_cert ? "https" : "http";
     log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s lease_ms=%ld max_body=%ld"
-             " threads=%ld web_dir=%s auth=%s tls=%s", o.host, port, o.db, islands, o.dispatch,
-             (long)o.lease_ms, (long)o.max_body, (long)o.threads, o.web_dir,
-             auth_enabled() ? "tokens" : "off", o.tls_cert ? "on" : "off");
+             " threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u header_timeout_ms=%ld",
+             o.host, port, o.db, islands, o.dispatch, (long)o.lease_ms, (long)o.max_body,
+             (long)o.threads, o.web_dir, auth_enabled() ? "tokens" : "off",
+             o.tls_cert ? "on" : "off", http_max_conns(), (long)o.header_timeout_ms);
     printf("atolld ready: %s://%s:%d (db %s, islands %s)\n", scheme, o.host, port, o.db, islands);
     fflush(stdout);
 

@@ -1,4 +1,5 @@
-/* router.c - where a request goes: method + path pattern -> handler. */
+/* router.c - where a request goes: route_core.c decides (row, access),
+ * this file runs the row's handler or answers the refusal. */
 #include "api.h"
 
 #include <stdio.h>
@@ -6,101 +7,24 @@
 #include <string.h>
 
 #include "auth.h"
+#include "route_core.h"
 #include "store.h"
 
 api_config_t api_cfg;
 
-typedef struct route {
-    const char *method;
-    const char *pattern;        /* segments; ":x" captures one segment */
-    http_handler_fn fn;
-    auth_access_t access;       /* who may call it (auth.h) */
-} route_t;
-
-static const route_t routes[] = {
-    {"POST", "/v1/jobs", api_jobs_create, ACCESS_SUBMIT},
-    {"GET", "/v1/jobs", api_jobs_list, ACCESS_READ},
-    {"GET", "/v1/jobs/:id", api_jobs_get, ACCESS_READ},
-    {"DELETE", "/v1/jobs/:id", api_jobs_cancel, ACCESS_SUBMIT},
-    {"GET", "/v1/jobs/:id/result", api_jobs_result, ACCESS_READ},
-    {"GET", "/v1/islands", api_islands_list, ACCESS_READ},
-    {"GET", "/v1/islands/:name", api_islands_get, ACCESS_READ},
-    {"GET", "/v1/workers", api_workers_list, ACCESS_READ},
-    {"POST", "/v1/workers", api_worker_register, ACCESS_WORKER},
-    {"POST", "/v1/workers/:id/heartbeat", api_worker_heartbeat, ACCESS_WORKER},
-    {"GET", "/v1/workers/:id/tasks", api_worker_poll, ACCESS_WORKER},
-    {"POST", "/v1/workers/:id/tasks/:task", api_worker_report, ACCESS_WORKER},
-    {"POST", "/v1/workers/:id/reports", api_worker_report_batch, ACCESS_WORKER},
-    {"DELETE", "/v1/workers/:id", api_worker_leave, ACCESS_WORKER},
-    {"GET", "/healthz", api_healthz, ACCESS_PUBLIC},
-    {"GET", "/metrics", api_metrics, ACCESS_READ},
-    {"GET", "/v1/events/stream", api_events_stream, ACCESS_READ},
-    {"GET", "/v1/stats/utilization", api_stats_utilization, ACCESS_READ},
-    {"POST", "/v1/tenants", api_tenants_create, ACCESS_ADMIN},
-    {"GET", "/v1/tenants", api_tenants_list, ACCESS_ADMIN},
-    {"DELETE", "/v1/tenants/:name", api_tenants_revoke, ACCESS_ADMIN},
+/* Handlers by row of routes.def (route_core.c holds the rest of each row). */
+static const http_handler_fn handlers[] = {
+#define ROUTE(method, pattern, handler, access, flags) handler,
+#include "routes.def"
+#undef ROUTE
 };
 
-/* Matches path against pattern, capturing ":x" segments into params.
- * Segments are compared in place; captures point into a copy in buf. */
-static int route_match(const char *pattern, const char *path, char *buf, size_t len,
-                       const char **params)
+/* auth_tenant_fn over this thread's store connection. */
+static int64_t tenant_lookup(void *ctx, const char *hash)
 {
-    int np = 0;
-    size_t used = 0;
-    while (*pattern && *path) {
-        if (*pattern != '/' || *path != '/')
-            return 0;
-        pattern++;
-        path++;
-        size_t pl = strcspn(pattern, "/"), sl = strcspn(path, "/");
-        if (pattern[0] == ':') {
-            if (sl == 0 || np == HTTP_MAX_PARAMS || used + sl + 1 > len)
-                return 0;
-            memcpy(buf + used, path, sl);
-            buf[used + sl] = '\0';
-            params[np++] = buf + used;
-            used += sl + 1;
-        } else if (pl != sl || strncmp(pattern, path, pl) != 0) {
-            return 0;
-        }
-        pattern += pl;
-        path += sl;
-    }
-    return *pattern == '\0' && *path == '\0';
-}
-
-/* Identifies the caller (Authorization header, or ?access_token= for
- * clients such as EventSource that cannot set headers) and checks the
- * route's access. Answers 401/403 and returns 0 when refused. Sets
- * req->tenant: the tenant whose jobs the caller may see (0 = all). */
-static int route_authorize(http_req_t *req, http_resp_t *resp, auth_access_t access)
-{
-    auth_who_t who;
-    req->tenant = 0;
-    if (access == ACCESS_PUBLIC && !auth_enabled())
-        return 1;
-    store_t *st = access == ACCESS_PUBLIC ? NULL : api_store(resp);
-    if (access != ACCESS_PUBLIC && !st)
-        return 0;
-    const char *header = http_header(req, "Authorization");
-    char bearer[256];
-    const char *q = http_query(req, "access_token");
-    if (!header && q && strlen(q) < sizeof bearer - 8) {
-        snprintf(bearer, sizeof bearer, "Bearer %s", q);
-        header = bearer;
-    }
-    auth_identify(st, header, &who);
-    if (auth_allows(&who, access)) {
-        req->tenant = who.role == AUTH_TENANT ? who.tenant : 0;
-        return 1;
-    }
-    if (who.role == AUTH_NONE)
-        http_problem(resp, 401, "Authorization", "a valid bearer token is required");
-    else
-        http_problem(resp, 403, "Authorization", "this token may not %s %s", req->method,
-                     req->path);
-    return 0;
+    (void)ctx;
+    store_t *st = store_thread();
+    return st ? store_tenant_by_hash(st, hash) : -1;
 }
 
 void api_route(http_req_t *req, http_resp_t *resp)
@@ -108,29 +32,39 @@ void api_route(http_req_t *req, http_resp_t *resp)
     /* Captures must outlive parked re-runs of the handler: kept per thread
      * and refilled on every run, since the path does not change. */
     static _Thread_local char buf[512];
-    int path_known = 0;
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        const char *params[HTTP_MAX_PARAMS] = {0};
-        if (!route_match(routes[i].pattern, req->path, buf, sizeof buf, params))
-            continue;
-        path_known = 1;
-        if (strcmp(routes[i].method, req->method) != 0)
-            continue;
-        memcpy(req->params, params, sizeof params);
-        if (!route_authorize(req, resp, routes[i].access))
-            return;
-        routes[i].fn(req, resp);
+    route_input_t in = {req->method, req->path, req->raw_target,
+                        http_header(req, "Authorization"), http_query(req, "access_token"),
+                        tenant_lookup, NULL};
+    route_decision_t d;
+    route_decide(&in, buf, sizeof buf, &d);
+    req->tenant = d.tenant;
+    memcpy(req->params, d.params, sizeof d.params);
+    switch (d.status) {
+    case 0:
+        if (d.row == ROUTE_WEB_FILE)
+            api_web_file(req, resp);
+        else
+            handlers[d.row](req, resp);
+        return;
+    case 400:
+        http_problem(resp, 400, d.field, "the path holds a control character");
+        return;
+    case 401:
+        http_problem(resp, 401, d.field, "a valid bearer token is required");
+        return;
+    case 403:
+        http_problem(resp, 403, d.field, "this token may not %s %s", req->method, req->path);
+        return;
+    case 405:
+        http_problem(resp, 405, d.field, "%s is not allowed on %s", req->method, req->path);
+        return;
+    case 503:
+        http_problem(resp, 503, NULL, "database unavailable");
+        return;
+    default:
+        http_problem(resp, 404, d.field, "no such resource: %s", req->path);
         return;
     }
-    if (path_known) {
-        http_problem(resp, 405, "method", "%s is not allowed on %s", req->method, req->path);
-        return;
-    }
-    if (strcmp(req->method, "GET") == 0 && strncmp(req->path, "/v1/", 4) != 0) {
-        api_web_file(req, resp);
-        return;
-    }
-    http_problem(resp, 404, "path", "no such resource: %s", req->path);
 }
 
 int64_t api_parse_id(const char *text)

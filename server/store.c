@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 struct store {
     sqlite3 *db;
+    int wrote;                  /* a write transaction committed since the last store_commit */
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
     sqlite3_stmt *stmt[STORE_STMT_CACHE];
@@ -23,6 +25,12 @@ extern const char *const store_migrations[];
 extern const int store_migration_count;
 
 static char store_path[4096];
+/* Write transactions committed by any connection (explicit or autocommit),
+ * counted by the commit hook: atoll_store_write_transactions_total. */
+static _Atomic uint64_t store_write_txns;
+/* Bumped after a write transaction committed through store_commit() is
+ * visible to readers: parked long polls re-query only when it moved. */
+static _Atomic uint64_t store_gen = 1;
 static pthread_key_t store_key;
 static pthread_once_t store_key_once = PTHREAD_ONCE_INIT;
 
@@ -50,6 +58,19 @@ static int store_exec(store_t *st, const char *sql)
     return 0;
 }
 
+/* sqlite3_commit_hook: called inside the commit of every write transaction
+ * (a read-only one never calls it). Returns 0: the commit goes ahead. */
+static int store_on_commit(void *arg)
+{
+    store_t *st = arg;
+    st->wrote = 1;
+    atomic_fetch_add(&store_write_txns, 1);
+    return 0;
+}
+
+uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns); }
+uint64_t store_write_gen(void) { return atomic_load(&store_gen); }
+
 static store_t *store_open(const char *path)
 {
     store_t *st = calloc(1, sizeof *st);
@@ -61,6 +82,7 @@ static store_t *store_open(const char *path)
         goto fail;
     }
     sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
+    sqlite3_commit_hook(st->db, store_on_commit, st);
     /* WAL: readers (dashboard, lists) never block the scheduler's writes.
      * synchronous=NORMAL is durable across process crashes in WAL mode,
      * which is the failure the controller must survive (kill -9). */
@@ -134,7 +156,17 @@ int store_rollback_to(store_t *st)
 {
     return store_exec(st, "ROLLBACK TO item") == 0 ? store_release(st) : -1;
 }
-int store_commit(store_t *st) { return store_exec(st, "COMMIT"); }
+int store_commit(store_t *st)
+{
+    int rc = store_exec(st, "COMMIT");
+    /* After the commit, not in the hook: a reader that sees the new
+     * generation must also see the data. */
+    if (rc == 0 && st->wrote) {
+        st->wrote = 0;
+        atomic_fetch_add(&store_gen, 1);
+    }
+    return rc;
+}
 void store_rollback(store_t *st)
 {
     if (!sqlite3_get_autocommit(st->db))

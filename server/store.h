@@ -26,6 +26,7 @@ enum {
     STORE_NOTFOUND = 1,
     STORE_CONFLICT = 2,
     STORE_FULL = 3,
+    STORE_MISMATCH = 4,         /* a key reused with different content */
     STORE_ERR = -1,
 };
 
@@ -46,6 +47,13 @@ int store_commit(store_t *st);
 /* A read transaction: the reads until store_commit() see one snapshot
  * (WAL), so a view assembled from several queries is consistent. */
 int store_begin_read(store_t *st);
+/* Write transactions committed since the process started (every
+ * connection, explicit or autocommit); for /metrics. */
+uint64_t store_write_transactions(void);
+/* A generation that moves after each write transaction committed through
+ * store_commit() becomes visible. A reader that notes it before reading and
+ * finds it unchanged later knows no such transaction committed since. */
+uint64_t store_write_gen(void);
 /* One nested unit inside a transaction: store_savepoint() then either
  * store_release() (keep) or store_rollback_to() (undo just this unit). */
 int store_savepoint(store_t *st);
@@ -65,11 +73,21 @@ json_t *store_col_json(sqlite3_stmt *s, int col);
 int64_t store_island_id(store_t *st, const char *name);
 
 /* ---- jobs (store_jobs.c) ---- */
-/* Stores an accepted, compiled job as queued with its computations. With an
- * idempotency key already used, returns STORE_CONFLICT and sets *id to the
- * existing job. */
-int store_job_create(store_t *st, const job_plan_t *plan, const char *doc,
-                     const char *idem_key, int64_t tenant, int64_t *id);
+/* What a submission brings besides its plan. Strings are borrowed. */
+typedef struct store_job_new {
+    const char *doc;            /* the document as received */
+    const char *idem_key;       /* NULL: none */
+    const char *doc_hash;       /* hash of the canonical document (with idem_key) */
+    int64_t tenant;             /* 0: none (admin, auth off): not capped */
+    int64_t max_queued;         /* the tenant's cap on its queued jobs; 0: none */
+} store_job_new_t;
+/* Stores an accepted, compiled job as queued with its computations, in one
+ * transaction with its checks. With an idempotency key already used:
+ * STORE_CONFLICT (same doc_hash) or STORE_MISMATCH (another document), *id
+ * set to the existing job. STORE_FULL: the tenant already has max_queued
+ * jobs queued; nothing stored. */
+int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t *nj,
+                     int64_t *id);
 json_t *store_job_json(store_t *st, int64_t id);      /* NULL: not found */
 /* tenant 0: every tenant's jobs; else only that tenant's. */
 json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit,
@@ -95,6 +113,7 @@ typedef struct worker_reg {
     const char *island, *backend, *data_addr, *host;
     int ndevices;
     int64_t pid;
+    const char *secret_hash;    /* hex hash of the worker's own credential (api_worker.c) */
 } worker_reg_t;
 /* STORE_NOTFOUND unknown island, STORE_FULL no free block; else *out is the
  * 201 body. */
@@ -106,9 +125,24 @@ typedef struct worker_stats {
 } worker_stats_t;
 int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws);
 int store_worker_leave(store_t *st, int64_t worker);
+/* The stored credential hash of a worker (live or gone) into hash (65
+ * bytes, "" when it registered before credentials existed) and whether it
+ * is live. A read; STORE_NOTFOUND when there is no such worker. */
+int store_worker_secret(store_t *st, int64_t worker, char hash[65], int *live);
+/* Lease renewals and heartbeat figures gathered in memory (api_worker.c),
+ * written in one transaction: heartbeat_at never moves back; stats only
+ * when has_stats. Gone workers are skipped. */
+typedef struct worker_renew {
+    int64_t id;
+    int64_t heard_at;           /* unix microseconds of the worker's last call */
+    int has_stats;
+    worker_stats_t ws;
+} worker_renew_t;
+int store_worker_renew(store_t *st, const worker_renew_t *r, int n);
 /* Leases every pending task of the worker (seq order) and lists the jobs it
  * must abort. *out = {"tasks":[...],"cancel":[...]}. *any = 1 when either is
- * non-empty. */
+ * non-empty. A read first: when there is nothing to lease, mark or name, it
+ * answers without a write transaction. */
 int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any);
 /* Applies a completion report; STORE_CONFLICT when the task is not leased to
  * this worker (fencing); e filled on a malformed report (400). */
@@ -131,9 +165,18 @@ int64_t store_tenant_by_hash(store_t *st, const char *hash);
 int64_t store_job_tenant(store_t *st, int64_t job);
 /* A tenant's device quota (0 = none). */
 int64_t store_tenant_quota(store_t *st, int64_t tenant);
+/* A tenant's limits (schema/008_tenant_limits.sql). */
+typedef struct tenant_limits {
+    int64_t quota;              /* devices in use at most; 0 = no cap */
+    int64_t share;              /* fair-share weight, >= 1 */
+    int64_t max_queued;         /* jobs in state queued at most */
+    int64_t max_priority;       /* highest priority it may submit at */
+} tenant_limits_t;
+/* STORE_NOTFOUND when no tenant has that id. */
+int store_tenant_limits(store_t *st, int64_t tenant, tenant_limits_t *out);
 /* STORE_CONFLICT when the name exists. */
-int store_tenant_create(store_t *st, const char *name, const char *hash, int64_t quota,
-                        int64_t share, int64_t *id);
+int store_tenant_create(store_t *st, const char *name, const char *hash,
+                        const tenant_limits_t *lim, int64_t *id);
 int store_tenant_revoke(store_t *st, const char *name);     /* NOTFOUND if none active */
 json_t *store_tenants_json(store_t *st);
 
@@ -152,11 +195,32 @@ typedef struct sched_job {
     int attempt;
     int64_t tenant;             /* 0 = none */
     int64_t quota;              /* the tenant's device quota; 0 = none */
+    int64_t priority;           /* filled by store_sched_tenant_page */
 } sched_job_t;
 /* Queued jobs in admission order: priority desc, then the tenant furthest
- * below its fair share, then age. */
+ * below its fair share, then age. Reads the whole queue: kept for tools;
+ * the scheduler reads per-tenant heads (below). */
 int store_sched_queued(store_t *st, sched_job_t **jobs, int *n);
 void store_sched_jobs_free(sched_job_t *jobs, int n);
+/* Per-tenant queues. A tenant with queued jobs as the scheduler sees it at
+ * the start of a round; id 0 stands for the jobs without a tenant. */
+typedef struct sched_tenant {
+    int64_t id;
+    int64_t quota;              /* 0 = no cap */
+    int64_t share;              /* >= 1 */
+    int64_t used;               /* devices its jobs hold now */
+} sched_tenant_t;
+/* Every tenant with at least one queued job (malloc'd array in *out, the
+ * caller frees): O(tenants + held devices), never O(queue). 0 or -1. */
+int store_sched_tenants(store_t *st, sched_tenant_t **out, int *n);
+/* Up to cap queued jobs of one tenant (0: without a tenant) that come after
+ * (after_prio, after_id) in its queue order (priority desc, then id); pass
+ * after_id 0 and after_prio > any priority for its head. Jobs whose previous
+ * attempt still holds a leased task are skipped. An index probe (migration
+ * 008): the cost is the page, not the queue. Fills priority and the tenant's
+ * quota. Returns the count, or -1. */
+int store_sched_tenant_page(store_t *st, const sched_tenant_t *t, int64_t after_prio,
+                            int64_t after_id, sched_job_t *jobs, int cap);
 /* The job document as stored (new reference), or NULL. */
 json_t *store_sched_job_doc(store_t *st, int64_t job);
 /* Devices held now by the tenant's jobs; -1 on error. */

@@ -66,43 +66,83 @@ static void comp_producers_text(const comp_t *c, char *buf, size_t len)
         snprintf(buf + off, len - off, "]");
 }
 
-int store_job_create(store_t *st, const job_plan_t *plan, const char *doc,
-                     const char *idem_key, int64_t tenant, int64_t *id)
+/* An idempotency key already used: STORE_CONFLICT (same document) or
+ * STORE_MISMATCH (another one) with *id set; STORE_OK when it is new. A job
+ * stored before document hashes were kept (NULL hash) counts as the same. */
+static int idem_lookup(store_t *st, const store_job_new_t *nj, int64_t *id)
 {
-    static const char find_sql[] = "SELECT id FROM jobs WHERE idem_key = ?";
+    static const char sql[] = "SELECT id, doc_hash IS NULL OR doc_hash = ?2 FROM jobs"
+                              " WHERE idem_key = ?1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_text(s, 1, nj->idem_key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, nj->doc_hash ? nj->doc_hash : "", -1, SQLITE_STATIC);
+    int rc = STORE_OK;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        *id = sqlite3_column_int64(s, 0);
+        rc = sqlite3_column_int(s, 1) ? STORE_CONFLICT : STORE_MISMATCH;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* STORE_FULL when the tenant already has max_queued jobs queued. Counts at
+ * most max_queued index entries (the partial index of migration 008). */
+static int queue_full(store_t *st, const store_job_new_t *nj)
+{
+    static const char sql[] =
+        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = ?1 AND state = 'queued'"
+        " LIMIT ?2)";
+    if (nj->tenant <= 0 || nj->max_queued <= 0)
+        return STORE_OK;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, nj->tenant);
+    sqlite3_bind_int64(s, 2, nj->max_queued);
+    int rc = sqlite3_step(s) == SQLITE_ROW
+                 ? (sqlite3_column_int64(s, 0) >= nj->max_queued ? STORE_FULL : STORE_OK)
+                 : STORE_ERR;
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t *nj,
+                     int64_t *id)
+{
     static const char job_sql[] =
         "INSERT INTO jobs(name, state, priority, max_retries, doc, idem_key, comps_total,"
-        " created_at, tenant_id) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?)";
+        " created_at, tenant_id, doc_hash) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)";
     static const char comp_sql[] =
         "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
         " deps_left) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6))";
     if (store_begin(st) != 0)
         return STORE_ERR;
-    sqlite3_stmt *s;
-    if (idem_key) {
-        if (!(s = store_stmt(st, find_sql)))
-            goto fail;
-        sqlite3_bind_text(s, 1, idem_key, -1, SQLITE_STATIC);
-        if (sqlite3_step(s) == SQLITE_ROW) {
-            *id = sqlite3_column_int64(s, 0);
-            sqlite3_reset(s);
-            store_rollback(st);
-            return STORE_CONFLICT;
-        }
-        sqlite3_reset(s);
+    /* A replay answers its job even when the queue is full now. */
+    int rc = nj->idem_key ? idem_lookup(st, nj, id) : STORE_OK;
+    if (rc == STORE_OK)
+        rc = queue_full(st, nj);
+    if (rc != STORE_OK) {
+        store_rollback(st);
+        return rc;
     }
-    if (!(s = store_stmt(st, job_sql)))
+    sqlite3_stmt *s = store_stmt(st, job_sql);
+    if (!s)
         goto fail;
     sqlite3_bind_text(s, 1, plan->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, plan->priority);
     sqlite3_bind_int(s, 3, plan->max_retries);
-    sqlite3_bind_text(s, 4, doc, -1, SQLITE_STATIC);
-    if (idem_key)
-        sqlite3_bind_text(s, 5, idem_key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, nj->doc, -1, SQLITE_STATIC);
+    if (nj->idem_key) {
+        sqlite3_bind_text(s, 5, nj->idem_key, -1, SQLITE_STATIC);
+        if (nj->doc_hash)
+            sqlite3_bind_text(s, 9, nj->doc_hash, -1, SQLITE_STATIC);
+    }
     sqlite3_bind_int(s, 6, plan->ncomps);
     sqlite3_bind_int64(s, 7, util_wall_us());
-    if (tenant > 0)
-        sqlite3_bind_int64(s, 8, tenant);
+    if (nj->tenant > 0)
+        sqlite3_bind_int64(s, 8, nj->tenant);
     if (store_step_done(s) != 0)
         goto fail;
     *id = sqlite3_last_insert_rowid(store_db(st));

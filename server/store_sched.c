@@ -108,6 +108,7 @@ int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
         j->attempt = sqlite3_column_int(s, 1);
         j->tenant = sqlite3_column_int64(s, 2);
         j->quota = sqlite3_column_int64(s, 3);
+        j->priority = 0;
         (*n)++;
     }
     sqlite3_reset(s);
@@ -118,6 +119,100 @@ fail:
     *jobs = NULL;
     *n = 0;
     return -1;
+}
+
+/* Devices held per tenant, set into the tenants of ts[0..n-1]. Jobs without
+ * a tenant count as using none (fair share ranks them first among equal
+ * priorities, as before per-tenant queues). */
+static int tenants_usage(store_t *st, sched_tenant_t *ts, int n)
+{
+    static const char sql[] =
+        "SELECT j.tenant_id, COUNT(*) FROM devices d JOIN jobs j ON j.id = d.job_id"
+        " WHERE j.tenant_id IS NOT NULL GROUP BY j.tenant_id";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(s, 0);
+        for (int i = 0; i < n; i++)
+            if (ts[i].id == id)
+                ts[i].used = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_reset(s);
+    return 0;
+}
+
+int store_sched_tenants(store_t *st, sched_tenant_t **out, int *n)
+{
+    /* One probe of the partial queue index per tenant; row 0 first: the
+     * jobs without a tenant (admin, auth off). */
+    static const char sql[] =
+        "SELECT 0, 0, 1 WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id IS NULL"
+        "  AND state = 'queued')"
+        " UNION ALL SELECT t.id, t.quota_devices, t.share FROM tenants t WHERE EXISTS"
+        " (SELECT 1 FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued')";
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    int cap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (*n == cap) {
+            int ncap = cap ? cap * 2 : 16;
+            sched_tenant_t *p = realloc(*out, sizeof *p * (size_t)ncap);
+            if (!p)
+                goto fail;
+            *out = p;
+            cap = ncap;
+        }
+        sched_tenant_t *t = &(*out)[(*n)++];
+        t->id = sqlite3_column_int64(s, 0);
+        t->quota = sqlite3_column_int64(s, 1);
+        t->share = sqlite3_column_int64(s, 2) > 0 ? sqlite3_column_int64(s, 2) : 1;
+        t->used = 0;
+    }
+    sqlite3_reset(s);
+    if (tenants_usage(st, *out, *n) == 0)
+        return 0;
+fail:
+    sqlite3_reset(s);
+    free(*out);
+    *out = NULL;
+    *n = 0;
+    return -1;
+}
+
+int store_sched_tenant_page(store_t *st, const sched_tenant_t *t, int64_t after_prio,
+                            int64_t after_id, sched_job_t *jobs, int cap)
+{
+    /* tenant_id IS ?1 matches NULL for tenant 0 and still probes the index;
+     * the (priority, id) bound walks the tenant's queue in order. */
+    static const char sql[] =
+        "SELECT id, attempt, priority FROM jobs WHERE tenant_id IS ?1 AND state = 'queued'"
+        " AND (priority < ?2 OR (priority = ?2 AND id > ?3))"
+        /* See store_sched_queued: a requeued job waits for its old attempt. */
+        " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = jobs.id AND t.state = 'leased')"
+        " ORDER BY priority DESC, id LIMIT ?4";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    if (t->id > 0)
+        sqlite3_bind_int64(s, 1, t->id);
+    sqlite3_bind_int64(s, 2, after_prio);
+    sqlite3_bind_int64(s, 3, after_id);
+    sqlite3_bind_int(s, 4, cap);
+    int n = 0;
+    while (n < cap && sqlite3_step(s) == SQLITE_ROW) {
+        jobs[n].id = sqlite3_column_int64(s, 0);
+        jobs[n].attempt = sqlite3_column_int(s, 1);
+        jobs[n].priority = sqlite3_column_int64(s, 2);
+        jobs[n].tenant = t->id;
+        jobs[n].quota = t->quota;
+        n++;
+    }
+    sqlite3_reset(s);
+    return n;
 }
 
 int64_t store_sched_tenant_usage(store_t *st, int64_t tenant)

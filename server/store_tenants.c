@@ -31,27 +31,50 @@ int64_t store_tenant_quota(store_t *st, int64_t tenant)
     return store_scalar(st, sql, tenant, 0);
 }
 
-int store_tenant_create(store_t *st, const char *name, const char *hash, int64_t quota,
-                        int64_t share, int64_t *id)
+int store_tenant_limits(store_t *st, int64_t tenant, tenant_limits_t *out)
 {
     static const char sql[] =
-        "INSERT INTO tenants(name, token_hash, quota_devices, share, created_at)"
-        " VALUES (?,?,?,?,?) ON CONFLICT(name) DO NOTHING";
+        "SELECT quota_devices, share, max_queued, max_priority FROM tenants WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, tenant);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        out->quota = sqlite3_column_int64(s, 0);
+        out->share = sqlite3_column_int64(s, 1);
+        out->max_queued = sqlite3_column_int64(s, 2);
+        out->max_priority = sqlite3_column_int64(s, 3);
+    }
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
+}
+
+int store_tenant_create(store_t *st, const char *name, const char *hash,
+                        const tenant_limits_t *lim, int64_t *id)
+{
+    static const char sql[] =
+        "INSERT INTO tenants(name, token_hash, quota_devices, share, max_queued, max_priority,"
+        " created_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO NOTHING";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return STORE_ERR;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, hash, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, quota);
-    sqlite3_bind_int64(s, 4, share);
-    sqlite3_bind_int64(s, 5, util_wall_us());
+    sqlite3_bind_int64(s, 3, lim->quota);
+    sqlite3_bind_int64(s, 4, lim->share);
+    sqlite3_bind_int64(s, 5, lim->max_queued);
+    sqlite3_bind_int64(s, 6, lim->max_priority);
+    sqlite3_bind_int64(s, 7, util_wall_us());
     if (store_step_done(s) != 0)
         return STORE_ERR;
     if (sqlite3_changes(store_db(st)) == 0)
         return STORE_CONFLICT;
     *id = sqlite3_last_insert_rowid(store_db(st));
-    store_event(st, 0, "tenant", "tenant %s created (quota %ld devices, share %ld)", name,
-                (long)quota, (long)share);
+    store_event(st, 0, "tenant",
+                "tenant %s created (quota %ld devices, share %ld, max_queued %ld,"
+                " max_priority %ld)", name, (long)lim->quota, (long)lim->share,
+                (long)lim->max_queued, (long)lim->max_priority);
     return STORE_OK;
 }
 
@@ -78,7 +101,8 @@ json_t *store_tenants_json(store_t *st)
     static const char sql[] =
         "SELECT t.id, t.name, t.quota_devices, t.share, t.created_at, t.revoked_at,"
         " (SELECT COUNT(*) FROM devices d JOIN jobs j ON j.id = d.job_id WHERE j.tenant_id = t.id),"
-        " (SELECT COUNT(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued')"
+        " (SELECT COUNT(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued'),"
+        " t.max_queued, t.max_priority"
         " FROM tenants t ORDER BY t.id";
     json_t *arr = json_array();
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -90,12 +114,16 @@ json_t *store_tenants_json(store_t *st)
         json_t *t = json_object();
         json_object_set_new(t, "id", json_integer(sqlite3_column_int64(s, 0)));
         json_object_set_new(t, "name", json_string((const char *)sqlite3_column_text(s, 1)));
-        json_object_set_new(t, "quota_devices", json_integer(sqlite3_column_int64(s, 2)));
+        /* 0 in the store = no cap: shown as null (absent on creation). */
+        int64_t quota = sqlite3_column_int64(s, 2);
+        json_object_set_new(t, "quota_devices", quota ? json_integer(quota) : json_null());
         json_object_set_new(t, "share", json_integer(sqlite3_column_int64(s, 3)));
         json_object_set_new(t, "created_at", store_time_json(s, 4));
         json_object_set_new(t, "revoked_at", store_time_json(s, 5));
         json_object_set_new(t, "devices_in_use", json_integer(sqlite3_column_int64(s, 6)));
         json_object_set_new(t, "jobs_queued", json_integer(sqlite3_column_int64(s, 7)));
+        json_object_set_new(t, "max_queued", json_integer(sqlite3_column_int64(s, 8)));
+        json_object_set_new(t, "max_priority", json_integer(sqlite3_column_int64(s, 9)));
         json_array_append_new(arr, t);
     }
     sqlite3_reset(s);

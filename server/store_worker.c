@@ -76,8 +76,8 @@ int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us
 {
     static const char ins_sql[] =
         "INSERT INTO workers(island_id, first_device, ndevices, data_addr, host, pid, backend,"
-        " state, epoch, registered_at, heartbeat_at)"
-        " VALUES (?,?,?,?,?,?,?,'live',(SELECT COALESCE(MAX(epoch),0)+1 FROM workers),?,?)";
+        " state, epoch, registered_at, heartbeat_at, secret_hash)"
+        " VALUES (?,?,?,?,?,?,?,'live',(SELECT COALESCE(MAX(epoch),0)+1 FROM workers),?,?,?)";
     static const char dev_sql[] =
         "UPDATE devices SET worker_id = ?1, local = idx - ?2"
         " WHERE island_id = ?3 AND idx >= ?2 AND idx < ?2 + ?4";
@@ -108,6 +108,8 @@ int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us
     sqlite3_bind_text(s, 7, reg->backend, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 8, now);
     sqlite3_bind_int64(s, 9, now);
+    if (reg->secret_hash)
+        sqlite3_bind_text(s, 10, reg->secret_hash, -1, SQLITE_STATIC);
     if (store_step_done(s) != 0)
         goto fail;
     int64_t id = sqlite3_last_insert_rowid(store_db(st));
@@ -182,6 +184,59 @@ int store_worker_leave(store_t *st, int64_t worker)
     }
     if (store_worker_lost(st, worker, "it left the cluster") != 0)
         goto fail;
+    return store_commit(st) == 0 ? STORE_OK : STORE_ERR;
+fail:
+    store_rollback(st);
+    return STORE_ERR;
+}
+
+int store_worker_secret(store_t *st, int64_t worker, char hash[65], int *live)
+{
+    static const char sql[] = "SELECT secret_hash, state = 'live' FROM workers WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, worker);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        const char *h = (const char *)sqlite3_column_text(s, 0);
+        snprintf(hash, 65, "%s", h ? h : "");
+        *live = sqlite3_column_int(s, 1);
+    }
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
+}
+
+int store_worker_renew(store_t *st, const worker_renew_t *r, int n)
+{
+    static const char hb_sql[] =
+        "UPDATE workers SET heartbeat_at = MAX(heartbeat_at, ?2) WHERE id = ?1 AND state = 'live'";
+    static const char stats_sql[] =
+        "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4"
+        " WHERE id = ?1 AND state = 'live'";
+    if (n == 0)
+        return STORE_OK;
+    if (store_begin(st) != 0)
+        return STORE_ERR;
+    for (int i = 0; i < n; i++) {
+        sqlite3_stmt *s = store_stmt(st, hb_sql);
+        if (!s)
+            goto fail;
+        sqlite3_bind_int64(s, 1, r[i].id);
+        sqlite3_bind_int64(s, 2, r[i].heard_at);
+        if (store_step_done(s) != 0)
+            goto fail;
+        if (!r[i].has_stats)
+            continue;
+        if (!(s = store_stmt(st, stats_sql)))
+            goto fail;
+        sqlite3_bind_int64(s, 1, r[i].id);
+        sqlite3_bind_int64(s, 2, r[i].ws.objects);
+        sqlite3_bind_int64(s, 3, r[i].ws.bytes);
+        sqlite3_bind_int64(s, 4, r[i].ws.cap_bytes);
+        if (store_step_done(s) != 0)
+            goto fail;
+    }
     return store_commit(st) == 0 ? STORE_OK : STORE_ERR;
 fail:
     store_rollback(st);
@@ -274,7 +329,40 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
     return arr;
 }
 
-int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any)
+/* The read before a poll's write transaction: 1 when the poll has
+ * something to do (tasks to lease, stale leases to name or mark, an
+ * earlier registration of the same process whose jobs to name; the same
+ * conditions as store_worker_poll and poll_cancels, a little wider), 0 when
+ * not, PROBE_GONE when the worker is not live, -1 on error. One
+ * statement: one snapshot, no transaction to open. */
+#define PROBE_GONE (-2)
+static int poll_probe(store_t *st, int64_t worker)
+{
+    static const char sql[] =
+        "SELECT (SELECT state = 'live' FROM workers WHERE id = ?1),"
+        " EXISTS (SELECT 1 FROM tasks WHERE worker_id = ?1 AND state = 'pending')"
+        " OR EXISTS (SELECT 1 FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        "  WHERE t.worker_id = ?1 AND t.state = 'leased'"
+        "  AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt))"
+        " OR EXISTS (SELECT 1 FROM tasks t WHERE t.state = 'cancelled' AND t.error = 'worker lost'"
+        "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?2)"
+        "  AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
+        "   WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
+        "   AND g.data_addr = me.data_addr))";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, util_wall_us() - PRED_ABORT_US);
+    int rc = -1;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        rc = sqlite3_column_int(s, 0) != 1 ? PROBE_GONE : sqlite3_column_int(s, 1) != 0;
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* The poll's write: leases pending tasks and names aborts. */
+static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
 {
     static const char sel_sql[] =
         "SELECT id, payload, job_id FROM tasks WHERE worker_id = ? AND state = 'pending'"
@@ -337,6 +425,20 @@ fail:
     json_decref(res);
     json_decref(tasks);
     return rc;
+}
+
+int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any)
+{
+    *any = 0;
+    int work = poll_probe(st, worker);
+    if (work < 0)
+        return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
+    if (work == 0) {
+        /* Nothing: no write transaction (an idle worker's poll costs reads). */
+        *out = json_pack("{s:[], s:[]}", "tasks", "cancel");
+        return *out ? STORE_OK : STORE_ERR;
+    }
+    return poll_lease(st, worker, out, any);
 }
 
 /* The row of a task being reported, read under the report's transaction. */

@@ -92,7 +92,9 @@ static void *heartbeat_main(void *arg)
         json_t *body = heartbeat_body(w);
         int st = wclient_heartbeat(w->wc, id, body);
         json_decref(body);
-        if (st == 404)
+        /* 401/403: the controller does not take our credential (or id was
+         * replaced meanwhile: then reregister does nothing). */
+        if (st == 404 || st == 401 || st == 403)
             wclient_reregister(w->wc, id, &w->hb_stop);
         else if (st != 200)
             log_debug("heartbeat: %s %d", st < 0 ? "controller unreachable" : "HTTP", st);
@@ -211,8 +213,8 @@ static void poll_loop(worker_t *w)
             if (handle_poll(w, ans) == 0 && (w->o.poll_ms < 100 || json_array_size(
                                                  json_object_get(ans, "cancel")) > 0))
                 sleep_unless(100, &g_stop);
-        } else if (st == 404) {
-            wclient_reregister(w->wc, id, &g_stop);
+        } else if (st == 404 || st == 401 || st == 403) {
+            wclient_reregister(w->wc, id, &g_stop);     /* as in heartbeat_main */
         } else if (!atomic_load(&g_stop)) {
             if (!down++)
                 log_warn("poll: %s (HTTP %d); retrying with backoff",

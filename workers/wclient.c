@@ -14,6 +14,9 @@
 /* Largest controller answer we accept: a poll may carry many tasks, each
  * with its computation, but never this much. */
 #define WCLIENT_MAX_BODY (64u << 20)
+/* The header carrying the worker's own credential (docs/worker-protocol.md). */
+#define WCLIENT_SECRET_HEADER "X-Atoll-Worker-Secret"
+#define WCLIENT_SECRET_MAX 200
 
 struct wclient {
     char *base;                 /* owned, no trailing '/' */
@@ -21,9 +24,10 @@ struct wclient {
     char *backend;
     char *data_addr;
     int devices;
-    pthread_mutex_t mu;         /* guards id, lease_ms */
+    pthread_mutex_t mu;         /* guards id, lease_ms, secret */
     int64_t id;
     int lease_ms;
+    char secret[WCLIENT_SECRET_MAX + 1];   /* id's credential from the registration answer */
     pthread_mutex_t reg_mu;     /* one (re-)registration at a time */
     char *auth_header;          /* "Authorization: Bearer ..." or NULL; owned */
     char *ca_file;              /* owned or NULL */
@@ -111,6 +115,7 @@ void wclient_free(wclient_t *wc)
     free(wc->data_addr);
     free(wc->auth_header);
     free(wc->ca_file);
+    memset(wc->secret, 0, sizeof wc->secret);
     free(wc);
 }
 
@@ -140,8 +145,10 @@ static int setup(CURL *c, const char *url, const char *method, const char *paylo
     return bad ? -1 : 0;
 }
 
-int wclient_call(wclient_t *wc, const char *method, const char *path, const json_t *body,
-                 long timeout_ms, const atomic_int *abort_flag, json_t **resp)
+/* One exchange; extra (may be NULL) is one more header line. */
+static int call_with(wclient_t *wc, const char *extra, const char *method, const char *path,
+                     const json_t *body, long timeout_ms, const atomic_int *abort_flag,
+                     json_t **resp)
 {
     int status = -1;
     char url[1024];
@@ -161,6 +168,11 @@ int wclient_call(wclient_t *wc, const char *method, const char *path, const json
     hdrs = h2;
     if (wc->auth_header) {
         if (!(h2 = curl_slist_append(hdrs, wc->auth_header)))
+            goto cleanup;
+        hdrs = h2;
+    }
+    if (extra) {
+        if (!(h2 = curl_slist_append(hdrs, extra)))
             goto cleanup;
         hdrs = h2;
     }
@@ -188,6 +200,30 @@ cleanup:
     return status;
 }
 
+int wclient_call(wclient_t *wc, const char *method, const char *path, const json_t *body,
+                 long timeout_ms, const atomic_int *abort_flag, json_t **resp)
+{
+    return call_with(wc, NULL, method, path, body, timeout_ms, abort_flag, resp);
+}
+
+/* A call about worker `id`, with its credential when id is the current
+ * registration (a call for an id replaced meanwhile goes without and is
+ * refused; the caller then uses the new id). */
+static int call_as(wclient_t *wc, int64_t id, const char *method, const char *path,
+                   const json_t *body, long timeout_ms, const atomic_int *abort_flag,
+                   json_t **resp)
+{
+    char hdr[sizeof WCLIENT_SECRET_HEADER + WCLIENT_SECRET_MAX + 4] = "";
+    pthread_mutex_lock(&wc->mu);
+    if (id == wc->id && wc->secret[0])
+        snprintf(hdr, sizeof hdr, WCLIENT_SECRET_HEADER ": %s", wc->secret);
+    pthread_mutex_unlock(&wc->mu);
+    int st = call_with(wc, hdr[0] ? hdr : NULL, method, path, body, timeout_ms, abort_flag,
+                       resp);
+    memset(hdr, 0, sizeof hdr);
+    return st;
+}
+
 const char *wclient_problem_detail(const json_t *resp)
 {
     const char *d = json_string_value(json_object_get(resp, "detail"));
@@ -212,11 +248,14 @@ int wclient_register(wclient_t *wc, json_t **resp)
     if (status == 201) {
         const json_t *id = json_object_get(ans, "id");
         const json_t *lease = json_object_get(ans, "lease_ms");
-        if (!json_is_integer(id)) {
-            log_error("register: answer without an integer id");
+        const char *secret = json_string_value(json_object_get(ans, "secret"));
+        if (!json_is_integer(id) || (secret && strlen(secret) > WCLIENT_SECRET_MAX)) {
+            log_error("register: answer without an integer id or with a bad secret");
             status = -1;
         } else {
+            /* A controller without credentials answers none: send none. */
             pthread_mutex_lock(&wc->mu);
+            snprintf(wc->secret, sizeof wc->secret, "%s", secret ? secret : "");
             wc->id = json_integer_value(id);
             if (json_is_integer(lease) && json_integer_value(lease) >= 30)
                 wc->lease_ms = (int)json_integer_value(lease);
@@ -281,7 +320,7 @@ int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body)
     json_t *empty = body ? NULL : json_object(), *ans = NULL;
     if (!body && !empty)
         return -1;
-    int st = wclient_call(wc, "POST", path, body ? body : empty, 5000, NULL, &ans);
+    int st = call_as(wc, id, "POST", path, body ? body : empty, 5000, NULL, &ans);
     json_decref(empty);
     const json_t *lease = json_object_get(ans, "lease_ms");
     if (st == 200 && json_is_integer(lease) && json_integer_value(lease) >= 30) {
@@ -298,7 +337,7 @@ int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort
 {
     char path[128];
     snprintf(path, sizeof path, "/v1/workers/%lld/tasks?wait_ms=%d", (long long)id, wait_ms);
-    return wclient_call(wc, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
+    return call_as(wc, id, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
 }
 
 int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports)
@@ -308,7 +347,7 @@ int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports)
     json_t *body = json_pack("{s:O}", "reports", reports), *ans = NULL;
     if (!body)
         return -1;
-    int st = wclient_call(wc, "POST", path, body, 15000, NULL, &ans);
+    int st = call_as(wc, id, "POST", path, body, 15000, NULL, &ans);
     json_decref(body);
     if (st >= 400) {
         log_warn("batch of %zu reports: HTTP %d %s", json_array_size(reports), st,
@@ -334,7 +373,7 @@ int wclient_leave(wclient_t *wc, int64_t id)
 {
     char path[96];
     snprintf(path, sizeof path, "/v1/workers/%lld", (long long)id);
-    return wclient_call(wc, "DELETE", path, NULL, 5000, NULL, NULL);
+    return call_as(wc, id, "DELETE", path, NULL, 5000, NULL, NULL);
 }
 
 int wclient_sleep_backoff(int *delay_ms, const atomic_int *stop)

@@ -39,9 +39,11 @@ void wclient_free(wclient_t *wc);
 int wclient_call(wclient_t *wc, const char *method, const char *path, const json_t *body,
                  long timeout_ms, const atomic_int *abort_flag, json_t **resp);
 
-/* POST /v1/workers. On 201 records id and lease_ms and, when resp is not
- * NULL, hands over the answer (new reference). Other statuses: *resp is the
- * problem document if any. */
+/* POST /v1/workers. On 201 records id, lease_ms and the worker's own
+ * credential ("secret", sent as X-Atoll-Worker-Secret by the calls below
+ * when their id is the current one) and, when resp is not NULL, hands over
+ * the answer (new reference). Other statuses: *resp is the problem
+ * document if any. */
 int wclient_register(wclient_t *wc, json_t **resp);
 /* Registers again unless another thread already replaced stale_id; retries
  * with backoff until it succeeds or *stop becomes non-zero. Returns 0 when

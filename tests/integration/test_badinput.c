@@ -45,11 +45,17 @@ static void expect_healthy(void)
 /* Sends one request and checks: status `want`, problem+json with title,
  * detail and the same status, and (when `field` is not NULL) a `field`
  * member containing `field` (case-insensitive). Then /healthz still answers. */
+/* The credential of the worker test_worker_protocol plays ("X-Atoll-Worker-
+ * Secret: ..." once it registered), sent with every request below. */
+static char worker_secret_hdr[300];
+static const char *const worker_hdrs[] = {worker_secret_hdr, NULL};
+
 static void expect_fault(const char *method, const char *path, const char *body, size_t len,
                          int want, const char *field)
 {
     hx_resp_t r;
-    T_CHECK(hx_request(&itest_client, method, path, body, len, &r) == 0,
+    T_CHECK(hx_request_h(&itest_client, method, path, body, len,
+                         worker_secret_hdr[0] ? worker_hdrs : NULL, &r) == 0,
             "%s %s failed at transport level (want %d)", method, path, want);
     long status = r.status;
     int ctype_ok = strncmp(r.ctype, "application/problem+json", 24) == 0;
@@ -410,7 +416,7 @@ static int report_ok(int64_t wid, int64_t task, const char *body_q)
     char *body = hx_text_q(body_q);
     T_CHECK(body != NULL, "out of memory");
     hx_resp_t r;
-    int rc = hx_request(&itest_client, "POST", path, body, strlen(body), &r);
+    int rc = hx_request_h(&itest_client, "POST", path, body, strlen(body), worker_hdrs, &r);
     long status = rc == 0 ? r.status : 0;
     if (rc == 0)
         hx_resp_clear(&r);
@@ -433,8 +439,11 @@ static void test_worker_protocol(void **state)
     free(doc);
     long status = r.status;
     int64_t wid = json_integer_value(json_object_get(r.json, "id"));
+    const char *secret = json_string_value(json_object_get(r.json, "secret"));
+    snprintf(worker_secret_hdr, sizeof worker_secret_hdr, "X-Atoll-Worker-Secret: %s",
+             secret ? secret : "");
     hx_resp_clear(&r);
-    T_CHECK(status == 201 && wid > 0, "registration on fake answered %ld", status);
+    T_CHECK(status == 201 && wid > 0 && secret, "registration on fake answered %ld", status);
     char path[128];
 
     /* Heartbeat faults. */
@@ -466,8 +475,8 @@ static void test_worker_protocol(void **state)
     int64_t t0 = hx_now_ms();
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=500", wid);
     while (ntasks < 2 && hx_now_ms() - t0 < 10000) {
-        T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
-                "poll failed");
+        T_CHECK(hx_request_h(&itest_client, "GET", path, NULL, 0, worker_hdrs, &r) == 0 &&
+                    r.status == 200, "poll failed");
         json_t *ts = json_object_get(r.json, "tasks");
         for (size_t i = 0; i < json_array_size(ts) && ntasks < 2; i++) {
             json_t *t = json_array_get(ts, i);
@@ -533,9 +542,10 @@ static void test_worker_protocol(void **state)
     report_fault(wid, tasks[0], "{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0}}}",
                  409, "task");
     snprintf(path, sizeof path, "/v1/workers/%" PRId64, wid);
-    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0 && r.status == 200,
-            "the fake worker could not leave");
+    T_CHECK(hx_request_h(&itest_client, "DELETE", path, NULL, 0, worker_hdrs, &r) == 0 &&
+                r.status == 200, "the fake worker could not leave");
     hx_resp_clear(&r);
+    worker_secret_hdr[0] = '\0';
 }
 
 /* Last: across everything above, atolld answered no 5xx at all. */

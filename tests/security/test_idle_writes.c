@@ -1,0 +1,103 @@
+/* test_idle_writes.c - an idle cluster does not write (issue 16, finding
+ * 10): parked long polls and heartbeats must not cost SQLite write
+ * transactions, and a job submitted after the idle period still reaches a
+ * parked worker at once (the wake-up works without a re-query per tick).
+ *
+ * 8 workers of 1 device: 4 on island w polling with the default wait
+ * (1 s: a new poll, and a lease renewal, every second each), 4 on island
+ * p with --poll-ms 30000 (one poll parked for the whole idle period). The
+ * rate of atoll_store_write_transactions_total over 5 idle seconds must be
+ * below IDLE_MAX_PER_S in all; then a job on p must start within
+ * WAKE_MAX_MS of its allocation (server timestamps): only the wake-up, not
+ * the 30 s poll, can deliver it that fast.
+ *
+ * Fails on the old code: there is no atoll_store_write_transactions_total,
+ * and counted by it the old parked polls wrote about 10 transactions per
+ * second per worker (BEGIN IMMEDIATE every 100 ms tick), 80/s here. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "itest.h"
+
+#define IDLE_WORKERS_PER_ISLAND 4
+#define IDLE_WINDOW_MS 5000
+/* Lease 5 s: the lease book is written every second (1/s), plus slack for
+ * the scheduler's occasional work. The old code: ~80/s. */
+#define IDLE_MAX_PER_S 4.0
+#define WAKE_MAX_MS 1000
+
+/* atoll_store_write_transactions_total from /metrics, or -1. */
+static double write_txns(void)
+{
+    hx_resp_t r;
+    if (hx_request(&itest_client, "GET", "/metrics", NULL, 0, &r) != 0)
+        return -1;
+    double v = -1;
+    const char *p = r.status == 200 ? strstr(r.body, "\natoll_store_write_transactions_total ")
+                                    : NULL;
+    if (p)
+        v = strtod(p + strlen("\natoll_store_write_transactions_total "), NULL);
+    hx_resp_clear(&r);
+    return v;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    static const char *const islands[] = {"w=1x4", "p=1x4"};
+    static const char *const slow_poll[] = {"--poll-ms", "30000", NULL};
+    if (hx_init() != 0 || hx_cluster_start(&itest_cluster, islands, 2) != 0)
+        return -1;
+    for (int i = 0; i < IDLE_WORKERS_PER_ISLAND; i++)
+        if (hx_worker_start(&itest_cluster, "w", 1) != 0 ||
+            hx_worker_start_args(&itest_cluster, "p", 1, slow_poll, 15000, 0) != 0)
+            goto fail;
+    if (hx_client_init(&itest_client, itest_cluster.url) != 0)
+        goto fail;
+    return 0;
+fail:
+    hx_cluster_stop(&itest_cluster);
+    return -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return itest_stop();
+}
+
+static void test_idle_rate_then_wake(void **state)
+{
+    (void)state;
+    /* Let registrations and the first polls settle. */
+    hx_sleep_ms(1000);
+    double a = write_txns();
+    T_CHECK(a >= 0, "/metrics has no atoll_store_write_transactions_total");
+    int64_t t0 = hx_now_ms();
+    hx_sleep_ms(IDLE_WINDOW_MS);    /* the measurement window, not a synchronisation */
+    double b = write_txns();
+    double rate = (b - a) * 1000.0 / (double)(hx_now_ms() - t0);
+    print_message("idle: %.2f write transactions/s with %d parked workers\n", rate,
+                  2 * IDLE_WORKERS_PER_ISLAND);
+    T_CHECK(rate < IDLE_MAX_PER_S, "idle cluster: %.2f write transactions/s, want < %.1f", rate,
+            IDLE_MAX_PER_S);
+
+    int64_t id = itest_submit("{'name':'wake','slices':{'s':{'shape':[4],'island':'p'}},"
+                              "'computations':[{'name':'c','slice':'s','ops':["
+                              "{'op':'shard_index','out':'i'}],'outputs':['i']}]}");
+    json_t *job = itest_wait_state(id, "succeeded");
+    int64_t alloc = hx_job_time_us(job, "allocated"), started = hx_job_time_us(job, "started");
+    json_decref(job);
+    T_CHECK(alloc > 0 && started > 0, "job %" PRId64 " lacks its times", id);
+    T_CHECK(started - alloc < WAKE_MAX_MS * 1000, "job %" PRId64 " started %" PRId64 " ms after"
+            " its allocation: the parked polls were not woken", id, (started - alloc) / 1000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_idle_rate_then_wake)};
+    return cmocka_run_group_tests_name("idle writes", tests, group_setup, group_teardown);
+}
