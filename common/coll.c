@@ -111,6 +111,20 @@ tensor_t *coll_piece(const op_t *op, const tensor_t *arg, int n, int pos, int ds
     return tensor_clone(arg);
 }
 
+int coll_piece_shape(const op_t *op, const shape_t *arg_shape, int n, shape_t *out)
+{
+    if (!op || !arg_shape || !out || n < 1)
+        return -1;
+    *out = *arg_shape;
+    if (op->code != OP_ALL_TO_ALL)
+        return 0;
+    int sa = op->split_axis;
+    if (sa < 0 || sa >= arg_shape->rank || arg_shape->dim[sa] % n != 0)
+        return -1;
+    out->dim[sa] /= n;
+    return 0;
+}
+
 int coll_ppermute_source(const op_t *op, int n, int pos)
 {
     if (!op || n < 1 || pos < 0 || pos >= n)

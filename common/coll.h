@@ -27,6 +27,13 @@ int coll_group(const shape_t *slice_shape, unsigned mesh_axes, int shard,
  * coll_piece() returns a new tensor (caller frees) holding what position
  * `pos` sends to position `dst`, or NULL on OOM. */
 tensor_t *coll_piece(const op_t *op, const tensor_t *arg, int n, int pos, int dst);
+/* The shape of the piece a member receives from each other member in the
+ * direct exchange, given the senders' argument shape (every member's
+ * argument has the same compiled shape): the chunk along split_axis for
+ * all_to_all, the whole argument otherwise. A receiver checks every
+ * message against it before reading it. Returns 0, or -1 when the argument
+ * cannot be split n ways. */
+int coll_piece_shape(const op_t *op, const shape_t *arg_shape, int n, shape_t *out);
 /* The position whose piece `pos` receives in a ppermute: (pos - shift)
  * mod n, with a true modulo for any shift (negative or beyond n); -1 on
  * bad arguments. Every position receives exactly one piece. */

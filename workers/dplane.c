@@ -47,6 +47,7 @@
 
 typedef struct dp_conn {           /* an accepted connection */
     int fd;
+    int origin;                    /* its slot: 1..DPLANE_MAX_CONNS (mbox origin) */
     pthread_t thread;
     atomic_int done;               /* set by the reader as it exits */
     int is_unix;                   /* same-host: payloads come through ring */
@@ -73,8 +74,13 @@ struct dplane {
     char addr[DPLANE_ADDR_MAX];
     pthread_t accept_thread;
     atomic_int stopping;
-    pthread_mutex_t conns_mu;      /* guards conns */
+    pthread_mutex_t conns_mu;      /* guards conns, nconns, slot_used */
     dp_conn_t *conns;
+    int nconns;
+    unsigned char slot_used[DPLANE_MAX_CONNS + 1];
+    atomic_llong refused, bad_frames, accept_errors;
+    dplane_guard_stats_t logged;   /* accept thread only: last figures logged */
+    int64_t logged_us;
     pthread_mutex_t peers_mu;      /* guards the peers list (not the peers) */
     dp_peer_t *peers;
 };
@@ -300,7 +306,10 @@ static int reader_hello(dp_conn_t *c)
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
             memcpy(&fd, CMSG_DATA(cm), sizeof fd);
     int ok = got == (ssize_t)sizeof hello && fd >= 0 && get_u32(hello) == DPLANE_HELLO_MAGIC;
-    if (ok && !(c->ring = shmring_attach(fd)))
+    /* The memfd must be sealed and exactly as large as the hello says
+     * before it is mapped (shmring_attach checks both). */
+    uint64_t claimed = ok ? get_u64(hello + 8) : 0;
+    if (ok && (claimed > SHMRING_MAX_BYTES || !(c->ring = shmring_attach(fd, (size_t)claimed))))
         ok = 0;
     if (fd >= 0)
         close(fd);                 /* the mapping keeps the memory */
@@ -309,41 +318,79 @@ static int reader_hello(dp_conn_t *c)
     return ok ? 0 : -1;
 }
 
+/* Reads n payload bytes into buf (ring or socket). Returns 0 or -1. */
+static int read_payload(dp_conn_t *c, void *buf, size_t n)
+{
+    if (c->ring)
+        return shmring_read(c->ring, buf, n, &c->dp->stopping, c->fd, DPLANE_SHM_TIMEOUT_MS);
+    return read_full(c->fd, buf, n);
+}
+
+/* Reads and throws away the payload of a refused frame (nothing is
+ * allocated for it), so the frames behind it on the connection still
+ * arrive. Returns 0 or -1. */
+static int skip_payload(dp_conn_t *c, uint64_t n)
+{
+    uint8_t sink[16384];
+    while (n > 0) {
+        size_t k = n < sizeof sink ? (size_t)n : sizeof sink;
+        if (read_payload(c, sink, k) != 0)
+            return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+/* One frame whose header is h: admitted (mbox_admit decides before a byte
+ * is allocated), read and handed to the mailbox, or skipped. Returns 0, or
+ * -1 when the connection must close. */
+static int reader_frame(dp_conn_t *c, const dplane_hdr_t *h)
+{
+    mbox_t *mb = c->dp->mb;
+    int64_t deadline = util_mono_us() + (int64_t)MBOX_UNCLAIMED_TTL_MS * 1000;
+    mbox_admit_t a = mbox_admit(mb, &h->tag, c->origin, (int64_t)h->nbytes, deadline);
+    if (a == MBOX_ADMIT_DROP)
+        return skip_payload(c, h->nbytes);
+    tensor_t *t = tensor_new(&h->shape);
+    if (!t || read_payload(c, t->data, (size_t)h->nbytes) != 0) {
+        if (!t)
+            log_error("dplane: out of memory for a %llu-byte frame",
+                      (unsigned long long)h->nbytes);
+        if (a == MBOX_ADMIT_UNCLAIMED)
+            mbox_unreserve(mb, c->origin, (int64_t)h->nbytes);
+        tensor_free(t);
+        return -1;
+    }
+    if (!c->ring)                  /* same host, same byte order: no swap */
+        dplane_payload_swap(t->data, shape_numel(&t->shape));
+    mbox_put_from(mb, &h->tag, t, c->origin, a);   /* takes t */
+    return 0;
+}
+
 static void *reader_main(void *arg)
 {
     dp_conn_t *c = arg;
     uint8_t buf[DPLANE_HDR_SIZE];
-    if (c->is_unix && reader_hello(c) != 0)
+    if (c->is_unix && reader_hello(c) != 0) {
+        atomic_fetch_add(&c->dp->bad_frames, 1);
         goto out;
+    }
     for (;;) {
         if (read_full(c->fd, buf, sizeof buf) != 0)
             break;
         dplane_hdr_t h;
         if (dplane_hdr_decode(buf, &h) != 0) {
-            log_warn("dplane: bad frame header, closing connection");
+            /* Bad magic, rank, dims or length claim: the stream cannot be
+             * resynced, and a junk sender gets no second try. */
+            atomic_fetch_add(&c->dp->bad_frames, 1);
+            log_debug("dplane: bad frame header, closing connection");
             break;
         }
-        tensor_t *t = tensor_new(&h.shape);
-        if (!t) {
-            log_error("dplane: out of memory for a %llu-byte frame", (unsigned long long)h.nbytes);
+        if (reader_frame(c, &h) != 0)
             break;
-        }
-        if (c->ring) {             /* same host, same byte order: no swap */
-            if (shmring_read(c->ring, t->data, (size_t)h.nbytes, &c->dp->stopping, c->fd,
-                             DPLANE_SHM_TIMEOUT_MS) != 0) {
-                tensor_free(t);
-                break;
-            }
-        } else {
-            if (read_full(c->fd, t->data, (size_t)h.nbytes) != 0) {
-                tensor_free(t);
-                break;
-            }
-            dplane_payload_swap(t->data, shape_numel(&t->shape));
-        }
-        mbox_put(c->dp->mb, &h.tag, t);   /* takes t */
     }
 out:
+    mbox_drop_origin(c->dp->mb, c->origin);
     shmring_close(c->ring);
     c->ring = NULL;
     /* Tell the sender at once (it reconnects on its next frame); the fd
@@ -364,11 +411,98 @@ static void reap_locked(dplane_t *dp)
             *p = c->next;
             pthread_join(c->thread, NULL);
             close(c->fd);
+            dp->slot_used[c->origin] = 0;
+            dp->nconns--;
             free(c);
         } else {
             p = &c->next;
         }
     }
+}
+
+/* Non-zero for accept() errors that leave the listener usable: out of
+ * descriptors or memory (back off, then keep accepting) and a connection
+ * that died in the backlog. */
+static int accept_error_transient(int e)
+{
+    return e == EINTR || e == EAGAIN || e == ECONNABORTED || e == EPROTO || e == EMFILE ||
+           e == ENFILE || e == ENOBUFS || e == ENOMEM || e == EPERM;
+}
+
+/* Same-host connections come from our own user only (SO_PEERCRED): the
+ * abstract socket is reachable by every process in the network namespace. */
+static int unix_peer_ok(int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 && cr.uid == geteuid();
+}
+
+/* Logs the guard's figures when they changed, at most every 10 s. */
+static void log_guard(dplane_t *dp)
+{
+    int64_t now = util_mono_us();
+    if (now - dp->logged_us < 10 * 1000000)
+        return;
+    dplane_guard_stats_t g;
+    dplane_guard_stats(dp, &g);
+    if (memcmp(&g.refused, &dp->logged.refused, 3 * sizeof g.refused) != 0 ||
+        g.mb.dropped != dp->logged.mb.dropped || g.mb.over_cap != dp->logged.mb.over_cap ||
+        g.mb.expired != dp->logged.mb.expired)
+        log_info("dplane: refused %lld connection(s), %lld bad frame(s), %lld accept "
+                 "error(s); frames dropped %lld, over cap %lld, expired %lld (%lld bytes); "
+                 "unclaimed now %lld (%lld bytes)", (long long)g.refused,
+                 (long long)g.bad_frames, (long long)g.accept_errors, (long long)g.mb.dropped,
+                 (long long)g.mb.over_cap, (long long)g.mb.expired,
+                 (long long)g.mb.dropped_bytes, (long long)g.mb.unclaimed,
+                 (long long)g.mb.unclaimed_bytes);
+    dp->logged = g;
+    dp->logged_us = now;
+}
+
+/* Registers and starts a reader for fd, or closes fd (over the cap, OOM).
+ * Returns 0 when a reader owns fd now. */
+static int conn_start(dplane_t *dp, int fd, int is_unix)
+{
+    dp_conn_t *c = calloc(1, sizeof *c);
+    pthread_attr_t attr;
+    int attr_ok = pthread_attr_init(&attr) == 0;
+    if (attr_ok)
+        pthread_attr_setstacksize(&attr, DPLANE_READER_STACK);
+    pthread_mutex_lock(&dp->conns_mu);
+    reap_locked(dp);
+    int slot = 0;
+    for (int k = 1; c && dp->nconns < DPLANE_MAX_CONNS && k <= DPLANE_MAX_CONNS && !slot; k++)
+        if (!dp->slot_used[k])
+            slot = k;
+    if (!slot) {                   /* over the cap: closed at once */
+        pthread_mutex_unlock(&dp->conns_mu);
+        atomic_fetch_add(&dp->refused, 1);
+        goto fail;
+    }
+    c->fd = fd;
+    c->origin = slot;
+    c->is_unix = is_unix;
+    c->dp = dp;
+    if (pthread_create(&c->thread, attr_ok ? &attr : NULL, reader_main, c) != 0) {
+        pthread_mutex_unlock(&dp->conns_mu);
+        log_error("dplane: cannot start a reader thread");
+        goto fail;
+    }
+    dp->slot_used[slot] = 1;
+    dp->nconns++;
+    c->next = dp->conns;
+    dp->conns = c;
+    pthread_mutex_unlock(&dp->conns_mu);
+    if (attr_ok)
+        pthread_attr_destroy(&attr);
+    return 0;
+fail:
+    if (attr_ok)
+        pthread_attr_destroy(&attr);
+    close(fd);
+    free(c);
+    return -1;
 }
 
 static void *accept_main(void *arg)
@@ -379,50 +513,49 @@ static void *accept_main(void *arg)
                                {.fd = dp->wake_fd, .events = POLLIN},
                                {.fd = dp->unix_fd, .events = POLLIN}};
         int np = dp->unix_fd >= 0 ? 3 : 2;
-        if (poll(pf, (nfds_t)np, -1) < 0) {
-            if (errno == EINTR)
-                continue;
+        /* Wakes at least every second to expire unclaimed frames. */
+        int pr = poll(pf, (nfds_t)np, 1000);
+        if (pr < 0 && errno != EINTR) {
             log_error("dplane: poll: %s", strerror(errno));
             break;
         }
+        mbox_expire(dp->mb);
+        log_guard(dp);
+        if (pr <= 0)
+            continue;
         if (atomic_load(&dp->stopping) || pf[1].revents)
             break;
         int is_unix = np == 3 && (pf[2].revents & POLLIN) && !(pf[0].revents & POLLIN);
         int fd = accept4(is_unix ? dp->unix_fd : dp->listen_fd, NULL, NULL,
                          SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+            int e = errno;
+            if (atomic_load(&dp->stopping))
+                break;
+            if (!accept_error_transient(e)) {
+                log_error("dplane: accept: %s", strerror(e));
+                break;
+            }
+            if (e == EINTR || e == EAGAIN || e == ECONNABORTED || e == EPROTO)
                 continue;
-            if (!atomic_load(&dp->stopping))
-                log_error("dplane: accept: %s", strerror(errno));
-            break;
+            /* Out of descriptors or memory: the connection stays in the
+             * backlog, so back off instead of spinning, and keep going. */
+            if (atomic_fetch_add(&dp->accept_errors, 1) % 100 == 0)
+                log_warn("dplane: accept: %s (backing off)", strerror(e));
+            struct timespec ts = {0, DPLANE_ACCEPT_BACKOFF_MS * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
         }
         /* Listeners are polled, accepted sockets are read blocking. */
         int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
+            (is_unix && !unix_peer_ok(fd))) {
+            if (fl >= 0)
+                atomic_fetch_add(&dp->refused, 1);
             close(fd);
             continue;
         }
-        dp_conn_t *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->fd = fd;
-        c->is_unix = is_unix;
-        c->dp = dp;
-        pthread_mutex_lock(&dp->conns_mu);
-        reap_locked(dp);
-        if (pthread_create(&c->thread, NULL, reader_main, c) != 0) {
-            pthread_mutex_unlock(&dp->conns_mu);
-            log_error("dplane: cannot start a reader thread");
-            close(fd);
-            free(c);
-            continue;
-        }
-        c->next = dp->conns;
-        dp->conns = c;
-        pthread_mutex_unlock(&dp->conns_mu);
+        conn_start(dp, fd, is_unix);
     }
     return NULL;
 }
@@ -531,6 +664,9 @@ void dplane_stop(dplane_t *dp)
     close(dp->wake_fd);
     if (dp->unix_fd >= 0)
         close(dp->unix_fd);
+    /* Wakes readers waiting in mbox_admit (the owner stops the mailbox
+     * too, but may do so only after this returns). */
+    mbox_shutdown(dp->mb);
     pthread_mutex_lock(&dp->conns_mu);
     for (dp_conn_t *c = dp->conns; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);    /* wakes the reader's recv() */
@@ -564,6 +700,17 @@ const char *dplane_addr(const dplane_t *dp)
 void dplane_set_shm(dplane_t *dp, int on)
 {
     atomic_store(&dp->shm_on, on ? 1 : 0);
+}
+
+void dplane_guard_stats(dplane_t *dp, dplane_guard_stats_t *out)
+{
+    out->refused = atomic_load(&dp->refused);
+    out->bad_frames = atomic_load(&dp->bad_frames);
+    out->accept_errors = atomic_load(&dp->accept_errors);
+    pthread_mutex_lock(&dp->conns_mu);
+    out->conns = dp->nconns;
+    pthread_mutex_unlock(&dp->conns_mu);
+    mbox_guard_stats(dp->mb, &out->mb);
 }
 
 void dplane_counts(dplane_t *dp, int64_t *shm_frames, int64_t *tcp_frames)

@@ -2,8 +2,12 @@
  * memory to peers on this host and TCP to the others (see dplane.c).
  *
  * Each worker listens on one TCP address (its data_addr). A thread per
- * accepted connection reads frames and puts their tensors into the
- * worker's mailbox. Senders keep one outgoing connection per peer address,
+ * accepted connection (at most DPLANE_MAX_CONNS; more are closed at once)
+ * reads frames and puts their tensors into the worker's mailbox, through
+ * its gate (mbox_admit: frames for tasks this worker does not run are
+ * dropped or kept, bounded, as unclaimed; see mbox.h). A bad header (magic,
+ * rank, dims, length claim) closes the connection; no length claim is
+ * allocated before the gate admitted it. Senders keep one outgoing connection per peer address,
  * each behind its own mutex so that frames never interleave. A send to the
  * worker's own data_addr skips the socket and goes straight to the mailbox.
  *
@@ -23,6 +27,25 @@
 #define DPLANE_MAGIC 0x41544450u   /* "ATDP" */
 #define DPLANE_HDR_SIZE 76
 #define DPLANE_ADDR_MAX 64
+/* Accepted data connections per worker (peers keep one each per worker,
+ * so a few hundred leaves room for large clusters); must stay below
+ * MBOX_MAX_ORIGINS (a connection's slot is its mailbox origin). */
+#define DPLANE_MAX_CONNS 512
+#define DPLANE_READER_STACK ((size_t)256 << 10)
+/* Pause after accept() ran out of descriptors or memory. */
+#define DPLANE_ACCEPT_BACKOFF_MS 50
+_Static_assert(DPLANE_MAX_CONNS < MBOX_MAX_ORIGINS, "connection slots are mailbox origins");
+
+/* What the data plane refused (worker-local; logged by the accept thread
+ * every 10 s when it changed). */
+typedef struct dplane_guard_stats {
+    int64_t refused;            /* connections closed at once: over the cap, or a
+                                   same-host peer of another user */
+    int64_t bad_frames;         /* connections closed on a bad header or hello */
+    int64_t accept_errors;      /* accept() out of descriptors or memory */
+    int64_t conns;              /* accepted connections open now */
+    mbox_guard_stats_t mb;      /* frames dropped, expired, unclaimed */
+} dplane_guard_stats_t;
 
 typedef struct dplane_hdr {
     mbox_tag_t tag;
@@ -62,6 +85,8 @@ int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const ten
 /* Shared memory to same-host peers: on by default (--data-transport auto);
  * off = TCP to every peer (--data-transport tcp). Affects new connections. */
 void dplane_set_shm(dplane_t *dp, int on);
+void dplane_guard_stats(dplane_t *dp, dplane_guard_stats_t *out);
+
 /* Frames sent so far through shared memory and over TCP (not counting
  * same-process deliveries). */
 void dplane_counts(dplane_t *dp, int64_t *shm_frames, int64_t *tcp_frames);

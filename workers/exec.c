@@ -53,6 +53,13 @@ static void report(exec_t *ex, int64_t id, json_t *body)
     ex->report_fn(ex->report_ctx, id, body);
 }
 
+/* The task has ended here: the mailbox's gate stops taking frames for it
+ * (see mbox_expect). */
+static void task_done(exec_t *ex, const wtask_t *t)
+{
+    mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->shard);
+}
+
 static void *device_main(void *arg)
 {
     device_t *d = arg;
@@ -73,6 +80,7 @@ static void *device_main(void *arg)
                   (long long)q->t->id, (long long)q->t->job, (int)q->t->comp,
                   (long long)q->t->seq, (int)q->t->shard);
         json_t *body = exec_run_task(&ex->env, q->t);
+        task_done(ex, q->t);
         report(ex, q->t->id, body);
 
         pthread_mutex_lock(&ex->mu);
@@ -163,6 +171,14 @@ void exec_submit(exec_t *ex, const json_t *task)
         snprintf(err, sizeof err, "out of memory");
         goto reject;
     }
+    /* From now on the data plane takes frames for this task (and hands it
+     * those that came early); until task_done(). */
+    if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->shard, t->npeers) != 0) {
+        free(q);
+        q = NULL;
+        snprintf(err, sizeof err, "out of memory");
+        goto reject;
+    }
     /* Leftover messages of this job's earlier (failed) attempts are stale. */
     if (t->attempt > 0)
         mbox_drop_job(ex->env.mb, t->job, t->attempt - 1);
@@ -228,6 +244,7 @@ int exec_cancel_job(exec_t *ex, int64_t job)
     while (removed) {
         qnode_t *q = removed;
         removed = q->next;
+        task_done(ex, q->t);
         report(ex, q->t->id, exec_report_cancelled());
         wtask_free(q->t);
         free(q);
@@ -298,6 +315,7 @@ void exec_stop(exec_t *ex)
     while (left) {
         qnode_t *q = left;
         left = q->next;
+        task_done(ex, q->t);
         report(ex, q->t->id, exec_report_failed("worker shutting down"));
         wtask_free(q->t);
         free(q);

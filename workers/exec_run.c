@@ -114,13 +114,51 @@ static int run_take(run_t *r, const mbox_tag_t *tag, tensor_t **out)
     }
 }
 
+/* Counts a received message whose size disagrees with the plan. */
+static void run_count_bad(const run_t *r)
+{
+    if (r->env->counters)
+        atomic_fetch_add(&r->env->counters->bad_size, 1);
+}
+
+/* Non-zero (with r->err set and the mismatch counted) when a received
+ * tensor is not what the plan expects: exactly `want` when given, else
+ * exactly want_numel elements. Every received message goes through here
+ * before a byte of it is read: a short or long piece fails the shard, it
+ * is never read past its end. */
+static int run_bad_size(run_t *r, int i, const mbox_tag_t *tag, const tensor_t *got,
+                        const shape_t *want, int64_t want_numel)
+{
+    int64_t n = shape_numel(&got->shape);
+    if (want ? shape_equal(&got->shape, want) : n == want_numel)
+        return 0;
+    char gs[64], ws[64];
+    shape_format(&got->shape, gs, sizeof gs);
+    if (want)
+        shape_format(want, ws, sizeof ws);
+    else
+        snprintf(ws, sizeof ws, "%lld elements", (long long)want_numel);
+    snprintf(r->err, sizeof r->err,
+             "op %d: message from shard %d has shape %s (%lld elements), expected %s",
+             i, (int)tag->src, gs, (long long)n, ws);
+    run_count_bad(r);
+    return 1;
+}
+
 /* Takes one collective piece into the store (it was counted while it
- * waited in the mailbox; now the task holds it). Returns 0 or -1. */
-static int run_take_piece(run_t *r, int i, const mbox_tag_t *tag, ostore_obj_t **obj)
+ * waited in the mailbox; now the task holds it), after checking its size
+ * against the plan (want: exact shape, or NULL and want_numel elements).
+ * Returns 0 or -1. */
+static int run_take_piece(run_t *r, int i, const mbox_tag_t *tag, const shape_t *want,
+                          int64_t want_numel, ostore_obj_t **obj)
 {
     tensor_t *t = NULL;
     if (run_take(r, tag, &t) != 0)
         return -1;
+    if (run_bad_size(r, i, tag, t, want, want_numel)) {
+        tensor_free(t);
+        return -1;
+    }
     ostore_key_t k = run_key(r, OSTORE_PIECE_BASE - i);
     if (!(*obj = ostore_put(r->env->st, &k, t, 1, 0))) {
         snprintf(r->err, sizeof r->err, "out of memory");
@@ -205,7 +243,7 @@ static int run_ppermute(run_t *r, int i, const tensor_t *arg, const int *members
     mbox_tag_t stag = run_tag(r, r->t->comp, i, r->t->shard, members[dst]);
     mbox_tag_t rtag = run_tag(r, r->t->comp, i, members[src], r->t->shard);
     if (run_send(r, r->t->peers[members[dst]], &stag, arg) != 0 ||
-        run_take_piece(r, i, &rtag, &got) != 0)
+        run_take_piece(r, i, &rtag, &arg->shape, 0, &got) != 0)
         goto cleanup;
     const tensor_t *pieces[1] = {ostore_tensor(got)};
     if (coll_combine(op, pieces, n, pos, out) != 0) {
@@ -249,12 +287,20 @@ static int run_exchange(run_t *r, int i, const tensor_t *arg, const int *members
         if (sent != 0)
             goto cleanup;
     }
+    /* What each other member must send: its whole argument (same shape as
+     * ours), or for all_to_all one chunk of it. */
+    shape_t want;
+    if (coll_piece_shape(op, &arg->shape, n, &want) != 0) {
+        snprintf(r->err, sizeof r->err, "%s op %d: argument cannot be split %d ways",
+                 opcode_name(op->code), i, n);
+        goto cleanup;
+    }
     for (int m = 0; m < n; m++) {
         mbox_tag_t tag = run_tag(r, r->t->comp, i, members[m], r->t->shard);
         if (m == pos)
             pieces[m] = arg;            /* own contribution; coll_combine cuts
                                            all_to_all's own chunk from it */
-        else if (run_take_piece(r, i, &tag, &objs[m]) != 0)
+        else if (run_take_piece(r, i, &tag, &want, 0, &objs[m]) != 0)
             goto cleanup;
         else
             pieces[m] = ostore_tensor(objs[m]);
@@ -285,6 +331,15 @@ static int32_t hier_op_tag(int i, int phase)
 static int same_proc(const run_t *r, const int *members, int a, int b)
 {
     return strcmp(r->t->peers[members[a]], r->t->peers[members[b]]) == 0;
+}
+
+/* How many group members run in member l's process. */
+static int proc_members(const run_t *r, const int *members, int n, int l)
+{
+    int k = 0;
+    for (int m = 0; m < n; m++)
+        k += same_proc(r, members, m, l);
+    return k;
 }
 
 /* Leader (lowest group position) of member m's process. */
@@ -323,7 +378,7 @@ static int run_exchange_hier(run_t *r, int i, const tensor_t *arg, const int *me
         mbox_tag_t rt = run_tag(r, r->t->comp, hier_op_tag(i, HIER_FROM_LEADER),
                                 members[leader], r->t->shard);
         if (run_send(r, r->t->peers[members[leader]], &st, arg) != 0 ||
-            run_take_piece(r, i, &rt, &objs[0]) != 0)
+            run_take_piece(r, i, &rt, &op->shape, 0, &objs[0]) != 0)
             goto cleanup;
         if (!(*out = tensor_clone(ostore_tensor(objs[0])))) {
             snprintf(r->err, sizeof r->err, "out of memory");
@@ -344,7 +399,7 @@ static int run_exchange_hier(run_t *r, int i, const tensor_t *arg, const int *me
         }
         mbox_tag_t t = run_tag(r, r->t->comp, hier_op_tag(i, HIER_TO_LEADER), members[m],
                                r->t->shard);
-        if (run_take_piece(r, i, &t, &objs[m]) != 0)
+        if (run_take_piece(r, i, &t, &arg->shape, 0, &objs[m]) != 0)
             goto cleanup;
         pieces[m] = ostore_tensor(objs[m]);
     }
@@ -370,7 +425,11 @@ static int run_exchange_hier(run_t *r, int i, const tensor_t *arg, const int *me
             continue;
         mbox_tag_t t = run_tag(r, r->t->comp, hier_op_tag(i, HIER_LEADERS), members[l],
                                r->t->shard);
-        if (run_take_piece(r, i, &t, &objs[l]) != 0)
+        /* Leader l's pack holds one argument per member of its process:
+         * exactly that many elements, or the unpacking below would read
+         * past its end. */
+        if (run_take_piece(r, i, &t, NULL, numel * proc_members(r, members, n, l),
+                           &objs[l]) != 0)
             goto cleanup;
         const float *data = ostore_tensor(objs[l])->data;
         for (int m = l, k = 0; m < n; m++) {   /* unpack views, no copy */
@@ -442,15 +501,8 @@ static int ring_step(run_t *r, int i, int step, const int *members, int n, int p
     mbox_tag_t stag = run_tag(r, r->t->comp, ring_op_tag(i, step), r->t->shard, next);
     mbox_tag_t rtag = run_tag(r, r->t->comp, ring_op_tag(i, step), prev, r->t->shard);
     if (run_send(r, r->t->peers[next], &stag, &view) != 0 ||
-        run_take_piece(r, i, &rtag, got) != 0)
+        run_take_piece(r, i, &rtag, NULL, want, got) != 0)
         return -1;
-    if (shape_numel(&ostore_tensor(*got)->shape) != want) {
-        snprintf(r->err, sizeof r->err, "op %d: ring step %d got %lld elements, expected %lld",
-                 i, step, (long long)shape_numel(&ostore_tensor(*got)->shape), (long long)want);
-        ostore_release(r->env->st, *got, 1);
-        *got = NULL;
-        return -1;
-    }
     return 0;
 }
 

@@ -32,6 +32,8 @@ typedef struct exec_counters {
     atomic_llong direct;        /* collectives exchanged directly (incl. ppermute and
                                    two-level ones) */
     atomic_llong two_level;     /* of those, two-level (leaders per process) */
+    atomic_llong bad_size;      /* received messages whose size disagreed with the
+                                   plan (each failed its shard) */
 } exec_counters_t;
 
 typedef struct exec_env {

@@ -20,7 +20,18 @@ typedef struct mbox_msg {
     mbox_tag_t tag;
     tensor_t *t;            /* owned */
     struct mbox_msg *next;
+    /* Unclaimed frames only (origin > 0): the connection they came from,
+     * when, and their place in the arrival-ordered unclaimed list. */
+    int origin;
+    int64_t arrived_us;
+    struct mbox_msg *uprev, *unext;
 } mbox_msg_t;
+
+typedef struct mbox_task {  /* a declared task (see mbox_expect) */
+    int64_t job;
+    int32_t attempt, comp, shard, npeers;
+    int refs;
+} mbox_task_t;
 
 typedef struct mbox_cancel {
     int64_t job;
@@ -40,6 +51,17 @@ struct mbox {
     int cancel_next;
     mbox_acct_fn acct;      /* may be NULL */
     void *acct_ctx;
+    /* The gate. tasks: declared tasks (ntasks used of cap_tasks). ended: ring
+     * of recently ended ones. ufirst/ulast: unclaimed frames, oldest first;
+     * their bytes (plus reservations) per origin and in all. */
+    mbox_task_t *tasks;
+    int ntasks, cap_tasks;
+    mbox_task_t ended[MBOX_ENDED_MEMORY];
+    int nended, ended_next;
+    mbox_msg_t *ufirst, *ulast;
+    int64_t origin_bytes[MBOX_MAX_ORIGINS];
+    int64_t unclaimed_bytes;
+    mbox_guard_stats_t gs;
 };
 
 /* Reports a message arriving (sign +1) or leaving (-1). Holds mu. */
@@ -114,10 +136,13 @@ void mbox_free(mbox_t *mb)
             m = next;
         }
     }
+    free(mb->tasks);
     pthread_mutex_destroy(&mb->mu);
     pthread_cond_destroy(&mb->cv);
     free(mb);
 }
+
+static int ended_locked(const mbox_t *mb, const mbox_tag_t *tag);
 
 /* Caller holds mu. */
 static int cancelled_locked(const mbox_t *mb, int64_t job, int32_t attempt)
@@ -130,9 +155,12 @@ static int cancelled_locked(const mbox_t *mb, int64_t job, int32_t attempt)
 
 int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t)
 {
-    mbox_msg_t *m = malloc(sizeof *m);
+    mbox_msg_t *m = calloc(1, sizeof *m);    /* origin 0: a local, claimed message */
     pthread_mutex_lock(&mb->mu);
-    if (!m || mb->stopped || cancelled_locked(mb, tag->job, tag->attempt)) {
+    /* A message for an ended task has no taker any more (ended_locked is
+     * defined with the gate below). */
+    if (!m || mb->stopped || cancelled_locked(mb, tag->job, tag->attempt) ||
+        ended_locked(mb, tag)) {
         pthread_mutex_unlock(&mb->mu);
         if (!m)
             log_error("mbox: out of memory, message dropped (job %lld)", (long long)tag->job);
@@ -155,6 +183,29 @@ int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t)
     return 0;
 }
 
+/* Takes m (unlinked from its bucket or about to be) off the unclaimed
+ * list, giving its bytes back to its origin; no-op for a claimed one. */
+static void unclaim_locked(mbox_t *mb, mbox_msg_t *m)
+{
+    if (m->origin <= 0)
+        return;
+    int64_t bytes = shape_numel(&m->t->shape) * (int64_t)sizeof(float);
+    mb->origin_bytes[m->origin] -= bytes;
+    mb->unclaimed_bytes -= bytes;
+    mb->gs.unclaimed--;
+    if (m->uprev)
+        m->uprev->unext = m->unext;
+    else
+        mb->ufirst = m->unext;
+    if (m->unext)
+        m->unext->uprev = m->uprev;
+    else
+        mb->ulast = m->uprev;
+    m->origin = 0;
+    m->uprev = m->unext = NULL;
+    pthread_cond_broadcast(&mb->cv);   /* room for a waiting admit */
+}
+
 /* Unlinks and returns the first message with this tag, or NULL. Holds mu. */
 static tensor_t *remove_locked(mbox_t *mb, const mbox_tag_t *tag)
 {
@@ -163,6 +214,7 @@ static tensor_t *remove_locked(mbox_t *mb, const mbox_tag_t *tag)
             mbox_msg_t *m = *p;
             tensor_t *t = m->t;
             *p = m->next;
+            unclaim_locked(mb, m);
             free(m);
             mb->count--;
             acct_locked(mb, t, -1);
@@ -214,6 +266,7 @@ static int drop_locked(mbox_t *mb, int64_t job, int32_t max_attempt)
             mbox_msg_t *m = *p;
             if (m->tag.job == job && m->tag.attempt <= max_attempt) {
                 *p = m->next;
+                unclaim_locked(mb, m);
                 acct_locked(mb, m->t, -1);
                 tensor_free(m->t);
                 free(m);
@@ -290,4 +343,276 @@ int mbox_count(mbox_t *mb)
     int n = mb->count;
     pthread_mutex_unlock(&mb->mu);
     return n;
+}
+
+/* ---- the gate ---- */
+
+static int64_t msg_bytes(const mbox_msg_t *m)
+{
+    return shape_numel(&m->t->shape) * (int64_t)sizeof(float);
+}
+
+/* Unlinks m from its bucket, frees it and counts it in *counter. Holds mu. */
+static void discard_locked(mbox_t *mb, mbox_msg_t *m, int64_t *counter)
+{
+    for (mbox_msg_t **p = &mb->bucket[tag_hash(&m->tag)]; *p; p = &(*p)->next) {
+        if (*p == m) {
+            *p = m->next;
+            break;
+        }
+    }
+    unclaim_locked(mb, m);
+    (*counter)++;
+    mb->gs.dropped_bytes += msg_bytes(m);
+    mb->count--;
+    acct_locked(mb, m->t, -1);
+    tensor_free(m->t);
+    free(m);
+}
+
+static mbox_task_t *task_find_locked(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp,
+                                     int32_t shard)
+{
+    for (int i = 0; i < mb->ntasks; i++) {
+        mbox_task_t *k = &mb->tasks[i];
+        if (k->job == job && k->attempt == attempt && k->comp == comp && k->shard == shard)
+            return k;
+    }
+    return NULL;
+}
+
+static int ended_locked(const mbox_t *mb, const mbox_tag_t *tag)
+{
+    for (int i = 0; i < mb->nended; i++) {
+        const mbox_task_t *k = &mb->ended[i];
+        if (k->job == tag->job && k->attempt == tag->attempt && k->comp == tag->comp &&
+            k->shard == tag->dst)
+            return 1;
+    }
+    return 0;
+}
+
+/* Frees unclaimed frames past their time. Holds mu. */
+static int expire_locked(mbox_t *mb)
+{
+    int64_t cutoff = util_mono_us() - (int64_t)MBOX_UNCLAIMED_TTL_MS * 1000;
+    int n = 0;
+    while (mb->ufirst && mb->ufirst->arrived_us < cutoff) {
+        discard_locked(mb, mb->ufirst, &mb->gs.expired);
+        n++;
+    }
+    return n;
+}
+
+/* What a frame with this tag is: MBOX_ADMIT_TASK, _UNCLAIMED or _DROP
+ * (bad source, cancelled, ended, or shut down). Holds mu. */
+static mbox_admit_t classify_locked(mbox_t *mb, const mbox_tag_t *tag)
+{
+    if (mb->stopped || cancelled_locked(mb, tag->job, tag->attempt) || ended_locked(mb, tag))
+        return MBOX_ADMIT_DROP;
+    const mbox_task_t *k = task_find_locked(mb, tag->job, tag->attempt, tag->comp, tag->dst);
+    if (k)
+        return tag->src >= 0 && tag->src < k->npeers ? MBOX_ADMIT_TASK : MBOX_ADMIT_DROP;
+    return MBOX_ADMIT_UNCLAIMED;
+}
+
+int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard,
+                int32_t npeers)
+{
+    pthread_mutex_lock(&mb->mu);
+    mbox_task_t *k = task_find_locked(mb, job, attempt, comp, shard);
+    if (!k && mb->ntasks == mb->cap_tasks) {
+        int cap = mb->cap_tasks ? 2 * mb->cap_tasks : 16;
+        mbox_task_t *nt = realloc(mb->tasks, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            pthread_mutex_unlock(&mb->mu);
+            return -1;
+        }
+        mb->tasks = nt;
+        mb->cap_tasks = cap;
+    }
+    if (!k) {
+        k = &mb->tasks[mb->ntasks++];
+        *k = (mbox_task_t){.job = job, .attempt = attempt, .comp = comp, .shard = shard,
+                           .npeers = npeers};
+    }
+    k->refs++;
+    /* Early frames for this task become its own (a bad source is dropped). */
+    for (mbox_msg_t *m = mb->ufirst, *next; m; m = next) {
+        next = m->unext;
+        const mbox_tag_t *t = &m->tag;
+        if (t->job != job || t->attempt != attempt || t->comp != comp || t->dst != shard)
+            continue;
+        if (t->src >= 0 && t->src < npeers)
+            unclaim_locked(mb, m);
+        else
+            discard_locked(mb, m, &mb->gs.dropped);
+    }
+    pthread_cond_broadcast(&mb->cv);
+    pthread_mutex_unlock(&mb->mu);
+    return 0;
+}
+
+void mbox_task_done(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard)
+{
+    pthread_mutex_lock(&mb->mu);
+    mbox_task_t *k = task_find_locked(mb, job, attempt, comp, shard);
+    if (k && --k->refs <= 0) {
+        mbox_task_t gone = *k;
+        *k = mb->tasks[--mb->ntasks];
+        if (mb->nended < MBOX_ENDED_MEMORY) {
+            mb->ended[mb->nended++] = gone;
+        } else {
+            mb->ended[mb->ended_next] = gone;
+            mb->ended_next = (mb->ended_next + 1) % MBOX_ENDED_MEMORY;
+        }
+        /* What is still kept for it is garbage (duplicates, forgeries). */
+        mbox_tag_t probe = {.job = job, .attempt = attempt, .comp = comp, .dst = shard};
+        for (unsigned b = 0; b < MBOX_BUCKETS; b++) {
+            for (mbox_msg_t *m = mb->bucket[b], *next; m; m = next) {
+                next = m->next;
+                probe.src = m->tag.src;
+                probe.op = m->tag.op;
+                if (tag_equal(&m->tag, &probe))
+                    discard_locked(mb, m, &mb->gs.dropped);
+            }
+        }
+    }
+    pthread_mutex_unlock(&mb->mu);
+}
+
+/* Reserves nbytes of unclaimed room for origin when both caps allow it.
+ * Returns 1 when reserved. Holds mu. */
+static int reserve_locked(mbox_t *mb, int origin, int64_t nbytes)
+{
+    if (mb->origin_bytes[origin] + nbytes > MBOX_UNCLAIMED_ORIGIN_BYTES ||
+        mb->unclaimed_bytes + nbytes > MBOX_UNCLAIMED_TOTAL_BYTES)
+        return 0;
+    mb->origin_bytes[origin] += nbytes;
+    mb->unclaimed_bytes += nbytes;
+    return 1;
+}
+
+mbox_admit_t mbox_admit(mbox_t *mb, const mbox_tag_t *tag, int origin, int64_t nbytes,
+                        int64_t deadline_mono_us)
+{
+    if (origin <= 0 || origin >= MBOX_MAX_ORIGINS || nbytes < 0)
+        return MBOX_ADMIT_DROP;
+    struct timespec ts = {.tv_sec = (time_t)(deadline_mono_us / 1000000),
+                          .tv_nsec = (long)(deadline_mono_us % 1000000) * 1000};
+    pthread_mutex_lock(&mb->mu);
+    mbox_admit_t a;
+    for (;;) {
+        expire_locked(mb);
+        a = classify_locked(mb, tag);
+        if (a != MBOX_ADMIT_UNCLAIMED || reserve_locked(mb, origin, nbytes))
+            break;
+        if (util_mono_us() >= deadline_mono_us) {
+            a = MBOX_ADMIT_DROP;
+            mb->gs.over_cap++;
+            mb->gs.dropped_bytes += nbytes;
+            goto out;
+        }
+        int rc = pthread_cond_timedwait(&mb->cv, &mb->mu, &ts);
+        if (rc != 0 && rc != ETIMEDOUT && rc != EINTR)
+            break;
+    }
+    if (a == MBOX_ADMIT_DROP) {
+        mb->gs.dropped++;
+        mb->gs.dropped_bytes += nbytes;
+    }
+out:
+    pthread_mutex_unlock(&mb->mu);
+    return a;
+}
+
+void mbox_unreserve(mbox_t *mb, int origin, int64_t nbytes)
+{
+    if (origin <= 0 || origin >= MBOX_MAX_ORIGINS)
+        return;
+    pthread_mutex_lock(&mb->mu);
+    mb->origin_bytes[origin] -= nbytes;
+    mb->unclaimed_bytes -= nbytes;
+    pthread_cond_broadcast(&mb->cv);
+    pthread_mutex_unlock(&mb->mu);
+}
+
+int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
+                  mbox_admit_t admit)
+{
+    int64_t bytes = shape_numel(&t->shape) * (int64_t)sizeof(float);
+    if (admit == MBOX_ADMIT_DROP || origin <= 0 || origin >= MBOX_MAX_ORIGINS) {
+        tensor_free(t);
+        return 1;
+    }
+    mbox_msg_t *m = calloc(1, sizeof *m);
+    pthread_mutex_lock(&mb->mu);
+    if (admit == MBOX_ADMIT_UNCLAIMED) {    /* the reservation becomes the frame's */
+        mb->origin_bytes[origin] -= bytes;
+        mb->unclaimed_bytes -= bytes;
+    }
+    /* A task may have been declared or ended while the payload came in. */
+    mbox_admit_t now = classify_locked(mb, tag);
+    if (!m || now == MBOX_ADMIT_DROP) {
+        if (m) {
+            mb->gs.dropped++;
+            mb->gs.dropped_bytes += bytes;
+        }
+        pthread_cond_broadcast(&mb->cv);
+        pthread_mutex_unlock(&mb->mu);
+        free(m);
+        tensor_free(t);
+        return 1;
+    }
+    m->tag = *tag;
+    m->t = t;
+    if (now == MBOX_ADMIT_UNCLAIMED) {
+        m->origin = origin;
+        m->arrived_us = util_mono_us();
+        m->uprev = mb->ulast;
+        if (mb->ulast)
+            mb->ulast->unext = m;
+        else
+            mb->ufirst = m;
+        mb->ulast = m;
+        mb->origin_bytes[origin] += bytes;
+        mb->unclaimed_bytes += bytes;
+        mb->gs.unclaimed++;
+    }
+    mbox_msg_t **p = &mb->bucket[tag_hash(tag)];
+    while (*p)
+        p = &(*p)->next;
+    *p = m;
+    mb->count++;
+    acct_locked(mb, t, +1);
+    pthread_cond_broadcast(&mb->cv);
+    pthread_mutex_unlock(&mb->mu);
+    return 0;
+}
+
+void mbox_drop_origin(mbox_t *mb, int origin)
+{
+    pthread_mutex_lock(&mb->mu);
+    for (mbox_msg_t *m = mb->ufirst, *next; m; m = next) {
+        next = m->unext;
+        if (m->origin == origin)
+            discard_locked(mb, m, &mb->gs.expired);
+    }
+    pthread_mutex_unlock(&mb->mu);
+}
+
+int mbox_expire(mbox_t *mb)
+{
+    pthread_mutex_lock(&mb->mu);
+    int n = expire_locked(mb);
+    pthread_mutex_unlock(&mb->mu);
+    return n;
+}
+
+void mbox_guard_stats(mbox_t *mb, mbox_guard_stats_t *out)
+{
+    pthread_mutex_lock(&mb->mu);
+    *out = mb->gs;
+    out->unclaimed_bytes = mb->unclaimed_bytes;
+    pthread_mutex_unlock(&mb->mu);
 }

@@ -39,7 +39,8 @@ mbox_t *mbox_new(void);
 void mbox_free(mbox_t *mb);
 
 /* Stores t under tag (takes ownership of t in every case). A message for a
- * cancelled job attempt or after shutdown is freed at once. Returns 0 when
+ * cancelled job attempt, for an ended task (mbox_task_done) or after
+ * shutdown is freed at once. Returns 0 when
  * kept, 1 when dropped. */
 int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t);
 
@@ -70,6 +71,69 @@ int mbox_is_stopped(mbox_t *mb);
 
 /* Number of kept messages (for tests and metrics). */
 int mbox_count(mbox_t *mb);
+
+/* ---- the gate: frames from the network ----
+ *
+ * Frames that come over a data connection (not local sends) are admitted
+ * only for tasks this worker runs. The executor declares each task when it
+ * is queued (mbox_expect) and when it ended (mbox_task_done). A frame for
+ * (job, attempt, comp, dst) of a declared task, with a source shard inside
+ * that task's slice, is the task's. A frame for a cancelled attempt or an
+ * ended task is dropped. Any other frame may be an early one (a peer got
+ * its task before we got ours): it is kept "unclaimed" within
+ * MBOX_UNCLAIMED_ORIGIN_BYTES per connection and MBOX_UNCLAIMED_TOTAL_BYTES
+ * in all, until a task claims it, its connection closes, or
+ * MBOX_UNCLAIMED_TTL_MS pass. Every drop is counted (mbox_guard_stats).
+ * Until per-attempt keys exist, a forged frame with the exact tag of a task
+ * declared here is still indistinguishable from the real one. */
+#define MBOX_MAX_ORIGINS 1024                 /* connection ids 1..MBOX_MAX_ORIGINS-1 */
+#define MBOX_UNCLAIMED_ORIGIN_BYTES ((int64_t)8 << 20)
+#define MBOX_UNCLAIMED_TOTAL_BYTES ((int64_t)32 << 20)
+#define MBOX_UNCLAIMED_TTL_MS 15000
+#define MBOX_ENDED_MEMORY 1024                /* ended tasks remembered */
+
+/* Declares a task queued on this worker (calls nest: one done per expect).
+ * Unclaimed frames it owns become its own. Returns 0, or -1 on OOM. */
+int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard,
+                int32_t npeers);
+/* The task ended (reported or cancelled): frames still kept for it are
+ * freed, later ones dropped. */
+void mbox_task_done(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard);
+
+typedef enum mbox_admit {
+    MBOX_ADMIT_TASK = 0,        /* for a declared task: read it, mbox_put_from() */
+    MBOX_ADMIT_UNCLAIMED,       /* kept unclaimed: its bytes are reserved for origin;
+                                   mbox_put_from() or mbox_unreserve() */
+    MBOX_ADMIT_DROP,            /* refused (counted): skip its payload */
+} mbox_admit_t;
+
+/* Decides about a frame header before its payload is allocated. origin:
+ * the connection's id (1..MBOX_MAX_ORIGINS-1). When an unclaimed frame does
+ * not fit the caps, waits until a task claims its tag, room appears, or
+ * deadline_mono_us; then drops. */
+mbox_admit_t mbox_admit(mbox_t *mb, const mbox_tag_t *tag, int origin, int64_t nbytes,
+                        int64_t deadline_mono_us);
+/* Stores a frame admitted by mbox_admit (takes t in every case; admit is
+ * that call's answer, whose reservation this consumes). 0 kept, 1 dropped. */
+int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
+                  mbox_admit_t admit);
+/* Gives back an UNCLAIMED reservation whose payload never came. */
+void mbox_unreserve(mbox_t *mb, int origin, int64_t nbytes);
+/* The connection closed: its unclaimed frames are freed. */
+void mbox_drop_origin(mbox_t *mb, int origin);
+/* Frees unclaimed frames older than MBOX_UNCLAIMED_TTL_MS; returns how
+ * many. Also done on every admit; call it now and then when idle. */
+int mbox_expire(mbox_t *mb);
+
+typedef struct mbox_guard_stats {
+    int64_t dropped;            /* frames refused: not for a task of ours */
+    int64_t over_cap;           /* unclaimed frames refused for lack of room */
+    int64_t expired;            /* unclaimed frames freed (timeout, conn closed) */
+    int64_t dropped_bytes;      /* payload bytes of all of those */
+    int64_t unclaimed;          /* unclaimed frames kept now */
+    int64_t unclaimed_bytes;    /* and their bytes (plus reservations) */
+} mbox_guard_stats_t;
+void mbox_guard_stats(mbox_t *mb, mbox_guard_stats_t *out);
 
 /* Accounting hook: called under the mailbox lock with (+1, +bytes) when a
  * message is kept and (-1, -bytes) when it leaves (taken, dropped, freed),

@@ -15,6 +15,7 @@
 #include "shmring.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -74,11 +75,16 @@ shmring_t *shmring_create(size_t size, int *fd)
     *fd = -1;
     if (size == 0 || size % 4096 != 0)
         return NULL;
-    int f = memfd_create("atoll-dplane", MFD_CLOEXEC);
+    if (size > SHMRING_MAX_BYTES)
+        return NULL;
+    int f = memfd_create("atoll-dplane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (f < 0)
         return NULL;
     shmring_t *r = NULL;
+    /* Sealed before it is mapped or passed on: its size can never change,
+     * so the receiver's mapping cannot SIGBUS (see shmring.h). */
     if (ftruncate(f, (off_t)(SHMRING_CTRL + size)) != 0 ||
+        fcntl(f, F_ADD_SEALS, SHMRING_SEALS | F_SEAL_SEAL) != 0 ||
         !(r = shmring_map(f, SHMRING_CTRL + size))) {
         close(f);
         return NULL;
@@ -90,15 +96,29 @@ shmring_t *shmring_create(size_t size, int *fd)
     return r;
 }
 
-shmring_t *shmring_attach(int fd)
+int shmring_check_fd(int fd, size_t size)
 {
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size <= SHMRING_CTRL)
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (size == 0 || size > SHMRING_MAX_BYTES || seals < 0 ||
+        (seals & SHMRING_SEALS) != SHMRING_SEALS || !(seals & F_SEAL_SEAL))
+        return -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size != (uint64_t)SHMRING_CTRL + size)
+        return -1;
+    return 0;
+}
+
+shmring_t *shmring_attach(int fd, size_t size)
+{
+    if (shmring_check_fd(fd, size) != 0) {
+        errno = EPERM;
         return NULL;
-    shmring_t *r = shmring_map(fd, (size_t)st.st_size);
+    }
+    shmring_t *r = shmring_map(fd, SHMRING_CTRL + size);
     if (!r)
         return NULL;
-    r->size = (size_t)st.st_size - SHMRING_CTRL;
+    r->size = size;
     if (r->c->magic != SHMRING_MAGIC || r->c->size != r->size) {
         munmap(r->c, r->map_len);
         free(r);

@@ -15,6 +15,7 @@
 #ifndef ATOLL_SHMRING_H
 #define ATOLL_SHMRING_H
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,9 +29,23 @@ typedef struct shmring shmring_t;
  * *fd gets the memfd (the caller passes it on, then closes it). NULL on
  * failure (errno set). */
 shmring_t *shmring_create(size_t size, int *fd);
-/* Maps the ring behind a received memfd (borrowed; the caller closes it).
- * NULL when the fd is not a ring. */
-shmring_t *shmring_attach(int fd);
+/* Largest ring a receiver maps. */
+#define SHMRING_MAX_BYTES ((size_t)64 << 20)
+/* Seals every ring memfd carries (with F_SEAL_SEAL), added before it is
+ * mapped or sent: its size can never change, so a sender cannot shrink it
+ * under the receiver's mapping (SIGBUS). F_SEAL_WRITE cannot apply: both
+ * sides keep writing the ring (the producer its data and head, the
+ * consumer its tail), which is what the ring is for. */
+#define SHMRING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
+/* 0 when fd is a sealed memfd (SHMRING_SEALS and F_SEAL_SEAL) of exactly
+ * the control block plus `size` data bytes, the size the hello claimed;
+ * -1 otherwise. Checked before anything is mapped. */
+int shmring_check_fd(int fd, size_t size);
+/* Maps the ring behind a received memfd (borrowed; the caller closes it)
+ * whose sender claimed `size` data bytes. NULL when the fd fails
+ * shmring_check_fd() or is not a ring. */
+shmring_t *shmring_attach(int fd, size_t size);
 
 /* Copies n bytes in (producer) / out (consumer), waiting for room / data.
  * Returns 0, or -1 when *stop becomes non-zero (stop may be NULL), the

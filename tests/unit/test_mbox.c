@@ -260,6 +260,59 @@ static void test_concurrent_takers(void **state)
     mbox_free(mb);
 }
 
+/* Finding 4/7: frames from the network (origin > 0) for a task this
+ * worker does not run are kept only as bounded "unclaimed" frames; a
+ * declared task claims its own; a bad source, a cancelled attempt or an
+ * ended task is dropped and counted; a closed connection frees its frames. */
+static void test_gate(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    mbox_tag_t early = tag_of(7, 1, 3, 0, 1), bad_src = tag_of(7, 1, 3, 9, 1);
+    assert_int_equal(mbox_admit(mb, &early, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_put_from(mb, &early, scalar(1), 1, MBOX_ADMIT_UNCLAIMED), 0);
+    assert_int_equal(mbox_admit(mb, &bad_src, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_put_from(mb, &bad_src, scalar(2), 1, MBOX_ADMIT_UNCLAIMED), 0);
+    mbox_guard_stats_t g;
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.unclaimed, 2);
+    /* The task (job 7 attempt 1 comp 1 shard 1, 4 shards) claims the good
+     * one and drops the one from a shard outside its slice. */
+    assert_int_equal(mbox_expect(mb, 7, 1, 1, 1, 4), 0);
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.unclaimed, 0);
+    assert_int_equal(g.dropped, 1);
+    assert_int_equal(mbox_admit(mb, &bad_src, 1, 4, in_ms(10)), MBOX_ADMIT_DROP);
+    assert_int_equal(mbox_admit(mb, &early, 1, 4, in_ms(10)), MBOX_ADMIT_TASK);
+    tensor_t *t = NULL;
+    assert_int_equal(mbox_take(mb, &early, in_ms(100), &t), MBOX_OK);
+    assert_true(t->data[0] == 1.0f);
+    tensor_free(t);
+    /* Ended: a late frame for it is refused, a leftover freed. */
+    mbox_tag_t dup = tag_of(7, 1, 4, 2, 1);
+    assert_int_equal(mbox_put_from(mb, &dup, scalar(3), 2, MBOX_ADMIT_TASK), 0);
+    mbox_task_done(mb, 7, 1, 1, 1);
+    assert_int_equal(mbox_count(mb), 0);
+    assert_int_equal(mbox_admit(mb, &early, 1, 4, in_ms(10)), MBOX_ADMIT_DROP);
+    /* Caps: past MBOX_UNCLAIMED_ORIGIN_BYTES on one connection a frame is
+     * refused before anything is allocated (after its short wait). */
+    mbox_tag_t other = tag_of(8, 1, 0, 0, 0);
+    assert_int_equal(mbox_admit(mb, &other, 3, MBOX_UNCLAIMED_ORIGIN_BYTES + 4, in_ms(20)),
+                     MBOX_ADMIT_DROP);
+    assert_int_equal(mbox_admit(mb, &other, 3, MBOX_UNCLAIMED_ORIGIN_BYTES, in_ms(20)),
+                     MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_admit(mb, &other, 3, 4, in_ms(20)), MBOX_ADMIT_DROP);
+    mbox_unreserve(mb, 3, MBOX_UNCLAIMED_ORIGIN_BYTES);
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.over_cap, 2);
+    assert_int_equal(g.unclaimed_bytes, 0);
+    /* A closed connection's unclaimed frames go. */
+    assert_int_equal(mbox_put_from(mb, &other, scalar(4), 5, MBOX_ADMIT_UNCLAIMED), 0);
+    mbox_drop_origin(mb, 5);
+    assert_int_equal(mbox_count(mb), 0);
+    mbox_free(mb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_drop_job_is_selective),
         cmocka_unit_test(test_many_and_duplicates),
         cmocka_unit_test(test_concurrent_takers),
+        cmocka_unit_test(test_gate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -356,6 +356,107 @@ static void test_same_host(void **state)
     assert_false(dplane_same_host("garbage", "127.0.0.1:1"));
 }
 
+/* Finding 5: a ring memfd that is not sealed is refused before it is
+ * mapped, so shrinking it after the hello cannot SIGBUS the receiver (the
+ * old receiver mapped it; the shrink and the frame below then killed it).
+ * A sealed ring cannot be shrunk at all. */
+static void test_unsealed_memfd_refused(void **state)
+{
+    pair_t *p = *state;
+    assert_true(p->b->unix_fd >= 0);
+    size_t size = 4096;
+    int mfd = memfd_create("evil-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(mfd >= 0);
+    assert_int_equal(ftruncate(mfd, (off_t)(SHMRING_CTRL + size)), 0);
+    shmring_ctrl_t *ctl = mmap(NULL, SHMRING_CTRL, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    assert_true(ctl != MAP_FAILED);
+    ctl->magic = SHMRING_MAGIC;       /* a well-formed ring, just not sealed */
+    ctl->size = size;
+    munmap(ctl, SHMRING_CTRL);
+    assert_int_equal(shmring_check_fd(mfd, size), -1);
+
+    struct sockaddr_un su;
+    socklen_t len = unix_name(dplane_addr(p->b), &su);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&su, len), 0);
+    uint8_t hello[DPLANE_HELLO_SIZE] = {0};
+    put_u32(hello, DPLANE_HELLO_MAGIC);
+    put_u64(hello + 8, size);
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof cbuf);
+    struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof cbuf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
+    assert_int_equal(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)sizeof hello);
+    /* The receiver closes the connection (wait for it, up to 5 s). */
+    struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    int closed = poll(&pf, 1, 5000) == 1;
+    if (!closed) {
+        /* Old behaviour: it mapped the ring. Shrink it and send a frame. */
+        assert_int_equal(ftruncate(mfd, 0), 0);
+        dplane_hdr_t h = {.tag = {.job = 1}, .shape = {.rank = 1, .dim = {4}}, .nbytes = 16};
+        uint8_t hb[DPLANE_HDR_SIZE];
+        dplane_hdr_encode(&h, hb);
+        assert_int_equal(write_full(fd, hb, sizeof hb), 0);
+        closed = poll(&pf, 1, 5000) == 1;
+    }
+    assert_true(closed);
+    close(fd);
+    close(mfd);
+    dplane_guard_stats_t g;
+    dplane_guard_stats(p->b, &g);
+    assert_true(g.bad_frames >= 1);
+
+    /* A sealed ring cannot shrink or grow; the real path still works. */
+    int rfd = -1;
+    shmring_t *ring = shmring_create(size, &rfd);
+    assert_non_null(ring);
+    assert_int_equal(shmring_check_fd(rfd, size), 0);
+    assert_int_equal(shmring_check_fd(rfd, size * 2), -1);    /* size must match the claim */
+    assert_true(ftruncate(rfd, 0) != 0);
+    assert_true(ftruncate(rfd, (off_t)(SHMRING_CTRL + 2 * size)) != 0);
+    shmring_close(ring);
+    close(rfd);
+    int64_t dims[1] = {5};
+    tensor_t *t = iota(1, dims);
+    mbox_tag_t tag = {.job = 9};
+    assert_int_equal(dplane_send(p->a, dplane_addr(p->b), &tag, t), 0);
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(p->mb_b, &tag, in_ms(5000), &got), MBOX_OK);
+    assert_same_tensor(got, t);
+    tensor_free(got);
+    tensor_free(t);
+}
+
+/* Finding 7: a header claiming a large payload for a task nobody runs is
+ * not allocated: past the per-connection cap it waits, then is refused
+ * and its payload skipped. Here the claim is 16 MiB (over the 8 MiB
+ * per-connection cap) and no byte of payload is ever sent. */
+static void test_huge_claim_not_allocated(void **state)
+{
+    pair_t *p = *state;
+    struct sockaddr_in sa;
+    assert_int_equal(resolve(dplane_addr(p->b), 0, &sa), 0);
+    int fd = connect_once(&sa);
+    assert_true(fd >= 0);
+    dplane_hdr_t h = {.tag = {.job = 77, .attempt = 1},
+                      .shape = {.rank = 2, .dim = {2048, 2048}}, .nbytes = 16u << 20};
+    uint8_t hb[DPLANE_HDR_SIZE];
+    dplane_hdr_encode(&h, hb);
+    assert_int_equal(write_full(fd, hb, sizeof hb), 0);
+    /* The reader waits in the gate: nothing kept, nothing reserved. */
+    mbox_guard_stats_t g;
+    mbox_guard_stats(p->mb_b, &g);
+    assert_int_equal(g.unclaimed_bytes, 0);
+    assert_int_equal(mbox_count(p->mb_b), 0);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +471,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forced_tcp, pair_setup, pair_teardown),
         cmocka_unit_test(test_shm_receiver_gone),
         cmocka_unit_test(test_same_host),
+        cmocka_unit_test_setup_teardown(test_unsealed_memfd_refused, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(test_huge_claim_not_allocated, pair_setup,
+                                        pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -601,6 +601,80 @@ static void test_cancel_frees_values(void **state)
     assert_store_empty(f);
 }
 
+/* Finding 3: a leader's pack shorter than the plan says (here 1 element
+ * instead of 2 members x 4) fails the shard with a clear error and is
+ * counted; it is never unpacked past its end (ASan caught that read). The
+ * other process (shards 2 and 3) is a second data plane nobody serves, so
+ * the pack this process's leader sends it just waits there. */
+static void test_short_leader_pack(void **state)
+{
+    fixture_t *f = *state;
+    mbox_t *mb2 = mbox_new();
+    dplane_t *dp2 = dplane_start("127.0.0.1:0", NULL, mb2);
+    assert_non_null(dp2);
+    const char *me = dplane_addr(f->dp), *other = dplane_addr(dp2);
+    /* all_reduce is op 3 of PRODUCE; the pack of shards 2-3 comes from 2. */
+    shape_t one = {.rank = 1, .dim = {1}};
+    tensor_t *shortp = tensor_new(&one);
+    assert_non_null(shortp);
+    shortp->data[0] = 7.0f;
+    mbox_tag_t tag = {.job = 60, .attempt = 0, .comp = 0, .op = hier_op_tag(3, HIER_LEADERS),
+                      .src = 2, .dst = 0};
+    mbox_put(f->mb, &tag, shortp);
+    for (int shard = 0; shard < 2; shard++) {
+        json_error_t jerr;
+        json_t *c = json_loads(PRODUCE, 0, &jerr);
+        assert_non_null(c);
+        json_t *t = json_pack("{s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:[i,i], s:o, s:{},"
+                              " s:[s,s,s,s]}", "task", (json_int_t)(600 + shard), "job",
+                              (json_int_t)60, "attempt", 0, "comp", 0, "seq", 1, "shard",
+                              shard, "device", shard, "slice_shape", 2, 2, "computation", c,
+                              "input_shapes", "peers", me, me, other, other);
+        assert_non_null(t);
+        submit(f, t);
+    }
+    assert_int_equal(sink_wait(&f->sink, 2), 2);
+    const json_t *lead = sink_find(&f->sink, 600);
+    assert_non_null(lead);
+    assert_string_equal(json_string_value(json_object_get(lead, "state")), "failed");
+    const char *err = json_string_value(json_object_get(lead, "error"));
+    assert_non_null(strstr(err, "expected 8 elements"));
+    assert_int_equal(atomic_load(&exec_counters(f->ex)->bad_size), 1);
+    const json_t *member = sink_find(&f->sink, 601);
+    assert_non_null(member);
+    assert_string_equal(json_string_value(json_object_get(member, "state")), "failed");
+    assert_store_empty(f);
+    dplane_stop(dp2);
+    mbox_free(mb2);
+}
+
+/* Finding 3: a direct-exchange piece of the wrong shape (3 elements where
+ * every member's argument has 4) fails the shard instead of being reduced
+ * past its end. */
+static void test_short_direct_piece(void **state)
+{
+    fixture_t *f = *state;
+    shape_t three = {.rank = 1, .dim = {3}};
+    tensor_t *bad = tensor_new(&three);
+    assert_non_null(bad);
+    /* Shard 1 expects its piece from shard 0 under op 3 (flat exchange). */
+    mbox_tag_t tag = {.job = 61, .attempt = 0, .comp = 0, .op = 3, .src = 0, .dst = 1};
+    mbox_put(f->mb, &tag, bad);
+    for (int shard = 0; shard < 4; shard++)
+        submit(f, make_task(f, 610 + shard, 61, 0, 1, shard, PRODUCE, 0));
+    assert_int_equal(sink_wait(&f->sink, 4), 4);
+    const json_t *rep = sink_find(&f->sink, 611);
+    assert_string_equal(json_string_value(json_object_get(rep, "state")), "failed");
+    assert_non_null(strstr(json_string_value(json_object_get(rep, "error")), "expected [4]"));
+    assert_true(atomic_load(&exec_counters(f->ex)->bad_size) >= 1);
+    assert_store_empty(f);
+}
+
+static int setup_flat_short(void **state)
+{
+    return fixture_start_flat(state, 300, 4, (int64_t)64 << 20, INT64_MAX, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -617,6 +691,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_too_small, setup_small_store, teardown),
         cmocka_unit_test_setup_teardown(test_store_backpressure, setup_small_store, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_frees_values, setup_normal, teardown),
+        cmocka_unit_test_setup_teardown(test_short_leader_pack, setup_short_timeout, teardown),
+        cmocka_unit_test_setup_teardown(test_short_direct_piece, setup_flat_short, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
