@@ -160,6 +160,30 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
                             "# TYPE atoll_store_write_transactions_total counter\n"
                             "atoll_store_write_transactions_total %lu\n",
                             (unsigned long)store_write_transactions());
+    int64_t dp[4] = {0};
+    store_dplane_totals(st, dp);
+    len += (size_t)snprintf(all + len, cap - len,
+                            "# HELP atoll_dplane_dropped_frames_total Data-plane frames workers"
+                            " dropped (not for a task of theirs, over the unclaimed cap, expired).\n"
+                            "# TYPE atoll_dplane_dropped_frames_total counter\n"
+                            "atoll_dplane_dropped_frames_total %lld\n"
+                            "# HELP atoll_dplane_dropped_bytes_total Payload bytes of those frames.\n"
+                            "# TYPE atoll_dplane_dropped_bytes_total counter\n"
+                            "atoll_dplane_dropped_bytes_total %lld\n"
+                            "# HELP atoll_dplane_refused_connections_total Data connections"
+                            " workers closed at once (over the cap, another user's process).\n"
+                            "# TYPE atoll_dplane_refused_connections_total counter\n"
+                            "atoll_dplane_refused_connections_total %lld\n"
+                            "# HELP atoll_dplane_bad_frames_total Data connections closed on a bad"
+                            " header or hello.\n"
+                            "# TYPE atoll_dplane_bad_frames_total counter\n"
+                            "atoll_dplane_bad_frames_total %lld\n"
+                            "# HELP atoll_http_header_timeouts_total Connections closed because"
+                            " a request's headers did not arrive in time.\n"
+                            "# TYPE atoll_http_header_timeouts_total counter\n"
+                            "atoll_http_header_timeouts_total %lu\n",
+                            (long long)dp[0], (long long)dp[1], (long long)dp[2], (long long)dp[3],
+                            (unsigned long)http_header_timeouts());
     uint64_t rounds, round_us, round_max_us;
     sched_round_stats(&rounds, &round_us, &round_max_us);
     len += (size_t)snprintf(all + len, cap - len,

@@ -15,11 +15,13 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "auth.h"
+#include "report_decode.h"
 #include "scheduler.h"
 #include "store.h"
 #include "util.h"
@@ -332,8 +334,50 @@ static int64_t worker_param(http_req_t *req, http_resp_t *resp)
     return id;
 }
 
-/* The optional heartbeat body {"store": {"objects","bytes","cap_bytes"}}.
- * 1 when it carries figures, 0 when not, -1 with a 400 answered. */
+/* The heartbeat body's figures: each group an optional object of
+ * non-negative integers (an absent member is 0). */
+typedef struct hb_group {
+    const char *name;               /* "store" */
+    const char *members[4];         /* NULL-terminated */
+    size_t offsets[4];              /* of each member's field in worker_stats_t */
+} hb_group_t;
+
+#define HB_OFF(f) offsetof(worker_stats_t, f)
+static const hb_group_t hb_groups[] = {
+    {"store", {"objects", "bytes", "cap_bytes", NULL},
+     {HB_OFF(objects), HB_OFF(bytes), HB_OFF(cap_bytes)}},
+    {"dplane", {"dropped", "dropped_bytes", "refused", "bad_frames"},
+     {HB_OFF(dp_dropped), HB_OFF(dp_dropped_bytes), HB_OFF(dp_refused), HB_OFF(dp_bad_frames)}},
+};
+#define HB_NGROUPS (sizeof hb_groups / sizeof hb_groups[0])
+
+/* Reads one group into ws. 0, or -1 with a 400 answered naming the field. */
+static int heartbeat_group(const hb_group_t *g, json_t *obj, http_resp_t *resp,
+                           worker_stats_t *ws)
+{
+    size_t n = 0;
+    while (n < 4 && g->members[n])
+        n++;
+    if (!json_is_object(obj) || json_object_size(obj) > n) {
+        http_problem(resp, 400, g->name, "%s is an object of %zu counters", g->name, n);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(obj, g->members[i]);
+        if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+            char field[64];
+            snprintf(field, sizeof field, "%s.%s", g->name, g->members[i]);
+            http_problem(resp, 400, field, "%s must be a non-negative integer", field);
+            return -1;
+        }
+        *(int64_t *)((char *)ws + g->offsets[i]) = v ? json_integer_value(v) : 0;
+    }
+    return 0;
+}
+
+/* The optional heartbeat body {"store": {objects, bytes, cap_bytes},
+ * "dplane": {dropped, dropped_bytes, refused, bad_frames}}. 1 when it
+ * carries figures, 0 when not, -1 with a 400 answered. */
 static int heartbeat_stats(http_req_t *req, http_resp_t *resp, worker_stats_t *ws)
 {
     if (req->body_len == 0)
@@ -341,35 +385,22 @@ static int heartbeat_stats(http_req_t *req, http_resp_t *resp, worker_stats_t *w
     json_t *body = api_body_json(req, resp);
     if (!body)
         return -1;
-    int rc = -1;
+    int rc = -1, any = 0;
     const char *key;
-    json_t *v, *store = NULL;
+    json_t *v;
     json_object_foreach(body, key, v) {
-        if (strcmp(key, "store") != 0) {
+        size_t g = 0;
+        while (g < HB_NGROUPS && strcmp(key, hb_groups[g].name) != 0)
+            g++;
+        if (g == HB_NGROUPS) {
             http_problem(resp, 400, key, "unknown field '%s'", key);
             goto cleanup;
         }
-        store = v;
-    }
-    if (store) {
-        int64_t *dst[] = {&ws->objects, &ws->bytes, &ws->cap_bytes};
-        const char *names[] = {"objects", "bytes", "cap_bytes"};
-        const char *fields[] = {"store.objects", "store.bytes", "store.cap_bytes"};
-        if (!json_is_object(store) || json_object_size(store) > 3) {
-            http_problem(resp, 400, "store", "store is {objects, bytes, cap_bytes}");
+        if (heartbeat_group(&hb_groups[g], v, resp, ws) != 0)
             goto cleanup;
-        }
-        for (int i = 0; i < 3; i++) {
-            json_t *n = json_object_get(store, names[i]);
-            if (n && (!json_is_integer(n) || json_integer_value(n) < 0)) {
-                http_problem(resp, 400, fields[i], "%s must be a non-negative integer",
-                             fields[i]);
-                goto cleanup;
-            }
-            *dst[i] = n ? json_integer_value(n) : 0;
-        }
+        any = 1;
     }
-    rc = store != NULL;
+    rc = any;
 cleanup:
     json_decref(body);
     return rc;
@@ -466,44 +497,15 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     http_json(resp, 200, out);
 }
 
-/* Structure of a report's outputs that the store does not check: each key
- * a value name ([A-Za-z0-9_-], 1..NAME_MAX_LEN-1, as the compiler allows)
- * and each listed value a number or null (null = non-finite). The store
- * checks shapes, sums and counts. 0, or -1 with a 400 answered. */
+/* Structure of a report's outputs that the store does not check
+ * (report_outputs_check). 0, or -1 with a 400 answered. */
 static int report_outputs_ok(const json_t *body, http_resp_t *resp)
 {
-    json_t *outs = json_object_get(body, "outputs"), *o;
-    const char *name;
-    if (!outs)
+    err_t e = {0};
+    if (report_outputs_check(body, &e) == 0)
         return 0;
-    if (!json_is_object(outs)) {
-        http_problem(resp, 400, "outputs", "outputs must be an object");
-        return -1;
-    }
-    json_object_foreach(outs, name, o) {
-        size_t n = strlen(name);
-        int ok = n >= 1 && n < NAME_MAX_LEN;
-        for (size_t i = 0; ok && i < n; i++) {
-            char c = name[i];
-            ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '-';
-        }
-        if (!ok) {
-            http_problem(resp, 400, "outputs", "output names are value names (1 to %d "
-                         "characters [A-Za-z0-9_-])", NAME_MAX_LEN - 1);
-            return -1;
-        }
-        json_t *vals = json_object_get(o, "values"), *v;
-        size_t i;
-        json_array_foreach(vals, i, v) {
-            if (!json_is_number(v) && !json_is_null(v)) {
-                http_problem(resp, 400, "outputs", "output '%s': values must be numbers "
-                             "(null for non-finite)", name);
-                return -1;
-            }
-        }
-    }
-    return 0;
+    http_problem(resp, e.status, e.field, "%s", e.detail);
+    return -1;
 }
 
 void api_worker_report(http_req_t *req, http_resp_t *resp)
@@ -546,8 +548,6 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
     }
 }
 
-#define REPORT_BATCH_MAX 1024
-
 /* POST /v1/workers/:id/reports {"reports": [{"task": N, ...report}, ...]}:
  * many reports in one request and one transaction, answered per item. A
  * worker sends whatever its queue holds, so a computation's shards on one
@@ -561,11 +561,10 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
     store_t *st;
     if (!body)
         return;
-    json_t *reports = json_object_get(body, "reports");
-    if (json_object_size(body) != 1 || !json_is_array(reports) || json_array_size(reports) == 0 ||
-        json_array_size(reports) > REPORT_BATCH_MAX) {
-        http_problem(resp, 400, "reports", "body is {\"reports\": [1..%d reports]}",
-                     REPORT_BATCH_MAX);
+    const json_t *reports = NULL;
+    err_t e = {0};
+    if (report_batch_envelope(body, &reports, &e) != 0) {
+        http_problem(resp, e.status, e.field, "%s", e.detail);
         goto cleanup;
     }
     size_t i;

@@ -119,10 +119,16 @@ typedef struct worker_reg {
  * 201 body. */
 int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out);
 int store_worker_heartbeat(store_t *st, int64_t worker);      /* NOTFOUND when gone */
-/* Object-store figures a worker sends with its heartbeat (all >= 0). */
+/* Figures a worker sends with its heartbeat (all >= 0): its object store
+ * now, and what its data plane refused since it started (cumulative). */
 typedef struct worker_stats {
     int64_t objects, bytes, cap_bytes;
+    int64_t dp_dropped, dp_dropped_bytes, dp_refused, dp_bad_frames;
 } worker_stats_t;
+/* Data-plane refusals summed over every worker ever registered (out[4]:
+ * frames dropped, their bytes, connections refused, connections closed on
+ * a bad frame). 0 or -1. */
+int store_dplane_totals(store_t *st, int64_t out[4]);
 int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws);
 int store_worker_leave(store_t *st, int64_t worker);
 /* The stored credential hash of a worker (live or gone) into hash (65

@@ -3,6 +3,7 @@
  * (docs/worker-protocol.md). A report is where a computation and a job
  * reach succeeded/failed. */
 #include "store_internal.h"
+#include "report_decode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -152,19 +153,42 @@ int store_worker_heartbeat(store_t *st, int64_t worker)
     return sqlite3_changes(store_db(st)) == 1 ? STORE_OK : STORE_NOTFOUND;
 }
 
+/* Binds a worker's figures as ?2..?8 of the stats UPDATE. */
+static void stats_bind(sqlite3_stmt *s, const worker_stats_t *ws)
+{
+    const int64_t v[] = {ws->objects,    ws->bytes,            ws->cap_bytes, ws->dp_dropped,
+                         ws->dp_dropped_bytes, ws->dp_refused, ws->dp_bad_frames};
+    for (int i = 0; i < (int)(sizeof v / sizeof v[0]); i++)
+        sqlite3_bind_int64(s, i + 2, v[i]);
+}
+
 int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws)
 {
     static const char sql[] =
-        "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4"
-        " WHERE id = ?1 AND state = 'live'";
+        "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4,"
+        " dplane_dropped = ?5, dplane_dropped_bytes = ?6, dplane_refused = ?7,"
+        " dplane_bad_frames = ?8 WHERE id = ?1 AND state = 'live'";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return STORE_ERR;
     sqlite3_bind_int64(s, 1, worker);
-    sqlite3_bind_int64(s, 2, ws->objects);
-    sqlite3_bind_int64(s, 3, ws->bytes);
-    sqlite3_bind_int64(s, 4, ws->cap_bytes);
+    stats_bind(s, ws);
     return store_step_done(s) == 0 ? STORE_OK : STORE_ERR;
+}
+
+int store_dplane_totals(store_t *st, int64_t out[4])
+{
+    static const char sql[] =
+        "SELECT COALESCE(SUM(dplane_dropped), 0), COALESCE(SUM(dplane_dropped_bytes), 0),"
+        " COALESCE(SUM(dplane_refused), 0), COALESCE(SUM(dplane_bad_frames), 0) FROM workers";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    int ok = sqlite3_step(s) == SQLITE_ROW;
+    for (int i = 0; i < 4; i++)
+        out[i] = ok ? sqlite3_column_int64(s, i) : 0;
+    sqlite3_reset(s);
+    return ok ? 0 : -1;
 }
 
 int store_worker_leave(store_t *st, int64_t worker)
@@ -212,8 +236,9 @@ int store_worker_renew(store_t *st, const worker_renew_t *r, int n)
     static const char hb_sql[] =
         "UPDATE workers SET heartbeat_at = MAX(heartbeat_at, ?2) WHERE id = ?1 AND state = 'live'";
     static const char stats_sql[] =
-        "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4"
-        " WHERE id = ?1 AND state = 'live'";
+        "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4,"
+        " dplane_dropped = ?5, dplane_dropped_bytes = ?6, dplane_refused = ?7,"
+        " dplane_bad_frames = ?8 WHERE id = ?1 AND state = 'live'";
     if (n == 0)
         return STORE_OK;
     if (store_begin(st) != 0)
@@ -231,9 +256,7 @@ int store_worker_renew(store_t *st, const worker_renew_t *r, int n)
         if (!(s = store_stmt(st, stats_sql)))
             goto fail;
         sqlite3_bind_int64(s, 1, r[i].id);
-        sqlite3_bind_int64(s, 2, r[i].ws.objects);
-        sqlite3_bind_int64(s, 3, r[i].ws.bytes);
-        sqlite3_bind_int64(s, 4, r[i].ws.cap_bytes);
+        stats_bind(s, &r[i].ws);
         if (store_step_done(s) != 0)
             goto fail;
     }
@@ -476,44 +499,21 @@ static int task_load(store_t *st, int64_t task, task_row_t *r)
 }
 
 /* Validates one reported output {"shape":[..], "sum": x, "values"?: [..]}
- * and stores it. Returns 0, 400 (e filled) or -1. */
+ * (report_output_decode) and stores it. Returns 0, 400 (e filled) or -1. */
 static int report_output(store_t *st, const task_row_t *r, const char *name, json_t *o,
                          err_t *e)
 {
     static const char sql[] =
         "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard, shape, sum, vals)"
         " VALUES (?,?,?,?,?,?,?)";
-    char field[96];
-    snprintf(field, sizeof field, "outputs.%.60s", name);
-    json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
-    json_t *vals = json_object_get(o, "values");
-    /* A non-finite sum travels as null (JSON has no NaN or infinity). */
-    if (!json_is_object(o) || !json_is_array(shape) || !(json_is_number(sum) || json_is_null(sum)) ||
-        (vals && !json_is_array(vals)) || json_object_size(o) != 2u + (vals != NULL))
-        return err_set(e, 400, field, "an output is {shape: [..], sum: number, values?: [..]}");
-    int64_t numel = 1;
-    size_t i;
-    json_t *v;
-    json_array_foreach(shape, i, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || i >= TENSOR_MAX_RANK)
-            return err_set(e, 400, field, "shape must be up to 4 positive integers");
-        numel *= json_integer_value(v);
-        if (numel > TENSOR_MAX_ELEMS)
-            return err_set(e, 400, field, "tensor too large");
+    report_output_t out;
+    int rc = report_output_decode(name, o, &out, e);
+    if (rc != 0) {
+        report_output_clear(&out);
+        return rc;
     }
-    float *buf = NULL;
-    if (vals) {
-        if ((int64_t)json_array_size(vals) != numel || numel > 4096)
-            return err_set(e, 400, field, "values must list all elements (at most 4096)");
-        if (!(buf = malloc(sizeof *buf * (size_t)numel)))
-            return -1;
-        json_array_foreach(vals, i, v) {
-            /* Non-finite results travel as null (JSON has no NaN). */
-            buf[i] = json_is_number(v) ? (float)json_number_value(v) : NAN;
-        }
-    }
-    int rc = -1;
-    char *shape_txt = json_dumps(shape, JSON_COMPACT);
+    rc = -1;
+    char *shape_txt = json_dumps(json_object_get(o, "shape"), JSON_COMPACT);
     sqlite3_stmt *s = store_stmt(st, sql);
     if (shape_txt && s) {
         sqlite3_bind_int64(s, 1, r->job);
@@ -521,14 +521,15 @@ static int report_output(store_t *st, const task_row_t *r, const char *name, jso
         sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(s, 4, r->shard);
         sqlite3_bind_text(s, 5, shape_txt, -1, SQLITE_STATIC);
-        if (!json_is_null(sum))
-            sqlite3_bind_double(s, 6, json_number_value(sum));
-        if (buf)
-            sqlite3_bind_blob(s, 7, buf, (int)(sizeof *buf * (size_t)numel), SQLITE_STATIC);
+        if (out.has_sum)
+            sqlite3_bind_double(s, 6, out.sum);
+        if (out.values)
+            sqlite3_bind_blob(s, 7, out.values, (int)(sizeof *out.values * (size_t)out.numel),
+                              SQLITE_STATIC);
         rc = store_step_done(s);
     }
     free(shape_txt);
-    free(buf);
+    report_output_clear(&out);
     return rc;
 }
 
@@ -679,37 +680,6 @@ static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, co
     return store_job_retry(st, r->job, why) == 0 ? 1 : -1;
 }
 
-static int report_validate(const json_t *body, const char **state, err_t *e)
-{
-    static const char *const allowed[] = {"state", "error", "started_us", "inputs_ready_us",
-                                          "finished_us", "outputs", "unreachable_peer", NULL};
-    if (!json_is_object(body))
-        return err_set(e, 400, "", "the report must be a JSON object");
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)body, key, v) {
-        int ok = 0;
-        for (int i = 0; allowed[i]; i++)
-            ok |= strcmp(key, allowed[i]) == 0;
-        if (!ok)
-            return err_set(e, 400, key, "unknown field '%s'", key);
-        if (strstr(key, "_us") && !json_is_integer(v))
-            return err_set(e, 400, key, "%s must be an integer (unix microseconds)", key);
-    }
-    *state = json_string_value(json_object_get(body, "state"));
-    if (!*state || (strcmp(*state, "succeeded") != 0 && strcmp(*state, "failed") != 0 &&
-                    strcmp(*state, "cancelled") != 0))
-        return err_set(e, 400, "state", "state must be succeeded, failed or cancelled");
-    json_t *err = json_object_get(body, "error");
-    if (err && !json_is_string(err))
-        return err_set(e, 400, "error", "error must be a string");
-    json_t *peer = json_object_get(body, "unreachable_peer");
-    if (peer && (!json_is_string(peer) || json_string_length(peer) == 0 ||
-                 json_string_length(peer) > 63))
-        return err_set(e, 400, "unreachable_peer", "unreachable_peer is a data address");
-    return 0;
-}
-
 /* Applies one validated report inside the caller's transaction. Returns
  * STORE_OK, STORE_NOTFOUND, STORE_CONFLICT, or STORE_ERR (e->status 400
  * for a malformed output, else a store failure). On failure the caller
@@ -797,25 +767,6 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
     return rc;
 }
 
-/* One item of a batch: its task id and the report without "task" (a
- * shallow copy, new reference), or NULL with e filled. */
-static json_t *batch_item(const json_t *item, int64_t *task, err_t *e)
-{
-    json_t *t = json_object_get(item, "task");
-    if (!json_is_object(item) || !json_is_integer(t) || json_integer_value(t) < 1) {
-        err_set(e, 400, "task", "each report is an object with a positive integer task");
-        return NULL;
-    }
-    *task = json_integer_value(t);
-    json_t *body = json_copy((json_t *)item);
-    if (!body) {
-        err_set(e, 500, "", "out of memory");
-        return NULL;
-    }
-    json_object_del(body, "task");
-    return body;
-}
-
 static int status_of(int rc, const err_t *e)
 {
     if (rc == STORE_OK)
@@ -843,7 +794,7 @@ int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports
         int64_t task = 0;
         const char *state = NULL;
         int rc = STORE_ERR;
-        json_t *body = batch_item(item, &task, &e);
+        json_t *body = report_batch_item(item, &task, &e);
         if (body && report_validate(body, &state, &e) == 0) {
             if (store_savepoint(st) != 0) {
                 json_decref(body);

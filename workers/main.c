@@ -71,14 +71,21 @@ static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
     ostore_charge(ctx, dobjects, dbytes);
 }
 
-/* {"store": {"objects", "bytes", "cap_bytes"}}; NULL on OOM (then the
- * heartbeat goes without figures). */
+/* {"store": {"objects", "bytes", "cap_bytes"}, "dplane": {"dropped",
+ * "dropped_bytes", "refused", "bad_frames"}}; NULL on OOM (then the
+ * heartbeat goes without figures). The dplane counts are cumulative. */
 static json_t *heartbeat_body(worker_t *w)
 {
     ostore_stats_t s;
+    dplane_guard_stats_t g;
     ostore_stats(w->st, &s);
-    return json_pack("{s:{s:I, s:I, s:I}}", "store", "objects", (json_int_t)s.objects,
-                     "bytes", (json_int_t)s.bytes, "cap_bytes", (json_int_t)s.cap_bytes);
+    dplane_guard_stats(w->dp, &g);
+    return json_pack("{s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I}}", "store", "objects",
+                     (json_int_t)s.objects, "bytes", (json_int_t)s.bytes, "cap_bytes",
+                     (json_int_t)s.cap_bytes, "dplane", "dropped",
+                     (json_int_t)(g.mb.dropped + g.mb.over_cap + g.mb.expired),
+                     "dropped_bytes", (json_int_t)g.mb.dropped_bytes, "refused",
+                     (json_int_t)g.refused, "bad_frames", (json_int_t)g.bad_frames);
 }
 
 static void *heartbeat_main(void *arg)

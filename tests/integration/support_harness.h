@@ -128,6 +128,9 @@ int hx_request_h(hx_client_t *cl, const char *method, const char *path, const ch
  * libcurl's default trust) of a client. 0, or -1 when one is too long. */
 int hx_client_set_auth(hx_client_t *cl, const char *token, const char *ca_file);
 void hx_resp_clear(hx_resp_t *r);
+/* The value of the unlabelled sample `name` in GET /metrics, or -1 when it
+ * is absent or the request failed. */
+double hx_metric(hx_client_t *cl, const char *name);
 /* Prints the client's last request and response to stderr. */
 void hx_client_print_last(const hx_client_t *cl);
 

@@ -388,7 +388,9 @@ static void test_metrics_families(void **state)
     static const char *const need[] = {
         "atoll_jobs", "atoll_queue_depth", "atoll_admission_latency_seconds",
         "atoll_allocation_attempts_total", "atoll_island_utilization",
-        "atoll_worker_heartbeat_age_seconds"};
+        "atoll_worker_heartbeat_age_seconds", "atoll_store_write_transactions_total",
+        "atoll_sched_rounds_total", "atoll_dplane_dropped_frames_total",
+        "atoll_dplane_bad_frames_total", "atoll_http_header_timeouts_total"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (!prom_type(&p, need[i]))
             snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s",

@@ -70,6 +70,19 @@ static void test_junk_everywhere(void **state)
     junk_close(j);
     free(j);
     expect_exact(0);
+    /* what the workers refused reaches /metrics with their heartbeats */
+    int64_t deadline = hx_now_ms() + 30000;
+    double dropped = -1, bad = -1;
+    while (hx_now_ms() < deadline) {
+        dropped = hx_metric(&http_, "atoll_dplane_dropped_frames_total");
+        bad = hx_metric(&http_, "atoll_dplane_bad_frames_total");
+        if (dropped > 0 && bad > 0)
+            break;
+        hx_sleep_ms(100);
+    }
+    fprintf(stderr, "metrics: dropped frames %.0f, bad-frame connections %.0f\n", dropped, bad);
+    assert_true(dropped > 0);
+    assert_true(bad > 0);
 }
 
 static int setup(void **state)

@@ -98,6 +98,8 @@ static void test_header_deadline(void **state)
             HEADER_TIMEOUT_MS);
     T_CHECK(silent_ms >= 0, "silent connection still open after %d ms more",
             3000);
+    double cut = hx_metric(&itest_client, "atoll_http_header_timeouts_total");
+    T_CHECK(cut >= 2, "atoll_http_header_timeouts_total is %.0f after 2 cut connections", cut);
     /* a complete request on a kept-alive connection is not cut */
     int ka = raw_connect(port);
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
