@@ -19,6 +19,15 @@
 static hx_cluster_t cl_;
 static hx_client_t http_;
 
+/* RSS growth allowed per worker. Under AddressSanitizer freed memory sits in
+ * its quarantine (256 MiB by default) and shadow pages count too, so the
+ * 64 MiB target is checked by the plain build only. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_GROWTH_MAX_KB (320L * 1024)
+#else
+#define RSS_GROWTH_MAX_KB (64L * 1024)
+#endif
+
 static void expect_exact(int64_t us)
 {
     int64_t id;
@@ -65,7 +74,7 @@ static void test_junk_everywhere(void **state)
         long rss = junk_rss_kb(pid);
         fprintf(stderr, "worker %d: RSS %ld -> %ld KiB (+%ld)\n", w, rss0[w], rss,
                 rss - rss0[w]);
-        assert_true(rss - rss0[w] < 64 * 1024);
+        assert_true(rss - rss0[w] < RSS_GROWTH_MAX_KB);
     }
     junk_close(j);
     free(j);
