@@ -6,8 +6,9 @@
 #      with ctest; a skipped test fails the run (a test that cannot run here
 #      has proven nothing);
 #   3. run the browser test against a real atolld + workers;
-#   3b. fuzz the job compiler and the routing/auth layer for a bounded time
-#       (tests/fuzz/run.sh, targets in parallel); a crash fails;
+#   3b. fuzz the job compiler, the routing/auth layer, the worker's task
+#       and data-plane decoders and atolld's report decoder for a bounded
+#       time (tests/fuzz/run.sh, targets in parallel); a crash fails;
 #   4. build with ASan+UBSan (build-asan/) and run unit + integration again.
 # Exits non-zero when any test fails. ATOLL_SKIP_ASAN=1 skips step 4.
 set -euo pipefail
@@ -40,11 +41,11 @@ atoll_ctest --test-dir build --output-on-failure -j2
 echo "== browser tests (headless chromium)"
 tests/browser/run.sh build
 
-echo "== fuzzing the job compiler and the HTTP routing/auth layer in parallel (libFuzzer, clang; ATOLL_FUZZ_SECONDS, default 60)"
+echo "== fuzzing the job compiler, routing/auth, task, frame and report decoders in parallel (libFuzzer, clang; ATOLL_FUZZ_SECONDS, default 150)"
 cmake -S "$ATOLL_ROOT" -B build-fuzz -DCMAKE_C_COMPILER=clang -DATOLL_FUZZ=ON -DATOLL_TESTS=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz --target fuzz_job fuzz_http -j"$(nproc)"
-tests/fuzz/run.sh build-fuzz "${ATOLL_FUZZ_SECONDS:-60}"
+cmake --build build-fuzz --target fuzz_all -j"$(nproc)"
+tests/fuzz/run.sh build-fuzz "${ATOLL_FUZZ_SECONDS:-150}"
 
 if [ "${ATOLL_SKIP_ASAN:-0}" != "1" ]; then
     echo "== ASan+UBSan build and tests"

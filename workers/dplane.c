@@ -40,8 +40,6 @@
 #include "shmring.h"
 #include "util.h"
 
-#define DPLANE_HELLO_MAGIC 0x41544452u   /* "ATDR" */
-#define DPLANE_HELLO_SIZE 16
 /* A ring wait that sees no progress for this long gives the connection up. */
 #define DPLANE_SHM_TIMEOUT_MS 30000
 
@@ -162,6 +160,18 @@ int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h)
     h->nbytes = get_u64(buf + 68);
     if (h->nbytes != (uint64_t)numel * sizeof(float))
         return -1;
+    return 0;
+}
+
+int dplane_hello_decode(const uint8_t buf[DPLANE_HELLO_SIZE], uint64_t *ring_bytes)
+{
+    *ring_bytes = 0;
+    if (get_u32(buf) != DPLANE_HELLO_MAGIC)
+        return -1;
+    uint64_t claimed = get_u64(buf + 8);
+    if (claimed > SHMRING_MAX_BYTES)
+        return -1;
+    *ring_bytes = claimed;
     return 0;
 }
 
@@ -305,11 +315,11 @@ static int reader_hello(dp_conn_t *c)
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
             memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-    int ok = got == (ssize_t)sizeof hello && fd >= 0 && get_u32(hello) == DPLANE_HELLO_MAGIC;
+    uint64_t claimed = 0;
+    int ok = got == (ssize_t)sizeof hello && fd >= 0 && dplane_hello_decode(hello, &claimed) == 0;
     /* The memfd must be sealed and exactly as large as the hello says
      * before it is mapped (shmring_attach checks both). */
-    uint64_t claimed = ok ? get_u64(hello + 8) : 0;
-    if (ok && (claimed > SHMRING_MAX_BYTES || !(c->ring = shmring_attach(fd, (size_t)claimed))))
+    if (ok && !(c->ring = shmring_attach(fd, (size_t)claimed)))
         ok = 0;
     if (fd >= 0)
         close(fd);                 /* the mapping keeps the memory */

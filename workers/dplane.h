@@ -26,6 +26,9 @@
 
 #define DPLANE_MAGIC 0x41544450u   /* "ATDP" */
 #define DPLANE_HDR_SIZE 76
+/* Same-host hello: u32 "ATDR" | u32 0 (not checked) | u64 ring bytes. */
+#define DPLANE_HELLO_MAGIC 0x41544452u   /* "ATDR" */
+#define DPLANE_HELLO_SIZE 16
 #define DPLANE_ADDR_MAX 64
 /* Accepted data connections per worker (peers keep one each per worker,
  * so a few hundred leaves room for large clusters); must stay below
@@ -58,6 +61,10 @@ void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE]);
 /* Returns 0, or -1 when the bytes are not a valid header (bad magic, rank,
  * negative dim, too many elements, payload size not matching the shape). */
 int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h);
+/* Returns 0 with *ring_bytes set (at most SHMRING_MAX_BYTES), or -1 when
+ * the bytes are not a same-host hello (bad magic, ring too large). The
+ * ring's memfd is checked against *ring_bytes when it is attached. */
+int dplane_hello_decode(const uint8_t buf[DPLANE_HELLO_SIZE], uint64_t *ring_bytes);
 /* Payload byte order: converts n floats between host order and the wire's
  * little-endian order (a no-op on little-endian hosts). */
 void dplane_payload_swap(float *data, int64_t n);

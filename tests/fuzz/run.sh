@@ -3,8 +3,14 @@
 # BUILD_DIR (cmake -DATOLL_FUZZ=ON with CC=clang) for SECONDS, all at once
 # (so the total time is SECONDS, not SECONDS per target), each on its seed
 # corpus committed in tests/fuzz/:
-#   fuzz_job   the job parser and compiler      corpus/       job.dict
-#   fuzz_http  atolld's routing and auth layer  corpus_http/  (none)
+#   fuzz_job     the job parser and compiler            corpus/         job.dict
+#   fuzz_http    atolld's routing and auth layer        corpus_http/    (none)
+#   fuzz_task    the worker's task decoder + compiler   corpus_task/    task.dict
+#   fuzz_frame   the data-plane frame/hello decoder and
+#                the mailbox gate                       corpus_frame/   (none)
+#   fuzz_report  atolld's report/batch decoder          corpus_report/  report.dict
+# At the end it prints each target's executions (libFuzzer's final
+# stat::number_of_executed_units) and their total.
 # New inputs they find go to scratch copies, never into the repo. Exits
 # non-zero when any target reports a crash, leak, UB or timeout (the
 # reproducers are left in BUILD_DIR/fuzz-artifacts/TARGET/).
@@ -17,6 +23,9 @@ secs=${2:-60}
 targets=(
     "fuzz_job corpus -dict=$here/job.dict -max_len=65536"
     "fuzz_http corpus_http -max_len=4096"
+    "fuzz_task corpus_task -dict=$here/task.dict -max_len=8192"
+    "fuzz_frame corpus_frame -max_len=4096"
+    "fuzz_report corpus_report -dict=$here/report.dict -max_len=4096"
 )
 
 run_one() {
@@ -41,14 +50,18 @@ for t in "${targets[@]}"; do
     pids+=($!)
 done
 rc=0
+total=0
 for i in "${!targets[@]}"; do
     name=${targets[$i]%% *}
     if wait "${pids[$i]}"; then
-        echo "$name: no crash in ${secs}s"
+        runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/fuzz-$name.log" | tail -n 1)
+        total=$((total + ${runs:-0}))
+        echo "$name: no crash in ${secs}s, ${runs:-?} executions"
     else
         rc=1
         tail -n 25 "$build/fuzz-$name.log"
         echo "$name: FAILED; reproducers in $build/fuzz-artifacts/$name/" >&2
     fi
 done
+echo "fuzzing: $total executions in all (${#targets[@]} targets, ${secs}s, $(nproc) cores)"
 exit "$rc"

@@ -1,0 +1,164 @@
+/* report_decode.c - see report_decode.h. Moved here unchanged from
+ * api_worker.c (report_outputs_ok, the batch envelope) and store_worker.c
+ * (report_validate, batch_item, report_output's checks), except that an
+ * output's element count is now checked before each multiplication (a
+ * shape like [16777216, 1099511627776] overflowed int64_t and passed). */
+#include "report_decode.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+
+int report_batch_envelope(const json_t *body, const json_t **reports, err_t *e)
+{
+    const json_t *r = json_object_get(body, "reports");
+    if (json_object_size(body) != 1 || !json_is_array(r) || json_array_size(r) == 0 ||
+        json_array_size(r) > REPORT_BATCH_MAX)
+        return err_set(e, 400, "reports", "body is {\"reports\": [1..%d reports]}",
+                       REPORT_BATCH_MAX);
+    *reports = r;
+    return 0;
+}
+
+json_t *report_batch_item(const json_t *item, int64_t *task, err_t *e)
+{
+    json_t *t = json_object_get(item, "task");
+    if (!json_is_object(item) || !json_is_integer(t) || json_integer_value(t) < 1) {
+        err_set(e, 400, "task", "each report is an object with a positive integer task");
+        return NULL;
+    }
+    *task = json_integer_value(t);
+    json_t *body = json_copy((json_t *)item);
+    if (!body) {
+        err_set(e, 500, "", "out of memory");
+        return NULL;
+    }
+    json_object_del(body, "task");
+    return body;
+}
+
+static int value_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    int ok = n >= 1 && n < NAME_MAX_LEN;
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = name[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '-';
+    }
+    return ok;
+}
+
+int report_outputs_check(const json_t *body, err_t *e)
+{
+    json_t *outs = json_object_get(body, "outputs"), *o;
+    const char *name;
+    if (!outs)
+        return 0;
+    if (!json_is_object(outs))
+        return err_set(e, 400, "outputs", "outputs must be an object");
+    json_object_foreach(outs, name, o) {
+        if (!value_name_ok(name))
+            return err_set(e, 400, "outputs", "output names are value names (1 to %d "
+                           "characters [A-Za-z0-9_-])", NAME_MAX_LEN - 1);
+        json_t *vals = json_object_get(o, "values"), *v;
+        size_t i;
+        json_array_foreach(vals, i, v) {
+            if (!json_is_number(v) && !json_is_null(v))
+                return err_set(e, 400, "outputs", "output '%s': values must be numbers "
+                               "(null for non-finite)", name);
+        }
+    }
+    return 0;
+}
+
+int report_validate(const json_t *body, const char **state, err_t *e)
+{
+    static const char *const allowed[] = {"state", "error", "started_us", "inputs_ready_us",
+                                          "finished_us", "outputs", "unreachable_peer", NULL};
+    if (!json_is_object(body))
+        return err_set(e, 400, "", "the report must be a JSON object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)body, key, v) {
+        int ok = 0;
+        for (int i = 0; allowed[i]; i++)
+            ok |= strcmp(key, allowed[i]) == 0;
+        if (!ok)
+            return err_set(e, 400, key, "unknown field '%s'", key);
+        if (strstr(key, "_us") && !json_is_integer(v))
+            return err_set(e, 400, key, "%s must be an integer (unix microseconds)", key);
+    }
+    *state = json_string_value(json_object_get(body, "state"));
+    if (!*state || (strcmp(*state, "succeeded") != 0 && strcmp(*state, "failed") != 0 &&
+                    strcmp(*state, "cancelled") != 0))
+        return err_set(e, 400, "state", "state must be succeeded, failed or cancelled");
+    json_t *err = json_object_get(body, "error");
+    if (err && !json_is_string(err))
+        return err_set(e, 400, "error", "error must be a string");
+    json_t *peer = json_object_get(body, "unreachable_peer");
+    if (peer && (!json_is_string(peer) || json_string_length(peer) == 0 ||
+                 json_string_length(peer) > 63))
+        return err_set(e, 400, "unreachable_peer", "unreachable_peer is a data address");
+    return 0;
+}
+
+/* The shape array into out->shape and out->numel. 0 or 400. */
+static int output_shape(const json_t *shape, const char *field, report_output_t *out,
+                        err_t *e)
+{
+    size_t i;
+    json_t *v;
+    out->numel = 1;
+    json_array_foreach(shape, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || i >= TENSOR_MAX_RANK)
+            return err_set(e, 400, field, "shape must be up to 4 positive integers");
+        /* Checked before multiplying: numel stays <= TENSOR_MAX_ELEMS. */
+        if (json_integer_value(v) > TENSOR_MAX_ELEMS / out->numel)
+            return err_set(e, 400, field, "tensor too large");
+        out->numel *= json_integer_value(v);
+        out->shape.dim[i] = json_integer_value(v);
+        out->shape.rank = (int)i + 1;
+    }
+    return 0;
+}
+
+int report_output_decode(const char *name, const json_t *o, report_output_t *out, err_t *e)
+{
+    char field[96];
+    memset(out, 0, sizeof *out);
+    snprintf(field, sizeof field, "outputs.%.60s", name);
+    json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
+    json_t *vals = json_object_get(o, "values");
+    /* A non-finite sum travels as null (JSON has no NaN or infinity). */
+    if (!json_is_object(o) || !json_is_array(shape) || !(json_is_number(sum) || json_is_null(sum)) ||
+        (vals && !json_is_array(vals)) || json_object_size(o) != 2u + (vals != NULL))
+        return err_set(e, 400, field, "an output is {shape: [..], sum: number, values?: [..]}");
+    int rc = output_shape(shape, field, out, e);
+    if (rc != 0)
+        return rc;
+    out->has_sum = !json_is_null(sum);
+    out->sum = out->has_sum ? json_number_value(sum) : 0;
+    if (!vals)
+        return 0;
+    if ((int64_t)json_array_size(vals) != out->numel || out->numel > REPORT_VALUES_MAX)
+        return err_set(e, 400, field, "values must list all elements (at most %d)",
+                       REPORT_VALUES_MAX);
+    if (!(out->values = malloc(sizeof *out->values * (size_t)out->numel)))
+        return -1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(vals, i, v) {
+        /* Non-finite results travel as null (JSON has no NaN). */
+        out->values[i] = json_is_number(v) ? (float)json_number_value(v) : NAN;
+    }
+    return 0;
+}
+
+void report_output_clear(report_output_t *out)
+{
+    free(out->values);
+    memset(out, 0, sizeof *out);
+}

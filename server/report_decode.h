@@ -1,0 +1,55 @@
+/* report_decode.h - the pure decoding of a worker's shard report
+ * (docs/worker-protocol.md, "Report" and "Batch"): structure checks that
+ * need no store, shared by api_worker.c (outputs' names and values, the
+ * batch envelope) and store_worker.c (fields, state, outputs' shapes and
+ * values), and fuzzed on their own (tests/fuzz/fuzz_report.c).
+ *
+ * Every function returns 0 or an HTTP status with e filled; none keeps a
+ * reference to its input. */
+#ifndef ATOLL_REPORT_DECODE_H
+#define ATOLL_REPORT_DECODE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "tensor.h"
+
+/* Most reports in one batch (POST /v1/workers/{id}/reports). */
+#define REPORT_BATCH_MAX 1024
+/* Most listed values in one output. */
+#define REPORT_VALUES_MAX 4096
+
+/* The batch envelope {"reports": [1..REPORT_BATCH_MAX items]}: sets
+ * *reports (borrowed from body) or returns 400. */
+int report_batch_envelope(const json_t *body, const json_t **reports, err_t *e);
+
+/* One batch item: its task id (positive) and the report without "task" (a
+ * shallow copy, new reference), or NULL with e filled (400, or 500 on OOM). */
+json_t *report_batch_item(const json_t *item, int64_t *task, err_t *e);
+
+/* The report's "outputs" as far as names and value types go: each key a
+ * value name ([A-Za-z0-9_-], 1..NAME_MAX_LEN-1, as the compiler allows)
+ * and each listed value a number or null (null = non-finite). 0 or 400. */
+int report_outputs_check(const json_t *body, err_t *e);
+
+/* The report's fields: only known ones, *_us integers, a state of
+ * succeeded/failed/cancelled (*state points into body), error a string,
+ * unreachable_peer a data address. 0 or 400. */
+int report_validate(const json_t *body, const char **state, err_t *e);
+
+/* One decoded output {"shape": [..], "sum": number|null, "values"?: [..]}. */
+typedef struct report_output {
+    shape_t shape;              /* rank 0..TENSOR_MAX_RANK, dims >= 1 */
+    int64_t numel;              /* <= TENSOR_MAX_ELEMS */
+    int has_sum;                /* 0: the sum was null (non-finite) */
+    double sum;
+    float *values;              /* owned, numel of them (NaN for null); NULL when not listed */
+} report_output_t;
+
+/* Decodes output o named name into out (report_output_clear() it in every
+ * case). Returns 0, 400 (e filled, field "outputs.NAME") or -1 on OOM. */
+int report_output_decode(const char *name, const json_t *o, report_output_t *out, err_t *e);
+void report_output_clear(report_output_t *out);
+
+#endif

@@ -1,0 +1,194 @@
+/* fuzz_report.c - libFuzzer target for the controller's decoding of
+ * worker reports (server/report_decode.c), in the order atolld applies it:
+ *   single report (POST /v1/workers/{id}/tasks/{task}): report_outputs_check,
+ *     report_validate, then report_output_decode of each output;
+ *   batch (POST /v1/workers/{id}/reports, a body with "reports"):
+ *     report_batch_envelope, report_outputs_check of every item, then per
+ *     item report_batch_item, report_validate and the outputs.
+ * The body is parsed as the router parses it (JSON_REJECT_DUPLICATES).
+ * Outputs are decoded whatever the state (the store decodes them only for
+ * succeeded reports), so every report reaches the shape/values decoder.
+ *
+ * Invariants (a violation aborts, which libFuzzer reports):
+ *  - a refusal is a 400 (500 only for out of memory) with a detail;
+ *  - a validated report has a known state and only known fields;
+ *  - an accepted batch item has a positive task and is the item minus
+ *    "task"; accepted output names are value names;
+ *  - a decoded output is accepted iff an independent 128-bit model of its
+ *    shape accepts it (up to 4 dims >= 1, at most TENSOR_MAX_ELEMS
+ *    elements), its shape and element count are the declared ones, its
+ *    values (when listed) are numel floats equal to the listed numbers (NaN
+ *    for null), its sum present iff not null. */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "report_decode.h"
+
+static void check_err(int rc, const err_t *e)
+{
+    if ((rc != 400 && rc != 500) || e->status != rc || !e->detail[0] ||
+        !memchr(e->detail, '\0', sizeof e->detail) || !memchr(e->field, '\0', sizeof e->field))
+        abort();
+}
+
+/* 1 when the model accepts shape; sets *numel. */
+static int shape_model(const json_t *shape, int64_t *numel)
+{
+    __int128 n = 1;
+    size_t i;
+    const json_t *v;
+    if (json_array_size(shape) > TENSOR_MAX_RANK)
+        return 0;
+    json_array_foreach(shape, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1)
+            return 0;
+        n *= json_integer_value(v);
+        if (n > TENSOR_MAX_ELEMS)
+            return 0;
+    }
+    *numel = (int64_t)n;
+    return 1;
+}
+
+static void check_output(const char *name, const json_t *o)
+{
+    report_output_t out;
+    err_t e;
+    memset(&e, 0, sizeof e);
+    int rc = report_output_decode(name, o, &out, &e);
+    const json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
+    const json_t *vals = json_object_get(o, "values");
+    int64_t numel = 0;
+    int form = json_is_object(o) && json_is_array(shape) && (json_is_number(sum) || json_is_null(sum)) &&
+               (!vals || json_is_array(vals)) && json_object_size(o) == 2u + (vals != NULL);
+    int model = form && shape_model(shape, &numel) &&
+                (!vals || ((int64_t)json_array_size(vals) == numel && numel <= REPORT_VALUES_MAX));
+    if (rc == -1) {             /* out of memory: nothing to check */
+        report_output_clear(&out);
+        return;
+    }
+    if ((rc == 0) != model)
+        abort();
+    if (rc != 0) {
+        check_err(rc, &e);
+        report_output_clear(&out);
+        return;
+    }
+    if (out.numel != numel || out.shape.rank != (int)json_array_size(shape) ||
+        !shape_valid(&out.shape) || shape_numel(&out.shape) != numel ||
+        out.has_sum != !json_is_null(sum) || (vals != NULL) != (out.values != NULL))
+        abort();
+    for (int i = 0; i < out.shape.rank; i++)
+        if (out.shape.dim[i] != json_integer_value(json_array_get(shape, (size_t)i)))
+            abort();
+    for (int64_t i = 0; vals && i < numel; i++) {
+        const json_t *v = json_array_get(vals, (size_t)i);
+        float want = json_is_number(v) ? (float)json_number_value(v) : NAN;
+        if (memcmp(&want, &out.values[i], sizeof want) != 0 && !(isnan(want) && isnan(out.values[i])))
+            abort();
+    }
+    report_output_clear(&out);
+}
+
+static int name_ok(const char *s)
+{
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
+    return n == strlen(s) && n >= 1 && n < NAME_MAX_LEN;
+}
+
+static int outputs_ok(const json_t *body)
+{
+    err_t e;
+    memset(&e, 0, sizeof e);
+    int rc = report_outputs_check(body, &e);
+    if (rc != 0) {
+        check_err(rc, &e);
+        return 0;
+    }
+    const char *name;
+    const json_t *o;
+    json_object_foreach((json_t *)json_object_get(body, "outputs"), name, o)
+        if (!name_ok(name))
+            abort();
+    return 1;
+}
+
+/* A report without "task": validated, then every output decoded. */
+static void check_report(const json_t *body)
+{
+    static const char *const known[] = {"state", "error", "started_us", "inputs_ready_us",
+                                        "finished_us", "outputs", "unreachable_peer"};
+    const char *state = NULL;
+    err_t e;
+    memset(&e, 0, sizeof e);
+    int rc = report_validate(body, &state, &e);
+    if (rc != 0) {
+        check_err(rc, &e);
+        return;
+    }
+    if (!state || (strcmp(state, "succeeded") && strcmp(state, "failed") && strcmp(state, "cancelled")))
+        abort();
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)body, key, v) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(key, known[k]) != 0)
+            k++;
+        if (k == sizeof known / sizeof known[0])
+            abort();
+    }
+    json_object_foreach((json_t *)json_object_get(body, "outputs"), key, v)
+        check_output(key, v);
+}
+
+static void check_batch(const json_t *doc)
+{
+    const json_t *reports = NULL;
+    err_t e;
+    memset(&e, 0, sizeof e);
+    int rc = report_batch_envelope(doc, &reports, &e);
+    if (rc != 0) {
+        check_err(rc, &e);
+        return;
+    }
+    if (!json_is_array(reports) || json_array_size(reports) < 1 ||
+        json_array_size(reports) > REPORT_BATCH_MAX)
+        abort();
+    size_t i;
+    const json_t *item;
+    json_array_foreach(reports, i, item)
+        if (!outputs_ok(item))
+            return;             /* the whole batch is refused */
+    json_array_foreach(reports, i, item) {
+        int64_t task = 0;
+        memset(&e, 0, sizeof e);
+        json_t *body = report_batch_item(item, &task, &e);
+        if (!body) {
+            check_err(e.status, &e);
+            continue;
+        }
+        if (task < 1 || json_object_get(body, "task") ||
+            json_object_size(body) + 1 != json_object_size(item))
+            abort();
+        check_report(body);
+        json_decref(body);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    json_t *doc = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+    if (!doc)
+        return 0;
+    if (json_object_get(doc, "reports"))
+        check_batch(doc);
+    else if (outputs_ok(doc))
+        check_report(doc);
+    json_decref(doc);
+    return 0;
+}
