@@ -500,6 +500,9 @@ static void test_worker_protocol(void **state)
         {"{'state':'succeeded','outputs':{'i':{'shape':[]}}}", "outputs"},
         {"{'state':'succeeded','outputs':{'i':{'shape':[-1],'sum':0}}}", "outputs"},
         {"{'state':'succeeded','outputs':{'i':{'shape':[4096,4096,4096],'sum':0}}}", "outputs"},
+        /* the element count overflows int64 (wrapped to 0 before the fix) */
+        {"{'state':'succeeded','outputs':{'i':{'shape':[16777216,1099511627776],'sum':0}}}",
+         "outputs"},
         {"{'state':'succeeded','outputs':{'i':{'shape':[1,1,1,1,1],'sum':0}}}", "outputs"},
         {"{'state':'succeeded','outputs':{'i':{'shape':[2],'sum':0,'values':[1]}}}", "outputs"},
         {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':'x'}}}", "outputs"},
