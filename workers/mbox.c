@@ -25,6 +25,7 @@ typedef struct mbox_msg {
     int origin;
     int64_t arrived_us;
     struct mbox_msg *uprev, *unext;
+    int from_net;           /* came through mbox_put_from (a peer process) */
 } mbox_msg_t;
 
 typedef struct mbox_task {  /* a declared task (see mbox_expect) */
@@ -537,6 +538,15 @@ void mbox_unreserve(mbox_t *mb, int origin, int64_t nbytes)
     pthread_mutex_unlock(&mb->mu);
 }
 
+/* Whether a message from the network with this tag is waiting already. */
+static int network_dup_locked(const mbox_t *mb, const mbox_tag_t *tag)
+{
+    for (const mbox_msg_t *m = mb->bucket[tag_hash(tag)]; m; m = m->next)
+        if (m->from_net && tag_equal(&m->tag, tag))
+            return 1;
+    return 0;
+}
+
 int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
                   mbox_admit_t admit)
 {
@@ -564,8 +574,22 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
         tensor_free(t);
         return 1;
     }
+    /* Every network message has a tag of its own (ring steps, pack rounds
+     * and edges are numbered apart), so a second frame with a tag still
+     * waiting here is a forgery or garbage: dropped, so a sender cannot
+     * pile copies of one accepted tag into the store. */
+    if (network_dup_locked(mb, tag)) {
+        mb->gs.dropped++;
+        mb->gs.dropped_bytes += bytes;
+        pthread_cond_broadcast(&mb->cv);
+        pthread_mutex_unlock(&mb->mu);
+        free(m);
+        tensor_free(t);
+        return 1;
+    }
     m->tag = *tag;
     m->t = t;
+    m->from_net = 1;
     if (now == MBOX_ADMIT_UNCLAIMED) {
         m->origin = origin;
         m->arrived_us = util_mono_us();

@@ -313,6 +313,30 @@ static void test_gate(void **state)
     mbox_free(mb);
 }
 
+/* A second network frame with a tag still waiting is dropped (counted):
+ * a sender cannot pile copies of one accepted tag into the store. Local
+ * puts keep their order semantics (test_many_and_duplicates). */
+static void test_network_duplicate_dropped(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    assert_int_equal(mbox_expect(mb, 9, 1, 1, 0, 4), 0);
+    mbox_tag_t tag = tag_of(9, 1, 5, 3, 0);
+    assert_int_equal(mbox_put_from(mb, &tag, scalar(1), 1, MBOX_ADMIT_TASK), 0);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(mbox_put_from(mb, &tag, scalar(666), 2, MBOX_ADMIT_TASK), 1);
+    assert_int_equal(mbox_count(mb), 1);
+    mbox_guard_stats_t g;
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.dropped, 5);
+    tensor_t *t = NULL;
+    assert_int_equal(mbox_take(mb, &tag, in_ms(100), &t), MBOX_OK);
+    assert_true(t->data[0] == 1.0f);
+    tensor_free(t);
+    mbox_task_done(mb, 9, 1, 1, 0);
+    mbox_free(mb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -325,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_many_and_duplicates),
         cmocka_unit_test(test_concurrent_takers),
         cmocka_unit_test(test_gate),
+        cmocka_unit_test(test_network_duplicate_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
