@@ -203,11 +203,6 @@ typedef struct sched_job {
     int64_t quota;              /* the tenant's device quota; 0 = none */
     int64_t priority;           /* filled by store_sched_tenant_page */
 } sched_job_t;
-/* Queued jobs in admission order: priority desc, then the tenant furthest
- * below its fair share, then age. Reads the whole queue: kept for tools;
- * the scheduler reads per-tenant heads (below). */
-int store_sched_queued(store_t *st, sched_job_t **jobs, int *n);
-void store_sched_jobs_free(sched_job_t *jobs, int n);
 /* Per-tenant queues. A tenant with queued jobs as the scheduler sees it at
  * the start of a round; id 0 stands for the jobs without a tenant. */
 typedef struct sched_tenant {
@@ -229,8 +224,6 @@ int store_sched_tenant_page(store_t *st, const sched_tenant_t *t, int64_t after_
                             int64_t after_id, sched_job_t *jobs, int cap);
 /* The job document as stored (new reference), or NULL. */
 json_t *store_sched_job_doc(store_t *st, int64_t job);
-/* Devices held now by the tenant's jobs; -1 on error. */
-int64_t store_sched_tenant_usage(store_t *st, int64_t tenant);
 int store_sched_set_reason(store_t *st, int64_t job, const char *reason);
 /* Reserves `count` consecutive sequence numbers of an island (inside the
  * caller's transaction); returns the first, or -1. */

@@ -69,58 +69,6 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
     return 0;
 }
 
-int store_sched_queued(store_t *st, sched_job_t **jobs, int *n)
-{
-    static const char sql[] =
-        "SELECT id, attempt, COALESCE(tenant_id, 0),"
-        " COALESCE((SELECT quota_devices FROM tenants WHERE id = jobs.tenant_id), 0)"
-        " FROM jobs WHERE state = 'queued'"
-        /* A requeued job waits until no shard of its previous attempt is
-         * still leased: a worker must never hold two attempts of one job,
-         * because aborting the old one (a per-job cancel) would also drop
-         * the new one's messages. Abandonment (store_sched_expire) bounds
-         * the wait. */
-        " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = jobs.id AND t.state = 'leased')"
-        /* Fair share: among equal priorities, the tenant using the fewest
-         * devices per unit of share goes first (jobs without a tenant count
-         * as using none); then age. */
-        " ORDER BY priority DESC,"
-        " (SELECT COUNT(*) FROM devices d JOIN jobs h ON h.id = d.job_id"
-        "   WHERE h.tenant_id = jobs.tenant_id) * 1.0 /"
-        " COALESCE((SELECT share FROM tenants WHERE id = jobs.tenant_id), 1), id";
-    *jobs = NULL;
-    *n = 0;
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    int cap = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        if (*n == cap) {
-            int ncap = cap ? cap * 2 : 16;
-            sched_job_t *p = realloc(*jobs, sizeof *p * (size_t)ncap);
-            if (!p)
-                goto fail;
-            *jobs = p;
-            cap = ncap;
-        }
-        sched_job_t *j = &(*jobs)[*n];
-        j->id = sqlite3_column_int64(s, 0);
-        j->attempt = sqlite3_column_int(s, 1);
-        j->tenant = sqlite3_column_int64(s, 2);
-        j->quota = sqlite3_column_int64(s, 3);
-        j->priority = 0;
-        (*n)++;
-    }
-    sqlite3_reset(s);
-    return 0;
-fail:
-    sqlite3_reset(s);
-    store_sched_jobs_free(*jobs, *n);
-    *jobs = NULL;
-    *n = 0;
-    return -1;
-}
-
 /* Devices held per tenant, set into the tenants of ts[0..n-1]. Jobs without
  * a tenant count as using none (fair share ranks them first among equal
  * priorities, as before per-tenant queues). */
@@ -141,6 +89,7 @@ static int tenants_usage(store_t *st, sched_tenant_t *ts, int n)
     sqlite3_reset(s);
     return 0;
 }
+
 
 int store_sched_tenants(store_t *st, sched_tenant_t **out, int *n)
 {
@@ -191,7 +140,11 @@ int store_sched_tenant_page(store_t *st, const sched_tenant_t *t, int64_t after_
     static const char sql[] =
         "SELECT id, attempt, priority FROM jobs WHERE tenant_id IS ?1 AND state = 'queued'"
         " AND (priority < ?2 OR (priority = ?2 AND id > ?3))"
-        /* See store_sched_queued: a requeued job waits for its old attempt. */
+        /* A requeued job waits until no shard of its previous attempt is
+         * still leased: a worker must never hold two attempts of one job,
+         * because aborting the old one (a per-job cancel) would also drop
+         * the new one's messages. Abandonment (store_sched_expire) bounds
+         * the wait. */
         " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = jobs.id AND t.state = 'leased')"
         " ORDER BY priority DESC, id LIMIT ?4";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -213,19 +166,6 @@ int store_sched_tenant_page(store_t *st, const sched_tenant_t *t, int64_t after_
     }
     sqlite3_reset(s);
     return n;
-}
-
-int64_t store_sched_tenant_usage(store_t *st, int64_t tenant)
-{
-    static const char sql[] =
-        "SELECT COUNT(*) FROM devices d JOIN jobs j ON j.id = d.job_id WHERE j.tenant_id = ?";
-    return store_scalar(st, sql, tenant, -1);
-}
-
-void store_sched_jobs_free(sched_job_t *jobs, int n)
-{
-    (void)n;
-    free(jobs);
 }
 
 json_t *store_sched_job_doc(store_t *st, int64_t job)
