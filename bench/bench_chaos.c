@@ -76,6 +76,7 @@ typedef struct bc {
     bc_job_t *jobs;
     atomic_int accepted, nterminal, driver_done, driver_failed, stop;
     atomic_int kills_worker, kills_controller, resubmits;
+    int replays, replay_bad;    /* keys re-POSTed after a restart (main thread) */
     int64_t t0;
     int detect_ms[BC_MAX_DETECT];
     int ndetect, undetected;
@@ -160,8 +161,11 @@ static int bc_make(bc_job_t *j, int i, unsigned *seed)
         bc_add_out(j, "one.y", 1, 3, 2 * v, 0);
         break;
     case 3: { /* cross-island edge, producer on east or west, 8 devices at most */
-        if (s > 4)      /* keep the pair within 8 devices */
-            s = 4, n = 8, red = v * 28;
+        if (s > 4) {    /* keep the pair within 8 devices */
+            s = 4;
+            n = bc_sizes[s];
+            red = v * n * (n - 1) / 2;
+        }
         int east_first = (int)(rand_r(seed) % 2);
         snprintf(buf, sizeof buf, "{'name':'edge-%d','slices':{'a':{'shape':%s,'island':'%s'},"
                  "'b':{'shape':%s,'island':'%s'}},'computations':[%s,%s]}", i, bc_shapes[s],
@@ -357,12 +361,36 @@ static int bc_kill_worker(hx_client_t *cl, int slot)
     return bc_worker_start(slot);
 }
 
+/* After a restart, the last few accepted keys are POSTed again: each must
+ * answer 200 with the job it made (the driver rarely has a POST in flight
+ * at the kill, so this exercises the retry-with-the-same-key path). */
+static void bc_replay_keys(void)
+{
+    char u[HX_URL_MAX];
+    bc_url(u);
+    int acc = atomic_load(&bc.accepted);
+    for (int i = acc - 1; i >= 0 && i >= acc - 5; i--) {
+        const bc_job_t *j = &bc.jobs[i];
+        int64_t id = -1;
+        int st = fx_submit(u, j->doc, j->key, &id);
+        bc.replays++;
+        if (st != 200 || id != j->id) {
+            fprintf(stderr, "chaos: replay of key %s answered %d id %" PRId64 " (job %" PRId64
+                    ")\n", j->key, st, id, j->id);
+            bc.replay_bad++;
+        }
+    }
+}
+
 static int bc_kill_controller(unsigned *seed)
 {
     fx_kill(&bc.atolld);
     atomic_fetch_add(&bc.kills_controller, 1);
     hx_sleep_ms(50 + (int)(rand_r(seed) % 1000));
-    return bc_atolld_start();
+    if (bc_atolld_start() != 0)
+        return -1;
+    bc_replay_keys();
+    return 0;
 }
 
 /* ---- verification ---- */
@@ -548,19 +576,26 @@ static int bc_parse(int argc, char **argv)
     bc.seed = (unsigned)time(NULL);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--jobs") == 0 && v)
-            bc.njobs = atoi(v), i++;
-        else if (strcmp(a, "--seed") == 0 && v)
-            bc.seed = (unsigned)strtoul(v, NULL, 10), i++;
-        else if (strcmp(a, "--lease-ms") == 0 && v)
-            bc.lease_ms = atoi(v), i++;
-        else if (strcmp(a, "--window") == 0 && v)
-            bc.window = atoi(v), i++;
-        else {
+        if (!v) {
             fprintf(stderr, "usage: %s [--jobs N] [--seed S] [--lease-ms MS] [--window W]\n",
                     argv[0]);
             return -1;
         }
+        if (strcmp(a, "--jobs") == 0)
+            bc.njobs = atoi(v);
+        else if (strcmp(a, "--seed") == 0)
+            bc.seed = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--lease-ms") == 0)
+            bc.lease_ms = atoi(v);
+        else if (strcmp(a, "--window") == 0)
+            bc.window = atoi(v);
+        else
+            v = NULL;
+        if (!v) {
+            fprintf(stderr, "chaos: unknown option '%s'\n", a);
+            return -1;
+        }
+        i++;
     }
     if (bc.njobs < 1 || bc.window < 1 || bc.lease_ms < 200) {
         fprintf(stderr, "chaos: --jobs, --window >= 1, --lease-ms >= 200\n");
@@ -660,6 +695,7 @@ static void bc_report(const bc_tally_t *t, int held, int second_key_ok, int clea
     printf("| shards counted twice        | %d |\n", t->twice);
     printf("| wrong results               | %d |\n", t->wrong);
     printf("| retries / restarts (sum)    | %d / %d |\n", t->retries, t->restarts);
+    printf("| keys replayed after restart | %d (wrong answers %d) |\n", bc.replays, bc.replay_bad);
     printf("| late resubmit -> same job   | %s |\n", second_key_ok ? "yes" : "NO");
     printf("| clean SIGTERM exit at end   | %s |\n", clean ? "yes" : "NO");
     bc_print_detect();
@@ -719,7 +755,8 @@ int main(int argc, char **argv)
     clean &= fx_term(&bc.atolld, 8000);
     bc_report(&t, held, second_ok, clean);
     int ok = !broken && !atomic_load(&bc.driver_failed) && t.lost == 0 && t.twice == 0 &&
-             t.wrong == 0 && t.dup_jobs == 0 && t.unsubmitted == 0 && held == bc.njobs && second_ok;
+             t.wrong == 0 && t.dup_jobs == 0 && t.unsubmitted == 0 && held == bc.njobs && second_ok &&
+             bc.replay_bad == 0;
     if (ok) {
         char cmd[HX_DIR_MAX + 16];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", bc.dir);
