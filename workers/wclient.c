@@ -17,6 +17,18 @@
 /* The header carrying the worker's own credential (docs/worker-protocol.md). */
 #define WCLIENT_SECRET_HEADER "X-Atoll-Worker-Secret"
 #define WCLIENT_SECRET_MAX 200
+/* Kept-alive connections: one curl handle per calling thread (main poll
+ * loop, heartbeat, reporter, ...), so each thread's calls reuse its open
+ * connection. A connection atolld already accepted keeps working when its
+ * listener is full of other clients' connections: a flood cannot cut the
+ * workers' heartbeats off (docs/operations.md). More threads than this get
+ * a fresh handle per call. */
+#define WCLIENT_HANDLES 8
+
+typedef struct wclient_handle {
+    pthread_t owner;
+    CURL *curl;                 /* owned; NULL = slot free */
+} wclient_handle_t;
 
 struct wclient {
     char *base;                 /* owned, no trailing '/' */
@@ -31,6 +43,8 @@ struct wclient {
     pthread_mutex_t reg_mu;     /* one (re-)registration at a time */
     char *auth_header;          /* "Authorization: Bearer ..." or NULL; owned */
     char *ca_file;              /* owned or NULL */
+    pthread_mutex_t h_mu;       /* guards handles */
+    wclient_handle_t handles[WCLIENT_HANDLES];
 };
 
 typedef struct buf {
@@ -85,6 +99,7 @@ wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req)
     wc->lease_ms = 5000;
     pthread_mutex_init(&wc->mu, NULL);
     pthread_mutex_init(&wc->reg_mu, NULL);
+    pthread_mutex_init(&wc->h_mu, NULL);
     return wc;
 }
 
@@ -108,6 +123,10 @@ void wclient_free(wclient_t *wc)
     if (wc->base && wc->island && wc->backend && wc->data_addr) {
         pthread_mutex_destroy(&wc->mu);
         pthread_mutex_destroy(&wc->reg_mu);
+        pthread_mutex_destroy(&wc->h_mu);
+        for (int i = 0; i < WCLIENT_HANDLES; i++)
+            if (wc->handles[i].curl)
+                curl_easy_cleanup(wc->handles[i].curl);
     }
     free(wc->base);
     free(wc->island);
@@ -145,6 +164,45 @@ static int setup(CURL *c, const char *url, const char *method, const char *paylo
     return bad ? -1 : 0;
 }
 
+/* The calling thread's kept handle, reset for a new transfer (its open
+ * connection stays); a new handle of the caller's own (*own = 1: the
+ * caller cleans it up) when every slot is taken; NULL on OOM. */
+static CURL *handle_get(wclient_t *wc, int *own)
+{
+    pthread_t self = pthread_self();
+    CURL *c = NULL;
+    *own = 0;
+    pthread_mutex_lock(&wc->h_mu);
+    int free_slot = -1;
+    for (int i = 0; i < WCLIENT_HANDLES && !c; i++) {
+        if (wc->handles[i].curl && pthread_equal(wc->handles[i].owner, self))
+            c = wc->handles[i].curl;
+        else if (!wc->handles[i].curl && free_slot < 0)
+            free_slot = i;
+    }
+    if (!c && free_slot >= 0 && (c = curl_easy_init()))
+        wc->handles[free_slot] = (wclient_handle_t){self, c};
+    pthread_mutex_unlock(&wc->h_mu);
+    if (c) {
+        curl_easy_reset(c);
+        return c;
+    }
+    *own = 1;
+    return curl_easy_init();
+}
+
+/* A handle whose transfer failed may hold a broken connection: the next
+ * call of its thread starts clean. */
+static void handle_drop(wclient_t *wc, CURL *c)
+{
+    pthread_mutex_lock(&wc->h_mu);
+    for (int i = 0; i < WCLIENT_HANDLES; i++)
+        if (wc->handles[i].curl == c)
+            wc->handles[i].curl = NULL;
+    pthread_mutex_unlock(&wc->h_mu);
+    curl_easy_cleanup(c);
+}
+
 /* One exchange; extra (may be NULL) is one more header line. */
 static int call_with(wclient_t *wc, const char *extra, const char *method, const char *path,
                      const json_t *body, long timeout_ms, const atomic_int *abort_flag,
@@ -156,6 +214,7 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
     buf_t b = {0};
     struct curl_slist *hdrs = NULL, *h2 = NULL;
     CURL *c = NULL;
+    int own = 1, failed = 1;
     if (resp)
         *resp = NULL;
     snprintf(url, sizeof url, "%s%s", wc->base, path);
@@ -176,7 +235,7 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
             goto cleanup;
         hdrs = h2;
     }
-    if (!(c = curl_easy_init()) ||
+    if (!(c = handle_get(wc, &own)) ||
         setup(c, url, method, payload ? payload : (body ? "" : NULL), hdrs, timeout_ms,
               abort_flag, &b, wc->ca_file) != 0)
         goto cleanup;
@@ -189,11 +248,14 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
     long code = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     status = (int)code;
+    failed = 0;
     if (resp && b.data && b.len > 0)
         *resp = json_loadb(b.data, b.len, 0, NULL);
 cleanup:
-    if (c)
+    if (c && own)
         curl_easy_cleanup(c);
+    else if (c && failed)
+        handle_drop(wc, c);
     curl_slist_free_all(hdrs);
     free(payload);
     free(b.data);
