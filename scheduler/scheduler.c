@@ -14,9 +14,9 @@
 
 /* Period of the lease check when nothing wakes the thread. */
 #define SCHED_TICK_US 200000
-/* Admission also runs every this many ticks unwoken: some conditions open
- * with time alone (a returning worker's devices once its old tasks were
- * told to abort; a requeued job once its stale shards are abandoned). */
+/* Admission also runs every this many ticks unwoken: a safety net for a
+ * wake-up that never came (every change that can admit a job wakes the
+ * thread; no condition opens with time alone since aborts are per attempt). */
 #define SCHED_ADMIT_EVERY_TICKS 5
 /* Per-tenant queues: in one round the scheduler stops reading further down
  * a tenant's queue once this many of its jobs waited (were not placed), so

@@ -145,10 +145,11 @@ typedef struct worker_renew {
     worker_stats_t ws;
 } worker_renew_t;
 int store_worker_renew(store_t *st, const worker_renew_t *r, int n);
-/* Leases every pending task of the worker (seq order) and lists the jobs it
- * must abort. *out = {"tasks":[...],"cancel":[...]}. *any = 1 when either is
- * non-empty. A read first: when there is nothing to lease, mark or name, it
- * answers without a write transaction. */
+/* Leases every pending task of the worker (seq order) and lists the stale
+ * attempts it must abort. *out = {"tasks":[...],"cancel":[{"job": J,
+ * "attempt": A}, ...]}. *any = 1 when either is non-empty. A read first:
+ * when there is nothing to lease, mark or name, it answers without a write
+ * transaction. */
 int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any);
 /* Applies a completion report; STORE_CONFLICT when the task is not leased to
  * this worker (fencing); e filled on a malformed report (400). */

@@ -10,42 +10,14 @@
 
 #include "util.h"
 
-/* Fills fenced[] with the live workers of the island that are a returning
- * process (same host, pid and data address as a worker lost earlier) whose
- * abort of its old tasks has not gone out at least 500 ms ago (see
- * poll_cancels in store_worker.c). Their devices are kept out of new
- * allocations until then: a per-job abort arriving after new work of the
- * same job would destroy it. Returns the count (at most cap) or -1. */
-static int fenced_workers(store_t *st, int64_t island, int64_t *fenced, int cap)
-{
-    static const char sql[] =
-        "SELECT w.id FROM workers w WHERE w.island_id = ?1 AND w.state = 'live' AND EXISTS"
-        " (SELECT 1 FROM workers g JOIN tasks t ON t.worker_id = g.id WHERE g.state = 'gone'"
-        "  AND g.id <> w.id AND g.pid = w.pid AND g.host = w.host AND g.data_addr = w.data_addr"
-        "  AND t.state = 'cancelled' AND t.error = 'worker lost'"
-        "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?2))";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, island);
-    sqlite3_bind_int64(s, 2, util_wall_us() - 500000);
-    int n = 0;
-    while (n < cap && sqlite3_step(s) == SQLITE_ROW)
-        fenced[n++] = sqlite3_column_int64(s, 0);
-    sqlite3_reset(s);
-    return n;
-}
-
 int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t n)
 {
     static const char sql[] =
         "SELECT d.idx, d.worker_id, d.local, d.job_id, w.data_addr FROM devices d"
         " LEFT JOIN workers w ON w.id = d.worker_id AND w.state = 'live'"
         " WHERE d.island_id = ? ORDER BY d.idx";
-    int64_t fenced[64];
-    int nfenced = fenced_workers(st, island, fenced, 64);
     sqlite3_stmt *s = store_stmt(st, sql);
-    if (nfenced < 0 || !s)
+    if (!s)
         return -1;
     memset(devs, 0, sizeof *devs * (size_t)n);
     sqlite3_bind_int64(s, 1, island);
@@ -53,11 +25,10 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
         int64_t i = sqlite3_column_int64(s, 0);
         if (i < 0 || i >= n)
             continue;
+        /* A returning process (paused past its lease) is allocatable at
+         * once: the attempts it still runs are aborted by attempt
+         * (poll_cancels), which leaves new work of the same job alone. */
         const char *addr = (const char *)sqlite3_column_text(s, 4);
-        int64_t w = sqlite3_column_int64(s, 1);
-        for (int f = 0; f < nfenced && addr; f++)
-            if (fenced[f] == w)
-                addr = NULL;        /* not allocatable yet: seen as down */
         if (addr) {
             devs[i].worker = sqlite3_column_int64(s, 1);
             devs[i].local = sqlite3_column_int(s, 2);
@@ -140,12 +111,9 @@ int store_sched_tenant_page(store_t *st, const sched_tenant_t *t, int64_t after_
     static const char sql[] =
         "SELECT id, attempt, priority FROM jobs WHERE tenant_id IS ?1 AND state = 'queued'"
         " AND (priority < ?2 OR (priority = ?2 AND id > ?3))"
-        /* A requeued job waits until no shard of its previous attempt is
-         * still leased: a worker must never hold two attempts of one job,
-         * because aborting the old one (a per-job cancel) would also drop
-         * the new one's messages. Abandonment (store_sched_expire) bounds
-         * the wait. */
-        " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = jobs.id AND t.state = 'leased')"
+        /* A requeued job is admitted at once, even while shards of its old
+         * attempt are still leased (being aborted): aborts name an attempt,
+         * so a worker may hold two attempts of one job. */
         " ORDER BY priority DESC, id LIMIT ?4";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
@@ -324,15 +292,15 @@ int store_sched_fail(store_t *st, int64_t job, const char *why)
 /* Puts a job back in the queue for a new attempt: its work so far is
  * discarded (outputs, slices, seq numbers), its devices freed; tasks still
  * leased on live workers are aborted through the poll's cancel list (their
- * attempt is now stale) and the job is not admitted again before they are
- * settled. `retry` is 1 when a lost worker caused it (spends one of the
+ * attempt is now stale), while the new attempt may be admitted at once,
+ * on the same workers too. `retry` is 1 when a lost worker caused it (spends one of the
  * job's max_retries), 0 for a controller restart (counted in restarts). */
 static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
 {
     static const char *const sqls[] = {
         "UPDATE jobs SET state = 'queued', attempt = attempt + 1, retries = retries + ?3,"
         " restarts = restarts + 1 - ?3, comps_done = 0, allocated_at = NULL, started_at = NULL,"
-        " pending_reason = 'requeued: waiting for the previous attempt to stop', error = ?2"
+        " pending_reason = 'requeued', error = ?2"
         " WHERE id = ?1",
         "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
         "UPDATE tasks SET state = 'cancelled' WHERE job_id = ?1 AND state IN ('blocked','pending')",
@@ -426,8 +394,10 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
 /* Stale tasks still leased although their worker was told to abort them
  * at least `window_us` ago: the worker never received them (a poll answer
  * lost with a controller crash), so no report will ever come. They are
- * settled as cancelled; a late report for one gets 409 like any other.
- * Returns how many, or -1. Inside the caller's transaction. */
+ * settled as cancelled, so the poll stops naming their attempt; nothing
+ * waits for this (the job's new attempt was admitted at once). A late
+ * report for one gets 409 like any other. Returns how many, or -1. Inside
+ * the caller's transaction. */
 static int abandon_stale(store_t *st, int64_t window_us)
 {
     static const char sql[] =
@@ -448,8 +418,8 @@ static int abandon_stale(store_t *st, int64_t window_us)
 
 /* Expires silent workers (see store.h) and abandons stale tasks whose
  * abort went unanswered for a lease period (at least 500 ms). Returns the
- * number of workers expired plus tasks abandoned: either may let queued
- * jobs be admitted, so the caller runs admission when it is > 0. */
+ * number of workers expired plus tasks abandoned; the caller runs
+ * admission when it is > 0 (an expiry frees devices). */
 int store_sched_expire(store_t *st, int64_t lease_us)
 {
     static const char sql[] = "SELECT id FROM workers WHERE state = 'live' AND heartbeat_at < ?";
@@ -498,7 +468,7 @@ int store_sched_expire(store_t *st, int64_t lease_us)
  * have died. So every allocated or running job starts a new attempt, which
  * does not spend its max_retries (counted in jobs.restarts instead); the
  * old attempt's leased tasks are aborted through the workers' cancel lists
- * (or abandoned) before the job is admitted again. Queued jobs stay as
+ * (or abandoned), while the new attempt may be admitted at once. Queued jobs stay as
  * they are. Live workers get a fresh lease, so those that kept running are
  * not declared lost; dead ones expire one lease later.
  * Returns the number of jobs requeued, or -1. */

@@ -281,11 +281,34 @@ static int worker_is_live(store_t *st, int64_t worker)
     return live;
 }
 
-/* Jobs whose tasks this worker still holds but which ended (failed or
- * cancelled) or moved to a newer attempt: the worker must abort them. The
- * first time a stale task is named, abort_sent_at records it: a task still
- * leased a lease period later was never received and is abandoned
- * (store_sched_expire). Inside the poll's transaction. */
+/* Appends {"job": job, "attempt": attempt} to arr unless it is there. */
+static void cancel_add(json_t *arr, json_int_t job, json_int_t attempt)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v)
+        if (json_integer_value(json_object_get(v, "job")) == job &&
+            json_integer_value(json_object_get(v, "attempt")) == attempt)
+            return;
+    json_array_append_new(arr, json_pack("{s:I, s:I}", "job", job, "attempt", attempt));
+}
+
+/* Runs s (bound by the caller) and adds each (job_id, attempt) row. */
+static void cancel_rows(sqlite3_stmt *s, json_t *arr)
+{
+    while (sqlite3_step(s) == SQLITE_ROW)
+        cancel_add(arr, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1));
+    sqlite3_reset(s);
+}
+
+/* The attempts, as {"job", "attempt"} entries, of which this worker still
+ * holds tasks although their job ended (failed or cancelled) or moved to a
+ * newer attempt: the worker aborts exactly those (and older attempts of
+ * the job), never a newer attempt, so the job's current attempt may be
+ * leased to the same worker at once. The first time a stale task is named,
+ * abort_sent_at records it: a task still leased a lease period later was
+ * never received and is settled (store_sched_expire), so the naming ends.
+ * Inside the poll's transaction. */
 static json_t *poll_cancels(store_t *st, int64_t worker)
 {
     static const char mark_sql[] =
@@ -293,30 +316,29 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
         " AND abort_sent_at IS NULL AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = tasks.job_id"
         " AND (j.state IN ('succeeded','failed','cancelled') OR tasks.attempt < j.attempt))";
     static const char sql[] =
-        "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        "SELECT DISTINCT t.job_id, t.attempt FROM tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.worker_id = ? AND t.state = 'leased'"
         " AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt)";
     /* The same process under an earlier, expired lease (a worker paused
      * past its lease registers again under a new id): the tasks it held
      * then were cancelled when it was lost, but it may still run them, and
      * a collective among aborted peers would hold its device until the peer
-     * timeout. Name their jobs for PRED_ABORT_US after the first time (its
-     * reports of them are refused, so nothing else ends the repetition),
-     * unless the job's current attempt has work on this worker: a per-job
-     * cancel would abort that too. */
+     * timeout. Name their attempts for PRED_ABORT_US after the first time
+     * (its reports of them are refused, so nothing else ends the
+     * repetition). Losing the worker requeued or ended their jobs, so these
+     * attempts are stale; the attempt test only makes sure. */
     static const char pred_mark_sql[] =
         "UPDATE tasks SET abort_sent_at = ?2 WHERE abort_sent_at IS NULL AND state = 'cancelled'"
         " AND error = 'worker lost' AND worker_id IN (SELECT g.id FROM workers g"
         "  JOIN workers me ON me.id = ?1 WHERE g.state = 'gone' AND g.id <> me.id"
         "  AND g.pid = me.pid AND g.host = me.host AND g.data_addr = me.data_addr)";
     static const char pred_sql[] =
-        "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        "SELECT DISTINCT t.job_id, t.attempt FROM tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.state = 'cancelled' AND t.error = 'worker lost' AND t.abort_sent_at > ?2"
         " AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
         "  WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
         "  AND g.data_addr = me.data_addr)"
-        " AND NOT EXISTS (SELECT 1 FROM tasks c WHERE c.job_id = j.id AND c.attempt = j.attempt"
-        "  AND c.worker_id = ?1 AND c.state IN ('blocked','pending','leased'))";
+        " AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt)";
     int64_t now = util_wall_us();
     json_t *arr = json_array();
     sqlite3_stmt *s = store_stmt(st, mark_sql);
@@ -332,23 +354,11 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
         return arr;
     sqlite3_bind_int64(s, 1, worker);
     sqlite3_bind_int64(s, 2, now - PRED_ABORT_US);
-    while (sqlite3_step(s) == SQLITE_ROW)
-        json_array_append_new(arr, json_integer(sqlite3_column_int64(s, 0)));
-    sqlite3_reset(s);
+    cancel_rows(s, arr);
     if (!(s = store_stmt(st, sql)))
         return arr;
     sqlite3_bind_int64(s, 1, worker);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        json_int_t job = sqlite3_column_int64(s, 0);
-        int seen = 0;
-        size_t i;
-        json_t *v;
-        json_array_foreach(arr, i, v)
-            seen |= json_integer_value(v) == job;
-        if (!seen)
-            json_array_append_new(arr, json_integer(job));
-    }
-    sqlite3_reset(s);
+    cancel_rows(s, arr);
     return arr;
 }
 
@@ -723,10 +733,6 @@ static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t 
         goto out;
     /* Only the job's current attempt, while it is live, moves the job. */
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
-    /* A stale shard settled: a requeued job may now be admitted (it waits
-     * until no task of its old attempt is leased), so wake the scheduler. */
-    if (!live && strcmp(r.job_state, "queued") == 0)
-        *effects |= STORE_FX_JOB_ENDED;
     if (live && strcmp(state, "succeeded") == 0) {
         /* A 400 from a malformed output leaves e->status set for the caller. */
         if (shard_succeeded(st, &r, body, effects, e) != 0)

@@ -201,19 +201,22 @@ reject:
         report(ex, id, exec_report_failed(err));
 }
 
-/* Unlinks queued tasks of job into *removed; returns the largest attempt
- * of that job queued or running, or -1. Holds mu. */
-static int32_t cancel_locked(exec_t *ex, int64_t job, qnode_t **removed)
+/* Unlinks queued tasks of job whose attempt is <= attempt into *removed;
+ * returns the largest attempt of that job queued or running with
+ * attempt <= `attempt`, or -1. A newer attempt's tasks stay where they are.
+ * Holds mu. */
+static int32_t cancel_locked(exec_t *ex, int64_t job, int32_t attempt, qnode_t **removed)
 {
     int32_t max_attempt = -1;
     for (int i = 0; i < ex->ndev; i++) {
         device_t *d = &ex->dev[i];
-        if (d->running && d->running->job == job && d->running->attempt > max_attempt)
-            max_attempt = d->running->attempt;
+        const wtask_t *run = d->running;
+        if (run && run->job == job && run->attempt <= attempt && run->attempt > max_attempt)
+            max_attempt = run->attempt;
         qnode_t **p = &d->queue;
         while (*p) {
             qnode_t *q = *p;
-            if (q->t->job != job) {
+            if (q->t->job != job || q->t->attempt > attempt) {
                 p = &q->next;
                 continue;
             }
@@ -228,19 +231,21 @@ static int32_t cancel_locked(exec_t *ex, int64_t job, qnode_t **removed)
     return max_attempt;
 }
 
-int exec_cancel_job(exec_t *ex, int64_t job)
+int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
 {
     qnode_t *removed = NULL;
+    if (job < 1 || attempt < 0)
+        return 0;
     pthread_mutex_lock(&ex->mu);
-    int32_t max_attempt = cancel_locked(ex, job, &removed);
+    int32_t held = cancel_locked(ex, job, attempt, &removed);
     pthread_cond_broadcast(&ex->idle_cv);
     pthread_mutex_unlock(&ex->mu);
-    int fresh = max_attempt >= 0 && !mbox_is_cancelled(ex->env.mb, job, max_attempt);
-    /* The job has ended: every message of it is garbage. Only attempts we
-     * hold are marked cancelled, so a waiter of one of them wakes. */
-    if (max_attempt >= 0)
-        mbox_cancel_job(ex->env.mb, job, max_attempt);
-    mbox_drop_job(ex->env.mb, job, INT32_MAX);
+    int fresh = held >= 0 && !mbox_is_cancelled(ex->env.mb, job, attempt);
+    /* Attempts only grow, so attempts 0..attempt are all over: their
+     * waiters wake, their kept messages go and later ones are dropped. A
+     * newer attempt of the job (maybe queued here already) is untouched:
+     * its tags, gate entries and store keys all carry its own attempt. */
+    mbox_cancel_job(ex->env.mb, job, attempt);
     while (removed) {
         qnode_t *q = removed;
         removed = q->next;
@@ -251,8 +256,29 @@ int exec_cancel_job(exec_t *ex, int64_t job)
         fresh++;
     }
     if (fresh)
-        log_info("job %lld cancelled", (long long)job);
+        log_info("job %lld attempt %d aborted", (long long)job, (int)attempt);
     return fresh;
+}
+
+/* Every attempt held here: the newest one queued or running bounds it, so
+ * an attempt this worker has not seen yet is not marked. */
+int exec_cancel_job(exec_t *ex, int64_t job)
+{
+    int32_t held = -1;
+    pthread_mutex_lock(&ex->mu);
+    for (int i = 0; i < ex->ndev; i++) {
+        const wtask_t *run = ex->dev[i].running;
+        if (run && run->job == job && run->attempt > held)
+            held = run->attempt;
+        for (const qnode_t *q = ex->dev[i].queue; q; q = q->next)
+            if (q->t->job == job && q->t->attempt > held)
+                held = q->t->attempt;
+    }
+    pthread_mutex_unlock(&ex->mu);
+    if (held >= 0)
+        return exec_cancel_attempt(ex, job, held);
+    mbox_drop_job(ex->env.mb, job, INT32_MAX);      /* the job ended: its messages too */
+    return 0;
 }
 
 /* Holds mu. */

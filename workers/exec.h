@@ -44,10 +44,16 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
 /* Queues one TASK object (borrowed). A malformed task, or one for a device
  * this worker lacks, is reported failed at once (when its id is readable). */
 void exec_submit(exec_t *ex, const json_t *task);
-/* Aborts a job: its queued tasks are reported cancelled, its running tasks
- * wake from their waits and report cancelled, its messages are dropped.
+/* Aborts attempt `attempt` of a job, and its older attempts (attempts only
+ * grow, so they are over too): their queued tasks are reported cancelled,
+ * their running tasks wake from their waits and report cancelled, their
+ * messages are dropped. Tasks of a newer attempt of the same job, queued or
+ * running here, are not disturbed. A job < 1 or attempt < 0 is ignored.
  * Returns how many tasks this call newly aborted (0 when the controller
  * repeats a cancel we already applied). */
+int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt);
+/* Aborts every attempt of the job held here (exec_cancel_attempt with the
+ * newest attempt queued or running). Same return value. */
 int exec_cancel_job(exec_t *ex, int64_t job);
 /* Collective algorithm counts so far (borrowed). */
 exec_counters_t *exec_counters(exec_t *ex);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,10 +187,31 @@ static void submit_tasks(worker_t *w, const json_t *tasks)
     free(order);
 }
 
-/* Hands a poll answer's tasks to the executor and applies its cancels.
- * Returns how many tasks and cancels were new: the controller repeats a
- * cancel until the job's tasks are reported, and the caller must not spin
- * on such answers. */
+/* Applies one cancel entry {"job": J, "attempt": A}: attempt A of job J
+ * (and its older attempts) is over, a newer one may run here already.
+ * Anything else is ignored and logged (the first few times only: the
+ * controller repeats a cancel on every poll). Returns the tasks aborted. */
+static int apply_cancel(worker_t *w, const json_t *v)
+{
+    static int malformed;
+    const json_t *job = json_object_get(v, "job"), *attempt = json_object_get(v, "attempt");
+    if (json_is_integer(job) && json_is_integer(attempt) && json_integer_value(job) >= 1 &&
+        json_integer_value(attempt) >= 0 && json_integer_value(attempt) <= INT32_MAX)
+        return exec_cancel_attempt(w->ex, json_integer_value(job),
+                                   (int32_t)json_integer_value(attempt));
+    if (malformed < 8) {
+        malformed++;
+        log_warn("poll: ignoring a malformed cancel entry (want {\"job\": J, \"attempt\": A})");
+    }
+    return 0;
+}
+
+/* Hands a poll answer's tasks to the executor and applies its cancels
+ * (tasks first: a cancel names only attempts older than any task of the
+ * same job in the answer, and leaves those alone). Returns how many tasks
+ * and cancels were new: the controller repeats a cancel until the
+ * attempt's tasks are reported, and the caller must not spin on such
+ * answers. */
 static int handle_poll(worker_t *w, const json_t *ans)
 {
     const json_t *tasks = json_object_get(ans, "tasks");
@@ -199,8 +221,7 @@ static int handle_poll(worker_t *w, const json_t *ans)
     int news = (int)json_array_size(tasks);
     submit_tasks(w, tasks);
     json_array_foreach(cancel, i, v)
-        if (json_is_integer(v))
-            news += exec_cancel_job(w->ex, json_integer_value(v));
+        news += apply_cancel(w, v);
     return news;
 }
 
