@@ -71,11 +71,15 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
+/* Aborts a call (a parked long poll) when *abort_flag is set, but only
+ * while no byte of the answer has arrived: an answer on its way may carry
+ * tasks the controller has already leased to us (the job is running), and
+ * dropping it would leave them to be requeued when we leave. */
 static int on_progress(void *clientp, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
-    (void)dt, (void)dn, (void)ut, (void)un;
+    (void)dt, (void)ut, (void)un;
     const atomic_int *abort_flag = clientp;
-    return abort_flag && atomic_load(abort_flag) ? 1 : 0;
+    return abort_flag && atomic_load(abort_flag) && dn == 0 ? 1 : 0;
 }
 
 wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req)
