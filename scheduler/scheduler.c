@@ -30,6 +30,12 @@
 static sched_config_t sched_cfg;
 static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 static _Atomic uint64_t sched_rounds, sched_round_us, sched_round_max_us;   /* for /metrics */
+/* Upper bounds (µs) of the scheduler-pass histogram's buckets; the seconds
+ * in scheduler.h's SCHED_PASS_BOUNDS_S, one order of magnitude per three. */
+static const uint64_t pass_bound_us[SCHED_PASS_NBUCKETS] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000};
+/* Passes per bucket (not cumulative); the last one counts those over 1 s. */
+static _Atomic uint64_t pass_hist[SCHED_PASS_NBUCKETS + 1];
 static pthread_t sched_thread;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
@@ -116,28 +122,6 @@ static void pending_reason(round_t *r, const job_plan_t *plan, const alloc_reque
              plan->nslices);
 }
 
-/* Adds one entry to a task's "sends": value `v` of this shard goes to the
- * consumer's `input` op. */
-static void task_sends(const job_plan_t *plan, int c, int shard, round_t *r,
-                       const alloc_placement_t *pl, json_t *sends)
-{
-    for (int c2 = 0; c2 < plan->ncomps; c2++) {
-        const comp_t *cc = &plan->comps[c2];
-        for (int i = 0; i < cc->ninputs; i++) {
-            if (cc->inputs[i].producer != c)
-                continue;
-            const alloc_placement_t *cp = &pl[cc->slice];
-            const sched_dev_t *dv = &r->devs[cp->island][cp->devices[shard]];
-            json_t *e = json_object();
-            json_object_set_new(e, "value", json_string(cc->inputs[i].value));
-            json_object_set_new(e, "comp", json_integer(c2));
-            json_object_set_new(e, "op", json_integer(cc->inputs[i].op_index));
-            json_object_set_new(e, "to", json_string(dv->addr));
-            json_array_append_new(sends, e);
-        }
-    }
-}
-
 static json_t *shape_json(const shape_t *s)
 {
     json_t *a = json_array();
@@ -146,37 +130,202 @@ static json_t *shape_json(const shape_t *s)
     return a;
 }
 
-/* The TASK JSON (docs/worker-protocol.md) of one shard; new reference. */
-static json_t *task_payload(const job_plan_t *plan, const json_t *doc, int64_t job, int attempt,
-                            int c, int shard, int64_t seq, round_t *r, const alloc_placement_t *pl)
+/* Where computation c's outputs go: one entry per `input` op that reads
+ * one of them. The same for every shard (shard k feeds shard k of the
+ * consumer), so a host task carries the consumer's slice name and the
+ * worker resolves the destination process from the placement. New
+ * reference, or NULL. */
+static json_t *task_sends(const job_plan_t *plan, int c)
+{
+    json_t *sends = json_array();
+    for (int c2 = 0; sends && c2 < plan->ncomps; c2++) {
+        const comp_t *cc = &plan->comps[c2];
+        for (int i = 0; i < cc->ninputs; i++) {
+            if (cc->inputs[i].producer != c)
+                continue;
+            json_t *e = json_pack("{s:s, s:i, s:i, s:s}", "value", cc->inputs[i].value,
+                                  "comp", c2, "op", cc->inputs[i].op_index,
+                                  "slice", plan->slices[cc->slice].name);
+            if (!e || json_array_append_new(sends, e) != 0) {
+                json_decref(sends);
+                return NULL;
+            }
+        }
+    }
+    return sends;
+}
+
+/* What every host task of computation c has in common (TASK of
+ * docs/worker-protocol.md without "task", "shards" and "devices"); new
+ * reference, or NULL. O(computation size), never O(shards). */
+static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_job_t *job,
+                         int c, int64_t seq)
+{
+    const comp_t *cp = &plan->comps[c];
+    json_t *inputs = json_object();
+    for (int i = 0; inputs && i < cp->ninputs; i++)
+        json_object_set_new(inputs, cp->inputs[i].from, shape_json(&cp->inputs[i].shape));
+    json_t *comp = json_array_get(json_object_get(doc, "computations"), (size_t)c);
+    return json_pack("{s:I, s:i, s:i, s:I, s:s, s:o, s:O, s:o, s:o}",
+                     "job", (json_int_t)job->id, "attempt", job->attempt, "comp", c,
+                     "seq", (json_int_t)seq, "slice", plan->slices[cp->slice].name,
+                     "slice_shape", shape_json(&cp->slice_shape), "computation", comp,
+                     "input_shapes", inputs, "sends", task_sends(plan, c));
+}
+
+/* One shard of a computation and the device that runs it. */
+typedef struct shard_ref {
+    int64_t worker;
+    int shard;
+    int local;                  /* worker-local device */
+} shard_ref_t;
+
+static int shard_ref_cmp(const void *a, const void *b)
+{
+    const shard_ref_t *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return (x->shard > y->shard) - (x->shard < y->shard);
+}
+
+/* Writes one host task from refs[0..n-1] (one worker's shards, increasing)
+ * with base's fields (base gets "shards" and "devices" set). 0 or -1. */
+static int add_host_task(store_t *st, const sched_job_t *job, int c, int64_t island, int64_t seq,
+                         int blocked, json_t *base, const shard_ref_t *refs, int n)
+{
+    json_t *shards = json_array(), *devices = json_array();
+    char *shards_txt = NULL, *text = NULL;
+    int rc = -1;
+    for (int i = 0; shards && devices && i < n; i++)
+        if (json_array_append_new(shards, json_integer(refs[i].shard)) != 0 ||
+            json_array_append_new(devices, json_integer(refs[i].local)) != 0)
+            goto cleanup;
+    if (!shards || !devices || !(shards_txt = json_dumps(shards, JSON_COMPACT)) ||
+        json_object_set(base, "shards", shards) != 0 ||
+        json_object_set(base, "devices", devices) != 0 ||
+        !(text = json_dumps(base, JSON_COMPACT)))
+        goto cleanup;
+    sched_task_t task = {job->id, job->attempt, c, island, refs[0].worker, seq,
+                         shards_txt, n, blocked, text};
+    rc = store_sched_add_task(st, &task);
+cleanup:
+    json_decref(shards);
+    json_decref(devices);
+    free(shards_txt);
+    free(text);
+    return rc;
+}
+
+/* Writes computation c's host tasks: its shards grouped by the worker
+ * holding their devices, one row per worker. 0 or -1. */
+static int dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
+                         const json_t *doc, round_t *r, const alloc_placement_t *pl, int c)
 {
     const comp_t *cp = &plan->comps[c];
     const alloc_placement_t *p = &pl[cp->slice];
-    json_t *t = json_object(), *peers = json_array(), *inputs = json_object();
-    json_t *sends = json_array();
-    for (int k = 0; k < p->nshards; k++)
-        json_array_append_new(peers, json_string(r->devs[p->island][p->devices[k]].addr));
-    for (int i = 0; i < cp->ninputs; i++)
-        json_object_set_new(inputs, cp->inputs[i].from, shape_json(&cp->inputs[i].shape));
-    task_sends(plan, c, shard, r, pl, sends);
-    json_object_set_new(t, "job", json_integer(job));
-    json_object_set_new(t, "attempt", json_integer(attempt));
-    json_object_set_new(t, "comp", json_integer(c));
-    json_object_set_new(t, "seq", json_integer(seq));
-    json_object_set_new(t, "shard", json_integer(shard));
-    json_object_set_new(t, "device", json_integer(r->devs[p->island][p->devices[shard]].local));
-    json_object_set_new(t, "slice_shape", shape_json(&cp->slice_shape));
-    json_object_set_new(t, "computation",
-                        json_incref(json_array_get(json_object_get(doc, "computations"), (size_t)c)));
-    json_object_set_new(t, "input_shapes", inputs);
-    json_object_set_new(t, "peers", peers);
-    json_object_set_new(t, "sends", sends);
-    return t;
+    int64_t island = r->island_id[p->island];
+    int64_t seq = store_sched_take_seq(st, island, 1);
+    int blocked = sched_cfg.sequential && cp->ninputs > 0;
+    if (seq < 0 || store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
+        return -1;
+    shard_ref_t *refs = malloc(sizeof *refs * (size_t)p->nshards);
+    json_t *base = task_base(plan, doc, job, c, seq);
+    int rc = refs && base ? 0 : -1;
+    for (int k = 0; rc == 0 && k < p->nshards; k++) {
+        const sched_dev_t *dv = &r->devs[p->island][p->devices[k]];
+        refs[k] = (shard_ref_t){dv->worker, k, dv->local};
+    }
+    if (rc == 0)
+        qsort(refs, (size_t)p->nshards, sizeof *refs, shard_ref_cmp);
+    for (int i = 0, j; rc == 0 && i < p->nshards; i = j) {
+        for (j = i + 1; j < p->nshards && refs[j].worker == refs[i].worker; j++)
+            ;
+        rc = add_host_task(st, job, c, island, seq, blocked, base, &refs[i], j - i);
+    }
+    json_decref(base);
+    free(refs);
+    return rc;
 }
 
-/* Writes the allocation and every shard task of the job in one
- * transaction. Sequence numbers follow the job's topological order, so on
- * each island every device meets the job's computations in the same order. */
+/* One process of a placement: a worker holding a device of the job. */
+typedef struct proc_ref {
+    const char *island;         /* borrowed from the round */
+    const sched_dev_t *dev;     /* one of its devices, borrowed from the round */
+} proc_ref_t;
+
+static int proc_ref_cmp(const void *a, const void *b)
+{
+    const proc_ref_t *x = a, *y = b;
+    int c = strcmp(x->island, y->island);
+    if (c != 0)
+        return c;
+    return (x->dev->first > y->dev->first) - (x->dev->first < y->dev->first);
+}
+
+/* The "procs" of the placement: every worker holding a device of one of
+ * the job's slices, once, sorted by (island name, first device). New
+ * reference, or NULL. */
+static json_t *placement_procs(const job_plan_t *plan, round_t *r, const alloc_placement_t *pl,
+                               int ndev)
+{
+    proc_ref_t *ps = malloc(sizeof *ps * (size_t)(ndev > 0 ? ndev : 1));
+    json_t *arr = json_array();
+    int n = 0;
+    if (!ps || !arr)
+        goto fail;
+    for (int s = 0; s < plan->nslices; s++)
+        for (int k = 0; k < pl[s].nshards; k++)
+            ps[n++] = (proc_ref_t){alloc_island_name(r->isl[pl[s].island]),
+                                   &r->devs[pl[s].island][pl[s].devices[k]]};
+    qsort(ps, (size_t)n, sizeof *ps, proc_ref_cmp);
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && ps[i].dev->worker == ps[i - 1].dev->worker)
+            continue;   /* same worker: same island and first, so adjacent */
+        json_t *e = json_pack("{s:s, s:s, s:I, s:i}", "addr", ps[i].dev->addr,
+                              "island", ps[i].island, "first", (json_int_t)ps[i].dev->first,
+                              "count", ps[i].dev->count);
+        if (!e || json_array_append_new(arr, e) != 0)
+            goto fail;
+    }
+    free(ps);
+    return arr;
+fail:
+    free(ps);
+    json_decref(arr);
+    return NULL;
+}
+
+/* The PLACEMENT JSON text of the job attempt (docs/worker-protocol.md):
+ * O(workers + slices). malloc'd, or NULL. */
+static char *placement_text(const job_plan_t *plan, round_t *r, const alloc_placement_t *pl,
+                            int ndev)
+{
+    json_t *slices = json_object(), *procs = placement_procs(plan, r, pl, ndev);
+    char *text = NULL;
+    for (int s = 0; slices && s < plan->nslices; s++) {
+        const alloc_placement_t *p = &pl[s];
+        json_t *origin = json_array();
+        for (int i = 0; origin && i < p->box.rank; i++)
+            json_array_append_new(origin, json_integer(p->origin[i]));
+        json_t *e = json_pack("{s:s, s:o, s:o, s:o}", "island", alloc_island_name(r->isl[p->island]),
+                              "mesh", shape_json(alloc_island_shape(r->isl[p->island])),
+                              "origin", origin, "box", shape_json(&p->box));
+        if (!e || json_object_set_new(slices, plan->slices[s].name, e) != 0)
+            goto cleanup;
+    }
+    json_t *all = slices && procs ? json_pack("{s:O, s:O}", "procs", procs, "slices", slices) : NULL;
+    text = all ? json_dumps(all, JSON_COMPACT) : NULL;
+    json_decref(all);
+cleanup:
+    json_decref(slices);
+    json_decref(procs);
+    return text;
+}
+
+/* Writes the allocation, the placement and every host task of the job in
+ * one transaction. Sequence numbers follow the job's topological order, so
+ * on each island every device meets the job's computations in the same
+ * order. Rows written: O(computations x workers). */
 static int dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                         const json_t *doc, round_t *r, const alloc_placement_t *pl)
 {
@@ -184,7 +333,8 @@ static int dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *p
     for (int s = 0; s < plan->nslices; s++)
         ndev += pl[s].nshards;
     int64_t *isl = malloc(sizeof *isl * (size_t)ndev), *dev = malloc(sizeof *dev * (size_t)ndev);
-    if (!isl || !dev || store_begin(st) != 0)
+    char *placement = placement_text(plan, r, pl, ndev);
+    if (!isl || !dev || !placement || store_begin(st) != 0)
         goto fail;
     ndev = 0;
     for (int s = 0; s < plan->nslices; s++) {
@@ -197,33 +347,16 @@ static int dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *p
                                   pl[s].devices, pl[s].nshards) != 0)
             goto fail;
     }
-    if (store_sched_mark_allocated(st, job->id, isl, dev, ndev) != 0)
+    if (store_sched_mark_allocated(st, job->id, isl, dev, ndev, placement) != 0)
         goto fail;
-    for (int t = 0; t < plan->ncomps; t++) {
-        int c = plan->topo[t];
-        const comp_t *cp = &plan->comps[c];
-        const alloc_placement_t *p = &pl[cp->slice];
-        int64_t island = r->island_id[p->island];
-        int64_t seq = store_sched_take_seq(st, island, 1);
-        int blocked = sched_cfg.sequential && cp->ninputs > 0;
-        if (seq < 0 || store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
+    for (int t = 0; t < plan->ncomps; t++)
+        if (dispatch_comp(st, job, plan, doc, r, pl, plan->topo[t]) != 0)
             goto fail;
-        for (int k = 0; k < cp->nshards; k++) {
-            json_t *payload = task_payload(plan, doc, job->id, job->attempt, c, k, seq, r, pl);
-            char *text = payload ? json_dumps(payload, JSON_COMPACT) : NULL;
-            json_decref(payload);
-            sched_task_t task = {job->id, job->attempt, c, k, island, p->devices[k],
-                                 r->devs[p->island][p->devices[k]].worker, seq, blocked, text};
-            int rc = text ? store_sched_add_task(st, &task) : -1;
-            free(text);
-            if (rc != 0)
-                goto fail;
-        }
-    }
     if (store_commit(st) != 0)
         goto fail;
     free(isl);
     free(dev);
+    free(placement);
     log_info("job %ld allocated: %d devices, %d computations dispatched", (long)job->id, ndev,
              plan->ncomps);
     return 0;
@@ -231,6 +364,7 @@ fail:
     store_rollback(st);
     free(isl);
     free(dev);
+    free(placement);
     log_error("job %ld: allocation could not be written; will retry", (long)job->id);
     return -1;
 }
@@ -527,6 +661,19 @@ cleanup:
         sched_cfg.on_dispatch();
 }
 
+/* Accounts one admission/dispatch pass of `us` microseconds. */
+static void pass_record(uint64_t us)
+{
+    int b = 0;
+    while (b < SCHED_PASS_NBUCKETS && us > pass_bound_us[b])
+        b++;
+    atomic_fetch_add(&pass_hist[b], 1);
+    atomic_fetch_add(&sched_rounds, 1);
+    atomic_fetch_add(&sched_round_us, us);
+    if (us > atomic_load(&sched_round_max_us))
+        atomic_store(&sched_round_max_us, us);   /* one writer: this thread */
+}
+
 static void *sched_main(void *arg)
 {
     (void)arg;
@@ -567,11 +714,7 @@ static void *sched_main(void *arg)
         if (woke) {
             int64_t t0 = util_mono_us();
             admit(st);
-            uint64_t us = (uint64_t)(util_mono_us() - t0);
-            atomic_fetch_add(&sched_rounds, 1);
-            atomic_fetch_add(&sched_round_us, us);
-            if (us > atomic_load(&sched_round_max_us))
-                atomic_store(&sched_round_max_us, us);   /* one writer: this thread */
+            pass_record((uint64_t)(util_mono_us() - t0));
         }
         pthread_mutex_lock(&sched_mu);
     }
@@ -604,6 +747,21 @@ void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us)
     *rounds = atomic_load(&sched_rounds);
     *total_us = atomic_load(&sched_round_us);
     *max_us = atomic_load(&sched_round_max_us);
+}
+
+void sched_pass_hist(uint64_t cumulative[SCHED_PASS_NBUCKETS], uint64_t *count,
+                     uint64_t *sum_us)
+{
+    /* Lock-free reads: a pass recorded meanwhile may show in some figures
+     * and not yet in others; count always equals the +Inf bucket, and the
+     * next scrape catches up. */
+    *sum_us = atomic_load(&sched_round_us);
+    uint64_t run = 0;
+    for (int b = 0; b < SCHED_PASS_NBUCKETS; b++) {
+        run += atomic_load(&pass_hist[b]);
+        cumulative[b] = run;
+    }
+    *count = run + atomic_load(&pass_hist[SCHED_PASS_NBUCKETS]);
 }
 
 void sched_notify(void)

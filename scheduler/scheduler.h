@@ -5,10 +5,11 @@
  * then fair share, then age), looking at most SCHED_LOOKAHEAD waiting jobs
  * per tenant per round, so a round's cost does not grow with the queue; it
  * gang-allocates all slices of a job at once (alloc.h), gives every
- * computation an island sequence number, and writes all shard tasks of the
- * job in one transaction (parallel asynchronous dispatch: every task is
- * pending at once; in sequential mode a computation's tasks stay blocked
- * until its producers succeeded). It also expires worker leases. Other
+ * computation an island sequence number, and writes the job's placement and
+ * all its host tasks (one per computation and worker holding some of its
+ * shards) in one transaction (parallel asynchronous dispatch: every host
+ * task is pending at once; in sequential mode a computation's host tasks
+ * stay blocked until its producers succeeded). It also expires worker leases. Other
  * threads only call sched_notify() after changing something it cares about. */
 #ifndef ATOLL_SCHEDULER_H
 #define ATOLL_SCHEDULER_H
@@ -22,7 +23,7 @@ typedef struct sched_config {
     int nislands;
     int64_t lease_us;               /* worker heartbeat lease */
     int sequential;                 /* 1: --dispatch sequential */
-    void (*on_dispatch)(void);      /* called after tasks became pending */
+    void (*on_dispatch)(void);      /* called after host tasks became pending */
 } sched_config_t;
 
 int sched_start(const sched_config_t *cfg);
@@ -34,6 +35,18 @@ void sched_counters(uint64_t *attempts, uint64_t *successes);
 /* Admission rounds since start, their total and longest duration (µs);
  * for /metrics (atoll_sched_round_*). */
 void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us);
+/* The scheduler-pass latency histogram (/metrics
+ * atoll_scheduler_pass_seconds): each pass is one admission and dispatch
+ * round of the scheduler thread, timed from its first read to its last
+ * commit. Bucket upper bounds in seconds: */
+#define SCHED_PASS_NBUCKETS 14
+#define SCHED_PASS_BOUNDS_S \
+    {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, \
+     0.5, 1.0}
+/* Passes at or under each bound (cumulative, as Prometheus wants), all
+ * passes, and their total time in µs. Any thread. */
+void sched_pass_hist(uint64_t cumulative[SCHED_PASS_NBUCKETS], uint64_t *count,
+                     uint64_t *sum_us);
 /* Stops admission and joins the thread. */
 void sched_stop(void);
 

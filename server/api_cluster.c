@@ -124,6 +124,30 @@ void api_healthz(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, "db", "database not answering");
 }
 
+/* Appends the scheduler-pass latency histogram (scheduler.h) to buf at
+ * len (capacity cap); returns the new length. */
+static size_t metrics_sched_pass(char *buf, size_t len, size_t cap)
+{
+    static const double bounds[SCHED_PASS_NBUCKETS] = SCHED_PASS_BOUNDS_S;
+    uint64_t cum[SCHED_PASS_NBUCKETS], count, sum_us;
+    sched_pass_hist(cum, &count, &sum_us);
+    len += (size_t)snprintf(buf + len, cap - len,
+                            "# HELP atoll_scheduler_pass_seconds Duration of each admission and"
+                            " dispatch pass of the scheduler thread.\n"
+                            "# TYPE atoll_scheduler_pass_seconds histogram\n");
+    for (int b = 0; b < SCHED_PASS_NBUCKETS && len < cap; b++)
+        len += (size_t)snprintf(buf + len, cap - len,
+                                "atoll_scheduler_pass_seconds_bucket{le=\"%g\"} %lu\n", bounds[b],
+                                (unsigned long)cum[b]);
+    if (len < cap)
+        len += (size_t)snprintf(buf + len, cap - len,
+                                "atoll_scheduler_pass_seconds_bucket{le=\"+Inf\"} %lu\n"
+                                "atoll_scheduler_pass_seconds_sum %.6f\n"
+                                "atoll_scheduler_pass_seconds_count %lu\n",
+                                (unsigned long)count, (double)sum_us / 1e6, (unsigned long)count);
+    return len < cap ? len : cap - 1;
+}
+
 void api_metrics(http_req_t *req, http_resp_t *resp)
 {
     (void)req;
@@ -198,6 +222,7 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
                             "atoll_sched_round_seconds_max %.6f\n",
                             (unsigned long)rounds, (double)round_us / 1e6,
                             (double)round_max_us / 1e6);
+    len = metrics_sched_pass(all, len, cap);
     len += (size_t)snprintf(all + len, cap - len,
                             "# HELP atoll_http_responses Responses sent by status class.\n"
                             "# TYPE atoll_http_responses counter\n");

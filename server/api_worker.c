@@ -471,7 +471,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
             if (util_mono_us() - req->first_us < wait_ms * 1000)
                 resp->park = 1;
             else
-                http_json(resp, 200, json_pack("{s:[], s:[]}", "tasks", "cancel"));
+                http_json(resp, 200, json_pack("{s:[], s:[]}", "jobs", "cancel"));
             return;
         }
     }

@@ -278,7 +278,7 @@ static int parse_args(options_t *o, int argc, char **argv)
     return 0;
 }
 
-/* Graceful stop: with admission stopped, keep serving so that shards
+/* Graceful stop: with admission stopped, keep serving so that host tasks
  * already running on workers can report, until none is left or
  * --drain-ms passed. What is still unreported is resumed by the next
  * atolld (recovery requeues it), so the wait is bounded, not required. */
@@ -289,7 +289,7 @@ static void drain(const options_t *o)
     while (st && (left = store_tasks_leased(st, o->lease_ms * 1000)) > 0 && util_mono_us() < deadline)
         usleep(50 * 1000);
     if (left > 0)
-        log_warn("drain: %ld shard(s) still running after %ld ms; the next atolld resumes them",
+        log_warn("drain: %ld host task(s) still running after %ld ms; the next atolld resumes them",
                  (long)left, (long)o->drain_ms);
 }
 

@@ -1,8 +1,10 @@
-/* report_decode.c - see report_decode.h. Moved here unchanged from
- * api_worker.c (report_outputs_ok, the batch envelope) and store_worker.c
- * (report_validate, batch_item, report_output's checks), except that an
- * output's element count is now checked before each multiplication (a
- * shape like [16777216, 1099511627776] overflowed int64_t and passed). */
+/* report_decode.c - see report_decode.h. Moved here from api_worker.c
+ * (report_outputs_ok, the batch envelope) and store_worker.c
+ * (report_validate, batch_item, report_output's checks). An output's
+ * element count is checked before each multiplication (a shape like
+ * [16777216, 1099511627776] overflowed int64_t and passed). Since host
+ * tasks (issue 9) an output is an array of tensors, one per shard of the
+ * task, checked against the task's shard count by report_output_shards. */
 #include "report_decode.h"
 
 #include <math.h>
@@ -63,15 +65,33 @@ int report_outputs_check(const json_t *body, err_t *e)
         if (!value_name_ok(name))
             return err_set(e, 400, "outputs", "output names are value names (1 to %d "
                            "characters [A-Za-z0-9_-])", NAME_MAX_LEN - 1);
-        json_t *vals = json_object_get(o, "values"), *v;
-        size_t i;
-        json_array_foreach(vals, i, v) {
-            if (!json_is_number(v) && !json_is_null(v))
-                return err_set(e, 400, "outputs", "output '%s': values must be numbers "
-                               "(null for non-finite)", name);
+        if (!json_is_array(o) || json_array_size(o) == 0 ||
+            json_array_size(o) > REPORT_SHARDS_MAX)
+            return err_set(e, 400, "outputs", "output '%s' must be an array of 1 to %d tensors,"
+                           " one per shard of the task", name, REPORT_SHARDS_MAX);
+        size_t k;
+        json_t *t;
+        json_array_foreach(o, k, t) {
+            json_t *vals = json_object_get(t, "values"), *v;
+            size_t i;
+            json_array_foreach(vals, i, v) {
+                if (!json_is_number(v) && !json_is_null(v))
+                    return err_set(e, 400, "outputs", "output '%s': values must be numbers "
+                                   "(null for non-finite)", name);
+            }
         }
     }
     return 0;
+}
+
+int report_output_shards(const char *name, const json_t *arr, int nshards, err_t *e)
+{
+    if (json_is_array(arr) && json_array_size(arr) == (size_t)nshards)
+        return 0;
+    char field[80];
+    snprintf(field, sizeof field, "outputs.%.60s", name);
+    return err_set(e, 400, field, "%s must list exactly one tensor per shard of the task (%d),"
+                   " got %zu", field, nshards, json_array_size(arr));
 }
 
 int report_validate(const json_t *body, const char **state, err_t *e)
@@ -125,11 +145,12 @@ static int output_shape(const json_t *shape, const char *field, report_output_t 
     return 0;
 }
 
-int report_output_decode(const char *name, const json_t *o, report_output_t *out, err_t *e)
+int report_output_decode(const char *name, int index, const json_t *o, report_output_t *out,
+                         err_t *e)
 {
     char field[96];
     memset(out, 0, sizeof *out);
-    snprintf(field, sizeof field, "outputs.%.60s", name);
+    snprintf(field, sizeof field, "outputs.%.60s[%d]", name, index);
     json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
     json_t *vals = json_object_get(o, "values");
     /* A non-finite sum travels as null (JSON has no NaN or infinity). */

@@ -1,4 +1,4 @@
-/* report_decode.h - the pure decoding of a worker's shard report
+/* report_decode.h - the pure decoding of a worker's host-task report
  * (docs/worker-protocol.md, "Report" and "Batch"): structure checks that
  * need no store, shared by api_worker.c (outputs' names and values, the
  * batch envelope) and store_worker.c (fields, state, outputs' shapes and
@@ -28,10 +28,21 @@ int report_batch_envelope(const json_t *body, const json_t **reports, err_t *e);
  * shallow copy, new reference), or NULL with e filled (400, or 500 on OOM). */
 json_t *report_batch_item(const json_t *item, int64_t *task, err_t *e);
 
+/* Most tensors in one output array (one per shard of the host task; a
+ * worker holds at most this many devices). */
+#define REPORT_SHARDS_MAX 4096
+
 /* The report's "outputs" as far as names and value types go: each key a
- * value name ([A-Za-z0-9_-], 1..NAME_MAX_LEN-1, as the compiler allows)
- * and each listed value a number or null (null = non-finite). 0 or 400. */
+ * value name ([A-Za-z0-9_-], 1..NAME_MAX_LEN-1, as the compiler allows),
+ * each entry an array of 1..REPORT_SHARDS_MAX tensors (one per shard of
+ * the host task, in the order of its "shards") and each listed value a
+ * number or null (null = non-finite). 0 or 400. The length against the
+ * task's shard count is report_output_shards' (it needs the task). */
 int report_outputs_check(const json_t *body, err_t *e);
+
+/* Output `name`'s entry arr has exactly nshards tensors (the host task's
+ * shard count): 0, or 400 naming "outputs.NAME". */
+int report_output_shards(const char *name, const json_t *arr, int nshards, err_t *e);
 
 /* The report's fields: only known ones, *_us integers, a state of
  * succeeded/failed/cancelled (*state points into body), error a string,
@@ -47,9 +58,11 @@ typedef struct report_output {
     float *values;              /* owned, numel of them (NaN for null); NULL when not listed */
 } report_output_t;
 
-/* Decodes output o named name into out (report_output_clear() it in every
- * case). Returns 0, 400 (e filled, field "outputs.NAME") or -1 on OOM. */
-int report_output_decode(const char *name, const json_t *o, report_output_t *out, err_t *e);
+/* Decodes tensor o, element `index` of output `name`'s array, into out
+ * (report_output_clear() it in every case). Returns 0, 400 (e filled,
+ * field "outputs.NAME[INDEX]") or -1 on OOM. */
+int report_output_decode(const char *name, int index, const json_t *o, report_output_t *out,
+                         err_t *e);
 void report_output_clear(report_output_t *out);
 
 #endif

@@ -102,7 +102,7 @@ int store_job_result(store_t *st, int64_t id, json_t **out, char state_out[16]);
 json_t *store_islands_json(store_t *st);
 json_t *store_island_json(store_t *st, const char *name);   /* NULL: unknown */
 json_t *store_workers_json(store_t *st, int64_t lease_us);
-/* Shard tasks handed to live workers (heartbeat within lease_us) and not
+/* Host tasks handed to live workers (heartbeat within lease_us) and not
  * reported yet; -1 on error. */
 int64_t store_tasks_leased(store_t *st, int64_t lease_us);
 /* Appends Prometheus text to a malloc'd buffer; NULL on error. */
@@ -145,14 +145,17 @@ typedef struct worker_renew {
     worker_stats_t ws;
 } worker_renew_t;
 int store_worker_renew(store_t *st, const worker_renew_t *r, int n);
-/* Leases every pending task of the worker (seq order) and lists the stale
- * attempts it must abort. *out = {"tasks":[...],"cancel":[{"job": J,
- * "attempt": A}, ...]}. *any = 1 when either is non-empty. A read first:
+/* Leases every pending host task of the worker (seq order) and lists the
+ * stale attempts it must abort. *out = {"jobs":[{"job", "attempt",
+ * "placement", "tasks": [TASK...]}...], "cancel":[{"job": J, "attempt": A},
+ * ...]}: the tasks grouped by job attempt, each group's placement once.
+ * *any = 1 when either list is non-empty. A read first:
  * when there is nothing to lease, mark or name, it answers without a write
  * transaction. */
 int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any);
-/* Applies a completion report; STORE_CONFLICT when the task is not leased to
- * this worker (fencing); e filled on a malformed report (400). */
+/* Applies a host task's completion report; STORE_CONFLICT when the task is
+ * not leased to this worker (fencing); e filled on a malformed report (400,
+ * e.g. an output array whose length is not the task's shard count). */
 /* *effects gets STORE_FX_* bits telling the caller whom to wake. */
 #define STORE_FX_JOB_ENDED 1        /* devices were freed: wake the scheduler */
 #define STORE_FX_TASKS_READY 2      /* blocked tasks became pending: wake pollers */
@@ -191,6 +194,8 @@ json_t *store_tenants_json(store_t *st);
 typedef struct sched_dev {
     int64_t worker;             /* 0 = no live worker (down) */
     int local;                  /* worker-local device number */
+    int64_t first;              /* the worker's first island device index */
+    int count;                  /* the worker's device count */
     int64_t job;                /* 0 = not held */
     char addr[64];              /* the worker's data_addr */
 } sched_dev_t;
@@ -233,17 +238,22 @@ int store_sched_add_slice(store_t *st, int64_t job, const char *name, int64_t is
                           const shape_t *shape, const int64_t *devices, int n);
 int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
                          int dispatched);
+/* One host task: computation `comp` of the job attempt for one worker,
+ * covering its `nshards` shards of the computation. Strings borrowed. */
 typedef struct sched_task {
     int64_t job;
-    int attempt, comp, shard;
-    int64_t island, device, worker, seq;
+    int attempt, comp;
+    int64_t island, worker, seq;
+    const char *shards;         /* JSON array of shard indexes, increasing */
+    int nshards;                /* >= 1 */
     int blocked;                /* sequential dispatch: waits for producers */
-    const char *payload;        /* TASK JSON text */
+    const char *payload;        /* TASK JSON text, without "task" */
 } sched_task_t;
 int store_sched_add_task(store_t *st, const sched_task_t *t);
-/* Marks the job allocated (devices held by it, pending_reason cleared). */
+/* Marks the job allocated (devices held by it, pending_reason cleared) and
+ * stores the attempt's placement (PLACEMENT JSON text, borrowed). */
 int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
-                               const int64_t *devices, int n);
+                               const int64_t *devices, int n, const char *placement);
 /* Fails a queued job that can no longer be compiled or placed. */
 int store_sched_fail(store_t *st, int64_t job, const char *why);
 /* Expires live workers silent for longer than lease_us: their devices go

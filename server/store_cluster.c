@@ -54,11 +54,13 @@ static double ratio_of(int64_t busy, int64_t up)
 }
 
 /* Fills the window sums of one island. 0 or -1. Uses the index
- * tasks_by_island_finish (schema/003) so it reads only recent tasks. */
+ * host_tasks_by_island_finish (schema/010) so it reads only recent host
+ * tasks; each counts once per shard (every one of its devices was busy). */
 static int island_window(store_t *st, int64_t island_id, int64_t now, island_acct_t *a)
 {
     static const char busy_sql[] =
-        "SELECT COALESCE(SUM(finished_us - MAX(inputs_ready_us, ?2)), 0) FROM tasks"
+        "SELECT COALESCE(SUM((finished_us - MAX(inputs_ready_us, ?2)) * nshards), 0)"
+        " FROM host_tasks"
         " WHERE island_id = ?1 AND finished_us > ?2 AND state = 'succeeded'"
         " AND finished_us > inputs_ready_us";
     static const char up_sql[] =
@@ -189,7 +191,7 @@ json_t *store_workers_json(store_t *st, int64_t lease_us)
     static const char sql[] =
         "SELECT w.id, i.name, w.first_device, w.ndevices, w.data_addr, w.host, w.pid, w.backend,"
         " w.state, w.epoch, w.registered_at, w.heartbeat_at,"
-        " (SELECT COUNT(*) FROM tasks t WHERE t.worker_id = w.id AND t.state = 'leased'),"
+        " (SELECT COUNT(*) FROM host_tasks t WHERE t.worker_id = w.id AND t.state = 'leased'),"
         " w.store_objects, w.store_bytes, w.store_cap_bytes"
         " FROM workers w JOIN islands i ON i.id = w.island_id ORDER BY w.id";
     json_t *out = json_object(), *arr = json_array();
@@ -440,9 +442,9 @@ fail:
 
 int64_t store_tasks_leased(store_t *st, int64_t lease_us)
 {
-    /* Only shards on workers that are alive can still report. */
+    /* Only host tasks on workers that are alive can still report. */
     static const char sql[] =
-        "SELECT COUNT(*) FROM tasks t JOIN workers w ON w.id = t.worker_id"
+        "SELECT COUNT(*) FROM host_tasks t JOIN workers w ON w.id = t.worker_id"
         " WHERE t.state = 'leased' AND w.state = 'live' AND w.heartbeat_at > ?";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)

@@ -255,14 +255,14 @@ static json_t *job_comps_json(store_t *st, int64_t id)
 {
     /* times_us.queued: when the current attempt entered the queue (the job's
      * creation, or its latest requeue event). busy_us: device time of the
-     * current attempt's succeeded shards (inputs ready to finished), the same
-     * measure as devices.busy_us. */
+     * current attempt's succeeded shards (inputs ready to finished of their
+     * host task, once per shard), the same measure as devices.busy_us. */
     static const char sql[] =
         "SELECT c.idx, c.name, c.slice, i.name, c.seq, c.state, c.shards_total, c.shards_done,"
         " c.dispatched_at, c.started_at, c.inputs_ready_at, c.finished_at,"
         " COALESCE((SELECT MAX(at) FROM events WHERE job_id = ?1 AND kind = 'requeued'),"
         "          (SELECT created_at FROM jobs WHERE id = ?1)),"
-        " (SELECT SUM(MAX(0, t.finished_us - t.inputs_ready_us)) FROM tasks t"
+        " (SELECT SUM(MAX(0, t.finished_us - t.inputs_ready_us) * t.nshards) FROM host_tasks t"
         "   WHERE t.job_id = ?1 AND t.attempt = (SELECT attempt FROM jobs WHERE id = ?1)"
         "   AND t.comp_idx = c.idx AND t.state = 'succeeded')"
         " FROM computations c LEFT JOIN islands i ON i.id = c.island_id"
@@ -296,15 +296,16 @@ static json_t *job_comps_json(store_t *st, int64_t id)
     return out;
 }
 
-/* Adds "shards_reported" to each computation object: how many shard tasks
- * of the job's current attempt were reported succeeded. Every (job,
- * attempt, comp, shard) has one task row and a row leaves 'leased' once, so
- * for a succeeded job this equals shards_total; more would mean a shard
- * result was counted twice (the fault suite checks it). */
+/* Adds "shards_reported" to each computation object: how many shards of
+ * the job's current attempt were reported succeeded (the shards of its
+ * succeeded host tasks). Every (job, attempt, comp, shard) belongs to one
+ * host task row and a row leaves 'leased' once, so for a succeeded job this
+ * equals shards_total; more would mean a shard result was counted twice
+ * (the fault suite checks it). */
 static void job_comps_reports(store_t *st, int64_t id, json_t *comps)
 {
     static const char sql[] =
-        "SELECT t.comp_idx, COUNT(*) FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        "SELECT t.comp_idx, SUM(t.nshards) FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.job_id = ? AND t.attempt = j.attempt AND t.state = 'succeeded'"
         " GROUP BY t.comp_idx";
     size_t i;
@@ -433,7 +434,8 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
         " pending_reason = NULL WHERE id = ?1";
     static const char dev_sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
     static const char task_sql[] =
-        "UPDATE tasks SET state = 'cancelled' WHERE job_id = ? AND state IN ('blocked','pending')";
+        "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?"
+        " AND state IN ('blocked','pending')";
     static const char comp_sql[] =
         "UPDATE computations SET state = ?2 WHERE job_id = ?1 AND state NOT IN ('succeeded')";
     int64_t now = util_wall_us();

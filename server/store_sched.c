@@ -13,7 +13,8 @@
 int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t n)
 {
     static const char sql[] =
-        "SELECT d.idx, d.worker_id, d.local, d.job_id, w.data_addr FROM devices d"
+        "SELECT d.idx, d.worker_id, d.local, d.job_id, w.data_addr, w.first_device, w.ndevices"
+        " FROM devices d"
         " LEFT JOIN workers w ON w.id = d.worker_id AND w.state = 'live'"
         " WHERE d.island_id = ? ORDER BY d.idx";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -32,6 +33,8 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
         if (addr) {
             devs[i].worker = sqlite3_column_int64(s, 1);
             devs[i].local = sqlite3_column_int(s, 2);
+            devs[i].first = sqlite3_column_int64(s, 5);
+            devs[i].count = sqlite3_column_int(s, 6);
             snprintf(devs[i].addr, sizeof devs[i].addr, "%s", addr);
         }
         devs[i].job = sqlite3_column_int64(s, 3);
@@ -227,19 +230,19 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
 int store_sched_add_task(store_t *st, const sched_task_t *t)
 {
     static const char sql[] =
-        "INSERT INTO tasks(job_id, attempt, comp_idx, shard, island_id, device_idx, worker_id,"
-        " seq, state, payload, dispatched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+        "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id, worker_id, seq, shards,"
+        " nshards, state, payload, dispatched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, t->job);
     sqlite3_bind_int(s, 2, t->attempt);
     sqlite3_bind_int(s, 3, t->comp);
-    sqlite3_bind_int(s, 4, t->shard);
-    sqlite3_bind_int64(s, 5, t->island);
-    sqlite3_bind_int64(s, 6, t->device);
-    sqlite3_bind_int64(s, 7, t->worker);
-    sqlite3_bind_int64(s, 8, t->seq);
+    sqlite3_bind_int64(s, 4, t->island);
+    sqlite3_bind_int64(s, 5, t->worker);
+    sqlite3_bind_int64(s, 6, t->seq);
+    sqlite3_bind_text(s, 7, t->shards, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 8, t->nshards);
     sqlite3_bind_text(s, 9, t->blocked ? "blocked" : "pending", -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 10, t->payload, -1, SQLITE_STATIC);
     if (!t->blocked)
@@ -248,13 +251,13 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
 }
 
 int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
-                               const int64_t *devices, int n)
+                               const int64_t *devices, int n, const char *placement)
 {
     static const char dev_sql[] =
         "UPDATE devices SET job_id = ?1 WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL";
     static const char job_sql[] =
-        "UPDATE jobs SET state = 'allocated', allocated_at = ?2, pending_reason = NULL"
-        " WHERE id = ?1 AND state = 'queued'";
+        "UPDATE jobs SET state = 'allocated', allocated_at = ?2, pending_reason = NULL,"
+        " placement = ?3 WHERE id = ?1 AND state = 'queued'";
     sqlite3_stmt *s = store_stmt(st, dev_sql);
     if (!s)
         return -1;
@@ -272,6 +275,7 @@ int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
         return -1;
     sqlite3_bind_int64(s, 1, job);
     sqlite3_bind_int64(s, 2, util_wall_us());
+    sqlite3_bind_text(s, 3, placement, -1, SQLITE_STATIC);
     if (store_step_done(s) != 0 || sqlite3_changes(store_db(st)) != 1)
         return -1;
     store_event(st, job, "allocated", "%d devices allocated", n);
@@ -300,10 +304,11 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
     static const char *const sqls[] = {
         "UPDATE jobs SET state = 'queued', attempt = attempt + 1, retries = retries + ?3,"
         " restarts = restarts + 1 - ?3, comps_done = 0, allocated_at = NULL, started_at = NULL,"
-        " pending_reason = 'requeued', error = ?2"
+        " pending_reason = 'requeued', error = ?2, placement = NULL"
         " WHERE id = ?1",
         "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
-        "UPDATE tasks SET state = 'cancelled' WHERE job_id = ?1 AND state IN ('blocked','pending')",
+        "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?1"
+        " AND state IN ('blocked','pending')",
         "DELETE FROM outputs WHERE job_id = ?1",
         "DELETE FROM slices WHERE job_id = ?1",
         "UPDATE computations SET state = 'waiting', island_id = NULL, seq = NULL, shards_done = 0,"
@@ -347,7 +352,7 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
         "UPDATE devices SET worker_id = NULL, local = NULL WHERE worker_id = ?";
     static const char w_sql[] = "UPDATE workers SET state = 'gone' WHERE id = ?";
     static const char t_sql[] =
-        "UPDATE tasks SET state = 'cancelled', error = 'worker lost' WHERE worker_id = ?"
+        "UPDATE host_tasks SET state = 'cancelled', error = 'worker lost' WHERE worker_id = ?"
         " AND state IN ('pending','leased','blocked')";
     /* In batches: each job handled frees its devices, so the query finds
      * only the rest; it ends when no live job holds a device of the worker. */
@@ -401,7 +406,7 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
 static int abandon_stale(store_t *st, int64_t window_us)
 {
     static const char sql[] =
-        "UPDATE tasks SET state = 'cancelled',"
+        "UPDATE host_tasks SET state = 'cancelled',"
         " error = 'abandoned: the worker never acknowledged the abort'"
         " WHERE state = 'leased' AND abort_sent_at IS NOT NULL AND abort_sent_at < ?";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -424,7 +429,7 @@ int store_sched_expire(store_t *st, int64_t lease_us)
 {
     static const char sql[] = "SELECT id FROM workers WHERE state = 'live' AND heartbeat_at < ?";
     static const char any_sql[] =
-        "SELECT 1 FROM tasks WHERE state = 'leased' AND abort_sent_at IS NOT NULL"
+        "SELECT 1 FROM host_tasks WHERE state = 'leased' AND abort_sent_at IS NOT NULL"
         " AND abort_sent_at < ? LIMIT 1";
     int64_t lost[64];
     int n = 0, stale = 0;

@@ -312,11 +312,11 @@ static void cancel_rows(sqlite3_stmt *s, json_t *arr)
 static json_t *poll_cancels(store_t *st, int64_t worker)
 {
     static const char mark_sql[] =
-        "UPDATE tasks SET abort_sent_at = ?2 WHERE worker_id = ?1 AND state = 'leased'"
-        " AND abort_sent_at IS NULL AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = tasks.job_id"
-        " AND (j.state IN ('succeeded','failed','cancelled') OR tasks.attempt < j.attempt))";
+        "UPDATE host_tasks SET abort_sent_at = ?2 WHERE worker_id = ?1 AND state = 'leased'"
+        " AND abort_sent_at IS NULL AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = host_tasks.job_id"
+        " AND (j.state IN ('succeeded','failed','cancelled') OR host_tasks.attempt < j.attempt))";
     static const char sql[] =
-        "SELECT DISTINCT t.job_id, t.attempt FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        "SELECT DISTINCT t.job_id, t.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.worker_id = ? AND t.state = 'leased'"
         " AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt)";
     /* The same process under an earlier, expired lease (a worker paused
@@ -328,12 +328,12 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
      * repetition). Losing the worker requeued or ended their jobs, so these
      * attempts are stale; the attempt test only makes sure. */
     static const char pred_mark_sql[] =
-        "UPDATE tasks SET abort_sent_at = ?2 WHERE abort_sent_at IS NULL AND state = 'cancelled'"
+        "UPDATE host_tasks SET abort_sent_at = ?2 WHERE abort_sent_at IS NULL AND state = 'cancelled'"
         " AND error = 'worker lost' AND worker_id IN (SELECT g.id FROM workers g"
         "  JOIN workers me ON me.id = ?1 WHERE g.state = 'gone' AND g.id <> me.id"
         "  AND g.pid = me.pid AND g.host = me.host AND g.data_addr = me.data_addr)";
     static const char pred_sql[] =
-        "SELECT DISTINCT t.job_id, t.attempt FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        "SELECT DISTINCT t.job_id, t.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.state = 'cancelled' AND t.error = 'worker lost' AND t.abort_sent_at > ?2"
         " AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
         "  WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
@@ -373,11 +373,11 @@ static int poll_probe(store_t *st, int64_t worker)
 {
     static const char sql[] =
         "SELECT (SELECT state = 'live' FROM workers WHERE id = ?1),"
-        " EXISTS (SELECT 1 FROM tasks WHERE worker_id = ?1 AND state = 'pending')"
-        " OR EXISTS (SELECT 1 FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " EXISTS (SELECT 1 FROM host_tasks WHERE worker_id = ?1 AND state = 'pending')"
+        " OR EXISTS (SELECT 1 FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         "  WHERE t.worker_id = ?1 AND t.state = 'leased'"
         "  AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt))"
-        " OR EXISTS (SELECT 1 FROM tasks t WHERE t.state = 'cancelled' AND t.error = 'worker lost'"
+        " OR EXISTS (SELECT 1 FROM host_tasks t WHERE t.state = 'cancelled' AND t.error = 'worker lost'"
         "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?2)"
         "  AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
         "   WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
@@ -394,21 +394,75 @@ static int poll_probe(store_t *st, int64_t worker)
     return rc;
 }
 
-/* The poll's write: leases pending tasks and names aborts. */
+/* The group of (job, attempt) in jobs, appended (with the placement in
+ * column `col` of s) when absent; borrowed, or NULL on OOM. Groups are few
+ * (the jobs with work on one worker), so a scan is enough. */
+static json_t *poll_group(json_t *jobs, json_int_t job, json_int_t attempt, sqlite3_stmt *s,
+                          int col)
+{
+    size_t i;
+    json_t *g;
+    json_array_foreach(jobs, i, g)
+        if (json_integer_value(json_object_get(g, "job")) == job &&
+            json_integer_value(json_object_get(g, "attempt")) == attempt)
+            return g;
+    json_t *pl = store_col_json(s, col);
+    g = json_pack("{s:I, s:I, s:o, s:[]}", "job", job, "attempt", attempt, "placement",
+                  pl ? pl : json_null(), "tasks");
+    if (!g || json_array_append_new(jobs, g) != 0)
+        return NULL;
+    return g;
+}
+
+/* Reads the worker's pending host tasks into jobs, grouped by (job,
+ * attempt) in seq order, each group with its attempt's placement (a
+ * pending row is always of its job's current attempt: a requeue cancels
+ * the others). Returns the number of tasks, or -1. */
+static int poll_read(store_t *st, int64_t worker, json_t *jobs)
+{
+    static const char sql[] =
+        "SELECT t.id, t.payload, t.job_id, t.attempt, j.placement FROM host_tasks t"
+        " JOIN jobs j ON j.id = t.job_id WHERE t.worker_id = ? AND t.state = 'pending'"
+        " ORDER BY t.seq, t.id";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    int n = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        /* The id is only known once the row exists, so it joins the
+         * payload here rather than in the stored text. */
+        json_t *t = store_col_json(s, 1);
+        json_t *g = t ? poll_group(jobs, sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3),
+                                   s, 4) : NULL;
+        if (!g || json_object_set_new(t, "task", json_integer(sqlite3_column_int64(s, 0))) != 0) {
+            json_decref(t);
+            sqlite3_reset(s);
+            return -1;
+        }
+        if (json_array_append_new(json_object_get(g, "tasks"), t) != 0) {
+            sqlite3_reset(s);   /* the failed append released t */
+            return -1;
+        }
+        n++;
+    }
+    sqlite3_reset(s);
+    return n;
+}
+
+/* The poll's write: leases pending host tasks and names aborts. */
 static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
 {
-    static const char sel_sql[] =
-        "SELECT id, payload, job_id FROM tasks WHERE worker_id = ? AND state = 'pending'"
-        " ORDER BY seq, shard";
     static const char lease_sql[] =
-        "UPDATE tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1 AND state = 'pending'";
+        "UPDATE host_tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1"
+        " AND state = 'pending'";
     static const char run_sql[] =
         "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
-        " (SELECT job_id FROM tasks WHERE worker_id = ?2 AND leased_at = ?1)";
+        " (SELECT job_id FROM host_tasks WHERE worker_id = ?2 AND leased_at = ?1)";
     *any = 0;
-    int rc = STORE_ERR;
-    json_t *res = json_object(), *tasks = json_array();
-    if (!res || !tasks || store_begin(st) != 0)
+    int rc = STORE_ERR, n = 0;
+    json_t *res = json_object(), *jobs = json_array();
+    if (!res || !jobs || store_begin(st) != 0)
         goto fail;
     /* Checked inside the transaction: a parked long poll may outlive its
      * worker's lease, and a fenced worker must get nothing. */
@@ -417,21 +471,10 @@ static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
         rc = live == 0 ? STORE_NOTFOUND : STORE_ERR;
         goto fail;
     }
-    sqlite3_stmt *s = store_stmt(st, sel_sql);
-    if (!s)
+    if ((n = poll_read(st, worker, jobs)) < 0)
         goto fail;
-    sqlite3_bind_int64(s, 1, worker);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        /* The id is only known once the row exists, so it joins the
-         * payload here rather than in the stored text. */
-        json_t *t = store_col_json(s, 1);
-        if (t) {
-            json_object_set_new(t, "task", json_integer(sqlite3_column_int64(s, 0)));
-            json_array_append_new(tasks, t);
-        }
-    }
-    sqlite3_reset(s);
-    if (json_array_size(tasks) > 0) {
+    sqlite3_stmt *s;
+    if (n > 0) {
         int64_t now = util_wall_us();
         if (!(s = store_stmt(st, lease_sql)))
             goto fail;
@@ -445,10 +488,10 @@ static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
             goto fail;
     }
     json_t *cancels = poll_cancels(st, worker);
-    *any = json_array_size(tasks) > 0 || json_array_size(cancels) > 0;
-    json_object_set_new(res, "tasks", tasks);
+    *any = n > 0 || json_array_size(cancels) > 0;
+    json_object_set_new(res, "jobs", jobs);
     json_object_set_new(res, "cancel", cancels);
-    tasks = NULL;
+    jobs = NULL;
     if (store_commit(st) != 0)
         goto fail;
     *out = res;
@@ -456,7 +499,7 @@ static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
 fail:
     store_rollback(st);
     json_decref(res);
-    json_decref(tasks);
+    json_decref(jobs);
     return rc;
 }
 
@@ -468,24 +511,53 @@ int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any)
         return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
     if (work == 0) {
         /* Nothing: no write transaction (an idle worker's poll costs reads). */
-        *out = json_pack("{s:[], s:[]}", "tasks", "cancel");
+        *out = json_pack("{s:[], s:[]}", "jobs", "cancel");
         return *out ? STORE_OK : STORE_ERR;
     }
     return poll_lease(st, worker, out, any);
 }
 
-/* The row of a task being reported, read under the report's transaction. */
+/* The row of a host task being reported, read under the report's
+ * transaction. task_row_clear() it after a successful task_load. */
 typedef struct task_row {
-    int64_t job, attempt, comp, shard, island, device, worker, job_attempt;
+    int64_t job, attempt, comp, island, worker, job_attempt;
+    int nshards;
+    int64_t *shards;            /* owned: nshards shard indexes, increasing */
+    char *shards_txt;           /* owned: the same as JSON text, for messages */
     char state[16], job_state[16];
 } task_row_t;
+
+static void task_row_clear(task_row_t *r)
+{
+    free(r->shards);
+    free(r->shards_txt);
+    r->shards = NULL;
+    r->shards_txt = NULL;
+}
+
+/* Parses the row's shards column (JSON text written by the scheduler). */
+static int task_shards(task_row_t *r, const char *txt)
+{
+    json_t *a = txt ? json_loads(txt, 0, NULL) : NULL;
+    size_t i;
+    json_t *v;
+    int ok = json_is_array(a) && json_array_size(a) == (size_t)r->nshards && r->nshards >= 1 &&
+             (r->shards = malloc(sizeof *r->shards * (size_t)r->nshards)) &&
+             (r->shards_txt = strdup(txt));
+    json_array_foreach(a, i, v)
+        if (ok)
+            r->shards[i] = json_integer_value(v);
+    json_decref(a);
+    return ok ? 0 : -1;
+}
 
 static int task_load(store_t *st, int64_t task, task_row_t *r)
 {
     static const char sql[] =
-        "SELECT t.job_id, t.attempt, t.comp_idx, t.shard, t.island_id, t.device_idx,"
-        " t.worker_id, t.state, j.state, j.attempt FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.worker_id, t.nshards, t.shards,"
+        " t.state, j.state, j.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.id = ?";
+    memset(r, 0, sizeof *r);
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return STORE_ERR;
@@ -495,29 +567,31 @@ static int task_load(store_t *st, int64_t task, task_row_t *r)
         r->job = sqlite3_column_int64(s, 0);
         r->attempt = sqlite3_column_int64(s, 1);
         r->comp = sqlite3_column_int64(s, 2);
-        r->shard = sqlite3_column_int64(s, 3);
-        r->island = sqlite3_column_int64(s, 4);
-        r->device = sqlite3_column_int64(s, 5);
-        r->worker = sqlite3_column_int64(s, 6);
+        r->island = sqlite3_column_int64(s, 3);
+        r->worker = sqlite3_column_int64(s, 4);
+        r->nshards = sqlite3_column_int(s, 5);
         snprintf(r->state, sizeof r->state, "%s", sqlite3_column_text(s, 7));
         snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 8));
         r->job_attempt = sqlite3_column_int64(s, 9);
-        rc = STORE_OK;
+        rc = task_shards(r, (const char *)sqlite3_column_text(s, 6)) == 0 ? STORE_OK : STORE_ERR;
     }
     sqlite3_reset(s);
+    if (rc != STORE_OK)
+        task_row_clear(r);
     return rc;
 }
 
-/* Validates one reported output {"shape":[..], "sum": x, "values"?: [..]}
- * (report_output_decode) and stores it. Returns 0, 400 (e filled) or -1. */
-static int report_output(store_t *st, const task_row_t *r, const char *name, json_t *o,
-                         err_t *e)
+/* Validates tensor o, shard `shard` of output `name` (element `index` of
+ * its array; report_output_decode), and stores it as that shard's output.
+ * Returns 0, 400 (e filled) or -1. */
+static int report_tensor(store_t *st, const task_row_t *r, const char *name, int index,
+                         json_t *o, err_t *e)
 {
     static const char sql[] =
         "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard, shape, sum, vals)"
         " VALUES (?,?,?,?,?,?,?)";
     report_output_t out;
-    int rc = report_output_decode(name, o, &out, e);
+    int rc = report_output_decode(name, index, o, &out, e);
     if (rc != 0) {
         report_output_clear(&out);
         return rc;
@@ -529,7 +603,7 @@ static int report_output(store_t *st, const task_row_t *r, const char *name, jso
         sqlite3_bind_int64(s, 1, r->job);
         sqlite3_bind_int64(s, 2, r->comp);
         sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 4, r->shard);
+        sqlite3_bind_int64(s, 4, r->shards[index]);
         sqlite3_bind_text(s, 5, shape_txt, -1, SQLITE_STATIC);
         if (out.has_sum)
             sqlite3_bind_double(s, 6, out.sum);
@@ -541,6 +615,25 @@ static int report_output(store_t *st, const task_row_t *r, const char *name, jso
     free(shape_txt);
     report_output_clear(&out);
     return rc;
+}
+
+/* Stores the report's outputs: each an array with one tensor per shard of
+ * the task, in the order of its shards (one outputs row per shard, as
+ * GET /v1/jobs/{id}/result reads them). Returns 0, 400 (e filled) or -1. */
+static int report_outputs(store_t *st, const task_row_t *r, const json_t *body, err_t *e)
+{
+    json_t *outputs = json_object_get(body, "outputs"), *arr;
+    if (outputs && !json_is_object(outputs))
+        return err_set(e, 400, "outputs", "outputs must be an object");
+    const char *name;
+    json_object_foreach(outputs, name, arr) {
+        int rc = report_output_shards(name, arr, r->nshards, e);
+        for (int i = 0; rc == 0 && i < r->nshards; i++)
+            rc = report_tensor(st, r, name, i, json_array_get(arr, (size_t)i), e);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }
 
 static int64_t json_time(const json_t *body, const char *key)
@@ -562,8 +655,8 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
         "UPDATE computations SET deps_left = deps_left - 1 WHERE job_id = ?1"
         " AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
     static const char unblock_sql[] =
-        "UPDATE tasks SET state = 'pending', dispatched_at = ?3 WHERE job_id = ?1 AND attempt = ?2"
-        " AND state = 'blocked' AND comp_idx IN"
+        "UPDATE host_tasks SET state = 'pending', dispatched_at = ?3 WHERE job_id = ?1"
+        " AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
         " (SELECT idx FROM computations WHERE job_id = ?1 AND deps_left = 0)";
     static const char disp_sql[] =
         "UPDATE computations SET state = 'dispatched', dispatched_at = ?2 WHERE job_id = ?1"
@@ -603,44 +696,53 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     return store_step_done(s);
 }
 
-/* Records a succeeded shard: outputs, timings, device busy time, and the
- * computation's progress. */
-static int shard_succeeded(store_t *st, const task_row_t *r, const json_t *body, int *effects,
-                           err_t *e)
+/* Adds busy_us to the device of each of the task's shards: the island
+ * device index of shard k is entry k of its slice's devices (shard order). */
+static int task_busy(store_t *st, const task_row_t *r, int64_t busy_us)
+{
+    static const char sql[] =
+        "UPDATE devices SET busy_us = busy_us + ?1 WHERE island_id = ?2 AND idx IN"
+        " (SELECT d.value FROM slices sl JOIN computations c ON c.job_id = sl.job_id"
+        "   AND c.slice = sl.name, json_each(sl.devices) d"
+        "  WHERE c.job_id = ?3 AND c.idx = ?4"
+        "   AND d.key IN (SELECT value FROM json_each(?5)))";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, busy_us);
+    sqlite3_bind_int64(s, 2, r->island);
+    sqlite3_bind_int64(s, 3, r->job);
+    sqlite3_bind_int64(s, 4, r->comp);
+    sqlite3_bind_text(s, 5, r->shards_txt, -1, SQLITE_STATIC);
+    return store_step_done(s);
+}
+
+/* Records a succeeded host task: outputs, timings, device busy time (each
+ * of its shards' devices was busy for the task's inputs-ready-to-finished
+ * time), and the computation's progress (nshards more shards done). */
+static int host_succeeded(store_t *st, const task_row_t *r, const json_t *body, int *effects,
+                          err_t *e)
 {
     static const char comp_sql[] =
-        "UPDATE computations SET shards_done = shards_done + 1,"
+        "UPDATE computations SET shards_done = shards_done + ?6,"
         " started_at = MIN(COALESCE(started_at, ?3), ?3),"
         " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"
         " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"
         " WHERE job_id = ?1 AND idx = ?2 RETURNING shards_done = shards_total";
-    static const char dev_sql[] =
-        "UPDATE devices SET busy_us = busy_us + ? WHERE island_id = ? AND idx = ?";
-    json_t *outputs = json_object_get(body, "outputs");
-    if (outputs && !json_is_object(outputs))
-        return err_set(e, 400, "outputs", "outputs must be an object");
-    const char *name;
-    json_t *o;
-    json_object_foreach(outputs, name, o) {
-        int rc = report_output(st, r, name, o, e);
-        if (rc != 0)
-            return rc;
-    }
+    int rc = report_outputs(st, r, body, e);
+    if (rc != 0)
+        return rc;
     int64_t t0 = json_time(body, "started_us"), t1 = json_time(body, "inputs_ready_us");
     int64_t t2 = json_time(body, "finished_us");
-    sqlite3_stmt *s = store_stmt(st, dev_sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, t2 > t1 ? t2 - t1 : 0);
-    sqlite3_bind_int64(s, 2, r->island);
-    sqlite3_bind_int64(s, 3, r->device);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, comp_sql)))
+    sqlite3_stmt *s;
+    if (task_busy(st, r, t2 > t1 ? t2 - t1 : 0) != 0 || !(s = store_stmt(st, comp_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->comp);
     sqlite3_bind_int64(s, 3, t0);
     sqlite3_bind_int64(s, 4, t1);
     sqlite3_bind_int64(s, 5, t2);
+    sqlite3_bind_int(s, 6, r->nshards);
     int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
     sqlite3_reset(s);
     return comp_done ? comp_succeeded(st, r, effects) : 0;
@@ -664,12 +766,12 @@ static const char *comp_name(store_t *st, const task_row_t *r)
     return name;
 }
 
-/* A shard that failed because it could not reach a peer over the data plane
- * (the report's "unreachable_peer" names the peer's data address,
- * workers/exec_run.c) failed for a fault outside the job: the peer's worker died (its lease expires a moment
- * later) or is cut off. Such a job is retried like one that lost a worker,
- * not failed outright. Returns 1 when handled, 0 when the error is not of
- * that kind, -1 on a store error. */
+/* A host task that failed because it could not reach a peer over the data
+ * plane (the report's "unreachable_peer" names the peer's data address)
+ * failed for a fault outside the job: the peer's worker died (its lease
+ * expires a moment later) or is cut off. Such a job is retried like one
+ * that lost a worker, not failed outright. Returns 1 when handled, 0 when
+ * the error is not of that kind, -1 on a store error. */
 static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, const char *msg,
                             const char *addr)
 {
@@ -685,9 +787,44 @@ static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, co
     sqlite3_reset(s);
     char why[400];
     snprintf(why, sizeof why, "worker %ld was lost or unreachable: worker %ld could not send to"
-             " it from computation '%s' shard %ld (%s)", (long)peer, (long)worker,
-             comp_name(st, r), (long)r->shard, msg ? msg : "no detail");
+             " it from computation '%s' shards %.64s (%s)", (long)peer, (long)worker,
+             comp_name(st, r), r->shards_txt, msg ? msg : "no detail");
     return store_job_retry(st, r->job, why) == 0 ? 1 : -1;
+}
+
+/* A failed report of the job's live attempt: requeue (unreachable peer)
+ * or fail the job. 0 or -1. */
+static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const json_t *body,
+                       const char *msg)
+{
+    int peer = peer_unreachable(st, r, worker, msg,
+                                json_string_value(json_object_get(body, "unreachable_peer")));
+    if (peer != 0)
+        return peer > 0 ? 0 : -1;
+    char why[400];
+    snprintf(why, sizeof why, "computation '%s' shards %.64s on worker %ld failed: %s",
+             comp_name(st, r), r->shards_txt, (long)worker, msg ? msg : "no reason given");
+    return store_job_finish(st, r->job, "failed", why);
+}
+
+/* Marks the task reported. 0 or -1. */
+static int task_mark(store_t *st, int64_t task, const json_t *body, const char *state,
+                     const char *msg)
+{
+    static const char sql[] =
+        "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
+        " finished_us = ?5, error = ?6 WHERE id = ?1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, task);
+    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
+    sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
+    sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
+    if (msg)
+        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
+    return store_step_done(s);
 }
 
 /* Applies one validated report inside the caller's transaction. Returns
@@ -697,13 +834,10 @@ static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, co
 static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         const char *state, int *effects, err_t *e)
 {
-    static const char task_sql[] =
-        "UPDATE tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4, finished_us = ?5,"
-        " error = ?6 WHERE id = ?1";
     task_row_t r;
     int rc = task_load(st, task, &r);
     if (rc != STORE_OK)
-        goto out;
+        return rc;
     /* Fencing: only the live worker holding the lease may report, once. A
      * worker whose lease expired is gone (its tasks were cancelled when it
      * was lost), and one that re-registered has a new id, so a result of
@@ -718,41 +852,23 @@ static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t 
         goto out;
     }
     const char *msg = json_string_value(json_object_get(body, "error"));
-    sqlite3_stmt *s = store_stmt(st, task_sql);
     rc = STORE_ERR;
-    if (!s)
-        goto out;
-    sqlite3_bind_int64(s, 1, task);
-    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
-    sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
-    sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
-    if (msg)
-        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
-    if (store_step_done(s) != 0)
+    if (task_mark(st, task, body, state, msg) != 0)
         goto out;
     /* Only the job's current attempt, while it is live, moves the job. */
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
     if (live && strcmp(state, "succeeded") == 0) {
         /* A 400 from a malformed output leaves e->status set for the caller. */
-        if (shard_succeeded(st, &r, body, effects, e) != 0)
+        if (host_succeeded(st, &r, body, effects, e) != 0)
             goto out;
     } else if (live && strcmp(state, "failed") == 0) {
-        int peer = peer_unreachable(st, &r, worker, msg,
-                                    json_string_value(json_object_get(body, "unreachable_peer")));
-        if (peer < 0)
+        if (host_failed(st, &r, worker, body, msg) != 0)
             goto out;
-        if (peer == 0) {
-            char why[400];
-            snprintf(why, sizeof why, "computation '%s' shard %ld on worker %ld failed: %s",
-                     comp_name(st, &r), (long)r.shard, (long)worker, msg ? msg : "no reason given");
-            if (store_job_finish(st, r.job, "failed", why) != 0)
-                goto out;
-        }
         *effects |= STORE_FX_JOB_ENDED;
     }
     rc = STORE_OK;
 out:
+    task_row_clear(&r);
     return rc;
 }
 
