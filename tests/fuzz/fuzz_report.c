@@ -1,7 +1,9 @@
 /* fuzz_report.c - libFuzzer target for the controller's decoding of
  * worker reports (server/report_decode.c), in the order atolld applies it:
  *   single report (POST /v1/workers/{id}/tasks/{task}): report_outputs_check,
- *     report_validate, then report_output_decode of each output;
+ *     report_validate, then for each output report_output_shards (against
+ *     its own length and a wrong one) and report_output_decode of each of
+ *     its tensors (one per shard of the host task);
  *   batch (POST /v1/workers/{id}/reports, a body with "reports"):
  *     report_batch_envelope, report_outputs_check of every item, then per
  *     item report_batch_item, report_validate and the outputs.
@@ -13,7 +15,9 @@
  *  - a refusal is a 400 (500 only for out of memory) with a detail;
  *  - a validated report has a known state and only known fields;
  *  - an accepted batch item has a positive task and is the item minus
- *    "task"; accepted output names are value names;
+ *    "task"; accepted output names are value names and each accepted
+ *    output is an array of 1..REPORT_SHARDS_MAX tensors;
+ *  - report_output_shards accepts exactly the array's own length;
  *  - a decoded output is accepted iff an independent 128-bit model of its
  *    shape accepts it (up to 4 dims >= 1, at most TENSOR_MAX_ELEMS
  *    elements), its shape and element count are the declared ones, its
@@ -54,12 +58,12 @@ static int shape_model(const json_t *shape, int64_t *numel)
     return 1;
 }
 
-static void check_output(const char *name, const json_t *o)
+static void check_output(const char *name, int index, const json_t *o)
 {
     report_output_t out;
     err_t e;
     memset(&e, 0, sizeof e);
-    int rc = report_output_decode(name, o, &out, &e);
+    int rc = report_output_decode(name, index, o, &out, &e);
     const json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
     const json_t *vals = json_object_get(o, "values");
     int64_t numel = 0;
@@ -112,9 +116,29 @@ static int outputs_ok(const json_t *body)
     const char *name;
     const json_t *o;
     json_object_foreach((json_t *)json_object_get(body, "outputs"), name, o)
-        if (!name_ok(name))
+        if (!name_ok(name) || !json_is_array(o) || json_array_size(o) < 1 ||
+            json_array_size(o) > REPORT_SHARDS_MAX)
             abort();
     return 1;
+}
+
+/* One output's array: its length is the shard count it is checked against
+ * (accepted), one more is refused; then every tensor is decoded. */
+static void check_output_array(const char *name, const json_t *arr)
+{
+    err_t e;
+    memset(&e, 0, sizeof e);
+    int n = (int)json_array_size(arr);
+    if (report_output_shards(name, arr, n, &e) != 0)
+        abort();
+    int rc = report_output_shards(name, arr, n + 1, &e);
+    if (rc == 0)
+        abort();
+    check_err(rc, &e);
+    size_t i;
+    const json_t *o;
+    json_array_foreach(arr, i, o)
+        check_output(name, (int)i, o);
 }
 
 /* A report without "task": validated, then every output decoded. */
@@ -142,7 +166,7 @@ static void check_report(const json_t *body)
             abort();
     }
     json_object_foreach((json_t *)json_object_get(body, "outputs"), key, v)
-        check_output(key, v);
+        check_output_array(key, v);
 }
 
 static void check_batch(const json_t *doc)

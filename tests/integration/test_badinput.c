@@ -424,10 +424,81 @@ static int report_ok(int64_t wid, int64_t task, const char *body_q)
     return (int)status;
 }
 
+/* A valid scalar tensor, for report bodies. */
+#define T0 "{'shape':[],'sum':0}"
+
+/* The poll's group for the fake job: {job, attempt 0, placement, tasks}
+ * with one host task of both shards, and the placement of this worker
+ * (127.0.0.1:9, devices 0..1 of fake) and slice s (the whole island). */
+static void check_host_group(const json_t *g, int64_t job)
+{
+    json_t *tasks = json_object_get(g, "tasks"), *t = json_array_get(tasks, 0);
+    json_t *pl = json_object_get(g, "placement");
+    json_t *want_pl = json_pack("{s:[{s:s, s:s, s:i, s:i}], s:{s:{s:s, s:[i], s:[i], s:[i]}}}",
+                                "procs", "addr", "127.0.0.1:9", "island", "fake", "first", 0,
+                                "count", 2, "slices", "s", "island", "fake", "mesh", 2,
+                                "origin", 0, "box", 2);
+    int pl_ok = json_equal(pl, want_pl);
+    json_decref(want_pl);
+    T_CHECK(json_integer_value(json_object_get(g, "job")) == job &&
+                json_integer_value(json_object_get(g, "attempt")) == 0,
+            "the group is not job %" PRId64 " attempt 0", job);
+    T_CHECK(pl_ok, "the group's placement is not this worker and slice s");
+    json_t *want_sh = json_pack("[i, i]", 0, 1);
+    int sh_ok = json_array_size(tasks) == 1 && json_equal(json_object_get(t, "shards"), want_sh) &&
+                json_equal(json_object_get(t, "devices"), want_sh) &&
+                json_integer_value(json_object_get(t, "task")) > 0 &&
+                json_is_string(json_object_get(t, "slice")) &&
+                !strcmp(json_string_value(json_object_get(t, "slice")), "s") &&
+                !json_object_get(t, "peers") && !json_object_get(t, "shard");
+    json_decref(want_sh);
+    T_CHECK(sh_ok, "expected one host task of shards [0,1] on devices [0,1] of slice s");
+}
+
+/* POSTs batch `fmt_q` (single-quoted, %PRId64 for the task) as worker wid:
+ * 200 with the one item's status `want`. */
+static void batch_item_fault(int64_t wid, int64_t task, const char *fmt_q, int want)
+{
+    char path[96], text[512];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/reports", wid);
+    snprintf(text, sizeof text, fmt_q, task);
+    char *body = hx_text_q(text);
+    T_CHECK(body != NULL, "out of memory");
+    int rc = hx_request_h(&itest_client, "POST", path, body, strlen(body), worker_hdrs, &r);
+    free(body);
+    T_CHECK(rc == 0, "POST %s failed at transport level", path);
+    long status = r.status;
+    json_t *item = json_array_get(json_object_get(r.json, "results"), 0);
+    json_int_t got = json_integer_value(json_object_get(item, "status"));
+    hx_resp_clear(&r);
+    T_CHECK(status == 200 && got == want, "batch item answered %ld/%lld, want 200/%d", status,
+            (long long)got, want);
+}
+
+/* The fake job's result: shard k is k, both from the one host task. */
+static void check_fake_result(int64_t job)
+{
+    char path[64];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "/result", job);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+            "GET %s failed", path);
+    json_t *arr = json_object_get(json_object_get(r.json, "outputs"), "c.i");
+    int ok = json_array_size(arr) == 2;
+    for (size_t k = 0; ok && k < 2; k++) {
+        json_t *e = json_array_get(arr, k);
+        ok = json_integer_value(json_object_get(e, "shard")) == (json_int_t)k &&
+             json_number_value(json_array_get(json_object_get(e, "values"), 0)) == (double)k;
+    }
+    hx_resp_clear(&r);
+    T_CHECK(ok, "the result of job %" PRId64 " is not shard k = k for k = 0, 1", job);
+}
+
 /* The test plays a worker on island fake: registers, heartbeats, polls a
- * real job's tasks, sends malformed reports (each 400, the task stays
- * leased and the job unchanged), then valid ones (the job succeeds), then a
- * repeat (409). */
+ * real job's host task (one, for both shards, with the placement), sends
+ * malformed reports (each 400, the task stays leased and the job
+ * unchanged), then a valid one (the job succeeds), then a repeat (409). */
 static void test_worker_protocol(void **state)
 {
     (void)state;
@@ -466,26 +537,27 @@ static void test_worker_protocol(void **state)
     expect_fault("GET", "/v1/workers/999999/tasks?wait_ms=0", NULL, 0, 404, "id");
     expect_fault("GET", "/v1/workers/x/tasks", NULL, 0, 404, "id");
 
-    /* A real job on fake: two shards, both leased to this "worker". */
+    /* A real job on fake: two shards, both on this "worker", so one host
+     * task covering shards [0, 1], in a group with the job's placement. */
     int64_t job = itest_submit("{'name':'fake','slices':{'s':{'shape':[2],'island':'fake'}},"
                                "'computations':[{'name':'c','slice':'s','ops':["
                                "{'op':'shard_index','out':'i'}],'outputs':['i']}]}");
-    int64_t tasks[2] = {0, 0};
-    int shards[2] = {-1, -1}, ntasks = 0;
+    json_t *group = NULL;
     int64_t t0 = hx_now_ms();
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=500", wid);
-    while (ntasks < 2 && hx_now_ms() - t0 < 10000) {
+    while (!group && hx_now_ms() - t0 < 10000) {
         T_CHECK(hx_request_h(&itest_client, "GET", path, NULL, 0, worker_hdrs, &r) == 0 &&
                     r.status == 200, "poll failed");
-        json_t *ts = json_object_get(r.json, "tasks");
-        for (size_t i = 0; i < json_array_size(ts) && ntasks < 2; i++) {
-            json_t *t = json_array_get(ts, i);
-            tasks[ntasks] = json_integer_value(json_object_get(t, "task"));
-            shards[ntasks++] = (int)json_integer_value(json_object_get(t, "shard"));
-        }
+        T_CHECK(json_is_array(json_object_get(r.json, "jobs")) && !json_object_get(r.json, "tasks"),
+                "the poll answer is not {jobs, cancel}");
+        group = json_incref(json_array_get(json_object_get(r.json, "jobs"), 0));
         hx_resp_clear(&r);
     }
-    T_CHECK(ntasks == 2, "the fake worker got %d of 2 tasks within 10 s", ntasks);
+    T_CHECK(group != NULL, "the fake worker got no host task within 10 s");
+    check_host_group(group, job);
+    int64_t task = json_integer_value(json_object_get(json_array_get(
+        json_object_get(group, "tasks"), 0), "task"));
+    json_decref(group);
 
     /* Malformed reports: 400, nothing recorded. */
     static const char *const bad_reports[][2] = {
@@ -497,28 +569,41 @@ static void test_worker_protocol(void **state)
         {"{'state':'succeeded','started_us':1.5}", "started_us"},
         {"{'state':'succeeded','colour':'red'}", "colour"},
         {"{'state':'succeeded','outputs':[]}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[]}}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[-1],'sum':0}}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[4096,4096,4096],'sum':0}}}", "outputs"},
+        /* a tensor per output, not an array of one per shard (before host tasks) */
+        {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':[]}}", "outputs"},
+        /* one tensor per shard of the task: it has 2 (fails without the check) */
+        {"{'state':'succeeded','outputs':{'i':[" T0 "]}}", "outputs.i"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 "," T0 "," T0 "]}}", "outputs.i"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",7]}}", "outputs.i[1]"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[]}]}}", "outputs.i[1]"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[-1],'sum':0}]}}", "outputs.i[1]"},
+        {"{'state':'succeeded','outputs':{'i':[{'shape':[4096,4096,4096],'sum':0}," T0 "]}}",
+         "outputs.i[0]"},
         /* the element count overflows int64 (wrapped to 0 before the fix) */
-        {"{'state':'succeeded','outputs':{'i':{'shape':[16777216,1099511627776],'sum':0}}}",
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[16777216,1099511627776],'sum':0}]}}",
+         "outputs.i[1]"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[1,1,1,1,1],'sum':0}]}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[2],'sum':0,'values':[1]}]}}",
          "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[1,1,1,1,1],'sum':0}}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[2],'sum':0,'values':[1]}}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':'x'}}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0,'values':['a']}}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0,'extra':1}}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'no such name!':{'shape':[],'sum':0}}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':'x'}]}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':0,'values':['a']}]}}",
+         "outputs"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':0,'extra':1}]}}", "outputs"},
+        {"{'state':'succeeded','outputs':{'no such name!':[" T0 "," T0 "]}}", "outputs"},
     };
     for (size_t i = 0; i < sizeof bad_reports / sizeof bad_reports[0]; i++)
-        report_fault(wid, tasks[0], bad_reports[i][0], 400, bad_reports[i][1]);
-    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/%" PRId64, wid, tasks[0]);
+        report_fault(wid, task, bad_reports[i][0], 400, bad_reports[i][1]);
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/%" PRId64, wid, task);
     fault_s("POST", path, "", 400, "body");
     fault_s("POST", path, "[1]", 400, "body");
     fault_s("POST", path, "{\"state\":\"succeeded\",\"state\":\"failed\"}", 400, "body");
+    /* In a batch, a wrong count of tensors is that item's 400 (nothing applied). */
+    batch_item_fault(wid, task, "{'reports':[{'task':%" PRId64 ",'state':'succeeded',"
+                     "'outputs':{'i':[" T0 "," T0 "," T0 "]}}]}", 400);
     /* Wrong ids: unknown task 404, another worker's task 409. */
     report_fault(wid, 99999999, "{'state':'succeeded'}", 404, "task");
-    report_fault(wid + 1000, tasks[0], "{'state':'succeeded'}", 409, "task");
+    report_fault(wid + 1000, task, "{'state':'succeeded'}", 409, "task");
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/abc", wid);
     fault_s("POST", path, "{}", 404, "task");
 
@@ -531,19 +616,16 @@ static void test_worker_protocol(void **state)
     T_CHECK(strcmp(st, "running") == 0 && done == 0,
             "malformed reports moved the job (state %s, %lld done)", st, (long long)done);
 
-    /* Valid reports now: both accepted, the job succeeds with those values. */
-    for (int k = 0; k < 2; k++) {
-        char body[200];
-        snprintf(body, sizeof body, "{'state':'succeeded','started_us':1,'inputs_ready_us':2,"
-                 "'finished_us':3,'outputs':{'i':{'shape':[],'sum':%d,'values':[%d]}}}",
-                 shards[k], shards[k]);
-        int s = report_ok(wid, tasks[k], body);
-        T_CHECK(s == 200, "valid report of task %" PRId64 " answered %d", tasks[k], s);
-    }
+    /* The valid report now, one tensor per shard in the task's shard
+     * order: accepted, the job succeeds with one result row per shard. */
+    int s = report_ok(wid, task, "{'state':'succeeded','started_us':1,'inputs_ready_us':2,"
+                      "'finished_us':3,'outputs':{'i':[{'shape':[],'sum':0,'values':[0]},"
+                      "{'shape':[],'sum':1,'values':[1]}]}}");
+    T_CHECK(s == 200, "valid report of task %" PRId64 " answered %d", task, s);
     json_decref(itest_wait_state(job, "succeeded"));
+    check_fake_result(job);
     /* A second report of a finished task: 409, never counted twice. */
-    report_fault(wid, tasks[0], "{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0}}}",
-                 409, "task");
+    report_fault(wid, task, "{'state':'succeeded','outputs':{'i':[" T0 "," T0 "]}}", 409, "task");
     snprintf(path, sizeof path, "/v1/workers/%" PRId64, wid);
     T_CHECK(hx_request_h(&itest_client, "DELETE", path, NULL, 0, worker_hdrs, &r) == 0 &&
                 r.status == 200, "the fake worker could not leave");

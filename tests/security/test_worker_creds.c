@@ -100,8 +100,8 @@ static void expect_refused(int64_t id, const char *secret, const char *who)
     static const char *const calls[][3] = {
         {"POST", "/heartbeat", "{}"},
         {"GET", "/tasks?wait_ms=0", NULL},
-        {"POST", "/tasks/1", "{\"state\":\"succeeded\",\"outputs\":{\"z\":{\"shape\":[],"
-                             "\"sum\":666,\"values\":[666]}}}"},
+        {"POST", "/tasks/1", "{\"state\":\"succeeded\",\"outputs\":{\"z\":[{\"shape\":[],"
+                             "\"sum\":666,\"values\":[666]}]}}"},
         {"POST", "/tasks/2", "{\"state\":\"failed\",\"error\":\"forged\"}"},
         {"POST", "/reports", "{\"reports\":[{\"task\":1,\"state\":\"cancelled\"}]}"},
         {"DELETE", "", NULL},
@@ -204,8 +204,9 @@ static void test_victim_runs_jobs_right(void **state)
         T_CHECK(st == 401 || st == 403, "the attacker polled the victim's tasks: %ld", st);
         for (int task = 1; task <= 8; task++) {
             snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/%d", victim, task);
-            st = wcall("POST", path, "{\"state\":\"succeeded\",\"outputs\":{\"z\":{\"shape\":[],"
-                       "\"sum\":666,\"values\":[666]}}}", att_secret, NULL);
+            st = wcall("POST", path, "{\"state\":\"succeeded\",\"outputs\":{\"z\":[{\"shape\":[],"
+                       "\"sum\":666,\"values\":[666]},{\"shape\":[],\"sum\":666,"
+                       "\"values\":[666]}]}}", att_secret, NULL);
             T_CHECK(st == 401 || st == 403, "the attacker reported task %d: %ld", task, st);
         }
         tries++;
