@@ -550,8 +550,8 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
 
 /* POST /v1/workers/:id/reports {"reports": [{"task": N, ...report}, ...]}:
  * many reports in one request and one transaction, answered per item. A
- * worker sends whatever its queue holds, so a computation's shards on one
- * worker cost one round trip. */
+ * worker sends whatever its queue holds, so its host tasks that ended
+ * together cost one round trip. */
 void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
@@ -575,7 +575,8 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
         free(scratch.body);
         if (bad) {
             http_problem(resp, 400, "reports", "report %zu: outputs must map value names to"
-                         " {shape, sum, values?} with numeric values", i);
+                         " arrays of {shape, sum, values?} (one per shard of the task) with"
+                         " numeric values", i);
             goto cleanup;
         }
     }
