@@ -9,7 +9,8 @@
  * families the issue lists must be there with sensible values: jobs by
  * state, queue depth, the admission latency histogram (cumulative buckets,
  * +Inf == _count), allocation attempts, utilization per island, heartbeat
- * age per worker, HTTP responses by code.
+ * age per worker, HTTP responses by code; and the scheduler-pass latency
+ * histogram (atoll_scheduler_pass_seconds).
  *
  * Cluster: west=2x2 and east=2x4 (one worker each), atolld with
  * --log-json, workers with --log-json 1. */
@@ -506,6 +507,72 @@ static void test_metrics_families(void **state)
 
 /* The parser itself refuses what the format forbids (so a pass above
  * means something). */
+/* A histogram family's samples as read: its finite bucket bounds in order,
+ * whether buckets are cumulative and increasing in le, +Inf, sum, count. */
+typedef struct hist {
+    int buckets, ordered;
+    double first_le, last_le;       /* finite bounds */
+    double inf, sum, count;
+} hist_t;
+
+static void hist_read(const prom_t *p, const char *fam, hist_t *h)
+{
+    char bucket[96], sum_n[96], count_n[96];
+    snprintf(bucket, sizeof bucket, "%s_bucket", fam);
+    snprintf(sum_n, sizeof sum_n, "%s_sum", fam);
+    snprintf(count_n, sizeof count_n, "%s_count", fam);
+    *h = (hist_t){0, 1, NAN, NAN, -1, -1, -1};
+    double prev_le = -HUGE_VAL, prev_count = 0;
+    FOR_SAMPLES(p, fam, s) {
+        const char *name = json_string_value(json_object_get(s, "name"));
+        const char *le_s = label(s, "le");
+        double le = 0;
+        if (strcmp(name, bucket) == 0) {
+            if (!le_s || prom_value(le_s, strlen(le_s), &le) != 0) {
+                h->ordered = 0;
+                continue;
+            }
+            h->buckets++;
+            h->ordered &= le > prev_le && value(s) >= prev_count;
+            prev_le = le;
+            prev_count = value(s);
+            if (isinf(le)) {
+                h->inf = value(s);
+                continue;
+            }
+            if (isnan(h->first_le))
+                h->first_le = le;
+            h->last_le = le;
+        } else if (strcmp(name, sum_n) == 0) {
+            h->sum = value(s);
+        } else if (strcmp(name, count_n) == 0) {
+            h->count = value(s);
+        }
+    }
+}
+
+/* The scheduler-pass latency histogram: a histogram from 50 us to 1 s
+ * (14 finite buckets and +Inf), cumulative, +Inf == _count, and the jobs
+ * run above took at least one pass each (fails before the histogram). */
+static void test_scheduler_pass_histogram(void **state)
+{
+    (void)state;
+    prom_t p;
+    fetch_metrics(&p);
+    const char *t = prom_type(&p, "atoll_scheduler_pass_seconds");
+    int typed = t && strcmp(t, "histogram") == 0;
+    hist_t h;
+    hist_read(&p, "atoll_scheduler_pass_seconds", &h);
+    prom_free(&p);
+    T_CHECK(typed, "atoll_scheduler_pass_seconds is not a histogram");
+    T_CHECK(h.buckets == 15 && h.ordered && h.first_le == 0.00005 && h.last_le == 1.0,
+            "scheduler pass: %d buckets (want 15, 5e-05 .. 1, +Inf), cumulative %d, %g .. %g",
+            h.buckets, h.ordered, h.first_le, h.last_le);
+    T_CHECK(h.inf == h.count && h.count >= JOBS_RUN && h.sum > 0,
+            "scheduler pass: +Inf %g, _count %g (want equal, >= %d), _sum %g", h.inf, h.count,
+            JOBS_RUN, h.sum);
+}
+
 static void test_parser_refuses(void **state)
 {
     (void)state;
@@ -579,6 +646,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parser_refuses),
         cmocka_unit_test_teardown(test_metrics_families, itest_cancel_leftovers),
+        cmocka_unit_test(test_scheduler_pass_histogram),
         cmocka_unit_test(test_json_logs),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
