@@ -26,7 +26,9 @@
 #include "store.h"
 #include "util.h"
 
-#define WORKER_MAX_DEVICES 4096
+/* A worker's devices at most: the most shards one host task can have, so
+ * also the most tensors one report output may list (report_decode.h). */
+#define WORKER_MAX_DEVICES REPORT_SHARDS_MAX
 #define POLL_WAIT_MAX_MS 30000
 #define WORKER_SECRET_HEADER "X-Atoll-Worker-Secret"
 /* The book is written every lease/5: a renewal reaches the store within a

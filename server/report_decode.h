@@ -28,8 +28,8 @@ int report_batch_envelope(const json_t *body, const json_t **reports, err_t *e);
  * shallow copy, new reference), or NULL with e filled (400, or 500 on OOM). */
 json_t *report_batch_item(const json_t *item, int64_t *task, err_t *e);
 
-/* Most tensors in one output array (one per shard of the host task; a
- * worker holds at most this many devices). */
+/* Most tensors in one output array (one per shard of the host task), and
+ * so the most devices a worker may register with (api_worker.c). */
 #define REPORT_SHARDS_MAX 4096
 
 /* The report's "outputs" as far as names and value types go: each key a

@@ -696,32 +696,30 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     return store_step_done(s);
 }
 
-/* Adds busy_us to the device of each of the task's shards: the island
- * device index of shard k is entry k of its slice's devices (shard order). */
-static int task_busy(store_t *st, const task_row_t *r, int64_t busy_us)
+/* Adds busy_us to the device of each of the task's shards: the TASK's
+ * "devices" are the worker-local devices of its shards, so their island
+ * indexes are the worker's first device plus those. O(task), never
+ * O(slice): the reporter is live (fenced), so its block is current. */
+static int task_busy(store_t *st, int64_t task, const task_row_t *r, int64_t busy_us)
 {
     static const char sql[] =
         "UPDATE devices SET busy_us = busy_us + ?1 WHERE island_id = ?2 AND idx IN"
-        " (SELECT d.value FROM slices sl JOIN computations c ON c.job_id = sl.job_id"
-        "   AND c.slice = sl.name, json_each(sl.devices) d"
-        "  WHERE c.job_id = ?3 AND c.idx = ?4"
-        "   AND d.key IN (SELECT value FROM json_each(?5)))";
+        " (SELECT w.first_device + d.value FROM host_tasks t JOIN workers w ON w.id = t.worker_id,"
+        "  json_each(t.payload, '$.devices') d WHERE t.id = ?3)";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, busy_us);
     sqlite3_bind_int64(s, 2, r->island);
-    sqlite3_bind_int64(s, 3, r->job);
-    sqlite3_bind_int64(s, 4, r->comp);
-    sqlite3_bind_text(s, 5, r->shards_txt, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, task);
     return store_step_done(s);
 }
 
 /* Records a succeeded host task: outputs, timings, device busy time (each
  * of its shards' devices was busy for the task's inputs-ready-to-finished
  * time), and the computation's progress (nshards more shards done). */
-static int host_succeeded(store_t *st, const task_row_t *r, const json_t *body, int *effects,
-                          err_t *e)
+static int host_succeeded(store_t *st, int64_t task, const task_row_t *r, const json_t *body,
+                          int *effects, err_t *e)
 {
     static const char comp_sql[] =
         "UPDATE computations SET shards_done = shards_done + ?6,"
@@ -735,7 +733,7 @@ static int host_succeeded(store_t *st, const task_row_t *r, const json_t *body, 
     int64_t t0 = json_time(body, "started_us"), t1 = json_time(body, "inputs_ready_us");
     int64_t t2 = json_time(body, "finished_us");
     sqlite3_stmt *s;
-    if (task_busy(st, r, t2 > t1 ? t2 - t1 : 0) != 0 || !(s = store_stmt(st, comp_sql)))
+    if (task_busy(st, task, r, t2 > t1 ? t2 - t1 : 0) != 0 || !(s = store_stmt(st, comp_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->comp);
@@ -859,7 +857,7 @@ static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t 
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
     if (live && strcmp(state, "succeeded") == 0) {
         /* A 400 from a malformed output leaves e->status set for the caller. */
-        if (host_succeeded(st, &r, body, effects, e) != 0)
+        if (host_succeeded(st, task, &r, body, effects, e) != 0)
             goto out;
     } else if (live && strcmp(state, "failed") == 0) {
         if (host_failed(st, &r, worker, body, msg) != 0)
