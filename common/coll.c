@@ -297,3 +297,78 @@ void coll_reduce_into(reduce_kind_t k, float *dst, const float *src, int64_t cou
             dst[i] = reduce2(k, dst[i], src[i]);
     }
 }
+
+/* Axes that vary inside a group (mesh_axes 0: all of them). */
+static unsigned group_mask(const shape_t *m, unsigned mesh_axes)
+{
+    return mesh_axes ? mesh_axes : (1u << m->rank) - 1;
+}
+
+int coll_group_of(const shape_t *slice_shape, unsigned mesh_axes, int shard, int *leader,
+                  int *n, int *pos)
+{
+    if (!slice_shape || slice_shape->rank < 1 || slice_shape->rank > TENSOR_MAX_RANK ||
+        (mesh_axes >> slice_shape->rank) != 0 || shard < 0 ||
+        shard >= shape_numel(slice_shape))
+        return -1;
+    unsigned mask = group_mask(slice_shape, mesh_axes);
+    int64_t c[TENSOR_MAX_RANK], lead = 0, stride = 1, p = 0, size = 1;
+    coords_of(slice_shape, shard, c);
+    /* Members differ from the shard only on masked axes, so increasing
+     * shard order is row-major order over those axes' coordinates. */
+    for (int i = slice_shape->rank - 1; i >= 0; i--) {
+        if (mask & (1u << i)) {
+            p += c[i] * size;
+            size *= slice_shape->dim[i];
+        } else {
+            lead += c[i] * stride;
+        }
+        stride *= slice_shape->dim[i];
+    }
+    *leader = (int)lead;
+    *n = (int)size;
+    *pos = (int)p;
+    return 0;
+}
+
+int coll_group_member(const shape_t *slice_shape, unsigned mesh_axes, int leader, int pos)
+{
+    if (!slice_shape || slice_shape->rank < 1 || slice_shape->rank > TENSOR_MAX_RANK ||
+        (mesh_axes >> slice_shape->rank) != 0 || leader < 0 || pos < 0)
+        return -1;
+    unsigned mask = group_mask(slice_shape, mesh_axes);
+    int64_t s = leader, stride = 1, rest = pos;
+    for (int i = slice_shape->rank - 1; i >= 0; i--) {
+        if (mask & (1u << i)) {
+            s += (rest % slice_shape->dim[i]) * stride;
+            rest /= slice_shape->dim[i];
+        }
+        stride *= slice_shape->dim[i];
+    }
+    return rest == 0 && s < shape_numel(slice_shape) ? (int)s : -1;
+}
+
+int coll_fold_ring(reduce_kind_t k, const tensor_t *const *pieces, int n, tensor_t **out)
+{
+    *out = NULL;
+    if (n < 1 || !pieces)
+        return -1;
+    for (int m = 0; m < n; m++)
+        if (!pieces[m] || !shape_equal(&pieces[m]->shape, &pieces[0]->shape))
+            return -1;
+    tensor_t *t = tensor_new(&pieces[0]->shape);
+    if (!t)
+        return -1;
+    int64_t numel = shape_numel(&t->shape);
+    for (int c = 0; c < n; c++) {
+        int64_t off, len;
+        coll_ring_chunk(numel, n, c, &off, &len);
+        if (len == 0)
+            continue;
+        memcpy(t->data + off, pieces[c]->data + off, (size_t)len * sizeof *t->data);
+        for (int s = 1; s < n; s++)
+            coll_reduce_into(k, t->data + off, pieces[(c + s) % n]->data + off, len);
+    }
+    *out = t;
+    return 0;
+}

@@ -18,6 +18,15 @@
 int coll_group(const shape_t *slice_shape, unsigned mesh_axes, int shard,
                int *members, int *n, int *pos);
 
+/* The same group in O(rank), for one shard: *n members, the shard's
+ * position *pos among them and the group's lowest member *leader (which
+ * names the group). Agrees with coll_group(). Returns 0 or -1. */
+int coll_group_of(const shape_t *slice_shape, unsigned mesh_axes, int shard, int *leader,
+                  int *n, int *pos);
+/* The member at position pos (0..n-1) of the group whose lowest member is
+ * leader: members[pos] of coll_group(). -1 on bad arguments. */
+int coll_group_member(const shape_t *slice_shape, unsigned mesh_axes, int leader, int pos);
+
 /* For an op, which group positions this shard sends to and what piece.
  * The exchange patterns (v0, direct):
  *   all_reduce, all_gather, reduce_scatter: every member sends its whole
@@ -71,6 +80,15 @@ void coll_ring_chunk(int64_t numel, int n, int c, int64_t *off, int64_t *len);
 int coll_ring_send_chunk(int n, int pos, int step);   /* (pos - step) mod n */
 int coll_ring_recv_chunk(int n, int pos, int step);   /* (pos - step - 1) mod n */
 int coll_ring_owned(int n, int pos);                  /* (pos + 1) mod n */
+/* all_reduce with the ring's summation order, whatever moved the bytes:
+ * chunk c (coll_ring_chunk of the flattened tensor) of the result is the
+ * left fold reduce(...reduce(pieces[c], pieces[c+1])..., pieces[c+n-1])
+ * over positions mod n, which is exactly what the ring reduce-scatter
+ * computes (each step folds the received partial into the next member's
+ * own chunk; reduce is commutative). pieces[0..n-1] are the members'
+ * contributions in position order, all of one shape; borrowed. Allocates
+ * *out. Returns 0 or -1 (OOM, a missing piece or shapes that differ). */
+int coll_fold_ring(reduce_kind_t k, const tensor_t *const *pieces, int n, tensor_t **out);
 /* dst[i] = reduce(dst[i], src[i]) for i < count. */
 void coll_reduce_into(reduce_kind_t k, float *dst, const float *src, int64_t count);
 

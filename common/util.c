@@ -86,3 +86,8 @@ void log_msg(log_level_t level, const char *fmt, ...)
     }
     funlockfile(stderr);
 }
+
+int log_enabled(log_level_t level)
+{
+    return level >= log_min;
+}

@@ -15,6 +15,9 @@ typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_leve
 void log_setup(const char *program, log_level_t min_level, int json_lines);
 int log_level_parse(const char *text, log_level_t *out);
 void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Non-zero when messages of this level are printed (skip building them
+ * otherwise). */
+int log_enabled(log_level_t level);
 
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)

@@ -1,10 +1,27 @@
 /* exec.c - see exec.h.
  *
- * One mutex guards every device queue and `running` slot; each device has
- * its own condition variable (work arrived / stop) and `idle_cv` tells
- * exec_drain() that a task finished. Invariant: a wtask_t is either in
- * exactly one queue, or a device's `running`, or owned by the code that
- * just removed it (which reports and frees it). */
+ * Ordering (Pathways gang order): every device has a queue of the host
+ * tasks that cover it, sorted by island sequence number. A host task runs
+ * only when it is first in the queue of every one of its devices, and
+ * leaves those queues only when it ended. The island's lowest unended seq
+ * is therefore runnable on every worker that holds part of it, so
+ * collectives cannot deadlock, however the tasks of different jobs overlap
+ * on devices.
+ *
+ * Threads: one runner thread runs a whole host task, all its shards (no
+ * thread per device: shards of one process combine in memory and never
+ * context-switch to talk). There are as many runners as devices, because
+ * that is how many host tasks can be runnable at once (runnable tasks hold
+ * disjoint devices) and every runnable task needs a thread: with fewer, a
+ * runner blocked on a peer's collective could hold the only thread that a
+ * lower-seq task, which that peer waits for, needs: a deadlock. Idle
+ * runners sleep on one condition variable and cost nothing.
+ *
+ * Locking: one mutex guards every queue and hnode; `work_cv` wakes runners
+ * (a task arrived or left a queue head, or stop), `idle_cv` tells
+ * exec_drain() that a task ended. Invariant: an hnode is in the queue of
+ * each of its devices from submission until its runner (or a cancel or
+ * stop, for one not running) takes it out, and is freed by whoever did. */
 #include "exec.h"
 
 #include <errno.h>
@@ -12,25 +29,27 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "exec_run.h"
 #include "util.h"
 #include "wtask.h"
 
-typedef struct qnode {
+typedef struct hnode {
     wtask_t *t;                 /* owned */
-    struct qnode *next;
-} qnode_t;
+    int running;                /* claimed by a runner */
+    int removed;                /* taken out by cancel/stop (collect once) */
+    struct hnode *next_removed;
+} hnode_t;
+
+typedef struct qent {
+    hnode_t *h;                 /* borrowed from the queues' shared ownership */
+    struct qent *next;
+} qent_t;
 
 typedef struct device {
-    struct exec *ex;
-    int index;
-    pthread_t thread;
-    pthread_cond_t cv;
-    qnode_t *queue;             /* sorted by increasing seq */
-    int queued;
-    const wtask_t *running;     /* owned by the device thread while set */
+    qent_t *queue;              /* sorted by increasing seq */
 } device_t;
 
 struct exec {
@@ -39,11 +58,16 @@ struct exec {
     ostore_t *own_store;        /* made here when the config gave none */
     exec_report_fn report_fn;
     void *report_ctx;
+    char self_addr[DPLANE_ADDR_MAX];
     pthread_mutex_t mu;
+    pthread_cond_t work_cv;
     pthread_cond_t idle_cv;     /* CLOCK_MONOTONIC */
     int stopping;
     int ndev;
     device_t *dev;
+    int nhosts;                 /* hnodes queued or running */
+    int nthreads;
+    pthread_t *threads;
 };
 
 static void report(exec_t *ex, int64_t id, json_t *body)
@@ -53,40 +77,112 @@ static void report(exec_t *ex, int64_t id, json_t *body)
     ex->report_fn(ex->report_ctx, id, body);
 }
 
-/* The task has ended here: the mailbox's gate stops taking frames for it
- * (see mbox_expect). */
-static void task_done(exec_t *ex, const wtask_t *t)
+/* npeers bound of the mailbox gate for a task: shard ids (edges) and proc
+ * ids (packs) of its computation. */
+static int32_t gate_peers(const wtask_t *t)
 {
-    mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->shard);
+    int32_t n = t->place->slices[t->slice].nshards;
+    return n > t->place->nprocs ? n : t->place->nprocs;
 }
 
-static void *device_main(void *arg)
+/* From now on the data plane takes frames for this task: edges to each of
+ * its shards, packs to its proc. Returns 0 or -1 (OOM; nothing declared). */
+static int task_expect(exec_t *ex, const wtask_t *t)
 {
-    device_t *d = arg;
-    exec_t *ex = d->ex;
+    int32_t np = gate_peers(t);
+    for (int l = 0; l < t->nlocal; l++) {
+        if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l], np) != 0) {
+            while (l-- > 0)
+                mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l]);
+            return -1;
+        }
+    }
+    if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->place->self, np) != 0) {
+        for (int l = 0; l < t->nlocal; l++)
+            mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l]);
+        return -1;
+    }
+    return 0;
+}
+
+/* The task has ended here: the mailbox's gate stops taking its frames. */
+static void task_done(exec_t *ex, const wtask_t *t)
+{
+    for (int l = 0; l < t->nlocal; l++)
+        mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l]);
+    mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->place->self);
+}
+
+/* Is h first in line on every one of its devices? Holds mu. */
+static int is_head_everywhere(const exec_t *ex, const hnode_t *h)
+{
+    for (int l = 0; l < h->t->nlocal; l++) {
+        const qent_t *q = ex->dev[h->t->devices[l]].queue;
+        if (!q || q->h != h)
+            return 0;
+    }
+    return 1;
+}
+
+/* A runnable task no runner has claimed, or NULL. Holds mu. */
+static hnode_t *find_runnable(const exec_t *ex)
+{
+    for (int d = 0; d < ex->ndev; d++) {
+        const qent_t *q = ex->dev[d].queue;
+        if (q && !q->h->running && is_head_everywhere(ex, q->h))
+            return q->h;
+    }
+    return NULL;
+}
+
+/* Takes h out of its devices' queues. Holds mu. */
+static void unqueue(exec_t *ex, hnode_t *h)
+{
+    for (int l = 0; l < h->t->nlocal; l++) {
+        qent_t **p = &ex->dev[h->t->devices[l]].queue;
+        while (*p && (*p)->h != h)
+            p = &(*p)->next;
+        if (*p) {
+            qent_t *q = *p;
+            *p = q->next;
+            free(q);
+        }
+    }
+    ex->nhosts--;
+}
+
+static void log_start(const wtask_t *t)
+{
+    for (int l = 0; l < t->nlocal; l++)
+        log_debug("task %lld (job %lld comp %d seq %lld shard %d device %d)", (long long)t->id,
+                  (long long)t->job, (int)t->comp, (long long)t->seq, (int)t->shards[l],
+                  (int)t->devices[l]);
+}
+
+static void *runner_main(void *arg)
+{
+    exec_t *ex = arg;
     pthread_mutex_lock(&ex->mu);
     for (;;) {
-        while (!ex->stopping && !d->queue)
-            pthread_cond_wait(&d->cv, &ex->mu);
-        if (ex->stopping)
+        hnode_t *h = NULL;
+        while (!ex->stopping && !(h = find_runnable(ex)))
+            pthread_cond_wait(&ex->work_cv, &ex->mu);
+        if (!h)
             break;
-        qnode_t *q = d->queue;
-        d->queue = q->next;
-        d->queued--;
-        d->running = q->t;
+        h->running = 1;
         pthread_mutex_unlock(&ex->mu);
 
-        log_debug("device %d: task %lld (job %lld comp %d seq %lld shard %d)", d->index,
-                  (long long)q->t->id, (long long)q->t->job, (int)q->t->comp,
-                  (long long)q->t->seq, (int)q->t->shard);
-        json_t *body = exec_run_task(&ex->env, q->t);
-        task_done(ex, q->t);
-        report(ex, q->t->id, body);
+        if (log_enabled(LOG_DEBUG))
+            log_start(h->t);
+        json_t *body = exec_run_task(&ex->env, h->t);
+        task_done(ex, h->t);
+        report(ex, h->t->id, body);
 
         pthread_mutex_lock(&ex->mu);
-        d->running = NULL;
-        wtask_free(q->t);
-        free(q);
+        unqueue(ex, h);
+        wtask_free(h->t);
+        free(h);
+        pthread_cond_broadcast(&ex->work_cv);
         pthread_cond_broadcast(&ex->idle_cv);
     }
     pthread_mutex_unlock(&ex->mu);
@@ -103,7 +199,12 @@ static int exec_init_locks(exec_t *ex)
     pthread_condattr_destroy(&ca);
     if (rc != 0)
         return -1;
+    if (pthread_cond_init(&ex->work_cv, NULL) != 0) {
+        pthread_cond_destroy(&ex->idle_cv);
+        return -1;
+    }
     if (pthread_mutex_init(&ex->mu, NULL) != 0) {
+        pthread_cond_destroy(&ex->work_cv);
         pthread_cond_destroy(&ex->idle_cv);
         return -1;
     }
@@ -125,119 +226,157 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
                            .peer_timeout_us = cfg->peer_timeout_us, .sim = cfg->sim,
                            .ring_min_bytes = cfg->ring_min_bytes ? cfg->ring_min_bytes
                                                                  : EXEC_RING_MIN_BYTES_DEFAULT,
-                           .counters = &ex->counters, .no_two_level = cfg->no_two_level};
+                           .counters = &ex->counters};
+    snprintf(ex->self_addr, sizeof ex->self_addr, "%s", cfg->self_addr ? cfg->self_addr : "");
     ex->report_fn = report_fn;
     ex->report_ctx = report_ctx;
+    ex->ndev = cfg->ndevices;
     ex->dev = calloc((size_t)cfg->ndevices, sizeof *ex->dev);
-    if (!ex->dev || exec_init_locks(ex) != 0) {
+    ex->threads = calloc((size_t)cfg->ndevices, sizeof *ex->threads);
+    if (!ex->dev || !ex->threads || exec_init_locks(ex) != 0) {
         free(ex->dev);
+        free(ex->threads);
         ostore_free(ex->own_store);
         free(ex);
         return NULL;
     }
     for (int i = 0; i < cfg->ndevices; i++) {
-        device_t *d = &ex->dev[i];
-        d->ex = ex;
-        d->index = i;
-        if (pthread_cond_init(&d->cv, NULL) != 0)
-            goto fail;
-        if (pthread_create(&d->thread, NULL, device_main, d) != 0) {
-            pthread_cond_destroy(&d->cv);
-            goto fail;
+        if (pthread_create(&ex->threads[i], NULL, runner_main, ex) != 0) {
+            log_error("exec: cannot start runner threads");
+            exec_stop(ex);
+            return NULL;
         }
-        ex->ndev = i + 1;
+        ex->nthreads = i + 1;
     }
     return ex;
-fail:
-    log_error("exec: cannot start device threads");
-    exec_stop(ex);
-    return NULL;
 }
 
-void exec_submit(exec_t *ex, const json_t *task)
+/* Queues h on each of its devices, after every task of lower or equal seq
+ * (stable). Returns 0 or -1 (OOM: nothing queued). Holds mu. */
+static int enqueue_locked(exec_t *ex, hnode_t *h)
+{
+    const wtask_t *t = h->t;
+    qent_t **ents = calloc((size_t)t->nlocal, sizeof *ents);
+    int ok = ents != NULL;
+    for (int l = 0; ok && l < t->nlocal; l++)
+        ok = (ents[l] = malloc(sizeof *ents[l])) != NULL;
+    if (!ok) {
+        for (int l = 0; ents && l < t->nlocal; l++)
+            free(ents[l]);
+        free(ents);
+        return -1;
+    }
+    for (int l = 0; l < t->nlocal; l++) {
+        qent_t **p = &ex->dev[t->devices[l]].queue;
+        while (*p && (*p)->h->t->seq <= t->seq)
+            p = &(*p)->next;
+        ents[l]->h = h;
+        ents[l]->next = *p;
+        *p = ents[l];
+    }
+    free(ents);
+    ex->nhosts++;
+    pthread_cond_broadcast(&ex->work_cv);
+    return 0;
+}
+
+/* Parses and queues one TASK of a group. Reports it failed when it cannot. */
+static void submit_task(exec_t *ex, const json_t *tj, wplace_t *place, const char *group_err)
 {
     char err[256];
-    int64_t id;
+    int64_t id = -1;
     wtask_t *t = NULL;
-    qnode_t *q = NULL;
-    if (wtask_parse(task, &t, &id, err, sizeof err) != 0)
-        goto reject;
-    if (t->device >= ex->ndev) {
-        snprintf(err, sizeof err, "device %d not on this worker (%d devices)", (int)t->device,
-                 ex->ndev);
-        goto reject;
-    }
-    if (!(q = malloc(sizeof *q))) {
-        snprintf(err, sizeof err, "out of memory");
+    hnode_t *h = NULL;
+    if (group_err) {
+        json_t *idj = json_object_get(tj, "task");
+        id = json_is_integer(idj) && json_integer_value(idj) >= 0 ? json_integer_value(idj) : -1;
+        snprintf(err, sizeof err, "%s", group_err);
         goto reject;
     }
-    /* From now on the data plane takes frames for this task (and hands it
-     * those that came early); until task_done(). */
-    if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->shard, t->npeers) != 0) {
-        free(q);
-        q = NULL;
+    if (wtask_parse(tj, place, ex->ndev, &t, &id, err, sizeof err) != 0)
+        goto reject;
+    if (!(h = calloc(1, sizeof *h)) || task_expect(ex, t) != 0) {
         snprintf(err, sizeof err, "out of memory");
         goto reject;
     }
     /* Leftover messages of this job's earlier (failed) attempts are stale. */
     if (t->attempt > 0)
         mbox_drop_job(ex->env.mb, t->job, t->attempt - 1);
-    q->t = t;
+    h->t = t;
     pthread_mutex_lock(&ex->mu);
-    device_t *d = &ex->dev[t->device];
-    qnode_t **p = &d->queue;
-    while (*p && (*p)->t->seq <= t->seq)   /* stable among equal seq */
-        p = &(*p)->next;
-    q->next = *p;
-    *p = q;
-    d->queued++;
-    pthread_cond_signal(&d->cv);
+    int rc = ex->stopping ? -1 : enqueue_locked(ex, h);
     pthread_mutex_unlock(&ex->mu);
-    return;
+    if (rc == 0)
+        return;
+    task_done(ex, t);
+    snprintf(err, sizeof err, ex->stopping ? "worker shutting down" : "out of memory");
 reject:
     log_warn("rejecting task %lld: %s", (long long)id, err);
+    free(h);
     wtask_free(t);
     if (id >= 0)
         report(ex, id, exec_report_failed(err));
 }
 
-/* Unlinks queued tasks of job whose attempt is <= attempt into *removed;
- * returns the largest attempt of that job queued or running with
- * attempt <= `attempt`, or -1. A newer attempt's tasks stay where they are.
- * Holds mu. */
-static int32_t cancel_locked(exec_t *ex, int64_t job, int32_t attempt, qnode_t **removed)
+int exec_submit(exec_t *ex, const json_t *group)
+{
+    char err[256];
+    const char *group_err = NULL;
+    wplace_t *place = NULL;
+    const json_t *tasks = json_object_get(group, "tasks");
+    if (wplace_parse(json_object_get(group, "placement"), ex->self_addr, &place, err,
+                     sizeof err) != 0)
+        group_err = err;
+    size_t i, n = json_array_size(tasks);
+    const json_t *tj;
+    json_array_foreach(tasks, i, tj) {
+        /* A task must belong to its group: the placement is the attempt's. */
+        if (!group_err && (!json_equal(json_object_get(tj, "job"), json_object_get(group, "job")) ||
+                           !json_equal(json_object_get(tj, "attempt"),
+                                       json_object_get(group, "attempt")))) {
+            submit_task(ex, tj, NULL, "task's job or attempt differs from its group's");
+            continue;
+        }
+        submit_task(ex, tj, place, group_err);
+    }
+    wplace_unref(place);
+    return (int)n;
+}
+
+/* Takes queued (not running) tasks of job with attempt <= attempt out of
+ * the queues into *removed; returns the largest attempt of that job queued
+ * or running with attempt <= `attempt`, or -1. A newer attempt's tasks stay
+ * where they are. Holds mu. */
+static int32_t cancel_locked(exec_t *ex, int64_t job, int32_t attempt, hnode_t **removed)
 {
     int32_t max_attempt = -1;
-    for (int i = 0; i < ex->ndev; i++) {
-        device_t *d = &ex->dev[i];
-        const wtask_t *run = d->running;
-        if (run && run->job == job && run->attempt <= attempt && run->attempt > max_attempt)
-            max_attempt = run->attempt;
-        qnode_t **p = &d->queue;
-        while (*p) {
-            qnode_t *q = *p;
-            if (q->t->job != job || q->t->attempt > attempt) {
-                p = &q->next;
+    for (int d = 0; d < ex->ndev; d++) {
+        for (qent_t *q = ex->dev[d].queue; q; q = q->next) {
+            hnode_t *h = q->h;
+            if (h->t->job != job || h->t->attempt > attempt)
                 continue;
+            if (h->t->attempt > max_attempt)
+                max_attempt = h->t->attempt;
+            if (!h->running && !h->removed) {
+                h->removed = 1;
+                h->next_removed = *removed;
+                *removed = h;
             }
-            if (q->t->attempt > max_attempt)
-                max_attempt = q->t->attempt;
-            *p = q->next;
-            d->queued--;
-            q->next = *removed;
-            *removed = q;
         }
     }
+    for (hnode_t *h = *removed; h; h = h->next_removed)
+        unqueue(ex, h);
     return max_attempt;
 }
 
 int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
 {
-    qnode_t *removed = NULL;
+    hnode_t *removed = NULL;
     if (job < 1 || attempt < 0)
         return 0;
     pthread_mutex_lock(&ex->mu);
     int32_t held = cancel_locked(ex, job, attempt, &removed);
+    pthread_cond_broadcast(&ex->work_cv);
     pthread_cond_broadcast(&ex->idle_cv);
     pthread_mutex_unlock(&ex->mu);
     int fresh = held >= 0 && !mbox_is_cancelled(ex->env.mb, job, attempt);
@@ -247,12 +386,12 @@ int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
      * its tags, gate entries and store keys all carry its own attempt. */
     mbox_cancel_job(ex->env.mb, job, attempt);
     while (removed) {
-        qnode_t *q = removed;
-        removed = q->next;
-        task_done(ex, q->t);
-        report(ex, q->t->id, exec_report_cancelled());
-        wtask_free(q->t);
-        free(q);
+        hnode_t *h = removed;
+        removed = h->next_removed;
+        task_done(ex, h->t);
+        report(ex, h->t->id, exec_report_cancelled());
+        wtask_free(h->t);
+        free(h);
         fresh++;
     }
     if (fresh)
@@ -266,14 +405,10 @@ int exec_cancel_job(exec_t *ex, int64_t job)
 {
     int32_t held = -1;
     pthread_mutex_lock(&ex->mu);
-    for (int i = 0; i < ex->ndev; i++) {
-        const wtask_t *run = ex->dev[i].running;
-        if (run && run->job == job && run->attempt > held)
-            held = run->attempt;
-        for (const qnode_t *q = ex->dev[i].queue; q; q = q->next)
-            if (q->t->job == job && q->t->attempt > held)
-                held = q->t->attempt;
-    }
+    for (int d = 0; d < ex->ndev; d++)
+        for (const qent_t *q = ex->dev[d].queue; q; q = q->next)
+            if (q->h->t->job == job && q->h->t->attempt > held)
+                held = q->h->t->attempt;
     pthread_mutex_unlock(&ex->mu);
     if (held >= 0)
         return exec_cancel_attempt(ex, job, held);
@@ -281,19 +416,10 @@ int exec_cancel_job(exec_t *ex, int64_t job)
     return 0;
 }
 
-/* Holds mu. */
-static int pending_locked(const exec_t *ex)
-{
-    int n = 0;
-    for (int i = 0; i < ex->ndev; i++)
-        n += ex->dev[i].queued + (ex->dev[i].running != NULL);
-    return n;
-}
-
 int exec_pending(exec_t *ex)
 {
     pthread_mutex_lock(&ex->mu);
-    int n = pending_locked(ex);
+    int n = ex->nhosts;
     pthread_mutex_unlock(&ex->mu);
     return n;
 }
@@ -305,7 +431,7 @@ int exec_drain(exec_t *ex, int64_t timeout_ms)
                           .tv_nsec = (long)(deadline % 1000000) * 1000};
     pthread_mutex_lock(&ex->mu);
     int rc = 0;
-    while (pending_locked(ex) > 0) {
+    while (ex->nhosts > 0) {
         if (util_mono_us() >= deadline) {
             rc = -1;
             break;
@@ -320,38 +446,47 @@ int exec_drain(exec_t *ex, int64_t timeout_ms)
     return rc;
 }
 
+/* Takes every task no runner claimed out of the queues. Holds mu. */
+static hnode_t *take_unclaimed_locked(exec_t *ex)
+{
+    hnode_t *left = NULL;
+    for (int d = 0; d < ex->ndev; d++)
+        for (qent_t *q = ex->dev[d].queue; q; q = q->next)
+            if (!q->h->running && !q->h->removed) {
+                q->h->removed = 1;
+                q->h->next_removed = left;
+                left = q->h;
+            }
+    for (hnode_t *h = left; h; h = h->next_removed)
+        unqueue(ex, h);
+    return left;
+}
+
 void exec_stop(exec_t *ex)
 {
     if (!ex)
         return;
-    qnode_t *left = NULL;
     pthread_mutex_lock(&ex->mu);
     ex->stopping = 1;
-    for (int i = 0; i < ex->ndev; i++) {
-        while (ex->dev[i].queue) {
-            qnode_t *q = ex->dev[i].queue;
-            ex->dev[i].queue = q->next;
-            q->next = left;
-            left = q;
-        }
-        ex->dev[i].queued = 0;
-        pthread_cond_signal(&ex->dev[i].cv);
-    }
+    hnode_t *left = take_unclaimed_locked(ex);
+    pthread_cond_broadcast(&ex->work_cv);
     pthread_mutex_unlock(&ex->mu);
     while (left) {
-        qnode_t *q = left;
-        left = q->next;
-        task_done(ex, q->t);
-        report(ex, q->t->id, exec_report_failed("worker shutting down"));
-        wtask_free(q->t);
-        free(q);
+        hnode_t *h = left;
+        left = h->next_removed;
+        task_done(ex, h->t);
+        report(ex, h->t->id, exec_report_failed("worker shutting down"));
+        wtask_free(h->t);
+        free(h);
     }
-    for (int i = 0; i < ex->ndev; i++) {
-        pthread_join(ex->dev[i].thread, NULL);
-        pthread_cond_destroy(&ex->dev[i].cv);
-    }
+    /* Runners finish the task they hold (exec.h: mbox_shutdown() first),
+     * then see `stopping`. */
+    for (int i = 0; i < ex->nthreads; i++)
+        pthread_join(ex->threads[i], NULL);
     pthread_mutex_destroy(&ex->mu);
+    pthread_cond_destroy(&ex->work_cv);
     pthread_cond_destroy(&ex->idle_cv);
+    free(ex->threads);
     free(ex->dev);
     ostore_free(ex->own_store);
     free(ex);

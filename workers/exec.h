@@ -1,13 +1,15 @@
-/* exec.h - the executor: one thread per device, tasks in `seq` order.
+/* exec.h - the executor: host tasks in `seq` order on every device.
  *
- * Tasks from the poll loop are parsed, queued on their device (sorted by
- * seq) and run one at a time per device by exec_run_task(). Every task
- * handed to exec_submit() produces exactly one report through report_fn:
+ * Job groups from the poll loop (a placement and host tasks) are parsed;
+ * each host task is queued on every local device it covers (sorted by seq)
+ * and run by exec_run_task() on one runner thread, all its shards at once,
+ * when it is first in line on every one of its devices. Every task handed
+ * to exec_submit() produces exactly one report through report_fn:
  * succeeded, failed (bad task, compile error, peer timeout, shutdown) or
  * cancelled.
  *
  * Thread safety: all functions except exec_start/exec_stop may be called
- * from any thread. report_fn runs on a device thread (or the caller's) and
+ * from any thread. report_fn runs on a runner thread (or the caller's) and
  * must not block for long; it receives ownership of body, which is NULL
  * only when the report could not be built (out of memory). */
 #ifndef ATOLL_EXEC_H
@@ -31,7 +33,8 @@ typedef struct exec_cfg {
                                    with EXEC_DEFAULT_STORE_CAP bytes */
     int64_t ring_min_bytes;     /* 0: EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX:
                                    collectives always exchange directly */
-    int no_two_level;           /* see exec_env_t */
+    const char *self_addr;      /* this worker's data address (borrowed, copied):
+                                   names its proc in every placement */
 } exec_cfg_t;
 
 #define EXEC_DEFAULT_STORE_CAP ((int64_t)1024 * 1024 * 1024)
@@ -41,9 +44,11 @@ typedef struct exec exec_t;
 /* mb and dp are borrowed and must outlive the executor. NULL on failure. */
 exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_fn report_fn,
                    void *report_ctx);
-/* Queues one TASK object (borrowed). A malformed task, or one for a device
- * this worker lacks, is reported failed at once (when its id is readable). */
-void exec_submit(exec_t *ex, const json_t *task);
+/* Queues a job group {"job", "attempt", "placement", "tasks": [TASK...]}
+ * of the poll answer (borrowed). A malformed task, or every task of a
+ * group whose placement is malformed, is reported failed at once (when its
+ * id is readable). Returns the number of tasks in the group. */
+int exec_submit(exec_t *ex, const json_t *group);
 /* Aborts attempt `attempt` of a job, and its older attempts (attempts only
  * grow, so they are over too): their queued tasks are reported cancelled,
  * their running tasks wake from their waits and report cancelled, their

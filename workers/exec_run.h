@@ -1,10 +1,12 @@
-/* exec_run.h - running one shard task to completion (no threads here).
+/* exec_run.h - running one host task to completion (no threads here).
  *
- * exec_run_task() compiles the task's computation, runs its ops in order
- * (local ops via kernel_run(), `input` and collectives through the mailbox
- * and data plane), forwards the `sends`, and returns the report body of
- * docs/worker-protocol.md: succeeded with timings and outputs, failed with
- * an error, or cancelled. It never aborts the process on a bad task. */
+ * exec_run_task() compiles the task's computation once, runs its ops in
+ * order for every local shard (local ops via kernel_run(), `input` edges
+ * through the mailbox, collectives in exec_coll.c: in memory between local
+ * shards, one packed message per process pair), forwards the `sends`, and
+ * returns the report body of docs/worker-protocol.md: succeeded with
+ * timings and one output tensor per local shard, failed with an error, or
+ * cancelled. It never aborts the process on a bad task. */
 #ifndef ATOLL_EXEC_RUN_H
 #define ATOLL_EXEC_RUN_H
 
@@ -20,20 +22,20 @@
 /* Largest output reported element by element (DESIGN.md: values when <= 4096). */
 #define EXEC_MAX_REPORTED_VALUES 4096
 
-/* Collectives on at least this many bytes per shard use the ring
- * algorithms (all_reduce: reduce-scatter + all-gather; all_gather: ring of
- * blocks) when the group has 3 or more members; smaller ones exchange
- * directly (one message to every member: fewest round trips). */
+/* An all_reduce of at least this many bytes per shard, in a group of 3 or
+ * more, sums in the ring's order (coll_fold_ring: chunk c from position c
+ * on), smaller ones in position order (coll_combine): the orders the
+ * per-shard runtime's ring and direct algorithms used, so results keep
+ * their bits whatever moves them. */
 #define EXEC_RING_MIN_BYTES_DEFAULT (64 * 1024)
 
 /* How collectives ran (for tests and logs). */
 typedef struct exec_counters {
-    atomic_llong ring;          /* collectives that took a ring algorithm */
-    atomic_llong direct;        /* collectives exchanged directly (incl. ppermute and
-                                   two-level ones) */
-    atomic_llong two_level;     /* of those, two-level (leaders per process) */
+    atomic_llong ring;          /* all_reduces summed in ring order (per host task) */
+    atomic_llong direct;        /* other collectives (per host task) */
+    atomic_llong packs;         /* collective messages sent to other processes */
     atomic_llong bad_size;      /* received messages whose size disagreed with the
-                                   plan (each failed its shard) */
+                                   plan (each failed its host task) */
 } exec_counters_t;
 
 typedef struct exec_env {
@@ -45,8 +47,6 @@ typedef struct exec_env {
     int64_t peer_timeout_us;    /* how long one wait for a peer may take */
     int sim;                    /* `sim` backend: real arithmetic, but `compute`
                                    sleeps instead of busy-waiting */
-    int no_two_level;           /* 1: small collectives never go through process
-                                   leaders (always the flat direct exchange) */
 } exec_env_t;
 
 /* Returns a new JSON object (caller owns the reference), or NULL only when

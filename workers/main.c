@@ -156,35 +156,18 @@ static int register_first(worker_t *w)
     }
 }
 
-static int64_t task_seq(const json_t *task)
+/* Submits an answer's job groups in answer order: the controller lists
+ * them (and their tasks) in increasing seq, and a host task queued first
+ * may start at once, so a later seq must not be queued before an earlier
+ * one of the same device. Returns the number of tasks. */
+static int submit_groups(worker_t *w, const json_t *jobs)
 {
-    return json_integer_value(json_object_get(task, "seq"));
-}
-
-static int by_seq(const void *a, const void *b)
-{
-    int64_t x = task_seq(*(json_t *const *)a), y = task_seq(*(json_t *const *)b);
-    return (x > y) - (x < y);
-}
-
-/* Submits an answer's tasks in increasing seq: a device that is idle takes
- * the first task it is given, so a later seq must not be queued first. */
-static void submit_tasks(worker_t *w, const json_t *tasks)
-{
-    size_t n = json_array_size(tasks);
-    json_t **order = n ? malloc(n * sizeof *order) : NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (order)
-            order[i] = json_array_get(tasks, i);
-        else
-            exec_submit(w->ex, json_array_get(tasks, i));  /* OOM: answer order */
-    }
-    if (!order)
-        return;
-    qsort(order, n, sizeof *order, by_seq);
-    for (size_t i = 0; i < n; i++)
-        exec_submit(w->ex, order[i]);
-    free(order);
+    size_t i;
+    const json_t *g;
+    int n = 0;
+    json_array_foreach(jobs, i, g)
+        n += exec_submit(w->ex, g);
+    return n;
 }
 
 /* Applies one cancel entry {"job": J, "attempt": A}: attempt A of job J
@@ -214,12 +197,10 @@ static int apply_cancel(worker_t *w, const json_t *v)
  * answers. */
 static int handle_poll(worker_t *w, const json_t *ans)
 {
-    const json_t *tasks = json_object_get(ans, "tasks");
     const json_t *cancel = json_object_get(ans, "cancel");
     size_t i;
     const json_t *v;
-    int news = (int)json_array_size(tasks);
-    submit_tasks(w, tasks);
+    int news = submit_groups(w, json_object_get(ans, "jobs"));
     json_array_foreach(cancel, i, v)
         news += apply_cancel(w, v);
     return news;
@@ -282,7 +263,7 @@ static int worker_run_threads(worker_t *w)
                       .sim = strcmp(w->o.backend, "sim") == 0, .store = w->st,
                       .ring_min_bytes = w->o.ring_min_kb ? (int64_t)w->o.ring_min_kb * 1024
                                                          : INT64_MAX,
-                      .no_two_level = !w->o.two_level};
+                      .self_addr = dplane_addr(w->dp)};
     if (!(w->ex = exec_start(&cfg, w->mb, w->dp, wreport_exec_fn, w->wr)))
         return -1;
     if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0)

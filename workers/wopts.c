@@ -119,14 +119,6 @@ static int set_ring_min_kb(wopts_t *o, const char *v)
     return parse_int(v, 0, 1024 * 1024, &o->ring_min_kb);
 }
 
-static int set_two_level(wopts_t *o, const char *v)
-{
-    if (strcmp(v, "1") != 0 && strcmp(v, "0") != 0)
-        return -1;
-    o->two_level = v[0] == '1';
-    return 0;
-}
-
 static int set_token(wopts_t *o, const char *v)
 {
     if (strlen(v) < 16 || strlen(v) > 200 || strpbrk(v, " \r\n"))
@@ -172,7 +164,6 @@ static const wopt_t wopt_table[] = {
     {"store-cap-mb", "ATOLL_STORE_CAP_MB", set_store_cap_mb, "an integer from 1 to 1048576"},
     {"data-transport", "ATOLL_DATA_TRANSPORT", set_data_transport, "auto or tcp"},
     {"ring-min-kb", "ATOLL_RING_MIN_KB", set_ring_min_kb, "an integer from 0 to 1048576"},
-    {"two-level", "ATOLL_TWO_LEVEL", set_two_level, "0 or 1"},
     {"token", "ATOLL_TOKEN", set_token, "16 to 200 characters without spaces"},
     {"ca-file", "ATOLL_CA_FILE", set_ca_file, "a PEM file path"},
     {"log-level", "ATOLL_LOG_LEVEL", set_log_level, "debug, info, warn or error"},
@@ -203,10 +194,9 @@ const char *wopts_usage(void)
            "                                             makes tasks wait, then fail, never crash\n"
            "  --data-transport auto|tcp ATOLL_DATA_TRANSPORT auto (default): shared memory to\n"
            "                                             same-host peers, TCP to others; tcp: TCP only\n"
-           "  --ring-min-kb KB        ATOLL_RING_MIN_KB  all_reduce/all_gather of >= KB KiB per shard\n"
-           "                                             use ring algorithms (default 64; 0: never)\n"
-           "  --two-level 0|1         ATOLL_TWO_LEVEL    small all_reduce/all_gather/reduce_scatter\n"
-           "                                             through one leader per process (default 1)\n"
+           "  --ring-min-kb KB        ATOLL_RING_MIN_KB  an all_reduce of >= KB KiB per shard sums in\n"
+           "                                             ring order, chunk c from member c on\n"
+           "                                             (default 64; 0: always position order)\n"
            "  --token TOKEN           ATOLL_TOKEN        bearer token when atolld requires tokens\n"
            "  --ca-file FILE          ATOLL_CA_FILE      CA to trust for an https:// controller\n"
            "  --log-level LEVEL       ATOLL_LOG_LEVEL    debug|info|warn|error (default info)\n"
@@ -233,7 +223,6 @@ static void wopts_defaults(wopts_t *o)
     o->store_cap_mb = 1024;
     o->data_shm = 1;
     o->ring_min_kb = 64;
-    o->two_level = 1;
     o->log_level = LOG_INFO;
 }
 

@@ -23,12 +23,10 @@ typedef struct wopts {
     int store_cap_mb;           /* object store cap, default 1024 */
     int data_shm;               /* --data-transport: 1 auto (shm to same-host peers,
                                    default), 0 tcp (always TCP) */
-    int ring_min_kb;            /* collectives of at least this many KiB use the
-                                   ring algorithms; default 64; 0: never */
+    int ring_min_kb;            /* an all_reduce of at least this many KiB per shard
+                                   sums in ring order (exec_run.h); default 64; 0: never */
     const char *token;          /* bearer token (the controller's worker token); NULL = none */
     const char *ca_file;        /* PEM CA bundle to trust for an https:// controller */
-    int two_level;              /* small collectives through one leader per process
-                                   (default 1); 0: flat direct exchange */
     log_level_t log_level;      /* default info */
     int log_json;               /* default 0 */
     int help, version;

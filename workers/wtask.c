@@ -27,7 +27,7 @@ static int get_int(const json_t *j, const char *key, int64_t lo, int64_t hi, int
 {
     const json_t *m = json_object_get(j, key);
     if (!json_is_integer(m) || json_integer_value(m) < lo || json_integer_value(m) > hi) {
-        snprintf(err, errlen, "task field '%s' missing or out of range", key);
+        snprintf(err, errlen, "field '%s' missing or out of range", key);
         return -1;
     }
     *v = json_integer_value(m);
@@ -40,60 +40,267 @@ static int get_str(const json_t *j, const char *key, char *dst, size_t n, char *
 {
     const char *s = json_string_value(json_object_get(j, key));
     if (!s || strlen(s) >= n) {
-        snprintf(err, errlen, "task field '%s' missing or too long", key);
+        snprintf(err, errlen, "field '%s' missing or too long", key);
         return -1;
     }
     memcpy(dst, s, strlen(s) + 1);
     return 0;
 }
 
+/* ---- placement ---- */
+
+static int parse_procs(const json_t *a, wplace_t *p, char *err, size_t errlen)
+{
+    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > WPLACE_MAX_PROCS) {
+        snprintf(err, errlen, "placement 'procs' must list 1 to %d procs", WPLACE_MAX_PROCS);
+        return -1;
+    }
+    p->nprocs = (int)json_array_size(a);
+    if (!(p->procs = calloc((size_t)p->nprocs, sizeof *p->procs))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < p->nprocs; i++) {
+        const json_t *e = json_array_get(a, (size_t)i);
+        wplace_proc_t *q = &p->procs[i];
+        if (get_str(e, "addr", q->addr, sizeof q->addr, err, errlen) ||
+            get_str(e, "island", q->island, sizeof q->island, err, errlen) ||
+            get_int(e, "first", 0, WPLACE_MAX_DEVICES - 1, &q->first, err, errlen) ||
+            get_int(e, "count", 1, WPLACE_MAX_DEVICES - q->first, &q->count, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+/* Reads a slice's island geometry: mesh, origin and box of equal rank, the
+ * box inside the mesh. Returns 0 or -1. */
+static int parse_geometry(const json_t *e, wplace_slice_t *s, char *err, size_t errlen)
+{
+    shape_t origin;
+    if (wtask_shape_from_json(json_object_get(e, "mesh"), MESH_MAX_RANK, 1, &s->mesh) ||
+        s->mesh.rank < 1 || shape_numel(&s->mesh) > WPLACE_MAX_DEVICES ||
+        wtask_shape_from_json(json_object_get(e, "box"), MESH_MAX_RANK, 1, &s->box) ||
+        wtask_shape_from_json(json_object_get(e, "origin"), MESH_MAX_RANK, 0, &origin) ||
+        s->box.rank != s->mesh.rank || origin.rank != s->mesh.rank) {
+        snprintf(err, errlen, "placement slice '%s': mesh, origin and box must be shapes of "
+                 "one rank (1 to %d), at most %d devices", s->name, MESH_MAX_RANK,
+                 WPLACE_MAX_DEVICES);
+        return -1;
+    }
+    for (int d = 0; d < s->mesh.rank; d++) {
+        s->origin[d] = origin.dim[d];
+        if (origin.dim[d] + s->box.dim[d] > s->mesh.dim[d]) {
+            snprintf(err, errlen, "placement slice '%s': box leaves the mesh on axis %d",
+                     s->name, d);
+            return -1;
+        }
+    }
+    s->nshards = (int)shape_numel(&s->box);
+    return 0;
+}
+
+/* Fills s->proc_of: shard k (row-major in the box) -> the proc holding its
+ * island device. owner: scratch of WPLACE_MAX_DEVICES ints. Procs of one
+ * island must not overlap, and every shard must be held. Returns 0 or -1. */
+static int map_shards(const wplace_t *p, wplace_slice_t *s, int *owner, char *err, size_t errlen)
+{
+    int64_t ndev = shape_numel(&s->mesh);
+    for (int64_t d = 0; d < ndev; d++)
+        owner[d] = -1;
+    for (int i = 0; i < p->nprocs; i++) {
+        const wplace_proc_t *q = &p->procs[i];
+        if (strcmp(q->island, s->island) != 0)
+            continue;
+        for (int64_t d = q->first; d < q->first + q->count && d < ndev; d++) {
+            if (owner[d] >= 0) {
+                snprintf(err, errlen, "placement: procs %d and %d both hold device %lld of '%s'",
+                         owner[d], i, (long long)d, s->island);
+                return -1;
+            }
+            owner[d] = i;
+        }
+    }
+    if (!(s->proc_of = malloc(sizeof *s->proc_of * (size_t)s->nshards))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int k = 0; k < s->nshards; k++) {
+        int64_t rest = k, idx = 0, stride = 1;
+        for (int d = s->box.rank - 1; d >= 0; d--) {
+            idx += (s->origin[d] + rest % s->box.dim[d]) * stride;
+            rest /= s->box.dim[d];
+            stride *= s->mesh.dim[d];
+        }
+        if ((s->proc_of[k] = owner[idx]) < 0) {
+            snprintf(err, errlen, "placement slice '%s': no proc holds shard %d", s->name, k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_slices(const json_t *o, wplace_t *p, char *err, size_t errlen)
+{
+    const char *name;
+    const json_t *e;
+    if (!json_is_object(o) || json_object_size(o) < 1 ||
+        json_object_size(o) > WPLACE_MAX_SLICES) {
+        snprintf(err, errlen, "placement 'slices' must hold 1 to %d slices", WPLACE_MAX_SLICES);
+        return -1;
+    }
+    int *owner = malloc(sizeof *owner * WPLACE_MAX_DEVICES);
+    p->slices = calloc(json_object_size(o), sizeof *p->slices);
+    if (!owner || !p->slices) {
+        free(owner);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    json_object_foreach((json_t *)o, name, e) {
+        wplace_slice_t *s = &p->slices[p->nslices++];
+        if (strlen(name) >= sizeof s->name) {
+            snprintf(err, errlen, "placement: slice name too long");
+            rc = -1;
+            break;
+        }
+        memcpy(s->name, name, strlen(name) + 1);
+        if ((rc = get_str(e, "island", s->island, sizeof s->island, err, errlen)) != 0 ||
+            (rc = parse_geometry(e, s, err, errlen)) != 0 ||
+            (rc = map_shards(p, s, owner, err, errlen)) != 0)
+            break;
+    }
+    free(owner);
+    return rc;
+}
+
+int wplace_parse(const json_t *j, const char *self_addr, wplace_t **out, char *err,
+                 size_t errlen)
+{
+    *out = NULL;
+    wplace_t *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    atomic_init(&p->refs, 1);
+    p->self = -1;
+    if (!json_is_object(j)) {
+        snprintf(err, errlen, "placement is not an object");
+        goto fail;
+    }
+    if (parse_procs(json_object_get(j, "procs"), p, err, errlen) != 0 ||
+        parse_slices(json_object_get(j, "slices"), p, err, errlen) != 0)
+        goto fail;
+    for (int i = 0; i < p->nprocs && p->self < 0; i++)
+        if (self_addr && strcmp(p->procs[i].addr, self_addr) == 0)
+            p->self = i;
+    *out = p;
+    return 0;
+fail:
+    wplace_unref(p);
+    return -1;
+}
+
+wplace_t *wplace_ref(wplace_t *p)
+{
+    atomic_fetch_add(&p->refs, 1);
+    return p;
+}
+
+void wplace_unref(wplace_t *p)
+{
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    for (int i = 0; i < p->nslices; i++)
+        free(p->slices[i].proc_of);
+    free(p->slices);
+    free(p->procs);
+    free(p);
+}
+
+int wplace_slice_index(const wplace_t *p, const char *name)
+{
+    for (int i = 0; name && i < p->nslices; i++)
+        if (strcmp(p->slices[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* ---- tasks ---- */
+
 static int parse_ids(const json_t *j, wtask_t *t, char *err, size_t errlen)
 {
-    int64_t v[6];
-    if (get_int(j, "job", 0, INT64_MAX, &v[0], err, errlen) ||
+    int64_t v[4];
+    if (get_int(j, "job", 1, INT64_MAX, &v[0], err, errlen) ||
         get_int(j, "attempt", 0, INT32_MAX, &v[1], err, errlen) ||
         get_int(j, "comp", 0, INT32_MAX, &v[2], err, errlen) ||
-        get_int(j, "seq", 0, INT64_MAX, &v[3], err, errlen) ||
-        get_int(j, "shard", 0, INT32_MAX, &v[4], err, errlen) ||
-        get_int(j, "device", 0, INT32_MAX, &v[5], err, errlen))
+        get_int(j, "seq", 0, INT64_MAX, &v[3], err, errlen))
         return -1;
     t->job = v[0];
     t->attempt = (int32_t)v[1];
     t->comp = (int32_t)v[2];
     t->seq = v[3];
-    t->shard = (int32_t)v[4];
-    t->device = (int32_t)v[5];
     return 0;
 }
 
-static int parse_peers(const json_t *j, wtask_t *t, char *err, size_t errlen)
+/* The task's slice: named in the placement, of the slice_shape's size. */
+static int parse_slice(const json_t *j, wtask_t *t, char *err, size_t errlen)
 {
-    const json_t *a = json_object_get(j, "peers");
-    int64_t n = shape_numel(&t->slice_shape);
-    if (!json_is_array(a) || (int64_t)json_array_size(a) != n) {
-        snprintf(err, errlen, "task 'peers' must list one address per shard (%lld)",
-                 (long long)n);
+    t->slice = wplace_slice_index(t->place, json_string_value(json_object_get(j, "slice")));
+    if (t->slice < 0) {
+        snprintf(err, errlen, "task 'slice' is not a slice of the placement");
         return -1;
     }
-    if (t->shard >= n) {
-        snprintf(err, errlen, "task 'shard' %d outside the slice", (int)t->shard);
+    if (wtask_shape_from_json(json_object_get(j, "slice_shape"), MESH_MAX_RANK, 1,
+                              &t->slice_shape) != 0 || t->slice_shape.rank < 1 ||
+        shape_numel(&t->slice_shape) != t->place->slices[t->slice].nshards) {
+        snprintf(err, errlen, "task 'slice_shape' must have 1 to %d positive dims, as many "
+                 "devices as its slice", MESH_MAX_RANK);
         return -1;
-    }
-    t->peers = calloc((size_t)n, sizeof *t->peers);
-    if (!t->peers) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    t->npeers = (int)n;
-    for (int i = 0; i < t->npeers; i++) {
-        const char *s = json_string_value(json_array_get(a, (size_t)i));
-        if (!s || strlen(s) >= DPLANE_ADDR_MAX) {
-            snprintf(err, errlen, "task 'peers[%d]' is not an address", i);
-            return -1;
-        }
-        memcpy(t->peers[i], s, strlen(s) + 1);
     }
     return 0;
+}
+
+/* shards (increasing, inside the slice, on this worker's proc) and devices
+ * (distinct, < ndevices), one each. Returns 0 or -1. */
+static int parse_shards(const json_t *j, wtask_t *t, int ndevices, char *err, size_t errlen)
+{
+    const json_t *sa = json_object_get(j, "shards"), *da = json_object_get(j, "devices");
+    size_t n = json_array_size(sa);
+    if (!json_is_array(sa) || !json_is_array(da) || n < 1 || n > (size_t)ndevices ||
+        json_array_size(da) != n) {
+        snprintf(err, errlen, "task 'shards' and 'devices' must list 1 to %d entries each, "
+                 "as many devices as shards", ndevices);
+        return -1;
+    }
+    t->shards = calloc(n, sizeof *t->shards);
+    t->devices = calloc(n, sizeof *t->devices);
+    unsigned char *used = calloc((size_t)ndevices, 1);
+    int rc = -1;
+    if (!t->shards || !t->devices || !used) {
+        snprintf(err, errlen, "out of memory");
+        goto cleanup;
+    }
+    const wplace_slice_t *s = &t->place->slices[t->slice];
+    for (size_t i = 0; i < n; i++) {
+        const json_t *k = json_array_get(sa, i), *d = json_array_get(da, i);
+        json_int_t kv = json_integer_value(k), dv = json_integer_value(d);
+        if (!json_is_integer(k) || kv < 0 || kv >= s->nshards ||
+            (i > 0 && kv <= t->shards[i - 1]) || s->proc_of[kv] != t->place->self ||
+            !json_is_integer(d) || dv < 0 || dv >= ndevices || used[dv]) {
+            snprintf(err, errlen, "task 'shards[%zu]'/'devices[%zu]': a shard of the slice "
+                     "held by this worker (increasing) on a distinct device of it", i, i);
+            goto cleanup;
+        }
+        used[dv] = 1;
+        t->shards[i] = (int32_t)kv;
+        t->devices[i] = (int32_t)dv;
+    }
+    t->nlocal = (int)n;
+    rc = 0;
+cleanup:
+    free(used);
+    return rc;
 }
 
 static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
@@ -101,15 +308,14 @@ static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
     const json_t *a = json_object_get(j, "sends");
     if (!a)
         return 0;
-    if (!json_is_array(a)) {
-        snprintf(err, errlen, "task 'sends' must be an array");
+    if (!json_is_array(a) || json_array_size(a) > JOB_MAX_OPS) {
+        snprintf(err, errlen, "task 'sends' must be an array of at most %d", JOB_MAX_OPS);
         return -1;
     }
     t->nsends = (int)json_array_size(a);
     if (t->nsends == 0)
         return 0;
-    t->sends = calloc((size_t)t->nsends, sizeof *t->sends);
-    if (!t->sends) {
+    if (!(t->sends = calloc((size_t)t->nsends, sizeof *t->sends))) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -118,17 +324,49 @@ static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
         wtask_send_t *d = &t->sends[i];
         int64_t comp, op;
         if (get_str(s, "value", d->value, sizeof d->value, err, errlen) ||
-            get_str(s, "to", d->to, sizeof d->to, err, errlen) ||
             get_int(s, "comp", 0, INT32_MAX, &comp, err, errlen) ||
-            get_int(s, "op", 0, INT32_MAX, &op, err, errlen))
+            get_int(s, "op", 0, JOB_MAX_OPS - 1, &op, err, errlen))
             return -1;
         d->comp = (int32_t)comp;
         d->op = (int32_t)op;
+        d->slice = wplace_slice_index(t->place, json_string_value(json_object_get(s, "slice")));
+        /* An edge carries shard k to shard k: the consumer has every shard
+         * this task runs. */
+        if (d->slice < 0 ||
+            t->place->slices[d->slice].nshards <= t->shards[t->nlocal - 1]) {
+            snprintf(err, errlen, "task 'sends[%d].slice' is not a slice of the placement "
+                     "with this computation's shards", i);
+            return -1;
+        }
     }
     return 0;
 }
 
-int wtask_parse(const json_t *j, wtask_t **out, int64_t *task_id, char *err, size_t errlen)
+static int parse_body(const json_t *j, wtask_t *t, int ndevices, char *err, size_t errlen)
+{
+    if (parse_ids(j, t, err, errlen) || parse_slice(j, t, err, errlen))
+        return -1;
+    json_t *comp = json_object_get(j, "computation");
+    json_t *shapes = json_object_get(j, "input_shapes");
+    if (!json_is_object(comp) || (shapes && !json_is_object(shapes))) {
+        snprintf(err, errlen, "task 'computation'/'input_shapes' must be objects");
+        return -1;
+    }
+    t->computation = json_incref(comp);
+    t->input_shapes = shapes ? json_incref(shapes) : json_object();
+    if (!t->input_shapes) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (t->place->self < 0) {
+        snprintf(err, errlen, "this worker's data address is not in the placement");
+        return -1;
+    }
+    return parse_shards(j, t, ndevices, err, errlen) || parse_sends(j, t, err, errlen) ? -1 : 0;
+}
+
+int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
+                int64_t *task_id, char *err, size_t errlen)
 {
     *out = NULL;
     *task_id = -1;
@@ -141,29 +379,11 @@ int wtask_parse(const json_t *j, wtask_t **out, int64_t *task_id, char *err, siz
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    t->place = wplace_ref(place);
     if (get_int(j, "task", 0, INT64_MAX, &t->id, err, errlen))
         goto fail;
     *task_id = t->id;
-    if (parse_ids(j, t, err, errlen))
-        goto fail;
-    if (wtask_shape_from_json(json_object_get(j, "slice_shape"), MESH_MAX_RANK, 1,
-                              &t->slice_shape) != 0 || t->slice_shape.rank < 1) {
-        snprintf(err, errlen, "task 'slice_shape' must have 1 to %d positive dims", MESH_MAX_RANK);
-        goto fail;
-    }
-    json_t *comp = json_object_get(j, "computation");
-    json_t *shapes = json_object_get(j, "input_shapes");
-    if (!json_is_object(comp) || (shapes && !json_is_object(shapes))) {
-        snprintf(err, errlen, "task 'computation'/'input_shapes' must be objects");
-        goto fail;
-    }
-    t->computation = json_incref(comp);
-    t->input_shapes = shapes ? json_incref(shapes) : json_object();
-    if (!t->input_shapes) {
-        snprintf(err, errlen, "out of memory");
-        goto fail;
-    }
-    if (parse_peers(j, t, err, errlen) || parse_sends(j, t, err, errlen))
+    if (parse_body(j, t, ndevices, err, errlen) != 0)
         goto fail;
     *out = t;
     return 0;
@@ -178,8 +398,10 @@ void wtask_free(wtask_t *t)
         return;
     json_decref(t->computation);
     json_decref(t->input_shapes);
-    free(t->peers);
+    free(t->shards);
+    free(t->devices);
     free(t->sends);
+    wplace_unref(t->place);
     free(t);
 }
 

@@ -1,14 +1,26 @@
-/* wtask.h - a shard task as handed out by the controller's poll answer.
+/* wtask.h - a job group of the poll answer: its placement and host tasks.
  *
- * wtask_parse() checks and copies the TASK object of
- * docs/worker-protocol.md into a wtask_t, so the executor never touches
- * untrusted JSON except `computation` (which compiler_comp() validates).
- * Ownership: a wtask_t owns its arrays and one reference to each JSON
- * member it keeps; free with wtask_free(). */
+ * The controller hands a worker, per job attempt, one PLACEMENT (which
+ * worker process holds which island devices, and where each slice of the
+ * job lies) and the HOST TASKs of that attempt the worker runs: one per
+ * computation, covering every shard of it whose device this worker holds
+ * (docs/worker-protocol.md). wplace_parse() and wtask_parse() check and
+ * copy that untrusted JSON, so the executor never touches it except
+ * `computation` (which compiler_comp() validates).
+ *
+ * Proc ids: a proc's index in the placement's `procs`; the data plane tags
+ * collective packs with them. Shard k of a slice lives on proc
+ * wplace_proc_of(); every worker derives the same answer from the same
+ * placement, which is what lets both ends of a pack agree on its layout.
+ *
+ * Ownership: a wplace_t is shared by the tasks of its group (refcounted,
+ * atomic); a wtask_t owns its arrays, one reference to each JSON member it
+ * keeps and one reference to its placement; free with wtask_free(). */
 #ifndef ATOLL_WTASK_H
 #define ATOLL_WTASK_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,11 +28,52 @@
 #include "dplane.h"
 #include "tensor.h"
 
+#define WPLACE_MAX_PROCS 4096          /* procs in one placement */
+#define WPLACE_MAX_SLICES 64           /* slices of one job */
+#define WPLACE_MAX_DEVICES 4096        /* devices of one island (alloc.h's cap) */
+
+typedef struct wplace_proc {
+    char addr[DPLANE_ADDR_MAX];
+    char island[NAME_MAX_LEN];
+    int64_t first, count;              /* island device indexes [first, first+count) */
+} wplace_proc_t;
+
+typedef struct wplace_slice {
+    char name[NAME_MAX_LEN];
+    char island[NAME_MAX_LEN];
+    shape_t mesh;                      /* the island's mesh shape */
+    shape_t box;                       /* the slice as a box, padded to the mesh's rank */
+    int64_t origin[MESH_MAX_RANK];     /* island coordinates of the box's corner */
+    int *proc_of;                      /* numel(box) entries: shard -> proc id */
+    int nshards;
+} wplace_slice_t;
+
+typedef struct wplace {
+    atomic_int refs;
+    int nprocs;
+    wplace_proc_t *procs;
+    int nslices;
+    wplace_slice_t *slices;
+    int self;                          /* this worker's proc id, or -1 */
+} wplace_t;
+
+/* Parses a PLACEMENT; self_addr is this worker's data address (its proc is
+ * the one with that address). Checks every count and range: procs of one
+ * island do not overlap, every box lies inside its mesh, every shard of
+ * every slice is held by exactly one proc. Returns 0 and a placement with
+ * one reference, or -1 with a reason in err. */
+int wplace_parse(const json_t *j, const char *self_addr, wplace_t **out, char *err,
+                 size_t errlen);
+wplace_t *wplace_ref(wplace_t *p);
+void wplace_unref(wplace_t *p);
+/* Index of the slice named `name`, or -1. */
+int wplace_slice_index(const wplace_t *p, const char *name);
+
 typedef struct wtask_send {
-    char value[NAME_MAX_LEN];   /* value name in this computation */
-    int32_t comp;               /* consumer computation index */
-    int32_t op;                 /* the consumer's `input` op index */
-    char to[DPLANE_ADDR_MAX];   /* consumer worker's data_addr */
+    char value[NAME_MAX_LEN];          /* value name in this computation */
+    int32_t comp;                      /* consumer computation index */
+    int32_t op;                        /* the consumer's `input` op index */
+    int slice;                         /* consumer's slice (index in the placement) */
 } wtask_send_t;
 
 typedef struct wtask {
@@ -29,22 +82,32 @@ typedef struct wtask {
     int32_t attempt;
     int32_t comp;
     int64_t seq;
-    int32_t shard;
-    int32_t device;             /* worker-local device */
+    int slice;                         /* index in place->slices */
     shape_t slice_shape;
-    json_t *computation;        /* owned reference */
-    json_t *input_shapes;       /* owned reference; an object, maybe empty */
-    int npeers;                 /* == numel(slice_shape) */
-    char (*peers)[DPLANE_ADDR_MAX];
+    json_t *computation;               /* owned reference */
+    json_t *input_shapes;              /* owned reference; an object, maybe empty */
+    int nlocal;                        /* shards of this computation run here */
+    int32_t *shards;                   /* nlocal shard indexes, increasing */
+    int32_t *devices;                  /* nlocal worker-local devices */
     int nsends;
     wtask_send_t *sends;
+    wplace_t *place;                   /* one reference */
 } wtask_t;
 
-/* Returns 0 and sets *out, or -1 with a reason in err. *task_id is set to
- * the task's id whenever one could be read (else -1), so that a malformed
- * task can still be reported failed. */
-int wtask_parse(const json_t *j, wtask_t **out, int64_t *task_id, char *err, size_t errlen);
+/* Parses one TASK of a group whose placement is `place` (borrowed; the task
+ * takes its own reference) for a worker of ndevices devices. Returns 0 and
+ * sets *out, or -1 with a reason in err. *task_id is set whenever an id
+ * could be read (else -1), so that a malformed task can still be reported
+ * failed. */
+int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
+                int64_t *task_id, char *err, size_t errlen);
 void wtask_free(wtask_t *t);
+
+/* The proc that runs shard k of this task's computation. */
+static inline int wtask_proc_of(const wtask_t *t, int k)
+{
+    return t->place->slices[t->slice].proc_of[k];
+}
 
 /* compiler_input_fn over a task's input_shapes (ctx: the wtask_t). */
 int wtask_input_shape(void *ctx, const char *from, shape_t *shape);

@@ -1,0 +1,476 @@
+/* exec_coll.c - collectives of a host task: shards of one process combine
+ * in memory, processes exchange one packed message per pair.
+ *
+ * Who needs what (for source shard s at group position ps, group of n):
+ *   all_reduce, all_gather, reduce_scatter: every member needs s's whole
+ *     argument, so a process that holds any member of s's group gets it
+ *     once, whatever the number of its members there;
+ *   all_to_all: member j at position pj needs chunk pj of s's argument;
+ *   ppermute: member (ps + shift) mod n needs s's argument.
+ * The pack from process P to process Q is the concatenation, over P's
+ * shards of the slice in increasing order, of the pieces Q needs from each
+ * (all_to_all: in Q's members' position order). Both ends derive it from
+ * the placement and the compiled plan (pack_walk), so the receiver knows
+ * the exact element count before it reads a byte; a pack of any other size
+ * fails the task (a hostile or broken peer cannot make us read past it).
+ * A pack over TENSOR_MAX_ELEMS travels as several frames (steps).
+ *
+ * Tag of frame f of op i's pack from proc P to proc Q: (job, attempt,
+ * comp, -(1 + i + f * JOB_MAX_OPS), P, Q).
+ *
+ * Results keep the per-shard runtime's bits: every member's contribution
+ * is combined by coll_combine() in group position order, and an all_reduce
+ * the old runtime ran as a ring sums in the ring's order (coll_fold_ring). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "exec_run_int.h"
+
+typedef struct coll {
+    run_t *r;
+    const op_t *op;
+    int i;
+    const shape_t *ss;          /* slice shape */
+    unsigned axes;              /* op->mesh_axes */
+    const int *proc_of;         /* shard -> proc, from the placement */
+    int nprocs, self, n, nl;
+    int *lead, *pos;            /* per local shard: its group (lowest member), position */
+    unsigned char *in_group;    /* nl * nprocs: does l's group have a member on proc q? */
+    int64_t arg_numel, piece_numel;
+    const tensor_t *const *args;
+    const tensor_t **pieces;    /* nl * n (ppermute: entry 0 only), borrowed or views */
+    tensor_t *views;            /* nl * n view structs into received packs */
+    tensor_t **temps;           /* nl * n local all_to_all chunks (owned) */
+    ostore_obj_t **held;        /* nprocs received frames kept in the store */
+    float **bufs;               /* nprocs joined multi-frame packs (owned) */
+} coll_t;
+
+/* One piece of a pack: `numel` floats for member `dst` (a shard) at its
+ * pieces position `at`; dst -1: for every member of the source's group on
+ * the receiving proc. */
+typedef void (*piece_fn)(coll_t *c, int src_shard, int dst, int at, int64_t numel,
+                         void *ctx);
+
+static int local_index(const coll_t *c, int shard)
+{
+    int lo = 0, hi = c->nl - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, k = c->r->t->shards[mid];
+        if (k == shard)
+            return mid;
+        if (k < shard)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+/* Does the group led by `lead` have a member on proc q? */
+static int group_on(const coll_t *c, int lead, int q)
+{
+    for (int l = 0; l < c->nl; l++)
+        if (c->lead[l] == lead)
+            return q == c->self ? 1 : c->in_group[(size_t)l * c->nprocs + q];
+    return 0;    /* not one of our groups: only asked for q == self */
+}
+
+/* Walks the pieces source shard s (group lead, position ps) sends to proc
+ * q, in pack order. Returns their total element count. */
+static int64_t pack_walk_shard(coll_t *c, int s, int lead, int ps, int q, piece_fn fn,
+                               void *ctx)
+{
+    int64_t total = 0;
+    switch (c->op->code) {
+    case OP_ALL_TO_ALL:
+        for (int p = 0; p < c->n; p++) {
+            int j = coll_group_member(c->ss, c->axes, lead, p);
+            if (j >= 0 && c->proc_of[j] == q) {
+                if (fn)
+                    fn(c, s, j, ps, c->piece_numel, ctx);
+                total += c->piece_numel;
+            }
+        }
+        return total;
+    case OP_PPERMUTE: {
+        int64_t sh = c->op->shift % c->n;
+        int j = coll_group_member(c->ss, c->axes, lead, (int)((ps + sh + c->n) % c->n));
+        if (j < 0 || j == s || c->proc_of[j] != q)
+            return 0;
+        if (fn)
+            fn(c, s, j, 0, c->arg_numel, ctx);
+        return c->arg_numel;
+    }
+    default:
+        if (!group_on(c, lead, q))
+            return 0;
+        if (fn)
+            fn(c, s, -1, ps, c->arg_numel, ctx);
+        return c->arg_numel;
+    }
+}
+
+/* The pack from proc `from` to proc `to`: over the slice's shards on
+ * `from` in increasing order. shards_from: those shards. */
+static int64_t pack_walk(coll_t *c, const int *shards_from, int count, int to, piece_fn fn,
+                         void *ctx)
+{
+    int64_t total = 0;
+    for (int x = 0; x < count; x++) {
+        int lead, n, ps;
+        if (coll_group_of(c->ss, c->axes, shards_from[x], &lead, &n, &ps) != 0)
+            return -1;
+        total += pack_walk_shard(c, shards_from[x], lead, ps, to, fn, ctx);
+    }
+    return total;
+}
+
+/* ---- sending ---- */
+
+typedef struct fill_ctx {
+    float *buf;
+    int64_t off;
+    int oom;
+} fill_ctx_t;
+
+static void fill_piece(coll_t *c, int src, int dst, int at, int64_t numel, void *vctx)
+{
+    fill_ctx_t *f = vctx;
+    const tensor_t *arg = c->args[local_index(c, src)];
+    (void)at;
+    if (c->op->code == OP_ALL_TO_ALL) {
+        /* chunk pos(dst) of our argument, cut along split_axis */
+        int lead, n, pd;
+        coll_group_of(c->ss, c->axes, dst, &lead, &n, &pd);
+        int ls, ns, ps;
+        coll_group_of(c->ss, c->axes, src, &ls, &ns, &ps);
+        tensor_t *chunk = coll_piece(c->op, arg, c->n, ps, pd);
+        if (!chunk) {
+            f->oom = 1;
+            return;
+        }
+        memcpy(f->buf + f->off, chunk->data, (size_t)numel * sizeof *f->buf);
+        tensor_free(chunk);
+    } else {
+        memcpy(f->buf + f->off, arg->data, (size_t)numel * sizeof *f->buf);
+    }
+    f->off += numel;
+}
+
+static mbox_tag_t pack_tag(const coll_t *c, int frame, int from, int to)
+{
+    mbox_tag_t t = {.job = c->r->t->job, .attempt = c->r->t->attempt, .comp = c->r->t->comp,
+                    .op = (int32_t)(-(1 + c->i + (int64_t)frame * JOB_MAX_OPS)),
+                    .src = from, .dst = to};
+    return t;
+}
+
+/* Sends a pack of `total` floats as frames of at most TENSOR_MAX_ELEMS. */
+static int send_frames(coll_t *c, int q, const float *buf, int64_t total)
+{
+    const char *to = c->r->t->place->procs[q].addr;
+    for (int f = 0; (int64_t)f * TENSOR_MAX_ELEMS < total; f++) {
+        int64_t off = (int64_t)f * TENSOR_MAX_ELEMS;
+        int64_t len = total - off < TENSOR_MAX_ELEMS ? total - off : TENSOR_MAX_ELEMS;
+        tensor_t view = {.shape = {.rank = 1, .dim = {len}}, .data = (float *)buf + off};
+        mbox_tag_t tag = pack_tag(c, f, c->self, q);
+        if (exec_run_send(c->r, to, &tag, &view) != 0)
+            return -1;
+        if (c->r->env->counters)
+            atomic_fetch_add(&c->r->env->counters->packs, 1);
+    }
+    return 0;
+}
+
+static int send_packs(coll_t *c)
+{
+    const int *mine = c->r->t->shards;
+    for (int q = 0; q < c->nprocs; q++) {
+        if (q == c->self)
+            continue;
+        int64_t total = pack_walk(c, mine, c->nl, q, NULL, NULL);
+        if (total <= 0)
+            continue;
+        fill_ctx_t f = {.buf = malloc((size_t)total * sizeof(float))};
+        if (f.buf)
+            pack_walk(c, mine, c->nl, q, fill_piece, &f);
+        int rc = f.buf && !f.oom ? send_frames(c, q, f.buf, total) : -1;
+        if (!f.buf || f.oom)
+            snprintf(c->r->err, sizeof c->r->err, "op %d: out of memory packing", c->i);
+        free(f.buf);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- receiving ---- */
+
+typedef struct place_ctx {
+    const float *data;
+    int64_t off;
+    const shape_t *arg_shape, *piece_shape;
+} place_ctx_t;
+
+/* Points the receiving shards' piece slots at a piece inside a pack. */
+static void place_piece(coll_t *c, int src, int dst, int at, int64_t numel, void *vctx)
+{
+    place_ctx_t *p = vctx;
+    (void)src;
+    const shape_t *shape = c->op->code == OP_ALL_TO_ALL ? p->piece_shape : p->arg_shape;
+    int src_lead = -1, n, ps;
+    if (dst < 0)
+        coll_group_of(c->ss, c->axes, src, &src_lead, &n, &ps);
+    for (int l = 0; l < c->nl; l++) {
+        if (dst >= 0 ? c->r->t->shards[l] != dst : c->lead[l] != src_lead)
+            continue;
+        tensor_t *v = &c->views[(size_t)l * c->n + at];
+        *v = (tensor_t){.shape = *shape, .data = (float *)p->data + p->off};
+        c->pieces[(size_t)l * c->n + at] = v;
+    }
+    p->off += numel;
+}
+
+/* Takes the frames of proc q's pack (`total` floats) into one buffer.
+ * Returns it (borrowed from c->held[q] or c->bufs[q]) or NULL. */
+static const float *take_pack(coll_t *c, int q, int64_t total)
+{
+    run_t *r = c->r;
+    int nframes = (int)((total + TENSOR_MAX_ELEMS - 1) / TENSOR_MAX_ELEMS);
+    if (nframes > 1 && !(c->bufs[q] = malloc((size_t)total * sizeof(float)))) {
+        snprintf(r->err, sizeof r->err, "op %d: out of memory", c->i);
+        return NULL;
+    }
+    for (int f = 0; f < nframes; f++) {
+        int64_t off = (int64_t)f * TENSOR_MAX_ELEMS;
+        int64_t len = total - off < TENSOR_MAX_ELEMS ? total - off : TENSOR_MAX_ELEMS;
+        mbox_tag_t tag = pack_tag(c, f, q, c->self);
+        tensor_t *t = NULL;
+        if (exec_run_take(r, &tag, &t) != 0)
+            return NULL;
+        if (t->shape.rank != 1 || t->shape.dim[0] != len) {
+            snprintf(r->err, sizeof r->err, "op %d: pack from process %d has %lld elements, "
+                     "expected %lld", c->i, q, (long long)shape_numel(&t->shape),
+                     (long long)len);
+            exec_run_count_bad(r);
+            tensor_free(t);
+            return NULL;
+        }
+        if (nframes > 1) {
+            memcpy(c->bufs[q] + off, t->data, (size_t)len * sizeof(float));
+            tensor_free(t);
+            continue;
+        }
+        ostore_key_t k = exec_run_key(r, OSTORE_PIECE_BASE - c->i, r->t->shards[0]);
+        if (!(c->held[q] = ostore_put(r->env->st, &k, t, 1, 0))) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return NULL;
+        }
+    }
+    return nframes > 1 ? c->bufs[q] : ostore_tensor(c->held[q])->data;
+}
+
+/* Shards of the slice per proc (counting sort): start[q]..start[q+1]. */
+static int shards_by_proc(const coll_t *c, int **start, int **list)
+{
+    int nsh = c->r->comp->nshards;
+    *start = calloc((size_t)c->nprocs + 2, sizeof **start);
+    *list = malloc(sizeof **list * (size_t)nsh);
+    if (!*start || !*list)
+        return -1;
+    for (int k = 0; k < nsh; k++)
+        (*start)[c->proc_of[k] + 2]++;
+    for (int q = 0; q < c->nprocs; q++)
+        (*start)[q + 2] += (*start)[q + 1];
+    for (int k = 0; k < nsh; k++)
+        (*list)[(*start)[c->proc_of[k] + 1]++] = k;
+    return 0;
+}
+
+static int recv_packs(coll_t *c)
+{
+    int *start = NULL, *list = NULL, rc = -1;
+    shape_t piece_shape;
+    const shape_t *arg_shape = &c->args[0]->shape;
+    if (coll_piece_shape(c->op, arg_shape, c->n, &piece_shape) != 0) {
+        snprintf(c->r->err, sizeof c->r->err, "%s op %d: argument cannot be split %d ways",
+                 opcode_name(c->op->code), c->i, c->n);
+        return -1;
+    }
+    if (shards_by_proc(c, &start, &list) != 0) {
+        snprintf(c->r->err, sizeof c->r->err, "out of memory");
+        goto cleanup;
+    }
+    for (int q = 0; q < c->nprocs; q++) {
+        if (q == c->self)
+            continue;
+        const int *from = list + start[q];
+        int count = start[q + 1] - start[q];
+        int64_t total = pack_walk(c, from, count, c->self, NULL, NULL);
+        if (total <= 0)
+            continue;
+        place_ctx_t p = {.arg_shape = arg_shape, .piece_shape = &piece_shape};
+        if (!(p.data = take_pack(c, q, total)))
+            goto cleanup;
+        pack_walk(c, from, count, c->self, place_piece, &p);
+    }
+    rc = 0;
+cleanup:
+    free(start);
+    free(list);
+    return rc;
+}
+
+/* ---- local contributions and the combine ---- */
+
+/* Piece slots filled from shards of this process (no message). */
+static int local_pieces(coll_t *c)
+{
+    for (int l = 0; l < c->nl; l++) {
+        const tensor_t **pc = &c->pieces[(size_t)l * c->n];
+        if (c->op->code == OP_PPERMUTE) {
+            int ps = coll_ppermute_source(c->op, c->n, c->pos[l]);
+            int j = ps < 0 ? -1 : coll_group_member(c->ss, c->axes, c->lead[l], ps);
+            int m = j >= 0 && c->proc_of[j] == c->self ? local_index(c, j) : -1;
+            if (m >= 0)
+                pc[0] = c->args[m];
+            continue;
+        }
+        for (int m = 0; m < c->nl; m++) {
+            if (c->lead[m] != c->lead[l])
+                continue;
+            if (c->op->code != OP_ALL_TO_ALL || m == l) {
+                pc[c->pos[m]] = c->args[m];   /* all_to_all: coll_combine cuts own chunk */
+                continue;
+            }
+            tensor_t *chunk = coll_piece(c->op, c->args[m], c->n, c->pos[m], c->pos[l]);
+            if (!chunk) {
+                snprintf(c->r->err, sizeof c->r->err, "out of memory");
+                return -1;
+            }
+            c->temps[(size_t)l * c->n + c->pos[m]] = chunk;
+            pc[c->pos[m]] = chunk;
+        }
+    }
+    return 0;
+}
+
+/* The old runtime's ring choice for all_reduce (exec_run.h). */
+static int ring_order(const coll_t *c)
+{
+    return c->op->code == OP_ALL_REDUCE && c->n >= 3 && c->arg_numel >= c->n &&
+           c->arg_numel * (int64_t)sizeof(float) >= c->r->env->ring_min_bytes;
+}
+
+static int combine(coll_t *c, tensor_t **outs)
+{
+    int ring = ring_order(c);
+    int need = c->op->code == OP_PPERMUTE ? 1 : c->n;
+    if (c->r->env->counters)
+        atomic_fetch_add(ring ? &c->r->env->counters->ring : &c->r->env->counters->direct, 1);
+    for (int l = 0; l < c->nl; l++) {
+        const tensor_t *const *pc = &c->pieces[(size_t)l * c->n];
+        for (int p = 0; p < need; p++)
+            if (!pc[p]) {
+                snprintf(c->r->err, sizeof c->r->err, "%s op %d: no piece from position %d",
+                         opcode_name(c->op->code), c->i, p);
+                return -1;
+            }
+        int rc = ring ? coll_fold_ring(c->op->reduce, pc, c->n, &outs[l])
+                      : coll_combine(c->op, pc, c->n, c->pos[l], &outs[l]);
+        if (rc != 0) {
+            snprintf(c->r->err, sizeof c->r->err, "%s op %d: cannot combine",
+                     opcode_name(c->op->code), c->i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- setup ---- */
+
+static int coll_setup(coll_t *c)
+{
+    size_t nl = (size_t)c->nl, nn = nl * (size_t)c->n;
+    c->lead = calloc(nl, sizeof *c->lead);
+    c->pos = calloc(nl, sizeof *c->pos);
+    c->in_group = calloc(nl * (size_t)c->nprocs, 1);
+    c->pieces = calloc(nn, sizeof *c->pieces);
+    c->views = calloc(nn, sizeof *c->views);
+    c->temps = calloc(nn, sizeof *c->temps);
+    c->held = calloc((size_t)c->nprocs, sizeof *c->held);
+    c->bufs = calloc((size_t)c->nprocs, sizeof *c->bufs);
+    if (!c->lead || !c->pos || !c->in_group || !c->pieces || !c->views || !c->temps ||
+        !c->held || !c->bufs)
+        return -1;
+    for (int l = 0; l < c->nl; l++) {
+        int n;
+        coll_group_of(c->ss, c->axes, c->r->t->shards[l], &c->lead[l], &n, &c->pos[l]);
+        if (c->op->code == OP_ALL_TO_ALL || c->op->code == OP_PPERMUTE)
+            continue;       /* in_group is for whole-argument collectives */
+        for (int p = 0; p < c->n; p++) {
+            int j = coll_group_member(c->ss, c->axes, c->lead[l], p);
+            if (j >= 0)
+                c->in_group[(size_t)l * c->nprocs + c->proc_of[j]] = 1;
+        }
+    }
+    return 0;
+}
+
+static void coll_release(coll_t *c)
+{
+    size_t nn = (size_t)c->nl * (size_t)c->n;
+    for (size_t x = 0; c->temps && x < nn; x++)
+        tensor_free(c->temps[x]);
+    for (int q = 0; q < c->nprocs; q++) {
+        if (c->held && c->held[q])
+            ostore_release(c->r->env->st, c->held[q], 1);
+        if (c->bufs)
+            free(c->bufs[q]);
+    }
+    free(c->lead);
+    free(c->pos);
+    free(c->in_group);
+    free(c->pieces);
+    free(c->views);
+    free(c->temps);
+    free(c->held);
+    free(c->bufs);
+}
+
+int exec_coll_run(run_t *r, int i, const tensor_t *const *args, tensor_t **outs)
+{
+    const wplace_t *pl = r->t->place;
+    coll_t c = {.r = r, .op = &r->comp->ops[i], .i = i, .ss = &r->comp->slice_shape,
+                .axes = r->comp->ops[i].mesh_axes,
+                .proc_of = pl->slices[r->t->slice].proc_of, .nprocs = pl->nprocs,
+                .self = pl->self, .nl = r->nl, .args = args,
+                .arg_numel = shape_numel(&args[0]->shape)};
+    int lead, pos, rc = -1;
+    if (coll_group_of(c.ss, c.axes, r->t->shards[0], &lead, &c.n, &pos) != 0 || c.n < 1) {
+        snprintf(r->err, sizeof r->err, "op %d: no collective group", i);
+        return -1;
+    }
+    shape_t ps;
+    c.piece_numel = coll_piece_shape(c.op, &args[0]->shape, c.n, &ps) == 0 ? shape_numel(&ps)
+                                                                        : c.arg_numel;
+    if (coll_setup(&c) != 0) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        goto cleanup;
+    }
+    /* Send everything first, then receive: no pair of processes can wait
+     * on each other (the mailbox keeps early packs). */
+    if (send_packs(&c) != 0 || recv_packs(&c) != 0 || local_pieces(&c) != 0 ||
+        combine(&c, outs) != 0)
+        goto cleanup;
+    rc = 0;
+cleanup:
+    if (rc != 0)
+        for (int l = 0; l < c.nl; l++) {
+            tensor_free(outs[l]);
+            outs[l] = NULL;
+        }
+    coll_release(&c);
+    return rc;
+}
