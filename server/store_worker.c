@@ -651,9 +651,13 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     static const char job_sql[] =
         "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?"
         " RETURNING comps_done = comps_total";
+    /* Only computations still waiting (sequential dispatch) have anything
+     * to unblock: with parallel dispatch none are, and the producers JSON
+     * of the job's other computations is never parsed (a chain of n
+     * computations would otherwise cost n^2 of it). */
     static const char deps_sql[] =
         "UPDATE computations SET deps_left = deps_left - 1 WHERE job_id = ?1"
-        " AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
+        " AND state = 'waiting' AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
     static const char unblock_sql[] =
         "UPDATE host_tasks SET state = 'pending', dispatched_at = ?3 WHERE job_id = ?1"
         " AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
@@ -680,7 +684,11 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->comp);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, unblock_sql)))
+    if (store_step_done(s) != 0)
+        return -1;
+    if (sqlite3_changes(store_db(st)) == 0)
+        return 0;                       /* no consumer was waiting for it */
+    if (!(s = store_stmt(st, unblock_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->attempt);
