@@ -1,24 +1,25 @@
-/* fuzz_task.c - libFuzzer target for the worker's task decoder.
+/* fuzz_task.c - libFuzzer target for the worker's job-group decoder.
  *
  * Each input is parsed as the worker parses the controller's poll answer
- * (json_loadb, no flags: workers/wclient.c). A poll answer
- * {"tasks": [TASK, ...], ...} has each of its tasks decoded; any other
- * document is decoded as one TASK. Decoding is wtask_parse()
- * (workers/wtask.c); a decoded task's computation is then compiled with
- * compiler_comp() against the task's slice and input shapes, exactly as
- * exec_run.c does before running it. Everything is freed (LeakSanitizer is
- * on, so a leak on any path is a finding).
+ * (json_loadb, no flags: workers/wclient.c). A poll answer {"jobs": [GROUP,
+ * ...]} has each group decoded; any other document is decoded as one GROUP
+ * {"placement": PLACEMENT, "tasks": [TASK, ...]}. Decoding is
+ * wplace_parse() then wtask_parse() of every task against that placement
+ * (workers/wtask.c), for a worker of 4 devices whose data address is the
+ * first proc's; a decoded task's computation is then compiled with
+ * compiler_comp() against its slice and input shapes, as exec_run.c does.
+ * Everything is freed (LeakSanitizer is on: a leak on any path is a
+ * finding).
  *
  * Invariants (a violation aborts, which libFuzzer reports):
- *  - a refused task leaves *out NULL and a non-empty reason, and its
- *    reported id is -1 or the document's "task" (a non-negative integer);
- *  - a decoded task has a slice of 1..MESH_MAX_RANK positive dims, one peer
- *    address per shard of its slice (npeers == numel(slice)), its shard
- *    inside the slice, every integer field equal to the document's, every
- *    peer and send copied whole and NUL-terminated;
- *  - a compiled computation has exactly npeers shards (the worker's
- *    "slice has N shards but M peers" check never fires), and a refused one
- *    has a 400/422/500 error with a detail. */
+ *  - a refused placement or task leaves *out NULL and a non-empty reason;
+ *    a refused task's id is -1 or the document's "task";
+ *  - a decoded placement maps every shard of every slice to a proc holding
+ *    that shard's island device (an index inside the proc's block);
+ *  - a decoded task has 1..4 shards, increasing, inside its slice, all on
+ *    this worker's proc, on distinct devices 0..3; its slice_shape has as
+ *    many devices as the slice; every send names a slice with its shards;
+ *  - a compiled computation has exactly the slice's shard count. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,112 +28,112 @@
 #include "compiler.h"
 #include "wtask.h"
 
-static int64_t int_member(const json_t *j, const char *key)
-{
-    return json_integer_value(json_object_get(j, key));
-}
+#define NDEV 4
 
-static int str_eq(const char *copy, size_t cap, const json_t *s)
+static void check_place(const wplace_t *p)
 {
-    const char *want = json_string_value(s);
-    return want && memchr(copy, '\0', cap) && strcmp(copy, want) == 0;
-}
-
-static void check_refused(const json_t *j, const wtask_t *t, int64_t id, const char *err)
-{
-    if (t || !err[0] || !memchr(err, '\0', 256))
+    if (p->nprocs < 1 || p->nslices < 1 || p->self < -1 || p->self >= p->nprocs)
         abort();
-    const json_t *tid = json_object_get(j, "task");
-    if (id != -1 && !(json_is_integer(tid) && json_integer_value(tid) == id && id >= 0))
-        abort();
-}
-
-static void check_decoded(const json_t *j, const wtask_t *t, int64_t id)
-{
-    if (!t || id != t->id || t->id != int_member(j, "task") || t->job != int_member(j, "job") ||
-        t->attempt != int_member(j, "attempt") || t->comp != int_member(j, "comp") ||
-        t->seq != int_member(j, "seq") || t->shard != int_member(j, "shard") ||
-        t->device != int_member(j, "device"))
-        abort();
-    if (t->slice_shape.rank < 1 || t->slice_shape.rank > MESH_MAX_RANK)
-        abort();
-    int64_t numel = 1;
-    for (int i = 0; i < TENSOR_MAX_RANK; i++) {
-        int64_t d = t->slice_shape.dim[i];
-        if (i < t->slice_shape.rank ? d < 1 : d != 0)
+    for (int s = 0; s < p->nslices; s++) {
+        const wplace_slice_t *sl = &p->slices[s];
+        if (sl->nshards != shape_numel(&sl->box) || !sl->proc_of)
             abort();
-        if (i < t->slice_shape.rank && (numel *= d) > TENSOR_MAX_ELEMS)
-            abort();
+        for (int k = 0; k < sl->nshards; k++) {
+            int q = sl->proc_of[k];
+            if (q < 0 || q >= p->nprocs || strcmp(p->procs[q].island, sl->island) != 0)
+                abort();
+        }
     }
-    if (t->npeers != numel || t->shard < 0 || t->shard >= t->npeers || !t->peers)
-        abort();
-    const json_t *peers = json_object_get(j, "peers");
-    for (int i = 0; i < t->npeers; i++)
-        if (!str_eq(t->peers[i], DPLANE_ADDR_MAX, json_array_get(peers, (size_t)i)))
-            abort();
-    const json_t *sends = json_object_get(j, "sends");
-    if (t->nsends != (int)json_array_size(sends) || (t->nsends > 0) != (t->sends != NULL))
-        abort();
-    for (int i = 0; i < t->nsends; i++) {
-        const json_t *s = json_array_get(sends, (size_t)i);
-        const wtask_send_t *d = &t->sends[i];
-        if (!str_eq(d->value, sizeof d->value, json_object_get(s, "value")) ||
-            !str_eq(d->to, sizeof d->to, json_object_get(s, "to")) ||
-            d->comp != int_member(s, "comp") || d->op != int_member(s, "op"))
-            abort();
-    }
-    if (!json_is_object(t->computation) || !json_is_object(t->input_shapes))
-        abort();
 }
 
-/* Compiles the task's computation as exec_run.c's run_body() does. */
-static void check_compile(const wtask_t *t)
+static void check_task(const wtask_t *t, int64_t id)
+{
+    const wplace_slice_t *sl = &t->place->slices[t->slice];
+    if (id != t->id || t->nlocal < 1 || t->nlocal > NDEV ||
+        shape_numel(&t->slice_shape) != sl->nshards)
+        abort();
+    for (int l = 0; l < t->nlocal; l++) {
+        if (t->shards[l] < 0 || t->shards[l] >= sl->nshards ||
+            (l > 0 && t->shards[l] <= t->shards[l - 1]) ||
+            sl->proc_of[t->shards[l]] != t->place->self || t->devices[l] < 0 ||
+            t->devices[l] >= NDEV)
+            abort();
+        for (int m = 0; m < l; m++)
+            if (t->devices[m] == t->devices[l])
+                abort();
+    }
+    for (int i = 0; i < t->nsends; i++)
+        if (t->sends[i].slice < 0 || t->sends[i].slice >= t->place->nslices ||
+            t->place->slices[t->sends[i].slice].nshards <= t->shards[t->nlocal - 1] ||
+            !memchr(t->sends[i].value, '\0', sizeof t->sends[i].value))
+            abort();
+}
+
+static void compile_task(const wtask_t *t)
 {
     comp_t *c = NULL;
-    err_t e;
-    memset(&e, 0, sizeof e);
-    int rc = compiler_comp(t->computation, &t->slice_shape, wtask_input_shape, (void *)t, &c,
-                           &e);
-    if (rc == 0) {
-        if (!c || c->nshards != t->npeers || c->nops < 0 || c->noutputs < 0)
+    err_t e = {0};
+    if (compiler_comp(t->computation, &t->slice_shape, wtask_input_shape, (void *)t, &c, &e) ==
+        0) {
+        if (!c || c->nshards != t->place->slices[t->slice].nshards)
             abort();
-    } else if ((rc != 400 && rc != 422 && rc != 500) || c || !e.detail[0] ||
-               !memchr(e.detail, '\0', sizeof e.detail)) {
+        comp_free(c);
+    } else if (c || !e.detail[0]) {
         abort();
     }
-    comp_free(c);
 }
 
-static void one_task(const json_t *j)
+static void decode_task(const json_t *j, wplace_t *place)
 {
-    wtask_t *t = (wtask_t *)1;     /* wtask_parse must overwrite it in every case */
+    wtask_t *t = NULL;
     int64_t id = -2;
-    char err[256];
-    err[0] = '\0';
-    if (wtask_parse(j, &t, &id, err, sizeof err) != 0) {
-        check_refused(j, t, id, err);
+    char err[256] = "";
+    if (wtask_parse(j, place, NDEV, &t, &id, err, sizeof err) != 0) {
+        const json_t *tid = json_object_get(j, "task");
+        if (t || !err[0] ||
+            (id != -1 && !(json_is_integer(tid) && json_integer_value(tid) == id && id >= 0)))
+            abort();
         return;
     }
-    check_decoded(j, t, id);
-    check_compile(t);
+    check_task(t, id);
+    compile_task(t);
     wtask_free(t);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static void decode_group(const json_t *g)
+{
+    const json_t *place_j = json_object_get(g, "placement");
+    const json_t *procs = json_object_get(place_j, "procs");
+    const char *self = json_string_value(json_object_get(json_array_get(procs, 0), "addr"));
+    wplace_t *p = NULL;
+    char err[256] = "";
+    if (wplace_parse(place_j, self, &p, err, sizeof err) != 0) {
+        if (p || !err[0])
+            abort();
+        return;
+    }
+    check_place(p);
+    size_t i;
+    const json_t *t;
+    json_array_foreach(json_object_get(g, "tasks"), i, t)
+        decode_task(t, p);
+    wplace_unref(p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    json_t *doc = json_loadb((const char *)data, size, 0, NULL);
-    if (!doc)
+    json_t *j = json_loadb((const char *)data, size, 0, NULL);
+    if (!j)
         return 0;
-    const json_t *tasks = json_object_get(doc, "tasks");
-    if (json_is_array(tasks)) {
+    const json_t *jobs = json_object_get(j, "jobs");
+    if (json_is_array(jobs)) {
         size_t i;
-        const json_t *t;
-        json_array_foreach(tasks, i, t)
-            one_task(t);
+        const json_t *g;
+        json_array_foreach(jobs, i, g)
+            decode_group(g);
     } else {
-        one_task(doc);
+        decode_group(j);
     }
-    json_decref(doc);
+    json_decref(j);
     return 0;
 }

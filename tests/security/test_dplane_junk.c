@@ -1,10 +1,10 @@
 /* test_dplane_junk.c - junk at every worker's data address (issue 16,
  * findings 3, 4, 7, 8): a real atolld with island west=2x2 served by two
  * real workers of 2 devices each, so the [2,2] all_reduce crosses processes
- * through the two-level exchange. test_dplane_junk.h opens 150 idle TCP
+ * as one packed message per process pair. test_dplane_junk.h opens 150 idle TCP
  * connections per worker (and ~18 on the same-host Unix socket), sends
  * random bytes, 64 MiB length claims, unclaimed 4 MiB frames and frames
- * with plausible tags (bad sources, short leader packs) for a job running
+ * with plausible tags (bad sources, short packs) for a job running
  * meanwhile. Then: every worker alive, RSS growth < 64 MiB each, the
  * attacked job either failed or exact (never garbage), later jobs exact. */
 #include <setjmp.h>

@@ -1,8 +1,15 @@
 /* test_worker_exec.c - the worker executor end to end inside one process:
- * real device threads, real compiler/kernels/collectives from atoll_common,
- * the real mailbox and data plane (every peer is this process's own
- * data_addr, so data moves through the mailbox). The worker modules are
- * compiled in because unit tests link only atoll_common. */
+ * several "worker processes" (each its own executor, mailbox, object store
+ * and data plane on loopback) run host tasks of one placement; real
+ * runner threads, real compiler/kernels/collectives from atoll_common, real
+ * frames between the data planes. The worker modules are compiled in
+ * because unit tests link only atoll_common.
+ *
+ * What it pins: exact chained results across processes, one packed message
+ * per process pair and op, the fold-order rule (bits of the per-shard
+ * runtime), a forged pack of the wrong size failing the task without being
+ * read, attempt-exact cancel, gang order of overlapping tasks, and
+ * malformed groups reported failed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,27 +20,33 @@
 #include "../../workers/shmring.c"
 #include "../../workers/exec.c"
 #include "../../workers/exec_run.c"
+#include "../../workers/exec_coll.c"
 #include "../../workers/mbox.c"
 #include "../../workers/ostore.c"
 #include "../../workers/wtask.c"
 
-#define MAX_REPORTS 64
+#define MAX_REPORTS 256
+#define MAX_PROCS 4
 
 typedef struct sink {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int n;
     int64_t task[MAX_REPORTS];
     json_t *body[MAX_REPORTS];
 } sink_t;
 
-typedef struct fixture {
+typedef struct proc {
     ostore_t *st;
     mbox_t *mb;
     dplane_t *dp;
     exec_t *ex;
     sink_t sink;
-} fixture_t;
+} proc_t;
+
+typedef struct cluster {
+    int nprocs, ndev;
+    proc_t p[MAX_PROCS];
+} cluster_t;
 
 static void sink_fn(void *ctx, int64_t task, json_t *body)
 {
@@ -45,32 +58,42 @@ static void sink_fn(void *ctx, int64_t task, json_t *body)
     } else {
         json_decref(body);
     }
-    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Waits (up to 20 s) for n reports; returns how many arrived. */
+static int sink_count(sink_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* Waits (condition polled, up to 30 s) until proc q has n reports. */
 static int sink_wait(sink_t *s, int n)
 {
-    int64_t deadline = util_mono_us() + 20 * 1000000;
-    pthread_mutex_lock(&s->mu);
-    while (s->n < n && util_mono_us() < deadline) {
-        pthread_mutex_unlock(&s->mu);
-        struct timespec ts = {0, 10 * 1000000L};
+    int64_t deadline = util_mono_us() + 30 * 1000000;
+    while (sink_count(s) < n && util_mono_us() < deadline) {
+        struct timespec ts = {0, 2 * 1000000L};
         nanosleep(&ts, NULL);
-        pthread_mutex_lock(&s->mu);
     }
-    int got = s->n;
-    pthread_mutex_unlock(&s->mu);
-    return got;
+    return sink_count(s);
 }
 
 static const json_t *sink_find(sink_t *s, int64_t task)
 {
+    const json_t *b = NULL;
+    pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n; i++)
         if (s->task[i] == task)
-            return s->body[i];
-    return NULL;
+            b = s->body[i];
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+static const char *state_of(const json_t *b)
+{
+    return json_string_value(json_object_get(b, "state"));
 }
 
 static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
@@ -78,621 +101,403 @@ static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
     ostore_charge(ctx, dobjects, dbytes);
 }
 
-/* The worker's wiring (main.c): one store counts task objects and mailbox
- * messages. */
-static int fixture_start_flat(void **state, int64_t peer_timeout_ms, int ndevices,
-                              int64_t cap_bytes, int64_t ring_min_bytes, int flat);
-
-static int fixture_start_with(void **state, int64_t peer_timeout_ms, int ndevices,
-                              int64_t cap_bytes, int64_t ring_min_bytes)
+static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeout_ms)
 {
-    return fixture_start_flat(state, peer_timeout_ms, ndevices, cap_bytes, ring_min_bytes, 0);
+    pthread_mutex_init(&p->sink.mu, NULL);
+    p->st = ostore_new((int64_t)256 << 20);
+    p->mb = mbox_new();
+    mbox_set_accounting(p->mb, store_acct, p->st);
+    p->dp = dplane_start("127.0.0.1:0", NULL, p->mb);
+    if (!p->dp)
+        return -1;
+    exec_cfg_t cfg = {.ndevices = ndev, .peer_timeout_us = timeout_ms * 1000, .store = p->st,
+                      .ring_min_bytes = ring_min_bytes, .self_addr = dplane_addr(p->dp)};
+    p->ex = exec_start(&cfg, p->mb, p->dp, sink_fn, &p->sink);
+    return p->ex ? 0 : -1;
 }
 
-/* flat: 1 turns the two-level (per-process leader) exchange off. */
-static int fixture_start_flat(void **state, int64_t peer_timeout_ms, int ndevices,
-                              int64_t cap_bytes, int64_t ring_min_bytes, int flat)
+static void proc_stop(proc_t *p)
 {
-    fixture_t *f = calloc(1, sizeof *f);
-    pthread_mutex_init(&f->sink.mu, NULL);
-    pthread_cond_init(&f->sink.cv, NULL);
-    f->st = ostore_new(cap_bytes);
-    f->mb = mbox_new();
-    mbox_set_accounting(f->mb, store_acct, f->st);
-    f->dp = dplane_start("127.0.0.1:0", NULL, f->mb);
-    exec_cfg_t cfg = {.ndevices = ndevices, .peer_timeout_us = peer_timeout_ms * 1000,
-                      .store = f->st, .ring_min_bytes = ring_min_bytes,
-                      .no_two_level = flat};
-    f->ex = f->dp ? exec_start(&cfg, f->mb, f->dp, sink_fn, &f->sink) : NULL;
-    *state = f;
-    return f->ex ? 0 : -1;
+    if (p->mb)
+        mbox_shutdown(p->mb);
+    exec_stop(p->ex);
+    dplane_stop(p->dp);
+    mbox_free(p->mb);
+    ostore_free(p->st);
+    for (int i = 0; i < p->sink.n; i++)
+        json_decref(p->sink.body[i]);
+    pthread_mutex_destroy(&p->sink.mu);
 }
 
-static int fixture_start(void **state, int64_t peer_timeout_ms)
+static cluster_t *cluster_new(int nprocs, int ndev, int64_t ring_min_bytes, int64_t timeout_ms)
 {
-    return fixture_start_with(state, peer_timeout_ms, 4, (int64_t)64 << 20, 0);
-}
-
-static int setup_normal(void **state)
-{
-    return fixture_start(state, 10000);
-}
-
-static int setup_short_timeout(void **state)
-{
-    return fixture_start(state, 200);
-}
-
-/* 8 devices; every all_reduce / all_gather of 3+ shards takes the ring. */
-static int setup_ring8(void **state)
-{
-    return fixture_start_with(state, 10000, 8, (int64_t)64 << 20, 1);
-}
-
-/* 8 devices; collectives always exchange directly. */
-static int setup_direct8(void **state)
-{
-    return fixture_start_with(state, 10000, 8, (int64_t)64 << 20, INT64_MAX);
-}
-
-/* A 1 MiB store, 2 s peer timeout (which also bounds memory waits). */
-static int setup_flat8(void **state)
-{
-    return fixture_start_flat(state, 10000, 8, (int64_t)64 << 20, INT64_MAX, 1);
-}
-
-static int setup_small_store(void **state)
-{
-    return fixture_start_with(state, 2000, 4, (int64_t)1 << 20, 0);
-}
-
-/* Every object of every ended task is gone, and no message waits. */
-static void assert_store_empty(fixture_t *f)
-{
-    assert_int_equal(exec_drain(f->ex, 5000), 0);
-    ostore_stats_t st;
-    ostore_stats(f->st, &st);
-    assert_int_equal(st.objects, 0);
-    assert_int_equal(st.bytes, 0);
-    assert_int_equal(mbox_count(f->mb), 0);
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    mbox_shutdown(f->mb);
-    exec_stop(f->ex);
-    dplane_stop(f->dp);
-    mbox_free(f->mb);
-    ostore_free(f->st);
-    for (int i = 0; i < f->sink.n; i++)
-        json_decref(f->sink.body[i]);
-    pthread_mutex_destroy(&f->sink.mu);
-    pthread_cond_destroy(&f->sink.cv);
-    free(f);
-    return 0;
-}
-
-static const char *PRODUCE =
-    "{\"name\": \"produce\", \"slice\": \"a\", \"ops\": ["
-    " {\"op\": \"shard_index\", \"out\": \"i\"},"
-    " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [4], \"value\": 1.0},"
-    " {\"op\": \"mul\", \"out\": \"y\", \"args\": [\"x\", \"i\"]},"
-    " {\"op\": \"all_reduce\", \"out\": \"z\", \"args\": [\"y\"], \"reduce\": \"sum\"}],"
-    " \"outputs\": [\"z\"]}";
-
-static const char *CONSUME =
-    "{\"name\": \"consume\", \"slice\": \"b\", \"ops\": ["
-    " {\"op\": \"input\", \"out\": \"z\", \"from\": \"produce.z\"},"
-    " {\"op\": \"scale\", \"out\": \"w\", \"args\": [\"z\"], \"factor\": 0.5}],"
-    " \"outputs\": [\"w\"]}";
-
-/* A TASK object of docs/worker-protocol.md on a [2,2] slice whose every
- * peer is this process. sends_to_consumer adds the produce.z edge. */
-static json_t *make_task(fixture_t *f, int64_t id, int64_t job, int comp, int seq, int shard,
-                         const char *computation, int sends_to_consumer)
-{
-    json_error_t jerr;
-    json_t *c = json_loads(computation, 0, &jerr);
+    cluster_t *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    const char *me = dplane_addr(f->dp);
-    json_t *t = json_pack("{s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:[i,i], s:o, s:{s:[i]},"
-                          " s:[s,s,s,s]}",
-                          "task", (json_int_t)id, "job", (json_int_t)job, "attempt", 0,
-                          "comp", comp, "seq", seq, "shard", shard, "device", shard,
-                          "slice_shape", 2, 2, "computation", c, "input_shapes", "produce.z", 4,
-                          "peers", me, me, me, me);
-    assert_non_null(t);
-    if (sends_to_consumer) {
-        json_t *s = json_pack("[{s:s, s:i, s:i, s:s}]", "value", "z", "comp", 1, "op", 0,
-                              "to", me);
-        assert_int_equal(json_object_set_new(t, "sends", s), 0);
+    c->nprocs = nprocs;
+    c->ndev = ndev;
+    for (int i = 0; i < nprocs; i++)
+        assert_int_equal(proc_start(&c->p[i], ndev, ring_min_bytes, timeout_ms), 0);
+    return c;
+}
+
+static void cluster_free(cluster_t *c)
+{
+    for (int i = 0; i < c->nprocs; i++)
+        proc_stop(&c->p[i]);
+    free(c);
+}
+
+/* Placement of slice "a" = the whole island mesh [rows, cols], proc q
+ * holding devices [q * ndev, (q + 1) * ndev). New reference. */
+static json_t *placement(const cluster_t *c, int rows, int cols)
+{
+    json_t *procs = json_array();
+    for (int q = 0; q < c->nprocs; q++)
+        json_array_append_new(procs, json_pack("{s:s, s:s, s:i, s:i}", "addr",
+                                               dplane_addr(c->p[q].dp), "island", "w", "first",
+                                               q * c->ndev, "count", c->ndev));
+    return json_pack("{s:o, s:{s:{s:s, s:[i,i], s:[i,i], s:[i,i]}}}", "procs", procs, "slices",
+                     "a", "island", "w", "mesh", rows, cols, "origin", 0, 0, "box", rows, cols);
+}
+
+/* The host task of proc q for computation `comp` (its ops: new reference,
+ * stolen) on slice [rows, cols]. */
+static json_t *host_task(const cluster_t *c, int64_t id, int64_t job, int attempt, int comp,
+                         int64_t seq, int rows, int cols, int q, json_t *ops, json_t *inputs,
+                         json_t *sends)
+{
+    json_t *shards = json_array(), *devs = json_array();
+    for (int d = 0; d < c->ndev; d++) {
+        json_array_append_new(shards, json_integer(q * c->ndev + d));
+        json_array_append_new(devs, json_integer(d));
     }
-    return t;
+    char name[16];
+    snprintf(name, sizeof name, "c%d", comp);
+    return json_pack("{s:I, s:I, s:i, s:i, s:I, s:s, s:[i,i], s:{s:s, s:s, s:o, s:[s]},"
+                     " s:o, s:o, s:o, s:o}",
+                     "task", (json_int_t)id, "job", (json_int_t)job, "attempt", attempt,
+                     "comp", comp, "seq", (json_int_t)seq, "slice", "a", "slice_shape", rows,
+                     cols, "computation", "name", name, "slice", "a", "ops", ops, "outputs",
+                     "y", "input_shapes", inputs ? inputs : json_object(), "shards", shards,
+                     "devices", devs, "sends", sends ? sends : json_array());
 }
 
-static void submit(fixture_t *f, json_t *task)
+static json_t *group(int64_t job, int attempt, json_t *place, json_t *tasks)
 {
-    exec_submit(f->ex, task);
-    json_decref(task);
+    return json_pack("{s:I, s:i, s:o, s:o}", "job", (json_int_t)job, "attempt", attempt,
+                     "placement", place, "tasks", tasks);
 }
 
-static void assert_output_all(const json_t *report, const char *value, double want, double sum)
+/* Value of output y of shard index l (in task order) of a report. */
+static float out_value(const json_t *b, int l, int e)
 {
-    assert_non_null(report);
-    assert_string_equal(json_string_value(json_object_get(report, "state")), "succeeded");
-    const json_t *out = json_object_get(json_object_get(report, "outputs"), value);
-    assert_non_null(out);
-    assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 0)), 4);
-    assert_true(json_real_value(json_object_get(out, "sum")) == sum);
-    const json_t *vals = json_object_get(out, "values");
-    assert_int_equal(json_array_size(vals), 4);
-    for (size_t k = 0; k < 4; k++)
-        assert_true(json_number_value(json_array_get(vals, k)) == want);
-    int64_t started = json_integer_value(json_object_get(report, "started_us"));
-    int64_t ready = json_integer_value(json_object_get(report, "inputs_ready_us"));
-    int64_t finished = json_integer_value(json_object_get(report, "finished_us"));
-    assert_true(started > 0 && started <= ready && ready <= finished);
+    const json_t *v = json_object_get(json_array_get(json_object_get(json_object_get(b,
+                                      "outputs"), "y"), (size_t)l), "values");
+    return (float)json_number_value(json_array_get(v, (size_t)e));
 }
 
-/* DESIGN.md's example: produce.z is 6 everywhere, consume.w 3. */
-static void test_design_example(void **state)
+/* ---- chained all_reduce + add over 4 processes ---- */
+
+#define CHAIN 20
+
+static json_t *chain_ops(int k)
 {
-    fixture_t *f = *state;
-    for (int s = 0; s < 4; s++)
-        submit(f, make_task(f, 10 + s, 1, 0, 1, s, PRODUCE, 1));
-    for (int s = 0; s < 4; s++)
-        submit(f, make_task(f, 20 + s, 1, 1, 2, s, CONSUME, 0));
-    assert_int_equal(sink_wait(&f->sink, 8), 8);
-    for (int s = 0; s < 4; s++) {
-        const json_t *prod = sink_find(&f->sink, 10 + s);
-        assert_output_all(prod, "z", 6.0, 24.0);
-        assert_output_all(sink_find(&f->sink, 20 + s), "w", 3.0, 12.0);
-        /* No `input` op: inputs were ready when it started (collective
-         * pieces are not inputs). */
-        assert_true(json_integer_value(json_object_get(prod, "inputs_ready_us")) ==
-                    json_integer_value(json_object_get(prod, "started_us")));
+    json_t *first = k == 0 ? json_pack("{s:s, s:s}", "op", "shard_index", "out", "x")
+                           : json_pack("{s:s, s:s}", "op", "input", "out", "x");
+    if (k > 0) {
+        char from[32];
+        snprintf(from, sizeof from, "c%d.y", k - 1);
+        json_object_set_new(first, "from", json_string(from));
     }
-    assert_int_equal(mbox_count(f->mb), 0);    /* every message was consumed */
-    assert_store_empty(f);
-    ostore_stats_t st;
-    ostore_stats(f->st, &st);
-    assert_true(st.peak_bytes > 0);             /* values did live in the store */
+    return json_pack("[o, {s:s, s:s, s:[s], s:s}, {s:s, s:s, s:[s,s]}]", first, "op",
+                     "all_reduce", "out", "r", "args", "x", "reduce", "max", "op", "add", "out",
+                     "y", "args", "r", "r");
 }
 
-/* Tasks run in seq order per device, whatever the submission order, when
- * they are queued behind a busy device. */
-static void test_seq_order_per_device(void **state)
+static void test_chain_four_procs(void **state)
 {
-    fixture_t *f = *state;
-    /* Keep every device busy 300 ms so the next tasks queue up. */
-    const char *busy = "{\"name\": \"busy\", \"slice\": \"a\", \"ops\": ["
-                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 300000}],"
-                       " \"outputs\": []}";
-    for (int s = 0; s < 4; s++)
-        submit(f, make_task(f, 30 + s, 2, 2, 0, s, busy, 0));
-    for (int s = 0; s < 4; s++)
-        submit(f, make_task(f, 20 + s, 1, 1, 2, s, CONSUME, 0));
-    for (int s = 0; s < 4; s++)
-        submit(f, make_task(f, 10 + s, 1, 0, 1, s, PRODUCE, 1));
-    assert_int_equal(sink_wait(&f->sink, 12), 12);
-    for (int s = 0; s < 4; s++) {
-        assert_output_all(sink_find(&f->sink, 10 + s), "z", 6.0, 24.0);
-        assert_output_all(sink_find(&f->sink, 20 + s), "w", 3.0, 12.0);
+    (void)state;
+    cluster_t *c = cluster_new(4, 4, 0, 20000);
+    int64_t t0 = util_mono_us();
+    for (int q = 0; q < 4; q++) {
+        json_t *tasks = json_array();
+        for (int k = 0; k < CHAIN; k++) {
+            char from[32];
+            snprintf(from, sizeof from, "c%d.y", k - 1);
+            json_t *in = k ? json_pack("{s:[]}", from) : NULL;
+            json_t *snd = k + 1 < CHAIN ? json_pack("[{s:s, s:i, s:i, s:s}]", "value", "y",
+                                                    "comp", k + 1, "op", 0, "slice", "a")
+                                        : NULL;
+            json_array_append_new(tasks, host_task(c, 1000 + q * CHAIN + k, 7, 0, k, 10 + k, 4,
+                                                   4, q, chain_ops(k), in, snd));
+        }
+        json_t *g = group(7, 0, placement(c, 4, 4), tasks);
+        assert_int_equal(exec_submit(c->p[q].ex, g), CHAIN);
+        json_decref(g);
     }
+    for (int q = 0; q < 4; q++)
+        assert_int_equal(sink_wait(&c->p[q].sink, CHAIN), CHAIN);
+    int64_t us = util_mono_us() - t0;
+    printf("chain.four_procs.us_per_computation %.1f\n", (double)us / CHAIN);
+    /* max over shards 0..15 = 15, doubled per computation. */
+    float want = 15.0f;
+    for (int k = 0; k < CHAIN; k++, want *= 2.0f)
+        for (int q = 0; q < 4; q++) {
+            const json_t *b = sink_find(&c->p[q].sink, 1000 + q * CHAIN + k);
+            assert_non_null(b);
+            assert_string_equal(state_of(b), "succeeded");
+            for (int l = 0; l < 4; l++)
+                assert_true(out_value(b, l, 0) == 2.0f * want);
+        }
+    /* One pack per process pair and computation: 4 procs x 3 peers. */
+    for (int q = 0; q < 4; q++)
+        assert_int_equal(atomic_load(&exec_counters(c->p[q].ex)->packs), 3 * CHAIN);
+    cluster_free(c);
 }
 
-static const char *COLLS =
-    "{\"name\": \"c\", \"slice\": \"a\", \"ops\": ["
-    " {\"op\": \"shard_index\", \"out\": \"i\"},"
-    " {\"op\": \"iota\", \"out\": \"x\", \"shape\": [4]},"
-    " {\"op\": \"add\", \"out\": \"y\", \"args\": [\"x\", \"i\"]},"
-    " {\"op\": \"ppermute\", \"out\": \"p\", \"args\": [\"y\"], \"shift\": 1},"
-    " {\"op\": \"all_gather\", \"out\": \"g\", \"args\": [\"y\"], \"axis\": 0},"
-    " {\"op\": \"all_to_all\", \"out\": \"t\", \"args\": [\"y\"], \"split_axis\": 0,"
-    "  \"concat_axis\": 0},"
-    " {\"op\": \"reduce_scatter\", \"out\": \"r\", \"args\": [\"y\"], \"axis\": 0,"
-    "  \"reduce\": \"sum\"},"
-    " {\"op\": \"all_reduce\", \"out\": \"m\", \"args\": [\"i\"], \"reduce\": \"max\","
-    "  \"mesh_axes\": [1]}],"
-    " \"outputs\": [\"p\", \"g\", \"t\", \"r\", \"m\"]}";
+/* ---- fold order: ring order at and above ring_min_bytes, else position order ---- */
 
-/* The values of output `name` of a report, as doubles; returns the count. */
-static size_t output_values(const json_t *report, const char *name, double *v, size_t cap)
+#define FOLD_A 16777216.0f              /* 2^24: A = 6 * 2^24 is exact */
+
+/* Shard k contributes v_k on every element: v = [A+5, 5, -A+5, 5] (A =
+ * 6 * 2^24, rounded as f32 rounds it), built from shard_index with exact
+ * integer steps: (i-1)(i-2)(i-3) is -6 only at 0, i(i-1)(i-3) is -2 only
+ * at 2. Sums of these in different orders round differently. */
+static json_t *fold_ops(int numel)
 {
-    const json_t *vals = json_object_get(json_object_get(json_object_get(report, "outputs"),
-                                                         name), "values");
-    size_t n = json_array_size(vals);
-    for (size_t k = 0; k < n && k < cap; k++)
-        v[k] = json_number_value(json_array_get(vals, k));
-    return n;
+    json_t *ops = json_pack("[{s:s, s:s}, {s:s, s:s, s:[i], s:f}, {s:s, s:s, s:[s,s]}]", "op",
+                            "shard_index", "out", "i", "op", "fill", "out", "one", "shape",
+                            numel, "value", 1.0, "op", "mul", "out", "x", "args", "one", "i");
+    const char *names[] = {"c1", "c2", "c3", "c5"};
+    const double vals[] = {1, 2, 3, 5};
+    for (int k = 0; k < 4; k++)
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:[i], s:f}", "op", "fill", "out",
+                                             names[k], "shape", numel, "value", vals[k]));
+    json_t *more = json_pack(
+        "[{s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s,s]},"
+        " {s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s],s:f},"
+        " {s:s,s:s,s:[s],s:f}, {s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s,s]}, {s:s,s:s,s:[s],s:s}]",
+        "op", "sub", "out", "a", "args", "x", "c1", "op", "sub", "out", "b", "args", "x", "c2",
+        "op", "sub", "out", "c", "args", "x", "c3", "op", "mul", "out", "ab", "args", "a", "b",
+        "op", "mul", "out", "i0", "args", "ab", "c", "op", "mul", "out", "xa", "args", "x", "a",
+        "op", "mul", "out", "i2", "args", "xa", "c", "op", "scale", "out", "p", "args", "i0",
+        "factor", -(double)FOLD_A, "op", "scale", "out", "q", "args", "i2", "factor",
+        3.0 * FOLD_A, "op", "add", "out", "pq", "args", "p", "q", "op", "add", "out", "v",
+        "args", "pq", "c5", "op", "all_reduce", "out", "y", "args", "v", "reduce", "sum");
+    json_array_extend(ops, more);
+    json_decref(more);
+    return ops;
 }
 
-/* Every collective's exchange pattern through the executor. With
- * y_k = [k, k+1, k+2, k+3] on shard k of a [2,2] slice:
- * ppermute(1) -> y_{k-1}; all_gather -> y_0..y_3; all_to_all -> [k..k+3];
- * reduce_scatter(sum) -> [6 + 4k]; all_reduce(max) along mesh axis 1 ->
- * the larger shard index of k's row. */
-static void test_collectives(void **state)
+/* The same v_k in f32, step by step as the kernels compute it. */
+static float fold_v(int k)
 {
-    fixture_t *f = *state;
-    for (int s = 0; s < 4; s++)
-        submit(f, make_task(f, 70 + s, 6, 0, 1, s, COLLS, 0));
-    assert_int_equal(sink_wait(&f->sink, 4), 4);
+    float x = 1.0f * (float)k, a = x - 1.0f, b = x - 2.0f, c = x - 3.0f;
+    float i0 = (a * b) * c, i2 = (x * a) * c;
+    float p = i0 * -FOLD_A, q = i2 * (3.0f * FOLD_A);
+    return (p + q) + 5.0f;
+}
+
+/* Runs fold_ops on a [1,4] slice of two procs of 2 devices; got: proc 0's
+ * first shard's result. */
+static void fold_run(int64_t ring_min_bytes, int numel, float *got)
+{
+    cluster_t *c = cluster_new(2, 2, ring_min_bytes, 20000);
+    for (int q = 0; q < 2; q++) {
+        json_t *tasks = json_pack("[o]", host_task(c, 50 + q, 9, 0, 0, 1, 1, 4, q,
+                                                   fold_ops(numel), NULL, NULL));
+        json_t *g = group(9, 0, placement(c, 1, 4), tasks);
+        exec_submit(c->p[q].ex, g);
+        json_decref(g);
+    }
+    for (int q = 0; q < 2; q++)
+        assert_int_equal(sink_wait(&c->p[q].sink, 1), 1);
+    const json_t *b = sink_find(&c->p[0].sink, 50);
+    assert_string_equal(state_of(b), "succeeded");
+    for (int e = 0; e < numel; e++)
+        got[e] = out_value(b, 0, e);
+    cluster_free(c);
+}
+
+static void test_fold_order_rule(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    float small[N], ring[N];
+    fold_run(INT64_MAX, N, small);     /* position order */
+    fold_run(1, N, ring);              /* ring order (n = 4 >= 3, numel >= n) */
+    tensor_t *pc[4];
+    shape_t s = {.rank = 1, .dim = {N}};
     for (int k = 0; k < 4; k++) {
-        const json_t *r = sink_find(&f->sink, 70 + k);
-        assert_non_null(r);
-        assert_string_equal(json_string_value(json_object_get(r, "state")), "succeeded");
-        double v[16];
-        int prev = (k + 3) % 4;
-        assert_int_equal(output_values(r, "p", v, 16), 4);
-        for (int e = 0; e < 4; e++)
-            assert_true(v[e] == prev + e);
-        assert_int_equal(output_values(r, "g", v, 16), 16);
-        for (int e = 0; e < 16; e++)
-            assert_true(v[e] == e / 4 + e % 4);
-        assert_int_equal(output_values(r, "t", v, 16), 4);
-        for (int e = 0; e < 4; e++)
-            assert_true(v[e] == k + e);
-        assert_int_equal(output_values(r, "r", v, 16), 1);
-        assert_true(v[0] == 6 + 4 * k);
-        assert_int_equal(output_values(r, "m", v, 16), 1);
-        assert_true(v[0] == (k < 2 ? 1 : 3));
+        pc[k] = tensor_new(&s);
+        for (int e = 0; e < N; e++)
+            pc[k]->data[e] = fold_v(k);
     }
+    tensor_t *want_ring = NULL;
+    assert_int_equal(coll_fold_ring(REDUCE_SUM, (const tensor_t *const *)pc, 4, &want_ring), 0);
+    float pos = ((fold_v(0) + fold_v(1)) + fold_v(2)) + fold_v(3);
+    int differ = 0;
+    for (int e = 0; e < N; e++) {
+        assert_true(small[e] == pos);
+        assert_true(ring[e] == want_ring->data[e]);
+        differ += ring[e] != pos;
+    }
+    assert_true(differ > 0);           /* the two orders really disagree here */
+    tensor_free(want_ring);
+    for (int k = 0; k < 4; k++)
+        tensor_free(pc[k]);
 }
 
-static const char *report_state(fixture_t *f, int64_t task)
+/* ---- a forged pack of the wrong size ---- */
+
+static void test_forged_pack_fails_task(void **state)
 {
-    const json_t *r = sink_find(&f->sink, task);
-    return r ? json_string_value(json_object_get(r, "state")) : "(none)";
+    (void)state;
+    cluster_t *c = cluster_new(2, 2, 0, 3000);
+    /* A pack of 3 elements where proc 1 expects 2 (two scalars of proc 0),
+     * sent before proc 0's real one under proc 0 -> 1's exact tag. */
+    shape_t s = {.rank = 1, .dim = {3}};
+    tensor_t *junk = tensor_new(&s);
+    mbox_tag_t tag = {.job = 11, .attempt = 0, .comp = 0, .op = -(1 + 1), .src = 0, .dst = 1};
+    json_t *tasks = json_pack("[o]", host_task(c, 71, 11, 0, 0, 1, 1, 4, 1,
+                                               json_pack("[{s:s,s:s},{s:s,s:s,s:[s],s:s}]", "op",
+                                                         "shard_index", "out", "x", "op",
+                                                         "all_reduce", "out", "y", "args", "x",
+                                                         "reduce", "sum"),
+                                               NULL, NULL));
+    json_t *g = group(11, 0, placement(c, 1, 4), tasks);
+    exec_submit(c->p[1].ex, g);
+    json_decref(g);
+    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, junk), 0);
+    tensor_free(junk);
+    assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
+    const json_t *b = sink_find(&c->p[1].sink, 71);
+    assert_string_equal(state_of(b), "failed");
+    assert_non_null(strstr(json_string_value(json_object_get(b, "error")), "pack from process 0"));
+    assert_int_equal(atomic_load(&exec_counters(c->p[1].ex)->bad_size), 1);
+    cluster_free(c);
 }
 
-/* A consumer whose input never comes fails with a timeout, not a hang. */
-static void test_peer_timeout(void **state)
+/* ---- attempt-exact cancel ---- */
+
+static json_t *compute_ops(int us)
 {
-    fixture_t *f = *state;
-    submit(f, make_task(f, 40, 3, 1, 2, 0, CONSUME, 0));
-    assert_int_equal(sink_wait(&f->sink, 1), 1);
-    assert_string_equal(report_state(f, 40), "failed");
-    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 40), "error"));
-    assert_non_null(strstr(err, "timed out"));
-    assert_store_empty(f);
+    return json_pack("[{s:s, s:s, s:i}, {s:s, s:s, s:[s,s]}]", "op", "compute", "out", "c",
+                     "us", us, "op", "add", "out", "y", "args", "c", "c");
 }
 
-/* Cancel wakes a running waiter and reports queued tasks cancelled. */
-static void test_cancel(void **state)
+static void test_cancel_is_attempt_exact(void **state)
 {
-    fixture_t *f = *state;
-    submit(f, make_task(f, 50, 4, 1, 2, 0, CONSUME, 0));     /* waits for input */
-    submit(f, make_task(f, 51, 4, 1, 3, 0, CONSUME, 0));     /* queued behind it */
-    struct timespec ts = {0, 100 * 1000000L};
-    nanosleep(&ts, NULL);
-    assert_int_equal(exec_pending(f->ex), 2);
-    int64_t t0 = util_mono_us();
-    exec_cancel_job(f->ex, 4);
-    assert_int_equal(sink_wait(&f->sink, 2), 2);
-    assert_true(util_mono_us() - t0 < 2000000);
-    assert_string_equal(report_state(f, 50), "cancelled");
-    assert_string_equal(report_state(f, 51), "cancelled");
-    assert_store_empty(f);
+    (void)state;
+    cluster_t *c = cluster_new(1, 2, 0, 10000);
+    /* A long task of job 20 holds both devices; behind it attempt 0 and
+     * attempt 1 of job 21 wait. */
+    json_t *g = group(20, 0, placement(c, 1, 2),
+                      json_pack("[o]", host_task(c, 200, 20, 0, 0, 1, 1, 2, 0,
+                                                 compute_ops(300000), NULL, NULL)));
+    exec_submit(c->p[0].ex, g);
+    json_decref(g);
+    for (int a = 0; a < 2; a++) {
+        g = group(21, a, placement(c, 1, 2),
+                  json_pack("[o]", host_task(c, 210 + a, 21, a, 0, 2 + a, 1, 2, 0,
+                                             compute_ops(1000), NULL, NULL)));
+        exec_submit(c->p[0].ex, g);
+        json_decref(g);
+    }
+    assert_true(exec_cancel_attempt(c->p[0].ex, 21, 0) >= 1);
+    assert_int_equal(sink_wait(&c->p[0].sink, 3), 3);
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 210)), "cancelled");
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 211)), "succeeded");
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 200)), "succeeded");
+    /* The cancel came first, then the long task, then attempt 1 (seq order). */
+    assert_int_equal(c->p[0].sink.task[0], 210);
+    assert_int_equal(c->p[0].sink.task[1], 200);
+    assert_int_equal(c->p[0].sink.task[2], 211);
+    cluster_free(c);
 }
 
-/* A long `compute` stops soon after its job is cancelled; a repeated
- * cancel of the same job is recognised as nothing new. */
-static void test_cancel_compute(void **state)
-{
-    fixture_t *f = *state;
-    const char *slow = "{\"name\": \"slow\", \"slice\": \"a\", \"ops\": ["
-                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 5000000}],"
-                       " \"outputs\": [\"c\"]}";
-    submit(f, make_task(f, 80, 7, 0, 1, 0, slow, 0));
-    struct timespec ts = {0, 100 * 1000000L};
-    nanosleep(&ts, NULL);
-    int64_t t0 = util_mono_us();
-    assert_int_equal(exec_cancel_job(f->ex, 7), 1);
-    assert_int_equal(exec_cancel_job(f->ex, 7), 0);
-    assert_int_equal(sink_wait(&f->sink, 1), 1);
-    assert_true(util_mono_us() - t0 < 1000000);
-    assert_string_equal(report_state(f, 80), "cancelled");
-    assert_int_equal(exec_cancel_job(f->ex, 7), 0);
-    assert_store_empty(f);
-}
+/* ---- gang order: overlapping tasks submitted out of seq order ---- */
 
-/* Bad tasks are reported failed, never crash the worker. */
-static void test_bad_tasks(void **state)
+static void test_gang_order_overlapping(void **state)
 {
-    fixture_t *f = *state;
-    json_t *t = make_task(f, 60, 5, 0, 1, 0, PRODUCE, 0);
-    json_object_del(t, "peers");
-    submit(f, t);
-    t = make_task(f, 61, 5, 0, 1, 0, PRODUCE, 0);
-    json_object_set_new(t, "device", json_integer(9));      /* no such device */
-    submit(f, t);
-    const char *bogus = "{\"name\": \"x\", \"slice\": \"a\", \"ops\": ["
-                        " {\"op\": \"frobnicate\", \"out\": \"q\"}], \"outputs\": [\"q\"]}";
-    submit(f, make_task(f, 62, 5, 0, 1, 0, bogus, 0));
-    assert_int_equal(sink_wait(&f->sink, 3), 3);
-    assert_string_equal(report_state(f, 60), "failed");
-    assert_string_equal(report_state(f, 61), "failed");
-    assert_string_equal(report_state(f, 62), "failed");
-    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 62), "error"));
-    assert_non_null(strstr(err, "compile"));
-}
-
-/* A TASK on a 1-D slice of n shards, every peer this process, shard k on
- * device k. */
-static json_t *make_task_n(fixture_t *f, int64_t id, int64_t job, int seq, int shard, int n,
-                           const char *computation)
-{
-    json_error_t jerr;
-    json_t *c = json_loads(computation, 0, &jerr);
-    assert_non_null(c);
-    json_t *peers = json_array();
-    for (int k = 0; k < n; k++)
-        json_array_append_new(peers, json_string(dplane_addr(f->dp)));
-    json_t *t = json_pack("{s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:[i], s:o, s:{}, s:o}",
-                          "task", (json_int_t)id, "job", (json_int_t)job, "attempt", 0,
-                          "comp", 0, "seq", seq, "shard", shard, "device", shard,
-                          "slice_shape", n, "computation", c, "input_shapes", "peers", peers);
-    assert_non_null(t);
-    return t;
-}
-
-/* y_k[e] = tanh(0.001 (e + k)^2) on shard k: irregular data whose every
- * element differs per shard; then sum and max all_reduce of it, and an
- * all_gather along axis 1 of a [2, 256] value (kept small enough for the
- * report to carry every value). */
-#define RING_LEN 3000
-static const char *RING_COMP =
-    "{\"name\": \"r\", \"slice\": \"a\", \"ops\": ["
-    " {\"op\": \"shard_index\", \"out\": \"i\"},"
-    " {\"op\": \"iota\", \"out\": \"x\", \"shape\": [3000]},"
-    " {\"op\": \"add\", \"out\": \"a\", \"args\": [\"x\", \"i\"]},"
-    " {\"op\": \"mul\", \"out\": \"b\", \"args\": [\"a\", \"a\"]},"
-    " {\"op\": \"scale\", \"out\": \"c\", \"args\": [\"b\"], \"factor\": 0.001},"
-    " {\"op\": \"tanh\", \"out\": \"y\", \"args\": [\"c\"]},"
-    " {\"op\": \"all_reduce\", \"out\": \"s\", \"args\": [\"y\"], \"reduce\": \"sum\"},"
-    " {\"op\": \"all_reduce\", \"out\": \"m\", \"args\": [\"y\"], \"reduce\": \"max\"},"
-    " {\"op\": \"iota\", \"out\": \"x2\", \"shape\": [2, 256]},"
-    " {\"op\": \"add\", \"out\": \"q\", \"args\": [\"x2\", \"i\"]},"
-    " {\"op\": \"all_gather\", \"out\": \"g\", \"args\": [\"q\"], \"axis\": 1}],"
-    " \"outputs\": [\"s\", \"m\", \"g\"]}";
-
-static float ring_y(int k, int e)
-{
-    float a = (float)e + (float)k;
-    return tanhf((a * a) * 0.001f);
-}
-
-static int close_rel(double got, double want)
-{
-    return fabs(got - want) <= 1e-5 * fmax(1.0, fabs(want));
-}
-
-/* all_reduce and all_gather agree with the definition for groups of 1, 3
- * and 8 shards, whichever algorithm the fixture forces (ring or direct). */
-static void test_ring_vs_direct(void **state)
-{
-    fixture_t *f = *state;
-    static const int sizes[3] = {1, 3, 8};
-    double *v = malloc(sizeof(double) * 8 * RING_LEN);
-    assert_non_null(v);
-    int64_t id = 100;
-    for (int j = 0; j < 3; j++)
-        for (int k = 0; k < sizes[j]; k++)
-            submit(f, make_task_n(f, id + 10 * j + k, 20 + j, 1 + j, k, sizes[j], RING_COMP));
-    assert_int_equal(sink_wait(&f->sink, 12), 12);
-    for (int j = 0; j < 3; j++) {
-        int n = sizes[j];
-        for (int k = 0; k < n; k++) {
-            const json_t *r = sink_find(&f->sink, id + 10 * j + k);
-            assert_non_null(r);
-            assert_string_equal(json_string_value(json_object_get(r, "state")), "succeeded");
-            assert_int_equal(output_values(r, "s", v, RING_LEN), RING_LEN);
-            for (int e = 0; e < RING_LEN; e++) {
-                double want = 0;
-                for (int p = 0; p < n; p++)
-                    want += ring_y(p, e);
-                assert_true(close_rel(v[e], want));
-            }
-            assert_int_equal(output_values(r, "m", v, RING_LEN), RING_LEN);
-            for (int e = 0; e < RING_LEN; e++)
-                assert_true(v[e] == ring_y(n - 1, e));   /* tanh grows with e + k */
-            /* g: [2, 256 n], row r = the row-r blocks of shards 0..n-1,
-             * block p holding 256 r + e + p. */
-            assert_int_equal(output_values(r, "g", v, 8 * RING_LEN), (size_t)(512 * n));
-            for (int row = 0; row < 2; row++)
-                for (int p = 0; p < n; p++)
-                    for (int e = 0; e < 256; e++)
-                        assert_true(v[row * 256 * n + p * 256 + e] == row * 256 + e + p);
+    (void)state;
+    cluster_t *c = cluster_new(2, 2, 0, 20000);
+    /* Job 30 (seq 6) and job 31 (seq 5), both on the whole [1,4] slice with
+     * an all_reduce: proc 0 gets 30 first, proc 1 gets 31 first. Each
+     * device must still run 31 before 30, or the collectives deadlock. */
+    for (int q = 0; q < 2; q++)
+        for (int x = 0; x < 2; x++) {
+            int job = (q == 0) == (x == 0) ? 30 : 31;
+            json_t *ops = json_pack("[{s:s,s:s},{s:s,s:s,s:[s],s:s}]", "op", "shard_index",
+                                    "out", "i", "op", "all_reduce", "out", "y", "args", "i",
+                                    "reduce", "sum");
+            json_t *g = group(job, 0, placement(c, 1, 4),
+                              json_pack("[o]", host_task(c, job * 10 + q, job, 0, 0,
+                                                         job == 30 ? 6 : 5, 1, 4, q, ops, NULL,
+                                                         NULL)));
+            exec_submit(c->p[q].ex, g);
+            json_decref(g);
+        }
+    for (int q = 0; q < 2; q++) {
+        assert_int_equal(sink_wait(&c->p[q].sink, 2), 2);
+        for (int job = 30; job <= 31; job++) {
+            const json_t *b = sink_find(&c->p[q].sink, job * 10 + q);
+            assert_string_equal(state_of(b), "succeeded");
+            assert_true(out_value(b, 0, 0) == 6.0f);      /* 0 + 1 + 2 + 3 */
         }
     }
-    free(v);
-    assert_store_empty(f);
-    /* 3 collectives per job; the groups of 3 and 8 took the ring when the
-     * fixture asks for it (threshold 1 byte), never otherwise. A group of
-     * one is always direct (nothing to exchange). */
-    exec_counters_t *c = exec_counters(f->ex);
-    int64_t ring = atomic_load(&c->ring), direct = atomic_load(&c->direct);
-    assert_int_equal(ring + direct, 3 * 12);
-    assert_int_equal(ring, f->ex->env.ring_min_bytes == 1 ? 3 * 11 : 0);
-    /* Every shard here lives in this one process: without the ring, the
-     * groups of 3 and 8 go through the process leader unless that is off. */
-    int64_t two_level = atomic_load(&c->two_level);
-    int want = f->ex->env.ring_min_bytes == 1 || f->ex->env.no_two_level ? 0 : 3 * 11;
-    assert_int_equal(two_level, want);
+    cluster_free(c);
 }
 
-/* A value larger than the whole store fails its task with a clear error. */
-static void test_store_too_small(void **state)
-{
-    fixture_t *f = *state;
-    const char *big = "{\"name\": \"big\", \"slice\": \"a\", \"ops\": ["
-                      " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [1048576],"
-                      "  \"value\": 1.0}], \"outputs\": [\"x\"]}";
-    submit(f, make_task_n(f, 90, 30, 1, 0, 1, big));
-    assert_int_equal(sink_wait(&f->sink, 1), 1);
-    assert_string_equal(report_state(f, 90), "failed");
-    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 90), "error"));
-    assert_non_null(strstr(err, "object store cap"));
-    assert_store_empty(f);
-}
+/* ---- malformed groups and tasks ---- */
 
-/* Back-pressure: with a 1 MiB store, the second of two 600 KB values waits
- * until the first task freed its memory, then succeeds. A third task whose
- * memory never comes fails after the bound with a clear error. */
-static void test_store_backpressure(void **state)
+static void test_malformed_reported_failed(void **state)
 {
-    fixture_t *f = *state;
-    const char *hold = "{\"name\": \"h\", \"slice\": \"a\", \"ops\": ["
-                       " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [150000],"
-                       "  \"value\": 2.0},"
-                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 300000}],"
-                       " \"outputs\": [\"x\"]}";
-    submit(f, make_task_n(f, 91, 31, 1, 0, 1, hold));
-    struct timespec ts = {0, 100 * 1000000L};
-    nanosleep(&ts, NULL);
-    json_t *t = make_task_n(f, 92, 32, 1, 0, 1, hold);
-    json_object_set_new(t, "device", json_integer(1));
-    submit(f, t);
-    assert_int_equal(sink_wait(&f->sink, 2), 2);
-    assert_string_equal(report_state(f, 91), "succeeded");
-    assert_string_equal(report_state(f, 92), "succeeded");
-    ostore_stats_t st;
-    ostore_stats(f->st, &st);
-    assert_true(st.waits >= 1);
-    assert_true(st.peak_bytes <= st.cap_bytes);
-    assert_store_empty(f);
-
-    /* Memory held by a message nobody takes (a forced charge) never frees:
-     * the waiting task fails after the peer timeout, the worker lives on. */
-    shape_t s900k = {.rank = 1, .dim = {225000}};
-    mbox_tag_t stray = {.job = 99, .op = 1};
-    mbox_put(f->mb, &stray, tensor_new(&s900k));
-    submit(f, make_task_n(f, 93, 33, 1, 0, 1, hold));
-    assert_int_equal(sink_wait(&f->sink, 3), 3);
-    assert_string_equal(report_state(f, 93), "failed");
-    const char *err = json_string_value(json_object_get(sink_find(&f->sink, 93), "error"));
-    assert_non_null(strstr(err, "object store full"));
-    mbox_drop_job(f->mb, 99, 0);
-    assert_store_empty(f);
-}
-
-/* A cancelled task frees the values it held. */
-static void test_cancel_frees_values(void **state)
-{
-    fixture_t *f = *state;
-    const char *slow = "{\"name\": \"s\", \"slice\": \"a\", \"ops\": ["
-                       " {\"op\": \"fill\", \"out\": \"x\", \"shape\": [1000],"
-                       "  \"value\": 1.0},"
-                       " {\"op\": \"compute\", \"out\": \"c\", \"us\": 5000000}],"
-                       " \"outputs\": [\"x\", \"c\"]}";
-    submit(f, make_task_n(f, 95, 40, 1, 0, 1, slow));
-    struct timespec ts = {0, 100 * 1000000L};
-    nanosleep(&ts, NULL);
-    ostore_stats_t st;
-    ostore_stats(f->st, &st);
-    assert_int_equal(st.objects, 1);                /* x, held for the report */
-    assert_int_equal(ostore_job_objects(f->st, 40), 1);
-    exec_cancel_job(f->ex, 40);
-    assert_int_equal(sink_wait(&f->sink, 1), 1);
-    assert_string_equal(report_state(f, 95), "cancelled");
-    assert_int_equal(ostore_job_objects(f->st, 40), 0);
-    assert_store_empty(f);
-}
-
-/* Finding 3: a leader's pack shorter than the plan says (here 1 element
- * instead of 2 members x 4) fails the shard with a clear error and is
- * counted; it is never unpacked past its end (ASan caught that read). The
- * other process (shards 2 and 3) is a second data plane nobody serves, so
- * the pack this process's leader sends it just waits there. */
-static void test_short_leader_pack(void **state)
-{
-    fixture_t *f = *state;
-    mbox_t *mb2 = mbox_new();
-    dplane_t *dp2 = dplane_start("127.0.0.1:0", NULL, mb2);
-    assert_non_null(dp2);
-    const char *me = dplane_addr(f->dp), *other = dplane_addr(dp2);
-    /* all_reduce is op 3 of PRODUCE; the pack of shards 2-3 comes from 2. */
-    shape_t one = {.rank = 1, .dim = {1}};
-    tensor_t *shortp = tensor_new(&one);
-    assert_non_null(shortp);
-    shortp->data[0] = 7.0f;
-    mbox_tag_t tag = {.job = 60, .attempt = 0, .comp = 0, .op = hier_op_tag(3, HIER_LEADERS),
-                      .src = 2, .dst = 0};
-    mbox_put(f->mb, &tag, shortp);
-    for (int shard = 0; shard < 2; shard++) {
-        json_error_t jerr;
-        json_t *c = json_loads(PRODUCE, 0, &jerr);
-        assert_non_null(c);
-        json_t *t = json_pack("{s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:[i,i], s:o, s:{},"
-                              " s:[s,s,s,s]}", "task", (json_int_t)(600 + shard), "job",
-                              (json_int_t)60, "attempt", 0, "comp", 0, "seq", 1, "shard",
-                              shard, "device", shard, "slice_shape", 2, 2, "computation", c,
-                              "input_shapes", "peers", me, me, other, other);
-        assert_non_null(t);
-        submit(f, t);
-    }
-    assert_int_equal(sink_wait(&f->sink, 2), 2);
-    const json_t *lead = sink_find(&f->sink, 600);
-    assert_non_null(lead);
-    assert_string_equal(json_string_value(json_object_get(lead, "state")), "failed");
-    const char *err = json_string_value(json_object_get(lead, "error"));
-    assert_non_null(strstr(err, "expected 8 elements"));
-    assert_int_equal(atomic_load(&exec_counters(f->ex)->bad_size), 1);
-    const json_t *member = sink_find(&f->sink, 601);
-    assert_non_null(member);
-    assert_string_equal(json_string_value(json_object_get(member, "state")), "failed");
-    assert_store_empty(f);
-    dplane_stop(dp2);
-    mbox_free(mb2);
-}
-
-/* Finding 3: a direct-exchange piece of the wrong shape (3 elements where
- * every member's argument has 4) fails the shard instead of being reduced
- * past its end. */
-static void test_short_direct_piece(void **state)
-{
-    fixture_t *f = *state;
-    shape_t three = {.rank = 1, .dim = {3}};
-    tensor_t *bad = tensor_new(&three);
-    assert_non_null(bad);
-    /* Shard 1 expects its piece from shard 0 under op 3 (flat exchange). */
-    mbox_tag_t tag = {.job = 61, .attempt = 0, .comp = 0, .op = 3, .src = 0, .dst = 1};
-    mbox_put(f->mb, &tag, bad);
-    for (int shard = 0; shard < 4; shard++)
-        submit(f, make_task(f, 610 + shard, 61, 0, 1, shard, PRODUCE, 0));
-    assert_int_equal(sink_wait(&f->sink, 4), 4);
-    const json_t *rep = sink_find(&f->sink, 611);
-    assert_string_equal(json_string_value(json_object_get(rep, "state")), "failed");
-    assert_non_null(strstr(json_string_value(json_object_get(rep, "error")), "expected [4]"));
-    assert_true(atomic_load(&exec_counters(f->ex)->bad_size) >= 1);
-    assert_store_empty(f);
-}
-
-static int setup_flat_short(void **state)
-{
-    return fixture_start_flat(state, 300, 4, (int64_t)64 << 20, INT64_MAX, 1);
+    (void)state;
+    cluster_t *c = cluster_new(1, 2, 0, 2000);
+    json_t *ops = json_pack("[{s:s,s:s}]", "op", "shard_index", "out", "y");
+    /* 1: box outside the mesh. */
+    json_t *bad = placement(c, 1, 2);
+    json_array_set_new(json_object_get(json_object_get(json_object_get(bad, "slices"), "a"),
+                                       "box"), 1, json_integer(3));
+    json_t *g = group(40, 0, bad, json_pack("[o]", host_task(c, 400, 40, 0, 0, 1, 1, 2, 0,
+                                                             json_deep_copy(ops), NULL, NULL)));
+    exec_submit(c->p[0].ex, g);
+    json_decref(g);
+    /* 2: a device out of range. */
+    json_t *t = host_task(c, 401, 41, 0, 0, 1, 1, 2, 0, json_deep_copy(ops), NULL, NULL);
+    json_array_set_new(json_object_get(t, "devices"), 1, json_integer(7));
+    g = group(41, 0, placement(c, 1, 2), json_pack("[o]", t));
+    exec_submit(c->p[0].ex, g);
+    json_decref(g);
+    /* 3: the task's attempt differs from its group's. */
+    t = host_task(c, 402, 42, 1, 0, 1, 1, 2, 0, json_deep_copy(ops), NULL, NULL);
+    g = group(42, 0, placement(c, 1, 2), json_pack("[o]", t));
+    exec_submit(c->p[0].ex, g);
+    json_decref(g);
+    /* 4: a shard this proc does not hold (the placement gives it to no one). */
+    t = host_task(c, 403, 43, 0, 0, 1, 1, 2, 0, json_deep_copy(ops), NULL, NULL);
+    json_array_set_new(json_object_get(t, "shards"), 1, json_integer(2));
+    g = group(43, 0, placement(c, 1, 2), json_pack("[o]", t));
+    exec_submit(c->p[0].ex, g);
+    json_decref(g);
+    json_decref(ops);
+    assert_int_equal(sink_wait(&c->p[0].sink, 4), 4);
+    for (int id = 400; id <= 403; id++)
+        assert_string_equal(state_of(sink_find(&c->p[0].sink, id)), "failed");
+    cluster_free(c);
 }
 
 int main(void)
 {
+    log_setup("test_worker_exec", LOG_WARN, 0);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_design_example, setup_normal, teardown),
-        cmocka_unit_test_setup_teardown(test_seq_order_per_device, setup_normal, teardown),
-        cmocka_unit_test_setup_teardown(test_collectives, setup_normal, teardown),
-        cmocka_unit_test_setup_teardown(test_peer_timeout, setup_short_timeout, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel, setup_normal, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_compute, setup_normal, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_tasks, setup_normal, teardown),
-        cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_ring8, teardown),
-        cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_direct8, teardown),
-        cmocka_unit_test_setup_teardown(test_ring_vs_direct, setup_flat8, teardown),
-        cmocka_unit_test_setup_teardown(test_store_too_small, setup_small_store, teardown),
-        cmocka_unit_test_setup_teardown(test_store_backpressure, setup_small_store, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_frees_values, setup_normal, teardown),
-        cmocka_unit_test_setup_teardown(test_short_leader_pack, setup_short_timeout, teardown),
-        cmocka_unit_test_setup_teardown(test_short_direct_piece, setup_flat_short, teardown),
+        cmocka_unit_test(test_chain_four_procs),
+        cmocka_unit_test(test_fold_order_rule),
+        cmocka_unit_test(test_forged_pack_fails_task),
+        cmocka_unit_test(test_cancel_is_attempt_exact),
+        cmocka_unit_test(test_gang_order_overlapping),
+        cmocka_unit_test(test_malformed_reported_failed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
