@@ -421,10 +421,62 @@ static void test_bad_combine(void **state)
     tensor_free(b);
 }
 
+/* coll_group_of / coll_group_member (O(rank)) agree with coll_group for
+ * every shard of 1-D to 3-D slices and every mesh_axes subset. */
+static void test_group_of_agrees(void **state)
+{
+    (void)state;
+    const shape_t shapes[] = {{.rank = 1, .dim = {6}}, {.rank = 2, .dim = {2, 4}},
+                              {.rank = 2, .dim = {3, 1}}, {.rank = 3, .dim = {2, 3, 2}}};
+    int members[64];
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape_t *ss = &shapes[si];
+        for (unsigned axes = 0; axes < (1u << ss->rank); axes++)
+            for (int k = 0; k < shape_numel(ss); k++) {
+                int n, pos, lead, n2, pos2;
+                assert_int_equal(coll_group(ss, axes, k, members, &n, &pos), 0);
+                assert_int_equal(coll_group_of(ss, axes, k, &lead, &n2, &pos2), 0);
+                assert_int_equal(n2, n);
+                assert_int_equal(pos2, pos);
+                assert_int_equal(lead, members[0]);
+                for (int p = 0; p < n; p++)
+                    assert_int_equal(coll_group_member(ss, axes, lead, p), members[p]);
+                assert_int_equal(coll_group_member(ss, axes, lead, n), -1);
+            }
+    }
+}
+
+/* coll_fold_ring: chunk c is the left fold from position c on. */
+static void test_fold_ring(void **state)
+{
+    (void)state;
+    const float v[4] = {100663296.0f, 5.0f, -100663296.0f, 5.0f};
+    shape_t s = {.rank = 1, .dim = {4}};
+    tensor_t *pc[4], *out = NULL;
+    for (int k = 0; k < 4; k++) {
+        pc[k] = tensor_new(&s);
+        for (int e = 0; e < 4; e++)
+            pc[k]->data[e] = v[k];
+    }
+    assert_int_equal(coll_fold_ring(REDUCE_SUM, (const tensor_t *const *)pc, 4, &out), 0);
+    for (int c = 0; c < 4; c++) {        /* 4 elements over 4 chunks: chunk c = element c */
+        float want = v[c];
+        for (int m = 1; m < 4; m++)
+            want += v[(c + m) % 4];
+        assert_true(out->data[c] == want);
+    }
+    assert_true(out->data[0] != out->data[1]);  /* the orders round differently */
+    tensor_free(out);
+    for (int k = 0; k < 4; k++)
+        tensor_free(pc[k]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_group_of_agrees),
+        cmocka_unit_test(test_fold_ring),
         cmocka_unit_test(test_all_reduce),
         cmocka_unit_test(test_all_gather),
         cmocka_unit_test(test_reduce_scatter),
