@@ -7,8 +7,9 @@
 #      has proven nothing);
 #   3. run the browser test against a real atolld + workers;
 #   3b. fuzz the job compiler, the routing/auth layer, the worker's task
-#       and data-plane decoders and atolld's report decoder for a bounded
-#       time (tests/fuzz/run.sh, targets in parallel); a crash fails;
+#       and data-plane decoders and atolld's report decoder, 2.1 M inputs
+#       each (>= 10 M in all), capped at ATOLL_FUZZ_SECONDS (default 600)
+#       (tests/fuzz/run.sh, targets in parallel); a crash fails;
 #   4. build with ASan+UBSan (build-asan/) and run unit + integration again.
 # Exits non-zero when any test fails. ATOLL_SKIP_ASAN=1 skips step 4.
 set -euo pipefail
@@ -41,11 +42,11 @@ atoll_ctest --test-dir build --output-on-failure -j2
 echo "== browser tests (headless chromium)"
 tests/browser/run.sh build
 
-echo "== fuzzing the job compiler, routing/auth, task, frame and report decoders in parallel (libFuzzer, clang; ATOLL_FUZZ_SECONDS, default 150)"
+echo "== fuzzing the job compiler, routing/auth, task, frame and report decoders in parallel (libFuzzer, clang; 2.1 M inputs each, capped at ATOLL_FUZZ_SECONDS, default 600)"
 cmake -S "$ATOLL_ROOT" -B build-fuzz -DCMAKE_C_COMPILER=clang -DATOLL_FUZZ=ON -DATOLL_TESTS=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz --target fuzz_all -j"$(nproc)"
-tests/fuzz/run.sh build-fuzz "${ATOLL_FUZZ_SECONDS:-150}"
+tests/fuzz/run.sh build-fuzz "${ATOLL_FUZZ_SECONDS:-600}" "${ATOLL_FUZZ_RUNS:-2100000}"
 
 if [ "${ATOLL_SKIP_ASAN:-0}" != "1" ]; then
     echo "== ASan+UBSan build and tests"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# tests/fuzz/run.sh BUILD_DIR SECONDS - runs every libFuzzer target built in
-# BUILD_DIR (cmake -DATOLL_FUZZ=ON with CC=clang) for SECONDS, all at once
-# (so the total time is SECONDS, not SECONDS per target), each on its seed
-# corpus committed in tests/fuzz/:
+# tests/fuzz/run.sh BUILD_DIR SECONDS [RUNS] - runs every libFuzzer target
+# built in BUILD_DIR (cmake -DATOLL_FUZZ=ON with CC=clang) all at once, each
+# until it has executed RUNS inputs (default 2,100,000: the five targets
+# together make the >= 10 M executions per CI run that issue 13 asks for,
+# however loaded the machine is) or SECONDS have passed (a cap, so a slow
+# machine still ends), each on its seed corpus committed in tests/fuzz/:
 #   fuzz_job     the job parser and compiler            corpus/         job.dict
 #   fuzz_http    atolld's routing and auth layer        corpus_http/    (none)
 #   fuzz_task    the worker's task decoder + compiler   corpus_task/    task.dict
@@ -18,6 +20,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: run.sh BUILD_DIR SECONDS}
 secs=${2:-60}
+runs_each=${3:-2100000}
 
 # name  corpus-dir  extra libFuzzer flags
 targets=(
@@ -39,7 +42,7 @@ run_one() {
     # -timeout: one input over 10 s is a finding (every target must be fast
     # on anything it is sent).
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$bin" -runs="$runs_each" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$art/" "$@" "$work" >"$build/fuzz-$name.log" 2>&1
 }
 
@@ -56,12 +59,12 @@ for i in "${!targets[@]}"; do
     if wait "${pids[$i]}"; then
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/fuzz-$name.log" | tail -n 1)
         total=$((total + ${runs:-0}))
-        echo "$name: no crash in ${secs}s, ${runs:-?} executions"
+        echo "$name: no crash in ${runs:-?} executions (cap ${secs}s)"
     else
         rc=1
         tail -n 25 "$build/fuzz-$name.log"
         echo "$name: FAILED; reproducers in $build/fuzz-artifacts/$name/" >&2
     fi
 done
-echo "fuzzing: $total executions in all (${#targets[@]} targets, ${secs}s, $(nproc) cores)"
+echo "fuzzing: $total executions in all (${#targets[@]} targets, $((SECONDS))s, $(nproc) cores)"
 exit "$rc"
