@@ -182,8 +182,17 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
                             "# HELP atoll_store_write_transactions_total SQLite write"
                             " transactions committed.\n"
                             "# TYPE atoll_store_write_transactions_total counter\n"
-                            "atoll_store_write_transactions_total %lu\n",
-                            (unsigned long)store_write_transactions());
+                            "atoll_store_write_transactions_total %lu\n"
+                            "# HELP atoll_store_sync_rounds_total Group commit: fdatasync rounds"
+                            " of the WAL.\n"
+                            "# TYPE atoll_store_sync_rounds_total counter\n"
+                            "atoll_store_sync_rounds_total %lu\n"
+                            "# HELP atoll_store_sync_waits_total Writes acknowledged only after a"
+                            " sync round (submits, cancels, tenant changes).\n"
+                            "# TYPE atoll_store_sync_waits_total counter\n"
+                            "atoll_store_sync_waits_total %lu\n",
+                            (unsigned long)store_write_transactions(),
+                            (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits());
     int64_t dp[4] = {0};
     store_dplane_totals(st, dp);
     len += (size_t)snprintf(all + len, cap - len,

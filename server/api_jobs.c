@@ -150,8 +150,17 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
         job_refused(rc, id, &lim, resp);
         goto cleanup;
     }
+    /* 201 promises the job is on disk; a replay (200) waits too, in case
+     * its first answer was lost to a failed sync. The scheduler is woken
+     * after the sync, so its pass does not add WAL pages to this round. */
+    int synced = store_durable();
     if (rc == STORE_OK)
         sched_notify();
+    if (synced != 0) {
+        http_problem(resp, 503, NULL, "job %ld was stored but the disk refused to sync it;"
+                     " retry with the same Idempotency-Key", (long)id);
+        goto cleanup;
+    }
     if (!(job = store_job_json(st, id))) {
         http_problem(resp, 500, NULL, "job %ld stored but could not be read back", (long)id);
         goto cleanup;
@@ -258,6 +267,11 @@ void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
     }
     sched_notify();
     http_wake();    /* workers holding its tasks learn of it on their poll */
+    if (store_durable() != 0) {
+        http_problem(resp, 503, NULL, "job %ld was cancelled but the disk refused to sync it",
+                     (long)id);
+        return;
+    }
     json_t *job = store_job_json(st, id);
     if (job)
         http_json(resp, 200, job);

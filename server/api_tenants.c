@@ -92,6 +92,8 @@ void api_tenants_create(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 409, "name", "tenant '%s' exists", name);
     else if (rc != STORE_OK)
         http_problem(resp, 503, NULL, "tenant could not be stored");
+    else if (store_durable() != 0)    /* its token is shown once: it must be on disk */
+        http_problem(resp, 503, NULL, "tenant stored but the disk refused to sync it");
     else
         /* The token is shown once; only its hash is kept. */
         http_json(resp, 201, json_pack("{s:I, s:s, s:s, s:o, s:I, s:I, s:I}", "id",
@@ -128,6 +130,8 @@ void api_tenants_revoke(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 404, "name", "no active tenant '%.64s'", req->params[0]);
     else if (rc != STORE_OK)
         http_problem(resp, 503, NULL, "could not revoke");
+    else if (store_durable() != 0)
+        http_problem(resp, 503, NULL, "revoked but the disk refused to sync it");
     else
         http_json(resp, 200, json_pack("{s:s, s:b}", "name", req->params[0], "revoked", 1));
 }

@@ -30,6 +30,7 @@ typedef struct options {
     char island_names[MAX_ISLANDS][NAME_MAX_LEN];
     int nislands;
     const char *dispatch;
+    const char *durability;             /* group (default), commit or none */
     int64_t lease_ms;
     int64_t max_body;
     int64_t threads;
@@ -53,6 +54,9 @@ static void usage(FILE *out)
         "  --island NAME=SHAPE  an island mesh, e.g. west=4x4; repeatable (ATOLL_ISLANDS,\n"
         "                       comma-separated, e.g. west=4x4,east=2x4)\n"
         "  --dispatch MODE      parallel (default) or sequential (ATOLL_DISPATCH)\n"
+        "  --durability MODE    group (default: an accepted job is fsync'd before its\n"
+        "                       201, concurrent submits share one fsync), commit (fsync\n"
+        "                       in every commit) or none (ATOLL_DURABILITY)\n"
         "  --lease-ms N         worker heartbeat lease (ATOLL_LEASE_MS, default 5000)\n"
         "  --max-body BYTES     request body cap (ATOLL_MAX_BODY, default 1048576)\n"
         "  --threads N          HTTP thread pool size (ATOLL_HTTP_THREADS, default 8)\n"
@@ -161,6 +165,13 @@ static int apply(options_t *o, int opt, const char *arg)
             return fail_flag("--dispatch", arg, "must be parallel or sequential");
         o->dispatch = arg;
         return 0;
+    case 'u': {
+        store_durability_t m;
+        if (store_durability_parse(arg, &m) != 0)
+            return fail_flag("--durability", arg, "must be group, commit or none");
+        o->durability = arg;
+        return 0;
+    }
     case 'L': return parse_int("--lease-ms", arg, 100, 3600000, &o->lease_ms);
     case 'b': return parse_int("--max-body", arg, 1024, 1 << 30, &o->max_body);
     case 't': return parse_int("--threads", arg, 1, 256, &o->threads);
@@ -189,7 +200,7 @@ static int parse_env(options_t *o)
         {"ATOLL_WEB_DIR", 'w'}, {"ATOLL_LOG_LEVEL", 'v'}, {"ATOLL_ADMIN_TOKEN", 'A'},
         {"ATOLL_WORKER_TOKEN", 'W'}, {"ATOLL_READ_TOKEN", 'R'}, {"ATOLL_TLS_CERT", 'C'},
         {"ATOLL_TLS_KEY", 'K'}, {"ATOLL_DRAIN_MS", 'T'}, {"ATOLL_MAX_CONNECTIONS", 'M'},
-        {"ATOLL_HEADER_TIMEOUT_MS", 'H'},
+        {"ATOLL_HEADER_TIMEOUT_MS", 'H'}, {"ATOLL_DURABILITY", 'u'},
     };
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
@@ -218,12 +229,14 @@ static int parse_args(options_t *o, int argc, char **argv)
         {"tls-key", required_argument, NULL, 'K'}, {"drain-ms", required_argument, NULL, 'T'},
         {"max-connections", required_argument, NULL, 'M'},
         {"header-timeout-ms", required_argument, NULL, 'H'},
+        {"durability", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     snprintf(o->host, sizeof o->host, "127.0.0.1");
     o->port = 8080;
     o->db = "atoll.db";
     o->dispatch = "parallel";
+    o->durability = "group";
     o->lease_ms = 5000;
     o->drain_ms = 5000;
     o->header_timeout_ms = HTTP_HEADER_TIMEOUT_MS_DEFAULT;
@@ -311,6 +324,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     err_t e = {0};
+    store_durability_t dur = STORE_DURABLE_GROUP;
+    store_durability_parse(o.durability, &dur);    /* checked in apply() */
+    store_sync_setup(o.db, dur);
     if (store_global_init(o.db, o.islands, o.nislands, &e) != 0) {
         fprintf(stderr, "atolld: %s\n", e.detail[0] ? e.detail : "cannot open the database");
         return 1;
@@ -359,9 +375,9 @@ int main(int argc, char **argv)
                         o.islands[i].name, sh);
     }
     const char *scheme = o.tls_cert ? "https" : "http";
-    log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s lease_ms=%ld max_body=%ld"
-             " threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u header_timeout_ms=%ld",
-             o.host, port, o.db, islands, o.dispatch, (long)o.lease_ms, (long)o.max_body,
+    log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s durability=%s lease_ms=%ld"
+             " max_body=%ld threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u header_timeout_ms=%ld",
+             o.host, port, o.db, islands, o.dispatch, o.durability, (long)o.lease_ms, (long)o.max_body,
              (long)o.threads, o.web_dir, auth_enabled() ? "tokens" : "off",
              o.tls_cert ? "on" : "off", http_max_conns(), (long)o.header_timeout_ms);
     printf("atolld ready: %s://%s:%d (db %s, islands %s)\n", scheme, o.host, port, o.db, islands);
@@ -376,6 +392,7 @@ int main(int argc, char **argv)
     api_stream_stop();   /* event streams end, so none is suspended at http_stop() */
     http_stop();
     store_thread_close();
+    store_sync_close();
     log_info("stopped cleanly");
     return 0;
 }

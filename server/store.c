@@ -84,10 +84,14 @@ static store_t *store_open(const char *path)
     sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
     sqlite3_commit_hook(st->db, store_on_commit, st);
     /* WAL: readers (dashboard, lists) never block the scheduler's writes.
-     * synchronous=NORMAL is durable across process crashes in WAL mode,
-     * which is the failure the controller must survive (kill -9). */
-    if (store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                       " PRAGMA foreign_keys=ON;") != 0)
+     * synchronous=NORMAL is durable across process crashes in WAL mode
+     * (kill -9); what a client was told is on disk is made so by group
+     * commit after the COMMIT (store_sync.c), outside the write lock.
+     * FULL only in the "commit" durability mode, kept for comparison. */
+    const char *pragmas = store_durability() == STORE_DURABLE_COMMIT
+        ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
+        : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;";
+    if (store_exec(st, pragmas) != 0)
         goto fail;
     return st;
 fail:

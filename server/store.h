@@ -72,6 +72,33 @@ int64_t store_scalar(store_t *st, const char *sql, int64_t arg, int64_t dflt);
 json_t *store_col_json(sqlite3_stmt *s, int col);
 int64_t store_island_id(store_t *st, const char *name);
 
+/* ---- durability of acknowledged writes (store_sync.c) ---- */
+typedef enum store_durability {
+    STORE_DURABLE_GROUP = 0,    /* default: fdatasync of the WAL before an
+                                   acknowledgement, shared by concurrent callers */
+    STORE_DURABLE_COMMIT = 1,   /* synchronous=FULL: every commit fsyncs inside
+                                   SQLite's write lock (for comparison) */
+    STORE_DURABLE_NONE = 2,     /* no fsync before acknowledging: survives a
+                                   process crash, not power loss */
+} store_durability_t;
+/* "group", "commit" or "none"; 0, or -1 for anything else. */
+int store_durability_parse(const char *s, store_durability_t *out);
+/* Before store_global_init(): the database path and the mode. */
+void store_sync_setup(const char *db_path, store_durability_t mode);
+store_durability_t store_durability(void);
+/* Call after a committed write and before acknowledging it to a client:
+ * returns 0 once it is on disk (group mode: an fdatasync of the WAL that
+ * began after the call, shared with concurrent callers; other modes return
+ * at once). -1 when the disk refused a sync: the write is committed but
+ * may not survive power loss; answer 503 (sticky until restart). Blocks
+ * for about one fdatasync. */
+int store_durable(void);
+/* For /metrics: fdatasync rounds run and store_durable() calls. */
+uint64_t store_sync_rounds(void);
+uint64_t store_sync_waits(void);
+/* Closes the WAL descriptor (shutdown). */
+void store_sync_close(void);
+
 /* ---- jobs (store_jobs.c) ---- */
 /* What a submission brings besides its plan. Strings are borrowed. */
 typedef struct store_job_new {

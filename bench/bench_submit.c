@@ -1,0 +1,170 @@
+/* bench_submit.c - POST /v1/jobs throughput by durability mode (issue 9:
+ * group commit).
+ *
+ *   bench_submit [SECONDS]        (per run, default 3, at most 20)
+ *
+ * Runs the binaries of $ATOLL_BIN_DIR (default build/bin). For each of
+ * atolld's --durability modes (none: no fsync before the 201, the old
+ * behaviour; commit: synchronous=FULL, an fsync inside every commit;
+ * group: the default, an fdatasync of the WAL shared by concurrent
+ * submitters) it starts a fresh atolld with one island that has no worker
+ * (jobs stay queued: this measures acceptance, not execution), then submits
+ * tiny jobs for SECONDS on 1 keep-alive connection, then on 8 at once.
+ * Prints `name value` lines: accepted jobs/s per mode and connection count,
+ * fdatasync rounds and jobs per round (from /metrics), the ratios against
+ * `none`, and this disk's own fdatasync latency (the floor of one
+ * connection's fsync'd submit: requests on one connection are sequential).
+ * Exits 1 when a submit was not answered 201. */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "support_harness.h"
+
+#define SUBMIT_MAX_CONNS 8
+#define SUBMIT_FSYNC_PROBES 200
+
+static const char doc_q[] =
+    "{'name':'s','slices':{'s':{'shape':[1,1],'island':'cold'}},'computations':["
+    "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}";
+static const char *const modes[] = {"none", "commit", "group"};
+
+typedef struct submitter {
+    pthread_t tid;
+    const char *url, *doc;
+    int64_t deadline_ms;
+    long accepted, errors;
+} submitter_t;
+
+static void *submitter_main(void *arg)
+{
+    submitter_t *s = arg;
+    hx_client_t cl;
+    if (hx_client_init(&cl, s->url) != 0) {
+        s->errors++;
+        return NULL;
+    }
+    size_t len = strlen(s->doc);
+    while (hx_now_ms() < s->deadline_ms) {
+        hx_resp_t r;
+        if (hx_request(&cl, "POST", "/v1/jobs", s->doc, len, &r) == 0 && r.status == 201)
+            s->accepted++;
+        else
+            s->errors++;
+        hx_resp_clear(&r);
+    }
+    hx_client_cleanup(&cl);
+    return NULL;
+}
+
+/* nconns submitters for secs seconds; jobs accepted per second, or -1. */
+static double submit_rate(const char *url, const char *doc, int nconns, int secs, long *errors)
+{
+    submitter_t subs[SUBMIT_MAX_CONNS];
+    int64_t t0 = hx_now_ms();
+    for (int i = 0; i < nconns; i++) {
+        subs[i] = (submitter_t){.url = url, .doc = doc, .deadline_ms = t0 + secs * 1000};
+        if (pthread_create(&subs[i].tid, NULL, submitter_main, &subs[i]) != 0)
+            return -1;
+    }
+    long acc = 0;
+    for (int i = 0; i < nconns; i++) {
+        pthread_join(subs[i].tid, NULL);
+        acc += subs[i].accepted;
+        *errors += subs[i].errors;
+    }
+    return (double)acc * 1000.0 / (double)(hx_now_ms() - t0);
+}
+
+/* Median latency of pwrite(4 KiB) + fdatasync in dir, in microseconds. */
+static double fdatasync_us(const char *dir)
+{
+    char path[HX_PATH_MAX];
+    snprintf(path, sizeof path, "%s/fsync-probe", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return -1;
+    static char block[4096];
+    double us[SUBMIT_FSYNC_PROBES];
+    for (int i = 0; i < SUBMIT_FSYNC_PROBES; i++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        if (pwrite(fd, block, sizeof block, (off_t)(i % 16) * 4096) < 0 || fdatasync(fd) != 0) {
+            close(fd);
+            unlink(path);
+            return -1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        us[i] = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+    }
+    close(fd);
+    unlink(path);
+    for (int i = 1; i < SUBMIT_FSYNC_PROBES; i++)     /* insertion sort: 200 values */
+        for (int j = i; j > 0 && us[j] < us[j - 1]; j--) {
+            double t = us[j];
+            us[j] = us[j - 1];
+            us[j - 1] = t;
+        }
+    return us[SUBMIT_FSYNC_PROBES / 2];
+}
+
+int main(int argc, char **argv)
+{
+    int secs = argc > 1 ? atoi(argv[1]) : 3;
+    if (secs < 1 || secs > 20) {
+        fprintf(stderr, "usage: bench_submit [SECONDS 1..20]\n");
+        return 2;
+    }
+    if (hx_init() != 0)
+        return 1;
+    char *doc = hx_text_q(doc_q);
+    if (!doc)
+        return 1;
+    static const char *const islands[] = {"cold=4x4"};
+    static const int conns[] = {1, SUBMIT_MAX_CONNS};
+    double rate[3][2] = {{0}};
+    long errors = 0;
+    int rc = 0;
+    for (int m = 0; m < 3 && rc == 0; m++) {
+        hx_cluster_t c;
+        const char *extra[] = {"--durability", modes[m], NULL};
+        if (hx_cluster_start_args(&c, islands, 1, extra) != 0) {
+            rc = 1;
+            break;
+        }
+        if (m == 0)
+            printf("fdatasync_p50_us %.0f\n", fdatasync_us(c.dir));
+        hx_client_t cl;
+        if (hx_client_init(&cl, c.url) != 0) {
+            hx_cluster_stop(&c);
+            rc = 1;
+            break;
+        }
+        for (int k = 0; k < 2; k++) {
+            double r0 = hx_metric(&cl, "atoll_store_sync_rounds_total");
+            double w0 = hx_metric(&cl, "atoll_store_sync_waits_total");
+            rate[m][k] = submit_rate(c.url, doc, conns[k], secs, &errors);
+            double rounds = hx_metric(&cl, "atoll_store_sync_rounds_total") - r0;
+            double waits = hx_metric(&cl, "atoll_store_sync_waits_total") - w0;
+            printf("submit_%s_conns%d_jobs_per_s %.0f\n", modes[m], conns[k], rate[m][k]);
+            if (m == 2)
+                printf("submit_group_conns%d_syncs %.0f jobs_per_sync %.2f\n", conns[k], rounds,
+                       rounds > 0 ? waits / rounds : 0);
+        }
+        hx_client_cleanup(&cl);
+        if (hx_cluster_stop(&c) != 0)
+            rc = 1;
+    }
+    for (int k = 0; k < 2 && rc == 0; k++)
+        printf("ratio_conns%d_group_vs_none %.2f commit_vs_none %.2f\n", conns[k],
+               rate[2][k] / rate[0][k], rate[1][k] / rate[0][k]);
+    printf("errors %ld\n", errors);
+    free(doc);
+    return rc != 0 || errors ? 1 : 0;
+}

@@ -1,0 +1,149 @@
+/* store_sync.c - group commit: acknowledged writes reach the disk, and
+ * concurrent writers share one fdatasync.
+ *
+ * Every connection commits with synchronous=NORMAL: in WAL mode a COMMIT
+ * appends its frames to the -wal file with write() and no fsync, which is
+ * durable across a process crash (kill -9) but not across power loss. A
+ * handler about to acknowledge a write to a client (the 201 of POST
+ * /v1/jobs) calls store_durable(): it returns once an fdatasync of the WAL
+ * that *began after* the caller's COMMIT returned has finished. Such an
+ * fdatasync covers every commit before it, from any connection, so callers
+ * arriving while one runs wait for the next round and share it: one fsync
+ * per round, not per commit, and no fsync inside SQLite's write lock.
+ *
+ * Checkpoints stay correct without us: with synchronous=NORMAL SQLite
+ * syncs the WAL before copying frames into the database and the database
+ * after, so a commit that was checkpointed (and its WAL space reused) before
+ * our round is on disk already.
+ *
+ * Invariant (under sync_mu): rounds run one at a time and are numbered in
+ * the order they start; sync_done is the number of the last round that
+ * finished. A caller entering when sync_started == k needs round k + 1.
+ * A failed fdatasync is sticky (the kernel may have dropped the dirty
+ * pages: retrying could report success for lost data), so every later
+ * call fails too until atolld is restarted and SQLite recovers the WAL. */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static store_durability_t sync_mode = STORE_DURABLE_GROUP;
+static char sync_db_path[4096];
+static pthread_mutex_t sync_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sync_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t sync_started, sync_done;
+static int sync_busy, sync_failed;
+/* The WAL's descriptor; used only by the round's leader (sync_busy). */
+static int sync_wal_fd = -1;
+static _Atomic uint64_t sync_rounds, sync_waits;
+
+int store_durability_parse(const char *s, store_durability_t *out)
+{
+    static const char *const names[] = {"group", "commit", "none"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (store_durability_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+void store_sync_setup(const char *db_path, store_durability_t mode)
+{
+    sync_mode = mode;
+    snprintf(sync_db_path, sizeof sync_db_path, "%s", db_path);
+}
+
+store_durability_t store_durability(void) { return sync_mode; }
+
+/* fsync of the database's directory: makes a newly created -wal file's
+ * directory entry durable (its data alone is not enough after a crash). */
+static int sync_dir(void)
+{
+    char copy[sizeof sync_db_path];
+    snprintf(copy, sizeof copy, "%s", sync_db_path);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* One round: (re)opens the WAL when it is not open or was unlinked, then
+ * fdatasync. Runs only in the round's leader. 0 or -1 (logged). */
+static int sync_wal(void)
+{
+    struct stat sb;
+    if (sync_wal_fd >= 0 && (fstat(sync_wal_fd, &sb) != 0 || sb.st_nlink == 0)) {
+        close(sync_wal_fd);
+        sync_wal_fd = -1;
+    }
+    if (sync_wal_fd < 0) {
+        char wal[sizeof sync_db_path + 8];
+        snprintf(wal, sizeof wal, "%s-wal", sync_db_path);
+        if ((sync_wal_fd = open(wal, O_RDONLY | O_CLOEXEC)) < 0 || sync_dir() != 0) {
+            log_error("group commit: cannot open %s or sync its directory: %s", wal,
+                      strerror(errno));
+            return -1;
+        }
+    }
+    if (fdatasync(sync_wal_fd) != 0) {
+        log_error("group commit: fdatasync of the WAL failed: %s; acknowledged writes are"
+                  " refused from now on (restart atolld)", strerror(errno));
+        return -1;
+    }
+    atomic_fetch_add(&sync_rounds, 1);
+    return 0;
+}
+
+int store_durable(void)
+{
+    if (sync_mode != STORE_DURABLE_GROUP)
+        return 0;
+    atomic_fetch_add(&sync_waits, 1);
+    pthread_mutex_lock(&sync_mu);
+    uint64_t need = sync_started + 1;
+    while (sync_done < need && !sync_failed) {
+        if (sync_busy) {
+            pthread_cond_wait(&sync_cv, &sync_mu);
+            continue;
+        }
+        sync_busy = 1;
+        uint64_t round = ++sync_started;
+        pthread_mutex_unlock(&sync_mu);
+        int rc = sync_wal();
+        pthread_mutex_lock(&sync_mu);
+        sync_busy = 0;
+        if (rc != 0)
+            sync_failed = 1;
+        else
+            sync_done = round;
+        pthread_cond_broadcast(&sync_cv);
+    }
+    int rc = sync_failed ? -1 : 0;
+    pthread_mutex_unlock(&sync_mu);
+    return rc;
+}
+
+uint64_t store_sync_rounds(void) { return atomic_load(&sync_rounds); }
+uint64_t store_sync_waits(void) { return atomic_load(&sync_waits); }
+
+void store_sync_close(void)
+{
+    pthread_mutex_lock(&sync_mu);
+    if (sync_wal_fd >= 0 && !sync_busy) {
+        close(sync_wal_fd);
+        sync_wal_fd = -1;
+    }
+    pthread_mutex_unlock(&sync_mu);
+}
