@@ -226,6 +226,9 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
                            .peer_timeout_us = cfg->peer_timeout_us, .sim = cfg->sim,
                            .ring_min_bytes = cfg->ring_min_bytes ? cfg->ring_min_bytes
                                                                  : EXEC_RING_MIN_BYTES_DEFAULT,
+                           .relay_min_procs = cfg->relay_min_procs > 0
+                                                  ? cfg->relay_min_procs
+                                                  : EXEC_RELAY_MIN_PROCS_DEFAULT,
                            .counters = &ex->counters};
     snprintf(ex->self_addr, sizeof ex->self_addr, "%s", cfg->self_addr ? cfg->self_addr : "");
     ex->report_fn = report_fn;

@@ -33,6 +33,7 @@ typedef struct exec_cfg {
                                    with EXEC_DEFAULT_STORE_CAP bytes */
     int64_t ring_min_bytes;     /* 0: EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX:
                                    collectives always exchange directly */
+    int relay_min_procs;        /* 0: EXEC_RELAY_MIN_PROCS_DEFAULT */
     const char *self_addr;      /* this worker's data address (borrowed, copied):
                                    names its proc in every placement */
 } exec_cfg_t;

@@ -18,9 +18,21 @@
  * Tag of frame f of op i's pack from proc P to proc Q: (job, attempt,
  * comp, -(1 + i + f * JOB_MAX_OPS), P, Q).
  *
+ * Relay (large slices): a whole-argument collective (all_reduce,
+ * all_gather, reduce_scatter) over a slice spread on RELAY_MIN_PROCS
+ * processes or more does not exchange packs between every pair (P^2
+ * connections, a reader thread each: 262,144 for 512 workers) but through
+ * the root, the process of the slice's shard 0: every other process
+ * uploads all its shards' arguments (one message, in shard order), the
+ * root forwards to each process q the concatenation, over processes p != q
+ * in order, of exactly the pack p would have sent q directly. Both ends
+ * derive every size from the plan, as above. 2 (P - 1) messages per op
+ * instead of P (P - 1); one step more.
+ *
  * Results keep the per-shard runtime's bits: every member's contribution
  * is combined by coll_combine() in group position order, and an all_reduce
- * the old runtime ran as a ring sums in the ring's order (coll_fold_ring). */
+ * the old runtime ran as a ring sums in the ring's order (coll_fold_ring),
+ * whichever way the pieces travelled. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +48,14 @@ typedef struct coll {
     const int *proc_of;         /* shard -> proc, from the placement */
     int nprocs, self, n, nl;
     int *lead, *pos;            /* per local shard: its group (lowest member), position */
-    unsigned char *in_group;    /* nl * nprocs: does l's group have a member on proc q? */
+    int nsh;                    /* shards of the slice */
+    int *gslot;                 /* nsh: row of group_on for a group's lead, else -1 */
+    unsigned char *on;          /* ngroups * nprocs: does the group have a member on q?
+                                   (whole-argument collectives only) */
+    int *start, *list;          /* the slice's shards by proc: list[start[q]..start[q+1]) */
+    int relay;                  /* exchange through the root (see above) */
+    int root;                   /* proc of shard 0 */
+    const float **all;          /* nsh (root in relay mode): every shard's argument */
     int64_t arg_numel, piece_numel;
     const tensor_t *const *args;
     const tensor_t **pieces;    /* nl * n (ppermute: entry 0 only), borrowed or views */
@@ -70,10 +89,7 @@ static int local_index(const coll_t *c, int shard)
 /* Does the group led by `lead` have a member on proc q? */
 static int group_on(const coll_t *c, int lead, int q)
 {
-    for (int l = 0; l < c->nl; l++)
-        if (c->lead[l] == lead)
-            return q == c->self ? 1 : c->in_group[(size_t)l * c->nprocs + q];
-    return 0;    /* not one of our groups: only asked for q == self */
+    return c->gslot[lead] >= 0 && c->on[(size_t)c->gslot[lead] * c->nprocs + q];
 }
 
 /* Walks the pieces source shard s (group lead, position ps) sends to proc
@@ -137,8 +153,13 @@ typedef struct fill_ctx {
 static void fill_piece(coll_t *c, int src, int dst, int at, int64_t numel, void *vctx)
 {
     fill_ctx_t *f = vctx;
-    const tensor_t *arg = c->args[local_index(c, src)];
     (void)at;
+    if (c->all) {       /* the root's forward: whole arguments of any shard */
+        memcpy(f->buf + f->off, c->all[src], (size_t)numel * sizeof *f->buf);
+        f->off += numel;
+        return;
+    }
+    const tensor_t *arg = c->args[local_index(c, src)];
     if (c->op->code == OP_ALL_TO_ALL) {
         /* chunk pos(dst) of our argument, cut along split_axis */
         int lead, n, pd;
@@ -183,8 +204,74 @@ static int send_frames(coll_t *c, int q, const float *buf, int64_t total)
     return 0;
 }
 
+static int send_buf(coll_t *c, int q, const float *buf, int64_t total, const char *what)
+{
+    if (!buf) {
+        snprintf(c->r->err, sizeof c->r->err, "op %d: out of memory packing %s", c->i, what);
+        return -1;
+    }
+    return send_frames(c, q, buf, total);
+}
+
+/* Relay: a non-root process uploads its shards' arguments, in shard order. */
+static int send_upload(coll_t *c)
+{
+    int64_t total = (int64_t)c->nl * c->arg_numel;
+    float *buf = malloc((size_t)total * sizeof(float));
+    for (int l = 0; buf && l < c->nl; l++)
+        memcpy(buf + (int64_t)l * c->arg_numel, c->args[l]->data,
+               (size_t)c->arg_numel * sizeof(float));
+    int rc = send_buf(c, c->root, buf, total, "an upload");
+    free(buf);
+    return rc;
+}
+
+/* The relayed pack for q: over procs p != q in order, what p would send q. */
+static int64_t forward_walk(coll_t *c, int q, piece_fn fn, void *ctx)
+{
+    int64_t total = 0;
+    for (int p = 0; p < c->nprocs; p++)
+        if (p != q)
+            total += pack_walk(c, c->list + c->start[p], c->start[p + 1] - c->start[p], q,
+                               fn, ctx);
+    return total;
+}
+
+/* Relay, root: every upload in, then one forward to each other process. */
+static const float *take_pack(coll_t *c, int q, int64_t total);
+static int relay_root(coll_t *c)
+{
+    for (int l = 0; l < c->nl; l++)
+        c->all[c->r->t->shards[l]] = c->args[l]->data;
+    for (int p = 0; p < c->nprocs; p++) {
+        int count = c->start[p + 1] - c->start[p];
+        if (p == c->self || count == 0)
+            continue;
+        const float *up = take_pack(c, p, (int64_t)count * c->arg_numel);
+        if (!up)
+            return -1;
+        for (int x = 0; x < count; x++)
+            c->all[c->list[c->start[p] + x]] = up + (int64_t)x * c->arg_numel;
+    }
+    for (int q = 0; q < c->nprocs; q++) {
+        int64_t total = q == c->self ? 0 : forward_walk(c, q, NULL, NULL);
+        if (total <= 0)
+            continue;
+        fill_ctx_t f = {.buf = malloc((size_t)total * sizeof(float))};
+        if (f.buf)
+            forward_walk(c, q, fill_piece, &f);
+        int rc = send_buf(c, q, f.buf, total, "a forward");
+        free(f.buf);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int send_packs(coll_t *c)
 {
+    if (c->relay)
+        return c->self == c->root ? relay_root(c) : send_upload(c);
     const int *mine = c->r->t->shards;
     for (int q = 0; q < c->nprocs; q++) {
         if (q == c->self)
@@ -213,12 +300,13 @@ typedef struct place_ctx {
     const shape_t *arg_shape, *piece_shape;
 } place_ctx_t;
 
-/* Points the receiving shards' piece slots at a piece inside a pack. */
+/* Points the receiving shards' piece slots at a piece inside a pack (or,
+ * at the relay's root, at the source's whole argument). */
 static void place_piece(coll_t *c, int src, int dst, int at, int64_t numel, void *vctx)
 {
     place_ctx_t *p = vctx;
-    (void)src;
     const shape_t *shape = c->op->code == OP_ALL_TO_ALL ? p->piece_shape : p->arg_shape;
+    const float *data = p->data ? p->data + p->off : c->all[src];
     int src_lead = -1, n, ps;
     if (dst < 0)
         coll_group_of(c->ss, c->axes, src, &src_lead, &n, &ps);
@@ -226,7 +314,7 @@ static void place_piece(coll_t *c, int src, int dst, int at, int64_t numel, void
         if (dst >= 0 ? c->r->t->shards[l] != dst : c->lead[l] != src_lead)
             continue;
         tensor_t *v = &c->views[(size_t)l * c->n + at];
-        *v = (tensor_t){.shape = *shape, .data = (float *)p->data + p->off};
+        *v = (tensor_t){.shape = *shape, .data = (float *)data};
         c->pieces[(size_t)l * c->n + at] = v;
     }
     p->off += numel;
@@ -271,26 +359,8 @@ static const float *take_pack(coll_t *c, int q, int64_t total)
     return nframes > 1 ? c->bufs[q] : ostore_tensor(c->held[q])->data;
 }
 
-/* Shards of the slice per proc (counting sort): start[q]..start[q+1]. */
-static int shards_by_proc(const coll_t *c, int **start, int **list)
-{
-    int nsh = c->r->comp->nshards;
-    *start = calloc((size_t)c->nprocs + 2, sizeof **start);
-    *list = malloc(sizeof **list * (size_t)nsh);
-    if (!*start || !*list)
-        return -1;
-    for (int k = 0; k < nsh; k++)
-        (*start)[c->proc_of[k] + 2]++;
-    for (int q = 0; q < c->nprocs; q++)
-        (*start)[q + 2] += (*start)[q + 1];
-    for (int k = 0; k < nsh; k++)
-        (*list)[(*start)[c->proc_of[k] + 1]++] = k;
-    return 0;
-}
-
 static int recv_packs(coll_t *c)
 {
-    int *start = NULL, *list = NULL, rc = -1;
     shape_t piece_shape;
     const shape_t *arg_shape = &c->args[0]->shape;
     if (coll_piece_shape(c->op, arg_shape, c->n, &piece_shape) != 0) {
@@ -298,28 +368,30 @@ static int recv_packs(coll_t *c)
                  opcode_name(c->op->code), c->i, c->n);
         return -1;
     }
-    if (shards_by_proc(c, &start, &list) != 0) {
-        snprintf(c->r->err, sizeof c->r->err, "out of memory");
-        goto cleanup;
+    place_ctx_t p = {.arg_shape = arg_shape, .piece_shape = &piece_shape};
+    if (c->relay) {
+        /* The root holds every argument (c->all); the others take one
+         * forward, laid out by forward_walk. */
+        int64_t total = c->self == c->root ? 0 : forward_walk(c, c->self, NULL, NULL);
+        if (total > 0 && !(p.data = take_pack(c, c->root, total)))
+            return -1;
+        forward_walk(c, c->self, place_piece, &p);
+        return 0;
     }
     for (int q = 0; q < c->nprocs; q++) {
         if (q == c->self)
             continue;
-        const int *from = list + start[q];
-        int count = start[q + 1] - start[q];
+        const int *from = c->list + c->start[q];
+        int count = c->start[q + 1] - c->start[q];
         int64_t total = pack_walk(c, from, count, c->self, NULL, NULL);
         if (total <= 0)
             continue;
-        place_ctx_t p = {.arg_shape = arg_shape, .piece_shape = &piece_shape};
+        p.off = 0;
         if (!(p.data = take_pack(c, q, total)))
-            goto cleanup;
+            return -1;
         pack_walk(c, from, count, c->self, place_piece, &p);
     }
-    rc = 0;
-cleanup:
-    free(start);
-    free(list);
-    return rc;
+    return 0;
 }
 
 /* ---- local contributions and the combine ---- */
@@ -367,8 +439,11 @@ static int combine(coll_t *c, tensor_t **outs)
 {
     int ring = ring_order(c);
     int need = c->op->code == OP_PPERMUTE ? 1 : c->n;
-    if (c->r->env->counters)
+    if (c->r->env->counters) {
         atomic_fetch_add(ring ? &c->r->env->counters->ring : &c->r->env->counters->direct, 1);
+        if (c->relay)
+            atomic_fetch_add(&c->r->env->counters->relayed, 1);
+    }
     for (int l = 0; l < c->nl; l++) {
         const tensor_t *const *pc = &c->pieces[(size_t)l * c->n];
         for (int p = 0; p < need; p++)
@@ -390,31 +465,82 @@ static int combine(coll_t *c, tensor_t **outs)
 
 /* ---- setup ---- */
 
+/* Shards of the slice per proc (counting sort): start[q]..start[q+1]. */
+static int shards_by_proc(const coll_t *c, int **start, int **list)
+{
+    int nsh = c->r->comp->nshards;
+    *start = calloc((size_t)c->nprocs + 2, sizeof **start);
+    *list = malloc(sizeof **list * (size_t)nsh);
+    if (!*start || !*list)
+        return -1;
+    for (int k = 0; k < nsh; k++)
+        (*start)[c->proc_of[k] + 2]++;
+    for (int q = 0; q < c->nprocs; q++)
+        (*start)[q + 2] += (*start)[q + 1];
+    for (int k = 0; k < nsh; k++)
+        (*list)[(*start)[c->proc_of[k] + 1]++] = k;
+    return 0;
+}
+
+static int whole_arg(const coll_t *c)
+{
+    return c->op->code != OP_ALL_TO_ALL && c->op->code != OP_PPERMUTE;
+}
+
+/* Which groups have members on which procs (whole-argument collectives):
+ * one pass over the slice's shards. */
+static int groups_on_procs(coll_t *c)
+{
+    int ngroups = 0;
+    for (int k = 0; k < c->nsh; k++)
+        c->gslot[k] = -1;
+    for (int k = 0; k < c->nsh; k++) {
+        int lead, n, pos;
+        if (coll_group_of(c->ss, c->axes, k, &lead, &n, &pos) != 0)
+            return -1;
+        if (c->gslot[lead] < 0)
+            c->gslot[lead] = ngroups++;
+    }
+    if (!(c->on = calloc((size_t)ngroups * (size_t)c->nprocs, 1)))
+        return -1;
+    for (int k = 0; k < c->nsh; k++) {
+        int lead, n, pos;
+        coll_group_of(c->ss, c->axes, k, &lead, &n, &pos);
+        c->on[(size_t)c->gslot[lead] * c->nprocs + c->proc_of[k]] = 1;
+    }
+    return 0;
+}
+
 static int coll_setup(coll_t *c)
 {
     size_t nl = (size_t)c->nl, nn = nl * (size_t)c->n;
+    c->nsh = c->r->comp->nshards;
     c->lead = calloc(nl, sizeof *c->lead);
     c->pos = calloc(nl, sizeof *c->pos);
-    c->in_group = calloc(nl * (size_t)c->nprocs, 1);
+    c->gslot = calloc((size_t)c->nsh, sizeof *c->gslot);
     c->pieces = calloc(nn, sizeof *c->pieces);
     c->views = calloc(nn, sizeof *c->views);
     c->temps = calloc(nn, sizeof *c->temps);
     c->held = calloc((size_t)c->nprocs, sizeof *c->held);
     c->bufs = calloc((size_t)c->nprocs, sizeof *c->bufs);
-    if (!c->lead || !c->pos || !c->in_group || !c->pieces || !c->views || !c->temps ||
-        !c->held || !c->bufs)
+    if (!c->lead || !c->pos || !c->gslot || !c->pieces || !c->views || !c->temps ||
+        !c->held || !c->bufs || shards_by_proc(c, &c->start, &c->list) != 0)
         return -1;
     for (int l = 0; l < c->nl; l++) {
         int n;
         coll_group_of(c->ss, c->axes, c->r->t->shards[l], &c->lead[l], &n, &c->pos[l]);
-        if (c->op->code == OP_ALL_TO_ALL || c->op->code == OP_PPERMUTE)
-            continue;       /* in_group is for whole-argument collectives */
-        for (int p = 0; p < c->n; p++) {
-            int j = coll_group_member(c->ss, c->axes, c->lead[l], p);
-            if (j >= 0)
-                c->in_group[(size_t)l * c->nprocs + c->proc_of[j]] = 1;
-        }
     }
+    if (!whole_arg(c))
+        return 0;
+    if (groups_on_procs(c) != 0)
+        return -1;
+    int used = 0;
+    for (int q = 0; q < c->nprocs; q++)
+        used += c->start[q + 1] > c->start[q];
+    c->relay = used >= c->r->env->relay_min_procs;
+    c->root = c->proc_of[0];
+    if (c->relay && c->self == c->root && !(c->all = calloc((size_t)c->nsh, sizeof *c->all)))
+        return -1;
     return 0;
 }
 
@@ -431,7 +557,11 @@ static void coll_release(coll_t *c)
     }
     free(c->lead);
     free(c->pos);
-    free(c->in_group);
+    free(c->gslot);
+    free(c->on);
+    free(c->start);
+    free(c->list);
+    free(c->all);
     free(c->pieces);
     free(c->views);
     free(c->temps);

@@ -29,11 +29,18 @@
  * their bits whatever moves them. */
 #define EXEC_RING_MIN_BYTES_DEFAULT (64 * 1024)
 
+/* A whole-argument collective over a slice on at least this many worker
+ * processes goes through the slice's root process (exec_coll.c, "Relay"):
+ * 2 (P - 1) messages and connections instead of P (P - 1). Below it every
+ * pair exchanges directly, one step fewer. */
+#define EXEC_RELAY_MIN_PROCS_DEFAULT 16
+
 /* How collectives ran (for tests and logs). */
 typedef struct exec_counters {
     atomic_llong ring;          /* all_reduces summed in ring order (per host task) */
     atomic_llong direct;        /* other collectives (per host task) */
     atomic_llong packs;         /* collective messages sent to other processes */
+    atomic_llong relayed;       /* collectives (per host task) that went through the root */
     atomic_llong bad_size;      /* received messages whose size disagreed with the
                                    plan (each failed its host task) */
 } exec_counters_t;
@@ -45,6 +52,7 @@ typedef struct exec_env {
     int64_t ring_min_bytes;     /* see EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX: never ring */
     exec_counters_t *counters;  /* borrowed; may be NULL */
     int64_t peer_timeout_us;    /* how long one wait for a peer may take */
+    int relay_min_procs;        /* see EXEC_RELAY_MIN_PROCS_DEFAULT */
     int sim;                    /* `sim` backend: real arithmetic, but `compute`
                                    sleeps instead of busy-waiting */
 } exec_env_t;

@@ -8,8 +8,9 @@
  * What it pins: exact chained results across processes, one packed message
  * per process pair and op, the fold-order rule (bits of the per-shard
  * runtime), a forged pack of the wrong size failing the task without being
- * read, attempt-exact cancel, gang order of overlapping tasks, and
- * malformed groups reported failed. */
+ * read, attempt-exact cancel, gang order of overlapping tasks, malformed
+ * groups reported failed, and the relay through the root (large slices)
+ * giving the direct exchange's bits with 2 (P - 1) messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,6 +102,9 @@ static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
     ostore_charge(ctx, dobjects, dbytes);
 }
 
+/* exec_cfg_t.relay_min_procs of the procs cluster_new() starts (0: default). */
+static int test_relay_min;
+
 static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeout_ms)
 {
     pthread_mutex_init(&p->sink.mu, NULL);
@@ -111,7 +115,8 @@ static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeo
     if (!p->dp)
         return -1;
     exec_cfg_t cfg = {.ndevices = ndev, .peer_timeout_us = timeout_ms * 1000, .store = p->st,
-                      .ring_min_bytes = ring_min_bytes, .self_addr = dplane_addr(p->dp)};
+                      .ring_min_bytes = ring_min_bytes, .relay_min_procs = test_relay_min,
+                      .self_addr = dplane_addr(p->dp)};
     p->ex = exec_start(&cfg, p->mb, p->dp, sink_fn, &p->sink);
     return p->ex ? 0 : -1;
 }
@@ -348,6 +353,93 @@ static void test_fold_order_rule(void **state)
         tensor_free(pc[k]);
 }
 
+/* ---- relay through the root: same bits, 2 (P - 1) messages ---- */
+
+#define RELAY_N 8
+
+/* fold_ops' v (an all_reduce sum whose order shows in the bits: s), then
+ * an all_gather of v along mesh axis 1 (g) and a reduce_scatter of it over
+ * the whole [2,4] slice (rs). */
+static json_t *relay_ops(void)
+{
+    json_t *ops = fold_ops(RELAY_N);
+    json_t *last = json_array_get(ops, json_array_size(ops) - 1);
+    json_object_set_new(last, "out", json_string("s"));
+    json_t *more = json_pack(
+        "[{s:s,s:s,s:[s],s:i,s:[i]}, {s:s,s:s,s:[s],s:i,s:s}]",
+        "op", "all_gather", "out", "g", "args", "v", "axis", 0, "mesh_axes", 1,
+        "op", "reduce_scatter", "out", "rs", "args", "v", "axis", 0, "reduce", "sum");
+    json_array_extend(ops, more);
+    json_decref(more);
+    return ops;
+}
+
+/* Element e of output `name` of shard index l of a report. */
+static float named_value(const json_t *b, const char *name, int l, int e)
+{
+    const json_t *v = json_object_get(json_array_get(json_object_get(json_object_get(b,
+                                      "outputs"), name), (size_t)l), "values");
+    return (float)json_number_value(json_array_get(v, (size_t)e));
+}
+
+/* Runs relay_ops on a [2,4] slice over 4 procs of 2 devices with the given
+ * relay threshold; got[q][l][e]: proc q's shard l's output; packs[q] and
+ * relayed[q]: its counters. */
+static void relay_run(int relay_min, float got[4][2][5 * RELAY_N + 1], long packs[4],
+                      long relayed[4])
+{
+    test_relay_min = relay_min;
+    cluster_t *c = cluster_new(4, 2, INT64_MAX, 20000);
+    test_relay_min = 0;
+    for (int q = 0; q < 4; q++) {
+        json_t *t = host_task(c, 80 + q, 12, 0, 0, 1, 2, 4, q, relay_ops(), NULL, NULL);
+        json_object_set_new(json_object_get(t, "computation"), "outputs",
+                            json_pack("[s,s,s]", "s", "g", "rs"));
+        json_t *tasks = json_pack("[o]", t);
+        json_t *g = group(12, 0, placement(c, 2, 4), tasks);
+        assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+        json_decref(g);
+    }
+    for (int q = 0; q < 4; q++) {
+        assert_int_equal(sink_wait(&c->p[q].sink, 1), 1);
+        const json_t *b = sink_find(&c->p[q].sink, 80 + q);
+        if (strcmp(state_of(b), "succeeded") != 0)
+            fail_msg("proc %d: %s", q, json_string_value(json_object_get(b, "error")));
+        for (int l = 0; l < 2; l++)
+            for (int e = 0; e < 5 * RELAY_N + 1; e++)
+                got[q][l][e] = e < RELAY_N       ? named_value(b, "s", l, e)
+                               : e < 5 * RELAY_N ? named_value(b, "g", l, e - RELAY_N)
+                                                 : named_value(b, "rs", l, 0);
+        packs[q] = (long)atomic_load(&exec_counters(c->p[q].ex)->packs);
+        relayed[q] = (long)atomic_load(&exec_counters(c->p[q].ex)->relayed);
+    }
+    cluster_free(c);
+}
+
+static void test_relay_same_bits(void **state)
+{
+    (void)state;
+    static float direct[4][2][5 * RELAY_N + 1], relay[4][2][5 * RELAY_N + 1];
+    long dpacks[4], drel[4], rpacks[4], rrel[4];
+    relay_run(100, direct, dpacks, drel);   /* 4 procs < 100: every pair directly */
+    relay_run(2, relay, rpacks, rrel);      /* 4 procs >= 2: through proc 0 */
+    assert_memory_equal(direct, relay, sizeof direct);
+    /* Shard k's group for the all_gather along axis 1 is its row: rows
+     * live on procs {0,1} and {2,3}, so direct packs go to 3 + 1 + 3
+     * peers; through the root every non-root sends 1 per op, the root 3. */
+    for (int q = 0; q < 4; q++) {
+        assert_int_equal(drel[q], 0);
+        assert_int_equal(rrel[q], 3);
+        assert_int_equal(dpacks[q], 3 + 1 + 3);
+        assert_int_equal(rpacks[q], q == 0 ? 3 * 3 : 3);
+    }
+    /* The values themselves: y[0] is the sum in position order. */
+    float pos = 0;
+    for (int k = 0; k < 8; k++)
+        pos = k ? pos + fold_v(k) : fold_v(0);
+    assert_true(relay[3][1][0] == pos);
+}
+
 /* ---- a forged pack of the wrong size ---- */
 
 static void test_forged_pack_fails_task(void **state)
@@ -498,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_cancel_is_attempt_exact),
         cmocka_unit_test(test_gang_order_overlapping),
         cmocka_unit_test(test_malformed_reported_failed),
+        cmocka_unit_test(test_relay_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
