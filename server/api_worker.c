@@ -455,6 +455,14 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 400, "wait_ms", "wait_ms must be 0..%d", POLL_WAIT_MAX_MS);
         return;
     }
+    /* ack: the "lease" of the last answer the worker received (absent:
+     * no redelivery of answers lost on the way). */
+    const char *a = http_query(req, "ack");
+    int64_t ack = a ? api_parse_id(a) : -1;     /* api_parse_id: 0 when not digits */
+    if (a && ack == 0 && strcmp(a, "0") != 0) {
+        http_problem(resp, 400, "ack", "ack must be a lease id (an integer >= 0)");
+        return;
+    }
     store_t *st = api_store(resp);
     int live = 0;
     if (!st)
@@ -473,7 +481,8 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
             if (util_mono_us() - req->first_us < wait_ms * 1000)
                 resp->park = 1;
             else
-                http_json(resp, 200, json_pack("{s:[], s:[]}", "jobs", "cancel"));
+                http_json(resp, 200, json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
+                                               (json_int_t)(ack > 0 ? ack : 0)));
             return;
         }
     }
@@ -481,7 +490,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     req->user_gen = store_write_gen();
     json_t *out = NULL;
     int any = 0;
-    int rc = store_worker_poll(st, id, &out, &any);
+    int rc = store_worker_poll(st, id, ack, &out, &any);
     if (rc == STORE_NOTFOUND) {
         /* The lease expired while this poll was parked: register again. */
         http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);

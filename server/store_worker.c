@@ -6,6 +6,7 @@
 #include "report_decode.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,7 +370,15 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
  * not, PROBE_GONE when the worker is not live, -1 on error. One
  * statement: one snapshot, no transaction to open. */
 #define PROBE_GONE (-2)
-static int poll_probe(store_t *st, int64_t worker)
+/* Redelivery: host tasks leased to worker ?1 in a poll answer newer than
+ * the last one it acknowledged (?3), still of their job's live attempt.
+ * Such an answer was lost on the way (the worker polls one at a time, so
+ * an answer it has not acknowledged by its next poll never arrived). */
+#define POLL_RESEND_ROWS                                                                  \
+    "SELECT r.id FROM host_tasks r JOIN jobs rj ON rj.id = r.job_id WHERE r.worker_id = ?1" \
+    " AND r.state = 'leased' AND r.leased_at > ?3 AND r.abort_sent_at IS NULL"             \
+    " AND rj.attempt = r.attempt AND rj.state IN ('allocated', 'running')"
+static int poll_probe(store_t *st, int64_t worker, int64_t ack)
 {
     static const char sql[] =
         "SELECT (SELECT state = 'live' FROM workers WHERE id = ?1),"
@@ -381,12 +390,14 @@ static int poll_probe(store_t *st, int64_t worker)
         "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?2)"
         "  AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
         "   WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
-        "   AND g.data_addr = me.data_addr))";
+        "   AND g.data_addr = me.data_addr))"
+        " OR (?3 >= 0 AND EXISTS (" POLL_RESEND_ROWS "))";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, worker);
     sqlite3_bind_int64(s, 2, util_wall_us() - PRED_ABORT_US);
+    sqlite3_bind_int64(s, 3, ack);
     int rc = -1;
     if (sqlite3_step(s) == SQLITE_ROW)
         rc = sqlite3_column_int(s, 0) != 1 ? PROBE_GONE : sqlite3_column_int(s, 1) != 0;
@@ -414,22 +425,32 @@ static json_t *poll_group(json_t *jobs, json_int_t job, json_int_t attempt, sqli
     return g;
 }
 
-/* Reads the worker's pending host tasks into jobs, grouped by (job,
- * attempt) in seq order, each group with its attempt's placement (a
- * pending row is always of its job's current attempt: a requeue cancels
- * the others). Returns the number of tasks, or -1. */
-static int poll_read(store_t *st, int64_t worker, json_t *jobs)
+/* Reads the worker's pending host tasks, and with ack >= 0 those leased
+ * in answers after `ack` that it never received (POLL_RESEND_ROWS), into
+ * jobs, grouped by (job, attempt) in seq order, each group with its
+ * attempt's placement (a pending row is always of its job's current
+ * attempt: a requeue cancels the others). *resent_max: the newest lease
+ * among the redelivered rows (0 if none). Returns the number of tasks, or
+ * -1. */
+static int poll_read(store_t *st, int64_t worker, int64_t ack, json_t *jobs,
+                     int64_t *resent_max)
 {
     static const char sql[] =
-        "SELECT t.id, t.payload, t.job_id, t.attempt, j.placement FROM host_tasks t"
-        " JOIN jobs j ON j.id = t.job_id WHERE t.worker_id = ? AND t.state = 'pending'"
+        "SELECT t.id, t.payload, t.job_id, t.attempt, j.placement, t.state, t.leased_at"
+        " FROM host_tasks t JOIN jobs j ON j.id = t.job_id WHERE t.worker_id = ?1"
+        " AND (t.state = 'pending' OR (?3 >= 0 AND t.id IN (" POLL_RESEND_ROWS ")))"
         " ORDER BY t.seq, t.id";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 3, ack);
     int n = 0;
+    *resent_max = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
+        if (strcmp((const char *)sqlite3_column_text(s, 5), "leased") == 0 &&
+            sqlite3_column_int64(s, 6) > *resent_max)
+            *resent_max = sqlite3_column_int64(s, 6);
         /* The id is only known once the row exists, so it joins the
          * payload here rather than in the stored text. */
         json_t *t = store_col_json(s, 1);
@@ -450,8 +471,23 @@ static int poll_read(store_t *st, int64_t worker, json_t *jobs)
     return n;
 }
 
-/* The poll's write: leases pending host tasks and names aborts. */
-static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
+/* Lease ids (leased_at) only grow, even if the wall clock steps back:
+ * the worker acknowledges the newest it received. */
+static _Atomic int64_t poll_last_lease;
+
+static int64_t poll_lease_id(void)
+{
+    int64_t now = util_wall_us(), last = atomic_load(&poll_last_lease);
+    while (1) {
+        int64_t id = now > last ? now : last + 1;
+        if (atomic_compare_exchange_weak(&poll_last_lease, &last, id))
+            return id;
+    }
+}
+
+/* The poll's write: leases pending host tasks, redelivers unacknowledged
+ * ones, names aborts; the answer's "lease" is the newest lease id in it. */
+static int poll_lease(store_t *st, int64_t worker, int64_t ack, json_t **out, int *any)
 {
     static const char lease_sql[] =
         "UPDATE host_tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1"
@@ -471,17 +507,22 @@ static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
         rc = live == 0 ? STORE_NOTFOUND : STORE_ERR;
         goto fail;
     }
-    if ((n = poll_read(st, worker, jobs)) < 0)
+    int64_t resent_max = 0, lease = ack > 0 ? ack : 0;
+    if ((n = poll_read(st, worker, ack, jobs, &resent_max)) < 0)
         goto fail;
+    if (resent_max > lease)
+        lease = resent_max;
     sqlite3_stmt *s;
     if (n > 0) {
-        int64_t now = util_wall_us();
+        int64_t now = poll_lease_id();
         if (!(s = store_stmt(st, lease_sql)))
             goto fail;
         sqlite3_bind_int64(s, 1, worker);
         sqlite3_bind_int64(s, 2, now);
         if (store_step_done(s) != 0 || !(s = store_stmt(st, run_sql)))
             goto fail;
+        if (sqlite3_changes(store_db(st)) > 0)    /* pending rows leased: a new lease id */
+            lease = now;
         sqlite3_bind_int64(s, 1, now);
         sqlite3_bind_int64(s, 2, worker);
         if (store_step_done(s) != 0)
@@ -491,6 +532,7 @@ static int poll_lease(store_t *st, int64_t worker, json_t **out, int *any)
     *any = n > 0 || json_array_size(cancels) > 0;
     json_object_set_new(res, "jobs", jobs);
     json_object_set_new(res, "cancel", cancels);
+    json_object_set_new(res, "lease", json_integer(lease));
     jobs = NULL;
     if (store_commit(st) != 0)
         goto fail;
@@ -503,18 +545,19 @@ fail:
     return rc;
 }
 
-int store_worker_poll(store_t *st, int64_t worker, json_t **out, int *any)
+int store_worker_poll(store_t *st, int64_t worker, int64_t ack, json_t **out, int *any)
 {
     *any = 0;
-    int work = poll_probe(st, worker);
+    int work = poll_probe(st, worker, ack);
     if (work < 0)
         return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
     if (work == 0) {
         /* Nothing: no write transaction (an idle worker's poll costs reads). */
-        *out = json_pack("{s:[], s:[]}", "jobs", "cancel");
+        *out = json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
+                         (json_int_t)(ack > 0 ? ack : 0));
         return *out ? STORE_OK : STORE_ERR;
     }
-    return poll_lease(st, worker, out, any);
+    return poll_lease(st, worker, ack, out, any);
 }
 
 /* The row of a host task being reported, read under the report's

@@ -206,21 +206,34 @@ static int handle_poll(worker_t *w, const json_t *ans)
     return news;
 }
 
+/* The poll loop. `ack` is the lease id of the last answer taken in: an
+ * answer that times out or breaks on the way is not acknowledged, so the
+ * controller sends its tasks again (exactly once in the executor: an
+ * answer is acknowledged only after all of it was handed over). */
 static void poll_loop(worker_t *w)
 {
     int delay = 100, down = 0;
+    int64_t ack = 0, ack_id = -1;
     while (!atomic_load(&g_stop)) {
         int64_t id = wclient_id(w->wc);
+        if (id != ack_id) {         /* registered again: a new id has nothing acknowledged */
+            ack = 0;
+            ack_id = id;
+        }
         json_t *ans = NULL;
-        int st = wclient_poll(w->wc, id, w->o.poll_ms, &g_stop, &ans);
+        int st = wclient_poll(w->wc, id, w->o.poll_ms, ack, &g_stop, &ans);
         if (st == 200) {
             if (down)
                 log_info("controller reachable again");
             down = 0;
             delay = 100;
+            int news = handle_poll(w, ans);
+            json_int_t lease = json_integer_value(json_object_get(ans, "lease"));
+            if (lease > ack)
+                ack = lease;
             /* Nothing new (wait_ms=0, or only repeated cancels): do not spin. */
-            if (handle_poll(w, ans) == 0 && (w->o.poll_ms < 100 || json_array_size(
-                                                 json_object_get(ans, "cancel")) > 0))
+            if (news == 0 && (w->o.poll_ms < 100 ||
+                              json_array_size(json_object_get(ans, "cancel")) > 0))
                 sleep_unless(100, &g_stop);
         } else if (st == 404 || st == 401 || st == 403) {
             wclient_reregister(w->wc, id, &g_stop);     /* as in heartbeat_main */

@@ -398,11 +398,12 @@ int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body)
     return st;
 }
 
-int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort_flag,
-                 json_t **resp)
+int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
+                 const atomic_int *abort_flag, json_t **resp)
 {
-    char path[128];
-    snprintf(path, sizeof path, "/v1/workers/%lld/tasks?wait_ms=%d", (long long)id, wait_ms);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/workers/%lld/tasks?wait_ms=%d&ack=%lld", (long long)id,
+             wait_ms, (long long)ack);
     return call_as(wc, id, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
 }
 

@@ -55,9 +55,11 @@ int wclient_lease_ms(wclient_t *wc);
 
 /* body (borrowed; NULL = {}) is e.g. {"store": {"objects", "bytes", "cap_bytes"}}. */
 int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body);
-/* GET tasks; *resp = {"tasks": [...], "cancel": [...]} on 200. */
-int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, const atomic_int *abort_flag,
-                 json_t **resp);
+/* GET tasks; *resp = {"jobs": [...], "cancel": [...], "lease": L} on 200.
+ * ack: the "lease" of the last answer received (0 before any): tasks of
+ * answers lost on the way come again (docs/worker-protocol.md). */
+int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
+                 const atomic_int *abort_flag, json_t **resp);
 /* POSTs many reports at once (each {"task": N, ...report}); returns the
  * HTTP status of the whole request (-1 transport failure); per-item
  * refusals are final and logged. reports is borrowed. */
