@@ -30,17 +30,18 @@ enum {
     F_ARGS = 1u << 0, F_SHAPE = 1u << 1, F_VALUE = 1u << 2, F_FACTOR = 1u << 3,
     F_AXIS = 1u << 4, F_REDUCE = 1u << 5, F_MESH = 1u << 6, F_SHIFT = 1u << 7,
     F_SPLIT = 1u << 8, F_CONCAT = 1u << 9, F_US = 1u << 10, F_FROM = 1u << 11,
+    F_SPEC = 1u << 12,
 };
 /* field_names[i] is the JSON key of bit i above. */
 static const char *const field_names[] = {
     "args", "shape", "value", "factor", "axis", "reduce", "mesh_axes",
-    "shift", "split_axis", "concat_axis", "us", "from",
+    "shift", "split_axis", "concat_axis", "us", "from", "spec",
 };
 #define NFIELDS ((int)(sizeof field_names / sizeof field_names[0]))
 
 typedef struct op_spec {
     const char *name;
-    int nargs;              /* exact length of "args" (0: no "args" field) */
+    int nargs;              /* exact length of "args" (0: no "args" field; -2: 1 or 2) */
     unsigned required;      /* F_* bits, besides "op" and "out" */
     unsigned optional;
 } op_spec_t;
@@ -65,6 +66,11 @@ static const op_spec_t op_specs[OP__COUNT] = {
     [OP_TRANSPOSE] = {"transpose", 1, F_ARGS, 0},
     [OP_RESHAPE] = {"reshape", 1, F_ARGS | F_SHAPE, 0},
     [OP_REDUCE_SUM] = {"reduce_sum", 1, F_ARGS, F_AXIS},
+    [OP_REDUCE_MAX] = {"reduce_max", 1, F_ARGS, F_AXIS},
+    [OP_SOFTMAX] = {"softmax", 1, F_ARGS | F_AXIS, 0},
+    [OP_RSQRT] = {"rsqrt", 1, F_ARGS, 0},
+    [OP_LOG] = {"log", 1, F_ARGS, 0},
+    [OP_EINSUM] = {"einsum", -2, F_ARGS | F_SPEC, 0},
     [OP_ALL_REDUCE] = {"all_reduce", 1, F_ARGS | F_REDUCE, F_MESH},
     [OP_ALL_GATHER] = {"all_gather", 1, F_ARGS | F_AXIS, F_MESH},
     [OP_REDUCE_SCATTER] = {"reduce_scatter", 1, F_ARGS | F_AXIS | F_REDUCE, F_MESH},
@@ -339,10 +345,15 @@ static int op_check_keys(cc_t *x, const json_t *opj, const op_spec_t *spec)
 
 static int op_args(cc_t *x, const json_t *opj, op_t *op, int nargs)
 {
+    const json_t *a = json_object_get(opj, "args");
+    if (nargs == -2) {          /* einsum: one or two operands */
+        if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > 2)
+            return op_fail(x, "args", "args must be an array of 1 or 2 value names");
+        nargs = (int)json_array_size(a);
+    }
     op->nargs = nargs;
     if (nargs == 0)
         return 0;
-    const json_t *a = json_object_get(opj, "args");
     if (!json_is_array(a) || json_array_size(a) != (size_t)nargs)
         return op_fail(x, "args", "args must be an array of %d value name%s", nargs,
                        nargs == 1 ? "" : "s");
@@ -531,6 +542,64 @@ static int op_reduce_sum(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
     return 0;
 }
 
+/* Reads one einsum term ("bsd") into letters; -1 on anything but
+ * distinct lower-case letters, at most TENSOR_MAX_RANK of them. */
+static int einsum_term(const char *s, size_t len, uint8_t *letters, uint8_t *n)
+{
+    unsigned seen = 0;
+    if (len > TENSOR_MAX_RANK)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < 'a' || s[i] > 'z' || (seen & (1u << (s[i] - 'a'))))
+            return -1;
+        seen |= 1u << (s[i] - 'a');
+        letters[i] = (uint8_t)(s[i] - 'a');
+    }
+    *n = (uint8_t)len;
+    return 0;
+}
+
+/* einsum: "spec" = operands (comma-separated, one per argument) "->"
+ * output. Every letter of the output appears in an operand; a letter in
+ * both operands has one size; letters absent from the output are summed. */
+static int op_einsum(cc_t *x, const json_t *opj, op_t *op)
+{
+    const char *spec = json_string_value(json_object_get(opj, "spec"));
+    const char *arrow = spec ? strstr(spec, "->") : NULL;
+    const char *comma = spec ? strchr(spec, ',') : NULL;
+    if (!arrow || (op->nargs == 2) != (comma != NULL && comma < arrow))
+        return op_fail(x, "spec", "spec must be like \"%s\" (one term per argument, then ->"
+                       " and the output term)", op->nargs == 2 ? "ij,jk->ik" : "ij->ji");
+    const char *t0end = op->nargs == 2 ? comma : arrow;
+    if (einsum_term(spec, (size_t)(t0end - spec), op->ein.l[0], &op->ein.n[0]) ||
+        (op->nargs == 2 &&
+         einsum_term(comma + 1, (size_t)(arrow - comma - 1), op->ein.l[1], &op->ein.n[1])) ||
+        einsum_term(arrow + 2, strlen(arrow + 2), op->ein.l[2], &op->ein.n[2]))
+        return op_fail(x, "spec", "spec terms must be distinct lower-case letters, at most %d"
+                       " per term", TENSOR_MAX_RANK);
+    int64_t size[26] = {0};
+    for (int k = 0; k < op->nargs; k++) {
+        const shape_t *s = &x->c->vshapes[op->arg[k]];
+        if (s->rank != op->ein.n[k])
+            return op_fail(x, "spec", "term %d has %d letters but argument %d has rank %d", k,
+                           op->ein.n[k], k, s->rank);
+        for (int i = 0; i < s->rank; i++) {
+            int64_t *z = &size[op->ein.l[k][i]];
+            if (*z && *z != s->dim[i])
+                return op_fail(x, "spec", "letter '%c' has size %lld and %lld",
+                               'a' + op->ein.l[k][i], (long long)*z, (long long)s->dim[i]);
+            *z = s->dim[i];
+        }
+    }
+    op->shape.rank = op->ein.n[2];
+    for (int i = 0; i < op->ein.n[2]; i++) {
+        if (!size[op->ein.l[2][i]])
+            return op_fail(x, "spec", "output letter '%c' is in no operand", 'a' + op->ein.l[2][i]);
+        op->shape.dim[i] = size[op->ein.l[2][i]];
+    }
+    return op_numel_ok(x, &op->shape);
+}
+
 static int op_divisible(cc_t *x, const char *key, const shape_t *a, int axis, int64_t g)
 {
     if (a->dim[axis] % g != 0)
@@ -594,11 +663,17 @@ static int op_unary_shape(cc_t *x, const json_t *opj, op_t *op, const shape_t *a
     case OP_RESHAPE:
         return op_reshape(x, opj, op, a);
     case OP_REDUCE_SUM:
+    case OP_REDUCE_MAX:
         return op_reduce_sum(x, opj, op, a);
+    case OP_SOFTMAX:
+        op->shape = *a;
+        return op_axis(x, opj, "axis", a->rank, &op->axis);
+    case OP_EINSUM:
+        return op_einsum(x, opj, op);
     default:
         if (opcode_is_collective(op->code))
             return op_collective(x, opj, op, a);
-        op->shape = *a;     /* neg, relu, exp, tanh */
+        op->shape = *a;     /* neg, relu, exp, tanh, rsqrt, log */
         return 0;
     }
 }
@@ -629,7 +704,7 @@ static int op_semantics(cc_t *x, const json_t *opj, op_t *op)
     case OP_MATMUL:
         return op_matmul(x, op, a, b);
     default:
-        if (op->nargs == 2)
+        if (op->nargs == 2 && op->code != OP_EINSUM)
             return op_binary(x, op, a, b);
         return op_unary_shape(x, opj, op, a);
     }

@@ -25,6 +25,7 @@ typedef enum opcode {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN,
     OP_NEG, OP_RELU, OP_EXP, OP_TANH,
     OP_SCALE, OP_MATMUL, OP_TRANSPOSE, OP_RESHAPE, OP_REDUCE_SUM,
+    OP_REDUCE_MAX, OP_SOFTMAX, OP_RSQRT, OP_LOG, OP_EINSUM,
     OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_PPERMUTE, OP_ALL_TO_ALL,
     OP_COMPUTE,
     OP__COUNT
@@ -37,6 +38,13 @@ int opcode_from_name(const char *name);
 const char *opcode_name(opcode_t code);
 /* Non-zero for ops that exchange data among a computation's shards. */
 int opcode_is_collective(opcode_t code);
+
+/* A compiled einsum spec: the letters of each operand (0, 1) and of the
+ * output (2), as indexes 0..25 ('a'..'z'), n[i] of them (the rank). */
+typedef struct einsum {
+    uint8_t n[3];
+    uint8_t l[3][TENSOR_MAX_RANK];
+} einsum_t;
 
 typedef struct op {
     opcode_t code;
@@ -53,6 +61,7 @@ typedef struct op {
     int split_axis, concat_axis;/* all_to_all */
     int64_t us;                 /* compute */
     int input;                  /* OP_INPUT: index into comp->inputs */
+    einsum_t ein;               /* einsum */
 } op_t;
 
 /* One `input` op: an edge producer.value -> this computation. */

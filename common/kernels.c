@@ -98,6 +98,8 @@ static float apply_unary(opcode_t code, float x, float factor)
     case OP_RELU: return x > 0.0f ? x : 0.0f;
     case OP_EXP: return expf(x);
     case OP_TANH: return tanhf(x);
+    case OP_RSQRT: return 1.0f / sqrtf(x);
+    case OP_LOG: return logf(x);
     default: return x * factor;         /* OP_SCALE */
     }
 }
@@ -149,24 +151,133 @@ static int k_transpose(const tensor_t *a, tensor_t *out)
     return 0;
 }
 
+/* (outer, len, inner) of `a` around `axis`: a[o][l][i]. -1 when the axis
+ * is out of range. */
+static int axis_split(const tensor_t *a, int axis, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    if (axis < 0 || axis >= a->shape.rank)
+        return -1;
+    *len = a->shape.dim[axis];
+    *inner = 1;
+    for (int i = axis + 1; i < a->shape.rank; i++)
+        *inner *= a->shape.dim[i];
+    *outer = shape_numel(&a->shape) / (*len * *inner);
+    return 0;
+}
+
+/* Max over one axis (or all, axis -1). Exact: no rounding involved. */
+static int k_reduce_max(const op_t *op, const tensor_t *a, tensor_t *out)
+{
+    int64_t outer = 1, len = shape_numel(&a->shape), inner = 1;
+    if (op->axis >= 0 && axis_split(a, op->axis, &outer, &len, &inner) != 0)
+        return -1;
+    if (shape_numel(&out->shape) != outer * inner)
+        return -1;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *p = a->data + o * len * inner + i;
+            float m = p[0];
+            for (int64_t l = 1; l < len; l++)
+                m = p[l * inner] > m ? p[l * inner] : m;
+            out->data[o * inner + i] = m;
+        }
+    return 0;
+}
+
+/* softmax along op->axis: exp(a - max) / sum(exp(a - max)), the sum in
+ * double, each exp in f32 (expf of the f32 difference). */
+static int k_softmax(const op_t *op, const tensor_t *a, tensor_t *out)
+{
+    int64_t outer, len, inner;
+    if (axis_split(a, op->axis, &outer, &len, &inner) != 0 ||
+        shape_numel(&out->shape) != shape_numel(&a->shape))
+        return -1;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *p = a->data + o * len * inner + i;
+            float *q = out->data + o * len * inner + i;
+            float m = p[0];
+            for (int64_t l = 1; l < len; l++)
+                m = p[l * inner] > m ? p[l * inner] : m;
+            double s = 0;
+            for (int64_t l = 0; l < len; l++)
+                s += (q[l * inner] = expf(p[l * inner] - m));
+            for (int64_t l = 0; l < len; l++)
+                q[l * inner] = (float)(q[l * inner] / s);
+        }
+    return 0;
+}
+
+/* einsum: every output element sums, in double, the product of the
+ * operands over the letters absent from the output (odometer over them). */
+static int k_einsum(const op_t *op, const tensor_t *const *args, tensor_t *out)
+{
+    const einsum_t *e = &op->ein;
+    int64_t size[26] = {0}, stride[2][26] = {{0}};
+    for (int k = 0; k < op->nargs; k++) {
+        const shape_t *s = &args[k]->shape;
+        if (s->rank != e->n[k])
+            return -1;
+        int64_t st = 1;
+        for (int i = s->rank - 1; i >= 0; i--) {
+            size[e->l[k][i]] = s->dim[i];
+            stride[k][e->l[k][i]] = st;
+            st *= s->dim[i];
+        }
+    }
+    unsigned in_out = 0;
+    for (int i = 0; i < e->n[2]; i++)
+        in_out |= 1u << e->l[2][i];
+    uint8_t sum_l[2 * TENSOR_MAX_RANK];
+    int nsum = 0;
+    for (int l = 0; l < 26; l++)
+        if (size[l] && !(in_out & (1u << l)))
+            sum_l[nsum++] = (uint8_t)l;
+    int64_t n = shape_numel(&out->shape), idx[26] = {0};
+    for (int64_t o = 0; o < n; o++) {
+        int64_t r = o, base[2] = {0, 0};
+        for (int i = e->n[2] - 1; i >= 0; i--) {     /* output coordinates */
+            idx[e->l[2][i]] = r % out->shape.dim[i];
+            r /= out->shape.dim[i];
+        }
+        for (int k = 0; k < op->nargs; k++)
+            for (int i = 0; i < e->n[2]; i++)
+                base[k] += idx[e->l[2][i]] * stride[k][e->l[2][i]];
+        int64_t sidx[2 * TENSOR_MAX_RANK] = {0};
+        double acc = 0;
+        while (1) {
+            int64_t off[2] = {base[0], base[1]};
+            for (int j = 0; j < nsum; j++)
+                for (int k = 0; k < op->nargs; k++)
+                    off[k] += sidx[j] * stride[k][sum_l[j]];
+            double v = args[0]->data[off[0]];
+            if (op->nargs == 2)
+                v *= args[1]->data[off[1]];
+            acc += v;
+            int j = nsum - 1;
+            while (j >= 0 && ++sidx[j] == size[sum_l[j]])
+                sidx[j--] = 0;
+            if (j < 0)
+                break;
+        }
+        out->data[o] = (float)acc;
+    }
+    return 0;
+}
+
 /* Sum over one axis: for each (outer, inner) pair, add the `len` rows of
  * the axis into a double accumulator row, then round once to f32. */
 static int k_reduce_sum(const op_t *op, const tensor_t *a, tensor_t *out)
 {
-    int64_t total = shape_numel(&a->shape);
     if (op->axis < 0) {
         if (shape_numel(&out->shape) != 1)
             return -1;
         out->data[0] = (float)tensor_sum(a);
         return 0;
     }
-    if (op->axis >= a->shape.rank)
-        return -1;
-    int64_t len = a->shape.dim[op->axis], inner = 1;
-    for (int i = op->axis + 1; i < a->shape.rank; i++)
-        inner *= a->shape.dim[i];
-    int64_t outer = total / (len * inner);
-    if (shape_numel(&out->shape) != outer * inner)
+    int64_t outer, len, inner;
+    if (axis_split(a, op->axis, &outer, &len, &inner) != 0 ||
+        shape_numel(&out->shape) != outer * inner)
         return -1;
     double *acc = malloc((size_t)inner * sizeof *acc);
     if (!acc)
@@ -218,8 +329,15 @@ static int k_dispatch(const op_t *op, const tensor_t *const *args, int shard_ind
         return k_source(op, shard_index, out);
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAX: case OP_MIN:
         return k_binary(op, args[0], args[1], out);
-    case OP_NEG: case OP_RELU: case OP_EXP: case OP_TANH: case OP_SCALE:
+    case OP_NEG: case OP_RELU: case OP_EXP: case OP_TANH: case OP_SCALE: case OP_RSQRT:
+    case OP_LOG:
         return k_unary(op, args[0], out);
+    case OP_REDUCE_MAX:
+        return k_reduce_max(op, args[0], out);
+    case OP_SOFTMAX:
+        return k_softmax(op, args[0], out);
+    case OP_EINSUM:
+        return k_einsum(op, args, out);
     case OP_MATMUL:
         return k_matmul(args[0], args[1], out);
     case OP_TRANSPOSE:

@@ -88,6 +88,8 @@ void rt_unary(rt_t *out, const rt_t *a, rt_unop_t op)
         case RT_RELU: out->v[i] = x > 0 ? x : 0; break;
         case RT_EXP: out->v[i] = exp(x); break;
         case RT_TANH: out->v[i] = tanh(x); break;
+        case RT_RSQRT: out->v[i] = 1.0 / sqrt(x); break;
+        case RT_LOG: out->v[i] = log(x); break;
         }
     }
 }
@@ -163,6 +165,97 @@ void rt_reduce_sum(rt_t *out, const rt_t *a, int axis)
                 s += a->v[(o * len + c) * inner + i];
             out->v[o * inner + i] = s;
         }
+}
+
+void rt_reduce_max(rt_t *out, const rt_t *a, int axis)
+{
+    if (axis < 0) {
+        double m = a->v[0];
+        for (int64_t i = 1; i < rt_numel(a); i++)
+            m = fmax(m, a->v[i]);
+        rt_scalar(out, m);
+        return;
+    }
+    int64_t outer = rt_span(a, 0, axis), len = a->dim[axis];
+    int64_t inner = rt_span(a, axis + 1, a->rank);
+    int64_t dims[RT_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < a->rank; i++)
+        if (i != axis)
+            dims[r++] = a->dim[i];
+    rt_shape(out, r, dims);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double m = -INFINITY;
+            for (int64_t c = 0; c < len; c++)
+                m = fmax(m, a->v[(o * len + c) * inner + i]);
+            out->v[o * inner + i] = m;
+        }
+}
+
+void rt_softmax(rt_t *out, const rt_t *a, int axis)
+{
+    rt_t m;
+    rt_reduce_max(&m, a, axis);
+    int64_t outer = rt_span(a, 0, axis), len = a->dim[axis];
+    int64_t inner = rt_span(a, axis + 1, a->rank);
+    rt_shape(out, a->rank, a->dim);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double s = 0;
+            for (int64_t c = 0; c < len; c++)
+                s += exp(a->v[(o * len + c) * inner + i] - m.v[o * inner + i]);
+            for (int64_t c = 0; c < len; c++) {
+                int64_t at = (o * len + c) * inner + i;
+                out->v[at] = exp(a->v[at] - m.v[o * inner + i]) / s;
+            }
+        }
+}
+
+/* Row-major offset of the coordinates coord[letter] in a tensor whose
+ * axes are the letters of `term`. */
+static int64_t rt_offset(const rt_t *t, const char *term, int len, const int64_t *coord)
+{
+    int64_t off = 0;
+    for (int i = 0; i < len; i++)
+        off = off * t->dim[i] + coord[term[i] - 'a'];
+    return off;
+}
+
+/* Scatter form (the kernel gathers per output element): walk every
+ * combination of every letter's coordinate and add the product into the
+ * output element it belongs to. */
+void rt_einsum(rt_t *out, const char *spec, const rt_t *a, const rt_t *b)
+{
+    const char *arrow = strstr(spec, "->"), *comma = strchr(spec, ',');
+    const char *ta = spec, *tb = comma ? comma + 1 : NULL, *to = arrow + 2;
+    int la = (int)((comma ? comma : arrow) - spec), lb = tb ? (int)(arrow - tb) : 0;
+    int lo = (int)strlen(to);
+    int64_t size[26] = {0}, coord[26] = {0}, dims[RT_MAX_RANK];
+    for (int i = 0; i < la; i++)
+        size[ta[i] - 'a'] = a->dim[i];
+    for (int i = 0; i < lb; i++)
+        size[tb[i] - 'a'] = b->dim[i];
+    for (int i = 0; i < lo; i++)
+        dims[i] = size[to[i] - 'a'];
+    rt_shape(out, lo, dims);
+    memset(out->v, 0, sizeof(double) * (size_t)rt_numel(out));
+    char used[26];
+    int nu = 0;
+    for (int l = 0; l < 26; l++)
+        if (size[l])
+            used[nu++] = (char)l;
+    while (1) {
+        double p = a->v[rt_offset(a, ta, la, coord)];
+        if (b)
+            p *= b->v[rt_offset(b, tb, lb, coord)];
+        out->v[rt_offset(out, to, lo, coord)] += p;
+        int j = nu - 1;
+        while (j >= 0 && ++coord[(int)used[j]] == size[(int)used[j]])
+            coord[(int)used[j--]] = 0;
+        if (j < 0)
+            break;
+    }
 }
 
 void rt_concat(rt_t *out, const rt_t *parts, int n, int axis)

@@ -23,7 +23,7 @@ typedef struct rt {
 } rt_t;
 
 typedef enum rt_binop { RT_ADD, RT_SUB, RT_MUL, RT_DIV, RT_MAX_OP, RT_MIN_OP } rt_binop_t;
-typedef enum rt_unop { RT_NEG, RT_RELU, RT_EXP, RT_TANH } rt_unop_t;
+typedef enum rt_unop { RT_NEG, RT_RELU, RT_EXP, RT_TANH, RT_RSQRT, RT_LOG } rt_unop_t;
 
 int64_t rt_numel(const rt_t *a);
 /* Shape from a list of dims (rank 0 = scalar). */
@@ -40,6 +40,12 @@ void rt_transpose(rt_t *out, const rt_t *a);
 void rt_reshape(rt_t *out, const rt_t *a, int rank, const int64_t *dims);
 /* axis < 0: all axes -> scalar; else that axis is removed. */
 void rt_reduce_sum(rt_t *out, const rt_t *a, int axis);
+/* axis < 0: max of all -> scalar; else that axis is removed. */
+void rt_reduce_max(rt_t *out, const rt_t *a, int axis);
+/* exp(a - max) / sum(exp(a - max)) along axis. */
+void rt_softmax(rt_t *out, const rt_t *a, int axis);
+/* einsum with spec "ab,bc->ac" (or one operand: "ab->ba"; b NULL). */
+void rt_einsum(rt_t *out, const char *spec, const rt_t *a, const rt_t *b);
 /* Concatenation of n tensors along axis (other dims equal). */
 void rt_concat(rt_t *out, const rt_t *parts, int n, int axis);
 /* Chunk j of n equal chunks of a along axis. */

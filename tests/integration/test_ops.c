@@ -330,6 +330,58 @@ static void test_reduce_sum(void **state)
     run_and_check(doc, keys, NKEYS(keys), 4, expect_reduce_sum);
 }
 
+/* ---- rsqrt, log, reduce_max, softmax, einsum (DESIGN.md Part C's new
+ * ops, per-shard mode) ---- */
+
+static void expect_new_ops(const char *key, int k, rt_t *out)
+{
+    static const int64_t d234[] = {2, 3, 4}, d242[] = {2, 4, 2}, d43[] = {4, 3};
+    rt_t a, one, p, t3, i, b3, u, w;
+    base_a(k, &a);
+    rt_scalar(&one, 1.0);
+    rt_binary(&p, &a, &one, RT_ADD);
+    rt_iota(&t3, 3, d234);
+    rt_scalar(&i, k);
+    rt_binary(&b3, &t3, &i, RT_ADD);
+    rt_iota(&u, 3, d242);
+    rt_iota(&w, 2, d43);
+    if (strcmp(key, "c.rs") == 0) rt_unary(out, &p, RT_RSQRT);
+    else if (strcmp(key, "c.lg") == 0) rt_unary(out, &p, RT_LOG);
+    else if (strcmp(key, "c.m1") == 0) rt_reduce_max(out, &a, 1);
+    else if (strcmp(key, "c.ma") == 0) rt_reduce_max(out, &a, -1);
+    else if (strcmp(key, "c.s1") == 0) rt_softmax(out, &a, 1);
+    else if (strcmp(key, "c.s0") == 0) rt_softmax(out, &b3, 0);
+    else if (strcmp(key, "c.e_mm") == 0) rt_einsum(out, "ij,kj->ik", &a, &w);
+    else if (strcmp(key, "c.e_t") == 0) rt_einsum(out, "ij->ji", &a, NULL);
+    else if (strcmp(key, "c.e_sum") == 0) rt_einsum(out, "ij->", &a, NULL);
+    else rt_einsum(out, "bij,bjk->bik", &b3, &u);      /* c.e_bmm */
+}
+
+static void test_new_ops(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{'name':'newops','slices':{'s':{'shape':[2,2]}},'computations':[{'name':'c','slice':'s',"
+        "'ops':[{'op':'shard_index','out':'i'},{'op':'iota','out':'t','shape':[2,3]},"
+        "{'op':'add','out':'a','args':['t','i']},{'op':'fill','out':'one','shape':[],'value':1},"
+        "{'op':'add','out':'p','args':['a','one']},"
+        "{'op':'rsqrt','out':'rs','args':['p']},{'op':'log','out':'lg','args':['p']},"
+        "{'op':'reduce_max','out':'m1','args':['a'],'axis':1},"
+        "{'op':'reduce_max','out':'ma','args':['a']},"
+        "{'op':'softmax','out':'s1','args':['a'],'axis':1},"
+        "{'op':'iota','out':'t3','shape':[2,3,4]},{'op':'add','out':'b3','args':['t3','i']},"
+        "{'op':'softmax','out':'s0','args':['b3'],'axis':0},"
+        "{'op':'iota','out':'w','shape':[4,3]},{'op':'iota','out':'u','shape':[2,4,2]},"
+        "{'op':'einsum','out':'e_mm','args':['a','w'],'spec':'ij,kj->ik'},"
+        "{'op':'einsum','out':'e_t','args':['a'],'spec':'ij->ji'},"
+        "{'op':'einsum','out':'e_sum','args':['a'],'spec':'ij->'},"
+        "{'op':'einsum','out':'e_bmm','args':['b3','u'],'spec':'bij,bjk->bik'}],"
+        "'outputs':['rs','lg','m1','ma','s1','s0','e_mm','e_t','e_sum','e_bmm']}]}";
+    static const char *const keys[] = {"c.rs", "c.lg", "c.m1", "c.ma", "c.s1",
+                                       "c.s0", "c.e_mm", "c.e_t", "c.e_sum", "c.e_bmm"};
+    run_and_check(doc, keys, NKEYS(keys), 4, expect_new_ops);
+}
+
 /* ---- all_reduce sum/max/min over a [2,2] slice ---- */
 
 /* A_k[j] = j * (k - 1.5) + k: max and min come from different shards per j. */
@@ -744,6 +796,7 @@ int main(void)
         cmocka_unit_test_teardown(test_matmul, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_transpose_reshape, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_reduce_sum, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_new_ops, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_all_reduce, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_all_reduce_16_shards, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_all_gather, itest_cancel_leftovers),

@@ -260,6 +260,61 @@ static void test_errors_fields(void **state)
                  "'slice': 's', 'ops': []}]}", 400, "computations[0].ops", NULL);
 }
 
+/* DESIGN.md Part C's new ops: shapes, and every spec rule with its field. */
+static void test_new_ops(void **state)
+{
+    (void)state;
+    job_plan_t *p = compile_ok(ONE(M23 ", {'op': 'iota', 'out': 'w', 'shape': [4, 3]},"
+        "{'op': 'einsum', 'out': 'mm', 'args': ['m', 'w'], 'spec': 'ij,kj->ik'},"
+        "{'op': 'einsum', 'out': 's', 'args': ['m'], 'spec': 'ij->'},"
+        "{'op': 'einsum', 'out': 'o', 'args': ['m', 'w'], 'spec': 'ij,kl->jlik'},"
+        "{'op': 'softmax', 'out': 'sm', 'args': ['m'], 'axis': 0},"
+        "{'op': 'reduce_max', 'out': 'r', 'args': ['m'], 'axis': 1},"
+        "{'op': 'reduce_max', 'out': 'ra', 'args': ['m']},"
+        "{'op': 'rsqrt', 'out': 'q', 'args': ['m']}, {'op': 'log', 'out': 'l', 'args': ['m']}"));
+    const comp_t *c = &p->comps[0];
+    int64_t want[][5] = {{2, 2, 4}, {0}, {4, 3, 3, 2, 4}, {2, 2, 3}, {1, 2}, {0}, {2, 2, 3},
+                         {2, 2, 3}};
+    for (int j = 2; j < c->nops; j++) {
+        assert_int_equal(c->ops[j].shape.rank, want[j - 2][0]);
+        for (int d = 0; d < c->ops[j].shape.rank; d++)
+            assert_int_equal(c->ops[j].shape.dim[d], want[j - 2][d + 1]);
+    }
+    job_plan_free(p);
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m'], 'spec': 'ij'}"), 400,
+                 OP1 "spec", "->");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m', 'm'], 'spec': 'ij->i'}"),
+                 400, OP1 "spec", "ij,jk->ik");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m'], 'spec': 'ii->i'}"), 400,
+                 OP1 "spec", "distinct");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m'], 'spec': 'iJ->i'}"), 400,
+                 OP1 "spec", "lower-case");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m'], 'spec': 'ijk->i'}"), 400,
+                 OP1 "spec", "rank 2");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m'], 'spec': 'ij->k'}"), 400,
+                 OP1 "spec", "'k' is in no operand");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m', 'm'], "
+                     "'spec': 'ij,ij->iij'}"), 400, OP1 "spec", "distinct");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m', 'm'], "
+                     "'spec': 'ij,jk->ik'}"), 400, OP1 "spec", "size 3 and 2");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m'], 'spec': 3}"), 400,
+                 OP1 "spec", NULL);
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': [], 'spec': '->'}"), 400,
+                 OP1 "args", "1 or 2");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m', 'm', 'm'], "
+                     "'spec': 'i,j,k->'}"), 400, OP1 "args", "1 or 2");
+    expect_error(ONE(M23 ", {'op': 'einsum', 'out': 'y', 'args': ['m']}"), 400, OP1 "spec",
+                 "missing");
+    expect_error(ONE(M23 ", {'op': 'softmax', 'out': 'y', 'args': ['m']}"), 400, OP1 "axis",
+                 "missing");
+    expect_error(ONE(M23 ", {'op': 'softmax', 'out': 'y', 'args': ['m'], 'axis': 2}"), 400,
+                 OP1 "axis", "0..1");
+    expect_error(ONE(M23 ", {'op': 'reduce_max', 'out': 'y', 'args': ['m'], 'axis': 5}"), 400,
+                 OP1 "axis", "0..1");
+    expect_error(ONE(M23 ", {'op': 'log', 'out': 'y', 'args': ['m'], 'axis': 0}"), 400,
+                 OP1 "axis", "unknown field");
+}
+
 static void test_errors_args_and_shapes(void **state)
 {
     (void)state;
@@ -543,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_shapes_and_collectives),
         cmocka_unit_test(test_errors_fields),
         cmocka_unit_test(test_errors_args_and_shapes),
+        cmocka_unit_test(test_new_ops),
         cmocka_unit_test(test_errors_values_and_collectives),
         cmocka_unit_test(test_errors_edges),
         cmocka_unit_test(test_errors_slices_and_top),
