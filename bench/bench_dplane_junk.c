@@ -26,7 +26,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "baseline job not right: %s\n", st);
         return 1;
     }
-    long rss0[2] = {junk_rss_kb(c.workers[0].pid), junk_rss_kb(c.workers[1].pid)};
+    long rss0[2] = {hx_rss_kb(c.workers[0].pid), hx_rss_kb(c.workers[1].pid)};
     char addrs[2][64];
     if (junk_data_addrs(&cl, addrs, 2) != 2)
         return 1;
@@ -50,7 +50,7 @@ int main(int argc, char **argv)
     for (int w = 0; w < 2; w++) {
         int alive = junk_alive(c.workers[w].pid);
         crashes += !alive;
-        long rss = alive ? junk_rss_kb(c.workers[w].pid) : -1;
+        long rss = alive ? hx_rss_kb(c.workers[w].pid) : -1;
         printf("worker %d: %s, RSS %ld -> %ld KiB (growth %.1f MiB)\n", w,
                alive ? "alive" : "DEAD", rss0[w], rss, (double)(rss - rss0[w]) / 1024.0);
     }

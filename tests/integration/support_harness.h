@@ -87,6 +87,8 @@ void hx_proc_forget(pid_t pid);
  * forgets p. Returns the wait status, -2 when it had to be killed, -1 when
  * p was not running. */
 int hx_proc_stop(hx_proc_t *p, int sig, int grace_ms);
+/* VmRSS of pid in KiB (from /proc), or -1. */
+long hx_rss_kb(pid_t pid);
 /* $ATOLL_BIN_DIR, or build/bin. */
 const char *hx_bin_dir(void);
 

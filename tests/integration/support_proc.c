@@ -483,3 +483,17 @@ void hx_cluster_dump_logs(hx_cluster_t *c, size_t tail_bytes)
     for (int i = 0; i < c->nworkers; i++)
         proc_print_tail(c->workers[i].name, c->workers[i].log_path, tail_bytes);
 }
+
+long hx_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kb = strtol(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return kb;
+}

@@ -141,6 +141,21 @@ static int64_t rt_span(const rt_t *a, int from, int to)
     return n;
 }
 
+/* out's shape: a's without `axis`; sets the (outer, len, inner) split. */
+static void rt_drop_axis(rt_t *out, const rt_t *a, int axis, int64_t *outer, int64_t *len,
+                         int64_t *inner)
+{
+    *outer = rt_span(a, 0, axis);
+    *len = a->dim[axis];
+    *inner = rt_span(a, axis + 1, a->rank);
+    int64_t dims[RT_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < a->rank; i++)
+        if (i != axis)
+            dims[r++] = a->dim[i];
+    rt_shape(out, r, dims);
+}
+
 void rt_reduce_sum(rt_t *out, const rt_t *a, int axis)
 {
     if (axis < 0) {
@@ -150,14 +165,8 @@ void rt_reduce_sum(rt_t *out, const rt_t *a, int axis)
         rt_scalar(out, s);
         return;
     }
-    int64_t outer = rt_span(a, 0, axis), len = a->dim[axis];
-    int64_t inner = rt_span(a, axis + 1, a->rank);
-    int64_t dims[RT_MAX_RANK];
-    int r = 0;
-    for (int i = 0; i < a->rank; i++)
-        if (i != axis)
-            dims[r++] = a->dim[i];
-    rt_shape(out, r, dims);
+    int64_t outer, len, inner;
+    rt_drop_axis(out, a, axis, &outer, &len, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             double s = 0;
@@ -176,14 +185,8 @@ void rt_reduce_max(rt_t *out, const rt_t *a, int axis)
         rt_scalar(out, m);
         return;
     }
-    int64_t outer = rt_span(a, 0, axis), len = a->dim[axis];
-    int64_t inner = rt_span(a, axis + 1, a->rank);
-    int64_t dims[RT_MAX_RANK];
-    int r = 0;
-    for (int i = 0; i < a->rank; i++)
-        if (i != axis)
-            dims[r++] = a->dim[i];
-    rt_shape(out, r, dims);
+    int64_t outer, len, inner;
+    rt_drop_axis(out, a, axis, &outer, &len, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             double m = -INFINITY;

@@ -45,7 +45,7 @@ static void test_junk_everywhere(void **state)
     expect_exact(0);                               /* baseline, warms the workers */
     long rss0[2];
     for (int w = 0; w < 2; w++)
-        assert_true((rss0[w] = junk_rss_kb(cl_.workers[w].pid)) > 0);
+        assert_true((rss0[w] = hx_rss_kb(cl_.workers[w].pid)) > 0);
     char addrs[4][64];
     assert_int_equal(junk_data_addrs(&http_, addrs, 4), 2);
 
@@ -71,7 +71,7 @@ static void test_junk_everywhere(void **state)
     for (int w = 0; w < 2; w++) {
         pid_t pid = cl_.workers[w].pid;
         assert_true(junk_alive(pid));
-        long rss = junk_rss_kb(pid);
+        long rss = hx_rss_kb(pid);
         fprintf(stderr, "worker %d: RSS %ld -> %ld KiB (+%ld)\n", w, rss0[w], rss,
                 rss - rss0[w]);
         assert_true(rss - rss0[w] < RSS_GROWTH_MAX_KB);

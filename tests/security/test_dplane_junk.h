@@ -185,20 +185,6 @@ static void junk_close(junk_t *j)
     j->nfds = 0;
 }
 
-/* VmRSS of pid in KiB, or -1. */
-static long junk_rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
 
 /* Non-zero while pid runs (not exited, not a zombie we have not reaped). */
 static int junk_alive(pid_t pid)
