@@ -7,6 +7,7 @@
  * JSON-path-like field; 400 for a bad document, 422 for a slice that can
  * never fit the cluster. Input JSON is always borrowed. */
 #include "compiler.h"
+#include "gspmd.h"
 
 #include <float.h>
 #include <math.h>
@@ -77,6 +78,7 @@ static const op_spec_t op_specs[OP__COUNT] = {
     [OP_PPERMUTE] = {"ppermute", 1, F_ARGS | F_SHIFT, F_MESH},
     [OP_ALL_TO_ALL] = {"all_to_all", 1, F_ARGS | F_SPLIT | F_CONCAT, F_MESH},
     [OP_COMPUTE] = {"compute", 0, F_US, 0},
+    [OP_SHARD_SLICE] = {"shard_slice", 1, F_ARGS | F_AXIS | F_MESH, 0},
 };
 
 int opcode_from_name(const char *name)
@@ -270,6 +272,7 @@ struct cc {
     resolve_fn resolve;
     void *rctx;
     err_t *e;
+    int global;             /* parsing a global computation (Part C) */
     int j;                  /* op being compiled */
     const char *opname;     /* its op name once known, else "?" */
 };
@@ -332,6 +335,10 @@ static int op_check_keys(cc_t *x, const json_t *opj, const op_spec_t *spec)
     json_object_foreach((json_t *)opj, key, val) {
         if (strcmp(key, "op") == 0 || strcmp(key, "out") == 0)
             continue;
+        if (strcmp(key, "sharding") == 0 && !x->global)
+            return op_fail(x, key, "sharding needs a global computation (\"global\": true)");
+        if (strcmp(key, "sharding") == 0)
+            continue;       /* read by the partitioner (gspmd.c) */
         int b = field_bit(key);
         if (b < 0 || !(allowed & (1u << b)))
             return op_fail(x, key, "unknown field '%s'", key);
@@ -647,6 +654,41 @@ static int op_collective(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
     }
 }
 
+/* shard_slice: axis, and mesh_axes as an ordered list (major to minor) of
+ * distinct slice axes whose sizes' product divides the axis. */
+static int op_shard_slice(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
+{
+    const shape_t *ss = &x->c->slice_shape;
+    const json_t *m = json_object_get(opj, "mesh_axes");
+    size_t n = json_array_size(m);
+    int64_t g = 1;
+    int rc = op_axis(x, opj, "axis", a->rank, &op->axis);
+    if (rc)
+        return rc;
+    if (!json_is_array(m) || n < 1 || n > (size_t)ss->rank)
+        return op_fail(x, "mesh_axes", "mesh_axes must list 1 to %d distinct slice axes",
+                       ss->rank);
+    op->mesh_axes = 0;
+    op->nslice = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        int64_t ax, stride = 1;
+        if (read_int(json_array_get(m, i), 0, ss->rank - 1, &ax) || (op->mesh_axes & (1u << ax)))
+            return op_fail(x, "mesh_axes", "mesh_axes must list distinct integers in 0..%d",
+                           ss->rank - 1);
+        for (int k = ss->rank - 1; k > ax; k--)
+            stride *= ss->dim[k];
+        op->mesh_axes |= 1u << ax;
+        op->slice_stride[i] = stride;
+        op->slice_dim[i] = ss->dim[ax];
+        g *= ss->dim[ax];
+    }
+    if ((rc = op_divisible(x, "axis", a, op->axis, g)))
+        return rc;
+    op->shape = *a;
+    op->shape.dim[op->axis] /= g;
+    return 0;
+}
+
 static int op_unary_shape(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
 {
     switch (op->code) {
@@ -670,6 +712,8 @@ static int op_unary_shape(cc_t *x, const json_t *opj, op_t *op, const shape_t *a
         return op_axis(x, opj, "axis", a->rank, &op->axis);
     case OP_EINSUM:
         return op_einsum(x, opj, op);
+    case OP_SHARD_SLICE:
+        return op_shard_slice(x, opj, op, a);
     default:
         if (opcode_is_collective(op->code))
             return op_collective(x, opj, op, a);
@@ -736,6 +780,10 @@ static int cc_op(cc_t *x, int j, const json_t *opj)
         return op_fail(x, "op", "unknown op '%s'", json_string_value(name));
     op->code = (opcode_t)code;
     x->opname = op_specs[code].name;
+    if (x->global && (code == OP_SHARD_INDEX || code == OP_SHARD_SLICE ||
+                      opcode_is_collective(op->code)))
+        return op_fail(x, "op", "%s is not allowed in a global computation: the partitioner "
+                       "places the shards and their collectives", op_specs[code].name);
     int rc = op_check_keys(x, opj, &op_specs[code]);
     if (rc)
         return rc;
@@ -806,14 +854,14 @@ static int cc_alloc(comp_t *c, size_t nops, size_t ninputs)
  * keys, a valid name and a string `slice`. Fills c->name. */
 static int comp_head(const json_t *cj, const char *prefix, comp_t *c, err_t *e)
 {
-    static const char *const keys[] = {"name", "slice", "ops", "outputs"};
+    static const char *const keys[] = {"name", "slice", "ops", "outputs", "global"};
     const char *key;
     json_t *val;
     if (!json_is_object(cj))
         return comp_fail(prefix, e, "", "each computation must be an object");
     json_object_foreach((json_t *)cj, key, val) {
         int known = 0;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             known |= strcmp(key, keys[i]) == 0;
         if (!known)
             return comp_fail(prefix, e, key, "unknown field '%s' in a computation", key);
@@ -823,6 +871,11 @@ static int comp_head(const json_t *cj, const char *prefix, comp_t *c, err_t *e)
         return comp_fail(prefix, e, "name", "computation name must be 1 to %d characters "
                          "[A-Za-z0-9_-]", NAME_MAX_LEN - 1);
     fmt(c->name, sizeof c->name, "%s", json_string_value(name));
+    const json_t *global = json_object_get(cj, "global");
+    if (global && !json_is_boolean(global))
+        return comp_fail(prefix, e, "global", "computation '%s': global must be true or false",
+                         c->name);
+    c->global = json_is_true(global);
     if (!json_is_string(json_object_get(cj, "slice")))
         return comp_fail(prefix, e, "slice", "computation '%s': slice must be a slice name",
                          c->name);
@@ -831,10 +884,11 @@ static int comp_head(const json_t *cj, const char *prefix, comp_t *c, err_t *e)
 
 /* Compiles ops and outputs into c (name, slice, slice_shape, nshards set by
  * the caller). On failure c may hold partial arrays: caller releases it. */
-static int comp_body(const json_t *cj, const char *prefix, comp_t *c, resolve_fn resolve,
-                     void *rctx, err_t *e)
+static int comp_body(const json_t *cj, const char *prefix, comp_t *c, int global,
+                     resolve_fn resolve, void *rctx, err_t *e)
 {
-    cc_t x = {.prefix = prefix, .c = c, .resolve = resolve, .rctx = rctx, .e = e};
+    cc_t x = {.prefix = prefix, .c = c, .global = global, .resolve = resolve, .rctx = rctx,
+              .e = e};
     const json_t *ops = json_object_get(cj, "ops");
     const json_t *outs = json_object_get(cj, "outputs");
     size_t nops = json_array_size(ops);
@@ -864,6 +918,7 @@ static void comp_release(comp_t *c)
     free(c->vshapes);
     free(c->outputs);
     free(c->inputs);
+    gspmd_free(c->gspmd);
 }
 
 void comp_free(comp_t *c)
@@ -921,7 +976,9 @@ int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
     comp_set_slice(c, -1, slice_shape);
     int rc = comp_head(comp_json, "", c, e);
     if (!rc)
-        rc = comp_body(comp_json, "", c, comp_resolve, &r, e);
+        rc = c->global ? comp_fail("", e, "global", "compiler_comp() takes per-shard "
+                                   "computations (a global one is partitioned by compiler_job)")
+                       : comp_body(comp_json, "", c, 0, comp_resolve, &r, e);
     if (rc) {
         comp_free(c);
         return rc;
@@ -1002,6 +1059,29 @@ static int island_find(const island_desc_t *islands, int n, const char *name)
     return -1;
 }
 
+/* "axes": one distinct name per dim of the shape; default x, y, z. */
+static int slice_axes(const char *name, const json_t *axes, job_slice_t *out, err_t *e)
+{
+    static const char *const dflt[MESH_MAX_RANK] = {"x", "y", "z"};
+    char field[ERR_FIELD_MAX];
+    fmt(field, sizeof field, "slices.%s.axes", name);
+    if (axes && (!json_is_array(axes) || json_array_size(axes) != (size_t)out->shape.rank))
+        return err_set(e, 400, field, "slice '%s': axes must name each of its %d dims", name,
+                       out->shape.rank);
+    for (int i = 0; i < out->shape.rank; i++) {
+        const json_t *a = axes ? json_array_get(axes, (size_t)i) : NULL;
+        if (a && !json_name(a))
+            return err_set(e, 400, field, "slice '%s': axis names must be 1 to %d characters "
+                           "[A-Za-z0-9_-]", name, NAME_MAX_LEN - 1);
+        fmt(out->axes[i], sizeof out->axes[i], "%s", a ? json_string_value(a) : dflt[i]);
+        for (int k = 0; k < i; k++)
+            if (strcmp(out->axes[k], out->axes[i]) == 0)
+                return err_set(e, 400, field, "slice '%s': axis name '%s' is used twice", name,
+                               out->axes[i]);
+    }
+    return 0;
+}
+
 static int slice_parse(const char *name, const json_t *sj, const island_desc_t *islands,
                        int nislands, job_slice_t *out, err_t *e)
 {
@@ -1015,7 +1095,8 @@ static int slice_parse(const char *name, const json_t *sj, const island_desc_t *
     if (!json_is_object(sj))
         return err_set(e, 400, field, "slice '%s' must be an object", name);
     json_object_foreach((json_t *)sj, key, val) {
-        if (strcmp(key, "shape") != 0 && strcmp(key, "island") != 0) {
+        if (strcmp(key, "shape") != 0 && strcmp(key, "island") != 0 &&
+            strcmp(key, "axes") != 0) {
             fmt(field, sizeof field, "slices.%s.%s", name, key);
             return err_set(e, 400, field, "unknown field '%s' in slice '%s'", key, name);
         }
@@ -1025,6 +1106,9 @@ static int slice_parse(const char *name, const json_t *sj, const island_desc_t *
     if (read_shape(json_object_get(sj, "shape"), 1, MESH_MAX_RANK, SLICE_DIM_MAX, &out->shape))
         return err_set(e, 400, field, "slice '%s': shape must be 1 to %d integers in 1..%d",
                        name, MESH_MAX_RANK, SLICE_DIM_MAX);
+    int rc = slice_axes(name, json_object_get(sj, "axes"), out, e);
+    if (rc)
+        return rc;
     const json_t *isl = json_object_get(sj, "island");
     if (!isl)
         return 0;
@@ -1142,6 +1226,16 @@ static int job_scan_edges(job_ctx_t *j, int i, const json_t *ops)
         if (p == i)
             return err_set(j->e, 400, field, "computation '%s' op %zu (input): a computation "
                            "cannot take input from itself", c->name, k);
+        const comp_t *pc = &j->plan->comps[p];
+        if (pc->global != c->global)
+            return err_set(j->e, 400, field, "computation '%s' op %zu (input): producer '%s' is "
+                           "%s, this computation %s: a per-shard producer and a global consumer "
+                           "(or the reverse) cannot be joined", c->name, k, pname,
+                           pc->global ? "global" : "per-shard", c->global ? "global" : "per-shard");
+        if (c->global && !shape_equal(&pc->slice_shape, &c->slice_shape))
+            return err_set(j->e, 400, field, "computation '%s' op %zu (input): producer '%s' "
+                           "runs on another mesh shape; resharding between different meshes is "
+                           "not supported yet (use slices of one shape)", c->name, k, pname);
         if (j->plan->comps[p].nshards != c->nshards)
             return err_set(j->e, 400, field, "computation '%s' op %zu (input): producer '%s' "
                            "has %d shards, this computation %d (they must match)", c->name, k,
@@ -1290,7 +1384,66 @@ static int job_resolve(void *rctx, cc_t *x, comp_input_t *in)
                        in->value);
     in->producer = p;
     in->shape = j->plan->comps[p].vshapes[slot];
+    if (x->global) {            /* the producer's global shape, same value name */
+        const comp_t *g = j->plan->comps[p].gspmd->global;
+        for (int v = 0; v < g->nvalues; v++)
+            if (strcmp(g->vnames[v], in->value) == 0)
+                in->shape = g->vshapes[v];
+    }
     return 0;
+}
+
+/* The sharding of a global computation's value named `value`. */
+static const shd_t *global_shd(const comp_t *c, const char *value)
+{
+    const comp_t *g = c->gspmd->global;
+    for (int v = 0; v < g->nvalues; v++)
+        if (strcmp(g->vnames[v], value) == 0)
+            return &c->gspmd->vshd[v];
+    return NULL;
+}
+
+/* Compiles global computation i: the program at global shapes, then the
+ * partitioner, then its per-shard program into plan->comps[i], which
+ * then owns the partitioning (c->gspmd). A lowered program that does not
+ * compile is the partitioner's bug: 500. */
+static int job_compile_global(job_ctx_t *j, int i, const char *prefix)
+{
+    comp_t *c = &j->plan->comps[i];
+    const job_slice_t *sl = &j->plan->slices[c->slice];
+    const json_t *cj = json_array_get(j->comps_json, (size_t)i);
+    comp_t *g = calloc(1, sizeof *g);
+    shd_t *in_shd = NULL;
+    gspmd_t *gs = NULL;
+    gspmd_mesh_t mesh = {.shape = sl->shape};
+    if (!g)
+        return err_set(j->e, 500, "", "out of memory");
+    memcpy(mesh.axes, sl->axes, sizeof mesh.axes);
+    *g = (comp_t){.slice = c->slice, .global = 1};
+    memcpy(g->name, c->name, sizeof g->name);
+    comp_set_slice(g, c->slice, &c->slice_shape);
+    int rc = comp_body(cj, prefix, g, 1, job_resolve, j, j->e);
+    if (!rc && !(in_shd = calloc((size_t)g->ninputs + 1, sizeof *in_shd)))
+        rc = err_set(j->e, 500, "", "out of memory");
+    for (int k = 0; !rc && k < g->ninputs; k++)
+        in_shd[k] = *global_shd(&j->plan->comps[g->inputs[k].producer], g->inputs[k].value);
+    if (rc) {
+        comp_free(g);
+        free(in_shd);
+        return rc;
+    }
+    rc = gspmd_partition(g, cj, &mesh, in_shd, prefix, &gs, j->e);
+    free(in_shd);
+    if (rc)
+        return rc;
+    c->gspmd = gs;
+    rc = comp_body(gs->lowered, prefix, c, 0, job_resolve, j, j->e);
+    if (rc && rc != 500) {
+        char why[ERR_DETAIL_MAX];
+        fmt(why, sizeof why, "%s", j->e->detail);
+        rc = err_set(j->e, 500, "", "partitioner produced an invalid program: %s", why);
+    }
+    return rc;
 }
 
 static int job_compile_comps(job_ctx_t *j)
@@ -1301,8 +1454,9 @@ static int job_compile_comps(job_ctx_t *j)
         comp_t *c = &plan->comps[i];
         char prefix[32];
         fmt(prefix, sizeof prefix, "computations[%d]", i);
-        int rc = comp_body(json_array_get(j->comps_json, (size_t)i), prefix, c, job_resolve, j,
-                           j->e);
+        int rc = c->global ? job_compile_global(j, i, prefix)
+                           : comp_body(json_array_get(j->comps_json, (size_t)i), prefix, c, 0,
+                                       job_resolve, j, j->e);
         if (rc)
             return rc;
         if (nidx_init(&j->outputs[i], (size_t)c->noutputs))

@@ -27,7 +27,7 @@ typedef enum opcode {
     OP_SCALE, OP_MATMUL, OP_TRANSPOSE, OP_RESHAPE, OP_REDUCE_SUM,
     OP_REDUCE_MAX, OP_SOFTMAX, OP_RSQRT, OP_LOG, OP_EINSUM,
     OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_PPERMUTE, OP_ALL_TO_ALL,
-    OP_COMPUTE,
+    OP_COMPUTE, OP_SHARD_SLICE,
     OP__COUNT
 } opcode_t;
 
@@ -62,6 +62,11 @@ typedef struct op {
     int64_t us;                 /* compute */
     int input;                  /* OP_INPUT: index into comp->inputs */
     einsum_t ein;               /* einsum */
+    /* shard_slice: chunk = row-major index of the shard's coordinates along
+     * the listed mesh axes (major to minor): coordinate i is
+     * (shard / slice_stride[i]) % slice_dim[i]. */
+    int nslice;
+    int64_t slice_stride[MESH_MAX_RANK], slice_dim[MESH_MAX_RANK];
 } op_t;
 
 /* One `input` op: an edge producer.value -> this computation. */
@@ -88,12 +93,17 @@ typedef struct comp {
     int *outputs;               /* value slots listed in "outputs" */
     int ninputs;
     comp_input_t *inputs;
+    int global;                 /* written at global shapes ("global": true, Part C) */
+    struct gspmd *gspmd;        /* compiler_job(): for a global comp, its partitioning;
+                                   ops above are then the lowered per-shard program.
+                                   Owned; NULL otherwise */
 } comp_t;
 
 typedef struct job_slice {
     char name[NAME_MAX_LEN];
     shape_t shape;              /* 1..3 dims */
     char island[NAME_MAX_LEN];  /* "" = any island */
+    char axes[MESH_MAX_RANK][NAME_MAX_LEN];   /* "axes", default x, y, z */
 } job_slice_t;
 
 typedef struct island_desc {

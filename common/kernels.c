@@ -321,6 +321,23 @@ static int k_source(const op_t *op, int shard_index, tensor_t *out)
     }
 }
 
+/* This shard's chunk of one axis (the partitioner's local slicing). */
+static int k_shard_slice(const op_t *op, const tensor_t *a, int shard_index, tensor_t *out)
+{
+    int64_t outer, len, inner, chunk = 0;
+    if (axis_split(a, op->axis, &outer, &len, &inner) != 0)
+        return -1;
+    for (int i = 0; i < op->nslice; i++)
+        chunk = chunk * op->slice_dim[i] + (shard_index / op->slice_stride[i]) % op->slice_dim[i];
+    int64_t olen = out->shape.dim[op->axis];
+    if ((chunk + 1) * olen > len)
+        return -1;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(out->data + o * olen * inner, a->data + (o * len + chunk * olen) * inner,
+               (size_t)(olen * inner) * sizeof *out->data);
+    return 0;
+}
+
 static int k_dispatch(const op_t *op, const tensor_t *const *args, int shard_index,
                       tensor_t *out)
 {
@@ -349,6 +366,8 @@ static int k_dispatch(const op_t *op, const tensor_t *const *args, int shard_ind
         return 0;
     case OP_REDUCE_SUM:
         return k_reduce_sum(op, args[0], out);
+    case OP_SHARD_SLICE:
+        return k_shard_slice(op, args[0], shard_index, out);
     default:
         return -1;      /* input and collectives are not kernels */
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "gspmd.h"
 #include "store.h"
 #include "util.h"
 
@@ -165,7 +166,10 @@ static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_
     json_t *inputs = json_object();
     for (int i = 0; inputs && i < cp->ninputs; i++)
         json_object_set_new(inputs, cp->inputs[i].from, shape_json(&cp->inputs[i].shape));
-    json_t *comp = json_array_get(json_object_get(doc, "computations"), (size_t)c);
+    /* A global computation (DESIGN Part C) goes out as its partitioned
+     * per-shard program: workers never see global shapes. */
+    json_t *comp = cp->gspmd ? cp->gspmd->lowered
+                             : json_array_get(json_object_get(doc, "computations"), (size_t)c);
     return json_pack("{s:I, s:i, s:i, s:I, s:s, s:o, s:O, s:o, s:o}",
                      "job", (json_int_t)job->id, "attempt", job->attempt, "comp", c,
                      "seq", (json_int_t)seq, "slice", plan->slices[cp->slice].name,

@@ -26,6 +26,15 @@ void api_jobs_list(http_req_t *req, http_resp_t *resp);
 void api_jobs_get(http_req_t *req, http_resp_t *resp);
 void api_jobs_cancel(http_req_t *req, http_resp_t *resp);
 void api_jobs_result(http_req_t *req, http_resp_t *resp);
+/* The :id of /v1/jobs/:id if the caller may see that job (this thread's
+ * store in *st); else answers 404/503 and returns 0. */
+struct store;
+int64_t api_visible_job(http_req_t *req, http_resp_t *resp, struct store **st);
+/* api_program.c: global programs (DESIGN Part C) */
+void api_jobs_program(http_req_t *req, http_resp_t *resp);
+/* Replaces, in a result object (store_job_result()), each output of a
+ * global computation by its assembled global value. 0 or -1. */
+int api_result_global(struct store *st, int64_t id, json_t *res);
 /* api_cluster.c */
 void api_islands_list(http_req_t *req, http_resp_t *resp);
 void api_islands_get(http_req_t *req, http_resp_t *resp);

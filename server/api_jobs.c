@@ -220,7 +220,7 @@ static int64_t job_id_param(http_req_t *req, http_resp_t *resp)
 
 /* The :id of /v1/jobs/:id when the caller may see that job, with this
  * thread's store in *st; else answers (404/503) and returns 0. */
-static int64_t visible_job(http_req_t *req, http_resp_t *resp, store_t **st)
+int64_t api_visible_job(http_req_t *req, http_resp_t *resp, store_t **st)
 {
     int64_t id = job_id_param(req, resp);
     if (id < 1 || !(*st = api_store(resp)))
@@ -235,7 +235,7 @@ static int64_t visible_job(http_req_t *req, http_resp_t *resp, store_t **st)
 void api_jobs_get(http_req_t *req, http_resp_t *resp)
 {
     store_t *st = NULL;
-    int64_t id = visible_job(req, resp, &st);
+    int64_t id = api_visible_job(req, resp, &st);
     if (id < 1)
         return;
     json_t *job = store_job_json(st, id);
@@ -248,7 +248,7 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
 void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
 {
     store_t *st = NULL;
-    int64_t id = visible_job(req, resp, &st);
+    int64_t id = api_visible_job(req, resp, &st);
     if (id < 1)
         return;
     char state[16] = "";
@@ -282,12 +282,24 @@ void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
 void api_jobs_result(http_req_t *req, http_resp_t *resp)
 {
     store_t *st = NULL;
-    int64_t id = visible_job(req, resp, &st);
+    int64_t id = api_visible_job(req, resp, &st);
     if (id < 1)
         return;
     char state[16] = "";
     json_t *res = NULL;
+    const char *view = http_query(req, "view");
+    if (view && strcmp(view, "global") != 0 && strcmp(view, "shards") != 0) {
+        http_problem(resp, 400, "view", "view must be global or shards");
+        return;
+    }
     int rc = store_job_result(st, id, &res, state);
+    if (rc == STORE_OK && view && strcmp(view, "global") == 0 &&
+        api_result_global(st, id, res) != 0) {
+        json_decref(res);
+        http_problem(resp, 500, NULL, "could not assemble the global results of job %ld",
+                     (long)id);
+        return;
+    }
     if (rc == STORE_NOTFOUND)
         http_problem(resp, 404, "id", "no job %ld", (long)id);
     else if (rc == STORE_CONFLICT)

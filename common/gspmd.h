@@ -1,0 +1,81 @@
+/* gspmd.h - the GSPMD partitioner (DESIGN.md Part C): a computation written
+ * once at global shapes, with a few sharding annotations, becomes the
+ * per-shard program of Part A, so workers run it like any other.
+ *
+ * Stages, all in gspmd.c:
+ *   1. annotations: every op's "sharding" parsed against the slice's named
+ *      axes and the op's global shape (unknown axis, axis twice, rank,
+ *      divisibility are 400s naming ops[j].sharding);
+ *   2. propagation: annotated values (and inputs, whose sharding is the
+ *      producer's) keep their sharding; forward then backward sweeps give
+ *      every other value the sharding its operands (or its users) imply,
+ *      until nothing changes; what is left unsharded is replicated;
+ *   3. lowering: each op becomes its local op on local shapes, with the
+ *      operands first resharded to what the op needs (all_to_all to move
+ *      an axis between dims, all_gather to drop one, shard_slice to add
+ *      one: slicing is local), partial sums (a split contracting or reduced
+ *      dim) finished by one all_reduce, or a reduce_scatter when the value
+ *      is wanted split there.
+ *
+ * Ownership: gspmd_partition() returns a gspmd_t the caller frees with
+ * gspmd_free(); it owns the global comp_t it was given. */
+#ifndef ATOLL_GSPMD_H
+#define ATOLL_GSPMD_H
+
+#include <jansson.h>
+#include "compiler.h"
+#include "err.h"
+
+/* How a value is laid out over the mesh: dim d is split over the mesh axes
+ * ax[d][0..n[d]-1], major to minor (chunk index = row-major index of the
+ * shard's coordinates along them). A mesh axis appears at most once. Axes
+ * not named replicate the value. `partial` (bit per mesh axis) marks a
+ * value whose shards hold partial sums over those axes (internal to
+ * lowering; never the sharding of a user's value). */
+typedef struct shd {
+    int rank;
+    uint8_t n[TENSOR_MAX_RANK];
+    uint8_t ax[TENSOR_MAX_RANK][MESH_MAX_RANK];
+    unsigned partial;
+} shd_t;
+
+/* A slice's mesh as the partitioner sees it. */
+typedef struct gspmd_mesh {
+    shape_t shape;
+    char axes[MESH_MAX_RANK][NAME_MAX_LEN];
+} gspmd_mesh_t;
+
+typedef struct gspmd {
+    comp_t *global;             /* the program as written: global shapes (owned) */
+    shd_t *vshd;                /* per value of `global`: its sharding */
+    json_t *lowered;            /* per-shard computation object (Part A ops) */
+    int nlowered;               /* ops in lowered */
+    shd_t *lshd;                /* per lowered op: its value's sharding (global view) */
+    uint8_t *inserted;          /* per lowered op: 1 when the partitioner added it */
+    int ncoll;                  /* collectives inserted */
+} gspmd_t;
+
+/* Partitions `global` (compiled from comp_json in global mode: shapes are
+ * global) for `mesh`. in_shd[i] is the sharding of global->inputs[i] (the
+ * producer's output sharding; NULL when there are no inputs). prefix is
+ * the error-field prefix ("computations[2]"). Takes ownership of `global`
+ * in every case. Returns 0 and *out, or a 4xx/500 with e filled. */
+int gspmd_partition(comp_t *global, const json_t *comp_json, const gspmd_mesh_t *mesh,
+                    const shd_t *in_shd, const char *prefix, gspmd_t **out, err_t *e);
+void gspmd_free(gspmd_t *g);
+
+/* Local shape of a value of global shape `gs` laid out as s. */
+void gspmd_local_shape(const shape_t *gs, const shd_t *s, const gspmd_mesh_t *mesh,
+                       shape_t *out);
+/* The sharding as the document writes it: [null, "data", ["x","y"]], plus
+ * "partial": [...] for partial values. New reference or NULL. */
+json_t *gspmd_shd_json(const shd_t *s, const gspmd_mesh_t *mesh);
+/* Shard `shard`'s chunk offset along each dim of the global value:
+ * off[d] = chunk index * local dim. */
+void gspmd_shard_offsets(const shd_t *s, const gspmd_mesh_t *mesh, const shape_t *gs,
+                         int shard, int64_t off[TENSOR_MAX_RANK]);
+/* Does this shard hold a distinct piece: coordinate 0 on every mesh axis
+ * the sharding does not use (the replicas of a piece agree)? */
+int gspmd_shard_primary(const shd_t *s, const gspmd_mesh_t *mesh, int shard);
+
+#endif

@@ -1,0 +1,203 @@
+/* test_global.c - global programs (DESIGN.md Part C) on real workers.
+ *
+ * One island west=4x4 of 4 cpu workers. Jobs are written at global shapes
+ * with sharding annotations; atolld partitions them, workers run the
+ * per-shard programs, and GET .../result?view=global must give the global
+ * values, checked element by element against references written here as
+ * plain loops (not through Atoll's kernels). GET .../program must show the
+ * partitioner's work: the Megatron MLP with exactly one inserted
+ * collective, an all_reduce over `model`. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "itest.h"
+
+static void check_global(int64_t id, const char *key, const int64_t *shape, int rank,
+                         const double *want)
+{
+    char path[96];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/result?view=global", (long long)id);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+            "GET %s failed", path);
+    json_t *v = json_object_get(json_object_get(r.json, "outputs"), key);
+    json_t *sh = json_object_get(v, "shape"), *vals = json_object_get(v, "values");
+    int64_t n = 1;
+    int ok = json_array_size(sh) == (size_t)rank;
+    for (int d = 0; ok && d < rank; d++) {
+        ok = json_integer_value(json_array_get(sh, (size_t)d)) == shape[d];
+        n *= shape[d];
+    }
+    ok = ok && json_array_size(vals) == (size_t)n;
+    double sum = 0.0;
+    for (int64_t e = 0; ok && e < n; e++) {
+        double got = json_number_value(json_array_get(vals, (size_t)e));
+        ok = fabs(got - want[e]) <= 1e-4 * fabs(want[e]) + 1e-5;
+        if (!ok)
+            fprintf(stderr, "%s[%lld] = %g, want %g\n", key, (long long)e, got, want[e]);
+        sum += want[e];
+    }
+    ok = ok && fabs(json_number_value(json_object_get(v, "sum")) - sum) <= 1e-3 * (1 + fabs(sum));
+    hx_resp_clear(&r);
+    T_CHECK(ok, "global value %s of job %lld differs from the reference", key, (long long)id);
+}
+
+/* x = iota[8,16]/100 split by data; w1 = 0.05 split by model (columns);
+ * w2 = -0.03 split by model (rows); y = relu(x w1) w2 wanted split by data. */
+static void test_megatron_mlp(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{'slices':{'m':{'shape':[2,4],'axes':['data','model']}},'computations':[{'name':'mlp',"
+        "'slice':'m','global':true,'ops':["
+        "{'op':'iota','out':'xi','shape':[8,16],'sharding':['data',null]},"
+        "{'op':'scale','out':'x','args':['xi'],'factor':0.01},"
+        "{'op':'fill','out':'w1','shape':[16,32],'value':0.05,'sharding':[null,'model']},"
+        "{'op':'fill','out':'w2','shape':[32,16],'value':-0.03,'sharding':['model',null]},"
+        "{'op':'einsum','out':'h','args':['x','w1'],'spec':'bd,dh->bh'},"
+        "{'op':'relu','out':'r','args':['h']},"
+        "{'op':'einsum','out':'y','args':['r','w2'],'spec':'bh,hd->bd','sharding':['data',null]}],"
+        "'outputs':['y']}]}";
+    int64_t id;
+    json_decref(itest_run_ok(doc, &id));
+    double want[8 * 16];
+    for (int b = 0; b < 8; b++) {
+        double xs = 0.0;
+        for (int d = 0; d < 16; d++)
+            xs += 0.01 * (b * 16 + d);
+        double h = xs * 0.05, r = h > 0 ? h : 0;
+        for (int d = 0; d < 16; d++)
+            want[b * 16 + d] = 32 * r * -0.03;
+    }
+    check_global(id, "mlp.y", (const int64_t[]){8, 16}, 2, want);
+
+    char path[96];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/program", (long long)id);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+            "GET %s failed", path);
+    json_t *comp = json_array_get(json_object_get(r.json, "computations"), 0);
+    json_t *ops = json_object_get(comp, "ops"), *op;
+    size_t i;
+    int inserted_coll = 0, allreduce_model = 0;
+    json_array_foreach(ops, i, op) {
+        const char *name = json_string_value(json_object_get(op, "op"));
+        if (!json_is_true(json_object_get(op, "inserted")) || strcmp(name, "shard_slice") == 0)
+            continue;
+        inserted_coll++;
+        json_t *ma = json_object_get(op, "mesh_axes");
+        allreduce_model += strcmp(name, "all_reduce") == 0 && json_array_size(ma) == 1 &&
+                           json_integer_value(json_array_get(ma, 0)) == 1;
+    }
+    int ncoll = (int)json_integer_value(json_object_get(comp, "collectives_inserted"));
+    json_t *ysh = NULL;
+    json_array_foreach(ops, i, op)
+        if (strcmp(json_string_value(json_object_get(op, "out")), "y") == 0)
+            ysh = json_object_get(op, "shape");
+    int local_ok = json_integer_value(json_array_get(ysh, 0)) == 4 &&
+                   json_integer_value(json_array_get(ysh, 1)) == 16;
+    hx_resp_clear(&r);
+    T_CHECK(inserted_coll == 1 && allreduce_model == 1 && ncoll == 1,
+            "Megatron MLP: %d collectives inserted (%d all_reduce over model), want exactly 1",
+            inserted_coll, allreduce_model);
+    T_CHECK(local_ok, "y's local shape is not [4,16]");
+}
+
+/* Two global computations on two slices of one shape, joined by an edge;
+ * the consumer reduces and normalises along the producer's split dim. A
+ * per-shard computation in the same job keeps its per-shard result. */
+static void test_edge_softmax(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{'slices':{'a':{'shape':[2,2],'axes':['p','q']},'b':{'shape':[2,2],'axes':['r','s']},"
+        "'c':{'shape':[2]}},'computations':["
+        "{'name':'prod','slice':'a','global':true,'ops':["
+        "{'op':'iota','out':'i','shape':[4,6]},"
+        "{'op':'scale','out':'x','args':['i'],'factor':0.1,'sharding':['p','q']}],"
+        "'outputs':['x']},"
+        "{'name':'cons','slice':'b','global':true,'ops':["
+        "{'op':'input','out':'x','from':'prod.x'},"
+        "{'op':'softmax','out':'sm','args':['x'],'axis':1},"
+        "{'op':'reduce_sum','out':'rs','args':['x'],'axis':1,'sharding':['r']}],"
+        "'outputs':['sm','rs']},"
+        "{'name':'plain','slice':'c','ops':[{'op':'shard_index','out':'k'}],'outputs':['k']}]}";
+    int64_t id;
+    json_decref(itest_run_ok(doc, &id));
+    double sm[24], rs[4];
+    for (int row = 0; row < 4; row++) {
+        double mx = -1e30, z = 0.0;
+        rs[row] = 0.0;
+        for (int c = 0; c < 6; c++) {
+            double x = 0.1 * (row * 6 + c);
+            mx = x > mx ? x : mx;
+            rs[row] += x;
+        }
+        for (int c = 0; c < 6; c++)
+            z += exp(0.1 * (row * 6 + c) - mx);
+        for (int c = 0; c < 6; c++)
+            sm[row * 6 + c] = exp(0.1 * (row * 6 + c) - mx) / z;
+    }
+    check_global(id, "cons.sm", (const int64_t[]){4, 6}, 2, sm);
+    check_global(id, "cons.rs", (const int64_t[]){4}, 1, rs);
+    json_t *res = hx_job_result(&itest_client, id);
+    T_CHECK(json_array_size(json_object_get(json_object_get(res, "outputs"), "plain.k")) == 2,
+            "the per-shard computation's result is not per shard");
+    json_decref(res);
+}
+
+static void test_bad_requests(void **state)
+{
+    (void)state;
+    hx_resp_t r;
+    char *doc = hx_text_q(
+        "{'slices':{'m':{'shape':[2,2],'axes':['data','model']}},'computations':[{'name':'c',"
+        "'slice':'m','global':true,'ops':[{'op':'fill','out':'a','shape':[4,4],'value':1,"
+        "'sharding':['data','nope']}]}]}");
+    T_CHECK(doc && hx_request(&itest_client, "POST", "/v1/jobs", doc, strlen(doc), &r) == 0,
+            "POST failed");
+    free(doc);
+    const char *field = json_string_value(json_object_get(r.json, "field"));
+    int ok = r.status == 400 && field && strcmp(field, "computations[0].ops[0].sharding") == 0;
+    hx_resp_clear(&r);
+    T_CHECK(ok, "unknown axis: want 400 at computations[0].ops[0].sharding");
+    int64_t id;
+    json_decref(itest_run_ok("{'slices':{'m':{'shape':[2]}},'computations':[{'name':'c',"
+                             "'slice':'m','global':true,'ops':[{'op':'fill','out':'a',"
+                             "'shape':[4],'value':1}],'outputs':['a']}]}", &id));
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/result?view=sideways", (long long)id);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0, "GET failed");
+    field = json_string_value(json_object_get(r.json, "field"));
+    ok = r.status == 400 && field && strcmp(field, "view") == 0;
+    hx_resp_clear(&r);
+    T_CHECK(ok, "view=sideways: want 400 at view");
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}};
+    return itest_start(isl, 1);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return itest_stop();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_megatron_mlp, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_edge_softmax, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_bad_requests, itest_cancel_leftovers),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
