@@ -31,12 +31,12 @@ enum {
     F_ARGS = 1u << 0, F_SHAPE = 1u << 1, F_VALUE = 1u << 2, F_FACTOR = 1u << 3,
     F_AXIS = 1u << 4, F_REDUCE = 1u << 5, F_MESH = 1u << 6, F_SHIFT = 1u << 7,
     F_SPLIT = 1u << 8, F_CONCAT = 1u << 9, F_US = 1u << 10, F_FROM = 1u << 11,
-    F_SPEC = 1u << 12,
+    F_SPEC = 1u << 12, F_RESHARD = 1u << 13,
 };
 /* field_names[i] is the JSON key of bit i above. */
 static const char *const field_names[] = {
     "args", "shape", "value", "factor", "axis", "reduce", "mesh_axes",
-    "shift", "split_axis", "concat_axis", "us", "from", "spec",
+    "shift", "split_axis", "concat_axis", "us", "from", "spec", "reshard",
 };
 #define NFIELDS ((int)(sizeof field_names / sizeof field_names[0]))
 
@@ -51,7 +51,7 @@ static const op_spec_t op_specs[OP__COUNT] = {
     [OP_FILL] = {"fill", 0, F_SHAPE | F_VALUE, 0},
     [OP_IOTA] = {"iota", 0, F_SHAPE, 0},
     [OP_SHARD_INDEX] = {"shard_index", 0, 0, 0},
-    [OP_INPUT] = {"input", 0, F_FROM, 0},
+    [OP_INPUT] = {"input", 0, F_FROM, F_RESHARD},
     [OP_ADD] = {"add", 2, F_ARGS, 0},
     [OP_SUB] = {"sub", 2, F_ARGS, 0},
     [OP_MUL] = {"mul", 2, F_ARGS, 0},
@@ -273,6 +273,8 @@ struct cc {
     void *rctx;
     err_t *e;
     int global;             /* parsing a global computation (Part C) */
+    int internal;           /* a program Atoll wrote (partitioned, or a worker's task):
+                               "reshard" allowed */
     int j;                  /* op being compiled */
     const char *opname;     /* its op name once known, else "?" */
 };
@@ -339,6 +341,8 @@ static int op_check_keys(cc_t *x, const json_t *opj, const op_spec_t *spec)
             return op_fail(x, key, "sharding needs a global computation (\"global\": true)");
         if (strcmp(key, "sharding") == 0)
             continue;       /* read by the partitioner (gspmd.c) */
+        if (strcmp(key, "reshard") == 0 && !x->internal)
+            return op_fail(x, key, "unknown field 'reshard' (the partitioner writes it)");
         int b = field_bit(key);
         if (b < 0 || !(allowed & (1u << b)))
             return op_fail(x, key, "unknown field '%s'", key);
@@ -455,6 +459,28 @@ static int op_numel_ok(cc_t *x, const shape_t *s)
     return 0;
 }
 
+/* A cross-mesh edge (gspmd.h): the producer's pieces must be what its
+ * shards hold, the consumer's mesh this slice; the result is this shard's
+ * piece under the edge's `to`. */
+static int op_input_reshard(cc_t *x, const json_t *rj, op_t *op, comp_input_t *in)
+{
+    char why[200];
+    gspmd_edge_t *e = malloc(sizeof *e);
+    if (!e)
+        return err_set(x->e, 500, "", "out of memory");
+    in->edge = e;
+    if (gspmd_edge_parse(rj, e, why, sizeof why) != 0)
+        return op_fail(x, "reshard", "%s", why);
+    gspmd_mesh_t pm = {.shape = e->from_mesh}, cm = {.shape = e->to_mesh};
+    shape_t pl;
+    gspmd_local_shape(&e->global, &e->from, &pm, &pl);
+    if (!shape_equal(&pl, &in->shape) || !shape_equal(&e->to_mesh, &x->c->slice_shape))
+        return op_fail(x, "reshard", "reshard does not match the producer's pieces or this "
+                       "computation's mesh");
+    gspmd_local_shape(&e->global, &e->to, &cm, &op->shape);
+    return 0;
+}
+
 static int op_input(cc_t *x, const json_t *opj, op_t *op)
 {
     const char *from = json_string_value(json_object_get(opj, "from"));
@@ -476,7 +502,8 @@ static int op_input(cc_t *x, const json_t *opj, op_t *op)
         return rc;
     op->input = c->ninputs++;
     op->shape = in->shape;
-    return 0;
+    const json_t *rj = json_object_get(opj, "reshard");
+    return rj ? op_input_reshard(x, rj, op, in) : 0;
 }
 
 static int op_binary(cc_t *x, op_t *op, const shape_t *a, const shape_t *b)
@@ -885,10 +912,10 @@ static int comp_head(const json_t *cj, const char *prefix, comp_t *c, err_t *e)
 /* Compiles ops and outputs into c (name, slice, slice_shape, nshards set by
  * the caller). On failure c may hold partial arrays: caller releases it. */
 static int comp_body(const json_t *cj, const char *prefix, comp_t *c, int global,
-                     resolve_fn resolve, void *rctx, err_t *e)
+                     int internal, resolve_fn resolve, void *rctx, err_t *e)
 {
-    cc_t x = {.prefix = prefix, .c = c, .global = global, .resolve = resolve, .rctx = rctx,
-              .e = e};
+    cc_t x = {.prefix = prefix, .c = c, .global = global, .internal = internal,
+              .resolve = resolve, .rctx = rctx, .e = e};
     const json_t *ops = json_object_get(cj, "ops");
     const json_t *outs = json_object_get(cj, "outputs");
     size_t nops = json_array_size(ops);
@@ -917,6 +944,8 @@ static void comp_release(comp_t *c)
     free(c->vnames);
     free(c->vshapes);
     free(c->outputs);
+    for (int i = 0; c->inputs && i < c->ninputs; i++)
+        free(c->inputs[i].edge);
     free(c->inputs);
     gspmd_free(c->gspmd);
 }
@@ -978,7 +1007,7 @@ int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
     if (!rc)
         rc = c->global ? comp_fail("", e, "global", "compiler_comp() takes per-shard "
                                    "computations (a global one is partitioned by compiler_job)")
-                       : comp_body(comp_json, "", c, 0, comp_resolve, &r, e);
+                       : comp_body(comp_json, "", c, 0, 1, comp_resolve, &r, e);
     if (rc) {
         comp_free(c);
         return rc;
@@ -1232,11 +1261,7 @@ static int job_scan_edges(job_ctx_t *j, int i, const json_t *ops)
                            "%s, this computation %s: a per-shard producer and a global consumer "
                            "(or the reverse) cannot be joined", c->name, k, pname,
                            pc->global ? "global" : "per-shard", c->global ? "global" : "per-shard");
-        if (c->global && !shape_equal(&pc->slice_shape, &c->slice_shape))
-            return err_set(j->e, 400, field, "computation '%s' op %zu (input): producer '%s' "
-                           "runs on another mesh shape; resharding between different meshes is "
-                           "not supported yet (use slices of one shape)", c->name, k, pname);
-        if (j->plan->comps[p].nshards != c->nshards)
+        if (!c->global && j->plan->comps[p].nshards != c->nshards)
             return err_set(j->e, 400, field, "computation '%s' op %zu (input): producer '%s' "
                            "has %d shards, this computation %d (they must match)", c->name, k,
                            pname, j->plan->comps[p].nshards, c->nshards);
@@ -1413,7 +1438,7 @@ static int job_compile_global(job_ctx_t *j, int i, const char *prefix)
     const job_slice_t *sl = &j->plan->slices[c->slice];
     const json_t *cj = json_array_get(j->comps_json, (size_t)i);
     comp_t *g = calloc(1, sizeof *g);
-    shd_t *in_shd = NULL;
+    gspmd_edge_t *in_edge = NULL;
     gspmd_t *gs = NULL;
     gspmd_mesh_t mesh = {.shape = sl->shape};
     if (!g)
@@ -1422,22 +1447,26 @@ static int job_compile_global(job_ctx_t *j, int i, const char *prefix)
     *g = (comp_t){.slice = c->slice, .global = 1};
     memcpy(g->name, c->name, sizeof g->name);
     comp_set_slice(g, c->slice, &c->slice_shape);
-    int rc = comp_body(cj, prefix, g, 1, job_resolve, j, j->e);
-    if (!rc && !(in_shd = calloc((size_t)g->ninputs + 1, sizeof *in_shd)))
+    int rc = comp_body(cj, prefix, g, 1, 0, job_resolve, j, j->e);
+    if (!rc && !(in_edge = calloc((size_t)g->ninputs + 1, sizeof *in_edge)))
         rc = err_set(j->e, 500, "", "out of memory");
-    for (int k = 0; !rc && k < g->ninputs; k++)
-        in_shd[k] = *global_shd(&j->plan->comps[g->inputs[k].producer], g->inputs[k].value);
+    for (int k = 0; !rc && k < g->ninputs; k++) {
+        const comp_t *pc = &j->plan->comps[g->inputs[k].producer];
+        in_edge[k].global = g->inputs[k].shape;
+        in_edge[k].from_mesh = pc->slice_shape;
+        in_edge[k].from = *global_shd(pc, g->inputs[k].value);
+    }
     if (rc) {
         comp_free(g);
-        free(in_shd);
+        free(in_edge);
         return rc;
     }
-    rc = gspmd_partition(g, cj, &mesh, in_shd, prefix, &gs, j->e);
-    free(in_shd);
+    rc = gspmd_partition(g, cj, &mesh, in_edge, prefix, &gs, j->e);
+    free(in_edge);
     if (rc)
         return rc;
     c->gspmd = gs;
-    rc = comp_body(gs->lowered, prefix, c, 0, job_resolve, j, j->e);
+    rc = comp_body(gs->lowered, prefix, c, 0, 1, job_resolve, j, j->e);
     if (rc && rc != 500) {
         char why[ERR_DETAIL_MAX];
         fmt(why, sizeof why, "%s", j->e->detail);
@@ -1456,7 +1485,7 @@ static int job_compile_comps(job_ctx_t *j)
         fmt(prefix, sizeof prefix, "computations[%d]", i);
         int rc = c->global ? job_compile_global(j, i, prefix)
                            : comp_body(json_array_get(j->comps_json, (size_t)i), prefix, c, 0,
-                                       job_resolve, j, j->e);
+                                       0, job_resolve, j, j->e);
         if (rc)
             return rc;
         if (nidx_init(&j->outputs[i], (size_t)c->noutputs))

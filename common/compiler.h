@@ -76,7 +76,9 @@ typedef struct comp_input {
     char value[NAME_MAX_LEN];
     int producer;               /* producer comp index in the job; -1 in compiler_comp() */
     int op_index;               /* index of the input op in this comp's ops */
-    shape_t shape;
+    shape_t shape;              /* the producer's value, as each of its shards holds it */
+    struct gspmd_edge *edge;    /* "reshard" (cross-mesh edge, gspmd.h): owned; NULL when
+                                   shard k of the producer feeds shard k */
 } comp_input_t;
 
 typedef struct comp {

@@ -186,6 +186,7 @@ typedef struct lw {
     const comp_t *g;
     const json_t *gops;         /* the document's ops (for "spec", "from") */
     const gspmd_mesh_t *m;
+    const gspmd_edge_t *in_edge;/* per input of g */
     const char *prefix;
     err_t *e;
     shd_t *S;                   /* per global value */
@@ -201,6 +202,12 @@ typedef struct lw {
     int ncache, capcache;
     int oom;
 } lw_t;
+
+/* Does input k come from a mesh of another shape (a cross-mesh edge)? */
+static int input_cross(const lw_t *L, int k)
+{
+    return !shape_equal(&L->in_edge[k].from_mesh, &L->m->shape);
+}
 
 static int lw_fail(lw_t *L, int j, const char *sub, const char *f, ...)
     __attribute__((format(printf, 4, 5)));
@@ -1042,6 +1049,12 @@ static int lower_source(lw_t *L, int j)
         json_object_set_new(opj, "shape", sh);
     } else if (op->code == OP_INPUT) {
         natural = L->S[j];
+        if (input_cross(L, op->input)) {
+            gspmd_edge_t edge = L->in_edge[op->input];
+            edge.to_mesh = L->m->shape;
+            edge.to = L->S[j];
+            json_object_set_new(opj, "reshard", gspmd_edge_json(&edge));
+        }
     }
     if (emit_local(L, opj, NULL, 0, &natural, tmp))
         return -1;
@@ -1086,7 +1099,7 @@ static int temp_prefix(lw_t *L)
     return 0;
 }
 
-static int gspmd_run(lw_t *L, const shd_t *in_shd)
+static int gspmd_run(lw_t *L)
 {
     const comp_t *g = L->g;
     uint8_t *known = calloc((size_t)g->nvalues, 1);
@@ -1101,10 +1114,11 @@ static int gspmd_run(lw_t *L, const shd_t *in_shd)
         else if (sj)
             rc = ann_parse(L, j, sj, &L->S[j]);
         else if (op->code == OP_INPUT)
-            L->S[j] = in_shd[op->input];
+            L->S[j] = L->in_edge[op->input].from;
         else if (op->code == OP_COMPUTE)
             shd_repl(&L->S[j], 0);
-        known[j] = sj || op->code == OP_INPUT || op->code == OP_COMPUTE;
+        known[j] = sj || op->code == OP_COMPUTE ||
+                   (op->code == OP_INPUT && !input_cross(L, op->input));
     }
     if (!rc && !(rc = temp_prefix(L))) {
         propagate(L, known);
@@ -1129,11 +1143,11 @@ static json_t *lowered_comp(const lw_t *L, const json_t *comp_json)
 }
 
 int gspmd_partition(comp_t *global, const json_t *comp_json, const gspmd_mesh_t *mesh,
-                    const shd_t *in_shd, const char *prefix, gspmd_t **out, err_t *e)
+                    const gspmd_edge_t *in_edge, const char *prefix, gspmd_t **out, err_t *e)
 {
     gspmd_t *g = calloc(1, sizeof *g);
     lw_t L = {.g = global, .gops = json_object_get(comp_json, "ops"), .m = mesh,
-              .prefix = prefix, .e = e};
+              .in_edge = in_edge, .prefix = prefix, .e = e};
     int rc;
     if (!g) {
         comp_free(global);
@@ -1142,7 +1156,7 @@ int gspmd_partition(comp_t *global, const json_t *comp_json, const gspmd_mesh_t 
     g->global = global;
     L.S = calloc((size_t)global->nvalues, sizeof *L.S);
     L.ops = json_array();
-    rc = L.ops ? gspmd_run(&L, in_shd) : err_set(e, 500, "", "out of memory");
+    rc = L.ops ? gspmd_run(&L) : err_set(e, 500, "", "out of memory");
     if (!rc && !(g->lowered = lowered_comp(&L, comp_json)))
         rc = err_set(e, 500, "", "out of memory");
     g->vshd = L.S;
@@ -1170,4 +1184,159 @@ void gspmd_free(gspmd_t *g)
     free(g->lshd);
     free(g->inserted);
     free(g);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cross-mesh edges. */
+
+static json_t *shd_ints_json(const shd_t *s)
+{
+    json_t *dims = json_array();
+    for (int d = 0; dims && d < s->rank; d++) {
+        json_t *l = json_array();
+        for (int i = 0; l && i < s->n[d]; i++)
+            json_array_append_new(l, json_integer(s->ax[d][i]));
+        json_array_append_new(dims, l);
+    }
+    return dims;
+}
+
+static json_t *dims_json(const shape_t *s)
+{
+    json_t *a = json_array();
+    for (int d = 0; a && d < s->rank; d++)
+        json_array_append_new(a, json_integer(s->dim[d]));
+    return a;
+}
+
+json_t *gspmd_edge_json(const gspmd_edge_t *e)
+{
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "global", dims_json(&e->global), "from_mesh",
+                     dims_json(&e->from_mesh), "from", shd_ints_json(&e->from), "to_mesh",
+                     dims_json(&e->to_mesh), "to", shd_ints_json(&e->to));
+}
+
+static int dims_parse(const json_t *a, int min_rank, int max_rank, int64_t max_dim, shape_t *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!json_is_array(a) || json_array_size(a) < (size_t)min_rank ||
+        json_array_size(a) > (size_t)max_rank)
+        return -1;
+    s->rank = (int)json_array_size(a);
+    for (int d = 0; d < s->rank; d++) {
+        const json_t *v = json_array_get(a, (size_t)d);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max_dim)
+            return -1;
+        s->dim[d] = json_integer_value(v);
+    }
+    return 0;
+}
+
+/* A sharding of `gs` on `mesh`, axes as integers; -1 unless valid. */
+static int shd_parse(const json_t *a, const shape_t *gs, const shape_t *mesh, shd_t *s)
+{
+    gspmd_mesh_t m = {.shape = *mesh};
+    unsigned seen = 0;
+    shd_repl(s, gs->rank);
+    if (!json_is_array(a) || json_array_size(a) != (size_t)gs->rank)
+        return -1;
+    for (int d = 0; d < gs->rank; d++) {
+        const json_t *l = json_array_get(a, (size_t)d);
+        if (!json_is_array(l) || json_array_size(l) > (size_t)mesh->rank)
+            return -1;
+        for (size_t i = 0; i < json_array_size(l); i++) {
+            const json_t *v = json_array_get(l, i);
+            json_int_t ax = json_is_integer(v) ? json_integer_value(v) : -1;
+            if (ax < 0 || ax >= mesh->rank || (seen & (1u << ax)))
+                return -1;
+            seen |= 1u << ax;
+            shd_push(s, d, (int)ax);
+        }
+        if (gs->dim[d] % shd_factor(s, d, &m) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int gspmd_edge_parse(const json_t *j, gspmd_edge_t *e, char *why, size_t whylen)
+{
+    memset(e, 0, sizeof *e);
+    if (!json_is_object(j) || json_object_size(j) != 5 ||
+        dims_parse(json_object_get(j, "global"), 0, TENSOR_MAX_RANK, TENSOR_MAX_ELEMS,
+                   &e->global) || !shape_valid(&e->global) ||
+        dims_parse(json_object_get(j, "from_mesh"), 1, MESH_MAX_RANK, 4096, &e->from_mesh) ||
+        dims_parse(json_object_get(j, "to_mesh"), 1, MESH_MAX_RANK, 4096, &e->to_mesh) ||
+        shd_parse(json_object_get(j, "from"), &e->global, &e->from_mesh, &e->from) ||
+        shd_parse(json_object_get(j, "to"), &e->global, &e->to_mesh, &e->to)) {
+        snprintf(why, whylen, "reshard must be {global, from_mesh, from, to_mesh, to}: a shape, "
+                 "two meshes of 1 to %d dims and a valid sharding on each", MESH_MAX_RANK);
+        return -1;
+    }
+    return 0;
+}
+
+/* Replica ordinal of shard p among the holders of its piece (row-major
+ * over the mesh axes s does not use) and their number. */
+static int64_t replica_ordinal(const shd_t *s, const gspmd_mesh_t *m, int p, int64_t *nrep)
+{
+    unsigned used = shd_used(s);
+    int64_t ord = 0;
+    *nrep = 1;
+    for (int a = 0; a < m->shape.rank; a++) {
+        if (used & (1u << a))
+            continue;
+        ord = ord * m->shape.dim[a] + mesh_coord(m, p, a);
+        *nrep *= m->shape.dim[a];
+    }
+    return ord;
+}
+
+int gspmd_edge_piece(const gspmd_edge_t *e, int p, int c, int64_t lo[TENSOR_MAX_RANK],
+                     int64_t hi[TENSOR_MAX_RANK])
+{
+    gspmd_mesh_t pm = {.shape = e->from_mesh}, cm = {.shape = e->to_mesh};
+    int64_t nrep, po[TENSOR_MAX_RANK], co[TENSOR_MAX_RANK];
+    if (replica_ordinal(&e->from, &pm, p, &nrep) != c % nrep)
+        return 0;
+    shape_t pl, cl;
+    gspmd_local_shape(&e->global, &e->from, &pm, &pl);
+    gspmd_local_shape(&e->global, &e->to, &cm, &cl);
+    gspmd_shard_offsets(&e->from, &pm, &e->global, p, po);
+    gspmd_shard_offsets(&e->to, &cm, &e->global, c, co);
+    for (int d = 0; d < e->global.rank; d++) {
+        lo[d] = po[d] > co[d] ? po[d] : co[d];
+        hi[d] = po[d] + pl.dim[d] < co[d] + cl.dim[d] ? po[d] + pl.dim[d] : co[d] + cl.dim[d];
+        if (lo[d] >= hi[d])
+            return 0;
+    }
+    return 1;
+}
+
+void gspmd_box_copy(const float *src, const shape_t *ss, const int64_t *soff, float *dst,
+                    const shape_t *ds, const int64_t *doff, const int64_t *ext)
+{
+    int rank = ss->rank;
+    if (rank == 0) {
+        dst[0] = src[0];
+        return;
+    }
+    int64_t sstr[TENSOR_MAX_RANK], dstr[TENSOR_MAX_RANK], idx[TENSOR_MAX_RANK] = {0};
+    sstr[rank - 1] = dstr[rank - 1] = 1;
+    for (int d = rank - 2; d >= 0; d--) {
+        sstr[d] = sstr[d + 1] * ss->dim[d + 1];
+        dstr[d] = dstr[d + 1] * ds->dim[d + 1];
+    }
+    int64_t rows = 1;
+    for (int d = 0; d < rank - 1; d++)
+        rows *= ext[d];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t so = soff[rank - 1], dof = doff[rank - 1], q = r;
+        for (int d = rank - 2; d >= 0; d--) {
+            idx[d] = q % ext[d];
+            q /= ext[d];
+            so += (soff[d] + idx[d]) * sstr[d];
+            dof += (doff[d] + idx[d]) * dstr[d];
+        }
+        memcpy(dst + dof, src + so, (size_t)ext[rank - 1] * sizeof *dst);
+    }
 }

@@ -55,13 +55,44 @@ typedef struct gspmd {
     int ncoll;                  /* collectives inserted */
 } gspmd_t;
 
+/* A cross-mesh edge (DESIGN Part C): a value of shape `global`, laid out
+ * as `from` on the producer's mesh, delivered laid out as `to` on the
+ * consumer's. Consumer shard c gets, from each distinct piece overlapping
+ * its box, one replica's intersection (the replica whose ordinal among the
+ * piece's holders is c mod their number, so replicas share the sending),
+ * worker to worker, tagged (src = producer shard, dst = c). Both ends
+ * derive the same pieces from this description alone. */
+typedef struct gspmd_edge {
+    shape_t global;
+    shape_t from_mesh, to_mesh;
+    shd_t from, to;
+} gspmd_edge_t;
+
 /* Partitions `global` (compiled from comp_json in global mode: shapes are
- * global) for `mesh`. in_shd[i] is the sharding of global->inputs[i] (the
- * producer's output sharding; NULL when there are no inputs). prefix is
- * the error-field prefix ("computations[2]"). Takes ownership of `global`
- * in every case. Returns 0 and *out, or a 4xx/500 with e filled. */
+ * global) for `mesh`. in_edge[i] describes global->inputs[i]: the
+ * producer's global shape, mesh and output sharding (`to`, to_mesh
+ * unused); NULL when there are no inputs. An input from a mesh of this
+ * shape keeps the producer's sharding (shard k feeds shard k); from any
+ * other mesh its sharding is chosen like any unannotated value and the
+ * lowered `input` carries the edge ("reshard"). prefix is the error-field
+ * prefix ("computations[2]"). Takes ownership of `global` in every case.
+ * Returns 0 and *out, or a 4xx/500 with e filled. */
 int gspmd_partition(comp_t *global, const json_t *comp_json, const gspmd_mesh_t *mesh,
-                    const shd_t *in_shd, const char *prefix, gspmd_t **out, err_t *e);
+                    const gspmd_edge_t *in_edge, const char *prefix, gspmd_t **out, err_t *e);
+
+/* The edge as JSON ({"global", "from_mesh", "from", "to_mesh", "to"}, axes
+ * as integers) and back; parse checks everything a hostile task could get
+ * wrong (ranks, axes, divisibility) and returns 0 or -1 with why. */
+json_t *gspmd_edge_json(const gspmd_edge_t *e);
+int gspmd_edge_parse(const json_t *j, gspmd_edge_t *e, char *why, size_t whylen);
+/* Does producer shard p send to consumer shard c? Then 1, with the box
+ * [lo, hi) of the global value it sends. */
+int gspmd_edge_piece(const gspmd_edge_t *e, int p, int c, int64_t lo[TENSOR_MAX_RANK],
+                     int64_t hi[TENSOR_MAX_RANK]);
+/* Copies the box of extent ext from src (shape ss, box at soff) into dst
+ * (shape ds, box at doff). Callers have checked every bound. */
+void gspmd_box_copy(const float *src, const shape_t *ss, const int64_t *soff, float *dst,
+                    const shape_t *ds, const int64_t *doff, const int64_t *ext);
 void gspmd_free(gspmd_t *g);
 
 /* Local shape of a value of global shape `gs` laid out as s. */

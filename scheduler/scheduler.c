@@ -133,9 +133,9 @@ static json_t *shape_json(const shape_t *s)
 
 /* Where computation c's outputs go: one entry per `input` op that reads
  * one of them. The same for every shard (shard k feeds shard k of the
- * consumer), so a host task carries the consumer's slice name and the
- * worker resolves the destination process from the placement. New
- * reference, or NULL. */
+ * consumer, or, for a cross-mesh edge, the pieces its "reshard" names), so
+ * a host task carries the consumer's slice name and the worker resolves
+ * the destination processes from the placement. New reference, or NULL. */
 static json_t *task_sends(const job_plan_t *plan, int c)
 {
     json_t *sends = json_array();
@@ -147,6 +147,12 @@ static json_t *task_sends(const job_plan_t *plan, int c)
             json_t *e = json_pack("{s:s, s:i, s:i, s:s}", "value", cc->inputs[i].value,
                                   "comp", c2, "op", cc->inputs[i].op_index,
                                   "slice", plan->slices[cc->slice].name);
+            /* A cross-mesh edge: the worker cuts its pieces for each consumer shard. */
+            if (e && cc->inputs[i].edge &&
+                json_object_set_new(e, "reshard", gspmd_edge_json(cc->inputs[i].edge)) != 0) {
+                json_decref(e);
+                e = NULL;
+            }
             if (!e || json_array_append_new(sends, e) != 0) {
                 json_decref(sends);
                 return NULL;

@@ -78,11 +78,16 @@ static void report(exec_t *ex, int64_t id, json_t *body)
 }
 
 /* npeers bound of the mailbox gate for a task: shard ids (edges) and proc
- * ids (packs) of its computation. */
+ * ids (packs) of its job. */
 static int32_t gate_peers(const wtask_t *t)
 {
-    int32_t n = t->place->slices[t->slice].nshards;
-    return n > t->place->nprocs ? n : t->place->nprocs;
+    /* Any slice's shard count: a cross-mesh edge's source is a shard of
+     * the producer's slice, which may be larger than this one. */
+    int32_t n = t->place->nprocs;
+    for (int s = 0; s < t->place->nslices; s++)
+        if (t->place->slices[s].nshards > n)
+            n = t->place->slices[s].nshards;
+    return n;
 }
 
 /* From now on the data plane takes frames for this task: edges to each of

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "exec_run_int.h"
+#include "gspmd.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -118,11 +119,56 @@ int exec_run_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_
     return -1;
 }
 
-/* The `input` op i for every local shard: one edge each. */
+/* A cross-mesh input (gspmd.h): consumer shard c assembles its piece from
+ * the producer shards the edge names, each message checked against the
+ * box it must fill before a byte is copied. */
+static int run_input_reshard(run_t *r, int i, const gspmd_edge_t *e, int c, tensor_t **out)
+{
+    gspmd_mesh_t cm = {.shape = e->to_mesh};
+    int64_t co[TENSOR_MAX_RANK], lo[TENSOR_MAX_RANK], hi[TENSOR_MAX_RANK];
+    int64_t zero[TENSOR_MAX_RANK] = {0}, at[TENSOR_MAX_RANK], ext[TENSOR_MAX_RANK];
+    int np = (int)shape_numel(&e->from_mesh);
+    gspmd_shard_offsets(&e->to, &cm, &e->global, c, co);
+    if (!(*out = tensor_new(&r->comp->ops[i].shape))) {
+        snprintf(r->err, sizeof r->err, "input op %d: out of memory", i);
+        return -1;
+    }
+    for (int p = 0; p < np; p++) {
+        if (!gspmd_edge_piece(e, p, c, lo, hi))
+            continue;
+        shape_t want = {.rank = e->global.rank};
+        for (int d = 0; d < want.rank; d++) {
+            want.dim[d] = ext[d] = hi[d] - lo[d];
+            at[d] = lo[d] - co[d];
+        }
+        mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = r->t->comp,
+                          .op = i, .src = p, .dst = c};
+        tensor_t *piece = NULL;
+        if (exec_run_take(r, &tag, &piece) != 0)
+            return -1;
+        if (!shape_equal(&piece->shape, &want)) {
+            snprintf(r->err, sizeof r->err, "input op %d of shard %d: piece from shard %d has "
+                     "the wrong shape", i, c, p);
+            tensor_free(piece);
+            exec_run_count_bad(r);
+            return -1;
+        }
+        gspmd_box_copy(piece->data, &piece->shape, zero, (*out)->data, &(*out)->shape, at, ext);
+        tensor_free(piece);
+    }
+    return 0;
+}
+
+/* The `input` op i for every local shard: one edge each (or, across
+ * meshes, one per overlapping producer piece). */
 static int run_input(run_t *r, int i, tensor_t **outs)
 {
     const op_t *op = &r->comp->ops[i];
-    for (int l = 0; l < r->nl; l++) {
+    const gspmd_edge_t *edge = r->comp->inputs[op->input].edge;
+    for (int l = 0; edge && l < r->nl; l++)
+        if (run_input_reshard(r, i, edge, r->t->shards[l], &outs[l]) != 0)
+            return -1;
+    for (int l = 0; !edge && l < r->nl; l++) {
         int k = r->t->shards[l];
         mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = r->t->comp,
                           .op = i, .src = k, .dst = k};
@@ -293,8 +339,50 @@ static int run_op(run_t *r, int i)
     return rc;
 }
 
+/* A cross-mesh send from producer shard k: the intersection of its piece
+ * with each consumer shard's box that the edge assigns to it. */
+static int run_send_reshard(run_t *r, const wtask_send_t *snd, int k, const tensor_t *v)
+{
+    const gspmd_edge_t *e = snd->edge;
+    const wplace_slice_t *sl = &r->t->place->slices[snd->slice];
+    gspmd_mesh_t pm = {.shape = e->from_mesh};
+    int64_t po[TENSOR_MAX_RANK], lo[TENSOR_MAX_RANK], hi[TENSOR_MAX_RANK];
+    int64_t zero[TENSOR_MAX_RANK] = {0}, at[TENSOR_MAX_RANK];
+    shape_t pl;
+    gspmd_local_shape(&e->global, &e->from, &pm, &pl);
+    if (!shape_equal(&pl, &v->shape)) {
+        snprintf(r->err, sizeof r->err, "send of '%s': its shape does not match the edge",
+                 snd->value);
+        return -1;
+    }
+    gspmd_shard_offsets(&e->from, &pm, &e->global, k, po);
+    for (int c = 0; c < sl->nshards; c++) {
+        if (!gspmd_edge_piece(e, k, c, lo, hi))
+            continue;
+        shape_t ps = {.rank = e->global.rank};
+        for (int d = 0; d < ps.rank; d++) {
+            ps.dim[d] = hi[d] - lo[d];
+            at[d] = lo[d] - po[d];
+        }
+        tensor_t *piece = tensor_new(&ps);
+        if (!piece) {
+            snprintf(r->err, sizeof r->err, "send of '%s': out of memory", snd->value);
+            return -1;
+        }
+        gspmd_box_copy(v->data, &v->shape, at, piece->data, &ps, zero, ps.dim);
+        mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = snd->comp,
+                          .op = snd->op, .src = k, .dst = c};
+        int rc = exec_run_send(r, r->t->place->procs[sl->proc_of[c]].addr, &tag, piece);
+        tensor_free(piece);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Forwards the task's `sends`: value of shard k to shard k of the
- * consumer, on the proc the placement names for it. */
+ * consumer, on the proc the placement names for it (or its pieces, for a
+ * cross-mesh edge). */
 static int run_sends(run_t *r)
 {
     const wplace_t *p = r->t->place;
@@ -306,6 +394,12 @@ static int run_sends(run_t *r)
             if (v < 0 || !r->objs[l * r->nv + v]) {
                 snprintf(r->err, sizeof r->err, "send of unknown value '%s'", snd->value);
                 return -1;
+            }
+            if (snd->edge) {
+                if (run_send_reshard(r, snd, k, ostore_tensor(r->objs[l * r->nv + v])) != 0)
+                    return -1;
+                run_release(r, l, v);
+                continue;
             }
             const char *to = p->procs[p->slices[snd->slice].proc_of[k]].addr;
             mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = snd->comp,

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gspmd.h"
+
 int wtask_shape_from_json(const json_t *a, int max_rank, int64_t min_dim, shape_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -303,6 +305,26 @@ cleanup:
     return rc;
 }
 
+/* A send's cross-mesh edge: from this computation's mesh to the
+ * consumer slice's, whose shard count the placement must match. */
+static int parse_reshard(const json_t *rj, wtask_t *t, wtask_send_t *d, int i, char *err,
+                         size_t errlen)
+{
+    char why[200] = "meshes or shard counts differ";
+    if (!(d->edge = malloc(sizeof *d->edge))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (gspmd_edge_parse(rj, d->edge, why, sizeof why) != 0 ||
+        !shape_equal(&d->edge->from_mesh, &t->slice_shape) ||
+        shape_numel(&d->edge->to_mesh) != t->place->slices[d->slice].nshards) {
+        snprintf(err, errlen, "task 'sends[%d].reshard' does not fit the placement (%s)", i,
+                 why);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
 {
     const json_t *a = json_object_get(j, "sends");
@@ -323,6 +345,7 @@ static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
         const json_t *s = json_array_get(a, (size_t)i);
         wtask_send_t *d = &t->sends[i];
         int64_t comp, op;
+        int rc = 0;
         if (get_str(s, "value", d->value, sizeof d->value, err, errlen) ||
             get_int(s, "comp", 0, INT32_MAX, &comp, err, errlen) ||
             get_int(s, "op", 0, JOB_MAX_OPS - 1, &op, err, errlen))
@@ -330,10 +353,15 @@ static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
         d->comp = (int32_t)comp;
         d->op = (int32_t)op;
         d->slice = wplace_slice_index(t->place, json_string_value(json_object_get(s, "slice")));
+        const json_t *rj = json_object_get(s, "reshard");
+        if (rj && d->slice >= 0)
+            rc = parse_reshard(rj, t, d, i, err, errlen);
+        if (rc)
+            return -1;
         /* An edge carries shard k to shard k: the consumer has every shard
          * this task runs. */
-        if (d->slice < 0 ||
-            t->place->slices[d->slice].nshards <= t->shards[t->nlocal - 1]) {
+        if (d->slice < 0 || (!d->edge &&
+            t->place->slices[d->slice].nshards <= t->shards[t->nlocal - 1])) {
             snprintf(err, errlen, "task 'sends[%d].slice' is not a slice of the placement "
                      "with this computation's shards", i);
             return -1;
@@ -400,6 +428,8 @@ void wtask_free(wtask_t *t)
     json_decref(t->input_shapes);
     free(t->shards);
     free(t->devices);
+    for (int i = 0; t->sends && i < t->nsends; i++)
+        free(t->sends[i].edge);
     free(t->sends);
     wplace_unref(t->place);
     free(t);

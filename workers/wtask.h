@@ -74,6 +74,8 @@ typedef struct wtask_send {
     int32_t comp;                      /* consumer computation index */
     int32_t op;                        /* the consumer's `input` op index */
     int slice;                         /* consumer's slice (index in the placement) */
+    struct gspmd_edge *edge;           /* cross-mesh edge ("reshard"): pieces for each
+                                          consumer shard; owned; NULL: shard k to shard k */
 } wtask_send_t;
 
 typedef struct wtask {

@@ -1,6 +1,6 @@
 /* test_global.c - global programs (DESIGN.md Part C) on real workers.
  *
- * One island west=4x4 of 4 cpu workers. Jobs are written at global shapes
+ * Islands west=4x4 (4 cpu workers) and east=2x4 (2). Jobs are written at global shapes
  * with sharding annotations; atolld partitions them, workers run the
  * per-shard programs, and GET .../result?view=global must give the global
  * values, checked element by element against references written here as
@@ -151,6 +151,37 @@ static void test_edge_softmax(void **state)
     json_decref(res);
 }
 
+/* A cross-mesh, cross-island edge: [2,4] on west to [2,2] on east, the
+ * consumer splitting the value its own way; pieces go worker to worker. */
+static void test_cross_mesh_edge(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{'slices':{'a':{'shape':[2,4],'axes':['data','model'],'island':'west'},"
+        "'b':{'shape':[2,2],'island':'east'}},'computations':["
+        "{'name':'prod','slice':'a','global':true,'ops':["
+        "{'op':'iota','out':'i','shape':[8,12]},"
+        "{'op':'scale','out':'x','args':['i'],'factor':0.5,'sharding':['data','model']}],"
+        "'outputs':['x']},"
+        "{'name':'cons','slice':'b','global':true,'ops':["
+        "{'op':'input','out':'x','from':'prod.x'},"
+        "{'op':'neg','out':'z','args':['x'],'sharding':[null,['x','y']]},"
+        "{'op':'reduce_sum','out':'s','args':['x'],'axis':1,'sharding':['y']}],"
+        "'outputs':['z','s']}]}";
+    int64_t id;
+    json_decref(itest_run_ok(doc, &id));
+    double z[96], rs[8];
+    for (int row = 0; row < 8; row++) {
+        rs[row] = 0.0;
+        for (int c = 0; c < 12; c++) {
+            z[row * 12 + c] = -0.5 * (row * 12 + c);
+            rs[row] += 0.5 * (row * 12 + c);
+        }
+    }
+    check_global(id, "cons.z", (const int64_t[]){8, 12}, 2, z);
+    check_global(id, "cons.s", (const int64_t[]){8}, 1, rs);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -182,8 +213,8 @@ static void test_bad_requests(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}};
-    return itest_start(isl, 1);
+    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}, {"east=2x4", "east", 2, 4}};
+    return itest_start(isl, 2);
 }
 
 static int group_teardown(void **state)
@@ -197,6 +228,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_megatron_mlp, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_edge_softmax, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_cross_mesh_edge, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_bad_requests, itest_cancel_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
