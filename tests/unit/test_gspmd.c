@@ -406,6 +406,44 @@ static void test_cross_mesh_edges(void **state)
         }
 }
 
+/* examples/gspmd: the transformer block partitions to Megatron's two
+ * all_reduces over `model` (attention output, MLP output) and nothing else;
+ * the MLP training chain computes the same values partitioned. */
+static json_t *load_example(const char *name)
+{
+    char path[512];
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/examples/gspmd/%s", ATOLL_SOURCE_DIR, name);
+    json_t *doc = json_load_file(path, 0, &je);
+    if (!doc)
+        fail_msg("%s: %s", path, je.text);
+    return doc;
+}
+
+static void test_examples(void **state)
+{
+    (void)state;
+    char why[1024] = "";
+    job_plan_t *plan = NULL;
+    json_t *doc = load_example("transformer_block.json");
+    int rc = run_doc(doc, why, sizeof why, &plan);
+    json_decref(doc);
+    if (rc != 0)
+        fail_msg("transformer block: %s", why);
+    assert_int_equal(count_coll(plan, 0, ""), 2);
+    assert_int_equal(count_coll(plan, 0, "all_reduce"), 2);
+    const comp_t *c = &plan->comps[0];
+    for (int j = 0; j < c->nops; j++)
+        if (c->ops[j].code == OP_ALL_REDUCE)
+            assert_int_equal(c->ops[j].mesh_axes, 1u << 1);
+    job_plan_free(plan);
+    doc = load_example("mlp_train.json");
+    rc = run_doc(doc, why, sizeof why, NULL);
+    json_decref(doc);
+    if (rc != 0)
+        fail_msg("MLP training: %s", why);
+}
+
 /* ------------------------------------------------------------------ */
 /* Errors name the op and field. */
 
@@ -782,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_all_to_all_reshard),
         cmocka_unit_test(test_edge_between_globals),
         cmocka_unit_test(test_cross_mesh_edges),
+        cmocka_unit_test(test_examples),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_property_random_programs),
     };
