@@ -33,6 +33,7 @@
     selected: "",                  /* job id (string) lit up on the map */
     detail: null,                  /* the open job's object */
     results: new Map(),            /* job id -> result doc (succeeded jobs only) */
+    programs: new Map(),           /* job id -> GET .../program (jobs with a global computation) */
     docs: new Map(),               /* job id -> {doc, slices, state}: for the Slices column */
     util: { minutes: 15, samples: [], islands: {}, lastT: 0, loadedMinutes: 0 },
     polls: 0, sseOpen: false, inflight: false, again: false
@@ -593,6 +594,7 @@
     renderTimings(j);
     renderJobSlices(j);
     renderResult(j);
+    renderProgram(j);
     renderEvents(j);
   }
 
@@ -783,6 +785,56 @@
       frag.appendChild(card);
     });
     $("job-slices").replaceChildren(frag);
+  }
+
+  /* The partitioner's work (GET /v1/jobs/{id}/program), fetched once per
+   * job that has a global computation. */
+  function fmtSharding(sh) {
+    if (sh === null || sh === undefined) return "–";
+    var dims = Array.isArray(sh) ? sh : sh.dims;
+    var text = "[" + dims.map(function (d) {
+      return d === null ? "·" : Array.isArray(d) ? d.join("×") : d;
+    }).join(", ") + "]";
+    return sh.partial ? text + " partial over " + sh.partial.join(", ") : text;
+  }
+
+  function renderProgram(j) {
+    var panel = $("program-panel"), id = String(j.id);
+    var doc = j.document || {};
+    var global = (doc.computations || []).some(function (c) { return c.global === true; });
+    panel.hidden = !global;
+    if (!global) return;
+    var prog = S.programs.get(id);
+    if (!prog) {
+      S.programs.set(id, { loading: true });
+      getJSON("v1/jobs/" + id + "/program").then(function (p) {
+        S.programs.set(id, p);
+        if (S.detail && String(S.detail.id) === id) renderProgram(S.detail);
+      }).catch(function () { S.programs.delete(id); });
+      return;
+    }
+    if (prog.loading) return;
+    var frag = document.createDocumentFragment();
+    (prog.computations || []).filter(function (c) { return c.global; }).forEach(function (c) {
+      var mesh = c.mesh || {};
+      frag.appendChild(el("h3", "", c.name + " on [" + (mesh.shape || []).join("×") + "] (" +
+                          (mesh.axes || []).join(" × ") + ") · " + c.collectives_inserted +
+                          " collective" + (c.collectives_inserted === 1 ? "" : "s") + " inserted"));
+      var table = el("table", "program-ops");
+      var head = el("tr");
+      ["op", "value", "local shape", "sharding"].forEach(function (h) { head.appendChild(el("th", "", h)); });
+      table.appendChild(head);
+      (c.ops || []).slice(0, 300).forEach(function (o) {
+        var tr = el("tr", o.inserted ? "inserted" : "");
+        tr.appendChild(el("td", "", o.op + (o.inserted ? " ◆" : "")));
+        tr.appendChild(el("td", "", o.out));
+        tr.appendChild(el("td", "", "[" + (o.shape || []).join(",") + "]"));
+        tr.appendChild(el("td", "", fmtSharding(o.sharding)));
+        table.appendChild(tr);
+      });
+      frag.appendChild(table);
+    });
+    $("program").replaceChildren(frag);
   }
 
   function renderResult(j) {

@@ -82,6 +82,19 @@ const PIPELINE = {
       { op: "scale", out: "w", args: ["z"], factor: 0.5 }], outputs: ["w"] }],
 };
 
+// A global computation (DESIGN Part C): Megatron's MLP on data x model.
+const MEGATRON = {
+  name: "browser-megatron",
+  slices: { m: { shape: [2, 2], axes: ["data", "model"], island: "west" } },
+  computations: [{ name: "mlp", slice: "m", global: true, outputs: ["y"], ops: [
+    { op: "fill", out: "x", shape: [4, 8], value: 0.1, sharding: ["data", null] },
+    { op: "fill", out: "w1", shape: [8, 16], value: 0.05, sharding: [null, "model"] },
+    { op: "fill", out: "w2", shape: [16, 8], value: 0.02, sharding: ["model", null] },
+    { op: "einsum", out: "h", args: ["x", "w1"], spec: "bd,dh->bh" },
+    { op: "relu", out: "r", args: ["h"] },
+    { op: "einsum", out: "y", args: ["r", "w2"], spec: "bh,hd->bd", sharding: ["data", null] }] }],
+};
+
 async function main() {
   if (SHOTS) mkdirSync(SHOTS, { recursive: true });
   const browser = await chromium.launch({
@@ -205,6 +218,25 @@ async function main() {
     check(timingRows === 2, `timings table should have 2 rows, has ${timingRows}`);
     await shot("job");
 
+    // ---------------------------------------------------------- 3b. a global program
+    // (GSPMD): the job page lists the partitioned program, its shardings and
+    // the one collective the partitioner inserted.
+    const meg = await submitApi(MEGATRON);
+    check(meg.status === 201, `global submit: ${meg.status} ${JSON.stringify(meg.body)}`);
+    await page.goto(URL + "/#/jobs/" + meg.body.id);
+    const prog = await until("the partitioned program is shown", 30, () => dom(() => {
+      const p = document.getElementById("program-panel");
+      const rows = [...document.querySelectorAll("#program tr.inserted")].map((r) => r.textContent);
+      const text = document.getElementById("program").textContent;
+      return !p.hidden && /1 collective inserted/.test(text) ? { rows, text } : null;
+    }));
+    const colls = prog.rows.filter((r) => /all_reduce|all_gather|reduce_scatter|all_to_all/.test(r));
+    check(colls.length === 1 && /all_reduce/.test(colls[0]),
+          `exactly one inserted all_reduce should be marked: ${JSON.stringify(prog.rows)}`);
+    check(/\[data, ·\]/.test(prog.text) && /partial over model/.test(prog.text),
+          `shardings should be drawn ([data, ·], partial over model): ${prog.text.slice(0, 300)}`);
+    await shot("job-program");
+
     // ---------------------------------------------------------- 4. pending reason
     const blocker = await submitApi(holdJob("blocker", [2, 2], "west", 60000000));
     check(blocker.status === 201, `blocker submit: ${blocker.status} ${JSON.stringify(blocker.body)}`);
@@ -273,7 +305,7 @@ async function main() {
 
     check(await dom(() => window.__atollMarker === 1), "the page reloaded (marker lost): updates must be live");
     check(consoleErrors.length === 0, `page errors: ${consoleErrors.join("; ")}`);
-    console.log("PASS: dashboard browser tests (map, submit, live job page, pending reason, cancel, errors, utilization)");
+    console.log("PASS: dashboard browser tests (map, submit, live job page, partitioned program, pending reason, cancel, errors, utilization)");
   } finally {
     await browser.close();
   }
