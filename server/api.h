@@ -59,6 +59,7 @@ void api_web_file(http_req_t *req, http_resp_t *resp);
  * before http_stop(): MHD must not stop with suspended connections). */
 void api_events_stream(http_req_t *req, http_resp_t *resp);
 void api_stats_utilization(http_req_t *req, http_resp_t *resp);
+void api_stats_tenants(http_req_t *req, http_resp_t *resp);
 void api_stream_changed(void);
 void api_stream_sampled(void);
 void api_stream_stop(void);

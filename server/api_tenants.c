@@ -135,3 +135,23 @@ void api_tenants_revoke(http_req_t *req, http_resp_t *resp)
     else
         http_json(resp, 200, json_pack("{s:s, s:b}", "name", req->params[0], "revoked", 1));
 }
+
+/* GET /v1/stats/tenants?seconds=N (DESIGN Part D): device time by tenant
+ * over the last N seconds. A tenant's token sees its own row only. */
+void api_stats_tenants(http_req_t *req, http_resp_t *resp)
+{
+    const char *sec_s = http_query(req, "seconds");
+    int64_t seconds = sec_s ? api_parse_id(sec_s) : 60;
+    if (seconds < 1 || seconds > 3600) {
+        http_problem(resp, 400, "seconds", "seconds must be an integer from 1 to 3600");
+        return;
+    }
+    store_t *st = api_store(resp);
+    if (!st)
+        return;
+    json_t *v = store_tenant_stats(st, seconds, req->tenant);
+    if (v)
+        http_json(resp, 200, v);
+    else
+        http_problem(resp, 500, NULL, "could not read device time");
+}

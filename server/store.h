@@ -220,6 +220,12 @@ int store_tenant_create(store_t *st, const char *name, const char *hash,
                         const tenant_limits_t *lim, int64_t *id);
 int store_tenant_revoke(store_t *st, const char *name);     /* NOTFOUND if none active */
 json_t *store_tenants_json(store_t *st);
+/* GET /v1/stats/tenants (DESIGN Part D): device time each tenant's host
+ * tasks used in the last `seconds` (busy spans clipped to the window),
+ * with share and running/queued job counts. only_tenant > 0: that tenant
+ * alone; 0: every tenant, plus each job without a tenant as its own
+ * ("job-ID", share 1). New reference or NULL. */
+json_t *store_tenant_stats(store_t *st, int64_t seconds, int64_t only_tenant);
 
 /* ---- scheduler side (store_sched.c); called from the scheduler thread ---- */
 typedef struct sched_dev {

@@ -381,6 +381,26 @@ static int metrics_admission(store_t *st, mbuf_t *b)
     return 0;
 }
 
+/* Device time by tenant since the store began (tenant_usage), a counter
+ * per tenant; jobs without a tenant count under tenant="". */
+static int metrics_tenant_usage(store_t *st, mbuf_t *b)
+{
+    static const char sql[] =
+        "SELECT COALESCE(t.name, ''), u.device_us FROM tenant_usage u"
+        " LEFT JOIN tenants t ON t.id = u.tenant_id ORDER BY u.tenant_id";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    mbuf_printf(b, "# HELP atoll_tenant_device_seconds_total Device time of each tenant's"
+                   " computations (busy devices x seconds, from the workers' reports).\n"
+                   "# TYPE atoll_tenant_device_seconds_total counter\n");
+    while (sqlite3_step(s) == SQLITE_ROW)
+        mbuf_printf(b, "atoll_tenant_device_seconds_total{tenant=\"%s\"} %.6f\n",
+                    sqlite3_column_text(s, 0), (double)sqlite3_column_int64(s, 1) / 1e6);
+    sqlite3_reset(s);
+    return 0;
+}
+
 char *store_metrics_text(store_t *st)
 {
     static const char jobs_sql[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
@@ -430,7 +450,8 @@ char *store_metrics_text(store_t *st)
                     (long)sqlite3_column_int64(s, 0),
                     (double)(now - sqlite3_column_int64(s, 1)) / 1e6);
     sqlite3_reset(s);
-    if (metrics_worker_store(st, &b) != 0 || metrics_admission(st, &b) != 0)
+    if (metrics_worker_store(st, &b) != 0 || metrics_admission(st, &b) != 0 ||
+        metrics_tenant_usage(st, &b) != 0)
         goto fail;
     if (b.failed)
         goto fail;

@@ -25,4 +25,8 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how);
 int store_job_retry(store_t *st, int64_t job, const char *why);
 int store_state_is_terminal(const char *state);
 
+/* store_tenants.c: adds a succeeded host task's device time to its
+ * job's tenant (0 for none) in tenant_usage. 0 or -1. */
+int store_usage_add(store_t *st, int64_t job, int64_t device_us);
+
 #endif

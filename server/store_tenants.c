@@ -129,3 +129,100 @@ json_t *store_tenants_json(store_t *st)
     sqlite3_reset(s);
     return json_pack("{s:o}", "tenants", arr);
 }
+
+/* ------------------------------------------------------------------ */
+/* Device time (DESIGN Part D). */
+
+int store_usage_add(store_t *st, int64_t job, int64_t device_us)
+{
+    static const char sql[] =
+        "INSERT INTO tenant_usage (tenant_id, device_us)"
+        " VALUES (COALESCE((SELECT tenant_id FROM jobs WHERE id = ?1), 0), ?2)"
+        " ON CONFLICT (tenant_id) DO UPDATE SET device_us = device_us + excluded.device_us";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, device_us);
+    return store_step_done(s);
+}
+
+/* Device time in [from, now) of the succeeded host tasks of the jobs the
+ * WHERE clause picks (j: jobs), each task's busy span clipped to the window. */
+#define WINDOW_US_SQL(who)                                                                  \
+    "COALESCE((SELECT SUM(MAX(0, MIN(h.finished_us, ?2) - MAX(h.inputs_ready_us, ?1))"     \
+    " * h.nshards) FROM host_tasks h JOIN jobs j ON j.id = h.job_id"                        \
+    " WHERE " who " AND h.finished_us >= ?1 AND h.state = 'succeeded'), 0)"
+
+static json_t *usage_row(const char *name, int64_t share, int64_t us, int64_t running,
+                         int64_t queued)
+{
+    return json_pack("{s:s, s:I, s:f, s:I, s:I}", "name", name, "share", (json_int_t)share,
+                     "device_seconds", (double)us / 1e6, "jobs_running", (json_int_t)running,
+                     "jobs_queued", (json_int_t)queued);
+}
+
+static int usage_tenants(store_t *st, int64_t from, int64_t now, int64_t only, json_t *arr)
+{
+    static const char sql[] =
+        "SELECT t.id, t.name, t.share, " WINDOW_US_SQL("j.tenant_id = t.id") ","
+        " (SELECT COUNT(*) FROM jobs j WHERE j.tenant_id = t.id"
+        "  AND j.state IN ('allocated', 'running')),"
+        " (SELECT COUNT(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued')"
+        " FROM tenants t WHERE t.revoked_at IS NULL AND (?3 = 0 OR t.id = ?3) ORDER BY t.id";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, from);
+    sqlite3_bind_int64(s, 2, now);
+    sqlite3_bind_int64(s, 3, only);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        json_array_append_new(arr, usage_row((const char *)sqlite3_column_text(s, 1),
+                                             sqlite3_column_int64(s, 2),
+                                             sqlite3_column_int64(s, 3),
+                                             sqlite3_column_int64(s, 4),
+                                             sqlite3_column_int64(s, 5)));
+    sqlite3_reset(s);
+    return 0;
+}
+
+/* Without auth every job is its own tenant of share 1 ("job-ID"): those
+ * queued or holding devices now, or whose tasks finished in the window. */
+static int usage_jobs(store_t *st, int64_t from, int64_t now, json_t *arr)
+{
+    static const char sql[] =
+        "SELECT j.id, j.state, " WINDOW_US_SQL("j.id = o.id") " FROM jobs o"
+        " JOIN jobs j ON j.id = o.id"
+        " WHERE o.tenant_id IS NULL AND o.id IN"
+        " (SELECT id FROM jobs WHERE tenant_id IS NULL"
+        "  AND state IN ('queued', 'allocated', 'running')"
+        "  UNION SELECT job_id FROM host_tasks WHERE finished_us >= ?1)"
+        " ORDER BY o.id LIMIT 1000";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, from);
+    sqlite3_bind_int64(s, 2, now);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        char name[32];
+        const char *state = (const char *)sqlite3_column_text(s, 1);
+        snprintf(name, sizeof name, "job-%lld", (long long)sqlite3_column_int64(s, 0));
+        int running = strcmp(state, "allocated") == 0 || strcmp(state, "running") == 0;
+        json_array_append_new(arr, usage_row(name, 1, sqlite3_column_int64(s, 2), running,
+                                             strcmp(state, "queued") == 0));
+    }
+    sqlite3_reset(s);
+    return 0;
+}
+
+json_t *store_tenant_stats(store_t *st, int64_t seconds, int64_t only_tenant)
+{
+    int64_t now = util_wall_us(), from = now - seconds * 1000000;
+    json_t *arr = json_array();
+    if (!arr || usage_tenants(st, from, now, only_tenant, arr) != 0 ||
+        (only_tenant == 0 && usage_jobs(st, from, now, arr) != 0)) {
+        json_decref(arr);
+        return NULL;
+    }
+    return json_pack("{s:I, s:o}", "seconds", (json_int_t)seconds, "tenants", arr);
+}

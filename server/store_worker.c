@@ -784,7 +784,9 @@ static int host_succeeded(store_t *st, int64_t task, const task_row_t *r, const 
     int64_t t0 = json_time(body, "started_us"), t1 = json_time(body, "inputs_ready_us");
     int64_t t2 = json_time(body, "finished_us");
     sqlite3_stmt *s;
-    if (task_busy(st, task, r, t2 > t1 ? t2 - t1 : 0) != 0 || !(s = store_stmt(st, comp_sql)))
+    int64_t busy = t2 > t1 ? t2 - t1 : 0;
+    if (task_busy(st, task, r, busy) != 0 || store_usage_add(st, r->job, busy * r->nshards) != 0 ||
+        !(s = store_stmt(st, comp_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->comp);

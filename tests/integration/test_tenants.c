@@ -444,6 +444,63 @@ static void test_fair_share(void **state)
             " at %" PRId64 ": expected dave first", d_alloc, c_alloc);
 }
 
+/* Device time by tenant (DESIGN Part D): GET /v1/stats/tenants and the
+ * atoll_tenant_device_seconds_total counter come from the workers' busy
+ * time, at least the `compute` time of every shard; a tenant sees itself. */
+static double tenant_seconds(const json_t *stats, const char *name, int64_t *share, int *rows)
+{
+    json_t *arr = json_object_get(stats, "tenants"), *t;
+    size_t i;
+    double v = -1;
+    *rows = (int)json_array_size(arr);
+    json_array_foreach(arr, i, t)
+        if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0) {
+            v = json_number_value(json_object_get(t, "device_seconds"));
+            *share = json_integer_value(json_object_get(t, "share"));
+        }
+    return v;
+}
+
+static void test_tenant_device_time(void **state)
+{
+    (void)state;
+    char erin_token[128];
+    hx_client_t erin_cl;
+    create_tenant("{'name':'erin','share':4}", erin_token, sizeof erin_token);
+    T_CHECK(hx_client_init(&erin_cl, itest_cluster.url) == 0 &&
+                hx_client_set_auth(&erin_cl, erin_token, NULL) == 0, "client");
+    int64_t id = submit_as(&erin_cl, "erin-busy", "[2,2]", "west", 300000, NULL, 201);
+    json_decref(wait_ok(&erin_cl, id));
+    json_t *all = call(&itest_client, "GET", "/v1/stats/tenants?seconds=600", NULL, NULL, 200);
+    int64_t share = 0;
+    int rows = 0;
+    double secs = tenant_seconds(all, "erin", &share, &rows);
+    int seen_all = rows >= 2;
+    json_decref(all);
+    json_t *mine = call(&erin_cl, "GET", "/v1/stats/tenants?seconds=600", NULL, NULL, 200);
+    int64_t share2 = 0;
+    int rows2 = 0;
+    double secs2 = tenant_seconds(mine, "erin", &share2, &rows2);
+    json_decref(mine);
+    json_decref(call(&itest_client, "GET", "/v1/stats/tenants?seconds=0", NULL, NULL, 400));
+    json_decref(call(&itest_client, "GET", "/v1/stats/tenants?seconds=3601", NULL, NULL, 400));
+    hx_resp_t r;
+    double metric = -1;
+    if (hx_request(&itest_client, "GET", "/metrics", NULL, 0, &r) == 0 && r.body) {
+        const char *line = strstr(r.body, "atoll_tenant_device_seconds_total{tenant=\"erin\"} ");
+        if (line)
+            metric = strtod(strchr(line, ' ') + 1, NULL);
+    }
+    hx_resp_clear(&r);
+    hx_client_cleanup(&erin_cl);
+    /* 4 devices x 0.3 s of compute at least; generous above (a loaded box). */
+    T_CHECK(secs >= 1.2 && secs < 30 && share == 4 && seen_all,
+            "erin's device time %.3f s (share %" PRId64 ", %d rows), expected >= 1.2 s",
+            secs, share, rows);
+    T_CHECK(rows2 == 1 && secs2 == secs, "erin should see only her own row (%d rows)", rows2);
+    T_CHECK(metric >= 1.2, "atoll_tenant_device_seconds_total{tenant=\"erin\"} = %g", metric);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -453,6 +510,7 @@ int main(void)
         cmocka_unit_test_teardown(test_quota_refused, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_quota_waits, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_fair_share, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_tenant_device_time, itest_cancel_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
