@@ -117,6 +117,7 @@ typedef struct job_plan {
     char name[NAME_MAX_LEN];
     int64_t priority;
     int max_retries;            /* optional field, default 2 */
+    int preemptible;            /* "preemptible": true (DESIGN Part D) */
     int nslices;
     job_slice_t *slices;
     int ncomps;

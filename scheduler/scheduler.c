@@ -528,6 +528,94 @@ static int over_quota(store_t *st, plan_entry_t *pe, const sched_job_t *job, int
     return 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* Preemption (DESIGN Part D). */
+
+#define PREEMPT_CANDIDATES 64
+
+/* Is job id among the chosen victims? */
+static int chosen_has(const sched_victim_t *v, const int *chosen, int k, int64_t id)
+{
+    for (int i = 0; i < k; i++)
+        if (v[chosen[i]].job == id)
+            return 1;
+    return 0;
+}
+
+/* Would the gang fit if the chosen victims' devices were free? The round's
+ * islands are copied (they include this round's placements), the victims'
+ * devices freed in the copies; nothing in r changes. 1, 0, or -1 (OOM). */
+static int fits_without(const round_t *r, const sched_victim_t *v, const int *chosen, int k,
+                        const alloc_request_t *reqs, int nreq)
+{
+    alloc_island_t *tmp[16] = {0};
+    alloc_placement_t pl[64];
+    int rc = -1;
+    for (int i = 0; i < r->n; i++) {
+        int64_t n = alloc_island_size(r->isl[i]);
+        if (!(tmp[i] = alloc_island_new(alloc_island_name(r->isl[i]),
+                                        alloc_island_shape(r->isl[i]))))
+            goto cleanup;
+        for (int64_t d = 0; d < n; d++)
+            alloc_island_set(tmp[i], d, r->devs[i][d].job &&
+                                        chosen_has(v, chosen, k, r->devs[i][d].job)
+                                            ? ALLOC_FREE : alloc_island_get(r->isl[i], d));
+    }
+    int a = alloc_gang(tmp, r->n, reqs, nreq, pl);
+    if (a == ALLOC_OK)
+        alloc_placements_release(pl, nreq);
+    rc = a == ALLOC_OK ? 1 : a == ALLOC_ENOSPACE ? 0 : -1;
+cleanup:
+    for (int i = 0; i < r->n; i++)
+        alloc_island_free(tmp[i]);
+    return rc;
+}
+
+/* A job that cannot be placed evicts the fewest, lowest-priority
+ * preemptible jobs of lower priority that make room: candidates are added
+ * lowest priority first until the gang fits, then any whose eviction turns
+ * out unnecessary is kept. The evicted jobs are requeued (store) and their
+ * devices freed in the round. 1 when room was made, 0 when none can be, -1
+ * on a store error. */
+static int try_preempt(store_t *st, round_t *r, const sched_job_t *job,
+                       const alloc_request_t *reqs, int nreq)
+{
+    sched_victim_t v[PREEMPT_CANDIDATES];
+    int chosen[PREEMPT_CANDIDATES], k = 0, fit = 0;
+    int n = store_sched_victims(st, job->priority, v, PREEMPT_CANDIDATES);
+    if (n <= 0)
+        return n < 0 ? -1 : 0;
+    for (int i = 0; i < n && fit == 0; i++) {
+        chosen[k++] = i;
+        fit = fits_without(r, v, chosen, k, reqs, nreq);
+    }
+    if (fit != 1)
+        return fit < 0 ? -1 : 0;
+    for (int c = k - 1; c >= 0 && k > 1; c--) {    /* spare the unnecessary */
+        int save = chosen[c];
+        memmove(&chosen[c], &chosen[c + 1], sizeof *chosen * (size_t)(k - c - 1));
+        if (fits_without(r, v, chosen, k - 1, reqs, nreq) == 1) {
+            k--;
+            continue;
+        }
+        memmove(&chosen[c + 1], &chosen[c], sizeof *chosen * (size_t)(k - c - 1));
+        chosen[c] = save;
+    }
+    for (int c = 0; c < k; c++) {
+        int64_t victim = v[chosen[c]].job;
+        if (store_sched_preempt(st, victim, job->id, job->priority) != 0)
+            return -1;
+        log_info("job %lld preempted by job %lld", (long long)victim, (long long)job->id);
+        for (int i = 0; i < r->n; i++)
+            for (int64_t d = 0; d < alloc_island_size(r->isl[i]); d++)
+                if (r->devs[i][d].job == victim) {
+                    r->devs[i][d].job = 0;
+                    alloc_island_set(r->isl[i], d, ALLOC_FREE);
+                }
+    }
+    return 1;
+}
+
 /* Tries to admit one queued job. Returns 1 if dispatched (*used grows by
  * its devices), 0 if it waits (islands it needs marked in blocked[]), -1 on
  * a store error. */
@@ -552,6 +640,13 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
     }
     alloc_placement_t pl[64];
     int a = alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    if (a == ALLOC_ENOSPACE) {
+        int p = try_preempt(st, r, job, reqs, plan->nslices);
+        if (p < 0)
+            return -1;
+        if (p == 1)
+            a = alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    }
     atomic_fetch_add(&sched_attempts, 1);
     if (a == ALLOC_OK) {
         atomic_fetch_add(&sched_successes, 1);

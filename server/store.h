@@ -228,6 +228,19 @@ json_t *store_tenants_json(store_t *st);
 json_t *store_tenant_stats(store_t *st, int64_t seconds, int64_t only_tenant);
 
 /* ---- scheduler side (store_sched.c); called from the scheduler thread ---- */
+/* A running job a higher-priority one may evict (DESIGN Part D). */
+typedef struct sched_victim {
+    int64_t job;
+    int64_t priority;
+} sched_victim_t;
+/* Up to cap preemptible jobs holding devices with priority below `below`,
+ * lowest priority first, then the most recently allocated. Count or -1. */
+int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap);
+/* Evicts victim for job `by` in its own transaction: requeued with
+ * attempt + 1 and preemptions + 1 (not a retry), devices freed, leased
+ * tasks aborted through the poll, a `preempted` event naming `by`. */
+int store_sched_preempt(store_t *st, int64_t victim, int64_t by, int64_t by_priority);
+
 typedef struct sched_dev {
     int64_t worker;             /* 0 = no live worker (down) */
     int local;                  /* worker-local device number */

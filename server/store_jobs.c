@@ -113,7 +113,8 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
 {
     static const char job_sql[] =
         "INSERT INTO jobs(name, state, priority, max_retries, doc, idem_key, comps_total,"
-        " created_at, tenant_id, doc_hash) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)";
+        " created_at, tenant_id, doc_hash, preemptible)"
+        " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     static const char comp_sql[] =
         "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
         " deps_left) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6))";
@@ -143,6 +144,7 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
     sqlite3_bind_int64(s, 7, util_wall_us());
     if (nj->tenant > 0)
         sqlite3_bind_int64(s, 8, nj->tenant);
+    sqlite3_bind_int(s, 10, plan->preemptible);
     if (store_step_done(s) != 0)
         goto fail;
     *id = sqlite3_last_insert_rowid(store_db(st));
@@ -174,7 +176,7 @@ fail:
 /* Columns shared by the job object and the list summary. */
 #define JOB_COLS "id, name, state, priority, attempt, max_retries, comps_total, comps_done," \
                  " pending_reason, error, created_at, allocated_at, started_at, finished_at," \
-                 " retries, restarts"
+                 " retries, restarts, preemptible, preemptions"
 
 static json_t *job_summary(sqlite3_stmt *s)
 {
@@ -206,6 +208,9 @@ static json_t *job_summary(sqlite3_stmt *s)
      * controller restart (schema/004_faults.sql). */
     json_object_set_new(j, "retries", json_integer(sqlite3_column_int64(s, 14)));
     json_object_set_new(j, "restarts", json_integer(sqlite3_column_int64(s, 15)));
+    /* Evictions by higher-priority jobs (DESIGN Part D): not retries. */
+    json_object_set_new(j, "preemptible", json_boolean(sqlite3_column_int(s, 16)));
+    json_object_set_new(j, "preemptions", json_integer(sqlite3_column_int64(s, 17)));
     return j;
 }
 
@@ -260,7 +265,8 @@ static json_t *job_comps_json(store_t *st, int64_t id)
     static const char sql[] =
         "SELECT c.idx, c.name, c.slice, i.name, c.seq, c.state, c.shards_total, c.shards_done,"
         " c.dispatched_at, c.started_at, c.inputs_ready_at, c.finished_at,"
-        " COALESCE((SELECT MAX(at) FROM events WHERE job_id = ?1 AND kind = 'requeued'),"
+        " COALESCE((SELECT MAX(at) FROM events WHERE job_id = ?1"
+        "           AND kind IN ('requeued', 'preempted')),"
         "          (SELECT created_at FROM jobs WHERE id = ?1)),"
         " (SELECT SUM(MAX(0, t.finished_us - t.inputs_ready_us) * t.nshards) FROM host_tasks t"
         "   WHERE t.job_id = ?1 AND t.attempt = (SELECT attempt FROM jobs WHERE id = ?1)"

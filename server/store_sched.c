@@ -297,15 +297,20 @@ int store_sched_fail(store_t *st, int64_t job, const char *why)
  * discarded (outputs, slices, seq numbers), its devices freed; tasks still
  * leased on live workers are aborted through the poll's cancel list (their
  * attempt is now stale), while the new attempt may be admitted at once,
- * on the same workers too. `retry` is 1 when a lost worker caused it (spends one of the
- * job's max_retries), 0 for a controller restart (counted in restarts). */
+ * on the same workers too. `retry` says why: REQUEUE_RETRY, a lost worker
+ * (spends one of the job's max_retries); REQUEUE_RESTART, a controller
+ * restart (counted in restarts); REQUEUE_PREEMPT, a higher-priority job
+ * took its devices (counted in preemptions; event `preempted`). */
+enum { REQUEUE_RESTART = 0, REQUEUE_RETRY = 1, REQUEUE_PREEMPT = 2 };
+
 static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
 {
     static const char *const sqls[] = {
-        "UPDATE jobs SET state = 'queued', attempt = attempt + 1, retries = retries + ?3,"
-        " restarts = restarts + 1 - ?3, comps_done = 0, allocated_at = NULL, started_at = NULL,"
-        " pending_reason = 'requeued', error = ?2, placement = NULL"
-        " WHERE id = ?1",
+        "UPDATE jobs SET state = 'queued', attempt = attempt + 1, retries = retries + (?3 = 1),"
+        " restarts = restarts + (?3 = 0), preemptions = preemptions + (?3 = 2), comps_done = 0,"
+        " allocated_at = NULL, started_at = NULL,"
+        " pending_reason = CASE ?3 WHEN 2 THEN 'preempted' ELSE 'requeued' END, error = ?2,"
+        " placement = NULL WHERE id = ?1",
         "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
         "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?1"
         " AND state IN ('blocked','pending')",
@@ -322,13 +327,48 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
         sqlite3_bind_int64(s, 1, job);
         if (i == 0) {
             sqlite3_bind_text(s, 2, why, -1, SQLITE_STATIC);
-            sqlite3_bind_int(s, 3, retry ? 1 : 0);
+            sqlite3_bind_int(s, 3, retry);
         }
         if (store_step_done(s) != 0)
             return -1;
     }
-    store_event(st, job, "requeued", "%s", why);
+    store_event(st, job, retry == REQUEUE_PREEMPT ? "preempted" : "requeued", "%s", why);
     return 0;
+}
+
+int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap)
+{
+    static const char sql[] =
+        "SELECT id, priority FROM jobs WHERE preemptible = 1 AND priority < ?1"
+        " AND state IN ('allocated', 'running') ORDER BY priority, allocated_at DESC, id DESC"
+        " LIMIT ?2";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    int n = 0;
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, below);
+    sqlite3_bind_int(s, 2, cap);
+    while (n < cap && sqlite3_step(s) == SQLITE_ROW) {
+        out[n].job = sqlite3_column_int64(s, 0);
+        out[n].priority = sqlite3_column_int64(s, 1);
+        n++;
+    }
+    sqlite3_reset(s);
+    return n;
+}
+
+int store_sched_preempt(store_t *st, int64_t victim, int64_t by, int64_t by_priority)
+{
+    char why[160];
+    snprintf(why, sizeof why, "preempted by job %lld (priority %lld), which took its devices",
+             (long long)by, (long long)by_priority);
+    if (store_begin(st) != 0)
+        return -1;
+    if (job_requeue(st, victim, why, REQUEUE_PREEMPT) != 0) {
+        store_rollback(st);
+        return -1;
+    }
+    return store_commit(st);
 }
 
 int store_job_retry(store_t *st, int64_t job, const char *why)
@@ -340,7 +380,8 @@ int store_job_retry(store_t *st, int64_t job, const char *why)
     sqlite3_bind_int64(s, 1, job);
     int left = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
     sqlite3_reset(s);
-    return left ? job_requeue(st, job, why, 1) : store_job_finish(st, job, "failed", why);
+    return left ? job_requeue(st, job, why, REQUEUE_RETRY)
+                : store_job_finish(st, job, "failed", why);
 }
 
 int store_worker_lost(store_t *st, int64_t worker, const char *how)
@@ -373,7 +414,7 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
         for (int i = 0; i < n; i++) {
             char why[160];
             snprintf(why, sizeof why, "worker %ld was lost (%s)", (long)worker, how);
-            int rc = used[i] < retries[i] ? job_requeue(st, ids[i], why, 1)
+            int rc = used[i] < retries[i] ? job_requeue(st, ids[i], why, REQUEUE_RETRY)
                                           : store_job_finish(st, ids[i], "failed", why);
             if (rc != 0)
                 return -1;
@@ -507,7 +548,7 @@ int store_sched_recover(store_t *st)
     }
     sqlite3_reset(s);
     for (int i = 0; i < n; i++)
-        if (job_requeue(st, ids[i], "controller restarted; running again", 0) != 0)
+        if (job_requeue(st, ids[i], "controller restarted; running again", REQUEUE_RESTART) != 0)
             goto fail;
     if (n > 0)
         store_event(st, 0, "recovery", "controller restarted: %d running job(s) requeued", n);

@@ -825,10 +825,22 @@ static void peer_disconnect(dp_peer_t *p)
     p->ring = NULL;
 }
 
+/* Has the peer closed this connection (it stopped or restarted)? A write
+ * could still succeed into socket buffers or a ring with room, and the
+ * frame would be lost without an error: ask the kernel first (one poll,
+ * no wait). */
+static int peer_closed(int fd)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
 /* Writes one frame. Caller holds the peer's mutex. */
 static int write_frame(dplane_t *dp, dp_peer_t *p, const mbox_tag_t *tag, const tensor_t *t)
 {
     int fd = p->fd;
+    if (peer_closed(fd))
+        return -1;
     int64_t n = shape_numel(&t->shape);
     dplane_hdr_t h = {.tag = *tag, .shape = t->shape, .nbytes = (uint64_t)n * sizeof(float)};
     uint8_t buf[DPLANE_HDR_SIZE];
