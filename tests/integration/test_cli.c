@@ -151,6 +151,12 @@ static const char *job_file(const char *name, const char *doc_q)
     "{'name': 'cli-fail', 'slices': {'a': {'shape': [2]}}, 'computations': [{"           \
     " 'name': 'p', 'slice': 'a', 'ops': ["                                               \
     "  {'op': 'fill', 'out': 'x', 'shape': [16777216], 'value': 1.0}], 'outputs': ['x']}]}"
+/* A global computation (DESIGN Part C): iota split over 2 shards, doubled. */
+#define GLOBAL_JOB                                                                       \
+    "{'name': 'cli-global', 'slices': {'a': {'shape': [2]}}, 'computations': [{"         \
+    " 'name': 'g', 'slice': 'a', 'global': true, 'ops': ["                               \
+    "  {'op': 'iota', 'out': 'x', 'shape': [8], 'sharding': ['x']},"                      \
+    "  {'op': 'scale', 'out': 'y', 'args': ['x'], 'factor': 1.0}], 'outputs': ['y']}]}"
 /* Holds a [2,2] slice for up to 60 s (until cancelled). */
 #define LONG_JOB                                                                         \
     "{'name': 'cli-long', 'slices': {'a': {'shape': [2, 2]}}, 'computations': [{"        \
@@ -242,6 +248,25 @@ static void test_submit_wait_succeeds(void **state)
          strstr(o.out, "west") && strstr(o.out, "4/4");
     cli_out_clear(&o);
     T_CHECK(ok, "show: want state, island, shards 4/4 and events");
+}
+
+/* atoll result --global: a global computation's output assembled
+ * (?view=global) as one tensor. */
+static void test_result_global(void **state)
+{
+    (void)state;
+    cli_out_t o = CLI_RUN("submit", "--wait", job_file("global.json", GLOBAL_JOB));
+    long long id = first_line_id(o.out);
+    int ok = o.code == 0 && id > 0;
+    cli_out_clear(&o);
+    T_CHECK(ok, "submit --wait of a global job: want exit 0 and the id");
+    char ids[32];
+    snprintf(ids, sizeof ids, "%lld", id);
+    o = CLI_RUN("result", ids, "--global");
+    ok = o.code == 0 && o.out && strstr(o.out, "g.y  global  shape [8]  sum 28") &&
+         strstr(o.out, "values 0 1 2 3 4 5 6 7");
+    cli_out_clear(&o);
+    T_CHECK(ok, "result --global: want 'g.y  global  shape [8]  sum 28' and the 8 values");
 }
 
 static void test_submit_wait_fails(void **state)
@@ -408,6 +433,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_submit_wait_succeeds, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_result_global, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_submit_wait_fails, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_cancel, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_islands_and_top, itest_cancel_leftovers),
