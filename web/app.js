@@ -534,7 +534,8 @@
       li.appendChild(t);
       var created = job.times_us ? job.times_us.created / 1000 : Date.parse(job.created_at);
       li.appendChild(el("div", "q-meta", "priority " + job.priority + " · waiting " + fmtAge((now - created) / 1000) +
-                        (job.attempt ? " · attempt " + (job.attempt + 1) : "")));
+                        (job.attempt ? " · attempt " + (job.attempt + 1) : "") +
+                        (job.preemptions ? " · preempted ×" + job.preemptions : "")));
       li.appendChild(el("div", "reason", job.pending_reason || "being placed…"));
       frag.appendChild(li);
     });
@@ -1047,6 +1048,38 @@
     });
     legend("util-legend-jobs", jobs);
     lineChart($("chart-jobs"), sm, jobs, { minutes: S.util.minutes, label: "jobs per state" });
+    renderTenantBars();
+  }
+
+  /* Device time by tenant over the chosen range (GET /v1/stats/tenants):
+   * one bar per tenant with time, against the share it is entitled to. */
+  function renderTenantBars() {
+    if (Date.now() - (S.tenantsAt || 0) < 5000 && S.tenantsMinutes === S.util.minutes) return;
+    S.tenantsAt = Date.now();
+    S.tenantsMinutes = S.util.minutes;
+    getJSON("v1/stats/tenants?seconds=" + S.util.minutes * 60).then(function (r) {
+      var rows = (r.tenants || []).filter(function (t) { return t.device_seconds > 0; });
+      var total = rows.reduce(function (a, t) { return a + t.device_seconds; }, 0);
+      var shares = rows.reduce(function (a, t) { return a + t.share; }, 0);
+      var frag = document.createDocumentFragment();
+      rows.forEach(function (t, i) {
+        var row = el("div", "tenant-row");
+        row.dataset.tenant = t.name;
+        row.appendChild(el("span", "t-name", t.name));
+        var bar = el("div", "t-bar");
+        var fill = el("span", "");
+        fill.style.width = (100 * t.device_seconds / total).toFixed(1) + "%";
+        fill.style.background = ISLAND_COLOURS[i % ISLAND_COLOURS.length];
+        bar.appendChild(fill);
+        row.appendChild(bar);
+        row.appendChild(el("span", "t-num", t.device_seconds.toFixed(1) + " s · " +
+                           (100 * t.device_seconds / total).toFixed(0) + "% (share " +
+                           (100 * t.share / shares).toFixed(0) + "%)"));
+        frag.appendChild(row);
+      });
+      if (!rows.length) frag.appendChild(el("p", "empty", "No device time in this range."));
+      $("tenant-bars").replaceChildren(frag);
+    }).catch(function () { /* the next refresh retries */ });
   }
 
   function renderSpark() {

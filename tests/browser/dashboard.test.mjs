@@ -301,6 +301,13 @@ async function main() {
     note(`utilization: ${u.samples.length} samples, path of ${plotted} chars`);
     await page.click('.range button[data-minutes="5"]');   // a short run reads better at 5 min
     await until("the 5 min range is drawn", 5, () => dom(() => /−5m/.test(document.getElementById("chart-busy").textContent)));
+    // Device time by tenant (DESIGN Part D): without auth each job is its
+    // own tenant; the jobs above used devices within the last 5 minutes.
+    const bars = await until("device time by tenant is drawn", 10, () => dom(() => {
+      const rows = [...document.querySelectorAll("#tenant-bars .tenant-row")];
+      return rows.length >= 1 ? rows.map((r) => r.textContent) : null;
+    }));
+    check(bars.some((t) => /^job-\d+/.test(t) && /share/.test(t)), `tenant bars: ${JSON.stringify(bars)}`);
     await shot("utilization");
 
     check(await dom(() => window.__atollMarker === 1), "the page reloaded (marker lost): updates must be live");
