@@ -574,7 +574,7 @@ static int bc_parse(int argc, char **argv)
     bc.window = 48;
     bc.lease_ms = 2000;
     bc.seed = (unsigned)time(NULL);
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {       /* options come as pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             fprintf(stderr, "usage: %s [--jobs N] [--seed S] [--lease-ms MS] [--window W]\n",
@@ -595,7 +595,6 @@ static int bc_parse(int argc, char **argv)
             fprintf(stderr, "chaos: unknown option '%s'\n", a);
             return -1;
         }
-        i++;
     }
     if (bc.njobs < 1 || bc.window < 1 || bc.lease_ms < 200) {
         fprintf(stderr, "chaos: --jobs, --window >= 1, --lease-ms >= 200\n");

@@ -1277,16 +1277,21 @@ int gspmd_edge_parse(const json_t *j, gspmd_edge_t *e, char *why, size_t whylen)
 
 /* Replica ordinal of shard p among the holders of its piece (row-major
  * over the mesh axes s does not use) and their number. */
-static int64_t replica_ordinal(const shd_t *s, const gspmd_mesh_t *m, int p, int64_t *nrep)
+static int64_t replica_ordinal(const shd_t *s, const shape_t *mesh, int p, int64_t *nrep)
 {
     unsigned used = shd_used(s);
-    int64_t ord = 0;
+    int64_t coord[MESH_MAX_RANK] = {0}, rest = p, ord = 0;
+    int rank = mesh->rank < MESH_MAX_RANK ? mesh->rank : MESH_MAX_RANK;
+    for (int a = rank - 1; a >= 0; a--) {
+        coord[a] = rest % mesh->dim[a];
+        rest /= mesh->dim[a];
+    }
     *nrep = 1;
-    for (int a = 0; a < m->shape.rank; a++) {
+    for (int a = 0; a < rank; a++) {
         if (used & (1u << a))
             continue;
-        ord = ord * m->shape.dim[a] + mesh_coord(m, p, a);
-        *nrep *= m->shape.dim[a];
+        ord = ord * mesh->dim[a] + coord[a];
+        *nrep *= mesh->dim[a];
     }
     return ord;
 }
@@ -1295,8 +1300,11 @@ int gspmd_edge_piece(const gspmd_edge_t *e, int p, int c, int64_t lo[TENSOR_MAX_
                      int64_t hi[TENSOR_MAX_RANK])
 {
     gspmd_mesh_t pm = {.shape = e->from_mesh}, cm = {.shape = e->to_mesh};
-    int64_t nrep, po[TENSOR_MAX_RANK], co[TENSOR_MAX_RANK];
-    if (replica_ordinal(&e->from, &pm, p, &nrep) != c % nrep)
+    int64_t nrep = 1, po[TENSOR_MAX_RANK], co[TENSOR_MAX_RANK];
+    /* Two statements: the operands of != are unsequenced, and nrep is an
+     * output of the call. */
+    int64_t ord = replica_ordinal(&e->from, &e->from_mesh, p, &nrep);
+    if (ord != c % nrep)
         return 0;
     shape_t pl, cl;
     gspmd_local_shape(&e->global, &e->from, &pm, &pl);
