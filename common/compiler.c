@@ -1525,14 +1525,14 @@ cleanup:
 static int job_top(const json_t *doc, job_plan_t *plan, err_t *e)
 {
     static const char *const keys[] = {"name", "priority", "max_retries", "slices",
-                                       "computations", "preemptible"};
+                                       "computations", "preemptible", "sharing"};
     const char *key;
     json_t *val;
     if (!json_is_object(doc))
         return err_set(e, 400, "", "the job document must be a JSON object");
     json_object_foreach((json_t *)doc, key, val) {
         int known = 0;
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 7; i++)
             known |= strcmp(key, keys[i]) == 0;
         if (!known)
             return err_set(e, 400, key, "unknown field '%s'", key);
@@ -1565,6 +1565,11 @@ static int job_top(const json_t *doc, job_plan_t *plan, err_t *e)
     if (pre && !json_is_boolean(pre))
         return err_set(e, 400, "preemptible", "preemptible must be true or false");
     plan->preemptible = json_is_true(pre);
+    const json_t *sh = json_object_get(doc, "sharing");
+    const char *shs = json_string_value(sh);
+    if (sh && (!shs || (strcmp(shs, "shared") != 0 && strcmp(shs, "exclusive") != 0)))
+        return err_set(e, 400, "sharing", "sharing must be \"exclusive\" or \"shared\"");
+    plan->shared = shs && strcmp(shs, "shared") == 0;
     if (!json_object_get(doc, "slices"))
         return err_set(e, 400, "slices", "missing field 'slices'");
     if (!json_object_get(doc, "computations"))

@@ -118,6 +118,7 @@ typedef struct job_plan {
     int64_t priority;
     int max_retries;            /* optional field, default 2 */
     int preemptible;            /* "preemptible": true (DESIGN Part D) */
+    int shared;                 /* "sharing": "shared" (DESIGN Part D) */
     int nslices;
     job_slice_t *slices;
     int ncomps;

@@ -2,6 +2,7 @@
  * See scheduler.h for the contract and store_sched.c for the SQL. */
 #include "scheduler.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -76,7 +77,7 @@ static int round_load(store_t *st, round_t *r)
         for (int64_t k = 0; k < n; k++) {
             const sched_dev_t *dv = &r->devs[i][k];
             alloc_island_set(r->isl[i], k, dv->worker == 0 ? ALLOC_DOWN
-                                           : dv->job ? ALLOC_BUSY : ALLOC_FREE);
+                                           : dv->job || dv->shared ? ALLOC_BUSY : ALLOC_FREE);
         }
     }
     return 0;
@@ -235,7 +236,10 @@ static int dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *
     const alloc_placement_t *p = &pl[cp->slice];
     int64_t island = r->island_id[p->island];
     int64_t seq = store_sched_take_seq(st, island, 1);
-    int blocked = sched_cfg.sequential && cp->ninputs > 0;
+    /* Shared jobs are fed computation by computation (feed_shared), so
+     * their tasks never wait blocked: sequential dispatch is for exclusive
+     * jobs. */
+    int blocked = sched_cfg.sequential && !plan->shared && cp->ninputs > 0;
     if (seq < 0 || store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
         return -1;
     shard_ref_t *refs = malloc(sizeof *refs * (size_t)p->nshards);
@@ -357,9 +361,11 @@ static int dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *p
                                   pl[s].devices, pl[s].nshards) != 0)
             goto fail;
     }
-    if (store_sched_mark_allocated(st, job->id, isl, dev, ndev, placement) != 0)
+    if (store_sched_mark_allocated(st, job->id, plan->shared, isl, dev, ndev, placement) != 0)
         goto fail;
-    for (int t = 0; t < plan->ncomps; t++)
+    /* A shared job's computations are dispatched later, interleaved with
+     * the other shared jobs' by tenant share (feed_shared). */
+    for (int t = 0; !plan->shared && t < plan->ncomps; t++)
         if (dispatch_comp(st, job, plan, doc, r, pl, plan->topo[t]) != 0)
             goto fail;
     if (store_commit(st) != 0)
@@ -616,6 +622,63 @@ static int try_preempt(store_t *st, round_t *r, const sched_job_t *job,
     return 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* Shared placement (DESIGN Part D). In a round, r->isl marks every held
+ * device BUSY; r->devs says by whom: job (an exclusive holder) or shared
+ * (how many shared jobs). Placements made in the round update both. */
+
+/* Places a shared job's gang on devices no exclusive job holds, least
+ * loaded first: the gang is tried with only unheld devices free, then also
+ * those held by at most 1 shared job, 2, ...; the first bound at which it
+ * fits wins (so it lands on the least-loaded feasible devices). Works on
+ * copies of the round's islands. ALLOC_OK with pl filled, ALLOC_ENOSPACE
+ * or ALLOC_ENOMEM. */
+static int place_shared(const round_t *r, const alloc_request_t *reqs, int nreq,
+                        alloc_placement_t *pl)
+{
+    int maxload = 0, a = ALLOC_ENOSPACE;
+    for (int i = 0; i < r->n; i++)
+        for (int64_t d = 0; d < alloc_island_size(r->isl[i]); d++)
+            if (r->devs[i][d].shared > maxload && !r->devs[i][d].job)
+                maxload = r->devs[i][d].shared;
+    for (int load = 0; load <= maxload && a == ALLOC_ENOSPACE; load++) {
+        alloc_island_t *tmp[16] = {0};
+        int ok = 1;
+        for (int i = 0; i < r->n && ok; i++) {
+            if (!(tmp[i] = alloc_island_new(alloc_island_name(r->isl[i]),
+                                            alloc_island_shape(r->isl[i])))) {
+                ok = 0;
+                break;
+            }
+            for (int64_t d = 0; d < alloc_island_size(r->isl[i]); d++) {
+                const sched_dev_t *dv = &r->devs[i][d];
+                alloc_state_t s0 = alloc_island_get(r->isl[i], d);
+                int shareable = s0 == ALLOC_BUSY && !dv->job && dv->shared > 0 &&
+                                dv->shared <= load;
+                alloc_island_set(tmp[i], d, shareable ? ALLOC_FREE : s0);
+            }
+        }
+        a = ok ? alloc_gang(tmp, r->n, reqs, nreq, pl) : ALLOC_ENOMEM;
+        for (int i = 0; i < r->n; i++)
+            alloc_island_free(tmp[i]);
+    }
+    return a;
+}
+
+/* Records a placement made in this round in r (see above). */
+static void round_take(round_t *r, const alloc_placement_t *pl, int n, int64_t job, int shared)
+{
+    for (int s = 0; s < n; s++)
+        for (int k = 0; k < pl[s].nshards; k++) {
+            sched_dev_t *dv = &r->devs[pl[s].island][pl[s].devices[k]];
+            if (shared)
+                dv->shared++;
+            else
+                dv->job = job;
+            alloc_island_set(r->isl[pl[s].island], pl[s].devices[k], ALLOC_BUSY);
+        }
+}
+
 /* Tries to admit one queued job. Returns 1 if dispatched (*used grows by
  * its devices), 0 if it waits (islands it needs marked in blocked[]), -1 on
  * a store error. */
@@ -639,8 +702,9 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         return 0;
     }
     alloc_placement_t pl[64];
-    int a = alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
-    if (a == ALLOC_ENOSPACE) {
+    int a = plan->shared ? place_shared(r, reqs, plan->nslices, pl)
+                         : alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    if (a == ALLOC_ENOSPACE && !plan->shared) {
         int p = try_preempt(st, r, job, reqs, plan->nslices);
         if (p < 0)
             return -1;
@@ -650,6 +714,7 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
     atomic_fetch_add(&sched_attempts, 1);
     if (a == ALLOC_OK) {
         atomic_fetch_add(&sched_successes, 1);
+        round_take(r, pl, plan->nslices, job->id, plan->shared);
         int rc = dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
         alloc_placements_release(pl, plan->nslices);
         if (rc == 1)
@@ -728,6 +793,145 @@ static tenant_q_t *tq_pick(store_t *st, tenant_q_t *qs, int n)
     return best;
 }
 
+/* ------------------------------------------------------------------ */
+/* Interleaving shared jobs (DESIGN Part D). Each live shared job has at
+ * most SHARED_WINDOW computations dispatched and not finished; whenever
+ * one has room, the next computation (topological order) of the job whose
+ * tenant has the least virtual time is dispatched, and that tenant's
+* virtual time advances by the computation's shard count over its share
+ * (stride scheduling: device time follows shares when computations cost
+ * alike). Every computation still gets one island sequence number and
+ * every device runs its tasks in that order, so interleaving cannot
+ * deadlock a collective. A tenant that becomes backlogged starts at the
+ * least virtual time of those already backlogged (no credit for idling). */
+
+#define SHARED_WINDOW 2
+#define FEED_MAX 256
+#define VT_MAX 1024
+
+typedef struct vtime {
+    int64_t key;                /* tenant id, or -job id for a job without one */
+    double v;
+    int active;                 /* backlogged in the last feed pass */
+} vtime_t;
+
+static vtime_t vtimes[VT_MAX];
+static int nvtimes;
+
+static vtime_t *vtime_get(int64_t key, double vstart)
+{
+    for (int i = 0; i < nvtimes; i++)
+        if (vtimes[i].key == key) {
+            if (!vtimes[i].active && vtimes[i].v < vstart)
+                vtimes[i].v = vstart;
+            return &vtimes[i];
+        }
+    if (nvtimes == VT_MAX) {            /* forget the inactive */
+        int w = 0;
+        for (int i = 0; i < nvtimes; i++)
+            if (vtimes[i].active)
+                vtimes[w++] = vtimes[i];
+        nvtimes = w;
+        if (nvtimes == VT_MAX)
+            return NULL;
+    }
+    vtimes[nvtimes] = (vtime_t){key, vstart, 0};
+    return &vtimes[nvtimes++];
+}
+
+/* Dispatches computation c of a live shared job. 0 or -1. */
+static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
+                     const plan_entry_t *pe, int c)
+{
+    const job_plan_t *plan = pe->plan;
+    const comp_t *cp = &plan->comps[c];
+    alloc_placement_t pl[64];
+    int64_t island = 0, *devices = NULL;
+    int n = store_sched_slice_devices(st, fj->id, plan->slices[cp->slice].name, &island,
+                                      &devices);
+    int rc = -1;
+    memset(pl, 0, sizeof pl);
+    pl[cp->slice].island = -1;
+    for (int i = 0; i < r->n; i++)
+        if (r->island_id[i] == island)
+            pl[cp->slice].island = i;
+    if (n > 0 && n == cp->nshards && pl[cp->slice].island >= 0) {
+        pl[cp->slice].devices = devices;
+        pl[cp->slice].nshards = n;
+        sched_job_t job = {fj->id, fj->attempt, fj->tenant, 0, 0};
+        if (store_begin(st) == 0) {
+            rc = dispatch_comp(st, &job, plan, pe->doc, r, pl, c);
+            if (rc == 0)
+                rc = store_commit(st);
+            if (rc != 0)
+                store_rollback(st);
+        }
+    }
+    free(devices);
+    return rc;
+}
+
+/* The live shared job to feed next: work left, room in its window, and
+ * the least virtual time among the backlogged jobs of its island, full or
+ * not (ties: lowest job id). While the least one's window is full nobody
+ * else on its island is fed: its queued tasks keep the devices busy, and
+ * its next completion feeds it (else a tenant of small share would get a
+ * slot every time one of its computations finished). -1 when none. */
+static int feed_pick(const sched_feed_job_t *fj, vtime_t *const *vt, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (fj[i].undispatched <= 0 || fj[i].inflight >= SHARED_WINDOW || !vt[i])
+            continue;
+        int least = 1;
+        for (int k = 0; k < n && least; k++)
+            least = k == i || !vt[k] || fj[k].undispatched <= 0 ||
+                    fj[k].island != fj[i].island || vt[k]->v >= vt[i]->v;
+        if (least && (best < 0 || vt[i]->v < vt[best]->v))
+            best = i;
+    }
+    return best;
+}
+
+/* One feed pass over the live shared jobs. Returns computations
+ * dispatched, or -1 on a store error. */
+static int feed_shared(store_t *st, round_t *r)
+{
+    static sched_feed_job_t fj[FEED_MAX];
+    vtime_t *vt[FEED_MAX];
+    int n = store_sched_feed_jobs(st, fj, FEED_MAX), fed = 0;
+    double vstart = INFINITY;
+    for (int i = 0; i < nvtimes; i++)
+        if (vtimes[i].active && vtimes[i].v < vstart)
+            vstart = vtimes[i].v;
+    if (vstart == INFINITY)
+        vstart = 0;
+    for (int i = 0; i < n; i++)
+        vt[i] = fj[i].undispatched > 0
+                    ? vtime_get(fj[i].tenant ? fj[i].tenant : -fj[i].id, vstart) : NULL;
+    for (int i = 0; i < nvtimes; i++)
+        vtimes[i].active = 0;
+    for (int i = 0; i < n; i++)
+        if (vt[i])
+            vt[i]->active = 1;
+    int i;
+    while (n > 0 && (i = feed_pick(fj, vt, n)) >= 0) {
+        plan_entry_t *pe = plan_get(st, fj[i].id);
+        if (!pe) {
+            fj[i].undispatched = 0;
+            continue;
+        }
+        int c = pe->plan->topo[pe->plan->ncomps - fj[i].undispatched];
+        if (feed_comp(st, r, &fj[i], pe, c) != 0)
+            return -1;
+        fj[i].undispatched--;
+        fj[i].inflight++;
+        vt[i]->v += (double)pe->plan->comps[c].nshards / (double)(fj[i].share > 0 ? fj[i].share : 1);
+        fed++;
+    }
+    return n < 0 ? -1 : fed;
+}
+
 /* One admission round over the heads of the tenants' queues. */
 static void admit(store_t *st)
 {
@@ -754,6 +958,9 @@ static void admit(store_t *st)
             q->done = 1;
     }
     complete = q == NULL;
+    int fed = feed_shared(st, &r);
+    if (fed > 0)
+        dispatched += fed;
 cleanup:
     /* A round stopped early (store error) keeps unseen plans too: their
      * jobs may still be queued. */

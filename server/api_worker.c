@@ -551,7 +551,7 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
     else if (rc != STORE_OK)
         http_problem(resp, 503, NULL, "report could not be stored; retry");
     else {
-        if (effects & STORE_FX_JOB_ENDED)
+        if (effects & (STORE_FX_JOB_ENDED | STORE_FX_FEED))
             sched_notify();
         if (effects & (STORE_FX_TASKS_READY | STORE_FX_JOB_ENDED))
             http_wake();
@@ -599,7 +599,7 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, NULL, "reports could not be stored; retry");
         goto cleanup;
     }
-    if (effects & STORE_FX_JOB_ENDED)
+    if (effects & (STORE_FX_JOB_ENDED | STORE_FX_FEED))
         sched_notify();
     if (effects & (STORE_FX_TASKS_READY | STORE_FX_JOB_ENDED))
         http_wake();

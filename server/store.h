@@ -190,6 +190,7 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, json_t **out, in
 /* *effects gets STORE_FX_* bits telling the caller whom to wake. */
 #define STORE_FX_JOB_ENDED 1        /* devices were freed: wake the scheduler */
 #define STORE_FX_TASKS_READY 2      /* blocked tasks became pending: wake pollers */
+#define STORE_FX_FEED 4             /* a shared job progressed: wake the scheduler's feed */
 int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         int *effects, err_t *e);
 /* Applies many reports ({"task": N, ...report fields}) in one transaction,
@@ -228,6 +229,23 @@ json_t *store_tenants_json(store_t *st);
 json_t *store_tenant_stats(store_t *st, int64_t seconds, int64_t only_tenant);
 
 /* ---- scheduler side (store_sched.c); called from the scheduler thread ---- */
+/* A live shared job as the feed pass sees it (DESIGN Part D): its
+ * computations dispatched and not finished, and those not dispatched yet. */
+typedef struct sched_feed_job {
+    int64_t id;
+    int attempt;
+    int64_t tenant;             /* 0 = none: the job counts as its own tenant */
+    int64_t share;              /* the tenant's share; 1 without a tenant */
+    int64_t island;             /* the island of its first slice */
+    int inflight, undispatched;
+} sched_feed_job_t;
+/* Up to cap live shared jobs, by id. Count or -1. */
+int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap);
+/* The island id and device indexes (shard order, *devices malloc'd) of a
+ * job's slice. Count, or -1. */
+int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64_t *island,
+                              int64_t **devices);
+
 /* A running job a higher-priority one may evict (DESIGN Part D). */
 typedef struct sched_victim {
     int64_t job;
@@ -246,7 +264,8 @@ typedef struct sched_dev {
     int local;                  /* worker-local device number */
     int64_t first;              /* the worker's first island device index */
     int count;                  /* the worker's device count */
-    int64_t job;                /* 0 = not held */
+    int64_t job;                /* 0 = not held by an exclusive job */
+    int shared;                 /* shared jobs holding it (device_holds) */
     char addr[64];              /* the worker's data_addr */
 } sched_dev_t;
 /* Fills devs[0..n-1] for the island (n = its device count). */
@@ -300,9 +319,11 @@ typedef struct sched_task {
     const char *payload;        /* TASK JSON text, without "task" */
 } sched_task_t;
 int store_sched_add_task(store_t *st, const sched_task_t *t);
-/* Marks the job allocated (devices held by it, pending_reason cleared) and
- * stores the attempt's placement (PLACEMENT JSON text, borrowed). */
-int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
+/* Marks the job allocated (devices held by it: devices.job_id, or for a
+ * shared job device_holds rows; pending_reason cleared) and stores the
+ * attempt's placement (PLACEMENT JSON text, borrowed). -1 when a device is
+ * no longer available to it (the caller rolls back). */
+int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
                                const int64_t *devices, int n, const char *placement);
 /* Fails a queued job that can no longer be compiled or placed. */
 int store_sched_fail(store_t *st, int64_t job, const char *why);

@@ -11,8 +11,16 @@
 
 /* A device's state is derived (see schema/001_init.sql). */
 #define DEVICE_STATE_SQL \
-    "CASE WHEN d.worker_id IS NULL THEN 'down' WHEN d.job_id IS NOT NULL THEN 'allocated'" \
+    "CASE WHEN d.worker_id IS NULL THEN 'down' WHEN d.job_id IS NOT NULL OR EXISTS" \
+    " (SELECT 1 FROM device_holds h WHERE h.island_id = d.island_id AND h.idx = d.idx)" \
+    " THEN 'allocated'" \
     " ELSE 'free' END"
+
+/* The job holding a device: its exclusive holder, else the lowest of the
+ * shared jobs holding it (device_holds). */
+#define HOLDER_SQL                                                                         \
+    "COALESCE(d.job_id, (SELECT MIN(h.job_id) FROM device_holds h"                        \
+    " WHERE h.island_id = d.island_id AND h.idx = d.idx))"
 
 /* Device accounting.
  *  busy: devices.busy_us, credited per succeeded shard as finished -
@@ -101,10 +109,13 @@ static void island_acct_json(json_t *isl, const island_acct_t *a)
 static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
 {
     static const char sql[] =
-        "SELECT d.idx, d.coords, " DEVICE_STATE_SQL ", d.job_id, d.worker_id, d.local, d.busy_us,"
-        " (SELECT s.name FROM slices s WHERE s.job_id = d.job_id AND s.island_id = d.island_id"
+        "SELECT d.idx, d.coords, " DEVICE_STATE_SQL ", " HOLDER_SQL ", d.worker_id, d.local,"
+        " d.busy_us, (SELECT s.name FROM slices s WHERE s.job_id = " HOLDER_SQL
+        "   AND s.island_id = d.island_id"
         "   AND EXISTS (SELECT 1 FROM json_each(s.devices) WHERE value = d.idx)), "
-        DEVICE_UP_SQL " FROM devices d WHERE d.island_id = ?1 ORDER BY d.idx";
+        DEVICE_UP_SQL ", (SELECT json_group_array(h.job_id) FROM device_holds h"
+        "  WHERE h.island_id = d.island_id AND h.idx = d.idx)"
+        " FROM devices d WHERE d.island_id = ?1 ORDER BY d.idx";
     json_t *devs = json_array();
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!devs || !s)
@@ -128,6 +139,12 @@ static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
         json_object_set_new(d, "busy_us", json_integer(busy));
         json_object_set_new(d, "idle_us", json_integer(idle_of(up, busy)));
         store_set_text_or_null(d, "slice", s, 7);
+        /* Shared devices (DESIGN Part D): every job holding it. */
+        json_t *holders = store_col_json(s, 9);
+        if (json_array_size(holders) > 0)
+            json_object_set_new(d, "jobs", holders);
+        else
+            json_decref(holders);
         json_array_append_new(devs, d);
         acct.busy_us += busy;
         acct.up_us += up;

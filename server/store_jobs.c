@@ -113,8 +113,8 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
 {
     static const char job_sql[] =
         "INSERT INTO jobs(name, state, priority, max_retries, doc, idem_key, comps_total,"
-        " created_at, tenant_id, doc_hash, preemptible)"
-        " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        " created_at, tenant_id, doc_hash, preemptible, shared)"
+        " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     static const char comp_sql[] =
         "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
         " deps_left) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6))";
@@ -145,6 +145,7 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
     if (nj->tenant > 0)
         sqlite3_bind_int64(s, 8, nj->tenant);
     sqlite3_bind_int(s, 10, plan->preemptible);
+    sqlite3_bind_int(s, 11, plan->shared);
     if (store_step_done(s) != 0)
         goto fail;
     *id = sqlite3_last_insert_rowid(store_db(st));
@@ -176,7 +177,7 @@ fail:
 /* Columns shared by the job object and the list summary. */
 #define JOB_COLS "id, name, state, priority, attempt, max_retries, comps_total, comps_done," \
                  " pending_reason, error, created_at, allocated_at, started_at, finished_at," \
-                 " retries, restarts, preemptible, preemptions"
+                 " retries, restarts, preemptible, preemptions, shared"
 
 static json_t *job_summary(sqlite3_stmt *s)
 {
@@ -211,6 +212,8 @@ static json_t *job_summary(sqlite3_stmt *s)
     /* Evictions by higher-priority jobs (DESIGN Part D): not retries. */
     json_object_set_new(j, "preemptible", json_boolean(sqlite3_column_int(s, 16)));
     json_object_set_new(j, "preemptions", json_integer(sqlite3_column_int64(s, 17)));
+    json_object_set_new(j, "sharing", json_string(sqlite3_column_int(s, 18) ? "shared"
+                                                                           : "exclusive"));
     return j;
 }
 
@@ -439,6 +442,7 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
         "UPDATE jobs SET state = ?2, error = COALESCE(?3, error), finished_at = ?4,"
         " pending_reason = NULL WHERE id = ?1";
     static const char dev_sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
+    static const char hold_sql[] = "DELETE FROM device_holds WHERE job_id = ?";
     static const char task_sql[] =
         "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?"
         " AND state IN ('blocked','pending')";
@@ -454,6 +458,9 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
         sqlite3_bind_text(s, 3, error, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 4, now);
     if (store_step_done(s) != 0 || !(s = store_stmt(st, dev_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, hold_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, job);
     if (store_step_done(s) != 0 || !(s = store_stmt(st, task_sql)))

@@ -13,7 +13,8 @@
 int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t n)
 {
     static const char sql[] =
-        "SELECT d.idx, d.worker_id, d.local, d.job_id, w.data_addr, w.first_device, w.ndevices"
+        "SELECT d.idx, d.worker_id, d.local, d.job_id, w.data_addr, w.first_device, w.ndevices,"
+        " (SELECT COUNT(*) FROM device_holds h WHERE h.island_id = d.island_id AND h.idx = d.idx)"
         " FROM devices d"
         " LEFT JOIN workers w ON w.id = d.worker_id AND w.state = 'live'"
         " WHERE d.island_id = ? ORDER BY d.idx";
@@ -38,6 +39,7 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
             snprintf(devs[i].addr, sizeof devs[i].addr, "%s", addr);
         }
         devs[i].job = sqlite3_column_int64(s, 3);
+        devs[i].shared = sqlite3_column_int(s, 7);
     }
     sqlite3_reset(s);
     return 0;
@@ -49,7 +51,8 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
 static int tenants_usage(store_t *st, sched_tenant_t *ts, int n)
 {
     static const char sql[] =
-        "SELECT j.tenant_id, COUNT(*) FROM devices d JOIN jobs j ON j.id = d.job_id"
+        "SELECT j.tenant_id, COUNT(*) FROM (SELECT job_id FROM devices WHERE job_id IS NOT NULL"
+        " UNION ALL SELECT job_id FROM device_holds) d JOIN jobs j ON j.id = d.job_id"
         " WHERE j.tenant_id IS NOT NULL GROUP BY j.tenant_id";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
@@ -250,15 +253,20 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
     return store_step_done(s);
 }
 
-int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
+int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
                                const int64_t *devices, int n, const char *placement)
 {
     static const char dev_sql[] =
-        "UPDATE devices SET job_id = ?1 WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL";
+        "UPDATE devices SET job_id = ?1 WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL"
+        " AND NOT EXISTS (SELECT 1 FROM device_holds h WHERE h.island_id = ?2 AND h.idx = ?3)";
+    /* A shared hold: only on a device no exclusive job holds. */
+    static const char hold_sql[] =
+        "INSERT INTO device_holds (island_id, idx, job_id) SELECT ?2, ?3, ?1 FROM devices"
+        " WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL";
     static const char job_sql[] =
         "UPDATE jobs SET state = 'allocated', allocated_at = ?2, pending_reason = NULL,"
         " placement = ?3 WHERE id = ?1 AND state = 'queued'";
-    sqlite3_stmt *s = store_stmt(st, dev_sql);
+    sqlite3_stmt *s = store_stmt(st, shared ? hold_sql : dev_sql);
     if (!s)
         return -1;
     for (int i = 0; i < n; i++) {
@@ -267,7 +275,8 @@ int store_sched_mark_allocated(store_t *st, int64_t job, const int64_t *islands,
         sqlite3_bind_int64(s, 3, devices[i]);
         if (store_step_done(s) != 0)
             return -1;
-        /* A device taken meanwhile would break exclusivity: abort. */
+        /* A device taken meanwhile (by anyone, for an exclusive job; by an
+         * exclusive job, for a shared one) would break the rule: abort. */
         if (sqlite3_changes(store_db(st)) != 1)
             return -1;
     }
@@ -312,6 +321,7 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
         " pending_reason = CASE ?3 WHEN 2 THEN 'preempted' ELSE 'requeued' END, error = ?2,"
         " placement = NULL WHERE id = ?1",
         "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
+        "DELETE FROM device_holds WHERE job_id = ?1",
         "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?1"
         " AND state IN ('blocked','pending')",
         "DELETE FROM outputs WHERE job_id = ?1",
@@ -340,7 +350,8 @@ int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap
 {
     static const char sql[] =
         "SELECT id, priority FROM jobs WHERE preemptible = 1 AND priority < ?1"
-        " AND state IN ('allocated', 'running') ORDER BY priority, allocated_at DESC, id DESC"
+        " AND state IN ('allocated', 'running') AND shared = 0"
+        " ORDER BY priority, allocated_at DESC, id DESC"
         " LIMIT ?2";
     sqlite3_stmt *s = store_stmt(st, sql);
     int n = 0;
@@ -387,8 +398,11 @@ int store_job_retry(store_t *st, int64_t job, const char *why)
 int store_worker_lost(store_t *st, int64_t worker, const char *how)
 {
     static const char jobs_sql[] =
-        "SELECT DISTINCT j.id, j.retries, j.max_retries FROM devices d JOIN jobs j ON j.id = d.job_id"
-        " WHERE d.worker_id = ? AND j.state IN ('allocated','running')";
+        "SELECT j.id, j.retries, j.max_retries FROM jobs j"
+        " WHERE j.state IN ('allocated','running') AND j.id IN"
+        " (SELECT d.job_id FROM devices d WHERE d.worker_id = ?1 AND d.job_id IS NOT NULL"
+        "  UNION SELECT h.job_id FROM device_holds h JOIN devices d"
+        "  ON d.island_id = h.island_id AND d.idx = h.idx WHERE d.worker_id = ?1)";
     static const char dev_sql[] =
         "UPDATE devices SET worker_id = NULL, local = NULL WHERE worker_id = ?";
     static const char w_sql[] = "UPDATE workers SET state = 'gone' WHERE id = ?";
@@ -560,4 +574,60 @@ fail:
     store_rollback(st);
     free(ids);
     return -1;
+}
+
+int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
+{
+    static const char sql[] =
+        "SELECT j.id, j.attempt, COALESCE(j.tenant_id, 0), COALESCE(t.share, 1),"
+        " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NOT NULL"
+        "  AND c.state NOT IN ('succeeded', 'failed', 'cancelled')),"
+        " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NULL),"
+        " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id)"
+        " FROM jobs j LEFT JOIN tenants t ON t.id = j.tenant_id"
+        " WHERE j.shared = 1 AND j.state IN ('allocated', 'running') ORDER BY j.id LIMIT ?1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    int n = 0;
+    if (!s)
+        return -1;
+    sqlite3_bind_int(s, 1, cap);
+    while (n < cap && sqlite3_step(s) == SQLITE_ROW) {
+        out[n].id = sqlite3_column_int64(s, 0);
+        out[n].attempt = sqlite3_column_int(s, 1);
+        out[n].tenant = sqlite3_column_int64(s, 2);
+        out[n].share = sqlite3_column_int64(s, 3);
+        out[n].inflight = sqlite3_column_int(s, 4);
+        out[n].undispatched = sqlite3_column_int(s, 5);
+        out[n].island = sqlite3_column_int64(s, 6);
+        n++;
+    }
+    sqlite3_reset(s);
+    return n;
+}
+
+int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64_t *island,
+                              int64_t **devices)
+{
+    static const char sql[] =
+        "SELECT island_id, devices FROM slices WHERE job_id = ?1 AND name = ?2";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    int n = -1;
+    *devices = NULL;
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_text(s, 2, slice, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *a = store_col_json(s, 1);
+        *island = sqlite3_column_int64(s, 0);
+        size_t m = json_array_size(a);
+        if (m > 0 && (*devices = malloc(sizeof **devices * m))) {
+            for (size_t i = 0; i < m; i++)
+                (*devices)[i] = json_integer_value(json_array_get(a, i));
+            n = (int)m;
+        }
+        json_decref(a);
+    }
+    sqlite3_reset(s);
+    return n;
 }

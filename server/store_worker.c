@@ -693,7 +693,7 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
         "UPDATE computations SET state = 'succeeded' WHERE job_id = ? AND idx = ?";
     static const char job_sql[] =
         "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?"
-        " RETURNING comps_done = comps_total";
+        " RETURNING comps_done = comps_total, shared";
     /* Only computations still waiting (sequential dispatch) have anything
      * to unblock: with parallel dispatch none are, and the producers JSON
      * of the job's other computations is never parsed (a chain of n
@@ -707,7 +707,7 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
         " (SELECT idx FROM computations WHERE job_id = ?1 AND deps_left = 0)";
     static const char disp_sql[] =
         "UPDATE computations SET state = 'dispatched', dispatched_at = ?2 WHERE job_id = ?1"
-        " AND state = 'waiting' AND deps_left = 0";
+        " AND state = 'waiting' AND deps_left = 0 AND seq IS NOT NULL";
     sqlite3_stmt *s = store_stmt(st, comp_sql);
     if (!s)
         return -1;
@@ -716,8 +716,13 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     if (store_step_done(s) != 0 || !(s = store_stmt(st, job_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
-    int done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
+    int row = sqlite3_step(s) == SQLITE_ROW;
+    int done = row && sqlite3_column_int(s, 0), shared = row && sqlite3_column_int(s, 1);
     sqlite3_reset(s);
+    /* A shared job's next computations are dispatched by the scheduler's
+     * feed pass, which this completion may unblock. */
+    if (shared)
+        *effects |= STORE_FX_FEED;
     if (done) {
         *effects |= STORE_FX_JOB_ENDED;
         return store_job_finish(st, r->job, "succeeded", NULL);

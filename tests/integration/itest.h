@@ -80,6 +80,24 @@ static inline int64_t itest_submit(const char *doc_q)
     return id;
 }
 
+/* Submits a single-quoted JSON document that must be refused: fails the
+ * test unless the answer is 400 naming `field`. */
+static inline void itest_submit_bad(const char *doc_q, const char *field)
+{
+    char *doc = hx_text_q(doc_q);
+    hx_resp_t r;
+    int sent = doc && hx_request(&itest_client, "POST", "/v1/jobs", doc, strlen(doc), &r) == 0;
+    free(doc);
+    T_CHECK(sent, "POST /v1/jobs failed");
+    const char *got = json_string_value(json_object_get(r.json, "field"));
+    char gotbuf[200];
+    snprintf(gotbuf, sizeof gotbuf, "%s", got ? got : "(none)");
+    int status = r.status;
+    hx_resp_clear(&r);
+    T_CHECK(status == 400 && strcmp(gotbuf, field) == 0,
+            "want 400 at field %s, got %d at %s", field, status, gotbuf);
+}
+
 /* Waits for a terminal state and fails unless it is `want`. Returns the
  * final job object (caller decrefs). */
 static inline json_t *itest_wait_state(int64_t id, const char *want)

@@ -124,16 +124,9 @@ static void test_evicts_fewest_lowest(void **state)
 static void test_bad_field(void **state)
 {
     (void)state;
-    char *doc = hx_text_q("{'preemptible':'yes','slices':{'s':{'shape':[1]}},'computations':"
-                          "[{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}]}]}");
-    hx_resp_t r;
-    T_CHECK(doc && hx_request(&itest_client, "POST", "/v1/jobs", doc, strlen(doc), &r) == 0,
-            "POST failed");
-    free(doc);
-    const char *field = json_string_value(json_object_get(r.json, "field"));
-    int ok = r.status == 400 && field && strcmp(field, "preemptible") == 0;
-    hx_resp_clear(&r);
-    T_CHECK(ok, "preemptible:'yes' should be 400 at field preemptible");
+    itest_submit_bad("{'preemptible':'yes','slices':{'s':{'shape':[1]}},'computations':"
+                     "[{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}]}]}",
+                     "preemptible");
 }
 
 static int group_setup(void **state)

@@ -1,0 +1,148 @@
+/* bench_share.c - Pathways' proportional-share experiment (issue 11,
+ * DESIGN Part D).
+ *
+ *   bench_share [COMPUTE_US [WINDOW_S]]     (defaults 2000 and 3)
+ *
+ * Island west=4x4 covered by 4 sim workers of 4 devices; atolld with
+ * tokens. Four tenants of shares 1, 2, 4 and 8 each submit two shared
+ * chains of 1,000 computations (COMPUTE_US of `compute` each, an edge to
+ * the next) on the whole island, all at once. After a second of warm-up,
+ * GET /v1/stats/tenants?seconds=WINDOW_S gives each tenant's device time in
+ * a window where all are backlogged: printed with its ratio to tenant 1's
+ * against the share ratio, and the devices' busy fraction (device time of
+ * all over 16 devices x the window). Then a one-computation shared job of
+ * the admin is submitted while the chains run: its submission -> started.
+ * Everything is cancelled at the end. Exits 1 when a request fails. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support_harness.h"
+
+#define ADMIN "admin-token-bench-share-0123456"
+#define WORKER "worker-token-bench-share-012345"
+#define CHAIN 1000
+
+static char *chain_doc(const char *name, int n, int64_t us)
+{
+    json_t *comps = json_array();
+    for (int i = 0; i < n; i++) {
+        char cname[16], prev[24];
+        snprintf(cname, sizeof cname, "c%d", i);
+        json_t *ops = json_array();
+        if (i > 0) {
+            snprintf(prev, sizeof prev, "c%d.b", i - 1);
+            json_array_append_new(ops, json_pack("{s:s, s:s, s:s}", "op", "input", "out", "p",
+                                                 "from", prev));
+        }
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:I}", "op", "compute", "out", "b",
+                                             "us", (json_int_t)us));
+        json_array_append_new(comps, json_pack("{s:s, s:s, s:o, s:[s]}", "name", cname, "slice",
+                                               "s", "ops", ops, "outputs", "b"));
+    }
+    json_t *doc = json_pack("{s:s, s:s, s:{s:{s:[i,i]}}, s:o}", "name", name, "sharing", "shared",
+                            "slices", "s", "shape", 4, 4, "computations", comps);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    return text;
+}
+
+static int make_tenant(hx_client_t *admin, const char *name, int share, hx_client_t *cl,
+                       const char *url)
+{
+    char body[96];
+    hx_resp_t r;
+    snprintf(body, sizeof body, "{\"name\":\"%s\",\"share\":%d}", name, share);
+    int ok = hx_request(admin, "POST", "/v1/tenants", body, strlen(body), &r) == 0 &&
+             r.status == 201;
+    const char *tok = json_string_value(json_object_get(r.json, "token"));
+    ok = ok && tok && hx_client_init(cl, url) == 0 && hx_client_set_auth(cl, tok, NULL) == 0;
+    hx_resp_clear(&r);
+    return ok ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t us = argc > 1 ? atoll(argv[1]) : 2000;
+    int window = argc > 2 ? atoi(argv[2]) : 3;
+    if (us < 100 || us > 100000 || window < 1 || window > 30) {
+        fprintf(stderr, "usage: bench_share [COMPUTE_US 100..100000 [WINDOW_S 1..30]]\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    static const char *const islands[] = {"west=4x4"};
+    static const char *const extra[] = {"--admin-token", ADMIN, "--worker-token", WORKER,
+                                        "--max-body", "4194304", NULL};
+    static const char *const wextra[] = {"--token", WORKER, "--backend", "sim", NULL};
+    static const int shares[] = {1, 2, 4, 8};
+    hx_cluster_t c;
+    hx_client_t admin, t[4];
+    int64_t ids[8];
+    int rc = hx_init() != 0 || hx_cluster_start_args(&c, islands, 1, extra) != 0;
+    for (int w = 0; !rc && w < 4; w++)
+        rc = hx_worker_start_args(&c, "west", 4, wextra, 15000, 0);
+    rc = rc || hx_client_init(&admin, c.url) != 0 || hx_client_set_auth(&admin, ADMIN, NULL);
+    for (int i = 0; !rc && i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "share%d", shares[i]);
+        rc = make_tenant(&admin, name, shares[i], &t[i], c.url);
+    }
+    char *doc = rc ? NULL : chain_doc("chain", CHAIN, us);
+    for (int k = 0; doc && !rc && k < 8; k++)
+        rc = hx_job_submit(&t[k % 4], doc, &ids[k], NULL) != 201;
+    free(doc);
+    if (rc) {
+        fprintf(stderr, "bench_share: setup failed\n");
+        return 1;
+    }
+    hx_sleep_ms(1000 + window * 1000);      /* warm-up, then the window fills */
+    char path[96];
+    snprintf(path, sizeof path, "/v1/stats/tenants?seconds=%d", window);
+    hx_resp_t r;
+    double secs[4] = {0}, total = 0;
+    rc = hx_request(&admin, "GET", path, NULL, 0, &r) != 0 || r.status != 200;
+    json_t *row;
+    size_t i;
+    json_array_foreach(json_object_get(r.json, "tenants"), i, row)
+        for (int k = 0; k < 4; k++) {
+            char name[16];
+            snprintf(name, sizeof name, "share%d", shares[k]);
+            if (strcmp(json_string_value(json_object_get(row, "name")), name) == 0)
+                secs[k] = json_number_value(json_object_get(row, "device_seconds"));
+        }
+    hx_resp_clear(&r);
+    printf("compute_us %" PRId64 "\nwindow_s %d\n", us, window);
+    for (int k = 0; k < 4; k++) {
+        total += secs[k];
+        printf("tenant_share%d_device_seconds %.3f\n", shares[k], secs[k]);
+        printf("tenant_share%d_ratio_to_share1 %.2f (share ratio %d)\n", shares[k],
+               secs[0] > 0 ? secs[k] / secs[0] : 0.0, shares[k]);
+    }
+    printf("devices_busy_fraction %.3f\n", total / (16.0 * window));
+    /* Interactive latency: a tiny shared job among the chains. */
+    char *tiny = chain_doc("tiny", 1, 100);
+    int64_t tid;
+    json_t *tj = NULL;
+    if (tiny && hx_job_submit(&admin, tiny, &tid, NULL) == 201 &&
+        hx_job_wait(&admin, tid, 30000, 2, &tj) == 0) {
+        printf("interactive_submit_to_started_ms %.2f\n",
+               (double)(hx_job_time_us(tj, "started") - hx_job_time_us(tj, "created")) / 1000.0);
+        printf("interactive_submit_to_finished_ms %.2f\n",
+               (double)(hx_job_time_us(tj, "finished") - hx_job_time_us(tj, "created")) / 1000.0);
+    } else {
+        rc = 1;
+    }
+    json_decref(tj);
+    free(tiny);
+    for (int k = 0; k < 8; k++) {
+        snprintf(path, sizeof path, "/v1/jobs/%" PRId64, ids[k]);
+        if (hx_request(&admin, "DELETE", path, NULL, 0, &r) == 0)
+            hx_resp_clear(&r);
+    }
+    for (int k = 0; k < 4; k++)
+        hx_client_cleanup(&t[k]);
+    hx_client_cleanup(&admin);
+    hx_cluster_stop(&c);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,265 @@
+/* test_sharing.c - devices shared between programs (DESIGN Part D) on real
+ * workers.
+ *
+ * atolld with tokens (tenants have shares), island west=2x2 covered by one
+ * sim worker of 4 devices. Shared jobs are placed on devices other shared
+ * jobs hold and never with an exclusive one; their computations are
+ * interleaved by the scheduler, one island sequence number each, in
+ * proportion to their tenants' shares; cancelling one leaves the others
+ * running and right. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "itest.h"
+
+#define ADMIN_TOKEN "admin-token-sharing-0123456789"
+#define WORKER_TOKEN "worker-token-sharing-0123456789"
+
+/* A shared chain of n computations on the whole island, each `us` µs of
+ * compute and an all_reduce of the shard index plus the previous value. */
+static char *chain_doc(const char *name, int n, int64_t us, int shared)
+{
+    json_t *comps = json_array();
+    for (int i = 0; i < n; i++) {
+        char cname[16], prev[24];
+        snprintf(cname, sizeof cname, "c%d", i);
+        json_t *ops = json_array();
+        if (i > 0) {
+            snprintf(prev, sizeof prev, "c%d.z", i - 1);
+            json_array_append_new(ops, json_pack("{s:s, s:s, s:s}", "op", "input", "out", "p",
+                                                 "from", prev));
+        }
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:I}", "op", "compute", "out", "b",
+                                             "us", (json_int_t)us));
+        json_array_append_new(ops, json_pack("{s:s, s:s}", "op", "shard_index", "out", "s"));
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:[s], s:s}", "op", "all_reduce", "out",
+                                             i > 0 ? "r" : "z", "args", "s", "reduce", "sum"));
+        if (i > 0)
+            json_array_append_new(ops, json_pack("{s:s, s:s, s:[s,s]}", "op", "add", "out", "z",
+                                                 "args", "r", "p"));
+        json_array_append_new(comps, json_pack("{s:s, s:s, s:o, s:[s]}", "name", cname, "slice",
+                                               "s", "ops", ops, "outputs", "z"));
+    }
+    json_t *doc = json_pack("{s:s, s:s, s:{s:{s:[i,i], s:s}}, s:o}", "name", name, "sharing",
+                            shared ? "shared" : "exclusive", "slices", "s", "shape", 2, 2,
+                            "island", "west", "computations", comps);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    return text;
+}
+
+static int64_t submit_as(hx_client_t *cl, const char *doc)
+{
+    int64_t id = -1;
+    int status = hx_job_submit(cl, doc, &id, NULL);
+    T_CHECK(status == 201, "submit: %d", status);
+    return id;
+}
+
+static json_t *wait_done(hx_client_t *cl, int64_t id, const char *want)
+{
+    json_t *job = NULL;
+    int rc = hx_job_wait(cl, id, 60000, ITEST_POLL_MS, &job);
+    int ok = rc == 0 && job && strcmp(hx_job_state(job), want) == 0;
+    if (!ok) {
+        json_decref(job);
+        job = NULL;
+    }
+    T_CHECK(ok, "job %lld did not end %s", (long long)id, want);
+    return job;
+}
+
+/* The value the chain's last output must have on every shard: each of the
+ * n computations adds the sum of shard indexes (0+1+2+3). */
+static int chain_right(hx_client_t *cl, int64_t id, int n)
+{
+    char path[64], key[16];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/result", (long long)id);
+    snprintf(key, sizeof key, "c%d.z", n - 1);
+    int ok = hx_request(cl, "GET", path, NULL, 0, &r) == 0 && r.status == 200;
+    for (int k = 0; ok && k < 4; k++) {
+        json_t *vals = json_object_get(hx_result_shard(r.json, key, k), "values");
+        ok = json_number_value(json_array_get(vals, 0)) == 6.0 * n;
+    }
+    hx_resp_clear(&r);
+    return ok;
+}
+
+/* Computation seqs of a job (index = computation). */
+static int comp_seqs(const json_t *job, int64_t *seq, int cap)
+{
+    json_t *cs = json_object_get(job, "computations"), *c;
+    size_t i;
+    int n = 0;
+    json_array_foreach(cs, i, c)
+        if (n < cap)
+            seq[n++] = json_integer_value(json_object_get(c, "seq"));
+    return n;
+}
+
+/* Two shared jobs on the whole island at once; an exclusive one waits for
+ * both; the devices name both holders; results right. */
+static void test_shared_placement(void **state)
+{
+    (void)state;
+    char *sa = chain_doc("sa", 3, 400000, 1), *sb = chain_doc("sb", 3, 400000, 1);
+    char *ex = chain_doc("ex", 1, 1000, 0);
+    int64_t a = submit_as(&itest_client, sa), b = submit_as(&itest_client, sb);
+    json_t *ja = NULL, *jb = NULL;
+    T_CHECK(hx_job_wait_leave(&itest_client, a, "queued", 20000, ITEST_POLL_MS, &ja) == 0 &&
+                hx_job_wait_leave(&itest_client, b, "queued", 20000, ITEST_POLL_MS, &jb) == 0,
+            "both shared jobs should be admitted together");
+    json_decref(ja);
+    json_decref(jb);
+    int64_t e = submit_as(&itest_client, ex);
+    hx_resp_t r;
+    int both = 0;
+    if (hx_request(&itest_client, "GET", "/v1/islands/west", NULL, 0, &r) == 0) {
+        json_t *d;
+        size_t i;
+        json_array_foreach(json_object_get(r.json, "devices"), i, d)
+            both += json_array_size(json_object_get(d, "jobs")) == 2;
+    }
+    hx_resp_clear(&r);
+    json_t *fa = wait_done(&itest_client, a, "succeeded"), *fb = wait_done(&itest_client, b,
+                                                                           "succeeded");
+    json_t *fe = wait_done(&itest_client, e, "succeeded");
+    int64_t e_alloc = hx_job_time_us(fe, "allocated");
+    int64_t last = hx_job_time_us(fa, "finished") > hx_job_time_us(fb, "finished")
+                       ? hx_job_time_us(fa, "finished") : hx_job_time_us(fb, "finished");
+    int right = chain_right(&itest_client, a, 3) && chain_right(&itest_client, b, 3);
+    json_decref(fa);
+    json_decref(fb);
+    json_decref(fe);
+    free(sa);
+    free(sb);
+    free(ex);
+    T_CHECK(both == 4, "every device should name both shared jobs (%d did)", both);
+    T_CHECK(e_alloc >= last, "the exclusive job must wait until no shared job holds a device");
+    T_CHECK(right, "shared chains computed wrong values");
+}
+
+/* Two shared chains of equal share interleave: the second job's first
+ * computation is dispatched before the first job's last one. */
+static void test_interleaved(void **state)
+{
+    (void)state;
+    char *da = chain_doc("ia", 8, 30000, 1), *db = chain_doc("ib", 8, 30000, 1);
+    int64_t a = submit_as(&itest_client, da), b = submit_as(&itest_client, db);
+    json_t *ja = wait_done(&itest_client, a, "succeeded"), *jb = wait_done(&itest_client, b,
+                                                                           "succeeded");
+    int64_t sa[8], sb[8];
+    int na = comp_seqs(ja, sa, 8), nb = comp_seqs(jb, sb, 8);
+    int right = chain_right(&itest_client, a, 8) && chain_right(&itest_client, b, 8);
+    json_decref(ja);
+    json_decref(jb);
+    free(da);
+    free(db);
+    T_CHECK(na == 8 && nb == 8 && sb[0] < sa[7] && sa[0] < sb[7],
+            "shared chains should interleave (a: %lld..%lld, b: %lld..%lld)", (long long)sa[0],
+            (long long)sa[7], (long long)sb[0], (long long)sb[7]);
+    T_CHECK(right, "interleaved chains computed wrong values");
+}
+
+/* Tenants of shares 1 and 3 on the same devices: among the computations
+ * dispatched while both are backlogged, the second gets about three for
+ * each of the first's. Cancelling one leaves the other right. */
+static void test_shares_and_cancel(void **state)
+{
+    (void)state;
+    hx_client_t t1, t3;
+    char tok1[128], tok3[128];
+    static const char *const bodies[] = {"{\"name\":\"one\",\"share\":1}",
+                                         "{\"name\":\"three\",\"share\":3}"};
+    char *toks[] = {tok1, tok3};
+    for (int i = 0; i < 2; i++) {
+        hx_resp_t r;
+        int ok = hx_request(&itest_client, "POST", "/v1/tenants", bodies[i], strlen(bodies[i]),
+                            &r) == 0 && r.status == 201;
+        const char *t = json_string_value(json_object_get(r.json, "token"));
+        if (ok && t)
+            snprintf(toks[i], 128, "%s", t);
+        hx_resp_clear(&r);
+        T_CHECK(ok && t, "tenant creation failed");
+    }
+    T_CHECK(hx_client_init(&t1, itest_cluster.url) == 0 && hx_client_set_auth(&t1, tok1, NULL) == 0 &&
+                hx_client_init(&t3, itest_cluster.url) == 0 &&
+                hx_client_set_auth(&t3, tok3, NULL) == 0, "clients");
+    char *d1 = chain_doc("one", 24, 20000, 1), *d3 = chain_doc("three", 24, 20000, 1);
+    int64_t j1 = submit_as(&t1, d1), j3 = submit_as(&t3, d3);
+    json_t *f3 = wait_done(&t3, j3, "succeeded");
+    /* tenant one still has work; cancel it mid-chain */
+    char path[64];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)j1);
+    if (hx_request(&t1, "DELETE", path, NULL, 0, &r) == 0)
+        hx_resp_clear(&r);
+    json_t *f1 = wait_done(&t1, j1, "cancelled");
+    int64_t s1[24], s3[24];
+    int n1 = comp_seqs(f1, s1, 24), n3 = comp_seqs(f3, s3, 24);
+    /* While both were backlogged (up to the last seq three got), count
+     * the dispatched computations of each. */
+    int64_t end = s3[n3 - 1];
+    int c1 = 0, c3 = n3;
+    for (int i = 0; i < n1; i++)
+        c1 += s1[i] > 0 && s1[i] <= end;
+    int right = chain_right(&t3, j3, 24);
+    fprintf(stderr, "shares 1:3 -> computations %d:%d while both were backlogged\n", c1, c3);
+    json_decref(f1);
+    json_decref(f3);
+    hx_client_cleanup(&t1);
+    hx_client_cleanup(&t3);
+    free(d1);
+    free(d3);
+    T_CHECK(c1 >= 4 && c1 <= 14,
+            "share 1 vs 3: tenant one got %d computations while three got %d (want about 8)", c1,
+            c3);
+    T_CHECK(right, "the surviving job computed wrong values after the other was cancelled");
+}
+
+static void test_bad_field(void **state)
+{
+    (void)state;
+    itest_submit_bad("{'sharing':'sometimes','slices':{'s':{'shape':[1]}},'computations':"
+                     "[{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}]}]}",
+                     "sharing");
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    static const char *const islands[] = {"west=2x2"};
+    static const char *const extra[] = {"--admin-token", ADMIN_TOKEN, "--worker-token",
+                                        WORKER_TOKEN, NULL};
+    static const char *const wextra[] = {"--token", WORKER_TOKEN, "--backend", "sim", NULL};
+    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 1, extra) != 0)
+        return -1;
+    if (hx_worker_start_args(&itest_cluster, "west", 4, wextra, 15000, 0) != 0 ||
+        hx_client_init(&itest_client, itest_cluster.url) != 0 ||
+        hx_client_set_auth(&itest_client, ADMIN_TOKEN, NULL) != 0) {
+        hx_cluster_stop(&itest_cluster);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return itest_stop();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_shared_placement, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_interleaved, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_shares_and_cancel, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_bad_field, itest_cancel_leftovers),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
