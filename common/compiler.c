@@ -8,6 +8,7 @@
  * never fit the cluster. Input JSON is always borrowed. */
 #include "compiler.h"
 #include "gspmd.h"
+#include "runspec.h"
 
 #include <float.h>
 #include <math.h>
@@ -79,6 +80,7 @@ static const op_spec_t op_specs[OP__COUNT] = {
     [OP_ALL_TO_ALL] = {"all_to_all", 1, F_ARGS | F_SPLIT | F_CONCAT, F_MESH},
     [OP_COMPUTE] = {"compute", 0, F_US, 0},
     [OP_SHARD_SLICE] = {"shard_slice", 1, F_ARGS | F_AXIS | F_MESH, 0},
+    [OP_RUN_OUTPUT] = {"run_output", 0, 0, F_SHAPE},
 };
 
 int opcode_from_name(const char *name)
@@ -765,6 +767,12 @@ static int op_semantics(cc_t *x, const json_t *opj, op_t *op)
         return op_tensor_shape(x, opj, &op->shape);
     case OP_SHARD_INDEX:
         return 0;
+    case OP_RUN_OUTPUT:         /* rank -1: the processes decide */
+        if (!json_object_get(opj, "shape")) {
+            op->shape.rank = -1;
+            return 0;
+        }
+        return op_tensor_shape(x, opj, &op->shape);
     case OP_INPUT:
         return op_input(x, opj, op);
     case OP_COMPUTE:
@@ -805,6 +813,10 @@ static int cc_op(cc_t *x, int j, const json_t *opj)
     int code = opcode_from_name(json_string_value(name));
     if (code < 0)
         return op_fail(x, "op", "unknown op '%s'", json_string_value(name));
+    if ((code == OP_RUN_OUTPUT) != 0 && !x->c->run)
+        return op_fail(x, "op", "unknown op 'run_output'");
+    if (x->c->run && code != OP_INPUT && code != OP_RUN_OUTPUT)
+        return op_fail(x, "op", "a run computation holds only its inputs and outputs");
     op->code = (opcode_t)code;
     x->opname = op_specs[code].name;
     if (x->global && (code == OP_SHARD_INDEX || code == OP_SHARD_SLICE ||
@@ -878,17 +890,20 @@ static int cc_alloc(comp_t *c, size_t nops, size_t ninputs)
 }
 
 /* Header checks shared by both entry points: an object with only the known
- * keys, a valid name and a string `slice`. Fills c->name. */
-static int comp_head(const json_t *cj, const char *prefix, comp_t *c, err_t *e)
+ * keys, a valid name and a string `slice`; `ops` or `run` (a program Atoll
+ * wrote, `internal`, has both: a run computation's lowered form). Fills
+ * c->name and c->global. */
+static int comp_head(const json_t *cj, const char *prefix, int internal, comp_t *c, err_t *e)
 {
-    static const char *const keys[] = {"name", "slice", "ops", "outputs", "global"};
+    static const char *const keys[] = {"name", "slice", "ops", "outputs", "global", "run",
+                                       "inputs"};
     const char *key;
     json_t *val;
     if (!json_is_object(cj))
         return comp_fail(prefix, e, "", "each computation must be an object");
     json_object_foreach((json_t *)cj, key, val) {
         int known = 0;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 7; i++)
             known |= strcmp(key, keys[i]) == 0;
         if (!known)
             return comp_fail(prefix, e, key, "unknown field '%s' in a computation", key);
@@ -903,10 +918,117 @@ static int comp_head(const json_t *cj, const char *prefix, comp_t *c, err_t *e)
         return comp_fail(prefix, e, "global", "computation '%s': global must be true or false",
                          c->name);
     c->global = json_is_true(global);
+    int run = json_object_get(cj, "run") != NULL;
+    if (run && !internal && json_object_get(cj, "ops"))
+        return comp_fail(prefix, e, "run", "computation '%s': give ops or run, not both",
+                         c->name);
+    if (run && c->global)
+        return comp_fail(prefix, e, "global", "computation '%s': a run computation cannot be "
+                         "global", c->name);
+    if (json_object_get(cj, "inputs") && (!run || internal))
+        return comp_fail(prefix, e, "inputs", "computation '%s': inputs belong to run "
+                         "computations (ops computations use input ops)", c->name);
     if (!json_is_string(json_object_get(cj, "slice")))
         return comp_fail(prefix, e, "slice", "computation '%s': slice must be a slice name",
                          c->name);
     return 0;
+}
+
+/* A run computation ("run", DESIGN Part F) in its lowered form: {name,
+ * slice, run, ops: [input op per "inputs" entry, run_output op per
+ * output], outputs}, the form workers compile. New reference in *out, or a
+ * 400 at the culprit's field. */
+static int run_lower(const json_t *cj, const char *prefix, const char *cname, json_t **out,
+                     err_t *e)
+{
+    const json_t *ins = json_object_get(cj, "inputs"), *outs = json_object_get(cj, "outputs");
+    const json_t *run = json_object_get(cj, "run");
+    const json_t *shapes = json_object_get(run, "shapes");
+    const char *key;
+    json_t *v;
+    if (ins && (!json_is_object(ins) || json_object_size(ins) > RUNSPEC_MAX_VALUES))
+        return comp_fail(prefix, e, "inputs", "computation '%s': inputs must be an object of "
+                         "at most %d name: \"computation.value\" entries", cname,
+                         RUNSPEC_MAX_VALUES);
+    if (outs && (!json_is_array(outs) || json_array_size(outs) > RUNSPEC_MAX_VALUES))
+        return comp_fail(prefix, e, "outputs", "computation '%s': outputs must be an array of "
+                         "at most %d names", cname, RUNSPEC_MAX_VALUES);
+    if (shapes && !json_is_object(shapes))
+        return comp_fail(prefix, e, "run.shapes", "computation '%s': run.shapes must be an "
+                         "object of output name: shape", cname);
+    json_t *ops = json_array(), *low = NULL;
+    if (!ops)
+        return err_set(e, 500, "", "out of memory");
+    json_object_foreach((json_t *)ins, key, v) {
+        char sub[ERR_FIELD_MAX];
+        fmt(sub, sizeof sub, "inputs.%s", key);
+        if (!name_valid(key) || !json_is_string(v)) {
+            json_decref(ops);
+            return comp_fail(prefix, e, sub, "computation '%s': each input is name: "
+                             "\"computation.value\" (names [A-Za-z0-9_-])", cname);
+        }
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:O}", "op", "input", "out", key,
+                                             "from", v));
+    }
+    for (size_t k = 0; k < json_array_size(outs); k++) {
+        const json_t *o = json_array_get(outs, k);
+        json_t *op = json_pack("{s:s, s:O}", "op", "run_output", "out", o);
+        const json_t *shape = json_string_value(o) ? json_object_get(shapes,
+                                                                     json_string_value(o)) : NULL;
+        if (op && shape)
+            json_object_set(op, "shape", (json_t *)shape);
+        json_array_append_new(ops, op);
+    }
+    json_object_foreach((json_t *)shapes, key, v) {
+        int listed = 0;
+        for (size_t k = 0; k < json_array_size(outs); k++)
+            listed |= json_is_string(json_array_get(outs, k)) &&
+                      strcmp(json_string_value(json_array_get(outs, k)), key) == 0;
+        if (!listed) {
+            char sub[ERR_FIELD_MAX];
+            fmt(sub, sizeof sub, "run.shapes.%s", key);
+            json_decref(ops);
+            return comp_fail(prefix, e, sub, "computation '%s': '%s' is not one of its "
+                             "outputs", cname, key);
+        }
+    }
+    if (json_array_size(ops) == 0)
+        json_array_append_new(ops, json_pack("{s:s, s:s}", "op", "run_output", "out", "_"));
+    low = json_pack("{s:O, s:O, s:O, s:o, s:O}", "name", json_object_get(cj, "name"), "slice",
+                    json_object_get(cj, "slice"), "run", run, "ops", ops, "outputs",
+                    outs ? outs : json_array());
+    if (!low)
+        return err_set(e, 500, "", "out of memory");
+    *out = low;
+    return 0;
+}
+
+/* An error found compiling a run computation's lowered form names an op of
+ * it ("PREFIX.ops[k]..."): name what the user wrote instead. */
+static void run_fix_field(const json_t *low, const char *prefix, err_t *e)
+{
+    char head[ERR_FIELD_MAX];
+    int k = -1;
+    fmt(head, sizeof head, "%s.ops[", prefix);
+    if (strncmp(e->field, head, strlen(head)) != 0 ||
+        sscanf(e->field + strlen(head), "%d", &k) != 1)
+        return;
+    const json_t *op = json_array_get(json_object_get(low, "ops"), (size_t)k);
+    const char *out = json_string_value(json_object_get(op, "out"));
+    const char *code = json_string_value(json_object_get(op, "op"));
+    if (!out || !code)
+        return;
+    if (strcmp(code, "input") == 0) {
+        fmt(e->field, sizeof e->field, "%s.inputs.%s", prefix, out);
+        return;
+    }
+    const json_t *outs = json_object_get(low, "outputs");
+    for (size_t i = 0; i < json_array_size(outs); i++)
+        if (json_is_string(json_array_get(outs, i)) &&
+            strcmp(json_string_value(json_array_get(outs, i)), out) == 0) {
+            fmt(e->field, sizeof e->field, "%s.outputs[%zu]", prefix, i);
+            return;
+        }
 }
 
 /* Compiles ops and outputs into c (name, slice, slice_shape, nshards set by
@@ -926,6 +1048,11 @@ static int comp_body(const json_t *cj, const char *prefix, comp_t *c, int global
     if (outs && !json_is_array(outs))
         return comp_fail(prefix, e, "outputs", "computation '%s': outputs must be an array of "
                          "value names", c->name);
+    const json_t *run = json_object_get(cj, "run");
+    char rprefix[ERR_FIELD_MAX];
+    field_join(rprefix, sizeof rprefix, prefix, "run");
+    if (run && (rc = runspec_parse(run, rprefix, &c->run, e)))
+        return rc;
     if (cc_alloc(c, nops, count_inputs(ops)) || nidx_init(&x.values, nops))
         return err_set(e, 500, "", "out of memory");
     c->nops = c->nvalues = (int)nops;
@@ -948,6 +1075,8 @@ static void comp_release(comp_t *c)
         free(c->inputs[i].edge);
     free(c->inputs);
     gspmd_free(c->gspmd);
+    runspec_free(c->run);
+    json_decref(c->run_json);
 }
 
 void comp_free(comp_t *c)
@@ -974,6 +1103,10 @@ typedef struct comp_rctx {
 static int comp_resolve(void *rctx, cc_t *x, comp_input_t *in)
 {
     comp_rctx_t *r = rctx;
+    if (x->c->run && r->fn && r->fn(r->ctx, in->from, &in->shape) != 0) {
+        in->shape.rank = -1;    /* a run computation takes what the producer wrote */
+        return 0;
+    }
     if (!r->fn || r->fn(r->ctx, in->from, &in->shape) != 0)
         return op_fail(x, "from", "unknown input '%s'", in->from);
     if (!shape_valid(&in->shape))
@@ -1003,7 +1136,7 @@ int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
     if (!c)
         return err_set(e, 500, "", "out of memory");
     comp_set_slice(c, -1, slice_shape);
-    int rc = comp_head(comp_json, "", c, e);
+    int rc = comp_head(comp_json, "", 1, c, e);
     if (!rc)
         rc = c->global ? comp_fail("", e, "global", "compiler_comp() takes per-shard "
                                    "computations (a global one is partitioned by compiler_job)")
@@ -1281,7 +1414,9 @@ static int job_scan(job_ctx_t *j)
         comp_t *c = &plan->comps[i];
         const json_t *cj = json_array_get(j->comps_json, (size_t)i);
         fmt(prefix, sizeof prefix, "computations[%d]", i);
-        int rc = comp_head(cj, prefix, c, j->e);
+        int rc = comp_head(cj, prefix, 0, c, j->e);
+        if (!rc && json_object_get(cj, "run"))
+            rc = run_lower(cj, prefix, c->name, &c->run_json, j->e);
         if (rc)
             return rc;
         int prev = nidx_put(&j->comp_names, c->name, i);
@@ -1296,8 +1431,14 @@ static int job_scan(job_ctx_t *j)
         comp_set_slice(c, s, &plan->slices[s].shape);
     }
     for (int i = 0; i < plan->ncomps; i++) {
-        const json_t *ops = json_object_get(json_array_get(j->comps_json, (size_t)i), "ops");
-        int rc = job_scan_edges(j, i, ops);
+        const comp_t *c = &plan->comps[i];
+        const json_t *cj = c->run_json ? c->run_json : json_array_get(j->comps_json, (size_t)i);
+        int rc = job_scan_edges(j, i, json_object_get(cj, "ops"));
+        if (rc && c->run_json) {
+            char prefix[32];
+            fmt(prefix, sizeof prefix, "computations[%d]", i);
+            run_fix_field(c->run_json, prefix, j->e);
+        }
         if (rc)
             return rc;
     }
@@ -1409,6 +1550,10 @@ static int job_resolve(void *rctx, cc_t *x, comp_input_t *in)
                        in->value);
     in->producer = p;
     in->shape = j->plan->comps[p].vshapes[slot];
+    if (in->shape.rank < 0 && !x->c->run)
+        return op_fail(x, "from", "output '%s' of run computation '%s' has no declared shape: "
+                       "give it in that computation's run.shapes", in->value,
+                       in->producer_name);
     if (x->global) {            /* the producer's global shape, same value name */
         const comp_t *g = j->plan->comps[p].gspmd->global;
         for (int v = 0; v < g->nvalues; v++)
@@ -1483,9 +1628,15 @@ static int job_compile_comps(job_ctx_t *j)
         comp_t *c = &plan->comps[i];
         char prefix[32];
         fmt(prefix, sizeof prefix, "computations[%d]", i);
-        int rc = c->global ? job_compile_global(j, i, prefix)
-                           : comp_body(json_array_get(j->comps_json, (size_t)i), prefix, c, 0,
-                                       0, job_resolve, j, j->e);
+        int rc = 0;
+        if (c->global)
+            rc = job_compile_global(j, i, prefix);
+        else if (c->run_json && (rc = comp_body(c->run_json, prefix, c, 0, 1, job_resolve, j,
+                                                j->e)))
+            run_fix_field(c->run_json, prefix, j->e);
+        else if (!c->run_json)
+            rc = comp_body(json_array_get(j->comps_json, (size_t)i), prefix, c, 0, 0,
+                           job_resolve, j, j->e);
         if (rc)
             return rc;
         if (nidx_init(&j->outputs[i], (size_t)c->noutputs))

@@ -27,7 +27,7 @@ typedef enum opcode {
     OP_SCALE, OP_MATMUL, OP_TRANSPOSE, OP_RESHAPE, OP_REDUCE_SUM,
     OP_REDUCE_MAX, OP_SOFTMAX, OP_RSQRT, OP_LOG, OP_EINSUM,
     OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_PPERMUTE, OP_ALL_TO_ALL,
-    OP_COMPUTE, OP_SHARD_SLICE,
+    OP_COMPUTE, OP_SHARD_SLICE, OP_RUN_OUTPUT,
     OP__COUNT
 } opcode_t;
 
@@ -99,6 +99,13 @@ typedef struct comp {
     struct gspmd *gspmd;        /* compiler_job(): for a global comp, its partitioning;
                                    ops above are then the lowered per-shard program.
                                    Owned; NULL otherwise */
+    /* A user-program computation ("run", DESIGN Part F): its ops are one
+     * `input` op per entry of "inputs", then one `run_output` op per
+     * output (shape rank -1 when not declared in run.shapes: known only
+     * when the processes wrote it). Owned; NULL for ops computations. */
+    struct runspec *run;
+    json_t *run_json;           /* compiler_job(): that program as a computation object
+                                   (what workers get); owned reference, or NULL */
 } comp_t;
 
 typedef struct job_slice {

@@ -124,8 +124,11 @@ static void pending_reason(round_t *r, const job_plan_t *plan, const alloc_reque
              plan->nslices);
 }
 
+/* rank -1 (a run computation's undeclared output): null. */
 static json_t *shape_json(const shape_t *s)
 {
+    if (s->rank < 0)
+        return json_null();
     json_t *a = json_array();
     for (int i = 0; a && i < s->rank; i++)
         json_array_append_new(a, json_integer(s->dim[i]));
@@ -176,7 +179,8 @@ static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_
     /* A global computation (DESIGN Part C) goes out as its partitioned
      * per-shard program: workers never see global shapes. */
     json_t *comp = cp->gspmd ? cp->gspmd->lowered
-                             : json_array_get(json_object_get(doc, "computations"), (size_t)c);
+                 : cp->run_json ? cp->run_json   /* a run computation, lowered (Part F) */
+                 : json_array_get(json_object_get(doc, "computations"), (size_t)c);
     return json_pack("{s:I, s:i, s:i, s:I, s:s, s:o, s:O, s:o, s:o}",
                      "job", (json_int_t)job->id, "attempt", job->attempt, "comp", c,
                      "seq", (json_int_t)seq, "slice", plan->slices[cp->slice].name,

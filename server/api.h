@@ -13,6 +13,7 @@ typedef struct api_config {
     int64_t lease_us;
     const char *web_dir;
     const char *dispatch;           /* "parallel" | "sequential" */
+    int allow_run;                  /* --allow-run: "run" computations accepted */
 } api_config_t;
 
 extern api_config_t api_cfg;
@@ -35,6 +36,19 @@ void api_jobs_program(http_req_t *req, http_resp_t *resp);
 /* Replaces, in a result object (store_job_result()), each output of a
  * global computation by its assembled global value. 0 or -1. */
 int api_result_global(struct store *st, int64_t id, json_t *res);
+/* api_runs.c: users' programs (DESIGN Part F) */
+void api_worker_logs(http_req_t *req, http_resp_t *resp);
+void api_worker_procs(http_req_t *req, http_resp_t *resp);
+void api_jobs_logs(http_req_t *req, http_resp_t *resp);
+void api_jobs_processes(http_req_t *req, http_resp_t *resp);
+/* Resumes parked log follows (new output or state, or the sampler tick). */
+void api_runs_notify(void);
+/* Ends every log follow (shutdown). */
+void api_runs_stop(void);
+/* api_worker.c: the worker a /v1/workers/{id}/... call speaks for, checked
+ * against its credential and alive (this thread's store in *st); else
+ * answers (404, 401, 403, 409, 503) and returns 0. */
+int64_t api_worker_caller(http_req_t *req, http_resp_t *resp, struct store **st);
 /* api_cluster.c */
 void api_islands_list(http_req_t *req, http_resp_t *resp);
 void api_islands_get(http_req_t *req, http_resp_t *resp);

@@ -114,6 +114,15 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
         http_problem(resp, e.status, e.field, "%s", e.detail);
         goto cleanup;
     }
+    for (int i = 0; i < plan->ncomps && !api_cfg.allow_run; i++) {
+        if (plan->comps[i].run) {
+            char field[48];
+            snprintf(field, sizeof field, "computations[%d].run", i);
+            http_problem(resp, 403, field, "this controller does not run users' programs "
+                         "(start atolld with --allow-run)");
+            goto cleanup;
+        }
+    }
     int fits = job_ever_fits(plan);
     if (fits < 0) {
         http_problem(resp, 500, NULL, "out of memory");

@@ -18,6 +18,8 @@
 
 static json_t *shape_json(const shape_t *s)
 {
+    if (s->rank < 0)            /* a run computation's undeclared output */
+        return json_null();
     json_t *a = json_array();
     for (int d = 0; a && d < s->rank; d++)
         json_array_append_new(a, json_integer(s->dim[d]));
@@ -55,7 +57,8 @@ static json_t *program_comp(const job_plan_t *plan, int i, const json_t *doc_com
     const gspmd_t *g = c->gspmd;
     gspmd_mesh_t mesh;
     plan_mesh(plan, c, &mesh);
-    const json_t *src = g ? json_object_get(g->lowered, "ops") : json_object_get(doc_comp, "ops");
+    const json_t *src = g ? json_object_get(g->lowered, "ops")
+                      : json_object_get(c->run_json ? c->run_json : doc_comp, "ops");
     json_t *ops = json_array(), *axes = json_array();
     for (int r = 0; axes && r < mesh.shape.rank; r++)
         json_array_append_new(axes, json_string(mesh.axes[r]));

@@ -72,6 +72,7 @@ void api_stream_sampled(void)
      * a second. */
     resume_all_locked();
     pthread_mutex_unlock(&stream_mu);
+    api_runs_notify();      /* log follows check whether their process ended */
 }
 
 void api_stream_stop(void)

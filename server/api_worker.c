@@ -336,6 +336,19 @@ static int64_t worker_param(http_req_t *req, http_resp_t *resp)
     return id;
 }
 
+int64_t api_worker_caller(http_req_t *req, http_resp_t *resp, store_t **st)
+{
+    int64_t id = worker_param(req, resp);
+    int live = 0;
+    if (id < 1 || !(*st = api_store(resp)) || !worker_auth(req, resp, *st, id, 0, &live))
+        return 0;
+    if (!live) {
+        http_problem(resp, 409, "id", "worker %lld is gone", (long long)id);
+        return 0;
+    }
+    return id;
+}
+
 /* The heartbeat body's figures: each group an optional object of
  * non-negative integers (an absent member is 0). */
 typedef struct hb_group {

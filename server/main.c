@@ -42,6 +42,7 @@ typedef struct options {
     int64_t drain_ms;                   /* SIGTERM: wait for running shards to report */
     int64_t max_conns;                  /* 0: derived from RLIMIT_NOFILE (http.h) */
     int64_t header_timeout_ms;          /* a request's header block, from accept */
+    int allow_run;                      /* --allow-run: users' programs (DESIGN Part F) */
 } options_t;
 
 static void usage(FILE *out)
@@ -63,6 +64,8 @@ static void usage(FILE *out)
         "  --web-dir DIR        dashboard files (ATOLL_WEB_DIR, default %s/web)\n"
         "  --log-level LEVEL    debug|info|warn|error (ATOLL_LOG_LEVEL, default info)\n"
         "  --log-json           JSON-lines logs (ATOLL_LOG_JSON=1)\n"
+        "  --allow-run          accept computations that run users' own programs (\"run\",\n"
+        "                       DESIGN Part F); off: they are 403 (ATOLL_ALLOW_RUN=1)\n"
         "  --admin-token TOKEN  require bearer tokens; this one may do anything, incl.\n"
         "                       POST /v1/tenants (ATOLL_ADMIN_TOKEN; >= 16 chars)\n"
         "  --worker-token TOKEN the workers' join token (ATOLL_WORKER_TOKEN)\n"
@@ -180,6 +183,7 @@ static int apply(options_t *o, int opt, const char *arg)
         return log_level_parse(arg, &o->log_level) == 0
                    ? 0 : fail_flag("--log-level", arg, "must be debug, info, warn or error");
     case 'j': o->log_json = 1; return 0;
+    case 'r': o->allow_run = 1; return 0;
     case 'A': o->admin_token = arg; return 0;
     case 'W': o->worker_token = arg; return 0;
     case 'R': o->read_token = arg; return 0;
@@ -210,6 +214,9 @@ static int parse_env(options_t *o)
     const char *j = getenv("ATOLL_LOG_JSON");
     if (j && strcmp(j, "1") == 0)
         o->log_json = 1;
+    const char *ar = getenv("ATOLL_ALLOW_RUN");
+    if (ar && strcmp(ar, "1") == 0)
+        o->allow_run = 1;
     const char *isl = getenv("ATOLL_ISLANDS");
     return isl && *isl ? parse_islands_env(o, isl) : 0;
 }
@@ -230,6 +237,7 @@ static int parse_args(options_t *o, int argc, char **argv)
         {"max-connections", required_argument, NULL, 'M'},
         {"header-timeout-ms", required_argument, NULL, 'H'},
         {"durability", required_argument, NULL, 'u'},
+        {"allow-run", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     snprintf(o->host, sizeof o->host, "127.0.0.1");
@@ -343,7 +351,8 @@ int main(int argc, char **argv)
     if (requeued > 0)
         log_warn("recovery: %d allocated/running job(s) from before the restart requeued",
                  requeued);
-    api_cfg = (api_config_t){o.islands, o.nislands, o.lease_ms * 1000, o.web_dir, o.dispatch};
+    api_cfg = (api_config_t){o.islands, o.nislands, o.lease_ms * 1000, o.web_dir, o.dispatch,
+                             o.allow_run};
     sched_config_t sc = {o.islands, o.nislands, o.lease_ms * 1000,
                          strcmp(o.dispatch, "sequential") == 0, http_wake};
     if (sched_start(&sc) != 0) {
@@ -390,6 +399,7 @@ int main(int argc, char **argv)
     drain(&o);
     sampler_stop();
     api_stream_stop();   /* event streams end, so none is suspended at http_stop() */
+    api_runs_stop();     /* and log follows */
     http_stop();
     store_thread_close();
     store_sync_close();

@@ -335,4 +335,38 @@ int store_sched_expire(store_t *st, int64_t lease_us);
  * that kept running while atolld was down are not declared lost. */
 int store_sched_recover(store_t *st);
 
+
+/* ---- users' programs (store_runs.c; DESIGN Part F) ---- */
+
+#define STORE_RUN_LOG_KEEP ((int64_t)8 << 20)   /* bytes kept per process and stream */
+
+typedef struct store_run_key {
+    int64_t job;
+    int attempt;
+    int comp;
+    int process;
+} store_run_key_t;
+
+/* STORE_OK when worker holds (or held) a host task of (job, attempt,
+ * comp), STORE_NOTFOUND when not. */
+int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int comp);
+/* Appends one output chunk (stream 1 stdout, 2 stderr) and trims the
+ * stream to its newest STORE_RUN_LOG_KEEP bytes, in one transaction. */
+int store_run_log_put(store_t *st, const store_run_key_t *k, int stream, int64_t offset,
+                      const void *data, size_t len);
+/* Process-state events of docs/worker-protocol.md (validated by the
+ * caller), in one transaction. */
+int store_run_procs_put(store_t *st, int64_t worker, const json_t *events);
+/* The newest attempt with a state or output for that process, or -1. */
+int store_run_latest_attempt(store_t *st, int64_t job, int comp, int process);
+/* Chunks with id > after_id, both streams interleaved as received, until
+ * about max bytes: *buf (caller frees; NULL when none), *len, *last_id. */
+int store_run_log_read(store_t *st, const store_run_key_t *k, int64_t after_id, size_t max,
+                       char **buf, size_t *len, int64_t *last_id);
+/* Non-zero when the process ended, or its job attempt did (follow stops). */
+int store_run_proc_ended(store_t *st, const store_run_key_t *k);
+/* [{attempt, comp, process, worker, host, pid, state, exit_code?, signal?,
+ * started_at_us, ended_at_us?}]; new reference, NULL on error. */
+json_t *store_run_processes(store_t *st, int64_t job);
+
 #endif

@@ -228,7 +228,7 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
         return NULL;
     }
     ex->env = (exec_env_t){.mb = mb, .dp = dp, .st = st,
-                           .peer_timeout_us = cfg->peer_timeout_us, .sim = cfg->sim,
+                           .peer_timeout_us = cfg->peer_timeout_us, .sim = cfg->sim, .run = cfg->run,
                            .ring_min_bytes = cfg->ring_min_bytes ? cfg->ring_min_bytes
                                                                  : EXEC_RING_MIN_BYTES_DEFAULT,
                            .relay_min_procs = cfg->relay_min_procs > 0

@@ -36,6 +36,8 @@ typedef struct exec_cfg {
     int relay_min_procs;        /* 0: EXEC_RELAY_MIN_PROCS_DEFAULT */
     const char *self_addr;      /* this worker's data address (borrowed, copied):
                                    names its proc in every placement */
+    const exec_run_opts_t *run; /* users' programs (borrowed, must outlive the
+                                   executor); NULL: run computations fail */
 } exec_cfg_t;
 
 #define EXEC_DEFAULT_STORE_CAP ((int64_t)1024 * 1024 * 1024)

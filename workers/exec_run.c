@@ -174,7 +174,7 @@ static int run_input(run_t *r, int i, tensor_t **outs)
                           .op = i, .src = k, .dst = k};
         if (exec_run_take(r, &tag, &outs[l]) != 0)
             return -1;
-        if (!shape_equal(&outs[l]->shape, &op->shape)) {
+        if (op->shape.rank >= 0 && !shape_equal(&outs[l]->shape, &op->shape)) {
             char got[64], want[64];
             shape_format(&outs[l]->shape, got, sizeof got);
             shape_format(&op->shape, want, sizeof want);
@@ -266,6 +266,8 @@ static int run_dispatch(run_t *r, int i, tensor_t **outs)
         return run_input(r, i, outs);
     if (op->code == OP_COMPUTE)
         return run_compute(r, i, outs);
+    if (op->code == OP_RUN_OUTPUT)
+        return exec_gang_output(r, i, outs);
     if (!opcode_is_collective(op->code))
         return run_local(r, i, outs);
     const tensor_t **args = calloc((size_t)r->nl, sizeof *args);
@@ -318,7 +320,9 @@ static int run_op(run_t *r, int i)
     const op_t *op = &r->comp->ops[i];
     if (run_args_ready(r, i) != 0)
         return -1;
-    int64_t per = op->code == OP_INPUT ? 0 : ostore_tensor_bytes(&op->shape);
+    /* Inputs exist already; a run's outputs were written by its processes. */
+    int64_t per = op->code == OP_INPUT || op->code == OP_RUN_OUTPUT
+                      ? 0 : ostore_tensor_bytes(&op->shape);
     if (per > 0 && run_reserve(r, i, per * r->nl) != 0)
         return -1;
     tensor_t **outs = calloc((size_t)r->nl, sizeof *outs);
@@ -430,6 +434,10 @@ static int run_plan_refs(run_t *r)
                 r->refs[r->comp->ops[i].arg[a]]++;
     for (int k = 0; k < r->comp->noutputs; k++)
         r->refs[r->comp->outputs[k]]++;
+    /* A run computation's processes read every input (exec_gang.c). */
+    for (int i = 0; r->comp->run && i < r->comp->nops; i++)
+        if (r->comp->ops[i].code == OP_INPUT)
+            r->refs[r->comp->ops[i].out]++;
     for (int s = 0; s < r->t->nsends; s++) {
         r->send_slot[s] = -1;
         for (int v = 0; v < nv && r->send_slot[s] < 0; v++)
@@ -545,6 +553,8 @@ static int run_body(run_t *r)
         if (run_op(r, i) != 0)
             return -1;
     }
+    if (r->comp->run && !r->gang_ran && exec_gang_output(r, -1, NULL) != 0)
+        return -1;
     return run_sends(r);
 }
 
@@ -564,6 +574,7 @@ static void run_cleanup(run_t *r)
                          (long long)r->t->id, left, (int)r->t->shards[l]);
         }
     }
+    exec_gang_cleanup(r);
     free(r->objs);
     free(r->refs);
     free(r->send_slot);

@@ -45,6 +45,18 @@ typedef struct exec_counters {
                                    plan (each failed its host task) */
 } exec_counters_t;
 
+/* How this worker runs users' programs (DESIGN Part F; atoll-worker
+ * --run-as, --run-dir). */
+struct runlog;
+typedef struct exec_run_opts {
+    const char *dir;            /* parent of the processes' working directories */
+    int run_as;                 /* switch the programs to uid/gid */
+    unsigned uid, gid;
+    int refuse;                 /* root without --run-as: run computations fail */
+    char host[64];              /* this worker's host, for process states */
+    struct runlog *log;         /* output and state shipping; may be NULL */
+} exec_run_opts_t;
+
 typedef struct exec_env {
     mbox_t *mb;                 /* borrowed */
     dplane_t *dp;               /* borrowed */
@@ -55,6 +67,7 @@ typedef struct exec_env {
     int relay_min_procs;        /* see EXEC_RELAY_MIN_PROCS_DEFAULT */
     int sim;                    /* `sim` backend: real arithmetic, but `compute`
                                    sleeps instead of busy-waiting */
+    const exec_run_opts_t *run; /* borrowed; NULL: run computations fail */
 } exec_env_t;
 
 /* Returns a new JSON object (caller owns the reference), or NULL only when

@@ -22,6 +22,9 @@ typedef struct run {
     int64_t started_us;
     int64_t inputs_ready_us;    /* last `input` edge taken, else started_us */
     int cancelled;
+    int gang_ran;               /* a run computation's processes ran (exec_gang.c) */
+    tensor_t **gang_outs;       /* noutputs * nl tensors they wrote, owned until the
+                                   run_output ops take them */
     char err[512];
     char unreachable[64];       /* data address of a peer that could not be reached */
 } run_t;
@@ -36,6 +39,15 @@ int exec_run_take(run_t *r, const mbox_tag_t *tag, tensor_t **out);
 int exec_run_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_t *v);
 /* Counts a received message whose size disagrees with the plan. */
 void exec_run_count_bad(const run_t *r);
+
+/* A run computation's `run_output` op i (DESIGN Part F): the first call
+ * runs the gang of local processes (inputs written as .npy, outputs read
+ * back); each call hands over op i's tensors, one per local shard (NULL
+ * for the placeholder op of a run without outputs). i = -1 only runs the
+ * gang. Returns 0, or -1 with r->err or r->cancelled set. */
+int exec_gang_output(run_t *r, int i, tensor_t **outs);
+/* Frees what the gang left untaken. */
+void exec_gang_cleanup(run_t *r);
 
 /* Runs collective op i for every local shard: args[l] is shard l's
  * argument (borrowed), outs[l] receives its result (caller owns). Returns

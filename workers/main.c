@@ -6,20 +6,25 @@
  * drains: stop polling, let queued and running tasks finish (bounded by
  * --drain-ms), deliver their reports, leave the controller, exit 0. */
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dplane.h"
 #include "exec.h"
 #include "mbox.h"
 #include "ostore.h"
+#include "runlog.h"
 #include "util.h"
 #include "wclient.h"
 #include "wopts.h"
@@ -41,6 +46,8 @@ typedef struct worker {
     wclient_t *wc;
     wreport_t *wr;
     exec_t *ex;
+    runlog_t *rl;
+    exec_run_opts_t run;               /* users' programs (DESIGN Part F) */
     pthread_t hb_thread;
     int hb_started;
     atomic_int hb_stop;
@@ -266,17 +273,52 @@ static int worker_open(worker_t *w)
     return 0;
 }
 
+/* --run-as and --run-dir into w->run. Returns 0 or -1 (logged). */
+static int run_opts(worker_t *w)
+{
+    static char dir[256];
+    const char *tmp = getenv("TMPDIR");
+    if (w->o.run_dir)
+        snprintf(dir, sizeof dir, "%s", w->o.run_dir);
+    else
+        snprintf(dir, sizeof dir, "%s/atoll-run", tmp && tmp[0] == '/' ? tmp : "/tmp");
+    if (mkdir(dir, 0711) != 0 && errno != EEXIST) {
+        log_error("--run-dir %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    w->run.dir = dir;
+    gethostname(w->run.host, sizeof w->run.host - 1);
+    if (w->o.run_as) {
+        struct passwd *pw = getpwnam(w->o.run_as);
+        if (!pw) {
+            log_error("--run-as %s: no such user", w->o.run_as);
+            return -1;
+        }
+        w->run.run_as = pw->pw_uid != geteuid() || pw->pw_gid != getegid();
+        w->run.uid = pw->pw_uid;
+        w->run.gid = pw->pw_gid;
+        if (w->run.run_as && geteuid() != 0) {
+            log_error("--run-as %s: switching users needs root", w->o.run_as);
+            return -1;
+        }
+    } else {
+        w->run.refuse = geteuid() == 0;
+    }
+    return 0;
+}
+
 /* Starts reporter, executor and heartbeat. Returns 0 or -1. */
 static int worker_run_threads(worker_t *w)
 {
-    if (!(w->wr = wreport_start(w->wc)))
+    if (!(w->wr = wreport_start(w->wc)) || run_opts(w) != 0 ||
+        !(w->run.log = w->rl = runlog_start(w->wc)))
         return -1;
     exec_cfg_t cfg = {.ndevices = w->o.devices,
                       .peer_timeout_us = (int64_t)w->o.peer_timeout_ms * 1000,
                       .sim = strcmp(w->o.backend, "sim") == 0, .store = w->st,
                       .ring_min_bytes = w->o.ring_min_kb ? (int64_t)w->o.ring_min_kb * 1024
                                                          : INT64_MAX,
-                      .self_addr = dplane_addr(w->dp)};
+                      .self_addr = dplane_addr(w->dp), .run = &w->run};
     if (!(w->ex = exec_start(&cfg, w->mb, w->dp, wreport_exec_fn, w->wr)))
         return -1;
     if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0)
@@ -295,6 +337,7 @@ static void worker_close(worker_t *w, int registered)
         mbox_shutdown(w->mb);           /* wakes tasks still waiting for peers */
         exec_stop(w->ex);
     }
+    runlog_stop(w->rl);
     wreport_stop(w->wr, 5000);
     if (w->hb_started) {
         atomic_store(&w->hb_stop, 1);

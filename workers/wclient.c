@@ -144,7 +144,7 @@ void wclient_free(wclient_t *wc)
 
 /* Sets up one easy handle. Returns 0 or -1. */
 static int setup(CURL *c, const char *url, const char *method, const char *payload,
-                 struct curl_slist *hdrs, long timeout_ms, const atomic_int *abort_flag,
+                 size_t payload_len, struct curl_slist *hdrs, long timeout_ms, const atomic_int *abort_flag,
                  buf_t *b, const char *ca_file)
 {
     int bad = 0;
@@ -158,8 +158,11 @@ static int setup(CURL *c, const char *url, const char *method, const char *paylo
     bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, b) != CURLE_OK;
-    if (payload)
+    if (payload) {
+        bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)payload_len) !=
+               CURLE_OK;
         bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload) != CURLE_OK;
+    }
     if (abort_flag) {
         bad |= curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK;
         bad |= curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)abort_flag) != CURLE_OK;
@@ -207,10 +210,17 @@ static void handle_drop(wclient_t *wc, CURL *c)
     curl_easy_cleanup(c);
 }
 
-/* One exchange; extra (may be NULL) is one more header line. */
+/* Raw request bodies (application/octet-stream), for call_with(). */
+typedef struct raw_body {
+    const void *data;
+    size_t len;
+} raw_body_t;
+
+/* One exchange; extra (may be NULL) is one more header line; the body is
+ * JSON (body) or, when raw is not NULL, those bytes as they are. */
 static int call_with(wclient_t *wc, const char *extra, const char *method, const char *path,
-                     const json_t *body, long timeout_ms, const atomic_int *abort_flag,
-                     json_t **resp)
+                     const json_t *body, const raw_body_t *raw, long timeout_ms,
+                     const atomic_int *abort_flag, json_t **resp)
 {
     int status = -1;
     char url[1024];
@@ -226,7 +236,8 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
         goto cleanup;
     if (!(hdrs = curl_slist_append(NULL, "Accept: application/json")))
         goto cleanup;
-    if (!(h2 = curl_slist_append(hdrs, "Content-Type: application/json")))
+    if (!(h2 = curl_slist_append(hdrs, raw ? "Content-Type: application/octet-stream"
+                                           : "Content-Type: application/json")))
         goto cleanup;
     hdrs = h2;
     if (wc->auth_header) {
@@ -240,8 +251,10 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
         hdrs = h2;
     }
     if (!(c = handle_get(wc, &own)) ||
-        setup(c, url, method, payload ? payload : (body ? "" : NULL), hdrs, timeout_ms,
-              abort_flag, &b, wc->ca_file) != 0)
+        setup(c, url, method, raw ? (const char *)raw->data : payload ? payload
+                                                              : (body ? "" : NULL),
+              raw ? raw->len : payload ? strlen(payload) : 0, hdrs, timeout_ms, abort_flag, &b,
+              wc->ca_file) != 0)
         goto cleanup;
     CURLcode rc = curl_easy_perform(c);
     if (rc != CURLE_OK) {
@@ -269,25 +282,46 @@ cleanup:
 int wclient_call(wclient_t *wc, const char *method, const char *path, const json_t *body,
                  long timeout_ms, const atomic_int *abort_flag, json_t **resp)
 {
-    return call_with(wc, NULL, method, path, body, timeout_ms, abort_flag, resp);
+    return call_with(wc, NULL, method, path, body, NULL, timeout_ms, abort_flag, resp);
 }
 
 /* A call about worker `id`, with its credential when id is the current
  * registration (a call for an id replaced meanwhile goes without and is
  * refused; the caller then uses the new id). */
-static int call_as(wclient_t *wc, int64_t id, const char *method, const char *path,
-                   const json_t *body, long timeout_ms, const atomic_int *abort_flag,
-                   json_t **resp)
+static int call_as_raw(wclient_t *wc, int64_t id, const char *method, const char *path,
+                       const json_t *body, const raw_body_t *raw, long timeout_ms,
+                       const atomic_int *abort_flag, json_t **resp)
 {
     char hdr[sizeof WCLIENT_SECRET_HEADER + WCLIENT_SECRET_MAX + 4] = "";
     pthread_mutex_lock(&wc->mu);
     if (id == wc->id && wc->secret[0])
         snprintf(hdr, sizeof hdr, WCLIENT_SECRET_HEADER ": %s", wc->secret);
     pthread_mutex_unlock(&wc->mu);
-    int st = call_with(wc, hdr[0] ? hdr : NULL, method, path, body, timeout_ms, abort_flag,
-                       resp);
+    int st = call_with(wc, hdr[0] ? hdr : NULL, method, path, body, raw, timeout_ms,
+                       abort_flag, resp);
     memset(hdr, 0, sizeof hdr);
     return st;
+}
+
+static int call_as(wclient_t *wc, int64_t id, const char *method, const char *path,
+                   const json_t *body, long timeout_ms, const atomic_int *abort_flag,
+                   json_t **resp)
+{
+    return call_as_raw(wc, id, method, path, body, NULL, timeout_ms, abort_flag, resp);
+}
+
+int wclient_worker_post(wclient_t *wc, const char *path_fmt_id, const json_t *body,
+                        const void *raw, size_t rawlen, long timeout_ms, json_t **resp)
+{
+    char path[512];
+    int64_t id = wclient_id(wc);
+    if (id < 1)
+        return -1;
+    int n = snprintf(path, sizeof path, path_fmt_id, (long long)id);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return -1;
+    raw_body_t rb = {raw, rawlen};
+    return call_as_raw(wc, id, "POST", path, body, raw ? &rb : NULL, timeout_ms, NULL, resp);
 }
 
 const char *wclient_problem_detail(const json_t *resp)

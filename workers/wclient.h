@@ -65,6 +65,12 @@ int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
  * refusals are final and logged. reports is borrowed. */
 int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports);
 int wclient_leave(wclient_t *wc, int64_t id);
+/* POST as the current registration: path_fmt_id is a printf format with
+ * one %lld, the worker id ("/v1/workers/%lld/logs?..."). Sends raw bytes
+ * (application/octet-stream) when raw is not NULL, else body as JSON.
+ * Returns the HTTP status, -1 when unregistered or unreachable. */
+int wclient_worker_post(wclient_t *wc, const char *path_fmt_id, const json_t *body,
+                        const void *raw, size_t rawlen, long timeout_ms, json_t **resp);
 
 /* Sleeps *delay_ms (in small steps, returning early once *stop is set,
  * stop may be NULL), then doubles *delay_ms up to 5000. Returns non-zero

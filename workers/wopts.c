@@ -135,6 +135,22 @@ static int set_ca_file(wopts_t *o, const char *v)
     return 0;
 }
 
+static int set_run_as(wopts_t *o, const char *v)
+{
+    if (!*v || strlen(v) > 64)
+        return -1;
+    o->run_as = v;
+    return 0;
+}
+
+static int set_run_dir(wopts_t *o, const char *v)
+{
+    if (v[0] != '/' || strlen(v) > 200)
+        return -1;
+    o->run_dir = v;
+    return 0;
+}
+
 static int set_log_level(wopts_t *o, const char *v)
 {
     return log_level_parse(v, &o->log_level);
@@ -166,6 +182,8 @@ static const wopt_t wopt_table[] = {
     {"ring-min-kb", "ATOLL_RING_MIN_KB", set_ring_min_kb, "an integer from 0 to 1048576"},
     {"token", "ATOLL_TOKEN", set_token, "16 to 200 characters without spaces"},
     {"ca-file", "ATOLL_CA_FILE", set_ca_file, "a PEM file path"},
+    {"run-as", "ATOLL_RUN_AS", set_run_as, "a user name or uid"},
+    {"run-dir", "ATOLL_RUN_DIR", set_run_dir, "an absolute path of at most 200 characters"},
     {"log-level", "ATOLL_LOG_LEVEL", set_log_level, "debug, info, warn or error"},
     {"log-json", "ATOLL_LOG_JSON", set_log_json, "0 or 1"},
 };
@@ -199,6 +217,11 @@ const char *wopts_usage(void)
            "                                             (default 64; 0: always position order)\n"
            "  --token TOKEN           ATOLL_TOKEN        bearer token when atolld requires tokens\n"
            "  --ca-file FILE          ATOLL_CA_FILE      CA to trust for an https:// controller\n"
+           "  --run-as USER           ATOLL_RUN_AS       user that runs users' programs (\"run\"\n"
+           "                                             computations); as root, required (give\n"
+           "                                             root to allow root)\n"
+           "  --run-dir DIR           ATOLL_RUN_DIR      their working directories (default\n"
+           "                                             $TMPDIR/atoll-run)\n"
            "  --log-level LEVEL       ATOLL_LOG_LEVEL    debug|info|warn|error (default info)\n"
            "  --log-json 0|1          ATOLL_LOG_JSON     log JSON lines to stderr\n"
            "  --help, --version\n";

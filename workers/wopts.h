@@ -27,6 +27,10 @@ typedef struct wopts {
                                    sums in ring order (exec_run.h); default 64; 0: never */
     const char *token;          /* bearer token (the controller's worker token); NULL = none */
     const char *ca_file;        /* PEM CA bundle to trust for an https:// controller */
+    const char *run_as;         /* user for users' programs (DESIGN Part F); NULL: this
+                                   worker's own, refused when that is root */
+    const char *run_dir;        /* parent of their working directories; default
+                                   $TMPDIR (or /tmp) /atoll-run */
     log_level_t log_level;      /* default info */
     int log_json;               /* default 0 */
     int help, version;
