@@ -29,7 +29,7 @@ mkdir -p "$RUN_DIR"
 stop_all
 
 "$BIN/atolld" --listen "127.0.0.1:$PORT" --db "$RUN_DIR/atoll.db" \
-    --island west=4x4 --island east=2x4 --web-dir "$ATOLL_ROOT/web" \
+    --island west=4x4 --island east=2x4 --web-dir "$ATOLL_ROOT/web" --allow-run \
     > "$RUN_DIR/atolld.out" 2> "$RUN_DIR/atolld.log" &
 echo $! > "$RUN_DIR/pids"
 for _ in $(seq 100); do grep -q ready "$RUN_DIR/atolld.out" 2>/dev/null && break; sleep 0.1; done
@@ -37,10 +37,14 @@ if ! grep -q ready "$RUN_DIR/atolld.out"; then
     echo "atolld did not start; see $RUN_DIR/atolld.log:"; tail -n 20 "$RUN_DIR/atolld.log"; exit 1
 fi
 URL=http://127.0.0.1:$PORT
+# Users' programs ("run" computations) never run as root unless told.
+RUN_AS=()
+[ "$(id -u)" -eq 0 ] && RUN_AS=(--run-as nobody)
 n=0
 for spec in west:4 west:4 west:4 west:4 east:4 east:4; do
     n=$((n + 1))
     "$BIN/atoll-worker" --controller "$URL" --island "${spec%%:*}" --devices "${spec##*:}" \
+        "${RUN_AS[@]}" \
         > "$RUN_DIR/worker$n.out" 2> "$RUN_DIR/worker$n.log" &
     echo $! >> "$RUN_DIR/pids"
 done

@@ -17,7 +17,8 @@ ATOLL_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ATOLL_ROOT/scripts/deps.sh"
 cd "$ATOLL_ROOT"
 
-atoll_install $ATOLL_BUILD_DEPS chromium clang libclang-rt-14-dev python3 python3-yaml
+atoll_install $ATOLL_BUILD_DEPS chromium clang libclang-rt-14-dev python3 python3-yaml \
+    python3-numpy python3-torch
 
 echo "== build"
 atoll_build build

@@ -1,9 +1,10 @@
 /* api_runs.c - users' programs (DESIGN.md Part F): what workers send about
  * their processes, and what users read.
  *
- *   POST /v1/workers/{id}/logs?job&attempt&comp&process&stream&offset
- *        raw output bytes of one process (worker credential; the worker
- *        must hold a host task of that computation attempt)
+ *   POST /v1/workers/{id}/logs?job&attempt&comp&process
+ *        one process's output as segments [stream: 1 byte, 1 stdout or 2
+ *        stderr][length: 4 bytes, little-endian][bytes] (worker credential;
+ *        the worker must hold a host task of that computation attempt)
  *   POST /v1/workers/{id}/procs   {"events": [...]}: process states
  *   GET  /v1/jobs/{id}/logs?computation=NAME&process=K[&attempt=A][&follow=1]
  *        text/plain, stdout and stderr as received; follow streams until
@@ -72,40 +73,65 @@ static int64_t query_int(const http_req_t *req, const char *key, int64_t dflt, i
 /* ---------------------------------------------------------------- */
 /* From workers. */
 
+/* Splits a logs body into its segments (each stored as one row, in
+ * order). Returns the count, or -1 when malformed. */
+static int logs_segments(const char *body, size_t len, store_run_seg_t *segs, int max)
+{
+    int n = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        if (len - pos < 5)
+            return -1;
+        const unsigned char *h = (const unsigned char *)body + pos;
+        size_t sl = (size_t)h[1] | (size_t)h[2] << 8 | (size_t)h[3] << 16 | (size_t)h[4] << 24;
+        if ((h[0] != 1 && h[0] != 2) || sl > len - pos - 5)
+            return -1;
+        if (n == max)
+            return -1;
+        segs[n++] = (store_run_seg_t){h[0], body + pos + 5, sl};
+        pos += 5 + sl;
+    }
+    return n;
+}
+
 void api_worker_logs(http_req_t *req, http_resp_t *resp)
 {
     store_t *st;
     int64_t worker = api_worker_caller(req, resp, &st);
     if (worker < 1)
         return;
-    store_run_key_t k;
-    const char *stream = http_query(req, "stream");
     int64_t job = query_int(req, "job", -1, INT64_MAX / 2), att = query_int(req, "attempt", -1, 1000);
     int64_t comp = query_int(req, "comp", -1, JOB_MAX_COMPS - 1);
     int64_t proc = query_int(req, "process", -1, 1 << 20);
-    int64_t off = query_int(req, "offset", -1, INT64_MAX / 2);
-    int s = stream && strcmp(stream, "stdout") == 0 ? 1 : stream && strcmp(stream, "stderr") == 0 ? 2 : 0;
     const char *bad = job < 1 ? "job" : att < 0 ? "attempt" : comp < 0 ? "comp"
-                    : proc < 0 ? "process" : off < 0 ? "offset" : !s ? "stream" : NULL;
+                    : proc < 0 ? "process" : NULL;
     if (bad) {
-        http_problem(resp, 400, bad, "logs need job, attempt, comp, process, offset "
-                     "(non-negative integers) and stream (stdout or stderr)");
+        http_problem(resp, 400, bad, "logs need job, attempt, comp and process (non-negative "
+                     "integers)");
         return;
     }
-    k = (store_run_key_t){job, (int)att, (int)comp, (int)proc};
+    enum { MAXSEG = 4096 };
+    store_run_seg_t *segs = malloc(sizeof *segs * MAXSEG);
+    int nseg = segs ? logs_segments(req->body, req->body_len, segs, MAXSEG) : -1;
+    if (nseg < 0) {
+        free(segs);
+        http_problem(resp, 400, "body", "the body must be segments [stream 1|2][length u32 "
+                     "LE][bytes], at most %d", MAXSEG);
+        return;
+    }
+    store_run_key_t k = {job, (int)att, (int)comp, (int)proc};
     int rc = store_run_owned(st, worker, job, (int)att, (int)comp);
-    if (rc == STORE_NOTFOUND) {
+    if (rc == STORE_NOTFOUND)
         http_problem(resp, 409, "job", "worker %lld holds no task of job %lld attempt %lld "
                      "computation %lld", (long long)worker, (long long)job, (long long)att,
                      (long long)comp);
-        return;
-    }
-    if (rc != STORE_OK || store_run_log_put(st, &k, s, off, req->body, req->body_len) != STORE_OK) {
+    else if (rc != STORE_OK || store_run_log_put(st, &k, segs, nseg) != STORE_OK)
         http_problem(resp, 503, NULL, "the output could not be stored; retry");
-        return;
-    }
-    api_runs_notify();
-    http_json(resp, 200, json_pack("{s:I}", "stored", (json_int_t)req->body_len));
+    else
+        http_json(resp, 200, json_pack("{s:I}", "stored", (json_int_t)req->body_len));
+    free(segs);
+    if (rc == STORE_OK)
+        api_runs_notify();
 }
 
 /* Checks one process-state event; NULL when good, else the bad member. */

@@ -350,10 +350,16 @@ typedef struct store_run_key {
 /* STORE_OK when worker holds (or held) a host task of (job, attempt,
  * comp), STORE_NOTFOUND when not. */
 int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int comp);
-/* Appends one output chunk (stream 1 stdout, 2 stderr) and trims the
- * stream to its newest STORE_RUN_LOG_KEEP bytes, in one transaction. */
-int store_run_log_put(store_t *st, const store_run_key_t *k, int stream, int64_t offset,
-                      const void *data, size_t len);
+/* A run of one stream's output (1 stdout, 2 stderr); data borrowed. */
+typedef struct store_run_seg {
+    int stream;
+    const void *data;
+    size_t len;
+} store_run_seg_t;
+/* Appends output in order and trims each stream to its newest
+ * STORE_RUN_LOG_KEEP bytes, in one transaction. */
+int store_run_log_put(store_t *st, const store_run_key_t *k, const store_run_seg_t *segs,
+                      int nsegs);
 /* Process-state events of docs/worker-protocol.md (validated by the
  * caller), in one transaction. */
 int store_run_procs_put(store_t *st, int64_t worker, const json_t *events);

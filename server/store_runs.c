@@ -64,26 +64,32 @@ static int log_trim(store_t *st, const store_run_key_t *k, int stream)
     return store_step_done(s);
 }
 
-int store_run_log_put(store_t *st, const store_run_key_t *k, int stream, int64_t offset,
-                      const void *data, size_t len)
+int store_run_log_put(store_t *st, const store_run_key_t *k, const store_run_seg_t *segs,
+                      int nsegs)
 {
     static const char sql[] =
-        "INSERT INTO run_logs(job_id, attempt, comp_idx, process, stream, offset, bytes)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+        "INSERT INTO run_logs(job_id, attempt, comp_idx, process, stream, bytes)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    int touched[3] = {0, 0, 0};
     if (store_begin(st) != 0)
         return STORE_ERR;
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        goto fail;
-    sqlite3_bind_int64(s, 1, k->job);
-    sqlite3_bind_int(s, 2, k->attempt);
-    sqlite3_bind_int(s, 3, k->comp);
-    sqlite3_bind_int(s, 4, k->process);
-    sqlite3_bind_int(s, 5, stream);
-    sqlite3_bind_int64(s, 6, offset);
-    sqlite3_bind_blob64(s, 7, data, len, SQLITE_STATIC);
-    if (store_step_done(s) != 0 || log_trim(st, k, stream) != 0)
-        goto fail;
+    for (int i = 0; i < nsegs; i++) {
+        sqlite3_stmt *s = store_stmt(st, sql);
+        if (!s)
+            goto fail;
+        sqlite3_bind_int64(s, 1, k->job);
+        sqlite3_bind_int(s, 2, k->attempt);
+        sqlite3_bind_int(s, 3, k->comp);
+        sqlite3_bind_int(s, 4, k->process);
+        sqlite3_bind_int(s, 5, segs[i].stream);
+        sqlite3_bind_blob64(s, 6, segs[i].data, segs[i].len, SQLITE_STATIC);
+        if (store_step_done(s) != 0)
+            goto fail;
+        touched[segs[i].stream] = 1;
+    }
+    for (int stream = 1; stream <= 2; stream++)
+        if (touched[stream] && log_trim(st, k, stream) != 0)
+            goto fail;
     return store_commit(st) == 0 ? STORE_OK : STORE_ERR;
 fail:
     store_rollback(st);

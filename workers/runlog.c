@@ -18,15 +18,19 @@
 
 #define RUNLOG_TICK_MS 20
 
+/* One process's unsent output: segments [stream:1][length:4, LE][bytes]
+ * in the order they were read, so stdout and stderr keep their
+ * interleaving (docs/worker-protocol.md, logs). */
 typedef struct rbuf {
     runlog_key_t k;
-    int stream;
     char *data;
-    size_t head, len, cap;     /* unsent bytes are data[head, len) */
-    int64_t offset;            /* stream offset of data[head] */
+    size_t head, len, cap;     /* unsent segments are data[head, len) */
+    int64_t dropped;           /* bytes dropped since the last marker */
     int closed;
     struct rbuf *next;
 } rbuf_t;
+
+#define SEG_HDR 5
 
 struct runlog {
     wclient_t *wc;
@@ -42,8 +46,6 @@ struct runlog {
 
 typedef struct chunk {
     runlog_key_t k;
-    int stream;
-    int64_t offset;
     char *data;
     size_t len;
 } chunk_t;
@@ -54,53 +56,74 @@ static int key_eq(const runlog_key_t *a, const runlog_key_t *b)
            a->process == b->process;
 }
 
-static rbuf_t *buf_find(runlog_t *rl, const runlog_key_t *k, int stream)
+static rbuf_t *buf_find(runlog_t *rl, const runlog_key_t *k)
 {
     for (rbuf_t *b = rl->bufs; b; b = b->next)
-        if (b->stream == stream && !b->closed && key_eq(&b->k, k))
+        if (!b->closed && key_eq(&b->k, k))
             return b;
     rbuf_t *b = calloc(1, sizeof *b);
     if (!b)
         return NULL;
     b->k = *k;
-    b->stream = stream;
     b->next = rl->bufs;
     rl->bufs = b;
     return b;
 }
 
-void runlog_output(runlog_t *rl, const runlog_key_t *k, int stream, const char *data, size_t len)
+static size_t seg_len(const char *p)
 {
-    if (!rl || len == 0)
-        return;
-    pthread_mutex_lock(&rl->mu);
-    rbuf_t *b = buf_find(rl, k, stream);
-    if (b && b->head > 0 && b->len + len > b->cap) {     /* compact first */
+    return (size_t)(unsigned char)p[1] | (size_t)(unsigned char)p[2] << 8 |
+           (size_t)(unsigned char)p[3] << 16 | (size_t)(unsigned char)p[4] << 24;
+}
+
+/* Appends one segment; 0 or -1 (out of memory). Caller holds mu. */
+static int seg_append(rbuf_t *b, int stream, const char *data, size_t len)
+{
+    if (b->head > 0 && b->len + SEG_HDR + len > b->cap) {     /* compact first */
         memmove(b->data, b->data + b->head, b->len - b->head);
         b->len -= b->head;
         b->head = 0;
     }
-    if (b && b->len + len > b->cap) {
+    if (b->len + SEG_HDR + len > b->cap) {
         size_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->len + len)
+        while (cap < b->len + SEG_HDR + len)
             cap *= 2;
         char *nd = realloc(b->data, cap);
-        if (nd) {
-            b->data = nd;
-            b->cap = cap;
-        }
+        if (!nd)
+            return -1;
+        b->data = nd;
+        b->cap = cap;
     }
-    if (b && b->len + len <= b->cap) {
-        memcpy(b->data + b->len, data, len);
-        b->len += len;
-        /* The controller is behind: keep the newest half of the cap. */
-        if (b->len - b->head > RUNLOG_MAX_PENDING) {
-            size_t drop = b->len - b->head - RUNLOG_MAX_PENDING / 2;
-            b->head += drop;
-            b->offset += (int64_t)drop;
+    char *p = b->data + b->len;
+    p[0] = (char)stream;
+    for (int i = 0; i < 4; i++)
+        p[1 + i] = (char)((len >> (8 * i)) & 0xff);
+    memcpy(p + SEG_HDR, data, len);
+    b->len += SEG_HDR + len;
+    return 0;
+}
+
+void runlog_output(runlog_t *rl, const runlog_key_t *k, int stream, const char *data, size_t len)
+{
+    if (!rl || len == 0 || len > RUNLOG_POST_BYTES - SEG_HDR)
+        return;
+    pthread_mutex_lock(&rl->mu);
+    rbuf_t *b = buf_find(rl, k);
+    if (b && seg_append(b, stream, data, len) != 0)
+        b->dropped += (int64_t)len;
+    /* The controller is behind: drop the oldest whole segments down to
+     * half the cap, and say so in the output. */
+    if (b && b->len - b->head > RUNLOG_MAX_PENDING) {
+        while (b->len - b->head > RUNLOG_MAX_PENDING / 2) {
+            size_t n = seg_len(b->data + b->head);
+            b->dropped += (int64_t)n;
+            b->head += SEG_HDR + n;
         }
-    } else if (b) {
-        b->offset += (int64_t)len;      /* out of memory: these bytes are lost */
+        char note[96];
+        int n = snprintf(note, sizeof note, "\n[atoll: %lld bytes of output dropped: the "
+                         "controller fell behind]\n", (long long)b->dropped);
+        if (seg_append(b, 2, note, (size_t)n) == 0)
+            b->dropped = 0;
     }
     pthread_cond_signal(&rl->cv);
     pthread_mutex_unlock(&rl->mu);
@@ -144,18 +167,21 @@ static json_t *take_batch(runlog_t *rl, chunk_t *ch, int n, int *nch)
             continue;
         }
         if (have > 0 && *nch < n) {
-            size_t take = have < RUNLOG_POST_BYTES ? have : RUNLOG_POST_BYTES;
+            size_t take = 0;           /* whole segments, at most RUNLOG_POST_BYTES */
+            while (take < have) {
+                size_t seg = SEG_HDR + seg_len(b->data + b->head + take);
+                if (take > 0 && take + seg > RUNLOG_POST_BYTES)
+                    break;
+                take += seg;
+            }
             chunk_t *c = &ch[*nch];
             if ((c->data = malloc(take))) {
                 memcpy(c->data, b->data + b->head, take);
                 c->len = take;
                 c->k = b->k;
-                c->stream = b->stream;
-                c->offset = b->offset;
                 (*nch)++;
             }
             b->head += take;
-            b->offset += (int64_t)take;
             if (b->head == b->len)
                 b->head = b->len = 0;
         }
@@ -177,9 +203,8 @@ static void send_batch(runlog_t *rl, json_t *events, chunk_t *ch, int nch)
     for (int i = 0; i < nch; i++) {
         char fmt[256];
         snprintf(fmt, sizeof fmt, "/v1/workers/%%lld/logs?job=%" PRId64 "&attempt=%d&comp=%d"
-                 "&process=%d&stream=%s&offset=%" PRId64, ch[i].k.job, (int)ch[i].k.attempt,
-                 (int)ch[i].k.comp, (int)ch[i].k.process, ch[i].stream == 1 ? "stdout" : "stderr",
-                 ch[i].offset);
+                 "&process=%d", ch[i].k.job, (int)ch[i].k.attempt, (int)ch[i].k.comp,
+                 (int)ch[i].k.process);
         int st = wclient_worker_post(rl->wc, fmt, NULL, ch[i].data, ch[i].len, 10000, NULL);
         if (st != 200)
             log_debug("runlog: %zu bytes of job %" PRId64 " not taken (HTTP %d)", ch[i].len,

@@ -2,12 +2,13 @@
  * controller (DESIGN.md Part F), off the processes' path.
  *
  * gang.c hands every chunk a process writes to runlog_output(), which only
- * copies it into that stream's buffer and returns: a process writing
- * faster than the controller takes its output is never blocked. Each
- * buffer keeps at most RUNLOG_MAX_PENDING unsent bytes; older unsent bytes
- * are dropped (the controller keeps only the last 8 MiB anyway) and the
- * next chunk says how many ("offset" jumps). One thread POSTs the buffers
- * (at most RUNLOG_POST_BYTES each) and the state events in order.
+ * copies it into that process's buffer (stdout and stderr as segments, in
+ * the order read) and returns: a process writing faster than the
+ * controller takes its output is never blocked. Each buffer keeps at most
+ * RUNLOG_MAX_PENDING unsent bytes; older unsent segments are dropped (the
+ * controller keeps only the last 8 MiB anyway) and a line on stderr says
+ * how many bytes. One thread POSTs the buffers (at most RUNLOG_POST_BYTES
+ * each) and the state events.
  *
  * Thread safety: every function may be called from any thread. */
 #ifndef ATOLL_RUNLOG_H
@@ -32,7 +33,7 @@ typedef struct runlog_key {
 
 /* wc is borrowed. NULL on failure. */
 runlog_t *runlog_start(wclient_t *wc);
-/* stream: 1 stdout, 2 stderr. */
+/* stream: 1 stdout, 2 stderr; len at most 64 KiB (gang.c reads that much). */
 void runlog_output(runlog_t *rl, const runlog_key_t *k, int stream, const char *data,
                    size_t len);
 /* A process started (state "running", pid) or ended ("exited" with

@@ -1,0 +1,493 @@
+/* test_run.c - users' own programs on a slice (DESIGN.md Part F), on a real
+ * atolld --allow-run and two real workers (west=2x4, 4 devices each) that
+ * run real processes: a PyTorch DistributedDataParallel step with gloo
+ * over 8 processes whose gradients equal a single-process computation;
+ * dataflow ops -> run -> ops through .npy files; the Part F environment;
+ * logs (plain and follow); a failing rank; timeout; cancel; a worker
+ * SIGKILLed while its gang runs; per-host processes; the limits; and a
+ * controller without --allow-run.
+ *
+ * "Nothing left behind" is checked by scanning /proc for any process whose
+ * environment holds the job's ATOLL_JOB_ID. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "itest.h"
+
+#define PY "/usr/bin/python3"
+#define RUN_TIMEOUT_MS 120000
+
+/* Processes on this machine whose environment has ATOLL_JOB_ID=id. */
+static int job_processes(int64_t id)
+{
+    char want[64];
+    int n = snprintf(want, sizeof want, "ATOLL_JOB_ID=%lld", (long long)id), count = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    static char env[1 << 16];
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
+        int fd = open(path, O_RDONLY);
+        ssize_t len = fd >= 0 ? read(fd, env, sizeof env - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        for (ssize_t i = 0; i + n <= len; i += (ssize_t)strlen(env + i) + 1)
+            if (memcmp(env + i, want, (size_t)n) == 0 && (env[i + n] == '\0')) {
+                count++;
+                break;
+            }
+    }
+    if (d)
+        closedir(d);
+    return count;
+}
+
+/* Waits until no process of the job is left; fails after 15 s. */
+static void expect_no_processes(int64_t id)
+{
+    int64_t end = hx_now_ms() + 15000;
+    int left;
+    while ((left = job_processes(id)) > 0 && hx_now_ms() < end)
+        hx_sleep_ms(20);
+    T_CHECK(left == 0, "%d process(es) of job %lld outlived it", left, (long long)id);
+}
+
+/* Waits until `n` processes of the job run (its /processes). */
+static void wait_running(int64_t id, int n)
+{
+    char path[96];
+    int64_t end = hx_now_ms() + RUN_TIMEOUT_MS;
+    int running = 0;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/processes", (long long)id);
+    while (hx_now_ms() < end) {
+        hx_resp_t r;
+        running = 0;
+        if (hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0) {
+            json_t *ps = json_object_get(r.json, "processes");
+            for (size_t i = 0; i < json_array_size(ps); i++)
+                running += strcmp(json_string_value(json_object_get(json_array_get(ps, i),
+                                                                    "state")), "running") == 0;
+            hx_resp_clear(&r);
+        }
+        if (running >= n && job_processes(id) >= n)
+            return;
+        hx_sleep_ms(20);
+    }
+    T_CHECK(0, "job %lld: %d of %d processes running", (long long)id, running, n);
+}
+
+/* Submits doc (taken); fails unless 201. */
+static int64_t submit_json(json_t *doc)
+{
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    T_CHECK(text != NULL, "out of memory");
+    int64_t id = -1;
+    int st = hx_job_submit(&itest_client, text, &id, NULL);
+    free(text);
+    T_CHECK(st == 201, "submit returned %d", st);
+    return id;
+}
+
+/* doc.computations[c].run.files[name] = text. Returns doc. */
+static json_t *with_file(json_t *doc, int c, const char *name, const char *text)
+{
+    json_t *run = json_object_get(json_array_get(json_object_get(doc, "computations"),
+                                                 (size_t)c), "run");
+    json_t *files = json_object_get(run, "files");
+    if (!files) {
+        files = json_object();
+        json_object_set_new(run, "files", files);
+    }
+    json_object_set_new(files, name, json_string(text));
+    return doc;
+}
+
+static json_t *wait_done(int64_t id, int timeout_ms, const char *want)
+{
+    json_t *job = NULL;
+    int rc = hx_job_wait(&itest_client, id, timeout_ms, ITEST_POLL_MS, &job);
+    char st[32];
+    snprintf(st, sizeof st, "%s", job ? hx_job_state(job) : "?");
+    if (rc != 0 || strcmp(st, want) != 0) {
+        const char *e = json_string_value(json_object_get(job, "error"));
+        char err[600];
+        snprintf(err, sizeof err, "%s", e ? e : "none");
+        json_decref(job);
+        T_CHECK(0, "job %lld ended %s (want %s), error: %s", (long long)id, st, want, err);
+    }
+    return job;
+}
+
+static char *get_text(const char *path, long *status)
+{
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0, "GET %s failed", path);
+    char *body = strdup(r.body ? r.body : "");
+    *status = r.status;
+    hx_resp_clear(&r);
+    return body;
+}
+
+/* ops -> run (8 processes, per device) -> ops: each process checks its
+ * Part F environment, reads its shard of p.x and writes y = 10 x + RANK;
+ * c sums y over the slice. */
+static const char dataflow_py[] =
+    "import os, sys, numpy as np\n"
+    "e = os.environ\n"
+    "rank, world = int(e[\"RANK\"]), int(e[\"WORLD_SIZE\"])\n"
+    "assert world == 8 and e[\"JAX_NUM_PROCESSES\"] == \"8\" and e[\"JAX_PROCESS_ID\"] == str(rank)\n"
+    "assert e[\"LOCAL_WORLD_SIZE\"] == \"4\" and 0 <= int(e[\"LOCAL_RANK\"]) < 4\n"
+    "assert e[\"JAX_COORDINATOR_ADDRESS\"] == e[\"MASTER_ADDR\"] + \":\" + e[\"MASTER_PORT\"]\n"
+    "assert e[\"ATOLL_SLICE_SHAPE\"] == \"2x4\" and e[\"ATOLL_COMPUTATION\"] == \"r\"\n"
+    "assert e[\"ATOLL_DEVICES\"] == \"%d,%d\" % (rank // 4, rank % 4), e[\"ATOLL_DEVICES\"]\n"
+    "assert e[\"GREETING\"] == \"hi\" and os.path.exists(\"extra.txt\")\n"
+    "x = np.load(e[\"ATOLL_INPUT_DIR\"] + \"/x.npy\")\n"
+    "assert x.shape == (3,) and x.dtype == np.float32 and (x == rank).all()\n"
+    "print(\"rank\", rank, \"of\", world, \"ok\")\n"
+    "print(\"to stderr\", rank, file=sys.stderr)\n"
+    "np.save(e[\"ATOLL_OUTPUT_DIR\"] + \"/y.npy\", (10 * x + rank).astype(np.float64))\n";
+
+static void test_dataflow_env_logs(void **state)
+{
+    (void)state;
+    json_t *doc = hx_json_q(
+        "{'slices':{'s':{'shape':[2,4]}},'computations':["
+        "{'name':'p','slice':'s','ops':[{'op':'shard_index','out':'i'},"
+        "{'op':'fill','out':'o','shape':[3],'value':1},{'op':'mul','args':['o','i'],'out':'x'}],"
+        "'outputs':['x']},"
+        "{'name':'r','slice':'s','inputs':{'x':'p.x'},'outputs':['y'],"
+        "'run':{'command':['" PY "','main.py'],'env':{'GREETING':'hi'},'shapes':{'y':[3]}}},"
+        "{'name':'c','slice':'s','ops':[{'op':'input','from':'r.y','out':'y'},"
+        "{'op':'all_reduce','args':['y'],'reduce':'sum','out':'z'}],'outputs':['z']}]}");
+    doc = with_file(with_file(doc, 1, "main.py", dataflow_py), 1, "extra.txt", "x");
+    int64_t id = submit_json(doc);
+    json_decref(wait_done(id, RUN_TIMEOUT_MS, "succeeded"));
+    json_t *res = hx_job_result(&itest_client, id);
+    /* sum over k of (10 k + k) = 11 * 28 = 308 per element */
+    for (int k = 0; k < 8; k++) {
+        json_t *y = hx_result_shard(res, "r.y", k), *z = hx_result_shard(res, "c.z", k);
+        double ys = json_number_value(json_object_get(y, "sum"));
+        double zs = json_number_value(json_object_get(z, "sum"));
+        int ok = fabs(ys - 3 * 11.0 * k) < 1e-6 && fabs(zs - 3 * 308.0) < 1e-3;
+        if (!ok)
+            json_decref(res);
+        T_CHECK(ok, "shard %d: r.y sum %g (want %g), c.z sum %g (want %g)", k, ys, 33.0 * k,
+                zs, 924.0);
+    }
+    json_decref(res);
+    long st;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/logs?computation=r&process=5", (long long)id);
+    char *log = get_text(path, &st);
+    int ok = st == 200 && strstr(log, "rank 5 of 8 ok") && strstr(log, "to stderr 5");
+    char shown[300];
+    snprintf(shown, sizeof shown, "%s", log);
+    free(log);
+    T_CHECK(ok, "logs of process 5 lack its stdout/stderr (status %ld): '%s'", st, shown);
+    snprintf(path, sizeof path, "/v1/jobs/%lld/processes", (long long)id);
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0, "GET processes");
+    json_t *ps = json_object_get(r.json, "processes");
+    int exited = 0, workers = 0;
+    int64_t w0 = -1;
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        json_t *p = json_array_get(ps, i);
+        exited += strcmp(json_string_value(json_object_get(p, "state")), "exited") == 0 &&
+                  json_integer_value(json_object_get(p, "exit_code")) == 0;
+        int64_t w = json_integer_value(json_object_get(p, "worker"));
+        if (w != w0) {
+            workers += w0 != w;
+            w0 = w;
+        }
+    }
+    hx_resp_clear(&r);
+    T_CHECK(exited == 8 && workers == 2, "want 8 processes exited 0 on 2 workers, got %d on %d",
+            exited, workers);
+    expect_no_processes(id);
+}
+
+/* A PyTorch DDP training step (gloo, env://) as 8 processes over the two
+ * workers: every rank's averaged gradient must equal the gradient of the
+ * same model on the whole batch in one process (computed by rank 0 too),
+ * and every rank must hold the same gradient. */
+static const char ddp_py[] =
+    "import os, torch, numpy as np\n"
+    "import torch.distributed as dist\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "dist.init_process_group(\"gloo\", init_method=\"env://\")\n"
+    "rank, world = dist.get_rank(), dist.get_world_size()\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))\n"
+    "ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))\n"
+    "ref.load_state_dict(model.state_dict())\n"
+    "g = torch.Generator().manual_seed(1)\n"
+    "X, Y = torch.randn(64, 8, generator=g), torch.randn(64, 1, generator=g)\n"
+    "ddp = DDP(model)\n"
+    "per = 64 // world\n"
+    "xs, ys = X[rank * per:(rank + 1) * per], Y[rank * per:(rank + 1) * per]\n"
+    "torch.nn.functional.mse_loss(ddp(xs), ys).backward()\n"
+    "torch.nn.functional.mse_loss(ref(X), Y).backward()\n"
+    "got = torch.cat([p.grad.flatten() for p in model.parameters()])\n"
+    "want = torch.cat([p.grad.flatten() for p in ref.parameters()])\n"
+    "diff = (got - want).abs().max().item()\n"
+    "print(\"rank\", rank, \"max |ddp - single| =\", diff)\n"
+    "np.save(os.environ[\"ATOLL_OUTPUT_DIR\"] + \"/grad.npy\", got.numpy().astype(np.float32))\n"
+    "np.save(os.environ[\"ATOLL_OUTPUT_DIR\"] + \"/diff.npy\", np.array([diff], np.float32))\n"
+    "dist.destroy_process_group()\n";
+
+static void test_ddp(void **state)
+{
+    (void)state;
+    json_t *doc = hx_json_q(
+        "{'slices':{'s':{'shape':[2,4]}},'computations':[{'name':'train','slice':'s',"
+        "'outputs':['grad','diff'],'run':{'command':['" PY "','ddp.py'],'timeout_s':300}}]}");
+    int64_t id = submit_json(with_file(doc, 0, "ddp.py", ddp_py));
+    json_decref(wait_done(id, 300000, "succeeded"));
+    json_t *res = hx_job_result(&itest_client, id);
+    json_t *g0 = json_object_get(hx_result_shard(res, "train.grad", 0), "values");
+    int ok = json_array_size(g0) == 8 * 16 + 16 + 16 + 1;
+    for (int k = 0; ok && k < 8; k++) {
+        json_t *d = json_object_get(hx_result_shard(res, "train.diff", k), "values");
+        json_t *g = json_object_get(hx_result_shard(res, "train.grad", k), "values");
+        ok = json_number_value(json_array_get(d, 0)) < 1e-5 && json_equal(g, g0);
+    }
+    json_decref(res);
+    T_CHECK(ok, "DDP gradients differ from the single-process gradient or between ranks");
+    expect_no_processes(id);
+}
+
+static void test_rank_failure(void **state)
+{
+    (void)state;
+    int64_t t0 = hx_now_ms();
+    int64_t id = itest_submit(
+        "{'max_retries':0,'slices':{'s':{'shape':[2,4]}},'computations':[{'name':'r',"
+        "'slice':'s','run':{'command':['/bin/sh','-c','if [ $RANK = 5 ]; then echo first >&2;"
+        " echo boom >&2; exit 3; fi; exec sleep 60']}}]}");
+    json_t *job = wait_done(id, RUN_TIMEOUT_MS, "failed");
+    const char *e = json_string_value(json_object_get(job, "error"));
+    int ok = e && strstr(e, "process 5") && strstr(e, "exited with status 3") && strstr(e, "boom");
+    char err[600];
+    snprintf(err, sizeof err, "%s", e ? e : "(none)");
+    json_decref(job);
+    T_CHECK(ok, "error should name process 5, its status 3 and its stderr: %s", err);
+    expect_no_processes(id);
+    T_CHECK(hx_now_ms() - t0 < 30000, "the gang of sleep 60 was not ended early");
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    int64_t id = itest_submit(
+        "{'max_retries':0,'slices':{'s':{'shape':[1]}},'computations':[{'name':'r',"
+        "'slice':'s','run':{'command':['sleep','60'],'timeout_s':1}}]}");
+    json_t *job = wait_done(id, RUN_TIMEOUT_MS, "failed");
+    const char *e = json_string_value(json_object_get(job, "error"));
+    int ok = e && strstr(e, "timed out");
+    json_decref(job);
+    T_CHECK(ok, "a run past timeout_s should fail as timed out");
+    expect_no_processes(id);
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    /* sh forks sleep (two commands): a grandchild the group kill must reach. */
+    int64_t id = itest_submit(
+        "{'slices':{'s':{'shape':[2,4]}},'computations':[{'name':'r','slice':'s',"
+        "'run':{'command':['/bin/sh','-c','sleep 60; echo never']}}]}");
+    wait_running(id, 8);
+    hx_resp_t r;
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
+    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0, "DELETE failed");
+    hx_resp_clear(&r);
+    json_decref(wait_done(id, RUN_TIMEOUT_MS, "cancelled"));
+    expect_no_processes(id);
+}
+
+/* A worker SIGKILLed while its processes run: they die with it (the
+ * shepherds' parent-death signal), the job is retried, and with a new
+ * worker in its place attempt 1 succeeds. */
+static void test_worker_killed(void **state)
+{
+    (void)state;
+    int64_t id = itest_submit(
+        "{'slices':{'s':{'shape':[2,4]}},'computations':[{'name':'r','slice':'s',"
+        "'run':{'command':['/bin/sh','-c','if [ $ATOLL_ATTEMPT = 0 ]; then sleep 60; echo x;"
+        " fi']}}]}");
+    wait_running(id, 8);
+    hx_proc_t *w = &itest_cluster.workers[itest_cluster.nworkers - 1];
+    kill(w->pid, SIGKILL);
+    T_CHECK(hx_worker_stop_last(&itest_cluster, 5000) != -1, "no worker to stop");
+    static const char *const wextra[] = {"--run-as", "nobody", NULL};
+    T_CHECK(hx_worker_start_args(&itest_cluster, "west", 4, geteuid() == 0 ? wextra : NULL,
+                                 15000, 0) == 0, "replacement worker did not start");
+    json_t *job = wait_done(id, RUN_TIMEOUT_MS, "succeeded");
+    int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
+    json_decref(job);
+    T_CHECK(attempt >= 1, "the job should have been retried after its worker died");
+    expect_no_processes(id);
+}
+
+/* per host: one process per worker holding the slice, its shards' inputs
+ * and outputs in per-shard directories. */
+static void test_per_host(void **state)
+{
+    (void)state;
+    int64_t id = itest_submit(
+        "{'slices':{'s':{'shape':[2,4]}},'computations':["
+        "{'name':'p','slice':'s','ops':[{'op':'shard_index','out':'x'}],'outputs':['x']},"
+        "{'name':'r','slice':'s','inputs':{'x':'p.x'},'outputs':['y'],'run':{'per':'host',"
+        "'command':['/bin/sh','-c','test $WORLD_SIZE = 2 && test $LOCAL_WORLD_SIZE = 1 &&"
+        " IFS=,; for k in $ATOLL_SHARDS; do"
+        " cp $ATOLL_INPUT_DIR/$k/x.npy $ATOLL_OUTPUT_DIR/$k/y.npy || exit 1; done']}}]}");
+    json_decref(wait_done(id, RUN_TIMEOUT_MS, "succeeded"));
+    json_t *res = hx_job_result(&itest_client, id);
+    int ok = 1;
+    for (int k = 0; k < 8; k++)
+        ok &= json_number_value(json_object_get(hx_result_shard(res, "r.y", k), "sum")) == k;
+    json_decref(res);
+    T_CHECK(ok, "per-host processes should pass each shard through");
+}
+
+static void test_logs_follow(void **state)
+{
+    (void)state;
+    int64_t id = itest_submit(
+        "{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+        "'run':{'command':['/bin/sh','-c','for i in 1 2 3; do echo line$i; sleep 0.3; done']}}]}");
+    wait_running(id, 1);
+    char path[128];
+    long st;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/logs?follow=1", (long long)id);
+    char *log = get_text(path, &st);     /* returns once the process ended */
+    int ok = st == 200 && strstr(log, "line1\nline2\nline3\n");
+    free(log);
+    T_CHECK(ok, "follow should stream every line and end with the process");
+    json_decref(wait_done(id, RUN_TIMEOUT_MS, "succeeded"));
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    itest_submit_bad("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+                     "'run':{'command':['true'],'env':{'RANK':'3'}}}]}",
+                     "computations[0].run.env.RANK");
+    itest_submit_bad("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+                     "'run':{'command':[]}}]}", "computations[0].run.command");
+    itest_submit_bad("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+                     "'run':{'command':['true'],'files':{'../x':'a'}}}]}",
+                     "computations[0].run.files.../x");
+    itest_submit_bad("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+                     "'run':{'command':['true'],'colour':'red'}}]}",
+                     "computations[0].run.colour");
+    itest_submit_bad("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+                     "'ops':[{'op':'shard_index','out':'i'}],'run':{'command':['true']}}]}",
+                     "computations[0].run");
+    itest_submit_bad("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+                     "'outputs':['y'],'run':{'command':['true']}},{'name':'c','slice':'s',"
+                     "'ops':[{'op':'input','from':'r.y','out':'y'}]}]}",
+                     "computations[1].ops[0].from");
+    itest_submit_bad("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+                     "'inputs':{'x':'nope.z'},'run':{'command':['true']}}]}",
+                     "computations[0].inputs.x");
+    /* files: 256 KiB in all */
+    json_t *doc = hx_json_q("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r',"
+                            "'slice':'s','run':{'command':['true']}}]}");
+    char *big = malloc(200 * 1024 + 1);
+    T_CHECK(big != NULL, "out of memory");
+    memset(big, 'a', 200 * 1024);
+    big[200 * 1024] = '\0';
+    doc = with_file(with_file(doc, 0, "a", big), 0, "b", big);
+    free(big);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    hx_resp_t r;
+    T_CHECK(text && hx_request(&itest_client, "POST", "/v1/jobs", text, strlen(text), &r) == 0,
+            "POST failed");
+    free(text);
+    const char *f = json_string_value(json_object_get(r.json, "field"));
+    int ok = r.status == 400 && f && strcmp(f, "computations[0].run.files.b") == 0;
+    hx_resp_clear(&r);
+    T_CHECK(ok, "files over 256 KiB in all should be 400 at the file that crossed it");
+}
+
+/* Without --allow-run a run computation is 403 at its run field. */
+static void test_allow_run_off(void **state)
+{
+    (void)state;
+    static const char *const islands[] = {"west=2x2"};
+    hx_cluster_t c2;
+    hx_client_t cl2;
+    T_CHECK(hx_cluster_start(&c2, islands, 1) == 0, "second atolld did not start");
+    int ok = 0;
+    if (hx_client_init(&cl2, c2.url) == 0) {
+        char *doc = hx_text_q("{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r',"
+                              "'slice':'s','run':{'command':['true']}}]}");
+        hx_resp_t r;
+        if (doc && hx_request(&cl2, "POST", "/v1/jobs", doc, strlen(doc), &r) == 0) {
+            const char *f = json_string_value(json_object_get(r.json, "field"));
+            ok = r.status == 403 && f && strcmp(f, "computations[0].run") == 0;
+            hx_resp_clear(&r);
+        }
+        free(doc);
+        hx_client_cleanup(&cl2);
+    }
+    hx_cluster_stop(&c2);
+    T_CHECK(ok, "a run computation without --allow-run should be 403 at computations[0].run");
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    static const char *const islands[] = {"west=2x4"};
+    static const char *const extra[] = {"--allow-run", NULL};
+    static const char *const wextra[] = {"--run-as", "nobody", NULL};
+    const char *const *w = geteuid() == 0 ? wextra : NULL;
+    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 1, extra) != 0)
+        return -1;
+    if (hx_worker_start_args(&itest_cluster, "west", 4, w, 15000, 0) != 0 ||
+        hx_worker_start_args(&itest_cluster, "west", 4, w, 15000, 0) != 0 ||
+        hx_client_init(&itest_client, itest_cluster.url) != 0) {
+        hx_cluster_stop(&itest_cluster);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return itest_stop();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_dataflow_env_logs, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_ddp, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_rank_failure, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_timeout, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_cancel, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_per_host, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_logs_follow, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_refusals, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_allow_run_off, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_worker_killed, itest_cancel_leftovers),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
