@@ -994,9 +994,11 @@ static int run_lower(const json_t *cj, const char *prefix, const char *cname, js
     }
     if (json_array_size(ops) == 0)
         json_array_append_new(ops, json_pack("{s:s, s:s}", "op", "run_output", "out", "_"));
-    low = json_pack("{s:O, s:O, s:O, s:o, s:O}", "name", json_object_get(cj, "name"), "slice",
+    /* "o" steals: ops and a new reference to the outputs (a fresh [] when
+     * absent), also when json_pack fails. */
+    low = json_pack("{s:O, s:O, s:O, s:o, s:o}", "name", json_object_get(cj, "name"), "slice",
                     json_object_get(cj, "slice"), "run", run, "ops", ops, "outputs",
-                    outs ? outs : json_array());
+                    outs ? json_incref((json_t *)outs) : json_array());
     if (!low)
         return err_set(e, 500, "", "out of memory");
     *out = low;
