@@ -288,18 +288,7 @@ static void logs_follow(http_req_t *req, http_resp_t *resp, const store_run_key_
     }
     f->conn = req->conn;
     f->k = *k;
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536,
-                                                               follow_read, f, follow_free);
-    if (!r) {
-        follow_free(f);
-        http_problem(resp, 503, NULL, "out of memory");
-        return;
-    }
-    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    resp->stream = r;
-    resp->status = 200;
+    http_stream(resp, "text/plain; charset=utf-8", 65536, follow_read, f, follow_free);
 }
 
 void api_jobs_logs(http_req_t *req, http_resp_t *resp)

@@ -165,18 +165,7 @@ void api_events_stream(http_req_t *req, http_resp_t *resp)
     }
     s->conn = req->conn;
     s->last_write_us = util_mono_us();
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
-                                                               stream_read, s, stream_free);
-    if (!r) {
-        stream_free(s);
-        http_problem(resp, 503, NULL, "out of memory");
-        return;
-    }
-    MHD_add_response_header(r, "Content-Type", "text/event-stream");
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    resp->stream = r;
-    resp->status = 200;
+    http_stream(resp, "text/event-stream", 4096, stream_read, s, stream_free);
 }
 
 void api_stats_utilization(http_req_t *req, http_resp_t *resp)

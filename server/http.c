@@ -76,6 +76,25 @@ static const char *status_title(int status)
     }
 }
 
+int http_stream(http_resp_t *resp, const char *type, size_t block,
+                ssize_t (*reader)(void *cls, uint64_t pos, char *buf, size_t max), void *cls,
+                void (*free_fn)(void *cls))
+{
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, block, reader, cls, free_fn);
+    if (!r) {
+        free_fn(cls);
+        http_problem(resp, 503, NULL, "out of memory");
+        return -1;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    resp->stream = r;
+    resp->status = 200;
+    return 0;
+}
+
 void http_text(http_resp_t *resp, int status, const char *type, const char *text, size_t len)
 {
     free(resp->body);

@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define HTTP_MAX_PARAMS 4
 #define HTTP_PARK_TICK_MS 100
@@ -84,6 +85,13 @@ void http_wake(void);
 /* Response helpers. http_json steals `body` (json_decref'd here). */
 void http_json(http_resp_t *resp, int status, json_t *body);
 void http_text(http_resp_t *resp, int status, const char *type, const char *text, size_t len);
+/* A 200 whose body comes from `reader` (MHD's content-reader contract:
+ * bytes, 0 after suspending the connection, or END_OF_STREAM) until the
+ * stream ends; not cached or buffered by proxies. free_fn(cls) runs when
+ * MHD drops the response, and here on failure (-1, 503 answered). */
+int http_stream(http_resp_t *resp, const char *type, size_t block,
+                ssize_t (*reader)(void *cls, uint64_t pos, char *buf, size_t max), void *cls,
+                void (*free_fn)(void *cls));
 /* application/problem+json {type,title,status,detail,field?}. */
 void http_problem(http_resp_t *resp, int status, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -25,6 +25,16 @@ int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int c
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
 }
 
+/* Every statement here numbers the key ?1 job, ?2 comp, ?3 process,
+ * ?4 attempt. */
+static void bind_key(sqlite3_stmt *s, const store_run_key_t *k)
+{
+    sqlite3_bind_int64(s, 1, k->job);
+    sqlite3_bind_int(s, 2, k->comp);
+    sqlite3_bind_int(s, 3, k->process);
+    sqlite3_bind_int(s, 4, k->attempt);
+}
+
 /* Deletes the oldest chunks of one stream beyond STORE_RUN_LOG_KEEP bytes. */
 static int log_trim(store_t *st, const store_run_key_t *k, int stream)
 {
@@ -37,10 +47,7 @@ static int log_trim(store_t *st, const store_run_key_t *k, int stream)
     sqlite3_stmt *s = store_stmt(st, sel);
     if (!s)
         return -1;
-    sqlite3_bind_int64(s, 1, k->job);
-    sqlite3_bind_int(s, 2, k->comp);
-    sqlite3_bind_int(s, 3, k->process);
-    sqlite3_bind_int(s, 4, k->attempt);
+    bind_key(s, k);
     sqlite3_bind_int(s, 5, stream);
     int64_t total = 0, cut = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
@@ -55,10 +62,7 @@ static int log_trim(store_t *st, const store_run_key_t *k, int stream)
         return 0;
     if (!(s = store_stmt(st, del)))
         return -1;
-    sqlite3_bind_int64(s, 1, k->job);
-    sqlite3_bind_int(s, 2, k->comp);
-    sqlite3_bind_int(s, 3, k->process);
-    sqlite3_bind_int(s, 4, k->attempt);
+    bind_key(s, k);
     sqlite3_bind_int(s, 5, stream);
     sqlite3_bind_int64(s, 6, cut);
     return store_step_done(s);
@@ -68,7 +72,7 @@ int store_run_log_put(store_t *st, const store_run_key_t *k, const store_run_seg
                       int nsegs)
 {
     static const char sql[] =
-        "INSERT INTO run_logs(job_id, attempt, comp_idx, process, stream, bytes)"
+        "INSERT INTO run_logs(job_id, comp_idx, process, attempt, stream, bytes)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
     int touched[3] = {0, 0, 0};
     if (store_begin(st) != 0)
@@ -77,10 +81,7 @@ int store_run_log_put(store_t *st, const store_run_key_t *k, const store_run_seg
         sqlite3_stmt *s = store_stmt(st, sql);
         if (!s)
             goto fail;
-        sqlite3_bind_int64(s, 1, k->job);
-        sqlite3_bind_int(s, 2, k->attempt);
-        sqlite3_bind_int(s, 3, k->comp);
-        sqlite3_bind_int(s, 4, k->process);
+        bind_key(s, k);
         sqlite3_bind_int(s, 5, segs[i].stream);
         sqlite3_bind_blob64(s, 6, segs[i].data, segs[i].len, SQLITE_STATIC);
         if (store_step_done(s) != 0)
@@ -175,10 +176,7 @@ int store_run_log_read(store_t *st, const store_run_key_t *k, int64_t after_id, 
     *last_id = after_id;
     if (!s)
         return STORE_ERR;
-    sqlite3_bind_int64(s, 1, k->job);
-    sqlite3_bind_int(s, 2, k->comp);
-    sqlite3_bind_int(s, 3, k->process);
-    sqlite3_bind_int(s, 4, k->attempt);
+    bind_key(s, k);
     sqlite3_bind_int64(s, 5, after_id);
     size_t cap = 0;
     int rc = STORE_OK;
@@ -215,10 +213,7 @@ int store_run_proc_ended(store_t *st, const store_run_key_t *k)
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return 1;
-    sqlite3_bind_int64(s, 1, k->job);
-    sqlite3_bind_int(s, 2, k->comp);
-    sqlite3_bind_int(s, 3, k->process);
-    sqlite3_bind_int(s, 4, k->attempt);
+    bind_key(s, k);
     int ended = sqlite3_step(s) != SQLITE_ROW || sqlite3_column_int(s, 0) != 0;
     sqlite3_reset(s);
     return ended;

@@ -156,9 +156,15 @@ static int gang_start_sync(gang_ctx_t *g)
         mbox_tag_t go = gang_tag(r, 1, g->root, self);
         if (rc != 0 || gang_take(g, &go, &msg) != 0)
             return -1;
-        g->port = msg->shape.rank == 1 && msg->shape.dim[0] == 1 ? (int)msg->data[0] : -1;
+        /* From the wire: range-check the float before converting it. */
+        float v = msg->shape.rank == 1 && msg->shape.dim[0] == 1 ? msg->data[0] : -1.0f;
         tensor_free(msg);
-        return g->port > 0 && g->port < 65536 ? 0 : -1;
+        if (!(v >= 1.0f && v <= 65535.0f)) {
+            snprintf(r->err, sizeof r->err, "gang start: bad coordinator port from the root");
+            return -1;
+        }
+        g->port = (int)v;
+        return 0;
     }
     for (int q = 1; q < g->npeers; q++) {
         mbox_tag_t tag = gang_tag(r, 0, g->peers[q], self);

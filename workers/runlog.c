@@ -213,6 +213,19 @@ static void send_batch(runlog_t *rl, json_t *events, chunk_t *ch, int nch)
     }
 }
 
+/* Waits on cv for at most RUNLOG_TICK_MS (caller holds mu). */
+static void tick_wait(pthread_cond_t *cv, pthread_mutex_t *mu)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += RUNLOG_TICK_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *runlog_main(void *arg)
 {
     runlog_t *rl = arg;
@@ -225,14 +238,7 @@ static void *runlog_main(void *arg)
         if (!ev && nch == 0) {
             if (rl->stopping)
                 break;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += RUNLOG_TICK_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&rl->cv, &rl->mu, &ts);
+            tick_wait(&rl->cv, &rl->mu);
             continue;
         }
         rl->inflight = 1;
@@ -293,14 +299,7 @@ int runlog_flush(runlog_t *rl, int64_t job, int32_t attempt, int32_t comp, int64
             rc = -1;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += RUNLOG_TICK_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&rl->done_cv, &rl->mu, &ts);
+        tick_wait(&rl->done_cv, &rl->mu);
     }
     pthread_mutex_unlock(&rl->mu);
     return rc;

@@ -208,10 +208,8 @@ static void test_dataflow_env_logs(void **state)
         exited += strcmp(json_string_value(json_object_get(p, "state")), "exited") == 0 &&
                   json_integer_value(json_object_get(p, "exit_code")) == 0;
         int64_t w = json_integer_value(json_object_get(p, "worker"));
-        if (w != w0) {
-            workers += w0 != w;
-            w0 = w;
-        }
+        workers += w != w0;           /* sorted by process: one run per worker */
+        w0 = w;
     }
     hx_resp_clear(&r);
     T_CHECK(exited == 8 && workers == 2, "want 8 processes exited 0 on 2 workers, got %d on %d",
