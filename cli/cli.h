@@ -2,7 +2,8 @@
  *
  * main.c parses the global flags and dispatches to one cmd_* function per
  * subcommand (cmd_jobs.c: submit/jobs/show/cancel/result; cmd_wait.c: the
- * --wait loop; cmd_cluster.c: islands/workers/top). client.c speaks HTTP,
+ * --wait loop; cmd_cluster.c: islands/workers/top; cmd_logs.c: logs and
+ * the processes of run computations). client.c speaks HTTP,
  * draw.c turns JSON into terminal text. Nothing here keeps global state
  * except top's SIGINT flag.
  *
@@ -44,6 +45,11 @@ int cmd_result(cli_ctx_t *ctx, int argc, char **argv);
 int cmd_islands(cli_ctx_t *ctx, int argc, char **argv);
 int cmd_workers(cli_ctx_t *ctx, int argc, char **argv);
 int cmd_top(cli_ctx_t *ctx, int argc, char **argv);
+int cmd_logs(cli_ctx_t *ctx, int argc, char **argv);
+
+/* cmd_logs.c: the job's run processes as a table on stdout (nothing when
+ * it has none). Returns a CLI exit code. */
+int cli_show_processes(cli_ctx_t *ctx, long long id);
 
 /* cmd_wait.c: follows job `id` until it is final, drawing progress on
  * stdout (a bar when ctx->tty, else a line per change). Returns 0/1/2 from

@@ -94,8 +94,11 @@ static struct curl_slist *make_headers(const cli_client_t *cl, int has_body)
     return list;
 }
 
-static int setup(CURL *c, const char *url, const char *method, const char *body, size_t len,
-                 struct curl_slist *hdrs, body_buf_t *b)
+/* Options of one exchange whose body goes to write(sink); timeout_ms 0:
+ * none (a log follow lasts as long as its process). */
+static int setup_sink(CURL *c, const char *url, const char *method, const char *body,
+                      size_t len, struct curl_slist *hdrs, curl_write_callback write,
+                      void *sink, long timeout_ms)
 {
     int bad = 0;
     curl_easy_reset(c);     /* keeps the connection cache, forgets last options */
@@ -104,9 +107,9 @@ static int setup(CURL *c, const char *url, const char *method, const char *body,
     bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 60000L) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, b) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, sink) != CURLE_OK;
     if (body) {
         bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len) != CURLE_OK;
         bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK;
@@ -114,19 +117,20 @@ static int setup(CURL *c, const char *url, const char *method, const char *body,
     return bad ? -1 : 0;
 }
 
-int cli_request(cli_client_t *cl, const char *method, const char *path, const char *body,
-                size_t body_len, cli_resp_t *r)
+/* One exchange with the body handed to write(sink): 0 with *status set
+ * when an HTTP answer came back, else -1 after printing why. */
+static int exchange(cli_client_t *cl, const char *method, const char *path, const char *body,
+                    size_t body_len, curl_write_callback write, void *sink, long timeout_ms,
+                    long *status)
 {
     int rc = -1;
-    body_buf_t b = {0};
     struct curl_slist *hdrs = NULL;
     size_t url_len = strlen(cl->base) + strlen(path) + 1;
     char *url = malloc(url_len);
-    memset(r, 0, sizeof *r);
     if (url)
         snprintf(url, url_len, "%s%s", cl->base, path);
     if (!url || !(hdrs = make_headers(cl, body != NULL)) ||
-        setup(cl->curl, url, method, body, body_len, hdrs, &b) != 0) {
+        setup_sink(cl->curl, url, method, body, body_len, hdrs, write, sink, timeout_ms) != 0) {
         fprintf(stderr, "atoll: out of memory\n");
         goto cleanup;
     }
@@ -135,20 +139,70 @@ int cli_request(cli_client_t *cl, const char *method, const char *path, const ch
         fprintf(stderr, "atoll: %s %s: %s\n", method, url, curl_easy_strerror(cc));
         goto cleanup;
     }
-    curl_easy_getinfo(cl->curl, CURLINFO_RESPONSE_CODE, &r->status);
-    r->body = b.data ? b.data : strdup("");
-    b.data = NULL;
-    if (!r->body) {
-        fprintf(stderr, "atoll: out of memory\n");
-        goto cleanup;
-    }
-    r->len = strlen(r->body);
-    r->json = json_loadb(r->body, r->len, 0, NULL);
+    curl_easy_getinfo(cl->curl, CURLINFO_RESPONSE_CODE, status);
     rc = 0;
 cleanup:
     curl_slist_free_all(hdrs);
     free(url);
+    return rc;
+}
+
+/* Moves a finished answer's body into r (parsed as JSON when it is). */
+static int resp_take(cli_resp_t *r, body_buf_t *b)
+{
+    r->body = b->data ? b->data : strdup("");
+    b->data = NULL;
+    if (!r->body) {
+        fprintf(stderr, "atoll: out of memory\n");
+        return -1;
+    }
+    r->len = strlen(r->body);
+    r->json = json_loadb(r->body, r->len, 0, NULL);
+    return 0;
+}
+
+int cli_request(cli_client_t *cl, const char *method, const char *path, const char *body,
+                size_t body_len, cli_resp_t *r)
+{
+    body_buf_t b = {0};
+    memset(r, 0, sizeof *r);
+    int rc = exchange(cl, method, path, body, body_len, on_body, &b, 60000L, &r->status);
+    if (rc == 0)
+        rc = resp_take(r, &b);
     free(b.data);
+    return rc;
+}
+
+/* A streamed answer: a 200 body goes to out as it arrives, any other is
+ * kept for the problem report. */
+typedef struct stream_sink {
+    CURL *curl;                 /* borrowed */
+    FILE *out;                  /* borrowed */
+    body_buf_t problem;         /* owned: a non-200 answer's body */
+} stream_sink_t;
+
+static size_t on_stream(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    stream_sink_t *s = userdata;
+    long status = 0;
+    size_t n = size * nmemb;
+    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200)
+        return on_body(ptr, size, nmemb, &s->problem);
+    if (fwrite(ptr, 1, n, s->out) != n)
+        return 0;               /* stdout closed (a pipe's reader left): stop */
+    fflush(s->out);
+    return n;
+}
+
+int cli_stream(cli_client_t *cl, const char *path, FILE *out, cli_resp_t *r)
+{
+    stream_sink_t s = {.curl = cl->curl, .out = out};
+    memset(r, 0, sizeof *r);
+    int rc = exchange(cl, "GET", path, NULL, 0, on_stream, &s, 0L, &r->status);
+    if (rc == 0)
+        rc = resp_take(r, &s.problem);
+    free(s.problem.data);
     return rc;
 }
 

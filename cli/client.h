@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Largest answer accepted: a result may carry 4,096 values per shard of
  * many shards, a job object its whole document. */
@@ -35,6 +36,12 @@ const char *cli_client_url(const cli_client_t *cl);
 int cli_request(cli_client_t *cl, const char *method, const char *path, const char *body,
                 size_t body_len, cli_resp_t *r);
 void cli_resp_clear(cli_resp_t *r);
+
+/* GET path with no time limit, writing a 200 answer's body to out as it
+ * arrives (flushed per chunk: a log follow shows lines live). Any other
+ * status leaves its body in *r for cli_print_problem; a 200 leaves r->body
+ * "". Returns as cli_request. */
+int cli_stream(cli_client_t *cl, const char *path, FILE *out, cli_resp_t *r);
 
 /* Prints "atoll: WHAT: STATUS TITLE: DETAIL (field: F)" on stderr from the
  * answer's problem document (or its raw text). Returns CLI_EXIT_REFUSED. */

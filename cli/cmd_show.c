@@ -118,7 +118,7 @@ int cmd_show(cli_ctx_t *ctx, int argc, char **argv)
     show_computations(job, ctx->tty);
     show_events(job);
     json_decref(job);
-    return CLI_EXIT_OK;
+    return cli_show_processes(ctx, id);
 }
 
 /* "shape [4]  sum 24  values 6 6 6 6" of one shard or global output. */

@@ -33,13 +33,18 @@ static const cli_command_t commands[] = {
     {"show", cmd_show,
      "usage: atoll show ID\n"
      "Shows one job: state, slices granted, per-computation progress, times,\n"
-     "error and events.\n"},
+     "error, events, and the processes of its run computations.\n"},
     {"cancel", cmd_cancel, "usage: atoll cancel ID\nCancels a job; its devices are freed.\n"},
     {"result", cmd_result,
      "usage: atoll result ID [--global] [--json]\n"
      "Prints a succeeded job's outputs: per shard its shape, sum and first values.\n"
      "  --global  outputs of global computations assembled (?view=global)\n"
      "  --json    the server's JSON answer as is\n"},
+    {"logs", cmd_logs,
+     "usage: atoll logs ID [--computation C] [--process K] [--attempt A] [-f]\n"
+     "Prints what process K (default 0) of run computation C (default the job's\n"
+     "only one) wrote, stdout and stderr interleaved, newest attempt by default.\n"
+     "  -f, --follow  keep printing until the process has ended\n"},
     {"islands", cmd_islands,
      "usage: atoll islands\n"
      "Draws every island as its mesh, one cell per device: '.' free, 'x' down,\n"
@@ -58,7 +63,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: atoll [--url URL] [--token TOKEN] COMMAND [ARGS]\n"
             "       atoll --version | --help | COMMAND --help\n\n"
-            "commands: submit, jobs, show, cancel, result, islands, workers, top\n\n"
+            "commands: submit, jobs, show, cancel, result, logs, islands, workers, top\n\n"
             "  --url URL      atolld's address (env ATOLL_URL, default %s)\n"
             "  --token TOKEN  bearer token (env ATOLL_TOKEN)\n\n"
             "exit codes: 0 success; 1 job failed, 2 job cancelled (submit --wait);\n"

@@ -327,6 +327,21 @@ void api_jobs_logs(http_req_t *req, http_resp_t *resp)
     free(buf);
 }
 
+/* Adds each process's computation name (the document's, by index) beside
+ * its index, so readers need not fetch the document. */
+static void name_processes(json_t *procs, const json_t *comps)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(procs, i, p) {
+        const json_t *c = json_array_get(comps, (size_t)json_integer_value(
+                                                       json_object_get(p, "comp")));
+        const char *name = json_string_value(json_object_get(c, "name"));
+        if (name)
+            json_object_set_new(p, "computation", json_string(name));
+    }
+}
+
 void api_jobs_processes(http_req_t *req, http_resp_t *resp)
 {
     store_t *st = NULL;
@@ -334,6 +349,9 @@ void api_jobs_processes(http_req_t *req, http_resp_t *resp)
     if (id < 1)
         return;
     json_t *procs = store_run_processes(st, id);
+    json_t *doc = procs ? store_sched_job_doc(st, id) : NULL;
+    name_processes(procs, json_object_get(doc, "computations"));
+    json_decref(doc);
     if (!procs) {
         http_problem(resp, 503, NULL, "the processes could not be read; retry");
         return;

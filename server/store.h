@@ -363,7 +363,9 @@ int store_run_log_put(store_t *st, const store_run_key_t *k, const store_run_seg
 /* Process-state events of docs/worker-protocol.md (validated by the
  * caller), in one transaction. */
 int store_run_procs_put(store_t *st, int64_t worker, const json_t *events);
-/* The newest attempt with a state or output for that process, or -1. */
+/* The newest attempt with a state or output for that process; the job's
+ * current attempt when none has (a follow waits for the process to start);
+ * -1 when the job is unknown or on error. */
 int store_run_latest_attempt(store_t *st, int64_t job, int comp, int process);
 /* Chunks with id > after_id, both streams interleaved as received, until
  * about max bytes: *buf (caller frees; NULL when none), *len, *last_id. */

@@ -149,7 +149,8 @@ int store_run_procs_put(store_t *st, int64_t worker, const json_t *events)
 int store_run_latest_attempt(store_t *st, int64_t job, int comp, int process)
 {
     static const char sql[] =
-        "SELECT max(attempt) FROM (SELECT attempt FROM run_procs WHERE job_id = ?1"
+        "SELECT coalesce(max(attempt), (SELECT attempt FROM jobs WHERE id = ?1)) FROM"
+        " (SELECT attempt FROM run_procs WHERE job_id = ?1"
         " AND comp_idx = ?2 AND process = ?3 UNION ALL SELECT attempt FROM run_logs"
         " WHERE job_id = ?1 AND comp_idx = ?2 AND process = ?3)";
     sqlite3_stmt *s = store_stmt(st, sql);

@@ -1,6 +1,6 @@
 /* test_cli.c - the `atoll` client against a real cluster: atolld with auth
  * on (admin and worker tokens), island west=2x4 covered by two workers with
- * a 32 MiB object store cap (so a job can fail). Each check runs the built
+ * a 32 MiB object store cap (so a job can fail), users' programs allowed. Each check runs the built
  * binary (hx_bin_dir()/atoll) as a child with ATOLL_URL set, and looks at
  * its stdout, stderr and exit code: 0 succeeded, 1 failed, 2 cancelled,
  * 3 usage/file/transport, 4 refused by the server. */
@@ -175,13 +175,15 @@ static int group_setup(void **state)
     (void)state;
     static const char *const islands[] = {"west=2x4"};
     static const char *const extra[] = {"--admin-token", ADMIN_TOKEN, "--worker-token",
-                                        WORKER_TOKEN, NULL};
+                                        WORKER_TOKEN, "--allow-run", NULL};
     static const char *const wextra[] = {"--token", WORKER_TOKEN, NULL};
+    static const char *const wroot[] = {"--token", WORKER_TOKEN, "--run-as", "nobody", NULL};
     setenv("ATOLL_STORE_CAP_MB", "32", 1);      /* workers inherit it */
     if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 1, extra) != 0)
         return -1;
     for (int i = 0; i < 2; i++)
-        if (hx_worker_start_args(&itest_cluster, "west", 4, wextra, 15000, 0) != 0)
+        if (hx_worker_start_args(&itest_cluster, "west", 4, geteuid() == 0 ? wroot : wextra,
+                                 15000, 0) != 0)
             goto fail;
     if (hx_client_init(&itest_client, itest_cluster.url) != 0 ||
         hx_client_set_auth(&itest_client, ADMIN_TOKEN, NULL) != 0)
@@ -429,6 +431,61 @@ static void test_auth(void **state)
     T_CHECK(ok, "--version: want 'atoll VERSION', exit 0");
 }
 
+/* Two processes: each prints a line, waits for the test's go file, then
+ * writes to stderr and exits. */
+#define RUN_JOB                                                                          \
+    "{'name': 'cli-run', 'slices': {'a': {'shape': [2]}}, 'computations': [{"             \
+    " 'name': 'r', 'slice': 'a', 'run': {'command': ['/bin/sh', 'main.sh'], 'files': {"   \
+    "  'main.sh': 'echo started $RANK\\nwhile [ ! -e %s ]; do sleep 0.02; done\\n"       \
+    "echo finished $RANK >&2\\n'}}}]}"
+
+/* atoll logs: -f shows a process's output live and ends with it; plain
+ * logs pick the process; show lists the processes; bad names are refused. */
+static void test_logs(void **state)
+{
+    (void)state;
+    char go[HX_PATH_MAX], doc[1024], ids[32], line[128];
+    /* in /tmp: the processes run as nobody, who cannot enter the test's dir */
+    snprintf(go, sizeof go, "/tmp/atoll-cli-go-%d", (int)getpid());
+    unlink(go);
+    snprintf(doc, sizeof doc, RUN_JOB, go);
+    cli_out_t o = CLI_RUN("submit", job_file("run.json", doc));
+    long long id = first_line_id(o.out);
+    cli_out_clear(&o);
+    T_CHECK(id > 0, "submit of a run job printed no id");
+    snprintf(ids, sizeof ids, "%lld", id);
+    hx_proc_t p;        /* follows before the process has started: it waits */
+    cli_start(&p, ADMIN_TOKEN, (const char *const[]){"logs", ids, "--process", "1", "-f", NULL});
+    int live = hx_proc_read_line(&p, line, sizeof line, CLI_TIMEOUT_MS) == 0 &&
+               strstr(line, "started 1") != NULL;
+    FILE *f = fopen(go, "w");
+    T_CHECK(f != NULL, "cannot create %s", go);
+    fclose(f);
+    cli_out_t w = cli_finish(&p);
+    int ended = w.code == 0 && strstr(w.out, "finished 1") && !strstr(w.out, "started 0");
+    cli_out_clear(&w);
+    T_CHECK(live, "logs -f did not show the running process's first line: '%s'", line);
+    T_CHECK(ended, "logs -f: want the rest of process 1's output and exit 0 when it ends");
+    unlink(go);
+    json_decref(itest_wait_state(id, "succeeded"));
+    o = CLI_RUN("logs", ids);
+    int plain = o.code == 0 && strstr(o.out, "started 0") && strstr(o.out, "finished 0");
+    cli_out_clear(&o);
+    T_CHECK(plain, "atoll logs ID: want process 0's stdout and stderr");
+    o = CLI_RUN("show", ids);
+    int shown = o.code == 0 && strstr(o.out, "processes:") && strstr(o.out, "exited 0");
+    cli_out_clear(&o);
+    T_CHECK(shown, "atoll show of a run job: want its processes, exited 0");
+    o = CLI_RUN("logs", ids, "--computation", "no such");
+    int refused = o.code == 4 && strstr(o.err, "404") && strstr(o.err, "computation");
+    cli_out_clear(&o);
+    T_CHECK(refused, "logs of an unknown computation: want exit 4 with the 404");
+    o = CLI_RUN("logs", ids, "--process", "-1");
+    refused = o.code == 3;
+    cli_out_clear(&o);
+    T_CHECK(refused, "logs --process -1: want a usage error (exit 3)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -437,6 +494,7 @@ int main(void)
         cmocka_unit_test_teardown(test_submit_wait_fails, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_cancel, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_islands_and_top, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_logs, itest_cancel_leftovers),
         cmocka_unit_test(test_workers),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_auth),

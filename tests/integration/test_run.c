@@ -205,14 +205,16 @@ static void test_dataflow_env_logs(void **state)
     int64_t w0 = -1;
     for (size_t i = 0; i < json_array_size(ps); i++) {
         json_t *p = json_array_get(ps, i);
+        const char *cn = json_string_value(json_object_get(p, "computation"));
         exited += strcmp(json_string_value(json_object_get(p, "state")), "exited") == 0 &&
-                  json_integer_value(json_object_get(p, "exit_code")) == 0;
+                  json_integer_value(json_object_get(p, "exit_code")) == 0 && cn &&
+                  strcmp(cn, "r") == 0;
         int64_t w = json_integer_value(json_object_get(p, "worker"));
         workers += w != w0;           /* sorted by process: one run per worker */
         w0 = w;
     }
     hx_resp_clear(&r);
-    T_CHECK(exited == 8 && workers == 2, "want 8 processes exited 0 on 2 workers, got %d on %d",
+    T_CHECK(exited == 8 && workers == 2, "want 8 processes of 'r' exited 0 on 2 workers, got %d on %d",
             exited, workers);
     expect_no_processes(id);
 }
