@@ -35,6 +35,8 @@
     results: new Map(),            /* job id -> result doc (succeeded jobs only) */
     programs: new Map(),           /* job id -> GET .../program (jobs with a global computation) */
     docs: new Map(),               /* job id -> {doc, slices, state}: for the Slices column */
+    procSel: null,                 /* {job, key, p}: the process whose output is shown */
+    procsBusy: false, procsAgain: false,
     util: { minutes: 15, samples: [], islands: {}, lastT: 0, loadedMinutes: 0 },
     polls: 0, sseOpen: false, inflight: false, again: false
   };
@@ -596,6 +598,7 @@
     renderJobSlices(j);
     renderResult(j);
     renderProgram(j);
+    renderProcesses(j);
     renderEvents(j);
   }
 
@@ -886,6 +889,89 @@
       }
     });
     box.replaceChildren(table);
+  }
+
+  /* ---- processes of run computations (DESIGN Part F) ---- */
+
+  var LOG_TAIL_CHARS = 65536;   /* the page shows the newest 64 Ki characters */
+
+  /* Asks for the job's processes on every render of a job with run
+   * computations (renders follow changes); one request in flight. */
+  function renderProcesses(j) {
+    var runs = ((j.document || {}).computations || []).filter(function (c) { return c.run; });
+    $("procs-panel").hidden = runs.length === 0;
+    if (!runs.length) return;
+    if (S.procsBusy) { S.procsAgain = true; return; }
+    var id = String(j.id);
+    S.procsBusy = true;
+    getJSON("v1/jobs/" + id + "/processes").then(function (r) {
+      if (!S.detail || String(S.detail.id) !== id) return;
+      drawProcesses(id, r.processes || []);
+    }).catch(function () { /* the next render retries */ }).then(function () {
+      S.procsBusy = false;
+      if (S.procsAgain && S.detail) { S.procsAgain = false; renderProcesses(S.detail); }
+    });
+  }
+
+  function procKey(p) { return [p.attempt, p.computation, p.process].join("/"); }
+
+  function drawProcesses(id, procs) {
+    if (!S.procSel || S.procSel.job !== id ||
+        !procs.some(function (p) { return procKey(p) === S.procSel.key; })) {
+      var newest = procs.reduce(function (m, p) { return Math.max(m, p.attempt); }, -1);
+      var first = procs.filter(function (p) { return p.attempt === newest; })[0];
+      S.procSel = first ? { job: id, key: procKey(first), p: first } : null;
+    }
+    var frag = document.createDocumentFragment();
+    procs.forEach(function (p) {
+      var tr = el("tr", S.procSel && S.procSel.key === procKey(p) ? "sel" : "");
+      tr.dataset.key = procKey(p);
+      var exit = has(p.exit_code) ? String(p.exit_code) : has(p.signal) ? "signal " + p.signal : "";
+      var ran = has(p.ended_at_us) ? fmtDur(p.ended_at_us - p.started_at_us) :
+                fmtAge(Date.now() / 1000 - p.started_at_us / 1e6);
+      [p.attempt + 1, p.computation || p.comp, p.process, (p.host || "?") + " (" + p.worker + ")",
+       p.pid, p.state, exit, ran].forEach(function (v, i) {
+        var td = el("td", [0, 2, 4, 6, 7].indexOf(i) >= 0 ? "num" : "", String(v));
+        if (i === 5) {
+          td.className = "p-state";
+          td.dataset.state = p.state === "exited" && p.exit_code !== 0 ? "failed" : p.state;
+        }
+        tr.appendChild(td);
+      });
+      tr.addEventListener("click", function () {
+        S.procSel = { job: id, key: procKey(p), p: p };
+        drawProcesses(id, procs);
+      });
+      frag.appendChild(tr);
+    });
+    $("procs").tBodies[0].replaceChildren(frag);
+    loadProcessLog(id);
+  }
+
+  /* The selected process's output (plain GET: the page re-asks on every
+   * change, a follow would hold one connection per open page). */
+  function loadProcessLog(id) {
+    var sel = S.procSel;
+    if (!sel) {
+      $("proc-log-title").textContent = "Output";
+      $("proc-log").textContent = "";
+      return;
+    }
+    var p = sel.p;
+    $("proc-log-title").textContent = "Output of " + (p.computation || p.comp) + " process " + p.process +
+      " (attempt " + (p.attempt + 1) + ")";
+    var url = "v1/jobs/" + id + "/logs?computation=" + encodeURIComponent(p.computation || "") +
+      "&process=" + p.process + "&attempt=" + p.attempt;
+    fetch(url, { cache: "no-store", headers: authHeaders() }).then(function (r) {
+      return r.ok ? r.text() : Promise.reject(new Error("HTTP " + r.status));
+    }).then(function (text) {
+      if (S.procSel !== sel) return;
+      var box = $("proc-log");
+      var atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+      box.textContent = text.length > LOG_TAIL_CHARS ?
+        "… (" + (text.length - LOG_TAIL_CHARS) + " earlier characters)\n" + text.slice(-LOG_TAIL_CHARS) : text;
+      if (atEnd) box.scrollTop = box.scrollHeight;
+    }).catch(function () { /* the next render retries */ });
   }
 
   function renderEvents(j) {
@@ -1249,6 +1335,9 @@
       td.textContent = fmtAge((now - Number(td.dataset.created)) / 1000);
     });
     renderSpark();
+    /* processes start, write and exit without changing their job: a live
+     * job's processes and output are asked for every second */
+    if (S.route.view === "job" && S.detail && !TERMINAL[S.detail.state]) renderProcesses(S.detail);
   }, 1000);
   setInterval(refresh, SAFETY_MS);
 

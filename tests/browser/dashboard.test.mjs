@@ -14,7 +14,8 @@
 //      job and slice; selecting the job lights its slices;
 //   3. the job page's graph (2 boxes, 1 edge) and progress move to success
 //      by themselves, passing through a running state on the way, and the
-//      result preview appears;
+//      result preview appears; a global job shows its partitioned program;
+//      a user's program (run) shows its processes, exit codes and output;
 //   4. a job that cannot fit yet shows its pending reason in the queue;
 //   5. the cancel button cancels (state, devices freed, waiting job admitted);
 //   6. a bad JSON paste and an unknown op show the API's error inline;
@@ -80,6 +81,14 @@ const PIPELINE = {
     { name: "consume", slice: "b", ops: [
       { op: "input", out: "z", from: "produce.z" }, { op: "compute", out: "c", us: 2000000 },
       { op: "scale", out: "w", args: ["z"], factor: 0.5 }], outputs: ["w"] }],
+};
+
+// A user's program (DESIGN Part F): two processes; process 1 exits 3, so
+// the job fails (no retries) with process 0 exited 0.
+const RUNJOB = {
+  name: "browser-run", max_retries: 0, slices: { r: { shape: [2], island: "west" } },
+  computations: [{ name: "train", slice: "r", run: {
+    command: ["/bin/sh", "-c", 'echo "hello from rank $RANK"; [ "$RANK" = 0 ] || { echo "rank $RANK failing" >&2; exit 3; }'] } }],
 };
 
 // A global computation (DESIGN Part C): Megatron's MLP on data x model.
@@ -236,6 +245,33 @@ async function main() {
     check(/\[data, ·\]/.test(prog.text) && /partial over model/.test(prog.text),
           `shardings should be drawn ([data, ·], partial over model): ${prog.text.slice(0, 300)}`);
     await shot("job-program");
+
+    // ---------------------------------------------------------- 3c. a user's program
+    // (DESIGN Part F): the processes panel lists both processes with their
+    // exit codes; clicking one shows its output.
+    const run = await submitApi(RUNJOB);
+    check(run.status === 201, `run submit: ${run.status} ${JSON.stringify(run.body)}`);
+    await page.goto(URL + "/#/jobs/" + run.body.id);
+    const procs = await until("the processes panel shows both processes ended", 30, () => dom(() => {
+      const rows = [...document.querySelectorAll("#procs tbody tr")].map((r) =>
+        [...r.cells].map((c) => c.textContent));
+      return !document.getElementById("procs-panel").hidden && rows.length === 2 &&
+        document.getElementById("job-state").dataset.state === "failed" &&
+        rows.every((r) => r[5] !== "running") ? rows : null;
+    }));
+    const byProc = Object.fromEntries(procs.map((r) => [r[2], r]));
+    check(byProc["0"] && byProc["0"][5] === "exited" && byProc["0"][6] === "0" &&
+          byProc["1"] && byProc["1"][5] === "exited" && byProc["1"][6] === "3",
+          `process 0 should have exited 0 and process 1 exited 3: ${JSON.stringify(procs)}`);
+    await page.click('#procs tbody tr[data-key$="/1"]');
+    const log = await until("the output of process 1 is shown", 10, () => dom(() => {
+      const t = document.getElementById("proc-log").textContent;
+      return /hello from rank 1/.test(t) && /rank 1 failing/.test(t) ? t : null;
+    }));
+    note(`run job ${run.body.id}: processes ${JSON.stringify(procs.map((r) => r[2] + ":" + r[6]))}; log "${log.trim().replace(/\n/g, " | ")}"`);
+    const err = await dom(() => document.getElementById("job-error").textContent);
+    check(/process 1/.test(err), `the job's error should name process 1: ${err}`);
+    await shot("job-processes");
 
     // ---------------------------------------------------------- 4. pending reason
     const blocker = await submitApi(holdJob("blocker", [2, 2], "west", 60000000));

@@ -97,7 +97,7 @@ alive() { kill -0 "$1" 2>/dev/null; }
 # ATOLL_WEB_DIR: serve this checkout's web/ (atolld's default is the source
 # dir it was configured from, usually the same).
 (cd "$ROOT" && ATOLL_WEB_DIR="$ROOT/web" exec "$ATOLLD" --listen 127.0.0.1:0 --db "$TMP/atoll.db" \
-    --island west=4x4 --island east=2x2x2 >"$TMP/atolld.out" 2>"$TMP/atolld.err") &
+    --island west=4x4 --island east=2x2x2 --allow-run >"$TMP/atolld.out" 2>"$TMP/atolld.err") &
 PIDS+=($!)
 ATOLLD_PID=$!
 url_ready() {
@@ -109,10 +109,13 @@ URL="$(grep -o 'http://127\.0\.0\.1:[0-9][0-9]*' "$TMP/atolld.out" | head -n 1)"
 note "atolld at $URL"
 
 # ---------------------------------------------------------------- workers
+# Users' programs (the run job of the page test) never run as root.
+RUN_AS=()
+if [ "$(id -u)" = 0 ]; then RUN_AS=(--run-as nobody); fi
 n=0
 for island in west west west west east east; do
     n=$((n + 1))
-    "$WORKER" --controller "$URL" --island "$island" --devices 4 \
+    "$WORKER" --controller "$URL" --island "$island" --devices 4 "${RUN_AS[@]}" \
         >"$TMP/worker$n.out" 2>"$TMP/worker$n.err" &
     PIDS+=($!)
     wpid=$!
