@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -243,12 +244,21 @@ static void io_dir(const gang_ctx_t *g, const lproc_t *p, const char *which, int
         snprintf(buf, len, "%s/%s", p->dir, which);
 }
 
+/* The process's name on this host, for its working directory and its
+ * container: unique among this host's live workers (the worker's pid), even
+ * when several clusters share a --run-dir or a podman store. */
+static void run_name(const gang_ctx_t *g, const lproc_t *p, char *buf, size_t len)
+{
+    snprintf(buf, len, "atoll-w%d-j%lld-a%d-c%d-r%d", (int)getpid(), (long long)g->r->t->job,
+             (int)g->r->t->attempt, (int)g->r->t->comp, p->rank);
+}
+
 static int prepare_dir(gang_ctx_t *g, lproc_t *p)
 {
     run_t *r = g->r;
-    char path[1024];
-    snprintf(p->dir, sizeof p->dir, "%s/atoll-j%lld-a%d-c%d-r%d", r->env->run->dir,
-             (long long)r->t->job, (int)r->t->attempt, (int)r->t->comp, p->rank);
+    char path[1024], name[128];
+    run_name(g, p, name, sizeof name);
+    snprintf(p->dir, sizeof p->dir, "%s/%s", r->env->run->dir, name);
     rm_tree(p->dir);
     int bad = mkdir_owned(g, p->dir);
     snprintf(path, sizeof path, "%s/in", p->dir);
@@ -285,10 +295,13 @@ static int prepare_dir(gang_ctx_t *g, lproc_t *p)
 /* ---------------------------------------------------------------- */
 /* Environment and command. */
 
+/* A growing NULL-terminated string vector (argv or envp); owns its
+ * strings. */
 typedef struct strv {
     char **v;
     int n, cap;
     int oom;
+    int env;                    /* an environment: KEY=VALUE replaces an earlier KEY= */
 } strv_t;
 
 static void sv_add(strv_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -303,8 +316,9 @@ static void sv_add(strv_t *s, const char *fmt, ...)
         s->oom = 1;
         return;
     }
-    /* KEY=VALUE replaces an earlier KEY= (the job's env over the defaults). */
-    const char *eq = strchr(str, '=');
+    /* In an environment, KEY=VALUE replaces an earlier KEY= (the job's env
+     * over the defaults); an argv keeps every word. */
+    const char *eq = s->env ? strchr(str, '=') : NULL;
     for (int i = 0; eq && i < s->n; i++)
         if (strncmp(s->v[i], str, (size_t)(eq - str + 1)) == 0) {
             free(s->v[i]);
@@ -350,7 +364,7 @@ static void device_coords(const run_t *r, int l, char *buf, size_t len)
 static int build_env(gang_ctx_t *g, lproc_t *p, int local_rank)
 {
     run_t *r = g->r;
-    strv_t s = {0};
+    strv_t s = {.env = 1};
     char devs[1024] = "", shards[1024] = "", shape[64];
     size_t off = 0, soff = 0;
     for (int l = p->first_l; l < p->first_l + p->nl && off < sizeof devs - 32; l++) {
@@ -402,6 +416,15 @@ static const char *env_get(char **env, const char *key)
     return NULL;
 }
 
+/* This process's soft limit of `res`, at most cap. */
+static unsigned long long limit_of(int res, unsigned long long cap)
+{
+    struct rlimit rl;
+    if (getrlimit(res, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > cap)
+        return cap;
+    return (unsigned long long)rl.rlim_cur;
+}
+
 /* argv: the command (argv[0] found on the process's PATH), or podman
  * running it in the job's image. */
 static int build_argv(gang_ctx_t *g, lproc_t *p)
@@ -420,8 +443,17 @@ static int build_argv(gang_ctx_t *g, lproc_t *p)
         sv_add(&s, "run");
         sv_add(&s, "--rm");
         sv_add(&s, "--network=host");
-        sv_add(&s, "--name=atoll-j%lld-a%d-c%d-r%d", (long long)r->t->job, (int)r->t->attempt,
-               (int)r->t->comp, p->rank);
+        char name[128];
+        run_name(g, p, name, sizeof name);
+        sv_add(&s, "--name=%s", name);
+        /* The engine's default limits may exceed what this host allows
+         * (runc then refuses to start): the worker's own, capped. */
+        sv_add(&s, "--ulimit=nofile=%llu:%llu", limit_of(RLIMIT_NOFILE, 65536),
+               limit_of(RLIMIT_NOFILE, 65536));
+        sv_add(&s, "--ulimit=nproc=%llu:%llu", limit_of(RLIMIT_NPROC, 4096),
+               limit_of(RLIMIT_NPROC, 4096));
+        sv_add(&s, "--no-healthcheck");     /* an image's HEALTHCHECK is not the job's */
+        sv_add(&s, "--entrypoint=");        /* run's command is the whole argv */
         sv_add(&s, "--volume=%s:%s", p->dir, p->dir);
         sv_add(&s, "--workdir=%s", p->dir);
         if (o->run_as)

@@ -104,6 +104,44 @@ static void program_exec(const gang_cfg_t *cfg, const gang_proc_t *p, int out_fd
     _exit(127);
 }
 
+/* SIGKILLs every child the shepherd has (descendants that left the
+ * program's group, e.g. by setsid or a daemon's double fork, are
+ * reparented to it as the subreaper: podman's conmon, and through it a
+ * container's init) and reaps them, until none is left or ~2 s passed.
+ * Async-signal-safe calls only (it runs in a fork of the worker). */
+static void shep_kill_orphans(pid_t me)
+{
+    char path[64] = "/proc/self/task/", digits[16], buf[512];
+    size_t n = strlen(path), d = 0;
+    for (unsigned v = (unsigned)me; v > 0 || d == 0; v /= 10)
+        digits[d++] = (char)('0' + v % 10);
+    while (d > 0)
+        path[n++] = digits[--d];
+    memcpy(path + n, "/children", sizeof "/children");  /* single-threaded: tid = pid */
+    for (int round = 0; round < 2000; round++) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t len = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (len <= 0)
+            return;                     /* no child left (or no /proc: nothing more to do) */
+        buf[len] = '\0';
+        for (char *c = buf; *c;) {
+            long pid = 0;
+            while (*c >= '0' && *c <= '9')
+                pid = pid * 10 + (*c++ - '0');
+            if (pid > 1)
+                kill((pid_t)pid, SIGKILL);
+            while (*c && (*c < '0' || *c > '9'))
+                c++;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* The shepherd (see gang.h): never returns. */
 static void shepherd_main(const gang_cfg_t *cfg, const gang_proc_t *p, int out_fd, int err_fd,
                           pid_t worker)
@@ -146,10 +184,7 @@ static void shepherd_main(const gang_cfg_t *cfg, const gang_proc_t *p, int out_f
             break;
     }
     kill(-prog, SIGKILL);               /* whatever the program left in its group */
-    for (int i = 0; i < 1000 && waitpid(-1, NULL, WNOHANG) >= 0; i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    shep_kill_orphans(me);
     if (WIFEXITED(st))
         _exit(WEXITSTATUS(st));
     int sig = WTERMSIG(st);

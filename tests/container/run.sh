@@ -23,6 +23,8 @@
 #      demo job; checks the non-root user; stops atolld (SIGTERM must give
 #      exit 0), replaces its container by a fresh one on the same volume and
 #      checks the job is still there (the database lives on the volume).
+#   4b. A users' program (run.image) in the image: a host atolld and worker
+#      of this build (ATOLL_BIN_DIR) run it through podman run.
 #   5. compose.yaml with podman-compose: up, health, demo job, result, down
 #      (when it cannot run, or ATOLL_CONTAINER_COMPOSE=0: SKIP, exit 77).
 # Every container, network and volume it makes is named after this run and
@@ -79,6 +81,10 @@ show_logs() {
 cleanup() {
     local rc=$? i
     [ "$rc" -ne 0 ] && show_logs
+    if [ "$rc" -ne 0 ] && [ ${#HOST_PIDS[@]} -gt 0 ]; then
+        for f in "$TMP"/host-*.err; do echo "---- last lines of $f" >&2; tail -n 20 "$f" >&2; done
+    fi
+    stop_host
     for ((i = ${#CONTAINERS[@]} - 1; i >= 0; i--)); do
         timeout 30 "${PODMAN[@]}" rm -f -t 10 "${CONTAINERS[i]}" >/dev/null 2>&1 || true
     done
@@ -92,6 +98,20 @@ cleanup() {
     timeout 30 "${PODMAN[@]}" volume rm -f "$VOL" >/dev/null 2>&1 || true
     rm -rf "$TMP"
     exit "$rc"
+}
+# Stops the host atolld and worker of phase 4b (worker first), SIGKILL
+# after 10 s.
+HOST_PIDS=()
+stop_host() {
+    local i pid
+    for ((i = ${#HOST_PIDS[@]} - 1; i >= 0; i--)); do
+        pid=${HOST_PIDS[i]}
+        kill -TERM "$pid" 2>/dev/null || continue
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    HOST_PIDS=()
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -306,6 +326,68 @@ note "atolld exited 0 on SIGTERM; a new container on volume $VOL still has job $
 wait_for 60 islands_ready "$URL" || fail "workers did not rejoin the new atolld: $(curl -sS "$URL/v1/workers")"
 check_demo "$URL"
 echo "PASS: container test, plain podman (image, healthcheck, islands, demo job, volume)" >&2
+
+# ---------------------------------------------------------------- 4b. run.image
+# A users' program inside the image (DESIGN Part F `image`): a host atolld
+# --allow-run and a host worker (this build's, ATOLL_BIN_DIR) start each
+# process with podman run; it must find the image's own files (the host has
+# no /usr/local/bin/atoll-worker), read its input .npy from the mounted work
+# dir and leave its output there: the result is the input, back through the
+# controller. Also: no container of the job is left when it ends.
+BIN="${ATOLL_BIN_DIR:-$ROOT/build/bin}"
+[ -x "$BIN/atolld" ] && [ -x "$BIN/atoll-worker" ] || fail "no atolld/atoll-worker in $BIN (set ATOLL_BIN_DIR)"
+[ ! -e /usr/local/bin/atoll-worker ] || fail "/usr/local/bin/atoll-worker exists on the host: the image check would prove nothing"
+"$BIN/atolld" --listen 127.0.0.1:0 --db "$TMP/run.db" --island img=2 --allow-run \
+    >"$TMP/host-atolld.out" 2>"$TMP/host-atolld.err" &
+HOST_PIDS+=($!)
+host_ready() { grep -qo 'http://127\.0\.0\.1:[0-9][0-9]*' "$TMP/host-atolld.out"; }
+wait_for 20 host_ready || fail "host atolld printed no URL: $(cat "$TMP/host-atolld.err")"
+HURL="$(grep -o 'http://127\.0\.0\.1:[0-9][0-9]*' "$TMP/host-atolld.out" | head -n 1)"
+RUN_AS=()
+[ "$(id -u)" = 0 ] && RUN_AS=(--run-as nobody)
+"$BIN/atoll-worker" --controller "$HURL" --island img --devices 2 "${RUN_AS[@]}" \
+    >"$TMP/host-worker.out" 2>"$TMP/host-worker.err" &
+HOST_PIDS+=($!)
+img_ready() {
+    curl -fsS "$HURL/v1/islands/img" 2>/dev/null | python3 -c '
+import json, sys; i = json.load(sys.stdin); sys.exit(0 if i["free"] == 2 else 1)' 2>/dev/null
+}
+wait_for 30 img_ready || fail "host worker never covered island img: $(cat "$TMP/host-worker.err")"
+python3 - "$IMAGE" >"$TMP/run-job.json" <<'EOF'
+import json, sys
+script = ('test -x /usr/local/bin/atoll-worker && echo "in image, rank $RANK as $(id -un)" && '
+          'cp "$ATOLL_INPUT_DIR/x.npy" "$ATOLL_OUTPUT_DIR/y.npy"')
+print(json.dumps({"name": "in-image", "max_retries": 0, "slices": {"s": {"shape": [2]}},
+    "computations": [
+        {"name": "p", "slice": "s", "outputs": ["x"], "ops": [
+            {"op": "shard_index", "out": "i"}, {"op": "fill", "out": "o", "shape": [3], "value": 1},
+            {"op": "mul", "args": ["o", "i"], "out": "t"}, {"op": "add", "args": ["t", "o"], "out": "x"}]},
+        {"name": "r", "slice": "s", "inputs": {"x": "p.x"}, "outputs": ["y"],
+         "run": {"command": ["/bin/sh", "-c", script], "image": sys.argv[1], "timeout_s": 300}}]}))
+EOF
+code="$(curl -sS -o "$TMP/run-submit.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+    --data-binary @"$TMP/run-job.json" "$HURL/v1/jobs")" || fail "POST run job: curl failed"
+[ "$code" = 201 ] || fail "run job answered $code: $(cat "$TMP/run-submit.json")"
+RJOB="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <"$TMP/run-submit.json")"
+run_done() {
+    state="$(curl -fsS "$HURL/v1/jobs/$RJOB" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" &&
+        [[ "$state" == succeeded || "$state" == failed || "$state" == cancelled ]]
+}
+wait_for 300 run_done || fail "run job $RJOB did not finish within 300 s (state: ${state:-?})"
+[ "$state" = succeeded ] || fail "run job $RJOB ended $state: $(curl -sS "$HURL/v1/jobs/$RJOB")"
+curl -fsS "$HURL/v1/jobs/$RJOB/result" | python3 -c '
+import json, sys
+out = json.load(sys.stdin)["outputs"]["r.y"]
+assert [(s["shard"], s["values"]) for s in out] == [(0, [1.0] * 3), (1, [2.0] * 3)], out' ||
+    fail "run job $RJOB: r.y is not its input (1s on shard 0, 2s on shard 1)"
+log="$(curl -fsS "$HURL/v1/jobs/$RJOB/logs?process=1")"
+want="in image, rank 1 as $([ ${#RUN_AS[@]} -gt 0 ] && echo nobody || id -un)"
+[ "$log" = "$want" ] || fail "run job $RJOB process 1 wrote '$log', expected '$want'"
+if "${PODMAN[@]}" ps -a --format '{{.Names}}' | grep -q "^atoll-w[0-9]*-j$RJOB-"; then
+    fail "a container of run job $RJOB is left: $("${PODMAN[@]}" ps -a --format '{{.Names}} {{.Status}}')"
+fi
+stop_host
+echo "PASS: container test, run.image (a users' program in $IMAGE through podman run: input, output, user, logs)" >&2
 
 # ---------------------------------------------------------------- 5. compose
 compose() {

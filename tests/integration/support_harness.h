@@ -83,6 +83,9 @@ int hx_proc_spawn(hx_proc_t *p, char *const argv[], int append_log);
 /* One line of the child's stdout (no newline) within timeout_ms; 0 or -1. */
 int hx_proc_read_line(hx_proc_t *p, char *buf, size_t cap, int timeout_ms);
 void hx_proc_forget(pid_t pid);
+/* Processes on this machine whose environment holds ATOLL_JOB_ID=id (a
+ * users' program's, DESIGN Part F: what must not outlive its job). */
+int hx_job_processes(int64_t id);
 /* Sends sig (0: none), waits up to grace_ms, then SIGKILLs; reaps and
  * forgets p. Returns the wait status, -2 when it had to be killed, -1 when
  * p was not running. */

@@ -497,3 +497,30 @@ long hx_rss_kb(pid_t pid)
         fclose(f);
     return kb;
 }
+
+int hx_job_processes(int64_t id)
+{
+    static char env[1 << 16];       /* main thread only, like the rest of this file */
+    char want[64];
+    int n = snprintf(want, sizeof want, "ATOLL_JOB_ID=%lld", (long long)id), count = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300];
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
+        int fd = open(path, O_RDONLY);
+        ssize_t len = fd >= 0 ? read(fd, env, sizeof env - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        for (ssize_t i = 0; i + n <= len; i += (ssize_t)strlen(env + i) + 1)
+            if (memcmp(env + i, want, (size_t)n) == 0 && env[i + n] == '\0') {
+                count++;
+                break;
+            }
+    }
+    if (d)
+        closedir(d);
+    return count;
+}

@@ -4,8 +4,9 @@
  * over 8 processes whose gradients equal a single-process computation;
  * dataflow ops -> run -> ops through .npy files; the Part F environment;
  * logs (plain and follow); a failing rank; timeout; cancel; a worker
- * SIGKILLed while its gang runs; per-host processes; the limits; and a
- * controller without --allow-run.
+ * SIGKILLed while its gang runs; atolld SIGKILLed and restarted while a
+ * gang runs (output and exit statuses of both attempts survive);
+ * per-host processes; the limits; and a controller without --allow-run.
  *
  * "Nothing left behind" is checked by scanning /proc for any process whose
  * environment holds the job's ATOLL_JOB_ID. */
@@ -15,51 +16,23 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include "itest.h"
+#include "support_faults.h"
 
 #define PY "/usr/bin/python3"
 #define RUN_TIMEOUT_MS 120000
-
-/* Processes on this machine whose environment has ATOLL_JOB_ID=id. */
-static int job_processes(int64_t id)
-{
-    char want[64];
-    int n = snprintf(want, sizeof want, "ATOLL_JOB_ID=%lld", (long long)id), count = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    static char env[1 << 16];
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9')
-            continue;
-        char path[300];
-        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
-        int fd = open(path, O_RDONLY);
-        ssize_t len = fd >= 0 ? read(fd, env, sizeof env - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        for (ssize_t i = 0; i + n <= len; i += (ssize_t)strlen(env + i) + 1)
-            if (memcmp(env + i, want, (size_t)n) == 0 && (env[i + n] == '\0')) {
-                count++;
-                break;
-            }
-    }
-    if (d)
-        closedir(d);
-    return count;
-}
 
 /* Waits until no process of the job is left; fails after 15 s. */
 static void expect_no_processes(int64_t id)
 {
     int64_t end = hx_now_ms() + 15000;
     int left;
-    while ((left = job_processes(id)) > 0 && hx_now_ms() < end)
+    while ((left = hx_job_processes(id)) > 0 && hx_now_ms() < end)
         hx_sleep_ms(20);
     T_CHECK(left == 0, "%d process(es) of job %lld outlived it", left, (long long)id);
 }
@@ -81,7 +54,7 @@ static void wait_running(int64_t id, int n)
                                                                     "state")), "running") == 0;
             hx_resp_clear(&r);
         }
-        if (running >= n && job_processes(id) >= n)
+        if (running >= n && hx_job_processes(id) >= n)
             return;
         hx_sleep_ms(20);
     }
@@ -345,6 +318,41 @@ static void test_worker_killed(void **state)
 
 /* per host: one process per worker holding the slice, its shards' inputs
  * and outputs in per-shard directories. */
+/* A process that escapes its process group (setsid) and outlives the
+ * program is still ended with the job: the shepherd is its subreaper. */
+static void test_escapee(void **state)
+{
+    (void)state;
+    json_t *doc = hx_json_q(
+        "{'slices':{'s':{'shape':[2]}},'computations':[{'name':'r','slice':'s',"
+        "'run':{'command':['/bin/sh','-c','setsid sleep 600 < /dev/null > /dev/null 2>&1 &"
+        " echo detached']}}]}");
+    int64_t id = submit_json(doc);
+    json_decref(wait_done(id, RUN_TIMEOUT_MS, "succeeded"));
+    expect_no_processes(id);
+}
+
+/* The command's words reach the program as given, KEY=VALUE-looking ones
+ * too (only the environment merges such keys). */
+static void test_argv_words(void **state)
+{
+    (void)state;
+    json_t *doc = hx_json_q(
+        "{'slices':{'s':{'shape':[1]}},'computations':[{'name':'r','slice':'s',"
+        "'run':{'command':['/bin/sh','-c','echo \\\"$0 $1 $2\\\"','A=1','A=2','B=3']}}]}");
+    int64_t id = submit_json(doc);
+    json_decref(wait_done(id, RUN_TIMEOUT_MS, "succeeded"));
+    char path[96];
+    long st;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/logs", (long long)id);
+    char *log = get_text(path, &st);
+    int ok = st == 200 && strcmp(log, "A=1 A=2 B=3\n") == 0;
+    char shown[128];
+    snprintf(shown, sizeof shown, "%s", log);
+    free(log);
+    T_CHECK(ok, "the program saw '%s', want 'A=1 A=2 B=3'", shown);
+}
+
 static void test_per_host(void **state)
 {
     (void)state;
@@ -451,6 +459,141 @@ static void test_allow_run_off(void **state)
     T_CHECK(ok, "a run computation without --allow-run should be 403 at computations[0].run");
 }
 
+/* GET path on url into *out (new reference); 0 or -1. */
+static int get_json_at(const char *url, const char *path, json_t **out)
+{
+    hx_client_t c;
+    hx_resp_t r;
+    *out = NULL;
+    if (hx_client_init(&c, url) != 0)
+        return -1;
+    if (hx_request(&c, "GET", path, NULL, 0, &r) == 0 && r.status == 200 && r.json)
+        *out = json_incref(r.json);
+    hx_resp_clear(&r);
+    hx_client_cleanup(&c);
+    return *out ? 0 : -1;
+}
+
+/* The text of GET path on url (caller frees), "" when not 200. */
+static char *get_text_at(const char *url, const char *path)
+{
+    hx_client_t c;
+    hx_resp_t r;
+    char *text = NULL;
+    if (hx_client_init(&c, url) == 0 && hx_request(&c, "GET", path, NULL, 0, &r) == 0) {
+        text = strdup(r.status == 200 && r.body ? r.body : "");
+        hx_resp_clear(&r);
+    }
+    hx_client_cleanup(&c);
+    return text ? text : strdup("");
+}
+
+/* "attempt/process:state:exit" of every process, e.g. "1/0:exited:0 ". */
+static void process_summary(const json_t *procs, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < json_array_size(procs) && off < len; i++) {
+        const json_t *p = json_array_get(procs, i);
+        const json_t *code = json_object_get(p, "exit_code");
+        off += (size_t)snprintf(buf + off, len - off, "%lld/%lld:%s:%lld ",
+                                (long long)json_integer_value(json_object_get(p, "attempt")),
+                                (long long)json_integer_value(json_object_get(p, "process")),
+                                json_string_value(json_object_get(p, "state")),
+                                json_is_integer(code) ? (long long)json_integer_value(code) : -1);
+    }
+}
+
+/* atolld is SIGKILLed while a gang runs and restarted on the same database
+ * and port: the job goes on in a new attempt (the old gang is ended), and
+ * what the old attempt wrote and how its processes ended are still there,
+ * beside the new attempt's exit statuses (rank 1 exits 1: the job fails). */
+static void test_controller_restart(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/atoll-run-restart.XXXXXX", url[128], go[HX_PATH_MAX], doc[1024];
+    static const char *const islands[] = {"r=2"};
+    hx_proc_t a, w;
+    int port = 0;
+    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(go, sizeof go, "/tmp/atoll-run-go-%d", (int)getpid());
+    unlink(go);
+    setenv("ATOLL_ALLOW_RUN", "1", 1);          /* both inherit these */
+    if (geteuid() == 0)
+        setenv("ATOLL_RUN_AS", "nobody", 1);
+    int up = fx_atolld_start(&a, dir, "atolld", 0, 2000, islands, 1, url, sizeof url, &port) == 0 &&
+             fx_worker_start(&w, dir, "worker", url, "r", 2, 20000) == 0;
+    unsetenv("ATOLL_ALLOW_RUN");
+    unsetenv("ATOLL_RUN_AS");
+    T_CHECK(up, "cannot start the restart cluster");
+    snprintf(doc, sizeof doc,
+             "{\"max_retries\":0,\"slices\":{\"s\":{\"shape\":[2]}},\"computations\":[{"
+             "\"name\":\"r\",\"slice\":\"s\",\"run\":{\"command\":[\"/bin/sh\",\"-c\","
+             "\"echo before $RANK a$ATOLL_ATTEMPT; while [ ! -e %s ]; do sleep 0.02; done;"
+             " echo after $RANK; exit $RANK\"]}}]}", go);
+    int64_t id = 0;
+    T_CHECK(fx_submit(url, doc, NULL, &id) == 201, "submit of the run job");
+    char path[128], *log = NULL;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/logs?process=1", (long long)id);
+    int64_t end = hx_now_ms() + RUN_TIMEOUT_MS;
+    while (free(log), log = get_text_at(url, path), !strstr(log, "before 1 a0") &&
+                                                    hx_now_ms() < end)
+        hx_sleep_ms(20);
+    int wrote = strstr(log, "before 1 a0") != NULL;
+    free(log);
+    T_CHECK(wrote, "process 1 of attempt 0 never wrote its first line");
+    fx_kill(&a);
+    T_CHECK(fx_atolld_start(&a, dir, "atolld", port, 2000, islands, 1, url, sizeof url, &port) == 0,
+            "atolld did not restart on its database");
+    FILE *f = fopen(go, "w");
+    T_CHECK(f != NULL, "cannot create %s", go);
+    fclose(f);
+    json_t *job = NULL, *procs = NULL;
+    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
+    end = hx_now_ms() + RUN_TIMEOUT_MS;
+    while (get_json_at(url, path, &job), !job || !hx_state_terminal(hx_job_state(job))) {
+        json_decref(job);
+        job = NULL;
+        T_CHECK(hx_now_ms() < end, "job %lld did not end after the restart", (long long)id);
+        hx_sleep_ms(20);
+    }
+    char st[32], sum[512] = "";
+    snprintf(st, sizeof st, "%s", hx_job_state(job));
+    json_decref(job);
+    /* attempt 0's processes are reported ended by the worker once it has
+     * re-registered: wait for that too */
+    snprintf(path, sizeof path, "/v1/jobs/%lld/processes", (long long)id);
+    end = hx_now_ms() + RUN_TIMEOUT_MS;
+    for (;;) {
+        if (get_json_at(url, path, &procs) == 0)
+            process_summary(json_object_get(procs, "processes"), sum, sizeof sum);
+        json_decref(procs);
+        if (!strstr(sum, ":running:") || hx_now_ms() > end)
+            break;
+        hx_sleep_ms(20);
+    }
+    snprintf(path, sizeof path, "/v1/jobs/%lld/logs?process=0&attempt=0", (long long)id);
+    char *old = get_text_at(url, path);
+    snprintf(path, sizeof path, "/v1/jobs/%lld/logs?process=1&attempt=1", (long long)id);
+    char *newer = get_text_at(url, path);
+    int kept = strstr(old, "before 0 a0") != NULL, again = strstr(newer, "before 1 a1") &&
+                                                            strstr(newer, "after 1");
+    free(old);
+    free(newer);
+    unlink(go);
+    fx_kill(&w);
+    fx_kill(&a);
+    T_CHECK(strcmp(st, "failed") == 0, "job %lld ended %s, want failed (rank 1 exits 1)",
+            (long long)id, st);
+    T_CHECK(kept, "attempt 0's output did not survive the restart");
+    T_CHECK(again, "attempt 1's output of process 1 is incomplete");
+    T_CHECK(strstr(sum, "0/0:") && strstr(sum, "0/1:") && !strstr(sum, ":running:") &&
+                strstr(sum, "1/0:exited:0 ") && strstr(sum, "1/1:exited:1 "),
+            "processes after the restart: %s (want attempt 0 ended, attempt 1 exited 0 and 1)",
+            sum);
+    expect_no_processes(id);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -484,10 +627,13 @@ int main(void)
         cmocka_unit_test_teardown(test_timeout, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_cancel, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_per_host, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_escapee, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_argv_words, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_logs_follow, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_refusals, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_allow_run_off, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_worker_killed, itest_cancel_leftovers),
+        cmocka_unit_test(test_controller_restart),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
