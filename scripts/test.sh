@@ -43,7 +43,7 @@ atoll_ctest --test-dir build --output-on-failure -j2
 echo "== browser tests (headless chromium)"
 tests/browser/run.sh build
 
-echo "== fuzzing the job compiler, routing/auth, task, frame and report decoders in parallel (libFuzzer, clang; 2.1 M inputs each, capped at ATOLL_FUZZ_SECONDS, default 600)"
+echo "== fuzzing the job compiler, routing/auth, task, frame, report and run-output decoders in parallel (libFuzzer, clang; 2.1 M inputs each, capped at ATOLL_FUZZ_SECONDS, default 600)"
 cmake -S "$ATOLL_ROOT" -B build-fuzz -DCMAKE_C_COMPILER=clang -DATOLL_FUZZ=ON -DATOLL_TESTS=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz --target fuzz_all -j"$(nproc)"

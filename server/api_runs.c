@@ -73,27 +73,6 @@ static int64_t query_int(const http_req_t *req, const char *key, int64_t dflt, i
 /* ---------------------------------------------------------------- */
 /* From workers. */
 
-/* Splits a logs body into its segments (each stored as one row, in
- * order). Returns the count, or -1 when malformed. */
-static int logs_segments(const char *body, size_t len, store_run_seg_t *segs, int max)
-{
-    int n = 0;
-    size_t pos = 0;
-    while (pos < len) {
-        if (len - pos < 5)
-            return -1;
-        const unsigned char *h = (const unsigned char *)body + pos;
-        size_t sl = (size_t)h[1] | (size_t)h[2] << 8 | (size_t)h[3] << 16 | (size_t)h[4] << 24;
-        if ((h[0] != 1 && h[0] != 2) || sl > len - pos - 5)
-            return -1;
-        if (n == max)
-            return -1;
-        segs[n++] = (store_run_seg_t){h[0], body + pos + 5, sl};
-        pos += 5 + sl;
-    }
-    return n;
-}
-
 void api_worker_logs(http_req_t *req, http_resp_t *resp)
 {
     store_t *st;
@@ -110,13 +89,13 @@ void api_worker_logs(http_req_t *req, http_resp_t *resp)
                      "integers)");
         return;
     }
-    enum { MAXSEG = 4096 };
-    store_run_seg_t *segs = malloc(sizeof *segs * MAXSEG);
-    int nseg = segs ? logs_segments(req->body, req->body_len, segs, MAXSEG) : -1;
+    store_run_seg_t *segs = malloc(sizeof *segs * REPORT_LOG_SEGS_MAX);
+    int nseg = segs ? report_log_segments(req->body, req->body_len, segs, REPORT_LOG_SEGS_MAX)
+                    : -1;
     if (nseg < 0) {
         free(segs);
         http_problem(resp, 400, "body", "the body must be segments [stream 1|2][length u32 "
-                     "LE][bytes], at most %d", MAXSEG);
+                     "LE][bytes], at most %d", REPORT_LOG_SEGS_MAX);
         return;
     }
     store_run_key_t k = {job, (int)att, (int)comp, (int)proc};

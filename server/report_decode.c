@@ -183,3 +183,21 @@ void report_output_clear(report_output_t *out)
     free(out->values);
     memset(out, 0, sizeof *out);
 }
+
+int report_log_segments(const void *body, size_t len, report_log_seg_t *segs, int max)
+{
+    const unsigned char *b = body;
+    int n = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        if (len - pos < 5 || n == max)
+            return -1;
+        const unsigned char *h = b + pos;
+        size_t sl = (size_t)h[1] | (size_t)h[2] << 8 | (size_t)h[3] << 16 | (size_t)h[4] << 24;
+        if ((h[0] != 1 && h[0] != 2) || sl > len - pos - 5)
+            return -1;
+        segs[n++] = (report_log_seg_t){h[0], b + pos + 5, sl};
+        pos += 5 + sl;
+    }
+    return n;
+}

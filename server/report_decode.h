@@ -65,4 +65,22 @@ int report_output_decode(const char *name, int index, const json_t *o, report_ou
                          err_t *e);
 void report_output_clear(report_output_t *out);
 
+/* Most segments in one logs body (POST /v1/workers/{id}/logs). */
+#define REPORT_LOG_SEGS_MAX 4096
+
+/* A run of one stream's output (1 stdout, 2 stderr); data borrowed from
+ * the body it was split from. */
+typedef struct report_log_seg {
+    int stream;
+    const void *data;
+    size_t len;
+} report_log_seg_t;
+
+/* Splits a logs body (docs/worker-protocol.md: segments [stream u8 1|2]
+ * [length u32 LE][bytes]) into at most max segments, in order, covering
+ * the body exactly. Returns the count (0..max; an empty body has none),
+ * or -1 when a header or a length runs past the end, a stream is not 1 or
+ * 2, or there are more than max. */
+int report_log_segments(const void *body, size_t len, report_log_seg_t *segs, int max);
+
 #endif

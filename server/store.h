@@ -18,6 +18,7 @@
 
 #include "compiler.h"
 #include "err.h"
+#include "report_decode.h"
 
 typedef struct store store_t;
 
@@ -350,12 +351,8 @@ typedef struct store_run_key {
 /* STORE_OK when worker holds (or held) a host task of (job, attempt,
  * comp), STORE_NOTFOUND when not. */
 int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int comp);
-/* A run of one stream's output (1 stdout, 2 stderr); data borrowed. */
-typedef struct store_run_seg {
-    int stream;
-    const void *data;
-    size_t len;
-} store_run_seg_t;
+/* A run of one stream's output (report_decode.h). */
+typedef report_log_seg_t store_run_seg_t;
 /* Appends output in order and trims each stream to its newest
  * STORE_RUN_LOG_KEEP bytes, in one transaction. */
 int store_run_log_put(store_t *st, const store_run_key_t *k, const store_run_seg_t *segs,

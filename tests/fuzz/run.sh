@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh BUILD_DIR SECONDS [RUNS] - runs every libFuzzer target
 # built in BUILD_DIR (cmake -DATOLL_FUZZ=ON with CC=clang) all at once, each
-# until it has executed RUNS inputs (default 2,100,000: the five targets
+# until it has executed RUNS inputs (default 2,100,000: the six targets
 # together make the >= 10 M executions per CI run that issue 13 asks for,
 # however loaded the machine is) or SECONDS have passed (a cap, so a slow
 # machine still ends), each on its seed corpus committed in tests/fuzz/:
@@ -11,6 +11,8 @@
 #   fuzz_frame   the data-plane frame/hello decoder and
 #                the mailbox gate                       corpus_frame/   (none)
 #   fuzz_report  atolld's report/batch decoder          corpus_report/  report.dict
+#   fuzz_runio   users' programs' .npy outputs and logs
+#                bodies (npy.c, report_log_segments)    corpus_runio/   (none)
 # At the end it prints each target's executions (libFuzzer's final
 # stat::number_of_executed_units) and their total.
 # New inputs they find go to scratch copies, never into the repo. Exits
@@ -29,6 +31,7 @@ targets=(
     "fuzz_task corpus_task -dict=$here/task.dict -max_len=8192"
     "fuzz_frame corpus_frame -max_len=4096"
     "fuzz_report corpus_report -dict=$here/report.dict -max_len=4096"
+    "fuzz_runio corpus_runio -max_len=4096"
 )
 
 run_one() {
