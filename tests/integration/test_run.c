@@ -1,7 +1,8 @@
 /* test_run.c - users' own programs on a slice (DESIGN.md Part F), on a real
  * atolld --allow-run and two real workers (west=2x4, 4 devices each) that
  * run real processes: a PyTorch DistributedDataParallel step with gloo
- * over 8 processes whose gradients equal a single-process computation;
+ * over 8 processes whose gradients equal a single-process computation; a
+ * plain-socket program (no MPI) exchanging ranks through MASTER_ADDR/PORT;
  * dataflow ops -> run -> ops through .npy files; the Part F environment;
  * logs (plain and follow); a failing rank; timeout; cancel; a worker
  * SIGKILLed while its gang runs; atolld SIGKILLed and restarted while a
@@ -239,6 +240,53 @@ static void test_ddp(void **state)
     }
     json_decref(res);
     T_CHECK(ok, "DDP gradients differ from the single-process gradient or between ranks");
+    expect_no_processes(id);
+}
+
+/* Plain sockets, no MPI or torch: rank 0 serves on MASTER_ADDR:MASTER_PORT,
+ * every other rank connects (retrying until rank 0 listens) and sends its
+ * rank; rank 0 answers everyone with the sum, and each writes it out. */
+static const char socket_py[] =
+    "import os, socket, time, numpy as np\n"
+    "e = os.environ\n"
+    "rank, world = int(e['RANK']), int(e['WORLD_SIZE'])\n"
+    "addr = (e['MASTER_ADDR'], int(e['MASTER_PORT']))\n"
+    "if rank == 0:\n"
+    "    srv = socket.create_server(addr)\n"
+    "    conns = [srv.accept()[0] for _ in range(world - 1)]\n"
+    "    total = sum(int(c.recv(16)) for c in conns)\n"
+    "    for c in conns:\n"
+    "        c.sendall(str(total).encode())\n"
+    "        c.close()\n"
+    "else:\n"
+    "    deadline = time.time() + 60\n"
+    "    while True:\n"
+    "        try:\n"
+    "            c = socket.create_connection(addr)\n"
+    "            break\n"
+    "        except OSError:\n"
+    "            if time.time() > deadline:\n"
+    "                raise\n"
+    "            time.sleep(0.01)\n"
+    "    c.sendall(str(rank).encode())\n"
+    "    total = int(c.recv(16))\n"
+    "np.save(e['ATOLL_OUTPUT_DIR'] + '/s.npy', np.array([total], dtype=np.float32))\n";
+
+static void test_plain_sockets(void **state)
+{
+    (void)state;
+    json_t *doc = hx_json_q(
+        "{'slices':{'s':{'shape':[2,4]}},'computations':[{'name':'r','slice':'s',"
+        "'outputs':['s'],'run':{'command':['" PY "','sock.py'],'shapes':{'s':[1]}}}]}");
+    int64_t id = submit_json(with_file(doc, 0, "sock.py", socket_py));
+    json_decref(wait_done(id, RUN_TIMEOUT_MS, "succeeded"));
+    json_t *res = hx_job_result(&itest_client, id);
+    int good = 0;
+    for (int k = 0; k < 8; k++)
+        good += fabs(json_number_value(json_object_get(hx_result_shard(res, "r.s", k), "sum")) -
+                     28.0) < 1e-6;
+    json_decref(res);
+    T_CHECK(good == 8, "%d of 8 ranks got the sum 0+1+...+7 = 28 over plain sockets", good);
     expect_no_processes(id);
 }
 
@@ -623,6 +671,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_dataflow_env_logs, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_ddp, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_plain_sockets, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_rank_failure, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_timeout, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_cancel, itest_cancel_leftovers),
