@@ -86,6 +86,8 @@ void hx_proc_forget(pid_t pid);
 /* Processes on this machine whose environment holds ATOLL_JOB_ID=id (a
  * users' program's, DESIGN Part F: what must not outlive its job). */
 int hx_job_processes(int64_t id);
+/* Removes a flat directory (its files, then itself), like a cluster's. */
+void hx_remove_dir(const char *dir);
 /* Sends sig (0: none), waits up to grace_ms, then SIGKILLs; reaps and
  * forgets p. Returns the wait status, -2 when it had to be killed, -1 when
  * p was not running. */

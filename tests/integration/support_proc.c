@@ -410,7 +410,7 @@ int hx_worker_stop_last(hx_cluster_t *c, int grace_ms)
 
 /* Removes the files directly inside dir, then dir (atolld writes no
  * subdirectories). */
-static void proc_remove_dir(const char *dir)
+void hx_remove_dir(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -451,7 +451,7 @@ int hx_cluster_stop(hx_cluster_t *c)
         if (c->keep_dir)
             fprintf(stderr, "harness: logs kept in %s\n", c->dir);
         else
-            proc_remove_dir(c->dir);
+            hx_remove_dir(c->dir);
         c->dir[0] = '\0';
     }
     return unclean;

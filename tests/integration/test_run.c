@@ -640,6 +640,7 @@ static void test_controller_restart(void **state)
             "processes after the restart: %s (want attempt 0 ended, attempt 1 exited 0 and 1)",
             sum);
     expect_no_processes(id);
+    hx_remove_dir(dir);                 /* kept when a check failed: its logs */
 }
 
 static int group_setup(void **state)
