@@ -15,7 +15,7 @@ FROM ${BASE} AS build
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev \
-        libcurl4-openssl-dev libopenblas-dev nettle-dev \
+        libcurl4-openssl-dev libopenblas-dev nettle-dev libucx-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # .dockerignore keeps build trees, tests, docs and .git out of the context.
@@ -32,7 +32,7 @@ FROM ${BASE}
 # database (`.backup`, see docs/operations.md).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libmicrohttpd12 libjansson4 libsqlite3-0 libcurl4 libopenblas0-pthread \
+        libmicrohttpd12 libjansson4 libsqlite3-0 libcurl4 libopenblas0-pthread libucx0 \
         curl ca-certificates sqlite3 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 atoll \

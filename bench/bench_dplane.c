@@ -1,22 +1,58 @@
-/* bench_dplane.c - data-plane throughput between two dplane instances in
- * this process: 4 MiB tensors through shared memory (same-host transport)
- * and over loopback TCP (--data-transport tcp), with plain memcpy of the
- * same size in the same run as the ceiling. Each figure is the payload
- * bytes delivered into the receiver's mailbox (sender copy, transport,
- * receiver copy, mailbox hand-off) per second of wall time.
+/* bench_dplane.c - the data plane between two dplane instances in this
+ * process (two UCX workers; UCX cannot tell them from two processes):
+ *   - 4 MiB tensors, same host (UCX's pick) and forced TCP, with memcpy of
+ *     the same size in the same run as the ceiling; each figure is payload
+ *     bytes delivered into the receiver's mailbox per second (sender,
+ *     transport, receiver copy, mailbox hand-off);
+ *   - small-message one-way latency: ping-pong of one float, RTT / 2,
+ *     each side's taker waiting in its mailbox as an executor does;
+ *   - idle CPU: process CPU time over an idle window with both planes
+ *     connected, in % of one core.
  *
- * usage: bench_dplane [ROUNDS]   (default 200 tensors per transport)
+ * usage: bench_dplane [ROUNDS] [IDLE_S]   (defaults 200 tensors, 10 s)
  *
- * The worker modules are compiled in, as in the unit tests. */
+ * The same source builds against the socket data plane it replaced
+ * (bench/dplane_compare.sh builds both and prints them side by side). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "../workers/dplane.c"
 #include "../workers/mbox.c"
+#if __has_include("../workers/shmring.c")
 #include "../workers/shmring.c"
+#endif
 
 #define BENCH_ELEMS ((4 << 20) / 4)
+
+#ifdef DPLANE_SPIN_US              /* the UCX data plane */
+#define BENCH_IMPL "ucx"
+static const mbox_key_t bench_key = {{1}};
+static dplane_t *bench_start(mbox_t *mb, int tcp)
+{
+    return dplane_start("127.0.0.1:0", NULL, mb, tcp ? DPLANE_TCP : DPLANE_AUTO);
+}
+static int bench_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const tensor_t *t)
+{
+    return dplane_send(dp, addr, tag, &bench_key, t);
+}
+#else                              /* the socket + memfd-ring data plane */
+#define BENCH_IMPL "sockets"
+static dplane_t *bench_start(mbox_t *mb, int tcp)
+{
+    dplane_t *dp = dplane_start("127.0.0.1:0", NULL, mb);
+    if (dp && tcp)
+        dplane_set_shm(dp, 0);
+    return dp;
+}
+static int bench_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const tensor_t *t)
+{
+    return dplane_send(dp, addr, tag, t);
+}
+#endif
 
 static double now_s(void)
 {
@@ -31,13 +67,13 @@ static double run(dplane_t *a, dplane_t *b, mbox_t *mb_b, const tensor_t *t, int
     for (int i = 0; i < rounds; i++) {
         mbox_tag_t tag = {.job = 1, .op = i};
         tensor_t *got = NULL;
-        if (dplane_send(a, dplane_addr(b), &tag, t) != 0 ||
+        if (bench_send(a, dplane_addr(b), &tag, t) != 0 ||
             mbox_take(mb_b, &tag, util_mono_us() + 10000000, &got) != MBOX_OK)
             return -1;
         tensor_free(got);
     }
     double dt = now_s() - t0;
-    return (double)rounds * BENCH_ELEMS * 4 / dt;
+    return (double)rounds * (double)shape_numel(&t->shape) * 4 / dt;
 }
 
 static double bench_memcpy(const tensor_t *t, int rounds)
@@ -56,26 +92,87 @@ static double bench_memcpy(const tensor_t *t, int rounds)
     return (double)rounds * BENCH_ELEMS * 4 / dt;
 }
 
+typedef struct echo {
+    dplane_t *me, *peer;
+    mbox_t *mb;
+    int n;
+    int rc;
+} echo_t;
+
+/* B's side of the ping-pong: takes ping i, sends pong i. */
+static void *echo_main(void *arg)
+{
+    echo_t *e = arg;
+    for (int i = 0; i < e->n; i++) {
+        mbox_tag_t ping = {.job = 2, .op = i}, pong = {.job = 3, .op = i};
+        tensor_t *got = NULL;
+        if (mbox_take(e->mb, &ping, util_mono_us() + 10000000, &got) != MBOX_OK ||
+            bench_send(e->me, dplane_addr(e->peer), &pong, got) != 0) {
+            tensor_free(got);
+            e->rc = -1;
+            return NULL;
+        }
+        tensor_free(got);
+    }
+    return NULL;
+}
+
+/* One-way latency of a one-float message in microseconds (RTT / 2), or -1. */
+static double pingpong(dplane_t *a, mbox_t *ma, dplane_t *b, mbox_t *mb, int n)
+{
+    shape_t s = {.rank = 0};
+    tensor_t *one = tensor_new(&s);
+    echo_t e = {.me = b, .peer = a, .mb = mb, .n = n};
+    pthread_t th;
+    if (!one || pthread_create(&th, NULL, echo_main, &e) != 0)
+        return -1;
+    double t0 = now_s();
+    int ok = 1;
+    for (int i = 0; ok && i < n; i++) {
+        mbox_tag_t ping = {.job = 2, .op = i}, pong = {.job = 3, .op = i};
+        tensor_t *got = NULL;
+        ok = bench_send(a, dplane_addr(b), &ping, one) == 0 &&
+             mbox_take(ma, &pong, util_mono_us() + 10000000, &got) == MBOX_OK;
+        tensor_free(got);
+    }
+    double dt = now_s() - t0;
+    if (!ok)
+        mbox_shutdown(mb);         /* ends the echo thread's wait */
+    pthread_join(th, NULL);
+    tensor_free(one);
+    return ok && e.rc == 0 ? dt / n / 2 * 1e6 : -1;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 200;
+    int idle_s = argc > 2 ? atoi(argv[2]) : 10;
     if (rounds < 1)
         rounds = 200;
+    if (idle_s < 0)
+        idle_s = 10;
     log_setup("bench_dplane", LOG_WARN, 0);
     shape_t s = {.rank = 1, .dim = {BENCH_ELEMS}};
     tensor_t *t = tensor_new(&s);
-    mbox_t *ma = mbox_new(), *mb = mbox_new();
-    dplane_t *a = ma ? dplane_start("127.0.0.1:0", NULL, ma) : NULL;
-    dplane_t *b = mb ? dplane_start("127.0.0.1:0", NULL, mb) : NULL;
-    dplane_t *c = a ? dplane_start("127.0.0.1:0", NULL, ma) : NULL;  /* TCP-only sender */
+    mbox_t *ma = mbox_new(), *mb = mbox_new(), *mc = mbox_new();
+    dplane_t *a = ma ? bench_start(ma, 0) : NULL;
+    dplane_t *b = mb ? bench_start(mb, 0) : NULL;
+    dplane_t *c = mc ? bench_start(mc, 1) : NULL;    /* TCP-only sender */
     if (!t || !a || !b || !c) {
         fprintf(stderr, "bench_dplane: setup failed\n");
         return 1;
     }
     for (int64_t i = 0; i < BENCH_ELEMS; i++)
         t->data[i] = (float)i;
-    dplane_set_shm(c, 0);
-    /* Warm up both paths (connections, ring pages). */
+    /* Warm up both paths (connections, pages). */
     if (run(a, b, mb, t, 5) < 0 || run(c, b, mb, t, 5) < 0) {
         fprintf(stderr, "bench_dplane: warm-up failed\n");
         return 1;
@@ -83,21 +180,28 @@ int main(int argc, char **argv)
     double shm = run(a, b, mb, t, rounds);
     double tcp = run(c, b, mb, t, rounds);
     double mem = bench_memcpy(t, rounds);
-    int64_t fs, ft;
-    dplane_counts(a, &fs, &ft);
-    printf("bench_dplane: %d x 4 MiB tensors, one sender, one receiver, same process\n", rounds);
-    printf("  shared memory : %8.2f GB/s  (%lld frames via shm, %lld via tcp)\n", shm / 1e9,
-           (long long)fs, (long long)ft);
-    dplane_counts(c, &fs, &ft);
-    printf("  loopback TCP  : %8.2f GB/s  (%lld frames via shm, %lld via tcp)\n", tcp / 1e9,
-           (long long)fs, (long long)ft);
-    printf("  memcpy        : %8.2f GB/s  (one copy, the ceiling for one copy)\n", mem / 1e9);
-    printf("  shm / tcp     : %8.2fx\n", shm / tcp);
+    int npp = rounds * 50;
+    pingpong(a, ma, b, mb, 200);
+    double lat = pingpong(a, ma, b, mb, npp);
+    pingpong(c, mc, b, mb, 200);
+    double lat_tcp = pingpong(c, mc, b, mb, npp);
+    double c0 = cpu_s(), w0 = now_s();
+    sleep((unsigned)idle_s);
+    double idle = (cpu_s() - c0) / (now_s() - w0) * 100;
+    printf("bench_dplane (%s): one sender, one receiver, two data planes in one process\n",
+           BENCH_IMPL);
+    printf("  4 MiB, same host  : %8.2f GB/s  (%.0f%% of memcpy)\n", shm / 1e9, shm / mem * 100);
+    printf("  4 MiB, TCP        : %8.2f GB/s\n", tcp / 1e9);
+    printf("  memcpy 4 MiB      : %8.2f GB/s  (one copy, the ceiling for one copy)\n", mem / 1e9);
+    printf("  1 float one-way, same host : %8.1f us  (ping-pong / 2, %d round trips)\n", lat, npp);
+    printf("  1 float one-way, TCP       : %8.1f us\n", lat_tcp);
+    printf("  idle CPU (3 planes, %d s)   : %8.2f %% of one core\n", idle_s, idle);
     dplane_stop(c);
     dplane_stop(a);
     dplane_stop(b);
     mbox_free(ma);
     mbox_free(mb);
+    mbox_free(mc);
     tensor_free(t);
     return 0;
 }

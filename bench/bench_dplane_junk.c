@@ -1,6 +1,7 @@
 /* bench_dplane_junk.c - issue 16's data-plane target: junk at every
- * worker's data address (150 idle connections each, random bytes, huge
- * length claims, unclaimed frames, plausible tags for a running job) on a
+ * worker's data-plane ports (150 idle connections each at data_addr,
+ * random bytes at every listening port, a rogue UCX sender with wrong-key
+ * frames for a running job and unclaimed frames; test_dplane_junk.h) on a
  * west=2x2 island served by two workers. Prints crashes, each worker's RSS
  * growth, and whether jobs afterwards are right.
  * Usage: bench_dplane_junk [idle_per_worker] (default 150). */
@@ -37,11 +38,15 @@ int main(int argc, char **argv)
         return 1;
     unsigned seed = 16;
     int64_t t0 = hx_now_ms();
+    pid_t pids[2] = {c.workers[0].pid, c.workers[1].pid};
     for (int w = 0; w < 2; w++)
-        junk_attack(j, addrs[w], nidle, victim, JUNK_AR_OP, &seed);
+        junk_attack(j, junk_pid_of(pids, 2, addrs[w]), addrs[w], nidle, victim, JUNK_AR_OP,
+                    &seed);
     int vrc = junk_check(&cl, victim, st, sizeof st);
-    printf("junk: %d connections held (%d per worker idle), %lld sends, %lld ms\n", j->nfds,
-           nidle, (long long)j->frames_sent, (long long)(hx_now_ms() - t0));
+    printf("junk: %d connections held (%d per worker idle), %d other ports, %lld sends "
+           "(%lld rogue frames undelivered), %lld ms\n",
+           j->nfds, nidle, j->ports_attacked, (long long)j->frames_sent,
+           (long long)j->rogue_failed, (long long)(hx_now_ms() - t0));
     printf("attacked job: %s%s\n", st, vrc < 0 ? " WITH WRONG VALUES" : "");
     int right = 0, total = 5;
     for (int k = 0; k < total; k++)

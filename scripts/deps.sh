@@ -1,7 +1,7 @@
 # scripts/deps.sh - sourced by run.sh and test.sh: installs the Debian 12
 # packages Atoll needs, only those missing, with apt-get.
 ATOLL_BUILD_DEPS="build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
-  libsqlite3-dev libcurl4-openssl-dev libcmocka-dev libopenblas-dev nettle-dev curl sqlite3 ca-certificates
+  libsqlite3-dev libcurl4-openssl-dev libcmocka-dev libopenblas-dev nettle-dev libucx-dev curl sqlite3 ca-certificates
   openssl"
 
 atoll_install() {

@@ -193,7 +193,7 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
                             "atoll_store_sync_waits_total %lu\n",
                             (unsigned long)store_write_transactions(),
                             (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits());
-    int64_t dp[4] = {0};
+    int64_t dp[STORE_DPLANE_TOTALS] = {0};
     store_dplane_totals(st, dp);
     len += (size_t)snprintf(all + len, cap - len,
                             "# HELP atoll_dplane_dropped_frames_total Data-plane frames workers"
@@ -203,19 +203,24 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
                             "# HELP atoll_dplane_dropped_bytes_total Payload bytes of those frames.\n"
                             "# TYPE atoll_dplane_dropped_bytes_total counter\n"
                             "atoll_dplane_dropped_bytes_total %lld\n"
-                            "# HELP atoll_dplane_refused_connections_total Data connections"
-                            " workers closed at once (over the cap, another user's process).\n"
+                            "# HELP atoll_dplane_refused_connections_total Data connection"
+                            " requests workers rejected (over the cap).\n"
                             "# TYPE atoll_dplane_refused_connections_total counter\n"
                             "atoll_dplane_refused_connections_total %lld\n"
-                            "# HELP atoll_dplane_bad_frames_total Data connections closed on a bad"
-                            " header or hello.\n"
+                            "# HELP atoll_dplane_bad_frames_total Data-plane messages dropped"
+                            " for a bad header (size, magic, shape, length claim).\n"
                             "# TYPE atoll_dplane_bad_frames_total counter\n"
                             "atoll_dplane_bad_frames_total %lld\n"
+                            "# HELP atoll_dplane_bad_key_frames_total Data-plane messages dropped"
+                            " because their key was not that of the job attempt they claimed.\n"
+                            "# TYPE atoll_dplane_bad_key_frames_total counter\n"
+                            "atoll_dplane_bad_key_frames_total %lld\n"
                             "# HELP atoll_http_header_timeouts_total Connections closed because"
                             " a request's headers did not arrive in time.\n"
                             "# TYPE atoll_http_header_timeouts_total counter\n"
                             "atoll_http_header_timeouts_total %lu\n",
                             (long long)dp[0], (long long)dp[1], (long long)dp[2], (long long)dp[3],
+                            (long long)dp[4],
                             (unsigned long)http_header_timeouts());
     uint64_t rounds, round_us, round_max_us;
     sched_round_stats(&rounds, &round_us, &round_max_us);

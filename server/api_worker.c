@@ -353,16 +353,17 @@ int64_t api_worker_caller(http_req_t *req, http_resp_t *resp, store_t **st)
  * non-negative integers (an absent member is 0). */
 typedef struct hb_group {
     const char *name;               /* "store" */
-    const char *members[4];         /* NULL-terminated */
-    size_t offsets[4];              /* of each member's field in worker_stats_t */
+    const char *members[6];         /* NULL-terminated */
+    size_t offsets[6];              /* of each member's field in worker_stats_t */
 } hb_group_t;
 
 #define HB_OFF(f) offsetof(worker_stats_t, f)
 static const hb_group_t hb_groups[] = {
     {"store", {"objects", "bytes", "cap_bytes", NULL},
      {HB_OFF(objects), HB_OFF(bytes), HB_OFF(cap_bytes)}},
-    {"dplane", {"dropped", "dropped_bytes", "refused", "bad_frames"},
-     {HB_OFF(dp_dropped), HB_OFF(dp_dropped_bytes), HB_OFF(dp_refused), HB_OFF(dp_bad_frames)}},
+    {"dplane", {"dropped", "dropped_bytes", "refused", "bad_frames", "bad_key", NULL},
+     {HB_OFF(dp_dropped), HB_OFF(dp_dropped_bytes), HB_OFF(dp_refused), HB_OFF(dp_bad_frames),
+      HB_OFF(dp_bad_key)}},
 };
 #define HB_NGROUPS (sizeof hb_groups / sizeof hb_groups[0])
 
@@ -371,7 +372,7 @@ static int heartbeat_group(const hb_group_t *g, json_t *obj, http_resp_t *resp,
                            worker_stats_t *ws)
 {
     size_t n = 0;
-    while (n < 4 && g->members[n])
+    while (n < 6 && g->members[n])
         n++;
     if (!json_is_object(obj) || json_object_size(obj) > n) {
         http_problem(resp, 400, g->name, "%s is an object of %zu counters", g->name, n);
@@ -391,7 +392,7 @@ static int heartbeat_group(const hb_group_t *g, json_t *obj, http_resp_t *resp,
 }
 
 /* The optional heartbeat body {"store": {objects, bytes, cap_bytes},
- * "dplane": {dropped, dropped_bytes, refused, bad_frames}}. 1 when it
+ * "dplane": {dropped, dropped_bytes, refused, bad_frames, bad_key}}. 1 when it
  * carries figures, 0 when not, -1 with a 400 answered. */
 static int heartbeat_stats(http_req_t *req, http_resp_t *resp, worker_stats_t *ws)
 {

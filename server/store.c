@@ -1,12 +1,14 @@
 /* store.c - connections, statement cache, migrations, islands. */
 #include "store.h"
 
+#include <nettle/hmac.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "util.h"
 
@@ -335,6 +337,47 @@ cleanup:
     return rc;
 }
 
+/* The cluster's data-plane secret (schema/015_dplane_keys.sql): written
+ * once by store_global_init() before any thread reads it, then read-only. */
+static uint8_t store_secret[32];
+
+/* Reads the cluster secret, creating it on first start. 0 or -1. */
+static int store_secret_load(store_t *st, err_t *e)
+{
+    uint8_t fresh[32];
+    if (getrandom(fresh, sizeof fresh, 0) != (ssize_t)sizeof fresh)
+        return err_set(e, -1, "db", "no random bytes for the data-plane secret"), -1;
+    sqlite3_stmt *s = store_stmt(st, "INSERT OR IGNORE INTO cluster_secret(id, secret)"
+                                     " VALUES (1, ?)");
+    if (!s)
+        return err_set(e, -1, "db", "cannot store the data-plane secret"), -1;
+    sqlite3_bind_blob(s, 1, fresh, sizeof fresh, SQLITE_TRANSIENT);
+    if (store_step_done(s) != 0)
+        return err_set(e, -1, "db", "cannot store the data-plane secret"), -1;
+    s = store_stmt(st, "SELECT secret FROM cluster_secret WHERE id = 1");
+    int ok = s && sqlite3_step(s) == SQLITE_ROW && sqlite3_column_bytes(s, 0) == 32;
+    if (ok)
+        memcpy(store_secret, sqlite3_column_blob(s, 0), sizeof store_secret);
+    if (s)
+        sqlite3_reset(s);
+    return ok ? 0 : (err_set(e, -1, "db", "cannot read the data-plane secret"), -1);
+}
+
+void store_attempt_key(int64_t job, int32_t attempt, char hex[STORE_KEY_HEX_LEN])
+{
+    uint8_t msg[12], mac[SHA256_DIGEST_SIZE];
+    for (int i = 0; i < 8; i++)
+        msg[i] = (uint8_t)((uint64_t)job >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        msg[8 + i] = (uint8_t)((uint32_t)attempt >> (8 * i));
+    struct hmac_sha256_ctx ctx;
+    hmac_sha256_set_key(&ctx, sizeof store_secret, store_secret);
+    hmac_sha256_update(&ctx, sizeof msg, msg);
+    hmac_sha256_digest(&ctx, sizeof mac, mac);
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+}
+
 int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e)
 {
     if (strlen(path) >= sizeof store_path)
@@ -347,6 +390,10 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
         return -1;
     if (store_begin(st) != 0)
         return err_set(e, -1, "db", "cannot lock database %s", path), -1;
+    if (store_secret_load(st, e) != 0) {
+        store_rollback(st);
+        return -1;
+    }
     for (int i = 0; i < nislands; i++) {
         if (store_island_ensure(st, &islands[i], e) != 0) {
             store_rollback(st);

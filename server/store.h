@@ -36,6 +36,14 @@ enum {
 int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e);
 /* This thread's connection; NULL if it cannot be opened (logged). */
 store_t *store_thread(void);
+
+/* The data-plane key of a job attempt (issue 12, docs/worker-protocol.md
+ * "Data-plane keys"): 32 lowercase hex digits of HMAC-SHA256(cluster
+ * secret, job, attempt) cut to 128 bits, written to hex with its NUL.
+ * The secret is read by store_global_init(); the same attempt always gets
+ * the same key, across controller restarts too. */
+#define STORE_KEY_HEX_LEN 33
+void store_attempt_key(int64_t job, int32_t attempt, char hex[STORE_KEY_HEX_LEN]);
 /* Closes the calling thread's connection now (before process exit). */
 void store_thread_close(void);
 
@@ -151,12 +159,13 @@ int store_worker_heartbeat(store_t *st, int64_t worker);      /* NOTFOUND when g
  * now, and what its data plane refused since it started (cumulative). */
 typedef struct worker_stats {
     int64_t objects, bytes, cap_bytes;
-    int64_t dp_dropped, dp_dropped_bytes, dp_refused, dp_bad_frames;
+    int64_t dp_dropped, dp_dropped_bytes, dp_refused, dp_bad_frames, dp_bad_key;
 } worker_stats_t;
-/* Data-plane refusals summed over every worker ever registered (out[4]:
- * frames dropped, their bytes, connections refused, connections closed on
- * a bad frame). 0 or -1. */
-int store_dplane_totals(store_t *st, int64_t out[4]);
+/* Data-plane refusals summed over every worker ever registered: frames
+ * dropped, their bytes, connections refused, messages with a bad header,
+ * messages with a wrong key. 0 or -1. */
+#define STORE_DPLANE_TOTALS 5
+int store_dplane_totals(store_t *st, int64_t out[STORE_DPLANE_TOTALS]);
 int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws);
 int store_worker_leave(store_t *st, int64_t worker);
 /* The stored credential hash of a worker (live or gone) into hash (65

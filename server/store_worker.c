@@ -158,7 +158,8 @@ int store_worker_heartbeat(store_t *st, int64_t worker)
 static void stats_bind(sqlite3_stmt *s, const worker_stats_t *ws)
 {
     const int64_t v[] = {ws->objects,    ws->bytes,            ws->cap_bytes, ws->dp_dropped,
-                         ws->dp_dropped_bytes, ws->dp_refused, ws->dp_bad_frames};
+                         ws->dp_dropped_bytes, ws->dp_refused, ws->dp_bad_frames,
+                         ws->dp_bad_key};
     for (int i = 0; i < (int)(sizeof v / sizeof v[0]); i++)
         sqlite3_bind_int64(s, i + 2, v[i]);
 }
@@ -168,7 +169,7 @@ int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws
     static const char sql[] =
         "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4,"
         " dplane_dropped = ?5, dplane_dropped_bytes = ?6, dplane_refused = ?7,"
-        " dplane_bad_frames = ?8 WHERE id = ?1 AND state = 'live'";
+        " dplane_bad_frames = ?8, dplane_bad_key = ?9 WHERE id = ?1 AND state = 'live'";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return STORE_ERR;
@@ -177,16 +178,17 @@ int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws
     return store_step_done(s) == 0 ? STORE_OK : STORE_ERR;
 }
 
-int store_dplane_totals(store_t *st, int64_t out[4])
+int store_dplane_totals(store_t *st, int64_t out[STORE_DPLANE_TOTALS])
 {
     static const char sql[] =
         "SELECT COALESCE(SUM(dplane_dropped), 0), COALESCE(SUM(dplane_dropped_bytes), 0),"
-        " COALESCE(SUM(dplane_refused), 0), COALESCE(SUM(dplane_bad_frames), 0) FROM workers";
+        " COALESCE(SUM(dplane_refused), 0), COALESCE(SUM(dplane_bad_frames), 0),"
+        " COALESCE(SUM(dplane_bad_key), 0) FROM workers";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     int ok = sqlite3_step(s) == SQLITE_ROW;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < STORE_DPLANE_TOTALS; i++)
         out[i] = ok ? sqlite3_column_int64(s, i) : 0;
     sqlite3_reset(s);
     return ok ? 0 : -1;
@@ -239,7 +241,7 @@ int store_worker_renew(store_t *st, const worker_renew_t *r, int n)
     static const char stats_sql[] =
         "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4,"
         " dplane_dropped = ?5, dplane_dropped_bytes = ?6, dplane_refused = ?7,"
-        " dplane_bad_frames = ?8 WHERE id = ?1 AND state = 'live'";
+        " dplane_bad_frames = ?8, dplane_bad_key = ?9 WHERE id = ?1 AND state = 'live'";
     if (n == 0)
         return STORE_OK;
     if (store_begin(st) != 0)
@@ -418,8 +420,10 @@ static json_t *poll_group(json_t *jobs, json_int_t job, json_int_t attempt, sqli
             json_integer_value(json_object_get(g, "attempt")) == attempt)
             return g;
     json_t *pl = store_col_json(s, col);
-    g = json_pack("{s:I, s:I, s:o, s:[]}", "job", job, "attempt", attempt, "placement",
-                  pl ? pl : json_null(), "tasks");
+    char key[STORE_KEY_HEX_LEN];
+    store_attempt_key(job, (int32_t)attempt, key);
+    g = json_pack("{s:I, s:I, s:s, s:o, s:[]}", "job", job, "attempt", attempt, "key", key,
+                  "placement", pl ? pl : json_null(), "tasks");
     if (!g || json_array_append_new(jobs, g) != 0)
         return NULL;
     return g;

@@ -1,86 +1,127 @@
 /* dplane.c - see dplane.h.
  *
- * Two transports share one frame format. TCP (other hosts, or
- * --data-transport tcp): header and payload on the socket. Shared memory
- * (same-host peers): the sender dials the peer's abstract Unix socket
- * "@atoll-dp:<data_addr>", creates a shmring and passes its memfd in a
- * 16-byte hello (u32 "ATDR", u32 0, u64 ring bytes) with SCM_RIGHTS; after
- * that every frame's header goes over the Unix socket and its payload
- * through the ring (same order on both, one writer per connection), so
- * payload bytes never pass through a socket. A peer whose Unix socket cannot
- * be reached gets TCP.
+ * UCX objects: one context and one worker (UCS_THREAD_MODE_MULTI: senders
+ * post from their own threads while the progress thread progresses) and
+ * one endpoint per peer address (dp->peers), made from the peer's UCX
+ * worker address. The worker address comes from the peer's data_addr: a
+ * plain TCP listener that answers every connection with u32 "ATDA" | u32
+ * length | the address, then closes. It never reads a byte from its
+ * clients, so nothing sent to data_addr is parsed at all. (UCX 1.13's own
+ * client-server listener aborts the process on junk at its port: tested,
+ * so it is not used.)
  *
- * Threads: one accept thread (polls both listeners and a wake eventfd),
- * one reader thread per accepted connection.
- * Incoming connections sit on a list so dplane_stop() can shut their
- * sockets down (which wakes their blocking reads) and join them; finished
- * readers are reaped at each accept so the list stays short.
- * Outgoing connections: one per peer address, created on first use and
- * kept; the per-peer mutex serialises whole frames. */
+ * Origins: a message's sender is known by its reply endpoint (UCX's
+ * endpoint to that peer, made by wire-up). Each distinct one gets a slot
+ * (mailbox origin = slot + 1) on first use; when all DPLANE_MAX_CONNS are
+ * taken, the least recently used is recycled (its unclaimed frames go).
+ *
+ * Receiving (progress thread, am_recv): header checked, then the gate. An
+ * admitted frame is copied out (eager data) or fetched into a fresh tensor
+ * (rendezvous); an unclaimed frame without room is parked (UCX keeps its
+ * data, a rendezvous sender keeps waiting: back-pressure, as a blocked
+ * socket gave before) and asked about again on every pass until the
+ * unclaimed TTL, then dropped.
+ *
+ * Endpoints that fail (peer gone, connection reset) are closed by the
+ * progress thread (dp->closing); a sender whose endpoint failed makes a new
+ * one once. Locks: dp->mu guards peers, conns, parked and closing; it is
+ * never held across a UCX call that can run handlers (progress). */
 #include "dplane.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
+#include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <ucp/api/ucp.h>
 #include <unistd.h>
 
-#include "shmring.h"
 #include "util.h"
 
-/* A ring wait that sees no progress for this long gives the connection up. */
-#define DPLANE_SHM_TIMEOUT_MS 30000
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "the data plane's payloads are little-endian floats, sent as they lie in memory"
+#endif
 
-typedef struct dp_conn {           /* an accepted connection */
-    int fd;
-    int origin;                    /* its slot: 1..DPLANE_MAX_CONNS (mbox origin) */
-    pthread_t thread;
-    atomic_int done;               /* set by the reader as it exits */
-    int is_unix;                   /* same-host: payloads come through ring */
-    shmring_t *ring;               /* owned by the reader thread */
-    struct dp_conn *next;
-    struct dplane *dp;
-} dp_conn_t;
+#define DPLANE_AM_ID 17u
+/* A send still incomplete after this long closes its endpoint (which
+ * completes it with an error). */
+#define DPLANE_SEND_TIMEOUT_US ((int64_t)60 * 1000000)
+#define DPLANE_MAX_CLOSING 4096
+/* Address answers: magic "ATDA", and at most this many address bytes. */
+#define DPLANE_ADDR_MAGIC 0x41544441u
+#define DPLANE_UCX_ADDR_MAX 8192
+/* Connections answered per progress pass (a flood cannot starve UCX). */
+#define DPLANE_ACCEPTS_PER_PASS 64
+/* Fetching a peer's worker address: connect and read within this. A live
+ * peer's progress thread answers in microseconds; one that does not within
+ * a second is treated as gone (a send fails, and exec_run_send() retries it
+ * with backoff up to --peer-timeout-ms), so a frozen peer costs a runner
+ * about this long, not more. */
+#define DPLANE_FETCH_TIMEOUT_MS 1000
 
-typedef struct dp_peer {           /* an outgoing connection */
+typedef struct dp_peer {           /* the endpoint to one peer address */
     char addr[DPLANE_ADDR_MAX];
-    pthread_mutex_t mu;            /* serialises frames; guards fd */
-    int fd;                        /* -1 when not connected */
-    shmring_t *ring;               /* set when fd is a same-host Unix socket */
+    pthread_mutex_t mu;            /* held while the endpoint is made */
+    ucp_ep_h ep;                   /* NULL once failed (a new one is made on use) */
     struct dp_peer *next;
 } dp_peer_t;
 
+typedef struct dp_origin {         /* a sender, by its reply endpoint */
+    ucp_ep_h ep;                   /* NULL: free slot */
+    int64_t used_us;
+} dp_origin_t;
+
+typedef struct dp_park {           /* a frame waiting for unclaimed room */
+    dplane_hdr_t h;
+    int origin;
+    void *data;                    /* UCX's: eager bytes or a rendezvous descriptor */
+    int rndv;
+    int64_t deadline_us;
+    struct dp_park *next;
+} dp_park_t;
+
+typedef struct dp_rx {             /* a rendezvous fetch in flight */
+    dplane_t *dp;
+    dplane_hdr_t h;
+    int origin;
+    mbox_admit_t admit;
+    tensor_t *t;                   /* owned until handed to the mailbox */
+} dp_rx_t;
+
+typedef struct send_wait send_wait_t;
+static void send_waits_free_abandoned(dplane_t *dp);
+
 struct dplane {
     mbox_t *mb;                    /* borrowed */
-    int listen_fd;
-    int unix_fd;                   /* -1 when the shm transport is unavailable */
-    int wake_fd;                   /* eventfd: wakes the accept thread at stop */
-    atomic_int shm_on;             /* senders may use shared memory */
-    atomic_llong sent_shm, sent_tcp;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    int listen_fd;                 /* data_addr: answers with our worker address */
+    ucp_address_t *ucx_addr;       /* ours, ucx_addr_len bytes (UCX's) */
+    size_t ucx_addr_len;
+    int epfd;
     char addr[DPLANE_ADDR_MAX];
-    pthread_t accept_thread;
+    pthread_t progress_thread;
     atomic_int stopping;
-    pthread_mutex_t conns_mu;      /* guards conns, nconns, slot_used */
-    dp_conn_t *conns;
-    int nconns;
-    unsigned char slot_used[DPLANE_MAX_CONNS + 1];
-    atomic_llong refused, bad_frames, accept_errors;
-    dplane_guard_stats_t logged;   /* accept thread only: last figures logged */
-    int64_t logged_us;
-    pthread_mutex_t peers_mu;      /* guards the peers list (not the peers) */
+    atomic_int inflight;           /* sends and fetches not complete yet */
+    pthread_mutex_t mu;
     dp_peer_t *peers;
+    dp_origin_t origins[DPLANE_MAX_CONNS];
+    int norigins;
+    dp_park_t *parked;
+    int nparked;
+    ucp_ep_h closing[DPLANE_MAX_CLOSING];
+    int nclosing;
+    send_wait_t *abandoned;        /* sends given up on; see send_abandon() */
+    atomic_llong refused, bad_frames, accept_errors;
 };
 
 /* ---- frame codec ---- */
@@ -88,29 +129,23 @@ struct dplane {
 static void put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 3; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)(v & 0xff);
+        p[i] = (uint8_t)v;
 }
 
 static void put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)(v & 0xff);
+        p[i] = (uint8_t)v;
 }
 
 static uint32_t get_u32(const uint8_t *p)
 {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v = (v << 8) | p[i];
-    return v;
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 static uint64_t get_u64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
+    return (uint64_t)get_u32(p) << 32 | get_u32(p + 4);
 }
 
 void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE])
@@ -126,6 +161,7 @@ void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE])
     for (int i = 0; i < TENSOR_MAX_RANK; i++)
         put_u64(buf + 36 + 8 * i, (uint64_t)h->shape.dim[i]);
     put_u64(buf + 68, h->nbytes);
+    memcpy(buf + 76, h->key.b, MBOX_KEY_SIZE);
 }
 
 int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h)
@@ -160,68 +196,11 @@ int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h)
     h->nbytes = get_u64(buf + 68);
     if (h->nbytes != (uint64_t)numel * sizeof(float))
         return -1;
+    memcpy(h->key.b, buf + 76, MBOX_KEY_SIZE);
     return 0;
 }
 
-int dplane_hello_decode(const uint8_t buf[DPLANE_HELLO_SIZE], uint64_t *ring_bytes)
-{
-    *ring_bytes = 0;
-    if (get_u32(buf) != DPLANE_HELLO_MAGIC)
-        return -1;
-    uint64_t claimed = get_u64(buf + 8);
-    if (claimed > SHMRING_MAX_BYTES)
-        return -1;
-    *ring_bytes = claimed;
-    return 0;
-}
-
-void dplane_payload_swap(float *data, int64_t n)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t v;
-        memcpy(&v, &data[i], 4);
-        v = __builtin_bswap32(v);
-        memcpy(&data[i], &v, 4);
-    }
-#else
-    (void)data;
-    (void)n;
-#endif
-}
-
-/* ---- socket helpers ---- */
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Returns 0, or -1 on error or EOF before n bytes. */
-static int read_full(int fd, void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
+/* ---- addresses ---- */
 
 int dplane_parse_addr(const char *addr, char *host, size_t hostlen, int *port)
 {
@@ -257,449 +236,457 @@ static int resolve(const char *addr, int passive, struct sockaddr_in *sa)
     return 0;
 }
 
-static int connect_once(const struct sockaddr_in *sa)
+/* ---- endpoints ---- */
+
+/* Queues ep for closing by the progress thread. Holds mu. */
+static void close_later_locked(dplane_t *dp, ucp_ep_h ep)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
-        close(fd);
-        return -1;
-    }
-    int one = 1;
-    /* Small frames (scalars, collective pieces) must not wait for Nagle. */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
+    if (dp->nclosing < DPLANE_MAX_CLOSING)
+        dp->closing[dp->nclosing++] = ep;
+    /* else: leaked until ucp_worker_destroy, which frees every endpoint */
 }
 
-/* Connects, retrying for about a second (a peer that just restarted). */
-static int connect_retry(const char *addr)
+/* UCX error handler (progress thread): the endpoint is dead. A server
+ * endpoint frees its slot and its unclaimed frames; a client endpoint is
+ * forgotten, so the next send makes a new one. */
+static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    struct sockaddr_in sa;
-    if (resolve(addr, 0, &sa) != 0) {
-        log_warn("dplane: cannot resolve peer %s", addr);
-        return -1;
-    }
-    static const long backoff_ms[] = {0, 100, 300, 600};
-    for (size_t i = 0; i < sizeof backoff_ms / sizeof backoff_ms[0]; i++) {
-        if (backoff_ms[i]) {
-            struct timespec ts = {0, backoff_ms[i] * 1000000L};
-            nanosleep(&ts, NULL);
+    dplane_t *dp = arg;
+    pthread_mutex_lock(&dp->mu);
+    for (dp_peer_t *p = dp->peers; p; p = p->next)
+        if (p->ep == ep)
+            p->ep = NULL;
+    close_later_locked(dp, ep);
+    pthread_mutex_unlock(&dp->mu);
+    log_debug("dplane: endpoint closed (%s)", ucs_status_string(status));
+}
+
+/* Error mode NONE: UCX 1.13 leaves shared memory out of endpoints that ask
+ * for peer-failure handling (seen: TCP only). A dead peer is found by
+ * send_wait() instead (its data_addr refuses connections); the handler
+ * still catches what UCX reports. */
+static ucs_status_t ep_new(dplane_t *dp, ucp_ep_params_t *p, ucp_ep_h *ep)
+{
+    p->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p->err_handler.cb = ep_failed;
+    p->err_handler.arg = dp;
+    return ucp_ep_create(dp->worker, p, ep);
+}
+
+/* The origin (slot + 1) of the sender whose reply endpoint is ep: its
+ * slot, a free one, or the least recently used one recycled (progress
+ * thread only, the one writer of origins). */
+static int origin_of(dplane_t *dp, ucp_ep_h ep)
+{
+    int64_t now = util_mono_us();
+    int lru = 0;
+    pthread_mutex_lock(&dp->mu);
+    for (int i = 0; i < DPLANE_MAX_CONNS; i++) {
+        if (dp->origins[i].ep == ep) {
+            dp->origins[i].used_us = now;
+            pthread_mutex_unlock(&dp->mu);
+            return i + 1;
         }
-        int fd = connect_once(&sa);
-        if (fd >= 0)
-            return fd;
+        if (!dp->origins[i].ep || (dp->origins[lru].ep &&
+                                   dp->origins[i].used_us < dp->origins[lru].used_us))
+            lru = i;
     }
-    log_warn("dplane: cannot connect to peer %s: %s", addr, strerror(errno));
-    return -1;
+    int recycled = dp->origins[lru].ep != NULL;
+    if (!recycled)
+        dp->norigins++;
+    dp->origins[lru] = (dp_origin_t){.ep = ep, .used_us = now};
+    pthread_mutex_unlock(&dp->mu);
+    if (recycled) {
+        atomic_fetch_add(&dp->refused, 1);
+        mbox_drop_origin(dp->mb, lru + 1);
+    }
+    return lru + 1;
+}
+
+/* Answers waiting connections on data_addr with our worker address, then
+ * closes them (progress thread). Returns how many were answered. */
+static int addr_answer(dplane_t *dp)
+{
+    uint8_t hdr[8];
+    put_u32(hdr, DPLANE_ADDR_MAGIC);
+    put_u32(hdr + 4, (uint32_t)dp->ucx_addr_len);
+    int n = 0;
+    for (; n < DPLANE_ACCEPTS_PER_PASS; n++) {
+        int fd = accept4(dp->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                atomic_fetch_add(&dp->accept_errors, 1);
+            break;
+        }
+        /* A few hundred bytes into a fresh socket's send buffer: one
+         * non-blocking write each, never a wait on the client. */
+        struct iovec iov[2] = {{hdr, sizeof hdr}, {dp->ucx_addr, dp->ucx_addr_len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        (void)!sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        close(fd);
+    }
+    return n;
 }
 
 /* ---- receiving ---- */
 
-/* Reads frames until EOF or error; every good frame goes to the mailbox.
- * A malformed frame closes the connection: the stream cannot be resynced. */
-/* Same-host connections start with the hello carrying the ring's memfd.
- * Returns 0 with c->ring set, or -1. */
-static int reader_hello(dp_conn_t *c)
+static void rx_done(void *req, ucs_status_t status, size_t length, void *user)
 {
-    uint8_t hello[DPLANE_HELLO_SIZE];
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof cbuf};
-    ssize_t got;
-    do
-        got = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-    while (got < 0 && errno == EINTR);
-    int fd = -1;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-            memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-    uint64_t claimed = 0;
-    int ok = got == (ssize_t)sizeof hello && fd >= 0 && dplane_hello_decode(hello, &claimed) == 0;
-    /* The memfd must be sealed and exactly as large as the hello says
-     * before it is mapped (shmring_attach checks both). */
-    if (ok && !(c->ring = shmring_attach(fd, (size_t)claimed)))
-        ok = 0;
-    if (fd >= 0)
-        close(fd);                 /* the mapping keeps the memory */
-    if (!ok)
-        log_warn("dplane: bad shared-memory hello, closing connection");
-    return ok ? 0 : -1;
-}
-
-/* Reads n payload bytes into buf (ring or socket). Returns 0 or -1. */
-static int read_payload(dp_conn_t *c, void *buf, size_t n)
-{
-    if (c->ring)
-        return shmring_read(c->ring, buf, n, &c->dp->stopping, c->fd, DPLANE_SHM_TIMEOUT_MS);
-    return read_full(c->fd, buf, n);
-}
-
-/* Reads and throws away the payload of a refused frame (nothing is
- * allocated for it), so the frames behind it on the connection still
- * arrive. Returns 0 or -1. */
-static int skip_payload(dp_conn_t *c, uint64_t n)
-{
-    uint8_t sink[16384];
-    while (n > 0) {
-        size_t k = n < sizeof sink ? (size_t)n : sizeof sink;
-        if (read_payload(c, sink, k) != 0)
-            return -1;
-        n -= k;
+    dp_rx_t *rx = user;
+    if (status == UCS_OK && length == rx->h.nbytes) {
+        mbox_put_from(rx->dp->mb, &rx->h.tag, &rx->h.key, rx->t, rx->origin, rx->admit);
+    } else {
+        if (rx->admit == MBOX_ADMIT_UNCLAIMED)
+            mbox_unreserve(rx->dp->mb, rx->origin, (int64_t)rx->h.nbytes);
+        tensor_free(rx->t);
     }
-    return 0;
+    atomic_fetch_sub(&rx->dp->inflight, 1);
+    free(rx);
+    if (req)
+        ucp_request_free(req);
 }
 
-/* One frame whose header is h: admitted (mbox_admit decides before a byte
- * is allocated), read and handed to the mailbox, or skipped. Returns 0, or
- * -1 when the connection must close. */
-static int reader_frame(dp_conn_t *c, const dplane_hdr_t *h)
+typedef enum rx_fate {
+    RX_WAIT,                       /* no room yet: data untouched, ask again */
+    RX_TAKEN,                      /* eager bytes copied, or a fetch started */
+    RX_DROPPED,                    /* refused or no memory: data unused */
+} rx_fate_t;
+
+/* Takes an admitted frame's payload into a new tensor for the mailbox:
+ * copied from eager data, or fetched by rendezvous (completed in rx_done).
+ * The reservation of an UNCLAIMED admit is consumed or given back. */
+static rx_fate_t rx_take(dplane_t *dp, const dplane_hdr_t *h, int origin, mbox_admit_t a,
+                         void *data, int rndv)
 {
-    mbox_t *mb = c->dp->mb;
-    int64_t deadline = util_mono_us() + (int64_t)MBOX_UNCLAIMED_TTL_MS * 1000;
-    mbox_admit_t a = mbox_admit(mb, &h->tag, c->origin, (int64_t)h->nbytes, deadline);
-    if (a == MBOX_ADMIT_DROP)
-        return skip_payload(c, h->nbytes);
     tensor_t *t = tensor_new(&h->shape);
-    if (!t || read_payload(c, t->data, (size_t)h->nbytes) != 0) {
-        if (!t)
-            log_error("dplane: out of memory for a %llu-byte frame",
-                      (unsigned long long)h->nbytes);
+    dp_rx_t *rx = rndv && t ? malloc(sizeof *rx) : NULL;
+    if (!t || (rndv && !rx)) {
+        log_error("dplane: out of memory for a %llu-byte frame", (unsigned long long)h->nbytes);
         if (a == MBOX_ADMIT_UNCLAIMED)
-            mbox_unreserve(mb, c->origin, (int64_t)h->nbytes);
+            mbox_unreserve(dp->mb, origin, (int64_t)h->nbytes);
         tensor_free(t);
-        return -1;
+        return RX_DROPPED;
     }
-    if (!c->ring)                  /* same host, same byte order: no swap */
-        dplane_payload_swap(t->data, shape_numel(&t->shape));
-    mbox_put_from(mb, &h->tag, t, c->origin, a);   /* takes t */
-    return 0;
-}
-
-static void *reader_main(void *arg)
-{
-    dp_conn_t *c = arg;
-    uint8_t buf[DPLANE_HDR_SIZE];
-    if (c->is_unix && reader_hello(c) != 0) {
-        atomic_fetch_add(&c->dp->bad_frames, 1);
-        goto out;
+    if (!rndv) {
+        memcpy(t->data, data, (size_t)h->nbytes);
+        mbox_put_from(dp->mb, &h->tag, &h->key, t, origin, a);   /* takes t */
+        return RX_TAKEN;
     }
-    for (;;) {
-        if (read_full(c->fd, buf, sizeof buf) != 0)
-            break;
-        dplane_hdr_t h;
-        if (dplane_hdr_decode(buf, &h) != 0) {
-            /* Bad magic, rank, dims or length claim: the stream cannot be
-             * resynced, and a junk sender gets no second try. */
-            atomic_fetch_add(&c->dp->bad_frames, 1);
-            log_debug("dplane: bad frame header, closing connection");
-            break;
-        }
-        if (reader_frame(c, &h) != 0)
-            break;
-    }
-out:
-    mbox_drop_origin(c->dp->mb, c->origin);
-    shmring_close(c->ring);
-    c->ring = NULL;
-    /* Tell the sender at once (it reconnects on its next frame); the fd
-     * itself is closed by whoever joins this thread, so it cannot be reused
-     * while dplane_stop() might still shut it down. */
-    shutdown(c->fd, SHUT_RDWR);
-    atomic_store(&c->done, 1);
-    return NULL;
+    *rx = (dp_rx_t){.dp = dp, .h = *h, .origin = origin, .admit = a, .t = t};
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.recv_am = rx_done, .user_data = rx};
+    atomic_fetch_add(&dp->inflight, 1);
+    void *r = ucp_am_recv_data_nbx(dp->worker, data, t->data, (size_t)h->nbytes, &p);
+    if (r == NULL)                 /* done at once: no callback comes */
+        rx_done(NULL, UCS_OK, (size_t)h->nbytes, rx);
+    else if (UCS_PTR_IS_ERR(r))
+        rx_done(NULL, UCS_PTR_STATUS(r), 0, rx);
+    return RX_TAKEN;
 }
 
-/* Joins and frees finished readers. Caller holds conns_mu. */
-static void reap_locked(dplane_t *dp)
+/* Asks the gate about a frame and acts on the answer. */
+static rx_fate_t rx_offer(dplane_t *dp, const dplane_hdr_t *h, int origin, void *data, int rndv,
+                          int64_t deadline_us)
 {
-    dp_conn_t **p = &dp->conns;
-    while (*p) {
-        dp_conn_t *c = *p;
-        if (atomic_load(&c->done)) {
-            *p = c->next;
-            pthread_join(c->thread, NULL);
-            close(c->fd);
-            dp->slot_used[c->origin] = 0;
-            dp->nconns--;
-            free(c);
-        } else {
-            p = &c->next;
-        }
-    }
+    mbox_admit_t a = mbox_admit(dp->mb, &h->tag, &h->key, origin, (int64_t)h->nbytes,
+                                deadline_us);
+    if (a == MBOX_ADMIT_WAIT)
+        return RX_WAIT;
+    if (a == MBOX_ADMIT_DROP)
+        return RX_DROPPED;
+    return rx_take(dp, h, origin, a, data, rndv);
 }
 
-/* Non-zero for accept() errors that leave the listener usable: out of
- * descriptors or memory (back off, then keep accepting) and a connection
- * that died in the backlog. */
-static int accept_error_transient(int e)
-{
-    return e == EINTR || e == EAGAIN || e == ECONNABORTED || e == EPROTO || e == EMFILE ||
-           e == ENFILE || e == ENOBUFS || e == ENOMEM || e == EPERM;
-}
-
-/* Same-host connections come from our own user only (SO_PEERCRED): the
- * abstract socket is reachable by every process in the network namespace. */
-static int unix_peer_ok(int fd)
-{
-    struct ucred cr;
-    socklen_t len = sizeof cr;
-    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 && cr.uid == geteuid();
-}
-
-/* Logs the guard's figures when they changed, at most every 10 s. */
-static void log_guard(dplane_t *dp)
-{
-    int64_t now = util_mono_us();
-    if (now - dp->logged_us < 10 * 1000000)
-        return;
-    dplane_guard_stats_t g;
-    dplane_guard_stats(dp, &g);
-    if (memcmp(&g.refused, &dp->logged.refused, 3 * sizeof g.refused) != 0 ||
-        g.mb.dropped != dp->logged.mb.dropped || g.mb.over_cap != dp->logged.mb.over_cap ||
-        g.mb.expired != dp->logged.mb.expired)
-        log_info("dplane: refused %lld connection(s), %lld bad frame(s), %lld accept "
-                 "error(s); frames dropped %lld, over cap %lld, expired %lld (%lld bytes); "
-                 "unclaimed now %lld (%lld bytes)", (long long)g.refused,
-                 (long long)g.bad_frames, (long long)g.accept_errors, (long long)g.mb.dropped,
-                 (long long)g.mb.over_cap, (long long)g.mb.expired,
-                 (long long)g.mb.dropped_bytes, (long long)g.mb.unclaimed,
-                 (long long)g.mb.unclaimed_bytes);
-    dp->logged = g;
-    dp->logged_us = now;
-}
-
-/* Registers and starts a reader for fd, or closes fd (over the cap, OOM).
- * Returns 0 when a reader owns fd now. */
-static int conn_start(dplane_t *dp, int fd, int is_unix)
-{
-    dp_conn_t *c = calloc(1, sizeof *c);
-    pthread_attr_t attr;
-    int attr_ok = pthread_attr_init(&attr) == 0;
-    if (attr_ok)
-        pthread_attr_setstacksize(&attr, DPLANE_READER_STACK);
-    pthread_mutex_lock(&dp->conns_mu);
-    reap_locked(dp);
-    int slot = 0;
-    for (int k = 1; c && dp->nconns < DPLANE_MAX_CONNS && k <= DPLANE_MAX_CONNS && !slot; k++)
-        if (!dp->slot_used[k])
-            slot = k;
-    if (!slot) {                   /* over the cap: closed at once */
-        pthread_mutex_unlock(&dp->conns_mu);
-        atomic_fetch_add(&dp->refused, 1);
-        goto fail;
-    }
-    c->fd = fd;
-    c->origin = slot;
-    c->is_unix = is_unix;
-    c->dp = dp;
-    if (pthread_create(&c->thread, attr_ok ? &attr : NULL, reader_main, c) != 0) {
-        pthread_mutex_unlock(&dp->conns_mu);
-        log_error("dplane: cannot start a reader thread");
-        goto fail;
-    }
-    dp->slot_used[slot] = 1;
-    dp->nconns++;
-    c->next = dp->conns;
-    dp->conns = c;
-    pthread_mutex_unlock(&dp->conns_mu);
-    if (attr_ok)
-        pthread_attr_destroy(&attr);
-    return 0;
-fail:
-    if (attr_ok)
-        pthread_attr_destroy(&attr);
-    close(fd);
-    free(c);
-    return -1;
-}
-
-static void *accept_main(void *arg)
+/* UCX active-message handler (progress thread). Returns UCS_INPROGRESS
+ * when UCX must keep data (a parked frame, or a fetch started), else
+ * UCS_OK (data unused after this; a declined rendezvous completes its
+ * sender with success, so a stale frame never fails a peer). */
+static ucs_status_t am_recv(void *arg, const void *header, size_t header_length, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
 {
     dplane_t *dp = arg;
+    dplane_hdr_t h;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    int origin = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+                     ? origin_of(dp, param->reply_ep) : 0;
+    if (header_length != DPLANE_HDR_SIZE || dplane_hdr_decode(header, &h) != 0 ||
+        length != h.nbytes || origin == 0) {
+        atomic_fetch_add(&dp->bad_frames, 1);
+        return UCS_OK;
+    }
+    int64_t deadline = util_mono_us() + (int64_t)MBOX_UNCLAIMED_TTL_MS * 1000;
+    /* Only data UCX lets us keep can wait for room. */
+    int can_keep = rndv || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA);
+    rx_fate_t f = rx_offer(dp, &h, origin, data, rndv, can_keep ? deadline : 0);
+    if (f == RX_WAIT && dp->nparked >= DPLANE_MAX_PARKED)
+        f = rx_offer(dp, &h, origin, data, rndv, 0);     /* refused now (counted) */
+    dp_park_t *pk = f == RX_WAIT ? malloc(sizeof *pk) : NULL;
+    if (f == RX_WAIT && !pk)
+        f = rx_offer(dp, &h, origin, data, rndv, 0);
+    if (f != RX_WAIT)
+        return f == RX_TAKEN && rndv ? UCS_INPROGRESS : UCS_OK;
+    *pk = (dp_park_t){.h = h, .origin = origin, .data = data, .rndv = rndv,
+                      .deadline_us = deadline, .next = dp->parked};
+    dp->parked = pk;               /* progress thread only: no lock needed */
+    dp->nparked++;
+    return UCS_INPROGRESS;
+}
+
+/* Offers every parked frame again (progress thread). Returns how many
+ * left the list. */
+static int parked_retry(dplane_t *dp)
+{
+    int n = 0;
+    for (dp_park_t **pp = &dp->parked; *pp;) {
+        dp_park_t *pk = *pp;
+        rx_fate_t f = rx_offer(dp, &pk->h, pk->origin, pk->data, pk->rndv, pk->deadline_us);
+        if (f == RX_WAIT) {
+            pp = &pk->next;
+            continue;
+        }
+        /* Eager bytes are done with either way; a rendezvous descriptor
+         * not fetched is declined (its sender completes). */
+        if (!pk->rndv || f == RX_DROPPED)
+            ucp_am_data_release(dp->worker, pk->data);
+        *pp = pk->next;
+        free(pk);
+        dp->nparked--;
+        n++;
+    }
+    return n;
+}
+
+/* ---- the progress thread ---- */
+
+/* Closes the endpoints queued for closing (progress thread). */
+static void close_pending(dplane_t *dp)
+{
+    ucp_ep_h eps[64];
+    int n = 0;
+    pthread_mutex_lock(&dp->mu);
+    while (n < 64 && dp->nclosing > 0)
+        eps[n++] = dp->closing[--dp->nclosing];
+    pthread_mutex_unlock(&dp->mu);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    for (int i = 0; i < n; i++) {
+        void *r = ucp_ep_close_nbx(eps[i], &p);
+        if (UCS_PTR_IS_PTR(r)) {
+            while (ucp_request_check_status(r) == UCS_INPROGRESS)
+                ucp_worker_progress(dp->worker);
+            ucp_request_free(r);
+        }
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    dplane_t *dp = arg;
+    int64_t last_event = util_mono_us(), last_expire = last_event, last_accept = last_event;
     while (!atomic_load(&dp->stopping)) {
-        struct pollfd pf[3] = {{.fd = dp->listen_fd, .events = POLLIN},
-                               {.fd = dp->wake_fd, .events = POLLIN},
-                               {.fd = dp->unix_fd, .events = POLLIN}};
-        int np = dp->unix_fd >= 0 ? 3 : 2;
-        /* Wakes at least every second to expire unclaimed frames. */
-        int pr = poll(pf, (nfds_t)np, 1000);
-        if (pr < 0 && errno != EINTR) {
-            log_error("dplane: poll: %s", strerror(errno));
-            break;
+        unsigned n = ucp_worker_progress(dp->worker);
+        if (util_mono_us() - last_accept > 1000) {    /* also after every wake-up */
+            addr_answer(dp);
+            last_accept = util_mono_us();
         }
-        mbox_expire(dp->mb);
-        log_guard(dp);
-        if (pr <= 0)
-            continue;
-        if (atomic_load(&dp->stopping) || pf[1].revents)
-            break;
-        int is_unix = np == 3 && (pf[2].revents & POLLIN) && !(pf[0].revents & POLLIN);
-        int fd = accept4(is_unix ? dp->unix_fd : dp->listen_fd, NULL, NULL,
-                         SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            int e = errno;
-            if (atomic_load(&dp->stopping))
-                break;
-            if (!accept_error_transient(e)) {
-                log_error("dplane: accept: %s", strerror(e));
-                break;
-            }
-            if (e == EINTR || e == EAGAIN || e == ECONNABORTED || e == EPROTO)
-                continue;
-            /* Out of descriptors or memory: the connection stays in the
-             * backlog, so back off instead of spinning, and keep going. */
-            if (atomic_fetch_add(&dp->accept_errors, 1) % 100 == 0)
-                log_warn("dplane: accept: %s (backing off)", strerror(e));
-            struct timespec ts = {0, DPLANE_ACCEPT_BACKOFF_MS * 1000000L};
-            nanosleep(&ts, NULL);
+        if (dp->nparked)
+            n += (unsigned)parked_retry(dp);
+        if (dp->nclosing) {        /* racy read; close_pending locks */
+            close_pending(dp);
+            n++;
+        }
+        int64_t now = util_mono_us();
+        if (now - last_expire > 1000000) {
+            mbox_expire(dp->mb);
+            last_expire = now;
+        }
+        if (n || atomic_load(&dp->inflight) > 0) {
+            last_event = now;
             continue;
         }
-        /* Listeners are polled, accepted sockets are read blocking. */
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
-            (is_unix && !unix_peer_ok(fd))) {
-            if (fl >= 0)
-                atomic_fetch_add(&dp->refused, 1);
-            close(fd);
+        if (now - last_event < DPLANE_SPIN_US)
             continue;
-        }
-        conn_start(dp, fd, is_unix);
+        ucs_status_t st = ucp_worker_arm(dp->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        struct epoll_event ev;
+        /* Parked frames are retried every few ms; else a 1 s tick for
+         * expiring unclaimed frames. */
+        int timeout_ms = dp->nparked ? 2 : 1000;
+        if (st == UCS_OK)
+            epoll_wait(dp->epfd, &ev, 1, timeout_ms);
+        last_event = util_mono_us();
+        last_accept = 0;
     }
     return NULL;
 }
 
-/* Binds and listens; fills dp->listen_fd and dp->addr. Returns 0 or -1. */
+/* ---- start and stop ---- */
+
+static int ucx_init(dplane_t *dp, dplane_transport_t tr)
+{
+    ucp_config_t *cfg = NULL;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
+        return -1;
+    /* tcp: UCX's TCP transport for data ("self" only ever serves sends to
+     * ourselves, which never reach UCX). */
+    if (tr == DPLANE_TCP && ucp_config_modify(cfg, "TLS", "tcp") != UCS_OK) {
+        ucp_config_release(cfg);
+        return -1;
+    }
+    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
+                                     UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                       .name = "atoll-dplane", .mt_workers_shared = 0};
+    ucs_status_t st = ucp_init(&pp, cfg, &dp->ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        log_error("dplane: ucp_init: %s", ucs_status_string(st));
+        return -1;
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_MULTI};
+    if ((st = ucp_worker_create(dp->ctx, &wp, &dp->worker)) != UCS_OK) {
+        log_error("dplane: ucp_worker_create: %s", ucs_status_string(st));
+        return -1;
+    }
+    ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                               UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                               UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                 .id = DPLANE_AM_ID, .cb = am_recv, .arg = dp};
+    int efd = -1;
+    if (ucp_worker_set_am_recv_handler(dp->worker, &hp) != UCS_OK ||
+        ucp_worker_get_efd(dp->worker, &efd) != UCS_OK)
+        return -1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = efd};
+    if ((dp->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        epoll_ctl(dp->epfd, EPOLL_CTL_ADD, efd, &ev) != 0)
+        return -1;
+    if ((st = ucp_worker_get_address(dp->worker, &dp->ucx_addr, &dp->ucx_addr_len)) != UCS_OK) {
+        log_error("dplane: ucp_worker_get_address: %s", ucs_status_string(st));
+        return -1;
+    }
+    if (dp->ucx_addr_len > DPLANE_UCX_ADDR_MAX) {
+        log_error("dplane: UCX worker address of %zu bytes (limit %d)", dp->ucx_addr_len,
+                  DPLANE_UCX_ADDR_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* Binds data_addr, the plain TCP socket that hands out our worker address;
+ * it joins the progress thread's epoll set. */
 static int listen_on(dplane_t *dp, const char *listen_addr, const char *advertise_host)
 {
     struct sockaddr_in sa;
     if (resolve(listen_addr, 1, &sa) != 0) {
-        log_error("dplane: bad listen address '%s' (want HOST:PORT)", listen_addr);
+        log_error("dplane: bad listen address %s", listen_addr);
         return -1;
     }
-    dp->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (dp->listen_fd < 0)
-        return -1;
     int one = 1;
-    setsockopt(dp->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    dp->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     socklen_t len = sizeof sa;
-    if (bind(dp->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        listen(dp->listen_fd, 128) != 0 ||
+    if (dp->listen_fd < 0 ||
+        setsockopt(dp->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(dp->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(dp->listen_fd, 512) != 0 ||
         getsockname(dp->listen_fd, (struct sockaddr *)&sa, &len) != 0) {
         log_error("dplane: cannot listen on %s: %s", listen_addr, strerror(errno));
         return -1;
     }
-    char ip[INET_ADDRSTRLEN] = "127.0.0.1";
-    if (advertise_host && *advertise_host)
-        snprintf(ip, sizeof ip, "%s", advertise_host);
-    else if (sa.sin_addr.s_addr != htonl(INADDR_ANY))
-        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
-    else
-        log_warn("dplane: wildcard bind without an advertised host; peers will use 127.0.0.1");
-    snprintf(dp->addr, sizeof dp->addr, "%s:%d", ip, (int)ntohs(sa.sin_port));
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = dp->listen_fd};
+    if (epoll_ctl(dp->epfd, EPOLL_CTL_ADD, dp->listen_fd, &ev) != 0)
+        return -1;
+    char host[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sa.sin_addr, host, sizeof host);
+    snprintf(dp->addr, sizeof dp->addr, "%s:%u",
+             advertise_host && *advertise_host ? advertise_host : host,
+             (unsigned)ntohs(sa.sin_port));
     return 0;
 }
 
-/* The abstract Unix socket name of the worker whose data address is addr. */
-static socklen_t unix_name(const char *addr, struct sockaddr_un *su)
+static void dplane_free(dplane_t *dp)
 {
-    memset(su, 0, sizeof *su);
-    su->sun_family = AF_UNIX;
-    /* sun_path[0] = 0: abstract namespace, no file to clean up. */
-    int n = snprintf(su->sun_path + 1, sizeof su->sun_path - 1, "atoll-dp:%s", addr);
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    if (dp->listen_fd >= 0)
+        close(dp->listen_fd);
+    if (dp->ucx_addr)
+        ucp_worker_release_address(dp->worker, dp->ucx_addr);
+    if (dp->worker)
+        ucp_worker_destroy(dp->worker);
+    send_waits_free_abandoned(dp);
+    if (dp->ctx)
+        ucp_cleanup(dp->ctx);
+    if (dp->epfd >= 0)
+        close(dp->epfd);
+    pthread_mutex_destroy(&dp->mu);
+    free(dp);
 }
 
-/* Same-host listener; failure only disables the shm transport. */
-static void listen_unix(dplane_t *dp)
-{
-    struct sockaddr_un su;
-    socklen_t len = unix_name(dp->addr, &su);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&su, len) != 0 || listen(fd, 128) != 0) {
-        log_warn("dplane: no same-host listener (%s): peers on this host will use TCP",
-                 strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    dp->unix_fd = fd;
-}
-
-dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb)
+dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb,
+                       dplane_transport_t tr)
 {
     dplane_t *dp = calloc(1, sizeof *dp);
     if (!dp)
         return NULL;
     dp->mb = mb;
+    dp->epfd = -1;
     dp->listen_fd = -1;
-    dp->unix_fd = -1;
-    atomic_store(&dp->shm_on, 1);
-    pthread_mutex_init(&dp->conns_mu, NULL);
-    pthread_mutex_init(&dp->peers_mu, NULL);
-    if ((dp->wake_fd = eventfd(0, EFD_CLOEXEC)) < 0)
+    pthread_mutex_init(&dp->mu, NULL);
+    if (ucx_init(dp, tr) != 0 || listen_on(dp, listen_addr, advertise_host) != 0)
         goto fail;
-    if (listen_on(dp, listen_addr, advertise_host) != 0)
-        goto fail;
-    listen_unix(dp);
-    if (pthread_create(&dp->accept_thread, NULL, accept_main, dp) != 0) {
-        log_error("dplane: cannot start the accept thread");
+    if (pthread_create(&dp->progress_thread, NULL, progress_main, dp) != 0) {
+        log_error("dplane: cannot start the progress thread");
         goto fail;
     }
     return dp;
 fail:
-    if (dp->listen_fd >= 0)
-        close(dp->listen_fd);
-    if (dp->unix_fd >= 0)
-        close(dp->unix_fd);
-    if (dp->wake_fd >= 0)
-        close(dp->wake_fd);
-    pthread_mutex_destroy(&dp->conns_mu);
-    pthread_mutex_destroy(&dp->peers_mu);
-    free(dp);
+    dplane_free(dp);
     return NULL;
+}
+
+/* Closes ep and progresses until it is gone (stop only). */
+static void close_now(dplane_t *dp, ucp_ep_h ep)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *r = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS)
+            ucp_worker_progress(dp->worker);
+        ucp_request_free(r);
+    }
 }
 
 void dplane_stop(dplane_t *dp)
 {
     if (!dp)
         return;
-    atomic_store(&dp->stopping, 1);
-    uint64_t one = 1;
-    if (write(dp->wake_fd, &one, sizeof one) != (ssize_t)sizeof one)
-        shutdown(dp->listen_fd, SHUT_RDWR);    /* fallback wake */
-    pthread_join(dp->accept_thread, NULL);
-    close(dp->listen_fd);
-    close(dp->wake_fd);
-    if (dp->unix_fd >= 0)
-        close(dp->unix_fd);
-    /* Wakes readers waiting in mbox_admit (the owner stops the mailbox
-     * too, but may do so only after this returns). */
+    /* The owner stops the mailbox too, but may do so only after this. */
     mbox_shutdown(dp->mb);
-    pthread_mutex_lock(&dp->conns_mu);
-    for (dp_conn_t *c = dp->conns; c; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);    /* wakes the reader's recv() */
-    while (dp->conns) {
-        dp_conn_t *c = dp->conns;
-        dp->conns = c->next;
-        pthread_join(c->thread, NULL);
-        close(c->fd);
-        free(c);
+    atomic_store(&dp->stopping, 1);
+    ucp_worker_signal(dp->worker);
+    pthread_join(dp->progress_thread, NULL);
+    /* From here this thread is the only one in UCX. */
+    while (dp->parked) {
+        dp_park_t *pk = dp->parked;
+        dp->parked = pk->next;
+        ucp_am_data_release(dp->worker, pk->data);
+        free(pk);
     }
-    pthread_mutex_unlock(&dp->conns_mu);
+    close_pending(dp);
     while (dp->peers) {
         dp_peer_t *p = dp->peers;
         dp->peers = p->next;
-        if (p->fd >= 0)
-            close(p->fd);
-        shmring_close(p->ring);
+        if (p->ep)
+            close_now(dp, p->ep);
         pthread_mutex_destroy(&p->mu);
         free(p);
     }
-    pthread_mutex_destroy(&dp->conns_mu);
-    pthread_mutex_destroy(&dp->peers_mu);
-    free(dp);
+    close_pending(dp);             /* endpoints that failed while closing others */
+    while (atomic_load(&dp->inflight) > 0)
+        ucp_worker_progress(dp->worker);
+    dplane_free(dp);
 }
 
 const char *dplane_addr(const dplane_t *dp)
@@ -707,188 +694,372 @@ const char *dplane_addr(const dplane_t *dp)
     return dp->addr;
 }
 
-void dplane_set_shm(dplane_t *dp, int on)
-{
-    atomic_store(&dp->shm_on, on ? 1 : 0);
-}
-
 void dplane_guard_stats(dplane_t *dp, dplane_guard_stats_t *out)
 {
     out->refused = atomic_load(&dp->refused);
     out->bad_frames = atomic_load(&dp->bad_frames);
-    out->accept_errors = atomic_load(&dp->accept_errors);
-    pthread_mutex_lock(&dp->conns_mu);
-    out->conns = dp->nconns;
-    pthread_mutex_unlock(&dp->conns_mu);
+    pthread_mutex_lock(&dp->mu);
+    out->conns = dp->norigins;
+    pthread_mutex_unlock(&dp->mu);
     mbox_guard_stats(dp->mb, &out->mb);
-}
-
-void dplane_counts(dplane_t *dp, int64_t *shm_frames, int64_t *tcp_frames)
-{
-    *shm_frames = atomic_load(&dp->sent_shm);
-    *tcp_frames = atomic_load(&dp->sent_tcp);
-}
-
-int dplane_same_host(const char *a, const char *b)
-{
-    char ha[DPLANE_ADDR_MAX], hb[DPLANE_ADDR_MAX];
-    int pa, pb;
-    if (dplane_parse_addr(a, ha, sizeof ha, &pa) != 0 ||
-        dplane_parse_addr(b, hb, sizeof hb, &pb) != 0)
-        return 0;
-    int la = strncmp(ha, "127.", 4) == 0 || strcmp(ha, "localhost") == 0;
-    int lb = strncmp(hb, "127.", 4) == 0 || strcmp(hb, "localhost") == 0;
-    return strcmp(ha, hb) == 0 || (la && lb);
 }
 
 /* ---- sending ---- */
 
-/* Finds or creates the peer entry for addr; NULL on OOM or a too-long
- * address. Entries live until dplane_stop(). */
-static dp_peer_t *peer_get(dplane_t *dp, const char *addr)
+static void *fetch_peer_address(const char *addr, size_t *len);
+
+/* Reads exactly n bytes from a socket with a receive timeout. 0 or -1. */
+static int read_full(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Asks the peer at addr for its UCX worker address (malloc'd, *len
+ * bytes; caller frees). NULL when it cannot be reached or its answer is
+ * not one (magic, size checked before anything is allocated). */
+static void *fetch_peer_address(const char *addr, size_t *len)
+{
+    struct sockaddr_in sa;
+    if (resolve(addr, 0, &sa) != 0)
+        return NULL;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = {DPLANE_FETCH_TIMEOUT_MS / 1000, (DPLANE_FETCH_TIMEOUT_MS % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    uint8_t hdr[8], *buf = NULL;
+    uint32_t n = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || read_full(fd, hdr, 8) != 0 ||
+        get_u32(hdr) != DPLANE_ADDR_MAGIC || (n = get_u32(hdr + 4)) == 0 ||
+        n > DPLANE_UCX_ADDR_MAX || !(buf = malloc(n)) || read_full(fd, buf, n) != 0) {
+        free(buf);
+        close(fd);
+        return NULL;
+    }
+    close(fd);
+    *len = n;
+    return buf;
+}
+
+/* The endpoint to addr, made when missing (worker address fetched from
+ * addr, outside dp->mu); NULL when addr cannot be reached or UCX refuses.
+ * Entries live until dplane_stop(). */
+static ucp_ep_h peer_ep(dplane_t *dp, const char *addr)
 {
     if (strlen(addr) >= DPLANE_ADDR_MAX)
         return NULL;
-    pthread_mutex_lock(&dp->peers_mu);
+    pthread_mutex_lock(&dp->mu);
     dp_peer_t *p = dp->peers;
     while (p && strcmp(p->addr, addr) != 0)
         p = p->next;
     if (!p && (p = calloc(1, sizeof *p)) != NULL) {
         snprintf(p->addr, sizeof p->addr, "%s", addr);
-        p->fd = -1;
         pthread_mutex_init(&p->mu, NULL);
         p->next = dp->peers;
         dp->peers = p;
     }
-    pthread_mutex_unlock(&dp->peers_mu);
-    return p;
+    ucp_ep_h ep = p ? p->ep : NULL;
+    pthread_mutex_unlock(&dp->mu);
+    if (ep || !p)
+        return ep;
+    pthread_mutex_lock(&p->mu);            /* one maker per peer */
+    pthread_mutex_lock(&dp->mu);
+    ep = p->ep;
+    pthread_mutex_unlock(&dp->mu);
+    size_t len = 0;
+    void *remote = ep ? NULL : fetch_peer_address(addr, &len);
+    if (remote) {
+        ucp_ep_params_t prm = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                               .address = remote};
+        ucs_status_t st = ep_new(dp, &prm, &ep);
+        if (st != UCS_OK) {
+            log_warn("dplane: cannot connect to %s: %s", addr, ucs_status_string(st));
+            ep = NULL;
+        }
+        free(remote);
+        pthread_mutex_lock(&dp->mu);
+        p->ep = ep;
+        pthread_mutex_unlock(&dp->mu);
+    } else if (!ep) {
+        log_warn("dplane: no UCX address from %s", addr);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return ep;
 }
 
-/* Dials a same-host peer's Unix socket and hands it a new ring. Returns 0
- * with p->fd and p->ring set, or -1 (the caller falls back to TCP). */
-static int connect_shm(dplane_t *dp, dp_peer_t *p)
+/* Forgets a client endpoint that failed a send (closed by the progress
+ * thread; the error handler may have done both already). */
+static void peer_drop(dplane_t *dp, const char *addr, ucp_ep_h ep)
 {
-    struct sockaddr_un su;
-    socklen_t len = unix_name(p->addr, &su);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), memfd = -1;
-    shmring_t *ring = NULL;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&su, len) != 0)
-        goto fail;
-    if (!(ring = shmring_create(SHMRING_DEFAULT_BYTES, &memfd)))
-        goto fail;
-    uint8_t hello[DPLANE_HELLO_SIZE] = {0};
-    put_u32(hello, DPLANE_HELLO_MAGIC);
-    put_u64(hello + 8, SHMRING_DEFAULT_BYTES);
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof cbuf);
-    struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof cbuf};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &memfd, sizeof memfd);
-    if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof hello)
-        goto fail;
-    close(memfd);                  /* the receiver has its own copy now */
-    p->fd = fd;
-    p->ring = ring;
-    log_debug("dplane: shared memory to %s", p->addr);
-    (void)dp;
-    return 0;
-fail:
-    shmring_close(ring);
-    if (memfd >= 0)
-        close(memfd);
-    if (fd >= 0)
-        close(fd);
+    pthread_mutex_lock(&dp->mu);
+    for (dp_peer_t *p = dp->peers; p; p = p->next) {
+        if (strcmp(p->addr, addr) == 0 && p->ep == ep) {
+            p->ep = NULL;
+            close_later_locked(dp, ep);
+        }
+    }
+    pthread_mutex_unlock(&dp->mu);
+    ucp_worker_signal(dp->worker);
+}
+
+/* One posted send. Owned by the sending thread until it gives up on the
+ * send (abandoned): then by the completion callback, or, if UCX never
+ * completes it (a rendezvous to a peer that died stays pending in error
+ * mode NONE), by dplane_free(), which frees what is left on dp->abandoned
+ * after ucp_worker_destroy. Lock order: w->mu, then dp->mu. */
+struct send_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, abandoned;
+    ucs_status_t status;
+    dplane_t *dp;
+    struct send_wait *next;        /* on dp->abandoned */
+};
+
+static send_wait_t *send_wait_new(dplane_t *dp)
+{
+    send_wait_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->dp = dp;
+    return w;
+}
+
+static void send_wait_free(send_wait_t *w)
+{
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+/* After ucp_worker_destroy: the sends UCX never completed (their requests
+ * went with the worker). */
+static void send_waits_free_abandoned(dplane_t *dp)
+{
+    while (dp->abandoned) {
+        send_wait_t *w = dp->abandoned;
+        dp->abandoned = w->next;
+        send_wait_free(w);
+    }
+}
+
+/* Unlinks w from dp->abandoned. Holds dp->mu. */
+static void abandoned_unlink_locked(dplane_t *dp, send_wait_t *w)
+{
+    for (send_wait_t **pp = &dp->abandoned; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            return;
+        }
+}
+
+static void send_done(void *req, ucs_status_t status, void *user)
+{
+    send_wait_t *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->status = status;
+    w->done = 1;
+    if (!w->abandoned) {
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&w->dp->mu);
+    abandoned_unlink_locked(w->dp, w);
+    pthread_mutex_unlock(&w->dp->mu);
+    ucp_request_free(req);
+    send_wait_free(w);
+}
+
+/* Whether something accepts connections at addr (a live worker's
+ * data_addr does, a dead one's refuses at once). */
+static int peer_alive(const char *addr)
+{
+    size_t len;
+    void *a = fetch_peer_address(addr, &len);
+    free(a);
+    return a != NULL;
+}
+
+/* Gives up on w after its endpoint was closed: 1 if w is now the
+ * callback's (the caller must not touch w or its request again), 0 if it
+ * completed meanwhile. The payload may still be referenced by UCX only
+ * towards a peer that is dead (its data_addr refused) or that held the
+ * frame past DPLANE_SEND_TIMEOUT_US: a late read there lands in an attempt
+ * whose sender has failed, so the attempt fails and its values are
+ * discarded (attempt-exact results). */
+static int send_abandon(dplane_t *dp, send_wait_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int done = w->done;
+    if (!done) {
+        w->abandoned = 1;
+        pthread_mutex_lock(&dp->mu);
+        w->next = dp->abandoned;
+        dp->abandoned = w;
+        pthread_mutex_unlock(&dp->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return !done;
+}
+
+/* Waits for a posted send. Every second of waiting the peer's data_addr
+ * is probed: a dead peer, or the timeout, closes the endpoint and gives up
+ * on the send (UCS_ERR_CANCELED, *abandoned = 1). Else its status. */
+static ucs_status_t send_wait(dplane_t *dp, send_wait_t *w, const char *addr, ucp_ep_h ep,
+                              int *abandoned)
+{
+    int64_t deadline = util_mono_us() + DPLANE_SEND_TIMEOUT_US;
+    int64_t probe_at = util_mono_us() + 1000000;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        int64_t now = util_mono_us();
+        if (w->done || (now <= deadline && now <= probe_at))
+            continue;
+        pthread_mutex_unlock(&w->mu);
+        if (now > deadline || !peer_alive(addr)) {
+            log_warn("dplane: a send to %s did not complete (%s); closing", addr,
+                     now > deadline ? "timeout" : "peer gone");
+            peer_drop(dp, addr, ep);
+            if (send_abandon(dp, w)) {
+                *abandoned = 1;
+                return UCS_ERR_CANCELED;
+            }
+        }
+        probe_at = util_mono_us() + 1000000;
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return w->status;
+}
+
+/* One send on the endpoint to addr. 0, or -1 (the endpoint is dropped). */
+static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const tensor_t *t)
+{
+    ucp_ep_h ep = peer_ep(dp, addr);
+    if (!ep)
+        return -1;
+    send_wait_t *w = send_wait_new(dp);
+    if (!w)
+        return -1;
+    /* REPLY: the receiver learns which connection (mailbox origin) a frame
+     * came through from its reply endpoint. */
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA |
+                                             UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY, .cb.send = send_done,
+                             .user_data = w};
+    size_t nbytes = (size_t)shape_numel(&t->shape) * sizeof(float);
+    void *r = ucp_am_send_nbx(ep, DPLANE_AM_ID, hdr, DPLANE_HDR_SIZE, t->data, nbytes, &p);
+    ucs_status_t st = UCS_OK;
+    int abandoned = 0;
+    if (UCS_PTR_IS_ERR(r)) {
+        st = UCS_PTR_STATUS(r);
+    } else if (r) {
+        atomic_fetch_add(&dp->inflight, 1);
+        ucp_worker_signal(dp->worker);     /* the progress thread may sleep */
+        st = send_wait(dp, w, addr, ep, &abandoned);
+        atomic_fetch_sub(&dp->inflight, 1);
+        if (!abandoned)
+            ucp_request_free(r);
+    }
+    if (!abandoned)
+        send_wait_free(w);
+    if (st == UCS_OK)
+        return 0;
+    log_debug("dplane: send to %s failed: %s", addr, ucs_status_string(st));
+    if (!abandoned)        /* an abandoned send's endpoint is closed already */
+        peer_drop(dp, addr, ep);
     return -1;
 }
 
-/* Connects p (shared memory when allowed and the peer is on this host,
- * else TCP). Caller holds p->mu. Returns 0 or -1. */
-static int peer_connect(dplane_t *dp, dp_peer_t *p)
-{
-    if (atomic_load(&dp->shm_on) && dplane_same_host(dp->addr, p->addr) &&
-        connect_shm(dp, p) == 0)
-        return 0;
-    return (p->fd = connect_retry(p->addr)) >= 0 ? 0 : -1;
-}
-
-/* Drops p's connection (and ring). Caller holds p->mu. */
-static void peer_disconnect(dp_peer_t *p)
-{
-    close(p->fd);
-    p->fd = -1;
-    shmring_close(p->ring);
-    p->ring = NULL;
-}
-
-/* Has the peer closed this connection (it stopped or restarted)? A write
- * could still succeed into socket buffers or a ring with room, and the
- * frame would be lost without an error: ask the kernel first (one poll,
- * no wait). */
-static int peer_closed(int fd)
-{
-    struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
-    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
-
-/* Writes one frame. Caller holds the peer's mutex. */
-static int write_frame(dplane_t *dp, dp_peer_t *p, const mbox_tag_t *tag, const tensor_t *t)
-{
-    int fd = p->fd;
-    if (peer_closed(fd))
-        return -1;
-    int64_t n = shape_numel(&t->shape);
-    dplane_hdr_t h = {.tag = *tag, .shape = t->shape, .nbytes = (uint64_t)n * sizeof(float)};
-    uint8_t buf[DPLANE_HDR_SIZE];
-    dplane_hdr_encode(&h, buf);
-    if (write_full(fd, buf, sizeof buf) != 0)
-        return -1;
-    if (p->ring) {
-        atomic_fetch_add(&dp->sent_shm, 1);
-        return shmring_write(p->ring, t->data, (size_t)h.nbytes, &dp->stopping, fd,
-                             DPLANE_SHM_TIMEOUT_MS);
-    }
-    atomic_fetch_add(&dp->sent_tcp, 1);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    float *tmp = malloc((size_t)h.nbytes);
-    if (!tmp)
-        return -1;
-    memcpy(tmp, t->data, (size_t)h.nbytes);
-    dplane_payload_swap(tmp, n);
-    int rc = write_full(fd, tmp, (size_t)h.nbytes);
-    free(tmp);
-    return rc;
-#else
-    return write_full(fd, t->data, (size_t)h.nbytes);
-#endif
-}
-
-int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const tensor_t *t)
+int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbox_key_t *key,
+                const tensor_t *t)
 {
     if (strcmp(addr, dp->addr) == 0) {
         tensor_t *copy = tensor_clone(t);
         if (!copy)
             return -1;
-        mbox_put(dp->mb, tag, copy);       /* takes copy */
+        mbox_put(dp->mb, tag, copy);
         return 0;
     }
-    dp_peer_t *p = peer_get(dp, addr);
-    if (!p)
+    dplane_hdr_t h = {.tag = *tag, .shape = t->shape, .key = *key,
+                      .nbytes = (uint64_t)shape_numel(&t->shape) * sizeof(float)};
+    uint8_t hdr[DPLANE_HDR_SIZE];
+    dplane_hdr_encode(&h, hdr);
+    for (int i = 0; i < 2; i++)
+        if (send_once(dp, addr, hdr, t) == 0)
+            return 0;
+    return -1;
+}
+
+/* ---- diagnostics ---- */
+
+/* Appends the transport name of one "lane[i]: N:name/dev ..." line of
+ * ucp_ep_print_info to out, once. */
+static void lane_transport(const char *line, char *out, size_t outlen)
+{
+    const char *p = strstr(line, "lane[");
+    p = p ? strchr(p, ':') : NULL;
+    if (!p || !(p = strchr(p + 1, ':')))
+        return;                    /* a cm lane has no "N:" */
+    char name[32];
+    size_t n = 0;
+    for (p++; *p && *p != '/' && *p != ' ' && n + 1 < sizeof name; p++)
+        name[n++] = *p;
+    name[n] = '\0';
+    if (n == 0 || strstr(out, name))
+        return;
+    size_t len = strlen(out);
+    snprintf(out + len, outlen - len, "%s%s", len ? "," : "", name);
+}
+
+int dplane_transports(dplane_t *dp, const char *addr, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
         return -1;
-    int rc = -1;
-    pthread_mutex_lock(&p->mu);
-    /* Second round: the kept connection may have died (peer restarted). */
-    for (int round = 0; round < 2 && rc != 0; round++) {
-        if (p->fd < 0 && peer_connect(dp, p) != 0)
-            break;
-        rc = write_frame(dp, p, tag, t);
-        if (rc != 0)
-            peer_disconnect(p);
+    int found = 0;
+    pthread_mutex_lock(&dp->mu);
+    for (dp_peer_t *p = dp->peers; p; p = p->next) {
+        if (strcmp(p->addr, addr) == 0 && p->ep) {
+            ucp_ep_print_info(p->ep, f);
+            found = 1;
+        }
     }
-    pthread_mutex_unlock(&p->mu);
-    return rc;
+    pthread_mutex_unlock(&dp->mu);
+    fclose(f);
+    for (char *line = buf, *nl; found && line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        lane_transport(line, out, outlen);
+    }
+    free(buf);
+    return found ? 0 : -1;
 }

@@ -1,20 +1,32 @@
-/* dplane.h - the data plane: tagged tensors between workers, over shared
- * memory to peers on this host and TCP to the others (see dplane.c).
+/* dplane.h - the data plane: tagged tensors between workers, over UCX.
  *
- * Each worker listens on one TCP address (its data_addr). A thread per
- * accepted connection (at most DPLANE_MAX_CONNS; more are closed at once)
- * reads frames and puts their tensors into the worker's mailbox, through
- * its gate (mbox_admit: frames for tasks this worker does not run are
- * dropped or kept, bounded, as unclaimed; see mbox.h). A bad header (magic,
- * rank, dims, length claim) closes the connection; no length claim is
- * allocated before the gate admitted it. Senders keep one outgoing connection per peer address,
- * each behind its own mutex so that frames never interleave. A send to the
- * worker's own data_addr skips the socket and goes straight to the mailbox.
+ * Each worker runs one UCX worker (ucp). Its data_addr ("host:port", what
+ * the controller hands peers; DESIGN Part E) is a plain TCP port of ours
+ * that answers every connection with "ATDA" | u32 length | the UCX worker
+ * address, and closes without reading a byte (UCX 1.13's own sockaddr
+ * listener aborts the process on junk, so it is not exposed). A peer
+ * fetches that address once and makes a UCX endpoint to it; UCX picks the
+ * transports per peer at run time: shared memory (sysv/posix, CMA
+ * single-copy for large messages) to same-host peers, TCP to others, RDMA
+ * (verbs) when the machine has it and UCX_TLS allows it. No Atoll code is
+ * per transport (docs/operations.md, "Data plane").
  *
- * Frame (all integers big-endian):
+ * A message is one UCX active message: the frame header below as the AM
+ * header, the payload (numel f32 values, little-endian) as its data. The
+ * receiver decodes and checks the header, then asks the mailbox's gate
+ * (mbox_admit: the task, its attempt's key, the unclaimed caps) before it
+ * allocates anything; large payloads come by rendezvous only after that,
+ * so a length claim costs nothing. Frames for tasks this worker does not
+ * run are dropped or kept, bounded, as unclaimed (see mbox.h).
+ *
+ * Threads: one progress thread drives the UCX worker (handlers run there);
+ * it spins while there is work and for DPLANE_SPIN_US after, then arms the
+ * worker and sleeps in epoll, so an idle worker costs ~0 CPU and a busy one
+ * reacts in microseconds. Senders call dplane_send() from any thread.
+ *
+ * Frame header (all integers big-endian):
  *   u32 magic "ATDP" | u32 rank | i64 job | i32 attempt | i32 comp | i32 op
- *   | i32 src | i32 dst | 4 x i64 dims | u64 payload bytes
- * followed by the payload: numel f32 values, IEEE-754 little-endian. */
+ *   | i32 src | i32 dst | 4 x i64 dims | u64 payload bytes | 16 key bytes */
 #ifndef ATOLL_DPLANE_H
 #define ATOLL_DPLANE_H
 
@@ -25,81 +37,76 @@
 #include "tensor.h"
 
 #define DPLANE_MAGIC 0x41544450u   /* "ATDP" */
-#define DPLANE_HDR_SIZE 76
-/* Same-host hello: u32 "ATDR" | u32 0 (not checked) | u64 ring bytes. */
-#define DPLANE_HELLO_MAGIC 0x41544452u   /* "ATDR" */
-#define DPLANE_HELLO_SIZE 16
+#define DPLANE_HDR_SIZE 92
 #define DPLANE_ADDR_MAX 64
-/* Accepted data connections per worker (peers keep one each per worker,
- * so a few hundred leaves room for large clusters); must stay below
- * MBOX_MAX_ORIGINS (a connection's slot is its mailbox origin). */
+/* Peers connected to one worker at a time (each peer keeps one endpoint
+ * per worker, so a few hundred leaves room for large clusters); more are
+ * rejected. Must stay below MBOX_MAX_ORIGINS (a connection's slot is its
+ * mailbox origin). */
 #define DPLANE_MAX_CONNS 512
-#define DPLANE_READER_STACK ((size_t)256 << 10)
-/* Pause after accept() ran out of descriptors or memory. */
-#define DPLANE_ACCEPT_BACKOFF_MS 50
+/* Frames waiting for unclaimed room (their payloads stay with the sender
+ * or UCX meanwhile); more are dropped at once. */
+#define DPLANE_MAX_PARKED 1024
+/* The progress thread polls this long after the last event before it
+ * sleeps. */
+#define DPLANE_SPIN_US 200
 _Static_assert(DPLANE_MAX_CONNS < MBOX_MAX_ORIGINS, "connection slots are mailbox origins");
 
-/* What the data plane refused (worker-local; logged by the accept thread
- * every 10 s when it changed). */
+/* What the data plane refused (worker-local; heartbeat figures). */
 typedef struct dplane_guard_stats {
-    int64_t refused;            /* connections closed at once: over the cap, or a
-                                   same-host peer of another user */
-    int64_t bad_frames;         /* connections closed on a bad header or hello */
-    int64_t accept_errors;      /* accept() out of descriptors or memory */
-    int64_t conns;              /* accepted connections open now */
-    mbox_guard_stats_t mb;      /* frames dropped, expired, unclaimed */
+    int64_t refused;            /* connection requests rejected: over the cap */
+    int64_t bad_frames;         /* messages dropped for a bad header */
+    int64_t conns;              /* peers connected now */
+    mbox_guard_stats_t mb;      /* frames dropped (bad key among them), expired, unclaimed */
 } dplane_guard_stats_t;
 
 typedef struct dplane_hdr {
     mbox_tag_t tag;
     shape_t shape;
     uint64_t nbytes;            /* payload bytes = numel * 4 */
+    mbox_key_t key;
 } dplane_hdr_t;
 
-/* Frame codec: pure functions, unit-tested on their own. */
+/* Frame codec: pure functions, unit-tested and fuzzed on their own. */
 void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE]);
 /* Returns 0, or -1 when the bytes are not a valid header (bad magic, rank,
  * negative dim, too many elements, payload size not matching the shape). */
 int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h);
-/* Returns 0 with *ring_bytes set (at most SHMRING_MAX_BYTES), or -1 when
- * the bytes are not a same-host hello (bad magic, ring too large). The
- * ring's memfd is checked against *ring_bytes when it is attached. */
-int dplane_hello_decode(const uint8_t buf[DPLANE_HELLO_SIZE], uint64_t *ring_bytes);
-/* Payload byte order: converts n floats between host order and the wire's
- * little-endian order (a no-op on little-endian hosts). */
-void dplane_payload_swap(float *data, int64_t n);
+
+typedef enum dplane_transport {
+    DPLANE_AUTO = 0,            /* UCX chooses (UCX_TLS, when set, limits it) */
+    DPLANE_TCP,                 /* UCX's TCP transport only (--data-transport tcp) */
+} dplane_transport_t;
 
 typedef struct dplane dplane_t;
 
 /* Listens on listen_addr ("127.0.0.1:0" picks a free port) and starts the
- * accept thread. Frames go into mb (borrowed; must outlive the dplane).
+ * progress thread. Frames go into mb (borrowed; must outlive the dplane).
  * advertise_host, when not NULL/"", replaces the bound host in the
  * reported address (for wildcard binds). Returns NULL with a logged reason
  * on failure. */
-dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb);
-/* Closes the listener and every connection, joins all threads, frees. */
+dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb,
+                       dplane_transport_t tr);
+/* Closes every endpoint and the listener, joins the progress thread,
+ * frees. No thread may be inside dplane_send(). */
 void dplane_stop(dplane_t *dp);
 /* "127.0.0.1:40123": the address peers use to reach this worker. */
 const char *dplane_addr(const dplane_t *dp);
 
-/* Sends a copy of t (borrowed) tagged tag to the worker at addr. Blocks
- * until the bytes are written to the kernel (or the local put is done).
- * Returns 0, or -1 when the peer cannot be reached (one reconnect is tried
- * after a broken connection; connects are retried for up to about a
- * second). */
-int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const tensor_t *t);
+/* Sends a copy of t (borrowed) tagged tag, with key (its attempt's), to
+ * the worker at addr. Blocks until t's memory is no longer needed (the
+ * payload was copied out or fetched by the peer). A send to this worker's
+ * own address goes straight to the mailbox. Returns 0, or -1 when the peer
+ * cannot be reached (one fresh endpoint is tried after a failed one). */
+int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbox_key_t *key,
+                const tensor_t *t);
 
-/* Shared memory to same-host peers: on by default (--data-transport auto);
- * off = TCP to every peer (--data-transport tcp). Affects new connections. */
-void dplane_set_shm(dplane_t *dp, int on);
 void dplane_guard_stats(dplane_t *dp, dplane_guard_stats_t *out);
 
-/* Frames sent so far through shared memory and over TCP (not counting
- * same-process deliveries). */
-void dplane_counts(dplane_t *dp, int64_t *shm_frames, int64_t *tcp_frames);
-/* Non-zero when two data addresses are on one host: the same host part, or
- * both loopback. */
-int dplane_same_host(const char *a, const char *b);
+/* The UCX transports of this worker's endpoint to addr, comma-separated
+ * ("sysv,cma", "tcp"), written to out; 0, or -1 when there is no
+ * endpoint to addr (no send yet). For tests, benchmarks and logs. */
+int dplane_transports(dplane_t *dp, const char *addr, char *out, size_t outlen);
 
 /* Splits "host:port" (IPv4 dotted or "localhost"). Returns 0 or -1. */
 int dplane_parse_addr(const char *addr, char *host, size_t hostlen, int *port);

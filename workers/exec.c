@@ -96,13 +96,15 @@ static int task_expect(exec_t *ex, const wtask_t *t)
 {
     int32_t np = gate_peers(t);
     for (int l = 0; l < t->nlocal; l++) {
-        if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l], np) != 0) {
+        if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l], np,
+                        &t->place->key) != 0) {
             while (l-- > 0)
                 mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l]);
             return -1;
         }
     }
-    if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->place->self, np) != 0) {
+    if (mbox_expect(ex->env.mb, t->job, t->attempt, t->comp, t->place->self, np,
+                    &t->place->key) != 0) {
         for (int l = 0; l < t->nlocal; l++)
             mbox_task_done(ex->env.mb, t->job, t->attempt, t->comp, t->shards[l]);
         return -1;
@@ -333,7 +335,8 @@ int exec_submit(exec_t *ex, const json_t *group)
     wplace_t *place = NULL;
     const json_t *tasks = json_object_get(group, "tasks");
     if (wplace_parse(json_object_get(group, "placement"), ex->self_addr, &place, err,
-                     sizeof err) != 0)
+                     sizeof err) != 0 ||
+        wplace_set_key(place, json_object_get(group, "key"), err, sizeof err) != 0)
         group_err = err;
     size_t i, n = json_array_size(tasks);
     const json_t *tj;

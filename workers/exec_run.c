@@ -101,7 +101,7 @@ int exec_run_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_
     int64_t t0 = util_mono_us(), deadline = t0 + r->env->peer_timeout_us;
     long backoff_ms = 50;
     for (;;) {
-        if (dplane_send(r->env->dp, to, tag, v) == 0)
+        if (dplane_send(r->env->dp, to, tag, &r->t->place->key, v) == 0)
             return 0;
         if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
             r->cancelled = 1;

@@ -80,7 +80,7 @@ static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
 }
 
 /* {"store": {"objects", "bytes", "cap_bytes"}, "dplane": {"dropped",
- * "dropped_bytes", "refused", "bad_frames"}}; NULL on OOM (then the
+ * "dropped_bytes", "refused", "bad_frames", "bad_key"}}; NULL on OOM (then the
  * heartbeat goes without figures). The dplane counts are cumulative. */
 static json_t *heartbeat_body(worker_t *w)
 {
@@ -88,12 +88,13 @@ static json_t *heartbeat_body(worker_t *w)
     dplane_guard_stats_t g;
     ostore_stats(w->st, &s);
     dplane_guard_stats(w->dp, &g);
-    return json_pack("{s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I}}", "store", "objects",
+    return json_pack("{s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}}", "store", "objects",
                      (json_int_t)s.objects, "bytes", (json_int_t)s.bytes, "cap_bytes",
                      (json_int_t)s.cap_bytes, "dplane", "dropped",
-                     (json_int_t)(g.mb.dropped + g.mb.over_cap + g.mb.expired),
+                     (json_int_t)(g.mb.dropped + g.mb.over_cap + g.mb.expired + g.mb.bad_key),
                      "dropped_bytes", (json_int_t)g.mb.dropped_bytes, "refused",
-                     (json_int_t)g.refused, "bad_frames", (json_int_t)g.bad_frames);
+                     (json_int_t)g.refused, "bad_frames", (json_int_t)g.bad_frames, "bad_key",
+                     (json_int_t)g.mb.bad_key);
 }
 
 static void *heartbeat_main(void *arg)
@@ -262,9 +263,9 @@ static int worker_open(worker_t *w)
     if (!(w->mb = mbox_new()))
         return -1;
     mbox_set_accounting(w->mb, store_acct, w->st);
-    if (!(w->dp = dplane_start(w->o.data_listen, w->o.data_advertise, w->mb)))
+    if (!(w->dp = dplane_start(w->o.data_listen, w->o.data_advertise, w->mb,
+                               w->o.data_transport)))
         return -1;
-    dplane_set_shm(w->dp, w->o.data_shm);
     wclient_reg_req_t req = {.island = w->o.island, .devices = w->o.devices,
                              .backend = w->o.backend, .data_addr = dplane_addr(w->dp)};
     if (!(w->wc = wclient_new(w->o.controller, &req)) ||

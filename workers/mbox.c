@@ -26,12 +26,14 @@ typedef struct mbox_msg {
     int64_t arrived_us;
     struct mbox_msg *uprev, *unext;
     int from_net;           /* came through mbox_put_from (a peer process) */
+    mbox_key_t key;         /* from_net only: the key the frame carried */
 } mbox_msg_t;
 
 typedef struct mbox_task {  /* a declared task (see mbox_expect) */
     int64_t job;
     int32_t attempt, comp, shard, npeers;
     int refs;
+    mbox_key_t key;         /* the attempt's data-plane key */
 } mbox_task_t;
 
 typedef struct mbox_cancel {
@@ -405,20 +407,36 @@ static int expire_locked(mbox_t *mb)
     return n;
 }
 
-/* What a frame with this tag is: MBOX_ADMIT_TASK, _UNCLAIMED or _DROP
- * (bad source, cancelled, ended, or shut down). Holds mu. */
-static mbox_admit_t classify_locked(mbox_t *mb, const mbox_tag_t *tag)
+static int key_equal(const mbox_key_t *a, const mbox_key_t *b)
 {
+    /* Constant time: how much of a guess matched must not show. */
+    uint8_t d = 0;
+    for (int i = 0; i < MBOX_KEY_SIZE; i++)
+        d |= (uint8_t)(a->b[i] ^ b->b[i]);
+    return d == 0;
+}
+
+/* What a frame with this tag and key is: MBOX_ADMIT_TASK, _UNCLAIMED or
+ * _DROP (bad source, wrong key, cancelled, ended, or shut down); *bad_key
+ * is set when the key was the reason. Holds mu. */
+static mbox_admit_t classify_locked(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key,
+                                    int *bad_key)
+{
+    *bad_key = 0;
     if (mb->stopped || cancelled_locked(mb, tag->job, tag->attempt) || ended_locked(mb, tag))
         return MBOX_ADMIT_DROP;
     const mbox_task_t *k = task_find_locked(mb, tag->job, tag->attempt, tag->comp, tag->dst);
-    if (k)
-        return tag->src >= 0 && tag->src < k->npeers ? MBOX_ADMIT_TASK : MBOX_ADMIT_DROP;
-    return MBOX_ADMIT_UNCLAIMED;
+    if (!k)
+        return MBOX_ADMIT_UNCLAIMED;
+    if (!key_equal(&k->key, key)) {
+        *bad_key = 1;
+        return MBOX_ADMIT_DROP;
+    }
+    return tag->src >= 0 && tag->src < k->npeers ? MBOX_ADMIT_TASK : MBOX_ADMIT_DROP;
 }
 
 int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard,
-                int32_t npeers)
+                int32_t npeers, const mbox_key_t *key)
 {
     pthread_mutex_lock(&mb->mu);
     mbox_task_t *k = task_find_locked(mb, job, attempt, comp, shard);
@@ -435,16 +453,19 @@ int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t 
     if (!k) {
         k = &mb->tasks[mb->ntasks++];
         *k = (mbox_task_t){.job = job, .attempt = attempt, .comp = comp, .shard = shard,
-                           .npeers = npeers};
+                           .npeers = npeers, .key = *key};
     }
     k->refs++;
-    /* Early frames for this task become its own (a bad source is dropped). */
+    /* Early frames for this task become its own (a bad source or key is
+     * dropped). */
     for (mbox_msg_t *m = mb->ufirst, *next; m; m = next) {
         next = m->unext;
         const mbox_tag_t *t = &m->tag;
         if (t->job != job || t->attempt != attempt || t->comp != comp || t->dst != shard)
             continue;
-        if (t->src >= 0 && t->src < npeers)
+        if (!key_equal(&m->key, &k->key))
+            discard_locked(mb, m, &mb->gs.bad_key);
+        else if (t->src >= 0 && t->src < npeers)
             unclaim_locked(mb, m);
         else
             discard_locked(mb, m, &mb->gs.dropped);
@@ -494,35 +515,30 @@ static int reserve_locked(mbox_t *mb, int origin, int64_t nbytes)
     return 1;
 }
 
-mbox_admit_t mbox_admit(mbox_t *mb, const mbox_tag_t *tag, int origin, int64_t nbytes,
-                        int64_t deadline_mono_us)
+mbox_admit_t mbox_admit(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, int origin,
+                        int64_t nbytes, int64_t deadline_mono_us)
 {
     if (origin <= 0 || origin >= MBOX_MAX_ORIGINS || nbytes < 0)
         return MBOX_ADMIT_DROP;
-    struct timespec ts = {.tv_sec = (time_t)(deadline_mono_us / 1000000),
-                          .tv_nsec = (long)(deadline_mono_us % 1000000) * 1000};
     pthread_mutex_lock(&mb->mu);
-    mbox_admit_t a;
-    for (;;) {
-        expire_locked(mb);
-        a = classify_locked(mb, tag);
-        if (a != MBOX_ADMIT_UNCLAIMED || reserve_locked(mb, origin, nbytes))
-            break;
-        if (util_mono_us() >= deadline_mono_us) {
+    expire_locked(mb);
+    int bad_key;
+    mbox_admit_t a = classify_locked(mb, tag, key, &bad_key);
+    if (a == MBOX_ADMIT_UNCLAIMED && !reserve_locked(mb, origin, nbytes)) {
+        if (util_mono_us() < deadline_mono_us) {
+            a = MBOX_ADMIT_WAIT;
+        } else {
             a = MBOX_ADMIT_DROP;
             mb->gs.over_cap++;
             mb->gs.dropped_bytes += nbytes;
-            goto out;
         }
-        int rc = pthread_cond_timedwait(&mb->cv, &mb->mu, &ts);
-        if (rc != 0 && rc != ETIMEDOUT && rc != EINTR)
-            break;
-    }
-    if (a == MBOX_ADMIT_DROP) {
-        mb->gs.dropped++;
+    } else if (a == MBOX_ADMIT_DROP) {
+        if (bad_key)
+            mb->gs.bad_key++;
+        else
+            mb->gs.dropped++;
         mb->gs.dropped_bytes += nbytes;
     }
-out:
     pthread_mutex_unlock(&mb->mu);
     return a;
 }
@@ -538,20 +554,22 @@ void mbox_unreserve(mbox_t *mb, int origin, int64_t nbytes)
     pthread_mutex_unlock(&mb->mu);
 }
 
-/* Whether a message from the network with this tag is waiting already. */
-static int network_dup_locked(const mbox_t *mb, const mbox_tag_t *tag)
+/* Whether a message from the network with this tag and key is waiting
+ * already. */
+static int network_dup_locked(const mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key)
 {
     for (const mbox_msg_t *m = mb->bucket[tag_hash(tag)]; m; m = m->next)
-        if (m->from_net && tag_equal(&m->tag, tag))
+        if (m->from_net && tag_equal(&m->tag, tag) && key_equal(&m->key, key))
             return 1;
     return 0;
 }
 
-int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
-                  mbox_admit_t admit)
+int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, tensor_t *t,
+                  int origin, mbox_admit_t admit)
 {
     int64_t bytes = shape_numel(&t->shape) * (int64_t)sizeof(float);
-    if (admit == MBOX_ADMIT_DROP || origin <= 0 || origin >= MBOX_MAX_ORIGINS) {
+    if ((admit != MBOX_ADMIT_TASK && admit != MBOX_ADMIT_UNCLAIMED) || origin <= 0 ||
+        origin >= MBOX_MAX_ORIGINS) {
         tensor_free(t);
         return 1;
     }
@@ -562,10 +580,11 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
         mb->unclaimed_bytes -= bytes;
     }
     /* A task may have been declared or ended while the payload came in. */
-    mbox_admit_t now = classify_locked(mb, tag);
+    int bad_key;
+    mbox_admit_t now = classify_locked(mb, tag, key, &bad_key);
     if (!m || now == MBOX_ADMIT_DROP) {
         if (m) {
-            mb->gs.dropped++;
+            *(bad_key ? &mb->gs.bad_key : &mb->gs.dropped) += 1;
             mb->gs.dropped_bytes += bytes;
         }
         pthread_cond_broadcast(&mb->cv);
@@ -578,7 +597,7 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
      * and edges are numbered apart), so a second frame with a tag still
      * waiting here is a forgery or garbage: dropped, so a sender cannot
      * pile copies of one accepted tag into the store. */
-    if (network_dup_locked(mb, tag)) {
+    if (network_dup_locked(mb, tag, key)) {
         mb->gs.dropped++;
         mb->gs.dropped_bytes += bytes;
         pthread_cond_broadcast(&mb->cv);
@@ -590,6 +609,7 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
     m->tag = *tag;
     m->t = t;
     m->from_net = 1;
+    m->key = *key;
     if (now == MBOX_ADMIT_UNCLAIMED) {
         m->origin = origin;
         m->arrived_us = util_mono_us();

@@ -24,6 +24,14 @@ typedef struct mbox_tag {
     int32_t dst;        /* receiving shard */
 } mbox_tag_t;
 
+/* The data-plane key of a job attempt (issue 12): 128 random-looking bits
+ * the controller hands out with the attempt's work. A frame from the
+ * network is the task's only when it carries its attempt's key. */
+#define MBOX_KEY_SIZE 16
+typedef struct mbox_key {
+    uint8_t b[MBOX_KEY_SIZE];
+} mbox_key_t;
+
 typedef enum mbox_status {
     MBOX_OK = 0,
     MBOX_TIMEOUT,       /* deadline passed */
@@ -84,18 +92,23 @@ int mbox_count(mbox_t *mb);
  * MBOX_UNCLAIMED_ORIGIN_BYTES per connection and MBOX_UNCLAIMED_TOTAL_BYTES
  * in all, until a task claims it, its connection closes, or
  * MBOX_UNCLAIMED_TTL_MS pass. Every drop is counted (mbox_guard_stats).
- * Until per-attempt keys exist, a forged frame with the exact tag of a task
- * declared here is still indistinguishable from the real one. */
+ * Keys: a task is declared with its attempt's key; a frame whose key is not
+ * that key is dropped (counted as bad_key) when it arrives for a declared
+ * task, or when the task that would claim it is declared. Two unclaimed
+ * frames with one tag are duplicates only when their keys match too, so a
+ * forged early frame cannot shadow the real one. */
 #define MBOX_MAX_ORIGINS 1024                 /* connection ids 1..MBOX_MAX_ORIGINS-1 */
 #define MBOX_UNCLAIMED_ORIGIN_BYTES ((int64_t)8 << 20)
 #define MBOX_UNCLAIMED_TOTAL_BYTES ((int64_t)32 << 20)
 #define MBOX_UNCLAIMED_TTL_MS 15000
 #define MBOX_ENDED_MEMORY 1024                /* ended tasks remembered */
 
-/* Declares a task queued on this worker (calls nest: one done per expect).
- * Unclaimed frames it owns become its own. Returns 0, or -1 on OOM. */
+/* Declares a task queued on this worker (calls nest: one done per expect;
+ * key, copied, is its attempt's). Unclaimed frames it owns with that key
+ * become its own; those with another key are dropped. Returns 0, or -1 on
+ * OOM. */
 int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard,
-                int32_t npeers);
+                int32_t npeers, const mbox_key_t *key);
 /* The task ended (reported or cancelled): frames still kept for it are
  * freed, later ones dropped. */
 void mbox_task_done(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard);
@@ -105,18 +118,21 @@ typedef enum mbox_admit {
     MBOX_ADMIT_UNCLAIMED,       /* kept unclaimed: its bytes are reserved for origin;
                                    mbox_put_from() or mbox_unreserve() */
     MBOX_ADMIT_DROP,            /* refused (counted): skip its payload */
+    MBOX_ADMIT_WAIT,            /* unclaimed, no room yet: ask again later */
 } mbox_admit_t;
 
-/* Decides about a frame header before its payload is allocated. origin:
- * the connection's id (1..MBOX_MAX_ORIGINS-1). When an unclaimed frame does
- * not fit the caps, waits until a task claims its tag, room appears, or
- * deadline_mono_us; then drops. */
-mbox_admit_t mbox_admit(mbox_t *mb, const mbox_tag_t *tag, int origin, int64_t nbytes,
-                        int64_t deadline_mono_us);
+/* Decides about a frame header before its payload is allocated; never
+ * blocks (the data plane calls it from its progress thread). origin: the
+ * connection's id (1..MBOX_MAX_ORIGINS-1). An unclaimed frame that does not
+ * fit the caps is MBOX_ADMIT_WAIT until deadline_mono_us has passed, then
+ * dropped (counted over_cap); the caller asks again when it likes (a task
+ * declared or a take may have made room). */
+mbox_admit_t mbox_admit(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, int origin,
+                        int64_t nbytes, int64_t deadline_mono_us);
 /* Stores a frame admitted by mbox_admit (takes t in every case; admit is
  * that call's answer, whose reservation this consumes). 0 kept, 1 dropped. */
-int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t, int origin,
-                  mbox_admit_t admit);
+int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, tensor_t *t,
+                  int origin, mbox_admit_t admit);
 /* Gives back an UNCLAIMED reservation whose payload never came. */
 void mbox_unreserve(mbox_t *mb, int origin, int64_t nbytes);
 /* The connection closed: its unclaimed frames are freed. */
@@ -127,6 +143,7 @@ int mbox_expire(mbox_t *mb);
 
 typedef struct mbox_guard_stats {
     int64_t dropped;            /* frames refused: not for a task of ours */
+    int64_t bad_key;            /* frames refused: not the key of their attempt */
     int64_t over_cap;           /* unclaimed frames refused for lack of room */
     int64_t expired;            /* unclaimed frames freed (timeout, conn closed) */
     int64_t dropped_bytes;      /* payload bytes of all of those */

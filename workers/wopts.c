@@ -106,9 +106,9 @@ static int set_store_cap_mb(wopts_t *o, const char *v)
 static int set_data_transport(wopts_t *o, const char *v)
 {
     if (strcmp(v, "auto") == 0)
-        o->data_shm = 1;
+        o->data_transport = DPLANE_AUTO;
     else if (strcmp(v, "tcp") == 0)
-        o->data_shm = 0;
+        o->data_transport = DPLANE_TCP;
     else
         return -1;
     return 0;
@@ -210,8 +210,10 @@ const char *wopts_usage(void)
            "  --drain-ms MS           ATOLL_DRAIN_MS     on SIGTERM, time left to running tasks (10000)\n"
            "  --store-cap-mb MB       ATOLL_STORE_CAP_MB object store cap (default 1024); a full store\n"
            "                                             makes tasks wait, then fail, never crash\n"
-           "  --data-transport auto|tcp ATOLL_DATA_TRANSPORT auto (default): shared memory to\n"
-           "                                             same-host peers, TCP to others; tcp: TCP only\n"
+           "  --data-transport auto|tcp ATOLL_DATA_TRANSPORT auto (default): UCX picks per peer\n"
+           "                                             (shared memory on this host, TCP or RDMA\n"
+           "                                             to others; UCX_TLS limits it); tcp: UCX's\n"
+           "                                             TCP transport only\n"
            "  --ring-min-kb KB        ATOLL_RING_MIN_KB  an all_reduce of >= KB KiB per shard sums in\n"
            "                                             ring order, chunk c from member c on\n"
            "                                             (default 64; 0: always position order)\n"
@@ -244,7 +246,7 @@ static void wopts_defaults(wopts_t *o)
     o->peer_timeout_ms = 60000;
     o->drain_ms = 10000;
     o->store_cap_mb = 1024;
-    o->data_shm = 1;
+    o->data_transport = DPLANE_AUTO;
     o->ring_min_kb = 64;
     o->log_level = LOG_INFO;
 }

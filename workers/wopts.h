@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "dplane.h"
 #include "util.h"
 
 typedef struct wopts {
@@ -21,8 +22,8 @@ typedef struct wopts {
     int peer_timeout_ms;        /* one wait for a peer, default 60000 */
     int drain_ms;               /* SIGTERM: time left to running tasks, default 10000 */
     int store_cap_mb;           /* object store cap, default 1024 */
-    int data_shm;               /* --data-transport: 1 auto (shm to same-host peers,
-                                   default), 0 tcp (always TCP) */
+    dplane_transport_t data_transport;  /* --data-transport: DPLANE_AUTO (default),
+                                           DPLANE_TCP */
     int ring_min_kb;            /* an all_reduce of at least this many KiB per shard
                                    sums in ring order (exec_run.h); default 64; 0: never */
     const char *token;          /* bearer token (the controller's worker token); NULL = none */

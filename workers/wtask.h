@@ -55,6 +55,7 @@ typedef struct wplace {
     int nslices;
     wplace_slice_t *slices;
     int self;                          /* this worker's proc id, or -1 */
+    mbox_key_t key;                    /* the attempt's data-plane key (the group's "key") */
 } wplace_t;
 
 /* Parses a PLACEMENT; self_addr is this worker's data address (its proc is
@@ -64,6 +65,9 @@ typedef struct wplace {
  * one reference, or -1 with a reason in err. */
 int wplace_parse(const json_t *j, const char *self_addr, wplace_t **out, char *err,
                  size_t errlen);
+/* Sets p->key from the group's "key": 32 hex digits. 0, or -1 with a
+ * reason in err. */
+int wplace_set_key(wplace_t *p, const json_t *hex, char *err, size_t errlen);
 wplace_t *wplace_ref(wplace_t *p);
 void wplace_unref(wplace_t *p);
 /* Index of the slice named `name`, or -1. */

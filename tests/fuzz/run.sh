@@ -8,7 +8,7 @@
 #   fuzz_job     the job parser and compiler            corpus/         job.dict
 #   fuzz_http    atolld's routing and auth layer        corpus_http/    (none)
 #   fuzz_task    the worker's task decoder + compiler   corpus_task/    task.dict
-#   fuzz_frame   the data-plane frame/hello decoder and
+#   fuzz_frame   the data-plane frame decoder, keys and
 #                the mailbox gate                       corpus_frame/   (none)
 #   fuzz_report  atolld's report/batch decoder          corpus_report/  report.dict
 #   fuzz_runio   users' programs' .npy outputs and logs

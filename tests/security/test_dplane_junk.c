@@ -1,12 +1,14 @@
-/* test_dplane_junk.c - junk at every worker's data address (issue 16,
- * findings 3, 4, 7, 8): a real atolld with island west=2x2 served by two
- * real workers of 2 devices each, so the [2,2] all_reduce crosses processes
- * as one packed message per process pair. test_dplane_junk.h opens 150 idle TCP
- * connections per worker (and ~18 on the same-host Unix socket), sends
- * random bytes, 64 MiB length claims, unclaimed 4 MiB frames and frames
- * with plausible tags (bad sources, short packs) for a job running
- * meanwhile. Then: every worker alive, RSS growth < 64 MiB each, the
- * attacked job either failed or exact (never garbage), later jobs exact. */
+/* test_dplane_junk.c - junk at every worker's data-plane ports (issue 16,
+ * findings 3, 4, 7, 8; issue 12's rogue sender): a real atolld with island
+ * west=2x2 served by two real workers of 2 devices each, so the [2,2]
+ * all_reduce crosses processes. test_dplane_junk.h opens 150 idle TCP
+ * connections at each worker's data_addr, sends random bytes to every port
+ * the worker listens on (data_addr and UCX's), and runs a rogue data plane
+ * in this process that sends well-formed UCX frames with a wrong key:
+ * every plausible tag of the job running meanwhile, with the value 666,
+ * and 2 MiB frames nobody claims. Then: every worker alive, RSS growth
+ * < 64 MiB each, the attacked job exact or failed (never 666), later jobs
+ * exact, and the wrong-key drops counted in /metrics. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,6 +50,7 @@ static void test_junk_everywhere(void **state)
         assert_true((rss0[w] = hx_rss_kb(cl_.workers[w].pid)) > 0);
     char addrs[4][64];
     assert_int_equal(junk_data_addrs(&http_, addrs, 4), 2);
+    pid_t pids[2] = {cl_.workers[0].pid, cl_.workers[1].pid};
 
     /* The attacked job computes for 2 s before its all_reduce. */
     int64_t victim;
@@ -55,11 +58,19 @@ static void test_junk_everywhere(void **state)
     junk_t *j = calloc(1, sizeof *j);
     assert_non_null(j);
     unsigned seed = 16;
-    for (int w = 0; w < 2; w++)
-        junk_attack(j, addrs[w], 150, victim, JUNK_AR_OP, &seed);
-    fprintf(stderr, "junk: %d connections held, %d refused at connect, %lld sends\n", j->nfds,
-            j->connect_failed, (long long)j->frames_sent);
+    for (int w = 0; w < 2; w++) {
+        pid_t pid = junk_pid_of(pids, 2, addrs[w]);
+        assert_true(pid > 0);
+        junk_attack(j, pid, addrs[w], 150, victim, JUNK_AR_OP, &seed);
+    }
+    fprintf(stderr,
+            "junk: %d connections held, %d refused at connect, %d other ports, %lld sends, "
+            "%lld rogue frames undelivered\n",
+            j->nfds, j->connect_failed, j->ports_attacked, (long long)j->frames_sent,
+            (long long)j->rogue_failed);
     assert_true(j->nfds >= 300);
+    assert_true(j->ports_attacked >= 2);           /* UCX's own ports were hit too */
+    assert_int_equal(j->rogue_failed, 0);          /* the rogue frames reached the gate */
 
     char st[32];
     int rc = junk_check(&http_, victim, st, sizeof st);
@@ -79,19 +90,21 @@ static void test_junk_everywhere(void **state)
     junk_close(j);
     free(j);
     expect_exact(0);
-    /* what the workers refused reaches /metrics with their heartbeats */
-    int64_t deadline = hx_now_ms() + 30000;
-    double dropped = -1, bad = -1;
+    /* what the workers refused reaches /metrics with their heartbeats: the
+     * wrong-key frames for the running job (2 workers x 2 attempts x 2
+     * destinations of theirs x (4 sources + a bad one + a pack) at least
+     * for the attempt that ran), the unclaimed ones later or at once */
+    int64_t deadline = hx_now_ms() + 60000;
+    double dropped = -1, bad_key = -1;
     while (hx_now_ms() < deadline) {
         dropped = hx_metric(&http_, "atoll_dplane_dropped_frames_total");
-        bad = hx_metric(&http_, "atoll_dplane_bad_frames_total");
-        if (dropped > 0 && bad > 0)
+        bad_key = hx_metric(&http_, "atoll_dplane_bad_key_frames_total");
+        if (bad_key >= 12)
             break;
         hx_sleep_ms(100);
     }
-    fprintf(stderr, "metrics: dropped frames %.0f, bad-frame connections %.0f\n", dropped, bad);
-    assert_true(dropped > 0);
-    assert_true(bad > 0);
+    fprintf(stderr, "metrics: dropped frames %.0f, bad-key frames %.0f\n", dropped, bad_key);
+    assert_true(bad_key >= 12);
 }
 
 static int setup(void **state)

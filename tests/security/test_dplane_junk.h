@@ -1,15 +1,19 @@
-/* test_dplane_junk.h - a hostile client at every worker's data address,
- * for test_dplane_junk.c and bench/bench_dplane_junk.c (static functions:
- * one copy per program). Needs support_harness.h.
+/* test_dplane_junk.h - a hostile client at every worker's data-plane
+ * ports, for test_dplane_junk.c and bench/bench_dplane_junk.c (static
+ * functions: one copy per program). Needs support_harness.h and the
+ * worker's modules (atoll_workerlib: dplane.c, mbox.c).
  *
- * The frame format is docs/worker-protocol.md's (workers/dplane.h): a
- * 76-byte big-endian header, then the payload. Attacks, per worker:
- * `nidle` TCP connections that never send a byte plus nidle/8 idle ones on
- * the same-host abstract Unix socket; connections that send random bytes;
- * valid headers claiming 64 MiB payloads that never come; fully sent
- * 4 MiB frames for jobs nobody runs; frames with plausible tags for a
- * running job (bad source shards, and short packs for its two-level
- * all_reduce). The connections stay open until junk_close(). */
+ * A worker listens on its data_addr (a TCP port that answers every
+ * connection with the worker's UCX address) and on the ports UCX's own
+ * transports open (found from /proc). Attacks, per worker: `nidle` idle
+ * TCP connections at data_addr; random bytes at every listening port of
+ * the worker; and a rogue data plane of our own (dplane_start in this
+ * process) that fetches the worker's UCX address like a peer does and
+ * sends well-formed frames: frames with every plausible tag of a running
+ * job (its all_reduce's sources and destinations, packed leader frames, a
+ * bad source shard) carrying the value 666 under a key that is not the
+ * attempt's, and 2 MiB frames for jobs nobody runs. The connections stay
+ * open until junk_close(). */
 #ifndef ATOLL_TEST_DPLANE_JUNK_H
 #define ATOLL_TEST_DPLANE_JUNK_H
 
@@ -21,52 +25,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dplane.h"
+#include "mbox.h"
 #include "support_harness.h"
 
 #define JUNK_MAX_FDS 8192
-#define JUNK_HDR 76
 #define JUNK_MAX_OPS 4096              /* JOB_MAX_OPS (common/compiler.h) */
+#define JUNK_MAX_PORTS 64
 
 typedef struct junk {
     int fds[JUNK_MAX_FDS];
     int nfds;
     int connect_failed;
-    int64_t frames_sent;
+    int ports_attacked;                /* listening ports other than data_addr */
+    int64_t frames_sent;               /* raw sends and rogue frames */
+    int64_t rogue_failed;              /* rogue frames dplane_send could not deliver */
+    mbox_t *rogue_mb;                  /* the rogue data plane (junk_close frees) */
+    dplane_t *rogue;
 } junk_t;
-
-static void junk_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 3; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static void junk_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-/* A frame header of a rank-1 tensor of n floats. */
-static void junk_hdr(uint8_t *b, int64_t job, int32_t attempt, int32_t comp, int32_t op,
-                     int32_t src, int32_t dst, int64_t n)
-{
-    memset(b, 0, JUNK_HDR);
-    junk_u32(b, 0x41544450u);
-    junk_u32(b + 4, 1);
-    junk_u64(b + 8, (uint64_t)job);
-    junk_u32(b + 16, (uint32_t)attempt);
-    junk_u32(b + 20, (uint32_t)comp);
-    junk_u32(b + 24, (uint32_t)op);
-    junk_u32(b + 28, (uint32_t)src);
-    junk_u32(b + 32, (uint32_t)dst);
-    junk_u64(b + 36, (uint64_t)n);
-    junk_u64(b + 68, (uint64_t)n * 4);
-}
 
 static int junk_keep(junk_t *j, int fd)
 {
@@ -84,7 +65,7 @@ static int junk_keep(junk_t *j, int fd)
     return fd;
 }
 
-static int junk_tcp(junk_t *j, const char *addr)
+static int junk_tcp_port(junk_t *j, const char *addr, int port)
 {
     char host[64];
     const char *colon = strrchr(addr, ':');
@@ -92,7 +73,8 @@ static int junk_tcp(junk_t *j, const char *addr)
         return -1;
     memcpy(host, addr, (size_t)(colon - addr));
     host[colon - addr] = '\0';
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)(port ? port : atoi(colon + 1)))};
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return -1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -103,18 +85,60 @@ static int junk_tcp(junk_t *j, const char *addr)
     return junk_keep(j, fd);
 }
 
-/* The worker's same-host socket: abstract "@atoll-dp:<data_addr>". */
-static int junk_unix(junk_t *j, const char *addr)
+/* data_addr itself. */
+static int junk_tcp(junk_t *j, const char *addr)
 {
-    struct sockaddr_un su = {.sun_family = AF_UNIX};
-    int n = snprintf(su.sun_path + 1, sizeof su.sun_path - 1, "atoll-dp:%s", addr);
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&su, len) != 0) {
-        close(fd);
-        fd = -1;
+    return junk_tcp_port(j, addr, 0);
+}
+
+/* Whether "/proc/PID/fd" holds socket inode ino. */
+static int junk_pid_has_socket(pid_t pid, unsigned long ino)
+{
+    char dir[64], path[320], want[64], link[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    snprintf(want, sizeof want, "socket:[%lu]", ino);
+    DIR *d = opendir(dir);
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n > 0) {
+            link[n] = '\0';
+            found = strcmp(link, want) == 0;
+        }
     }
-    return junk_keep(j, fd);
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* The TCP ports pid listens on (IPv4 and IPv6), from /proc/PID/net/tcp*:
+ * data_addr's and whatever UCX's transports opened. Returns how many. */
+static int junk_listen_ports(pid_t pid, int *ports, int max)
+{
+    int n = 0;
+    for (int v6 = 0; v6 < 2; v6++) {
+        char path[64], line[512];
+        snprintf(path, sizeof path, "/proc/%d/net/tcp%s", (int)pid, v6 ? "6" : "");
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        while (n < max && fgets(line, sizeof line, f)) {
+            char local[80];
+            unsigned st;
+            unsigned long ino;
+            /* sl local rem st tx:rx tr:when retr uid timeout inode */
+            if (sscanf(line, " %*s %79s %*s %x %*s %*s %*s %*s %*s %lu", local, &st, &ino) != 3 ||
+                st != 0x0A)
+                continue;
+            const char *colon = strrchr(local, ':');
+            int port = colon ? (int)strtol(colon + 1, NULL, 16) : 0;
+            if (port > 0 && junk_pid_has_socket(pid, ino))
+                ports[n++] = port;
+        }
+        fclose(f);
+    }
+    return n;
 }
 
 static void junk_send(junk_t *j, int fd, const void *buf, size_t n)
@@ -130,52 +154,92 @@ static void junk_send(junk_t *j, int fd, const void *buf, size_t n)
     j->frames_sent++;
 }
 
-/* Every attack on one worker's data address. job: a job running now
- * (two-level all_reduce at op index ar_op over 4 shards, 2 per worker). */
-static void junk_attack(junk_t *j, const char *addr, int nidle, int64_t job, int ar_op,
-                        unsigned *seed)
+/* One rogue frame: n values of v, tagged, under key. */
+static void junk_rogue_send(junk_t *j, const char *addr, const mbox_tag_t *tag,
+                            const mbox_key_t *key, int64_t n, float v)
+{
+    shape_t sh = {.rank = 1, .dim = {n}};
+    tensor_t *t = tensor_new(&sh);
+    if (!t)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        t->data[i] = v;
+    if (dplane_send(j->rogue, addr, tag, key, t) == 0)
+        j->frames_sent++;
+    else
+        j->rogue_failed++;
+    tensor_free(t);
+}
+
+/* Every attack on one worker (pid, data address addr). job: a job running
+ * now (two-level all_reduce at op index ar_op over 4 shards, 2 per worker);
+ * its attempts 0 and 1 are both tried, under a random key. */
+static void junk_attack(junk_t *j, pid_t pid, const char *addr, int nidle, int64_t job,
+                        int ar_op, unsigned *seed)
 {
     for (int i = 0; i < nidle; i++)
         junk_tcp(j, addr);
-    for (int i = 0; i < nidle / 8; i++)
-        junk_unix(j, addr);
     uint8_t rnd[4096];
-    for (int c = 0; c < 20; c++) {                 /* random bytes */
+    int ports[JUNK_MAX_PORTS];
+    int np = junk_listen_ports(pid, ports, JUNK_MAX_PORTS);
+    const char *colon = strrchr(addr, ':');
+    int data_port = colon ? atoi(colon + 1) : 0;
+    for (int c = 0; c < 20 + 4 * np; c++) {        /* random bytes, every port */
         for (size_t k = 0; k < sizeof rnd; k++)
             rnd[k] = (uint8_t)rand_r(seed);
-        int fd = c % 4 == 3 ? junk_unix(j, addr) : junk_tcp(j, addr);
+        int port = c < 20 ? data_port : ports[(c - 20) / 4];
+        j->ports_attacked += c >= 20 && (c - 20) % 4 == 0 && port != data_port;
+        int fd = junk_tcp_port(j, addr, port);
         if (fd >= 0)
             junk_send(j, fd, rnd, sizeof rnd);
     }
-    uint8_t h[JUNK_HDR];
-    for (int c = 0; c < 10; c++) {                 /* 64 MiB claims, no payload */
-        int fd = junk_tcp(j, addr);
-        junk_hdr(h, 1 + c, 1, 0, c, 0, c % 4, (int64_t)1 << 24);
-        if (fd >= 0)
-            junk_send(j, fd, h, sizeof h);
+    if (!j->rogue) {
+        j->rogue_mb = mbox_new();
+        j->rogue = j->rogue_mb ? dplane_start("127.0.0.1:0", NULL, j->rogue_mb, DPLANE_AUTO)
+                               : NULL;
+        if (!j->rogue)
+            return;
     }
-    float *big = calloc((size_t)1 << 20, sizeof *big);   /* 4 MiB payloads */
-    for (int c = 0; big && c < 4; c++) {           /* whole frames nobody claims */
-        int fd = junk_tcp(j, addr);
-        for (int k = 0; fd >= 0 && k < 4; k++) {
-            junk_hdr(h, 5000 + c, 1, 0, k, 0, 0, (int64_t)1 << 20);
-            junk_send(j, fd, h, sizeof h);
-            junk_send(j, fd, big, (size_t)4 << 20);
-        }
-    }
-    free(big);
-    int fd = junk_tcp(j, addr);                    /* plausible tags, running job */
-    float four[4] = {100, 100, 100, 100}, one[1] = {666};
-    for (int att = 0; fd >= 0 && att < 2; att++) {
+    mbox_key_t wrong;
+    for (size_t k = 0; k < sizeof wrong.b; k++)
+        wrong.b[k] = (uint8_t)rand_r(seed);
+    for (int att = 0; att < 2; att++) {            /* plausible tags, running job */
         for (int dst = 0; dst < 4; dst++) {
-            junk_hdr(h, job, att, 0, ar_op, 99, dst, 4);       /* no such source shard */
-            junk_send(j, fd, h, sizeof h);
-            junk_send(j, fd, four, sizeof four);
-            junk_hdr(h, job, att, 0, -(1 + ar_op + JUNK_MAX_OPS), dst ^ 2, dst & 2, 1);
-            junk_send(j, fd, h, sizeof h);                     /* short leader pack */
-            junk_send(j, fd, one, sizeof one);
+            for (int src = 0; src < 4; src++) {
+                mbox_tag_t tag = {.job = job, .attempt = att, .op = ar_op, .src = src,
+                                  .dst = dst};
+                junk_rogue_send(j, addr, &tag, &wrong, 4, 666.0f);
+            }
+            mbox_tag_t bad_src = {.job = job, .attempt = att, .op = ar_op, .src = 99,
+                                  .dst = dst};
+            junk_rogue_send(j, addr, &bad_src, &wrong, 4, 666.0f);
+            mbox_tag_t pack = {.job = job, .attempt = att, .op = -(1 + ar_op + JUNK_MAX_OPS),
+                               .src = dst ^ 2, .dst = dst & 2};
+            junk_rogue_send(j, addr, &pack, &wrong, 4, 666.0f);
         }
     }
+    /* Last, as a send blocks until the receiver took or declined it: 2 MiB
+     * frames nobody claims, within one origin's unclaimed cap (kept until
+     * they expire; over the cap they would wait for room, see mbox.h). */
+    for (int c = 0; c < 3; c++) {
+        mbox_tag_t tag = {.job = 5000 + c, .attempt = 1, .op = c};
+        junk_rogue_send(j, addr, &tag, &wrong, (int64_t)1 << 19, 1.0f);
+    }
+}
+
+/* Which of pids listens on addr's port; -1 when none. */
+static pid_t junk_pid_of(const pid_t *pids, int n, const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    int want = colon ? atoi(colon + 1) : -1;
+    for (int i = 0; i < n; i++) {
+        int ports[JUNK_MAX_PORTS];
+        int np = junk_listen_ports(pids[i], ports, JUNK_MAX_PORTS);
+        for (int k = 0; k < np; k++)
+            if (ports[k] == want)
+                return pids[i];
+    }
+    return -1;
 }
 
 static void junk_close(junk_t *j)
@@ -183,6 +247,10 @@ static void junk_close(junk_t *j)
     for (int i = 0; i < j->nfds; i++)
         close(j->fds[i]);
     j->nfds = 0;
+    dplane_stop(j->rogue);
+    mbox_free(j->rogue_mb);
+    j->rogue = NULL;
+    j->rogue_mb = NULL;
 }
 
 

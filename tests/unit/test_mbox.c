@@ -264,52 +264,93 @@ static void test_concurrent_takers(void **state)
  * worker does not run are kept only as bounded "unclaimed" frames; a
  * declared task claims its own; a bad source, a cancelled attempt or an
  * ended task is dropped and counted; a closed connection frees its frames. */
+static const mbox_key_t K = {{0x11, 0x22, 0x33}};
+
 static void test_gate(void **state)
 {
     (void)state;
     mbox_t *mb = mbox_new();
     mbox_tag_t early = tag_of(7, 1, 3, 0, 1), bad_src = tag_of(7, 1, 3, 9, 1);
-    assert_int_equal(mbox_admit(mb, &early, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
-    assert_int_equal(mbox_put_from(mb, &early, scalar(1), 1, MBOX_ADMIT_UNCLAIMED), 0);
-    assert_int_equal(mbox_admit(mb, &bad_src, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
-    assert_int_equal(mbox_put_from(mb, &bad_src, scalar(2), 1, MBOX_ADMIT_UNCLAIMED), 0);
+    assert_int_equal(mbox_admit(mb, &early, &K, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_put_from(mb, &early, &K, scalar(1), 1, MBOX_ADMIT_UNCLAIMED), 0);
+    assert_int_equal(mbox_admit(mb, &bad_src, &K, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_put_from(mb, &bad_src, &K, scalar(2), 1, MBOX_ADMIT_UNCLAIMED), 0);
     mbox_guard_stats_t g;
     mbox_guard_stats(mb, &g);
     assert_int_equal(g.unclaimed, 2);
     /* The task (job 7 attempt 1 comp 1 shard 1, 4 shards) claims the good
      * one and drops the one from a shard outside its slice. */
-    assert_int_equal(mbox_expect(mb, 7, 1, 1, 1, 4), 0);
+    assert_int_equal(mbox_expect(mb, 7, 1, 1, 1, 4, &K), 0);
     mbox_guard_stats(mb, &g);
     assert_int_equal(g.unclaimed, 0);
     assert_int_equal(g.dropped, 1);
-    assert_int_equal(mbox_admit(mb, &bad_src, 1, 4, in_ms(10)), MBOX_ADMIT_DROP);
-    assert_int_equal(mbox_admit(mb, &early, 1, 4, in_ms(10)), MBOX_ADMIT_TASK);
+    assert_int_equal(mbox_admit(mb, &bad_src, &K, 1, 4, in_ms(10)), MBOX_ADMIT_DROP);
+    assert_int_equal(mbox_admit(mb, &early, &K, 1, 4, in_ms(10)), MBOX_ADMIT_TASK);
     tensor_t *t = NULL;
     assert_int_equal(mbox_take(mb, &early, in_ms(100), &t), MBOX_OK);
     assert_true(t->data[0] == 1.0f);
     tensor_free(t);
     /* Ended: a late frame for it is refused, a leftover freed. */
     mbox_tag_t dup = tag_of(7, 1, 4, 2, 1);
-    assert_int_equal(mbox_put_from(mb, &dup, scalar(3), 2, MBOX_ADMIT_TASK), 0);
+    assert_int_equal(mbox_put_from(mb, &dup, &K, scalar(3), 2, MBOX_ADMIT_TASK), 0);
     mbox_task_done(mb, 7, 1, 1, 1);
     assert_int_equal(mbox_count(mb), 0);
-    assert_int_equal(mbox_admit(mb, &early, 1, 4, in_ms(10)), MBOX_ADMIT_DROP);
+    assert_int_equal(mbox_admit(mb, &early, &K, 1, 4, in_ms(10)), MBOX_ADMIT_DROP);
     /* Caps: past MBOX_UNCLAIMED_ORIGIN_BYTES on one connection a frame is
      * refused before anything is allocated (after its short wait). */
     mbox_tag_t other = tag_of(8, 1, 0, 0, 0);
-    assert_int_equal(mbox_admit(mb, &other, 3, MBOX_UNCLAIMED_ORIGIN_BYTES + 4, in_ms(20)),
+    assert_int_equal(mbox_admit(mb, &other, &K, 3, MBOX_UNCLAIMED_ORIGIN_BYTES + 4, in_ms(5000)),
+                     MBOX_ADMIT_WAIT);     /* no room yet: never blocks, asked again */
+    assert_int_equal(mbox_admit(mb, &other, &K, 3, MBOX_UNCLAIMED_ORIGIN_BYTES + 4, 0),
                      MBOX_ADMIT_DROP);
-    assert_int_equal(mbox_admit(mb, &other, 3, MBOX_UNCLAIMED_ORIGIN_BYTES, in_ms(20)),
+    assert_int_equal(mbox_admit(mb, &other, &K, 3, MBOX_UNCLAIMED_ORIGIN_BYTES, in_ms(20)),
                      MBOX_ADMIT_UNCLAIMED);
-    assert_int_equal(mbox_admit(mb, &other, 3, 4, in_ms(20)), MBOX_ADMIT_DROP);
+    assert_int_equal(mbox_admit(mb, &other, &K, 3, 4, 0), MBOX_ADMIT_DROP);
     mbox_unreserve(mb, 3, MBOX_UNCLAIMED_ORIGIN_BYTES);
     mbox_guard_stats(mb, &g);
-    assert_int_equal(g.over_cap, 2);
+    assert_int_equal(g.over_cap, 2);         /* the WAIT was not counted */
     assert_int_equal(g.unclaimed_bytes, 0);
     /* A closed connection's unclaimed frames go. */
-    assert_int_equal(mbox_put_from(mb, &other, scalar(4), 5, MBOX_ADMIT_UNCLAIMED), 0);
+    assert_int_equal(mbox_put_from(mb, &other, &K, scalar(4), 5, MBOX_ADMIT_UNCLAIMED), 0);
     mbox_drop_origin(mb, 5);
     assert_int_equal(mbox_count(mb), 0);
+    mbox_free(mb);
+}
+
+/* Keys (issue 12): a frame whose key is not its attempt's is dropped and
+ * counted as bad_key, whether it comes after the task was declared, before
+ * (kept unclaimed beside the real one with the same tag, then dropped
+ * when the task claims its own), or while its payload was in flight. */
+static void test_keys(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    mbox_key_t W = {{0x66}};
+    mbox_tag_t early = tag_of(5, 2, 0, 1, 0);
+    /* Forged first, real second: both kept (not duplicates of each other). */
+    assert_int_equal(mbox_admit(mb, &early, &W, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_put_from(mb, &early, &W, scalar(666), 1, MBOX_ADMIT_UNCLAIMED), 0);
+    assert_int_equal(mbox_admit(mb, &early, &K, 2, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_put_from(mb, &early, &K, scalar(1), 2, MBOX_ADMIT_UNCLAIMED), 0);
+    assert_int_equal(mbox_count(mb), 2);
+    /* In flight: admitted unclaimed with a wrong key, the task is declared
+     * before its payload is stored. */
+    mbox_tag_t late = tag_of(5, 2, 1, 1, 0);
+    assert_int_equal(mbox_admit(mb, &late, &W, 1, 4, in_ms(10)), MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_expect(mb, 5, 2, 1, 0, 4, &K), 0);
+    assert_int_equal(mbox_put_from(mb, &late, &W, scalar(666), 1, MBOX_ADMIT_UNCLAIMED), 1);
+    /* After: refused at the gate, before any payload. */
+    assert_int_equal(mbox_admit(mb, &late, &W, 1, 4, in_ms(10)), MBOX_ADMIT_DROP);
+    mbox_guard_stats_t g;
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.bad_key, 3);
+    assert_int_equal(g.dropped, 0);
+    tensor_t *t = NULL;
+    assert_int_equal(mbox_take(mb, &early, in_ms(100), &t), MBOX_OK);
+    assert_true(t->data[0] == 1.0f);            /* the real one */
+    tensor_free(t);
+    assert_int_equal(mbox_count(mb), 0);
+    mbox_task_done(mb, 5, 2, 1, 0);
     mbox_free(mb);
 }
 
@@ -320,11 +361,11 @@ static void test_network_duplicate_dropped(void **state)
 {
     (void)state;
     mbox_t *mb = mbox_new();
-    assert_int_equal(mbox_expect(mb, 9, 1, 1, 0, 4), 0);
+    assert_int_equal(mbox_expect(mb, 9, 1, 1, 0, 4, &K), 0);
     mbox_tag_t tag = tag_of(9, 1, 5, 3, 0);
-    assert_int_equal(mbox_put_from(mb, &tag, scalar(1), 1, MBOX_ADMIT_TASK), 0);
+    assert_int_equal(mbox_put_from(mb, &tag, &K, scalar(1), 1, MBOX_ADMIT_TASK), 0);
     for (int i = 0; i < 5; i++)
-        assert_int_equal(mbox_put_from(mb, &tag, scalar(666), 2, MBOX_ADMIT_TASK), 1);
+        assert_int_equal(mbox_put_from(mb, &tag, &K, scalar(666), 2, MBOX_ADMIT_TASK), 1);
     assert_int_equal(mbox_count(mb), 1);
     mbox_guard_stats_t g;
     mbox_guard_stats(mb, &g);
@@ -349,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_many_and_duplicates),
         cmocka_unit_test(test_concurrent_takers),
         cmocka_unit_test(test_gate),
+        cmocka_unit_test(test_keys),
         cmocka_unit_test(test_network_duplicate_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "../../workers/dplane.c"
-#include "../../workers/shmring.c"
 #include "../../workers/exec.c"
 #include "../../workers/exec_run.c"
 #include "../../workers/exec_coll.c"
@@ -115,7 +114,7 @@ static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeo
     p->st = ostore_new((int64_t)256 << 20);
     p->mb = mbox_new();
     mbox_set_accounting(p->mb, store_acct, p->st);
-    p->dp = dplane_start("127.0.0.1:0", NULL, p->mb);
+    p->dp = dplane_start("127.0.0.1:0", NULL, p->mb, DPLANE_AUTO);
     if (!p->dp)
         return -1;
     exec_cfg_t cfg = {.ndevices = ndev, .peer_timeout_us = timeout_ms * 1000, .store = p->st,
@@ -191,10 +190,15 @@ static json_t *host_task(const cluster_t *c, int64_t id, int64_t job, int attemp
                      "devices", devs, "sends", sends ? sends : json_array());
 }
 
+/* Every group's data-plane key (the controller's is per attempt). */
+#define TEST_KEY_HEX "00112233445566778899aabbccddeeff"
+static const mbox_key_t TEST_KEY = {{0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99,
+                                     0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}};
+
 static json_t *group(int64_t job, int attempt, json_t *place, json_t *tasks)
 {
-    return json_pack("{s:I, s:i, s:o, s:o}", "job", (json_int_t)job, "attempt", attempt,
-                     "placement", place, "tasks", tasks);
+    return json_pack("{s:I, s:i, s:s, s:o, s:o}", "job", (json_int_t)job, "attempt", attempt,
+                     "key", TEST_KEY_HEX, "placement", place, "tasks", tasks);
 }
 
 /* Value of output y of shard index l (in task order) of a report. */
@@ -464,7 +468,7 @@ static void test_forged_pack_fails_task(void **state)
     json_t *g = group(11, 0, placement(c, 1, 4), tasks);
     exec_submit(c->p[1].ex, g);
     json_decref(g);
-    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, junk), 0);
+    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
     tensor_free(junk);
     assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
     const json_t *b = sink_find(&c->p[1].sink, 71);

@@ -7,7 +7,6 @@
 #include <cmocka.h>
 
 #include "../../workers/dplane.c"
-#include "../../workers/shmring.c"
 #include "../../workers/mbox.c"
 #include "../../workers/wopts.c"
 
@@ -45,7 +44,7 @@ static void test_flags_and_defaults(void **state)
     assert_int_equal(o.peer_timeout_ms, 60000);
     assert_int_equal(o.log_level, LOG_INFO);
     assert_int_equal(o.store_cap_mb, 1024);
-    assert_int_equal(o.data_shm, 1);
+    assert_int_equal(o.data_transport, DPLANE_AUTO);
     assert_int_equal(o.ring_min_kb, 64);
 }
 
@@ -64,7 +63,7 @@ static void test_dataplane_flags(void **state)
     char err[256] = "";
     assert_int_equal(parse(9, argv, &o, err), 0);
     assert_int_equal(o.store_cap_mb, 32);
-    assert_int_equal(o.data_shm, 0);
+    assert_int_equal(o.data_transport, DPLANE_TCP);
     assert_int_equal(o.ring_min_kb, 0);
     fake_env = NULL;
     const char *bad1[] = {"atoll-worker", "--data-transport", "udp"};
