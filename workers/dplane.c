@@ -112,6 +112,7 @@ struct dplane {
     pthread_t progress_thread;
     atomic_int stopping;
     atomic_int inflight;           /* sends and fetches not complete yet */
+    int64_t spin_us;               /* polling after the last event (see dplane.h) */
     pthread_mutex_t mu;
     dp_peer_t *peers;
     dp_origin_t origins[DPLANE_MAX_CONNS];
@@ -486,9 +487,10 @@ static void *progress_main(void *arg)
     int64_t last_event = util_mono_us(), last_expire = last_event, last_accept = last_event;
     while (!atomic_load(&dp->stopping)) {
         unsigned n = ucp_worker_progress(dp->worker);
-        if (util_mono_us() - last_accept > 1000) {    /* also after every wake-up */
+        int64_t now = util_mono_us();      /* one clock read per pass */
+        if (now - last_accept > 1000) {    /* also after every wake-up */
             addr_answer(dp);
-            last_accept = util_mono_us();
+            last_accept = now;
         }
         if (dp->nparked)
             n += (unsigned)parked_retry(dp);
@@ -496,24 +498,28 @@ static void *progress_main(void *arg)
             close_pending(dp);
             n++;
         }
-        int64_t now = util_mono_us();
         if (now - last_expire > 1000000) {
             mbox_expire(dp->mb);
             last_expire = now;
         }
-        if (n || atomic_load(&dp->inflight) > 0) {
+        /* Spin only right after events, never for operations in flight: on
+         * a host with fewer cores than busy threads a spinning progress
+         * thread takes the core the peer (or our own runner) needs to
+         * answer; UCX wakes us when their replies come. */
+        if (n) {
             last_event = now;
             continue;
         }
-        if (now - last_event < DPLANE_SPIN_US)
+        if (now - last_event < dp->spin_us)
             continue;
         ucs_status_t st = ucp_worker_arm(dp->worker);
         if (st == UCS_ERR_BUSY)
             continue;
         struct epoll_event ev;
-        /* Parked frames are retried every few ms; else a 1 s tick for
-         * expiring unclaimed frames. */
-        int timeout_ms = dp->nparked ? 2 : 1000;
+        /* Parked frames are retried every few ms; operations in flight
+         * get a 10 ms safety tick (their completions wake us anyway); else
+         * a 1 s tick for expiring unclaimed frames. */
+        int timeout_ms = dp->nparked ? 2 : atomic_load(&dp->inflight) > 0 ? 10 : 1000;
         if (st == UCS_OK)
             epoll_wait(dp->epfd, &ev, 1, timeout_ms);
         last_event = util_mono_us();
@@ -531,7 +537,11 @@ static int ucx_init(dplane_t *dp, dplane_transport_t tr)
         return -1;
     /* tcp: UCX's TCP transport for data ("self" only ever serves sends to
      * ourselves, which never reach UCX). */
-    if (tr == DPLANE_TCP && ucp_config_modify(cfg, "TLS", "tcp") != UCS_OK) {
+    /* A mutex, not a spinlock, guards the UCX worker between the progress
+     * thread and senders: with more busy threads than cores a spinning
+     * sender burns the slice the lock holder needs. */
+    if (ucp_config_modify(cfg, "USE_MT_MUTEX", "y") != UCS_OK ||
+        (tr == DPLANE_TCP && ucp_config_modify(cfg, "TLS", "tcp") != UCS_OK)) {
         ucp_config_release(cfg);
         return -1;
     }
@@ -632,6 +642,7 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
     dp->mb = mb;
     dp->epfd = -1;
     dp->listen_fd = -1;
+    dp->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
     pthread_mutex_init(&dp->mu, NULL);
     if (ucx_init(dp, tr) != 0 || listen_on(dp, listen_addr, advertise_host) != 0)
         goto fail;

@@ -206,9 +206,10 @@ note "image built in $((SECONDS - t0)) s ($("${PODMAN[@]}" image inspect "$IMAGE
     fail "image has no HEALTHCHECK (built without --format docker?)"
 
 # ---------------------------------------------------------------- helpers
-# check_demo URL: submits examples/demo.json, waits for success, checks every
-# shard's values (produce.z: 6.0 = 0+1+2+3 summed over the 2x2 slice;
-# consume.w: half of it, on the east island). Sets JOB.
+# check_demo URL: submits examples/demo.json, waits for success, checks that
+# its all_reduce spanned two worker containers and every shard's values
+# (produce.z: 6.0 = 0+1+2+3 summed over the 2x2 slice; consume.w: half of
+# it, on the east island, another container). Sets JOB.
 check_demo() {
     local url=$1 code state
     code="$(curl -sS -o "$TMP/submit.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
@@ -223,6 +224,13 @@ check_demo() {
     # 120 s: room for one requeue after a lost worker (lease 5 s + retry).
     wait_for 120 job_done || fail "job $JOB did not finish within 120 s (state: ${state:-?})"
     [ "$state" = succeeded ] || fail "job $JOB ended $state: $(curl -sS "$url/v1/jobs/$JOB")"
+    # The all_reduce crossed containers: slice a's devices are on both west
+    # workers (4 devices each, island rows), so its shards met over UCX's TCP.
+    curl -fsS "$url/v1/jobs/$JOB" | python3 -c '
+import json, sys
+devs = json.load(sys.stdin)["slices"]["a"]["devices"]
+assert len({d["index"] // 4 for d in devs}) == 2, devs' ||
+        fail "job $JOB: slice a does not span both west workers"
     curl -fsS "$url/v1/jobs/$JOB/result" >"$TMP/result.json" || fail "GET result of job $JOB failed"
     python3 - "$TMP/result.json" <<'EOF' || fail "wrong result: $(cat "$TMP/result.json")"
 import json, sys
