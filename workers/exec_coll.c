@@ -21,7 +21,7 @@
  * Relay (large slices): a whole-argument collective (all_reduce,
  * all_gather, reduce_scatter) over a slice spread on RELAY_MIN_PROCS
  * processes or more does not exchange packs between every pair (P^2
- * connections, a reader thread each: 262,144 for 512 workers) but through
+ * endpoints: 262,144 for 512 workers) but through
  * the root, the process of the slice's shard 0: every other process
  * uploads all its shards' arguments (one message, in shard order), the
  * root forwards to each process q the concatenation, over processes p != q

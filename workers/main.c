@@ -1,8 +1,8 @@
 /* main.c - atoll-worker: joins an island and runs the shard tasks it gets.
  *
  * Threads: main (registration, then the long-poll loop), heartbeat, the
- * reporter (wreport), one per device (exec), and the data plane's accept
- * and reader threads. SIGTERM/SIGINT only set g_stop; the main thread then
+ * reporter (wreport), one per device (exec), and the data plane's progress
+ * thread (plus UCX's own async thread). SIGTERM/SIGINT only set g_stop; the main thread then
  * drains: stop polling, let queued and running tasks finish (bounded by
  * --drain-ms), deliver their reports, leave the controller, exit 0. */
 #include <curl/curl.h>
