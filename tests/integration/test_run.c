@@ -555,17 +555,28 @@ static void process_summary(const json_t *procs, char *buf, size_t len)
 /* atolld is SIGKILLed while a gang runs and restarted on the same database
  * and port: the job goes on in a new attempt (the old gang is ended), and
  * what the old attempt wrote and how its processes ended are still there,
- * beside the new attempt's exit statuses (rank 1 exits 1: the job fails). */
+ * beside the new attempt's exit statuses (rank 0 exits 0, then rank 1
+ * exits 1: the job fails). */
 static void test_controller_restart(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/atoll-run-restart.XXXXXX", url[128], go[HX_PATH_MAX], doc[1024];
+    char dir[] = "/tmp/atoll-run-restart.XXXXXX", url[128], go[HX_PATH_MAX], doc[2 * HX_PATH_MAX + 512];
+    char pid0[HX_PATH_MAX], stale[HX_PATH_MAX + 8];
     static const char *const islands[] = {"r=2"};
     hx_proc_t a, w;
     int port = 0;
     T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     snprintf(go, sizeof go, "/tmp/atoll-run-go-%d", (int)getpid());
     unlink(go);
+    /* Rank 1 exits (1, failing the job) only once rank 0 has exited and
+     * been reaped (its pid, written to pid0-ATTEMPT, is gone): otherwise
+     * the job's failure may end rank 0 first on a loaded machine, and the
+     * exit statuses checked below would be a race. */
+    snprintf(pid0, sizeof pid0, "/tmp/atoll-run-pid0-%d", (int)getpid());
+    for (int k = 0; k < 2; k++) {
+        snprintf(stale, sizeof stale, "%s-%d", pid0, k);
+        unlink(stale);
+    }
     setenv("ATOLL_ALLOW_RUN", "1", 1);          /* both inherit these */
     if (geteuid() == 0)
         setenv("ATOLL_RUN_AS", "nobody", 1);
@@ -577,8 +588,10 @@ static void test_controller_restart(void **state)
     snprintf(doc, sizeof doc,
              "{\"max_retries\":0,\"slices\":{\"s\":{\"shape\":[2]}},\"computations\":[{"
              "\"name\":\"r\",\"slice\":\"s\",\"run\":{\"command\":[\"/bin/sh\",\"-c\","
-             "\"echo before $RANK a$ATOLL_ATTEMPT; while [ ! -e %s ]; do sleep 0.02; done;"
-             " echo after $RANK; exit $RANK\"]}}]}", go);
+             "\"echo before $RANK a$ATOLL_ATTEMPT; P=%s-$ATOLL_ATTEMPT;"
+             " [ $RANK = 0 ] && echo $$ > $P; while [ ! -e %s ]; do sleep 0.02; done;"
+             " if [ $RANK = 1 ]; then while [ ! -s $P ] || kill -0 $(cat $P) 2>/dev/null;"
+             " do sleep 0.02; done; fi; echo after $RANK; exit $RANK\"]}}]}", pid0, go);
     int64_t id = 0;
     T_CHECK(fx_submit(url, doc, NULL, &id) == 201, "submit of the run job");
     char path[128], *log = NULL;
@@ -629,6 +642,10 @@ static void test_controller_restart(void **state)
     free(old);
     free(newer);
     unlink(go);
+    for (int k = 0; k < 2; k++) {
+        snprintf(stale, sizeof stale, "%s-%d", pid0, k);
+        unlink(stale);
+    }
     fx_kill(&w);
     fx_kill(&a);
     T_CHECK(strcmp(st, "failed") == 0, "job %lld ended %s, want failed (rank 1 exits 1)",
