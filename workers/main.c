@@ -253,6 +253,15 @@ static void poll_loop(worker_t *w)
         }
         json_decref(ans);
     }
+    /* Stopping. A poll cut short by the signal may have carried tasks the
+     * controller had already leased to us (their job shows "running"):
+     * one last poll that does not wait takes them in, so the drain runs
+     * them instead of our leaving requeueing their jobs. */
+    int64_t id = wclient_id(w->wc);
+    json_t *ans = NULL;
+    if (wclient_poll(w->wc, id, 0, id == ack_id ? ack : 0, NULL, &ans) == 200)
+        handle_poll(w, ans);
+    json_decref(ans);
 }
 
 /* Brings up mailbox, data plane and client. Returns 0 or -1. */
