@@ -53,6 +53,12 @@ static void proc_kill_all(void)
             kill(proc_table[i], SIGKILL);
 }
 
+/* The users' programs' run directory of this test process's workers
+ * (ATOLL_RUN_DIR, inherited), so that hx_job_processes() counts only
+ * programs of its own clusters: two test programs running at once both
+ * have a job 2. */
+static char proc_run_dir[64];
+
 static void proc_atexit(void)
 {
     for (int i = 0; i < PROC_TABLE_MAX; i++) {
@@ -63,6 +69,8 @@ static void proc_atexit(void)
             proc_table[i] = 0;
         }
     }
+    if (proc_run_dir[0])
+        rmdir(proc_run_dir);        /* the workers made it; empty when they cleaned up */
 }
 
 /* Async-signal-safe: kill() only, then die by the same signal. */
@@ -83,6 +91,10 @@ int hx_init(void)
         return -1;
     }
     atexit(proc_atexit);
+    if (!getenv("ATOLL_RUN_DIR")) {
+        snprintf(proc_run_dir, sizeof proc_run_dir, "/tmp/atoll-run-h%d", (int)getpid());
+        setenv("ATOLL_RUN_DIR", proc_run_dir, 1);
+    }
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGABRT, SIGBUS, SIGFPE};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         signal(sigs[i], proc_on_fatal);
@@ -501,8 +513,11 @@ long hx_rss_kb(pid_t pid)
 int hx_job_processes(int64_t id)
 {
     static char env[1 << 16];       /* main thread only, like the rest of this file */
-    char want[64];
+    char want[64], dir[96];
     int n = snprintf(want, sizeof want, "ATOLL_JOB_ID=%lld", (long long)id), count = 0;
+    /* ATOLL_INPUT_DIR=<our run dir>/...: a program of our workers */
+    const char *run_dir = getenv("ATOLL_RUN_DIR");
+    int dn = snprintf(dir, sizeof dir, "ATOLL_INPUT_DIR=%s/", run_dir ? run_dir : "");
     DIR *d = opendir("/proc");
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -514,11 +529,14 @@ int hx_job_processes(int64_t id)
         ssize_t len = fd >= 0 ? read(fd, env, sizeof env - 1) : -1;
         if (fd >= 0)
             close(fd);
-        for (ssize_t i = 0; i + n <= len; i += (ssize_t)strlen(env + i) + 1)
-            if (memcmp(env + i, want, (size_t)n) == 0 && env[i + n] == '\0') {
-                count++;
-                break;
-            }
+        if (len > 0)
+            env[len] = '\0';
+        int job = 0, ours = run_dir == NULL;
+        for (ssize_t i = 0; len > 0 && i < len; i += (ssize_t)strlen(env + i) + 1) {
+            job |= i + n <= len && memcmp(env + i, want, (size_t)n) == 0 && env[i + n] == '\0';
+            ours |= i + dn <= len && memcmp(env + i, dir, (size_t)dn) == 0;
+        }
+        count += job && ours;
     }
     if (d)
         closedir(d);
