@@ -321,6 +321,8 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
                  reg.data_addr);
         sched_notify();
         json_object_set_new(out, "secret", json_string(secret));
+        /* Reports are batched by the worker to fit this cap. */
+        json_object_set_new(out, "max_body", json_integer((json_int_t)http_max_body()));
         http_json(resp, 201, out);
     }
 cleanup:

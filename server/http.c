@@ -223,6 +223,11 @@ static void count_status(int status)
         atomic_fetch_add(&http_code_counts[status], 1);
 }
 
+size_t http_max_body(void)
+{
+    return http_cfg.max_body;
+}
+
 void http_counts(uint64_t out[6])
 {
     for (int i = 0; i < 6; i++)

@@ -102,6 +102,9 @@ const char *http_header(const http_req_t *req, const char *key);
 uint64_t http_header_timeouts(void);
 /* The connection cap in force (after http_start). */
 unsigned http_max_conns(void);
+/* The request body cap in force (bytes), told to workers so their report
+ * batches fit under it. */
+size_t http_max_body(void);
 /* Requests served per status class since start (for /metrics). */
 void http_counts(uint64_t out[6]);
 #define HTTP_CODE_MAX 600

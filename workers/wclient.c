@@ -36,9 +36,10 @@ struct wclient {
     char *backend;
     char *data_addr;
     int devices;
-    pthread_mutex_t mu;         /* guards id, lease_ms, secret */
+    pthread_mutex_t mu;         /* guards id, lease_ms, max_body, secret */
     int64_t id;
     int lease_ms;
+    size_t max_body;            /* the controller's request body cap */
     char secret[WCLIENT_SECRET_MAX + 1];   /* id's credential from the registration answer */
     pthread_mutex_t reg_mu;     /* one (re-)registration at a time */
     char *auth_header;          /* "Authorization: Bearer ..." or NULL; owned */
@@ -101,6 +102,7 @@ wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req)
     wc->devices = req->devices;
     wc->id = -1;
     wc->lease_ms = 5000;
+    wc->max_body = WCLIENT_MAX_BODY_DEFAULT;
     pthread_mutex_init(&wc->mu, NULL);
     pthread_mutex_init(&wc->reg_mu, NULL);
     pthread_mutex_init(&wc->h_mu, NULL);
@@ -348,6 +350,7 @@ int wclient_register(wclient_t *wc, json_t **resp)
     if (status == 201) {
         const json_t *id = json_object_get(ans, "id");
         const json_t *lease = json_object_get(ans, "lease_ms");
+        const json_t *cap = json_object_get(ans, "max_body");
         const char *secret = json_string_value(json_object_get(ans, "secret"));
         if (!json_is_integer(id) || (secret && strlen(secret) > WCLIENT_SECRET_MAX)) {
             log_error("register: answer without an integer id or with a bad secret");
@@ -359,6 +362,11 @@ int wclient_register(wclient_t *wc, json_t **resp)
             wc->id = json_integer_value(id);
             if (json_is_integer(lease) && json_integer_value(lease) >= 30)
                 wc->lease_ms = (int)json_integer_value(lease);
+            /* Bounded both ways: a forged tiny cap would make every report
+             * lose its values, a huge one is no promise we need. */
+            if (json_is_integer(cap) && json_integer_value(cap) >= 16384 &&
+                json_integer_value(cap) <= (1 << 30))
+                wc->max_body = (size_t)json_integer_value(cap);
             pthread_mutex_unlock(&wc->mu);
         }
     }
@@ -403,6 +411,14 @@ int64_t wclient_id(wclient_t *wc)
     int64_t id = wc->id;
     pthread_mutex_unlock(&wc->mu);
     return id;
+}
+
+size_t wclient_max_body(wclient_t *wc)
+{
+    pthread_mutex_lock(&wc->mu);
+    size_t cap = wc->max_body;
+    pthread_mutex_unlock(&wc->mu);
+    return cap;
 }
 
 int wclient_lease_ms(wclient_t *wc)

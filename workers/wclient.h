@@ -15,6 +15,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* atolld's default --max-body: assumed until the registration answer says. */
+#define WCLIENT_MAX_BODY_DEFAULT ((size_t)1 << 20)
+
 typedef struct wclient_reg_req {
     const char *island;
     int devices;
@@ -39,7 +42,7 @@ void wclient_free(wclient_t *wc);
 int wclient_call(wclient_t *wc, const char *method, const char *path, const json_t *body,
                  long timeout_ms, const atomic_int *abort_flag, json_t **resp);
 
-/* POST /v1/workers. On 201 records id, lease_ms and the worker's own
+/* POST /v1/workers. On 201 records id, lease_ms, max_body and the worker's own
  * credential ("secret", sent as X-Atoll-Worker-Secret by the calls below
  * when their id is the current one) and, when resp is not NULL, hands over
  * the answer (new reference). Other statuses: *resp is the problem
@@ -52,6 +55,9 @@ int wclient_reregister(wclient_t *wc, int64_t stale_id, const atomic_int *stop);
 
 int64_t wclient_id(wclient_t *wc);         /* -1 before registration */
 int wclient_lease_ms(wclient_t *wc);
+/* The controller's request body cap from the registration answer
+ * ("max_body"), WCLIENT_MAX_BODY_DEFAULT until then or when it said none. */
+size_t wclient_max_body(wclient_t *wc);
 
 /* body (borrowed; NULL = {}) is e.g. {"store": {"objects", "bytes", "cap_bytes"}}. */
 int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body);

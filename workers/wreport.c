@@ -11,6 +11,7 @@
 typedef struct rnode {
     int64_t task;
     json_t *body;               /* owned */
+    size_t bytes;               /* body as sent: compact JSON plus its "task" */
     struct rnode *next;
 } rnode_t;
 
@@ -24,9 +25,13 @@ struct wreport {
     atomic_int give_up;         /* set when the drain deadline passed */
 };
 
-/* Most reports sent in one request: bounds the request body (each report
- * carries at most 4096 values per output). */
+/* Most reports sent in one request. The body is bounded by bytes as well:
+ * a batch's JSON stays under the controller's cap (wclient_max_body), which
+ * a handful of reports with 4096 values per output per shard can pass. */
 #define WREPORT_BATCH_MAX 64
+/* Room for the envelope {"reports":[...]} and each report's "task" field. */
+#define WREPORT_ENVELOPE_BYTES 64
+#define WREPORT_TASK_BYTES 32
 
 /* Delivers a batch in one request, retrying unreachable/5xx until give_up.
  * A batch is {"task": N, ...report} items in queue order. */
@@ -45,13 +50,39 @@ static void deliver(wreport_t *wr, const json_t *batch)
     }
 }
 
-/* Moves up to WREPORT_BATCH_MAX queued reports into a new batch array
- * (caller holds mu). Each report gains its "task" field. */
+/* Drops the "values" of every tensor of a report too large to send, so
+ * the job still ends (its shards keep their shapes and sums) instead of
+ * the report being refused 413 and the job waiting for it forever. */
+static void strip_values(int64_t task, json_t *body, size_t bytes, size_t cap)
+{
+    const char *name;
+    json_t *arr;
+    json_object_foreach(json_object_get(body, "outputs"), name, arr) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(arr, i, t)
+            json_object_del(t, "values");
+    }
+    log_warn("report of task %lld is %zu bytes, above the controller's body cap of %zu: its"
+             " outputs are sent without values (sums and shapes kept)",
+             (long long)task, bytes, cap);
+}
+
+/* Moves queued reports into a new batch array, at most WREPORT_BATCH_MAX
+ * and at most the controller's body cap in bytes, at least one (caller
+ * holds mu). Each report gains its "task" field. */
 static json_t *take_batch(wreport_t *wr)
 {
     json_t *batch = json_array();
+    size_t cap = wclient_max_body(wr->wc), used = WREPORT_ENVELOPE_BYTES;
     while (batch && wr->head && json_array_size(batch) < WREPORT_BATCH_MAX) {
         rnode_t *n = wr->head;
+        if (used + n->bytes + 1 > cap) {
+            if (json_array_size(batch) > 0)
+                break;                  /* next batch */
+            strip_values(n->task, n->body, n->bytes, cap);
+        }
+        used += n->bytes + 1;
         wr->head = n->next;
         if (!wr->head)
             wr->tail = NULL;
@@ -113,6 +144,9 @@ void wreport_push(wreport_t *wr, int64_t task, json_t *body)
     }
     n->task = task;
     n->body = body;
+    /* Sized once here, off the reporting thread's send path; 0 only on
+     * failure, and then the controller's own 413 is the backstop. */
+    n->bytes = json_dumpb(body, NULL, 0, JSON_COMPACT) + WREPORT_TASK_BYTES;
     n->next = NULL;
     pthread_mutex_lock(&wr->mu);
     if (wr->tail)

@@ -1,7 +1,10 @@
 /* wreport.h - the reporting thread: task reports leave the device threads
  * through a queue, so a slow or restarting controller never stalls a
  * device. Reports are sent in order, in batches of what the queue holds
- * (POST /v1/workers/{id}/reports); a batch that cannot be delivered because
+ * (POST /v1/workers/{id}/reports), each batch's body under the controller's
+ * cap ("max_body" of the registration answer); a single report above it is
+ * sent without its tensors' values (sums and shapes kept) rather than
+ * refused, so its job still ends. A batch that cannot be delivered because
  * the controller is unreachable (or answers 5xx) is retried with backoff;
  * 4xx answers (409: not leased to us / already reported) are final.
  *

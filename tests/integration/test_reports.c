@@ -1,0 +1,163 @@
+/* test_reports.c - a worker's reports always fit the controller's body cap.
+ *
+ * A report carries every output tensor of every local shard, with values
+ * up to 4096 elements each, so a few of them pass atolld's --max-body. A
+ * batch over the cap used to be refused 413 and dropped: the job stayed
+ * "running" for ever (found with 6 computations of 4 x 4096 values on a
+ * 4-device worker at the default 1 MiB). Now the registration answer says
+ * the cap ("max_body"), the worker batches reports under it, and a single
+ * report above it goes without its values (sums and shapes kept).
+ *
+ * Cluster: main=4 with one 4-device worker, spare=1 for a played worker;
+ * atolld at --max-body 262144 (256 KiB), so both cases happen at small
+ * sizes. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "itest.h"
+
+#define REP_CAP "262144"
+#define REP_COMPS 16
+
+static json_int_t atoll_rep_cap(void)
+{
+    return (json_int_t)strtoll(REP_CAP, NULL, 10);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    static const char *const islands[] = {"main=4", "spare=1"};
+    static const char *const extra[] = {"--max-body", REP_CAP, NULL};
+    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 2, extra) != 0 ||
+        hx_worker_start(&itest_cluster, "main", 4) != 0)
+        return -1;
+    return hx_client_init(&itest_client, itest_cluster.url);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return itest_stop();
+}
+
+/* A job of `ncomp` independent computations on a [4] slice, each output
+ * y = iota([n]) * 0.1 on every shard (f32: values print long, ~19 bytes). Returns the document (caller frees). */
+static char *iota_job(int ncomp, int n)
+{
+    size_t cap = 256 + (size_t)ncomp * 200, len = 0;
+    char *doc = malloc(cap);
+    if (!doc)
+        return NULL;
+    len += (size_t)snprintf(doc + len, cap - len,
+                            "{\"name\":\"rep\",\"slices\":{\"s\":{\"shape\":[4]}},"
+                            "\"computations\":[");
+    for (int c = 0; c < ncomp; c++)
+        len += (size_t)snprintf(doc + len, cap - len,
+                                "%s{\"name\":\"c%d\",\"slice\":\"s\",\"ops\":["
+                                "{\"op\":\"iota\",\"out\":\"x\",\"shape\":[%d]},"
+                                "{\"op\":\"scale\",\"out\":\"y\",\"args\":[\"x\"],"
+                                "\"factor\":0.1}],\"outputs\":[\"y\"]}",
+                                c ? "," : "", c, n);
+    snprintf(doc + len, cap - len, "]}");
+    return doc;
+}
+
+/* Runs the job to success and returns its shard results (caller decrefs). */
+static json_t *run_and_fetch(int ncomp, int n)
+{
+    char *doc = iota_job(ncomp, n);
+    int64_t id = -1;
+    T_CHECK(doc != NULL, "out of memory");
+    int status = hx_job_submit(&itest_client, doc, &id, NULL);
+    free(doc);
+    T_CHECK(status == 201, "submit returned %d", status);
+    json_decref(itest_wait_state(id, "succeeded"));
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "/result", id);
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+            "GET %s", path);
+    json_t *outs = json_incref(json_object_get(r.json, "outputs"));
+    hx_resp_clear(&r);
+    T_CHECK(json_object_size(outs) == (size_t)ncomp, "want %d outputs", ncomp);
+    return outs;
+}
+
+/* Every shard of every output: shape [n], sum of 0.1 i, and (with
+ * want_values) every value exact (the f32 product); without, no values. */
+static void check_outputs(const json_t *outs, int n, int want_values)
+{
+    double want_sum = 0.1 * (double)n * (double)(n - 1) / 2;
+    const char *name;
+    json_t *shards;
+    json_object_foreach((json_t *)outs, name, shards) {
+        T_CHECK(json_array_size(shards) == 4, "%s: 4 shards", name);
+        for (size_t s = 0; s < 4; s++) {
+            const json_t *t = json_array_get(shards, s);
+            const json_t *vals = json_object_get(t, "values");
+            double sum = json_number_value(json_object_get(t, "sum"));
+            T_CHECK(json_integer_value(json_array_get(json_object_get(t, "shape"), 0)) == n,
+                    "%s[%zu]: shape", name, s);
+            T_CHECK(fabs(sum - want_sum) <= 1e-5 * want_sum, "%s[%zu]: sum %g, want %g", name,
+                    s, sum, want_sum);
+            T_CHECK(want_values ? json_array_size(vals) == (size_t)n : vals == NULL,
+                    "%s[%zu]: values %s expected", name, s, want_values ? "" : "not");
+            for (int i = 0; want_values && i < n; i++)
+                T_CHECK(json_number_value(json_array_get(vals, (size_t)i)) ==
+                            (double)((float)i * 0.1f),
+                        "%s[%zu][%d] wrong", name, s, i);
+        }
+    }
+}
+
+/* 16 reports of ~75 KB each (4 shards x 1024 values) are ready at once:
+ * sent whole in one batch they would be ~1.2 MB, over the cap. */
+static void test_batches_fit_the_cap(void **state)
+{
+    (void)state;
+    json_t *outs = run_and_fetch(REP_COMPS, 1024);
+    check_outputs(outs, 1024, 1);
+    json_decref(outs);
+}
+
+/* One report of ~300 KB (4 shards x 4096 values), alone above the cap:
+ * the job still succeeds, with sums and shapes and without values. */
+static void test_oversize_report_keeps_sums(void **state)
+{
+    (void)state;
+    json_t *outs = run_and_fetch(1, 4096);
+    check_outputs(outs, 4096, 0);
+    json_decref(outs);
+}
+
+/* The cap workers batch by is in the registration answer (a played
+ * worker on the spare island; it never polls, nothing runs there). */
+static void test_register_says_cap(void **state)
+{
+    (void)state;
+    hx_resp_t r;
+    char *reg = hx_text_q("{'island':'spare','devices':1,'data_addr':'127.0.0.1:1'}");
+    T_CHECK(reg && hx_request(&itest_client, "POST", "/v1/workers", reg, strlen(reg), &r) == 0,
+            "POST /v1/workers");
+    free(reg);
+    long st = r.status;
+    json_int_t cap = json_integer_value(json_object_get(r.json, "max_body"));
+    hx_resp_clear(&r);
+    T_CHECK(st == 201 && cap == atoll_rep_cap(), "registered %ld with max_body %lld", st,
+            (long long)cap);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_batches_fit_the_cap, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_oversize_report_keeps_sums, itest_cancel_leftovers),
+        cmocka_unit_test(test_register_says_cap),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
