@@ -135,6 +135,35 @@ int gspmd_shard_primary(const shd_t *s, const gspmd_mesh_t *mesh, int shard)
     return 1;
 }
 
+json_t *gspmd_full_values_json(const gspmd_t *g, const comp_t *c, const gspmd_mesh_t *mesh)
+{
+    json_t *o = json_object();
+    for (int k = 0; o && k < c->noutputs; k++) {
+        const char *name = c->vnames[c->outputs[k]];
+        int gv = -1;
+        for (int v = 0; v < g->global->nvalues && gv < 0; v++)
+            if (strcmp(g->global->vnames[v], name) == 0)
+                gv = v;
+        if (gv < 0)
+            continue;
+        const shape_t *gs = &g->global->vshapes[gv];
+        shape_t ls;
+        gspmd_local_shape(gs, &g->vshd[gv], mesh, &ls);
+        if (shape_numel(gs) > GSPMD_GLOBAL_VALUES_MAX || shape_numel(&ls) <= GSPMD_SHARD_VALUES_MAX)
+            continue;
+        unsigned used = shd_used(&g->vshd[gv]);
+        json_t *axes = json_array();
+        for (int a = 0; axes && a < mesh->shape.rank; a++)
+            if (!(used & (1u << a)))
+                json_array_append_new(axes, json_integer(a));
+        if (!axes || json_object_set_new(o, name, axes) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
 /* Copies a value name (always < NAME_MAX_LEN, NUL-terminated). */
 static void name_copy(char *dst, const char *src)
 {

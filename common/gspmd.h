@@ -109,4 +109,19 @@ void gspmd_shard_offsets(const shd_t *s, const gspmd_mesh_t *mesh, const shape_t
  * the sharding does not use (the replicas of a piece agree)? */
 int gspmd_shard_primary(const shd_t *s, const gspmd_mesh_t *mesh, int shard);
 
+/* Largest global value GET .../result?view=global gives element by element
+ * (DESIGN Part C), and the most values one piece of it is reported with. */
+#define GSPMD_GLOBAL_VALUES_MAX 65536
+/* Per-shard outputs are reported with values up to this many elements
+ * (DESIGN Part A). */
+#define GSPMD_SHARD_VALUES_MAX 4096
+
+/* The host task's "full_values" for global computation c (docs/worker-
+ * protocol.md): {output: [replica mesh axes]} for each output whose global
+ * value has at most GSPMD_GLOBAL_VALUES_MAX elements but whose pieces have
+ * more than GSPMD_SHARD_VALUES_MAX: the shards with coordinate 0 on every
+ * listed axis (one copy of each piece) report its values anyway, so the
+ * global view can show them. New reference ({} when none), or NULL on OOM. */
+json_t *gspmd_full_values_json(const gspmd_t *g, const comp_t *c, const gspmd_mesh_t *mesh);
+
 #endif

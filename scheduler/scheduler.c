@@ -166,6 +166,23 @@ static json_t *task_sends(const job_plan_t *plan, int c)
     return sends;
 }
 
+/* A global computation's "full_values" (gspmd.h), set on base when it
+ * names any output. 0, or -1 on OOM. */
+static int task_full_values(const job_plan_t *plan, const comp_t *cp, json_t *base)
+{
+    const job_slice_t *sl = &plan->slices[cp->slice];
+    gspmd_mesh_t mesh = {.shape = sl->shape};
+    memcpy(mesh.axes, sl->axes, sizeof mesh.axes);
+    json_t *fv = gspmd_full_values_json(cp->gspmd, cp, &mesh);
+    if (!fv)
+        return -1;
+    if (json_object_size(fv) == 0) {
+        json_decref(fv);
+        return 0;
+    }
+    return json_object_set_new(base, "full_values", fv);
+}
+
 /* What every host task of computation c has in common (TASK of
  * docs/worker-protocol.md without "task", "shards" and "devices"); new
  * reference, or NULL. O(computation size), never O(shards). */
@@ -181,11 +198,16 @@ static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_
     json_t *comp = cp->gspmd ? cp->gspmd->lowered
                  : cp->run_json ? cp->run_json   /* a run computation, lowered (Part F) */
                  : json_array_get(json_object_get(doc, "computations"), (size_t)c);
-    return json_pack("{s:I, s:i, s:i, s:I, s:s, s:o, s:O, s:o, s:o}",
-                     "job", (json_int_t)job->id, "attempt", job->attempt, "comp", c,
-                     "seq", (json_int_t)seq, "slice", plan->slices[cp->slice].name,
-                     "slice_shape", shape_json(&cp->slice_shape), "computation", comp,
-                     "input_shapes", inputs, "sends", task_sends(plan, c));
+    json_t *base = json_pack("{s:I, s:i, s:i, s:I, s:s, s:o, s:O, s:o, s:o}",
+                             "job", (json_int_t)job->id, "attempt", job->attempt, "comp", c,
+                             "seq", (json_int_t)seq, "slice", plan->slices[cp->slice].name,
+                             "slice_shape", shape_json(&cp->slice_shape), "computation", comp,
+                             "input_shapes", inputs, "sends", task_sends(plan, c));
+    if (base && cp->gspmd && task_full_values(plan, cp, base) != 0) {
+        json_decref(base);
+        base = NULL;
+    }
+    return base;
 }
 
 /* One shard of a computation and the device that runs it. */

@@ -8,6 +8,7 @@
 
 #include "alloc.h"
 #include "auth.h"
+#include "report_decode.h"
 #include "scheduler.h"
 #include "store.h"
 #include "util.h"
@@ -301,9 +302,11 @@ void api_jobs_result(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 400, "view", "view must be global or shards");
         return;
     }
-    int rc = store_job_result(st, id, &res, state);
-    if (rc == STORE_OK && view && strcmp(view, "global") == 0 &&
-        api_result_global(st, id, res) != 0) {
+    int global = view && strcmp(view, "global") == 0;
+    /* The global view assembles whole pieces a per-shard answer omits. */
+    int rc = store_job_result(st, id, global ? REPORT_VALUES_MAX : STORE_SHARD_VALUES_MAX, &res,
+                              state);
+    if (rc == STORE_OK && global && api_result_global(st, id, res) != 0) {
         json_decref(res);
         http_problem(resp, 500, NULL, "could not assemble the global results of job %ld",
                      (long)id);

@@ -13,9 +13,6 @@
 #include "gspmd.h"
 #include "store.h"
 
-/* Largest global value whose elements view=global lists (Part C). */
-#define GLOBAL_VALUES_MAX 65536
-
 static json_t *shape_json(const shape_t *s)
 {
     if (s->rank < 0)            /* a run computation's undeclared output */
@@ -142,7 +139,7 @@ static json_t *assemble(const json_t *shards, const shape_t *gs, const shd_t *s,
     shape_t ls;
     gspmd_local_shape(gs, s, mesh, &ls);
     int64_t n = shape_numel(gs);
-    float *buf = n <= GLOBAL_VALUES_MAX ? calloc((size_t)n, sizeof *buf) : NULL;
+    float *buf = n <= GSPMD_GLOBAL_VALUES_MAX ? calloc((size_t)n, sizeof *buf) : NULL;
     int have_values = buf != NULL;
     double sum = 0.0;
     size_t k;

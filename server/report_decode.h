@@ -17,8 +17,10 @@
 
 /* Most reports in one batch (POST /v1/workers/{id}/reports). */
 #define REPORT_BATCH_MAX 1024
-/* Most listed values in one output. */
-#define REPORT_VALUES_MAX 4096
+/* Most listed values in one output: a piece of a global value of up to
+ * GSPMD_GLOBAL_VALUES_MAX elements (gspmd.h "full_values"); the shards
+ * view lists only tensors of at most STORE_SHARD_VALUES_MAX (store.h). */
+#define REPORT_VALUES_MAX 65536
 
 /* The batch envelope {"reports": [1..REPORT_BATCH_MAX items]}: sets
  * *reports (borrowed from body) or returns 400. */

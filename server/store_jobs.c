@@ -518,7 +518,7 @@ int store_job_cancel(store_t *st, int64_t id, char state_out[16])
 }
 
 /* One shard's entry of the result: {"shard","shape","sum","values"?}. */
-static json_t *result_shard(sqlite3_stmt *s)
+static json_t *result_shard(sqlite3_stmt *s, int64_t max_values)
 {
     json_t *e = json_object();
     json_object_set_new(e, "shard", json_integer(sqlite3_column_int64(s, 2)));
@@ -527,7 +527,7 @@ static json_t *result_shard(sqlite3_stmt *s)
                                       ? json_null() : json_real(sqlite3_column_double(s, 4)));
     const float *vals = sqlite3_column_blob(s, 5);
     int bytes = sqlite3_column_bytes(s, 5);
-    if (vals) {
+    if (vals && bytes / (int)sizeof(float) <= max_values) {
         json_t *arr = json_array();
         /* JSON has no NaN or infinity: such elements are null. */
         for (int i = 0; i < bytes / (int)sizeof(float); i++)
@@ -537,7 +537,8 @@ static json_t *result_shard(sqlite3_stmt *s)
     return e;
 }
 
-int store_job_result(store_t *st, int64_t id, json_t **out, char state_out[16])
+int store_job_result(store_t *st, int64_t id, int64_t max_values, json_t **out,
+                     char state_out[16])
 {
     static const char sql[] =
         "SELECT c.name, o.value, o.shard, o.shape, o.sum, o.vals FROM outputs o"
@@ -564,7 +565,7 @@ int store_job_result(store_t *st, int64_t id, json_t **out, char state_out[16])
             arr = json_array();
             json_object_set_new(outputs, key, arr);
         }
-        json_array_append_new(arr, result_shard(s));
+        json_array_append_new(arr, result_shard(s, max_values));
     }
     sqlite3_reset(s);
     json_object_set_new(res, "id", json_integer(id));

@@ -455,7 +455,7 @@ static json_t *json_num(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
-json_t *exec_tensor_json(const tensor_t *t)
+json_t *exec_tensor_json(const tensor_t *t, int64_t max_values)
 {
     json_t *o = json_object();
     json_t *shape = json_array();
@@ -472,7 +472,7 @@ json_t *exec_tensor_json(const tensor_t *t)
     if (json_object_set_new(o, "sum", json_num(tensor_sum(t))) != 0)
         goto fail;
     int64_t n = shape_numel(&t->shape);
-    if (n <= EXEC_MAX_REPORTED_VALUES) {
+    if (n <= max_values) {
         json_t *vals = json_array();
         if (json_object_set_new(o, "values", vals) != 0)
             goto fail;
@@ -510,7 +510,11 @@ static json_t *run_outputs_json(run_t *r)
         }
         for (int l = 0; l < r->nl; l++) {
             ostore_obj_t *o = r->objs[l * r->nv + v];
-            if (!o || json_array_append_new(arr, exec_tensor_json(ostore_tensor(o))) != 0) {
+            /* One replica of each piece of a small global value reports
+             * it whole, for the global view (wtask_full_values). */
+            int64_t max = wtask_full_values(r->t, r->comp->vnames[v], r->t->shards[l])
+                              ? GSPMD_GLOBAL_VALUES_MAX : GSPMD_SHARD_VALUES_MAX;
+            if (!o || json_array_append_new(arr, exec_tensor_json(ostore_tensor(o), max)) != 0) {
                 json_decref(outs);
                 return NULL;
             }

@@ -19,8 +19,6 @@
 #include "ostore.h"
 #include "wtask.h"
 
-/* Largest output reported element by element (DESIGN.md: values when <= 4096). */
-#define EXEC_MAX_REPORTED_VALUES 4096
 
 /* An all_reduce of at least this many bytes per shard, in a group of 3 or
  * more, sums in the ring's order (coll_fold_ring: chunk c from position c
@@ -78,7 +76,8 @@ json_t *exec_run_task(const exec_env_t *env, const wtask_t *t);
 json_t *exec_report_failed(const char *error);
 json_t *exec_report_cancelled(void);
 
-/* {"shape": [...], "sum": S, "values": [...] (when small)}; NULL on OOM. */
-json_t *exec_tensor_json(const tensor_t *t);
+/* {"shape": [...], "sum": S, "values": [...] (when at most max_values
+ * elements)}; NULL on OOM. */
+json_t *exec_tensor_json(const tensor_t *t, int64_t max_values);
 
 #endif

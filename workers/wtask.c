@@ -394,6 +394,63 @@ static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
     return 0;
 }
 
+/* "full_values": {value: [distinct slice axes]}, optional. */
+static int parse_full_values(const json_t *j, wtask_t *t, char *err, size_t errlen)
+{
+    const json_t *o = json_object_get(j, "full_values");
+    if (!o)
+        return 0;
+    if (!json_is_object(o) || json_object_size(o) > JOB_MAX_OPS) {
+        snprintf(err, errlen, "task 'full_values' must be an object of at most %d", JOB_MAX_OPS);
+        return -1;
+    }
+    if (json_object_size(o) == 0)
+        return 0;
+    if (!(t->full = calloc(json_object_size(o), sizeof *t->full))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    const char *name;
+    const json_t *axes;
+    json_object_foreach((json_t *)o, name, axes) {
+        wtask_full_t *f = &t->full[t->nfull++];
+        size_t i;
+        const json_t *a;
+        if (strlen(name) >= sizeof f->value || !json_is_array(axes)) {
+            snprintf(err, errlen, "task 'full_values' maps value names to arrays of axes");
+            return -1;
+        }
+        memcpy(f->value, name, strlen(name) + 1);
+        json_array_foreach(axes, i, a) {
+            json_int_t ax = json_integer_value(a);
+            if (!json_is_integer(a) || ax < 0 || ax >= t->slice_shape.rank ||
+                (f->replica_axes & (1u << ax))) {
+                snprintf(err, errlen, "task 'full_values.%s' must list distinct axes of the"
+                         " slice", f->value);
+                return -1;
+            }
+            f->replica_axes |= 1u << ax;
+        }
+    }
+    return 0;
+}
+
+int wtask_full_values(const wtask_t *t, const char *value, int shard)
+{
+    for (int i = 0; i < t->nfull; i++) {
+        if (strcmp(t->full[i].value, value) != 0)
+            continue;
+        int64_t stride = 1;
+        for (int a = t->slice_shape.rank - 1; a >= 0; a--) {
+            if ((t->full[i].replica_axes & (1u << a)) && (shard / stride) % t->slice_shape.dim[a])
+                return 0;
+            stride *= t->slice_shape.dim[a];
+        }
+        return 1;
+    }
+    return 0;
+}
+
 static int parse_body(const json_t *j, wtask_t *t, int ndevices, char *err, size_t errlen)
 {
     if (parse_ids(j, t, err, errlen) || parse_slice(j, t, err, errlen))
@@ -414,7 +471,8 @@ static int parse_body(const json_t *j, wtask_t *t, int ndevices, char *err, size
         snprintf(err, errlen, "this worker's data address is not in the placement");
         return -1;
     }
-    return parse_shards(j, t, ndevices, err, errlen) || parse_sends(j, t, err, errlen) ? -1 : 0;
+    return parse_shards(j, t, ndevices, err, errlen) || parse_sends(j, t, err, errlen) ||
+           parse_full_values(j, t, err, errlen) ? -1 : 0;
 }
 
 int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
@@ -455,6 +513,7 @@ void wtask_free(wtask_t *t)
     for (int i = 0; t->sends && i < t->nsends; i++)
         free(t->sends[i].edge);
     free(t->sends);
+    free(t->full);
     wplace_unref(t->place);
     free(t);
 }

@@ -82,6 +82,14 @@ typedef struct wtask_send {
                                           consumer shard; owned; NULL: shard k to shard k */
 } wtask_send_t;
 
+/* An output of a global computation whose pieces are reported with up to
+ * GSPMD_GLOBAL_VALUES_MAX values by one replica each (the task's
+ * "full_values", gspmd.h). */
+typedef struct wtask_full {
+    char value[NAME_MAX_LEN];
+    unsigned replica_axes;             /* bit per slice axis */
+} wtask_full_t;
+
 typedef struct wtask {
     int64_t id;
     int64_t job;
@@ -97,6 +105,8 @@ typedef struct wtask {
     int32_t *devices;                  /* nlocal worker-local devices */
     int nsends;
     wtask_send_t *sends;
+    int nfull;
+    wtask_full_t *full;                /* "full_values"; NULL when none */
     wplace_t *place;                   /* one reference */
 } wtask_t;
 
@@ -114,6 +124,11 @@ static inline int wtask_proc_of(const wtask_t *t, int k)
 {
     return t->place->slices[t->slice].proc_of[k];
 }
+
+/* Non-zero when shard `shard`'s output `value` is reported with up to
+ * GSPMD_GLOBAL_VALUES_MAX values: the value is listed in "full_values" and
+ * the shard's coordinate is 0 on each of its replica axes. */
+int wtask_full_values(const wtask_t *t, const char *value, int shard);
 
 /* compiler_input_fn over a task's input_shapes (ctx: the wtask_t). */
 int wtask_input_shape(void *ctx, const char *from, shape_t *shape);

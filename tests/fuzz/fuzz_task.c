@@ -67,6 +67,15 @@ static void check_task(const wtask_t *t, int64_t id)
             t->place->slices[t->sends[i].slice].nshards <= t->shards[t->nlocal - 1] ||
             !memchr(t->sends[i].value, '\0', sizeof t->sends[i].value))
             abort();
+    /* full_values: names terminated, axes inside the slice; shard 0 (all
+     * coordinates 0) is always the reporting replica of a listed value. */
+    for (int i = 0; i < t->nfull; i++)
+        if (!memchr(t->full[i].value, '\0', sizeof t->full[i].value) ||
+            (t->full[i].replica_axes >> t->slice_shape.rank) != 0 ||
+            !wtask_full_values(t, t->full[i].value, 0))
+            abort();
+    for (int l = 0; l < t->nlocal; l++)
+        (void)wtask_full_values(t, "y", t->shards[l]);
 }
 
 static void compile_task(const wtask_t *t)
