@@ -125,12 +125,25 @@ int coll_piece_shape(const op_t *op, const shape_t *arg_shape, int n, shape_t *o
     return 0;
 }
 
+/* pos + sign * shift mod n (true modulo), or the pairs' table. */
+static int ppermute_map(const op_t *op, int n, int pos, int sign)
+{
+    if (!op || n < 1 || pos < 0 || pos >= n || (op->perm && op->nperm != n))
+        return -1;
+    if (op->perm)
+        return op->perm[(sign < 0 ? 0 : n) + pos];
+    int64_t s = ((int64_t)pos + sign * (op->shift % n)) % n;     /* in (-n, n) */
+    return (int)(s < 0 ? s + n : s);
+}
+
 int coll_ppermute_source(const op_t *op, int n, int pos)
 {
-    if (!op || n < 1 || pos < 0 || pos >= n)
-        return -1;
-    int64_t s = ((int64_t)pos - op->shift % n) % n;     /* in (-n, n) */
-    return (int)(s < 0 ? s + n : s);
+    return ppermute_map(op, n, pos, -1);
+}
+
+int coll_ppermute_target(const op_t *op, int n, int pos)
+{
+    return ppermute_map(op, n, pos, 1);
 }
 
 static float reduce2(reduce_kind_t k, float a, float b)
@@ -240,9 +253,9 @@ int coll_combine(const op_t *op, const tensor_t *const *pieces, int n, int pos,
     case OP_ALL_GATHER:
         return pieces_ok(pieces, n, 1) ? concat_of(pieces, n, op->axis, out) : -1;
     case OP_PPERMUTE:
-        if (!pieces[0])
-            return -1;
-        *out = tensor_clone(pieces[0]);
+        if (!pieces[0] && coll_ppermute_source(op, n, pos) >= 0)
+            return -1;                  /* a sender's piece is missing */
+        *out = pieces[0] ? tensor_clone(pieces[0]) : tensor_new(&op->shape);
         return *out ? 0 : -1;
     case OP_ALL_TO_ALL:
         return pieces_ok(pieces, n, 0) ? combine_all_to_all(op, pieces, n, pos, out) : -1;

@@ -31,7 +31,8 @@ int coll_group_member(const shape_t *slice_shape, unsigned mesh_axes, int leader
  * The exchange patterns (v0, direct):
  *   all_reduce, all_gather, reduce_scatter: every member sends its whole
  *     argument to every other member.
- *   ppermute: member p sends its argument to member (p + shift) mod n.
+ *   ppermute: member p sends its argument to member (p + shift) mod n, or
+ *     to the target its "pairs" give it (none: it sends nothing).
  *   all_to_all: member p sends chunk j (of split_axis) to member j.
  * coll_piece() returns a new tensor (caller frees) holding what position
  * `pos` sends to position `dst`, or NULL on OOM. */
@@ -44,13 +45,18 @@ tensor_t *coll_piece(const op_t *op, const tensor_t *arg, int n, int pos, int ds
  * cannot be split n ways. */
 int coll_piece_shape(const op_t *op, const shape_t *arg_shape, int n, shape_t *out);
 /* The position whose piece `pos` receives in a ppermute: (pos - shift)
- * mod n, with a true modulo for any shift (negative or beyond n); -1 on
- * bad arguments. Every position receives exactly one piece. */
+ * mod n, with a true modulo for any shift (negative or beyond n), or the
+ * source "pairs" give it; -1 on bad arguments (n not the group size the
+ * pairs were compiled for) or when no pair targets pos (it gets zeros). */
 int coll_ppermute_source(const op_t *op, int n, int pos);
+/* The position `pos` sends its argument to in a ppermute: (pos + shift)
+ * mod n, or its pair's target; -1 on bad arguments or when it sends none. */
+int coll_ppermute_target(const op_t *op, int n, int pos);
 
 /* Combines the pieces this shard holds, indexed by source group position
  * (pieces[pos] is the shard's own contribution or own chunk), into the op's
- * result. For ppermute pieces has one entry: the received tensor.
+ * result. For ppermute pieces has one entry: the received tensor, or NULL
+ * when no member sends to this one (the result is then zeros of op->shape).
  * Allocates *out. Returns 0 or -1 (a missing piece, or shapes that do not
  * agree: never for pieces made by coll_piece() from compiled shapes).
  * Results are deterministic: reductions run in position order 0..n-1 in

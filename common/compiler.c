@@ -32,12 +32,12 @@ enum {
     F_ARGS = 1u << 0, F_SHAPE = 1u << 1, F_VALUE = 1u << 2, F_FACTOR = 1u << 3,
     F_AXIS = 1u << 4, F_REDUCE = 1u << 5, F_MESH = 1u << 6, F_SHIFT = 1u << 7,
     F_SPLIT = 1u << 8, F_CONCAT = 1u << 9, F_US = 1u << 10, F_FROM = 1u << 11,
-    F_SPEC = 1u << 12, F_RESHARD = 1u << 13,
+    F_SPEC = 1u << 12, F_RESHARD = 1u << 13, F_PAIRS = 1u << 14,
 };
 /* field_names[i] is the JSON key of bit i above. */
 static const char *const field_names[] = {
     "args", "shape", "value", "factor", "axis", "reduce", "mesh_axes",
-    "shift", "split_axis", "concat_axis", "us", "from", "spec", "reshard",
+    "shift", "split_axis", "concat_axis", "us", "from", "spec", "reshard", "pairs",
 };
 #define NFIELDS ((int)(sizeof field_names / sizeof field_names[0]))
 
@@ -76,7 +76,8 @@ static const op_spec_t op_specs[OP__COUNT] = {
     [OP_ALL_REDUCE] = {"all_reduce", 1, F_ARGS | F_REDUCE, F_MESH},
     [OP_ALL_GATHER] = {"all_gather", 1, F_ARGS | F_AXIS, F_MESH},
     [OP_REDUCE_SCATTER] = {"reduce_scatter", 1, F_ARGS | F_AXIS | F_REDUCE, F_MESH},
-    [OP_PPERMUTE] = {"ppermute", 1, F_ARGS | F_SHIFT, F_MESH},
+    /* exactly one of shift and pairs (op_ppermute) */
+    [OP_PPERMUTE] = {"ppermute", 1, F_ARGS, F_SHIFT | F_PAIRS | F_MESH},
     [OP_ALL_TO_ALL] = {"all_to_all", 1, F_ARGS | F_SPLIT | F_CONCAT, F_MESH},
     [OP_COMPUTE] = {"compute", 0, F_US, 0},
     [OP_SHARD_SLICE] = {"shard_slice", 1, F_ARGS | F_AXIS | F_MESH, 0},
@@ -644,9 +645,53 @@ static int op_divisible(cc_t *x, const char *key, const shape_t *a, int axis, in
     return 0;
 }
 
+/* ppermute: "shift" (member p's value goes to member (p + shift) mod g), or
+ * "pairs" [[source, target], ...] of member positions in [0, g), each
+ * source and each target at most once (a member no pair targets gets
+ * zeros). The pairs are kept as op->perm: 2g entries, the source of each
+ * target then the target of each source, -1 for none. */
+static int op_ppermute(cc_t *x, const json_t *opj, op_t *op, int64_t g)
+{
+    const json_t *shift = json_object_get(opj, "shift"), *pairs = json_object_get(opj, "pairs");
+    int64_t v;
+    if (!shift == !pairs)
+        return op_fail(x, pairs ? "pairs" : "shift", "ppermute takes shift or pairs, not %s",
+                       pairs ? "both" : "neither");
+    if (shift) {
+        if (read_int(shift, INT64_MIN, INT64_MAX, &v))
+            return op_fail(x, "shift", "shift must be an integer");
+        op->shift = v;
+        return 0;
+    }
+    if (!json_is_array(pairs) || json_array_size(pairs) < 1 || (int64_t)json_array_size(pairs) > g)
+        return op_fail(x, "pairs", "pairs must list 1 to %lld [source, target] pairs",
+                       (long long)g);
+    if (!(op->perm = malloc(sizeof *op->perm * 2 * (size_t)g)))
+        return op_fail(x, "pairs", "out of memory");
+    op->nperm = (int)g;
+    for (int64_t i = 0; i < 2 * g; i++)
+        op->perm[i] = -1;
+    size_t i;
+    const json_t *pr;
+    json_array_foreach(pairs, i, pr) {
+        int64_t src, dst;
+        if (!json_is_array(pr) || json_array_size(pr) != 2 ||
+            read_int(json_array_get(pr, 0), 0, g - 1, &src) ||
+            read_int(json_array_get(pr, 1), 0, g - 1, &dst))
+            return op_fail(x, "pairs", "pairs[%zu] must be [source, target], positions 0..%lld",
+                           i, (long long)(g - 1));
+        if (op->perm[dst] >= 0 || op->perm[g + src] >= 0)
+            return op_fail(x, "pairs", "pairs[%zu]: each source and each target at most once",
+                           i);
+        op->perm[dst] = (int32_t)src;
+        op->perm[g + src] = (int32_t)dst;
+    }
+    return 0;
+}
+
 static int op_collective(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
 {
-    int64_t g, v;
+    int64_t g;
     int rc = op_mesh(x, opj, op, &g);
     if (rc)
         return rc;
@@ -666,10 +711,7 @@ static int op_collective(cc_t *x, const json_t *opj, op_t *op, const shape_t *a)
         op->shape.dim[op->axis] /= g;
         return 0;
     case OP_PPERMUTE:
-        if (read_int(json_object_get(opj, "shift"), INT64_MIN, INT64_MAX, &v))
-            return op_fail(x, "shift", "shift must be an integer");
-        op->shift = v;
-        return 0;
+        return op_ppermute(x, opj, op, g);
     case OP_ALL_TO_ALL:
         if ((rc = op_axis(x, opj, "split_axis", a->rank, &op->split_axis)) ||
             (rc = op_axis(x, opj, "concat_axis", a->rank, &op->concat_axis)) ||
@@ -1069,6 +1111,8 @@ static int comp_body(const json_t *cj, const char *prefix, comp_t *c, int global
 /* Frees what a comp_t owns (not the struct itself). */
 static void comp_release(comp_t *c)
 {
+    for (int i = 0; c->ops && i < c->nops; i++)
+        free(c->ops[i].perm);
     free(c->ops);
     free(c->vnames);
     free(c->vshapes);

@@ -57,7 +57,11 @@ typedef struct op {
     int axis;                   /* reduce_sum (-1 = all axes), all_gather, reduce_scatter */
     reduce_kind_t reduce;       /* all_reduce, reduce_scatter */
     unsigned mesh_axes;         /* collectives: bit i = slice axis i; 0 = every axis */
-    int64_t shift;              /* ppermute */
+    int64_t shift;              /* ppermute with "shift" */
+    int32_t *perm;              /* ppermute with "pairs": nperm sources by target, then
+                                   nperm targets by source (-1: none); owned, freed with
+                                   the comp; NULL for "shift" */
+    int nperm;                  /* the group size the pairs were checked against */
     int split_axis, concat_axis;/* all_to_all */
     int64_t us;                 /* compute */
     int input;                  /* OP_INPUT: index into comp->inputs */

@@ -746,6 +746,83 @@ static int rs_a2a(rs_t *r, const shd_t *to, int *rc)
     return 0;
 }
 
+/* Row-major index of the piece shard k holds under s (every dim split
+ * into factor(s, d) chunks). */
+static int64_t piece_of(const rs_t *r, const shd_t *s, int k)
+{
+    const gspmd_mesh_t *m = r->L->m;
+    shape_t ls;
+    int64_t off[TENSOR_MAX_RANK], id = 0;
+    gspmd_local_shape(r->gs, s, m, &ls);
+    gspmd_shard_offsets(s, m, r->gs, k, off);
+    for (int d = 0; d < r->gs->rank; d++)
+        id = id * shd_factor(s, d, m) + (ls.dim[d] ? off[d] / ls.dim[d] : 0);
+    return id;
+}
+
+/* The pairs of a ppermute over the whole slice taking layout cur to `to`
+ * (same chunk count per dim): target t gets its piece from the j-th holder
+ * of that piece under cur, j being t's ordinal among the piece's holders
+ * under `to`, so every shard sends once and receives once (replicas share
+ * the sending). New reference, or NULL on OOM. */
+static json_t *permute_pairs(const rs_t *r, const shd_t *to)
+{
+    int n = (int)shape_numel(&r->L->m->shape);
+    int64_t npieces = 1;
+    for (int d = 0; d < r->gs->rank; d++)
+        npieces *= shd_factor(to, d, r->L->m);
+    /* holders of each piece under cur, grouped by piece (counting sort) */
+    int *start = calloc((size_t)npieces + 1, sizeof *start), *list = malloc(sizeof *list * (size_t)n);
+    int *seen = calloc((size_t)npieces, sizeof *seen);
+    json_t *pairs = start && list && seen ? json_array() : NULL;
+    for (int k = 0; pairs && k < n; k++)
+        start[piece_of(r, &r->cur, k) + 1]++;
+    for (int64_t p = 0; pairs && p < npieces; p++)
+        start[p + 1] += start[p];
+    for (int k = 0; pairs && k < n; k++) {
+        int64_t p = piece_of(r, &r->cur, k);
+        list[start[p] + seen[p]++] = k;
+    }
+    memset(seen, 0, pairs ? sizeof *seen * (size_t)npieces : 0);
+    for (int t = 0; pairs && t < n; t++) {
+        int64_t p = piece_of(r, to, t);
+        int src = list[start[p] + seen[p]++];
+        if (json_array_append_new(pairs, json_pack("[i, i]", src, t)) != 0) {
+            json_decref(pairs);
+            pairs = NULL;
+        }
+    }
+    free(start);
+    free(list);
+    free(seen);
+    return pairs;
+}
+
+/* collective permute: when cur and `to` split every dim into as many
+ * chunks but over other mesh axes (an axis moved to another dim, two
+ * swapped, a split moved to an unused axis), each shard needs exactly one
+ * other shard's piece: one ppermute, moving one piece per shard (a gather
+ * and slice would move the whole dim). 1 when it applies. */
+static int rs_permute(rs_t *r, const shd_t *to, int *rc)
+{
+    const gspmd_mesh_t *m = r->L->m;
+    if (r->cur.partial || to->partial || shd_eq(&r->cur, to))
+        return 0;
+    for (int d = 0; d < r->cur.rank; d++)
+        if (shd_factor(&r->cur, d, m) != shd_factor(to, d, m))
+            return 0;
+    r->cost += local_numel(r, to);
+    json_t *op = NULL;
+    if (!r->dry) {
+        json_t *pairs = permute_pairs(r, to);
+        op = pairs ? json_pack("{s:s, s:o, s:o}", "op", "ppermute", "pairs", pairs, "mesh_axes",
+                               mask_json((1u << m->shape.rank) - 1, m->shape.rank))
+                   : NULL;
+    }
+    *rc = rs_step(r, op, to);
+    return 1;
+}
+
 static int rs_gather(rs_t *r, const shd_t *to, int d)
 {
     const gspmd_mesh_t *m = r->L->m;
@@ -787,6 +864,8 @@ static int rs_slice(rs_t *r, const shd_t *to, int d)
 static int rs_run(rs_t *r, const shd_t *to)
 {
     int rc = 0;
+    if (rs_permute(r, to, &rc))
+        return rc;
     while (!rc && rs_a2a(r, to, &rc))
         ;
     for (int d = 0; !rc && d < r->cur.rank; d++)

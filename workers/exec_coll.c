@@ -6,7 +6,7 @@
  *     argument, so a process that holds any member of s's group gets it
  *     once, whatever the number of its members there;
  *   all_to_all: member j at position pj needs chunk pj of s's argument;
- *   ppermute: member (ps + shift) mod n needs s's argument.
+ *   ppermute: member coll_ppermute_target(ps) needs s's argument.
  * The pack from process P to process Q is the concatenation, over P's
  * shards of the slice in increasing order, of the pieces Q needs from each
  * (all_to_all: in Q's members' position order). Both ends derive it from
@@ -110,8 +110,8 @@ static int64_t pack_walk_shard(coll_t *c, int s, int lead, int ps, int q, piece_
         }
         return total;
     case OP_PPERMUTE: {
-        int64_t sh = c->op->shift % c->n;
-        int j = coll_group_member(c->ss, c->axes, lead, (int)((ps + sh + c->n) % c->n));
+        int t = coll_ppermute_target(c->op, c->n, ps);
+        int j = t < 0 ? -1 : coll_group_member(c->ss, c->axes, lead, t);
         if (j < 0 || j == s || c->proc_of[j] != q)
             return 0;
         if (fn)
@@ -446,6 +446,9 @@ static int combine(coll_t *c, tensor_t **outs)
     }
     for (int l = 0; l < c->nl; l++) {
         const tensor_t *const *pc = &c->pieces[(size_t)l * c->n];
+        /* A ppermute member no pair targets gets zeros: nothing to wait for. */
+        if (c->op->code == OP_PPERMUTE)
+            need = coll_ppermute_source(c->op, c->n, c->pos[l]) >= 0;
         for (int p = 0; p < need; p++)
             if (!pc[p]) {
                 snprintf(c->r->err, sizeof c->r->err, "%s op %d: no piece from position %d",

@@ -221,6 +221,44 @@ static void test_mlp_training_example(void **state)
             first, last);
 }
 
+/* A split moved from mesh axis x to y (both 4) on a [4,4] slice over four
+ * workers: one inserted ppermute with explicit pairs (16 of them) moves
+ * each shard's piece, across processes, and the global value is exact. */
+static void test_ppermute_reshard(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{'slices':{'m':{'shape':[4,4],'island':'west'}},'computations':[{'name':'p',"
+        "'slice':'m','global':true,'ops':["
+        "{'op':'iota','out':'a','shape':[8,12],'sharding':['x',null]},"
+        "{'op':'neg','out':'b','args':['a'],'sharding':['y',null]}],'outputs':['b']}]}";
+    double want[8 * 12];
+    int64_t id;
+    json_decref(itest_run_ok(doc, &id));
+    for (int e = 0; e < 8 * 12; e++)
+        want[e] = -e;
+    check_global(id, "p.b", (const int64_t[]){8, 12}, 2, want);
+    char path[96];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/program", (long long)id);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+            "GET %s failed", path);
+    json_t *comp = json_array_get(json_object_get(r.json, "computations"), 0), *op;
+    size_t i;
+    int npermute = 0, npairs = 0;
+    json_array_foreach(json_object_get(comp, "ops"), i, op) {
+        if (strcmp(json_string_value(json_object_get(op, "op")) ?: "", "ppermute") == 0) {
+            npermute++;
+            npairs = (int)json_array_size(json_object_get(op, "pairs"));
+        }
+    }
+    int ncoll = (int)json_integer_value(json_object_get(comp, "collectives_inserted"));
+    hx_resp_clear(&r);
+    T_CHECK(ncoll == 1 && npermute == 1 && npairs == 16,
+            "want one inserted ppermute of 16 pairs, got %d collectives, %d ppermute(s), %d pairs",
+            ncoll, npermute, npairs);
+}
+
 /* Pieces above 4096 elements of a global value of at most 65,536: one
  * replica of each piece reports it whole ("full_values"), so view=global
  * lists every value (y = iota[128,256] * 0.001, split by data, replicated
@@ -297,6 +335,7 @@ int main(void)
         cmocka_unit_test_teardown(test_edge_softmax, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_cross_mesh_edge, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_mlp_training_example, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_ppermute_reshard, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_global_large_pieces, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_bad_requests, itest_cancel_leftovers),
     };

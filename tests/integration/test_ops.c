@@ -539,10 +539,19 @@ static void test_reduce_scatter(void **state)
     run_and_check(doc, keys, NKEYS(keys), 4, expect_reduce_scatter);
 }
 
-/* ---- ppermute: shard k receives shard (k - shift) mod n ---- */
+/* ---- ppermute: shard k receives shard (k - shift) mod n, or its
+ * source in "pairs" (none: zeros) ---- */
 
 static void expect_ppermute(const char *key, int k, rt_t *out)
 {
+    if (strcmp(key, "c.pp") == 0) {     /* pairs [[7,0],[0,7],[3,4],[5,2]] */
+        static const int from[8] = {7, -1, 5, -1, 3, -1, -1, 0};
+        if (from[k] < 0)
+            rt_fill(out, 1, D2, 0.0);
+        else
+            ag_operand(from[k], out);
+        return;
+    }
     int shift = strcmp(key, "c.p1") == 0 ? 1 : strcmp(key, "c.pm1") == 0 ? -1 : 3;
     int src = ((k - shift) % 8 + 8) % 8;
     ag_operand(src, out);
@@ -557,9 +566,10 @@ static void test_ppermute(void **state)
         "{'op':'scale','out':'s','args':['i'],'factor':10},{'op':'add','out':'a','args':['t','s']},"
         "{'op':'ppermute','out':'p1','args':['a'],'shift':1},"
         "{'op':'ppermute','out':'pm1','args':['a'],'shift':-1},"
-        "{'op':'ppermute','out':'p3','args':['a'],'shift':3}],"
-        "'outputs':['p1','pm1','p3']}]}";
-    static const char *const keys[] = {"c.p1", "c.pm1", "c.p3"};
+        "{'op':'ppermute','out':'p3','args':['a'],'shift':3},"
+        "{'op':'ppermute','out':'pp','args':['a'],'pairs':[[7,0],[0,7],[3,4],[5,2]]}],"
+        "'outputs':['p1','pm1','p3','pp']}]}";
+    static const char *const keys[] = {"c.p1", "c.pm1", "c.p3", "c.pp"};
     run_and_check(doc, keys, NKEYS(keys), 8, expect_ppermute);
 }
 

@@ -85,7 +85,11 @@ static void simulate(const shape_t *slice, const op_t *op, tensor_t **args, tens
     }
     for (int k = 0; k < nsh; k++) {
         if (op->code == OP_PPERMUTE) {
-            int d = (int)(((pos[k] + op->shift) % n[k] + n[k]) % n[k]);
+            int d = op->perm ? op->perm[n[k] + pos[k]]
+                             : (int)(((pos[k] + op->shift) % n[k] + n[k]) % n[k]);
+            assert_int_equal(coll_ppermute_target(op, n[k], pos[k]), d);
+            if (d < 0)
+                continue;                            /* pairs: this one sends nothing */
             int dst = mem[k][d];
             assert_null(inbox[dst][0]);              /* a permutation: one sender each */
             inbox[dst][0] = coll_piece(op, args[k], n[k], pos[k], d);
@@ -284,6 +288,23 @@ static void test_ppermute(void **state)
     op.shift = INT64_MIN;
     assert_int_equal(coll_ppermute_source(&op, 3, 0), 2);   /* -2^63 = 1 mod 3 */
     assert_int_equal(coll_ppermute_source(&op, 0, 0), -1);
+    /* pairs [[0, 2], [3, 0], [2, 3]]: 1 sends nothing and gets zeros. */
+    int32_t perm[8] = {3, -1, 0, 2, /* targets by source: */ 2, -1, 3, 0};
+    op = mkop(OP_PPERMUTE, 0);
+    op.perm = perm;
+    op.nperm = 4;
+    op.shape = s;
+    simulate(&slice, &op, args, outs, 0);
+    int from[4] = {3, -1, 0, 2};
+    for (int k = 0; k < 4; k++) {
+        float want[2] = {from[k] < 0 ? 0.0f : arg_value(from[k], 0),
+                         from[k] < 0 ? 0.0f : arg_value(from[k], 1)};
+        expect_values(outs[k], want, k);
+    }
+    free_all(outs, 4);
+    assert_int_equal(coll_ppermute_source(&op, 4, 1), -1);
+    assert_int_equal(coll_ppermute_target(&op, 4, 1), -1);
+    assert_int_equal(coll_ppermute_source(&op, 2, 0), -1);   /* not the group it was made for */
     free_all(args, 4);
 }
 

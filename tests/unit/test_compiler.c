@@ -375,6 +375,23 @@ static void test_errors_values_and_collectives(void **state)
                  OP1 "shift", NULL);
     expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'], 'shift': false}"),
                  400, OP1 "shift", NULL);
+    /* pairs: instead of shift, [source, target] positions of the group (4) */
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x']}"), 400, OP1 "shift",
+                 "neither");
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'], 'shift': 1,"
+                     " 'pairs': [[0, 1]]}"), 400, OP1 "pairs", "both");
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'], 'pairs': []}"), 400,
+                 OP1 "pairs", NULL);
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'], 'pairs': [[0, 4]]}"),
+                 400, OP1 "pairs", "0..3");
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'], 'pairs': [[0]]}"),
+                 400, OP1 "pairs", NULL);
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'],"
+                     " 'pairs': [[0, 1], [0, 2]]}"), 400, OP1 "pairs", "at most once");
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'],"
+                     " 'pairs': [[0, 1], [2, 1]]}"), 400, OP1 "pairs", "at most once");
+    expect_error(ONE(F4 ", {'op': 'ppermute', 'out': 'y', 'args': ['x'], 'mesh_axes': [0],"
+                     " 'pairs': [[0, 1], [1, 2]]}"), 400, OP1 "pairs", NULL);   /* group of 2 */
     expect_error(ONE("{'op': 'compute', 'out': 'c', 'us': 10000001}"), 400,
                  "computations[0].ops[0].us", NULL);
     expect_error(ONE("{'op': 'shard_index', 'out': 'i'}, " F4 ", "

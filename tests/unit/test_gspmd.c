@@ -65,9 +65,15 @@ static int sim_coll(const comp_t *c, const op_t *op, tensor_t ***v)
     for (int s = 0; s < c->nshards; s++) {
         const tensor_t *pieces[MAXSH];
         tensor_t *own[MAXSH] = {0};
-        if (coll_group(&c->slice_shape, op->mesh_axes, s, members, &n, &pos) != 0 ||
-            op->code == OP_PPERMUTE)
+        if (coll_group(&c->slice_shape, op->mesh_axes, s, members, &n, &pos) != 0)
             return -1;
+        if (op->code == OP_PPERMUTE) {  /* one piece, from the source (none: zeros) */
+            int src = coll_ppermute_source(op, n, pos);
+            pieces[0] = src >= 0 ? v[members[src]][op->arg[0]] : NULL;
+            if (coll_combine(op, pieces, n, pos, &v[s][op->out]) != 0)
+                return -1;
+            continue;
+        }
         for (int q = 0; q < n; q++) {
             own[q] = coll_piece(op, v[members[q]][op->arg[0]], n, q, pos);
             pieces[q] = own[q];
@@ -350,6 +356,37 @@ static void test_all_to_all_reshard(void **state)
     assert_int_equal(count_coll(plan, 0, ""), 1);
     assert_int_equal(count_coll(plan, 0, "all_to_all"), 1);
     job_plan_free(plan);
+}
+
+/* A split moved to another mesh axis of the same size (or two swapped, or
+ * the order of two axes on one dim turned): every shard needs exactly one
+ * other shard's piece, so the reshard is one ppermute with explicit pairs
+ * (a gather + slice would move the whole dim). Values checked by run_doc. */
+static void test_ppermute_reshard(void **state)
+{
+    (void)state;
+    static const char *const cases[][3] = {
+        {"[2, 2]", "[\"x\", null]", "[\"y\", null]"},        /* moved to an unused axis */
+        {"[2, 2]", "[\"x\", \"y\"]", "[\"y\", \"x\"]"},      /* swapped */
+        {"[2, 2]", "[[\"x\", \"y\"], null]", "[[\"y\", \"x\"], null]"},   /* reordered */
+        {"[2, 2, 2]", "[\"x\", \"y\"]", "[\"z\", \"x\"]"},   /* 3-D, replicas on both */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "{\"slices\": {\"m\": {\"shape\": %s}},"
+                 " \"computations\": [{\"name\": \"g\", \"slice\": \"m\", \"global\": true,"
+                 " \"ops\": [{\"op\": \"iota\", \"out\": \"a\", \"shape\": [8, 12],"
+                 " \"sharding\": %s}, {\"op\": \"neg\", \"out\": \"b\", \"args\": [\"a\"],"
+                 " \"sharding\": %s}], \"outputs\": [\"b\"]}]}",
+                 cases[i][0], cases[i][1], cases[i][2]);
+        job_plan_t *plan = partition_ok(text);
+        if (count_coll(plan, 0, "") != 1 || count_coll(plan, 0, "ppermute") != 1) {
+            job_plan_free(plan);
+            fail_msg("case %zu: want exactly one collective, a ppermute", i);
+        }
+        job_plan_free(plan);
+    }
 }
 
 /* Two global computations joined by an edge on one mesh shape: the
@@ -796,11 +833,15 @@ static void test_property_random_programs(void **state)
 {
     (void)state;
     const int runs = 1000;
-    int failures = 0;
+    int failures = 0, permuted = 0;
     for (int i = 0; i < runs; i++) {
         json_t *doc = gen_doc((uint64_t)i);
         char why[1024] = "";
-        if (run_doc(doc, why, sizeof why, NULL) != 0) {
+        job_plan_t *plan = NULL;
+        if (run_doc(doc, why, sizeof why, &plan) == 0) {
+            permuted += count_coll(plan, 0, "ppermute") > 0;
+            job_plan_free(plan);
+        } else {
             char *text = json_dumps(doc, JSON_COMPACT);
             print_message("seed %d: %s\n  %s\n", i, why, text ? text : "?");
             free(text);
@@ -808,7 +849,9 @@ static void test_property_random_programs(void **state)
         }
         json_decref(doc);
     }
+    print_message("%d of %d random programs reshard with a ppermute\n", permuted, runs);
     assert_int_equal(failures, 0);
+    assert_true(permuted > 0);
 }
 
 int main(void)
@@ -818,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_data_parallel_grad),
         cmocka_unit_test(test_reduce_scatter_chosen),
         cmocka_unit_test(test_all_to_all_reshard),
+        cmocka_unit_test(test_ppermute_reshard),
         cmocka_unit_test(test_edge_between_globals),
         cmocka_unit_test(test_cross_mesh_edges),
         cmocka_unit_test(test_examples),
