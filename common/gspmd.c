@@ -489,11 +489,10 @@ static int prop_fwd(const lw_t *L, const uint8_t *known, int j, shd_t *out)
         else
             shd_drop_dim(&L->S[a], op->axis, out);
         return 1;
-    case OP_SOFTMAX:
+    case OP_SOFTMAX:           /* a split axis stays split (lower_softmax) */
         if (!known[a])
             return 0;
         *out = L->S[a];
-        out->n[op->axis] = 0;
         return 1;
     case OP_EINSUM:
     case OP_MATMUL: {
@@ -542,7 +541,6 @@ static int prop_bwd(const lw_t *L, int j, int k, shd_t *out)
         return 1;
     case OP_SOFTMAX:
         *out = *s;
-        out->n[op->axis] = 0;
         return 1;
     case OP_EINSUM:
     case OP_MATMUL: {
@@ -1169,6 +1167,82 @@ static int lower_source(lw_t *L, int j)
     return finish(L, j, tmp, &natural, REDUCE_SUM);
 }
 
+/* Broadcasts `red` (x's shape without dim d, laid out as rs) back to x's
+ * local shape along d (nd local elements) through an outer product with
+ * ones: einsum "ac,b->abc". A scalar needs none (it broadcasts). */
+static int softmax_bcast(lw_t *L, const char *red, int rank, int d, int64_t nd,
+                         const shd_t *full, char *out)
+{
+    if (rank == 1) {
+        name_copy(out, red);
+        return 0;
+    }
+    char ones[NAME_MAX_LEN], spec[2 * TENSOR_MAX_RANK + 8];
+    shd_t os = {.rank = 1};
+    os.n[0] = full->n[d];
+    memcpy(os.ax[0], full->ax[d], MESH_MAX_RANK);
+    if (emit_local(L, json_pack("{s:s, s:[I], s:f}", "op", "fill", "shape", (json_int_t)nd, "value",
+                           1.0), NULL, 0, &os, ones))
+        return -1;
+    int w = 0;
+    for (int i = 0; i < rank; i++)
+        if (i != d)
+            spec[w++] = (char)('a' + i);
+    w += snprintf(spec + w, sizeof spec - (size_t)w, ",%c->", 'a' + d);
+    for (int i = 0; i < rank; i++)
+        spec[w++] = (char)('a' + i);
+    spec[w] = '\0';
+    const char *args[2] = {red, ones};
+    return emit_local(L, json_pack("{s:s, s:s}", "op", "einsum", "spec", spec), args, 2, full, out);
+}
+
+/* One reduction of x along d to all of it: the local reduce_max/sum, then
+ * an all_reduce over the axes that split d; the result in out. */
+static int softmax_reduce(lw_t *L, const char *x, const shd_t *full, int d, const char *op,
+                          const char *how, shd_t *rs, char *out)
+{
+    char part[NAME_MAX_LEN];
+    unsigned mask = 0;
+    for (int i = 0; i < full->n[d]; i++)
+        mask |= 1u << full->ax[d][i];
+    shd_drop_dim(full, d, rs);
+    rs->partial = mask;
+    if (emit_local(L, json_pack("{s:s, s:i}", "op", op, "axis", d), &x, 1, rs, part))
+        return -1;
+    rs->partial = 0;
+    return emit_coll(L, json_pack("{s:s, s:s, s:o}", "op", "all_reduce", "reduce", how,
+                                  "mesh_axes", mask_json(mask, L->m->shape.rank)),
+                     part, rs, out);
+}
+
+/* softmax along a split axis d (GSPMD's partial reduction): each shard
+ * takes the max of its part, an all_reduce(max) makes it global, the same
+ * for the sum of exp(x - max); then exp(x - max) / sum locally. Two
+ * all_reduces of x's size / its dim d, instead of gathering d. */
+static int lower_softmax(lw_t *L, int j)
+{
+    const op_t *op = &L->g->ops[j];
+    const shd_t *want = &L->S[j];
+    int d = op->axis, rank = op->shape.rank;
+    if (want->n[d] == 0)
+        return lower_simple(L, j);
+    shape_t ls;
+    gspmd_local_shape(&op->shape, want, L->m, &ls);
+    char xb[NAME_MAX_LEN], m[NAME_MAX_LEN], mb[NAME_MAX_LEN], sh[NAME_MAX_LEN];
+    char ex[NAME_MAX_LEN], sm[NAME_MAX_LEN], sb[NAME_MAX_LEN], y[NAME_MAX_LEN];
+    shd_t rs;
+    const char *x = operand(L, op->arg[0], want, xb);
+    if (!x || softmax_reduce(L, x, want, d, "reduce_max", "max", &rs, m) ||
+        softmax_bcast(L, m, rank, d, ls.dim[d], want, mb) ||
+        emit_local(L, json_pack("{s:s}", "op", "sub"), (const char *[]){x, mb}, 2, want, sh) ||
+        emit_local(L, json_pack("{s:s}", "op", "exp"), (const char *[]){sh}, 1, want, ex) ||
+        softmax_reduce(L, ex, want, d, "reduce_sum", "sum", &rs, sm) ||
+        softmax_bcast(L, sm, rank, d, ls.dim[d], want, sb) ||
+        emit_local(L, json_pack("{s:s}", "op", "div"), (const char *[]){ex, sb}, 2, want, y))
+        return -1;
+    return finish(L, j, y, want, REDUCE_SUM);
+}
+
 static int lower_op(lw_t *L, int j)
 {
     switch (L->g->ops[j].code) {
@@ -1178,6 +1252,8 @@ static int lower_op(lw_t *L, int j)
         return lower_einsum(L, j);
     case OP_REDUCE_SUM: case OP_REDUCE_MAX:
         return lower_reduce(L, j);
+    case OP_SOFTMAX:
+        return lower_softmax(L, j);
     default:
         return lower_simple(L, j);
     }

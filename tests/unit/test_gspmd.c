@@ -389,6 +389,30 @@ static void test_ppermute_reshard(void **state)
     }
 }
 
+/* softmax along a split axis (rank 2 and rank 1): partial max and sum,
+ * each finished by one all_reduce over the split's axes; nothing gathered. */
+static void test_softmax_split_axis(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {{"[8, 12]", "[null, \"x\"]"}, {"[12]", "[\"x\"]"}};
+    for (size_t i = 0; i < 2; i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "{\"slices\": {\"m\": {\"shape\": [4]}},"
+                 " \"computations\": [{\"name\": \"g\", \"slice\": \"m\", \"global\": true,"
+                 " \"ops\": [{\"op\": \"iota\", \"out\": \"a\", \"shape\": %s,"
+                 " \"sharding\": %s}, {\"op\": \"scale\", \"out\": \"b\", \"args\": [\"a\"],"
+                 " \"factor\": 0.1}, {\"op\": \"softmax\", \"out\": \"p\", \"args\": [\"b\"],"
+                 " \"axis\": %d, \"sharding\": %s}], \"outputs\": [\"p\"]}]}",
+                 cases[i][0], cases[i][1], i == 0 ? 1 : 0, cases[i][1]);
+        job_plan_t *plan = partition_ok(text);
+        int all = count_coll(plan, 0, ""), ar = count_coll(plan, 0, "all_reduce");
+        job_plan_free(plan);
+        if (all != 2 || ar != 2)
+            fail_msg("case %zu: %d collectives (%d all_reduce), want 2 all_reduce", i, all, ar);
+    }
+}
+
 /* Two global computations joined by an edge on one mesh shape: the
  * consumer gets the producer's pieces and reshards them itself. */
 static void test_edge_between_globals(void **state)
@@ -862,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_reduce_scatter_chosen),
         cmocka_unit_test(test_all_to_all_reshard),
         cmocka_unit_test(test_ppermute_reshard),
+        cmocka_unit_test(test_softmax_split_axis),
         cmocka_unit_test(test_edge_between_globals),
         cmocka_unit_test(test_cross_mesh_edges),
         cmocka_unit_test(test_examples),
