@@ -10,7 +10,8 @@
  *   3-D [2,2,2]   axes (data, pipe, model), batch over [data, pipe]
  * For each it prints, from the compiled plan: the bytes each shard sends
  * for the collectives the partitioner inserted (ring all_reduce 2(g-1)/g of
- * its tensor, all_gather / reduce_scatter / all_to_all (g-1)/g) against the
+ * its tensor, all_gather / reduce_scatter / all_to_all (g-1)/g, ppermute
+ * its whole argument, an upper bound: a pair may stay home) against the
  * minimum for that sharding (Megatron's two all_reduces of the block's
  * local activations over `model`); then, on real cpu workers (islands
  * line=2x4, cube=2x2x2), the median run time (started -> finished) of the
@@ -232,7 +233,7 @@ static double coll_bytes(const comp_t *c)
         double n = 4.0 * (double)(op->code == OP_ALL_GATHER ? shape_numel(&op->shape)
                                                             : shape_numel(in));
         double f = (double)(gsz - 1) / (double)gsz;
-        bytes += op->code == OP_ALL_REDUCE ? 2 * f * n : f * n;
+        bytes += op->code == OP_ALL_REDUCE ? 2 * f * n : op->code == OP_PPERMUTE ? n : f * n;
     }
     return bytes;
 }

@@ -334,13 +334,18 @@ static void drain_fd(grs_t *g, int k, char *buf)
     }
 }
 
-static void reap(grs_t *g)
+static void reap(grs_t *g, char *buf)
 {
     for (int i = 0; i < g->n; i++) {
         gang_proc_t *p = &g->procs[i];
         int st;
         if (!p->started || p->ended || waitpid(p->pid, &st, WNOHANG) != p->pid)
             continue;
+        /* What it wrote before exiting is in its pipes now: read it before
+         * its end is announced, so its output (and its stderr tail in an
+         * error) is complete when the controller sees the end. */
+        drain_fd(g, 2 * i, buf);
+        drain_fd(g, 2 * i + 1, buf);
         p->ended = 1;
         p->status = st;
         g->alive--;
@@ -427,7 +432,7 @@ gang_end_t gang_run(const gang_cfg_t *cfg, gang_proc_t *procs, int n, int *culpr
         if (g.alive == 0 && open == 0)
             break;
         poll_once(&g, buf, ended_at);
-        reap(&g);
+        reap(&g, buf);
         check_clock(&g, deadline);
     }
     free(buf);

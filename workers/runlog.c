@@ -190,16 +190,11 @@ static json_t *take_batch(runlog_t *rl, chunk_t *ch, int n, int *nch)
     return ev;
 }
 
+/* Output first, then states: a process's output is queued before its end
+ * (gang.c reads its pipes before announcing it), and a follower of its
+ * logs stops at the end, so the end must not overtake the output. */
 static void send_batch(runlog_t *rl, json_t *events, chunk_t *ch, int nch)
 {
-    if (events) {
-        json_t *body = json_pack("{s:o}", "events", events);
-        int st = body ? wclient_worker_post(rl->wc, "/v1/workers/%lld/procs", body, NULL, 0,
-                                            10000, NULL) : -1;
-        if (st != 200)
-            log_warn("runlog: process states not taken (HTTP %d)", st);
-        json_decref(body);
-    }
     for (int i = 0; i < nch; i++) {
         char fmt[256];
         snprintf(fmt, sizeof fmt, "/v1/workers/%%lld/logs?job=%" PRId64 "&attempt=%d&comp=%d"
@@ -210,6 +205,14 @@ static void send_batch(runlog_t *rl, json_t *events, chunk_t *ch, int nch)
             log_debug("runlog: %zu bytes of job %" PRId64 " not taken (HTTP %d)", ch[i].len,
                       ch[i].k.job, st);
         free(ch[i].data);
+    }
+    if (events) {
+        json_t *body = json_pack("{s:o}", "events", events);
+        int st = body ? wclient_worker_post(rl->wc, "/v1/workers/%lld/procs", body, NULL, 0,
+                                            10000, NULL) : -1;
+        if (st != 200)
+            log_warn("runlog: process states not taken (HTTP %d)", st);
+        json_decref(body);
     }
 }
 

@@ -551,6 +551,60 @@ static void test_gang_order_overlapping(void **state)
 
 /* ---- malformed groups and tasks ---- */
 
+/* gang_run() announces a process's end only after what it wrote before
+ * exiting was handed over: runlog ships output before states, and a
+ * follower of its logs (GET .../logs?follow=1) stops at the end, so an end
+ * announced first cut the last line off (seen in test_cli under load).
+ * Process 0 floods stdout (20 MB) so the gang is mostly busy reading it,
+ * while 47 others write a last stderr line and exit at once during that:
+ * each one's "last" must come before its end (8 rounds). */
+#define GO_N 48
+typedef struct go_rec {
+    int last_seen[GO_N], order_bad, ended;
+} go_rec_t;
+
+static void go_output(void *ctx, int i, int stream, const char *data, size_t len)
+{
+    go_rec_t *r = ctx;
+    if (stream == 2 && memmem(data, len, "last", 4))
+        r->last_seen[i] = 1;
+}
+
+static void go_ended(void *ctx, int i, int status)
+{
+    go_rec_t *r = ctx;
+    (void)status;
+    r->order_bad += !r->last_seen[i];
+    r->ended++;
+}
+
+static void test_gang_output_before_end(void **state)
+{
+    (void)state;
+    static char *const argv[] = {"/bin/sh", "-c", "sleep 0.05; echo last >&2", NULL};
+    static char *const flood[] = {"/bin/sh", "-c",
+                                  "head -c 20000000 /dev/zero; echo last >&2", NULL};
+    static char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
+    for (int round = 0; round < 8; round++) {
+        go_rec_t rec = {{0}, 0, 0};
+        gang_proc_t procs[GO_N];
+        memset(procs, 0, sizeof procs);
+        for (int i = 0; i < GO_N; i++) {
+            procs[i].argv = i == 0 ? flood : argv;
+            procs[i].envp = envp;
+            procs[i].dir = "/";
+            procs[i].rank = i;
+        }
+        gang_cfg_t cfg = {.timeout_us = 60000000, .kill_grace_us = 1000000,
+                          .output = go_output, .ended = go_ended, .ctx = &rec};
+        int culprit = -1;
+        char err[256] = "";
+        assert_int_equal(gang_run(&cfg, procs, GO_N, &culprit, err, sizeof err), GANG_OK);
+        assert_int_equal(rec.ended, GO_N);
+        assert_int_equal(rec.order_bad, 0);
+    }
+}
+
 static void test_malformed_reported_failed(void **state)
 {
     (void)state;
@@ -598,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_cancel_is_attempt_exact),
         cmocka_unit_test(test_gang_order_overlapping),
         cmocka_unit_test(test_malformed_reported_failed),
+        cmocka_unit_test(test_gang_output_before_end),
         cmocka_unit_test(test_relay_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
