@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "compiler.h"
+#include "f32b64.h"
 
 int report_batch_envelope(const json_t *body, const json_t **reports, err_t *e)
 {
@@ -72,13 +73,10 @@ int report_outputs_check(const json_t *body, err_t *e)
         size_t k;
         json_t *t;
         json_array_foreach(o, k, t) {
-            json_t *vals = json_object_get(t, "values"), *v;
-            size_t i;
-            json_array_foreach(vals, i, v) {
-                if (!json_is_number(v) && !json_is_null(v))
-                    return err_set(e, 400, "outputs", "output '%s': values must be numbers "
-                                   "(null for non-finite)", name);
-            }
+            json_t *vals = json_object_get(t, "values_f32");
+            if (vals && !json_is_string(vals))
+                return err_set(e, 400, "outputs", "output '%s': values_f32 must be a base64"
+                               " string", name);
         }
     }
     return 0;
@@ -152,11 +150,12 @@ int report_output_decode(const char *name, int index, const json_t *o, report_ou
     memset(out, 0, sizeof *out);
     snprintf(field, sizeof field, "outputs.%.60s[%d]", name, index);
     json_t *shape = json_object_get(o, "shape"), *sum = json_object_get(o, "sum");
-    json_t *vals = json_object_get(o, "values");
+    json_t *vals = json_object_get(o, "values_f32");
     /* A non-finite sum travels as null (JSON has no NaN or infinity). */
     if (!json_is_object(o) || !json_is_array(shape) || !(json_is_number(sum) || json_is_null(sum)) ||
-        (vals && !json_is_array(vals)) || json_object_size(o) != 2u + (vals != NULL))
-        return err_set(e, 400, field, "an output is {shape: [..], sum: number, values?: [..]}");
+        (vals && !json_is_string(vals)) || json_object_size(o) != 2u + (vals != NULL))
+        return err_set(e, 400, field, "an output is {shape: [..], sum: number, values_f32?:"
+                       " base64}");
     int rc = output_shape(shape, field, out, e);
     if (rc != 0)
         return rc;
@@ -164,16 +163,16 @@ int report_output_decode(const char *name, int index, const json_t *o, report_ou
     out->sum = out->has_sum ? json_number_value(sum) : 0;
     if (!vals)
         return 0;
-    if ((int64_t)json_array_size(vals) != out->numel || out->numel > REPORT_VALUES_MAX)
-        return err_set(e, 400, field, "values must list all elements (at most %d)",
-                       REPORT_VALUES_MAX);
+    if (out->numel > REPORT_VALUES_MAX)
+        return err_set(e, 400, field, "values_f32 of at most %d elements", REPORT_VALUES_MAX);
     if (!(out->values = malloc(sizeof *out->values * (size_t)out->numel)))
         return -1;
-    size_t i;
-    json_t *v;
-    json_array_foreach(vals, i, v) {
-        /* Non-finite results travel as null (JSON has no NaN). */
-        out->values[i] = json_is_number(v) ? (float)json_number_value(v) : NAN;
+    if (f32b64_decode(json_string_value(vals), json_string_length(vals), out->values,
+                      out->numel) != 0) {
+        free(out->values);
+        out->values = NULL;
+        return err_set(e, 400, field, "values_f32 must be base64 of all %lld elements as"
+                       " little-endian f32", (long long)out->numel);
     }
     return 0;
 }

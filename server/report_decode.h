@@ -51,13 +51,14 @@ int report_output_shards(const char *name, const json_t *arr, int nshards, err_t
  * unreachable_peer a data address. 0 or 400. */
 int report_validate(const json_t *body, const char **state, err_t *e);
 
-/* One decoded output {"shape": [..], "sum": number|null, "values"?: [..]}. */
+/* One decoded output {"shape": [..], "sum": number|null, "values_f32"?:
+ * base64 of the f32 elements (f32b64.h)}. */
 typedef struct report_output {
     shape_t shape;              /* rank 0..TENSOR_MAX_RANK, dims >= 1 */
     int64_t numel;              /* <= TENSOR_MAX_ELEMS */
     int has_sum;                /* 0: the sum was null (non-finite) */
     double sum;
-    float *values;              /* owned, numel of them (NaN for null); NULL when not listed */
+    float *values;              /* owned, numel of them; NULL when not listed */
 } report_output_t;
 
 /* Decodes tensor o, element `index` of output `name`'s array, into out

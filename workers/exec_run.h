@@ -76,8 +76,8 @@ json_t *exec_run_task(const exec_env_t *env, const wtask_t *t);
 json_t *exec_report_failed(const char *error);
 json_t *exec_report_cancelled(void);
 
-/* {"shape": [...], "sum": S, "values": [...] (when at most max_values
- * elements)}; NULL on OOM. */
+/* {"shape": [...], "sum": S, "values_f32": "base64" (f32b64.h; when at
+ * most max_values elements)}; NULL on OOM. */
 json_t *exec_tensor_json(const tensor_t *t, int64_t max_values);
 
 #endif

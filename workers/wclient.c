@@ -216,6 +216,7 @@ static void handle_drop(wclient_t *wc, CURL *c)
 typedef struct raw_body {
     const void *data;
     size_t len;
+    int json;                   /* already JSON text: sent as application/json */
 } raw_body_t;
 
 /* One exchange; extra (may be NULL) is one more header line; the body is
@@ -238,7 +239,8 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
         goto cleanup;
     if (!(hdrs = curl_slist_append(NULL, "Accept: application/json")))
         goto cleanup;
-    if (!(h2 = curl_slist_append(hdrs, raw ? "Content-Type: application/octet-stream"
+    if (!(h2 = curl_slist_append(hdrs, raw && !raw->json
+                                           ? "Content-Type: application/octet-stream"
                                            : "Content-Type: application/json")))
         goto cleanup;
     hdrs = h2;
@@ -322,7 +324,7 @@ int wclient_worker_post(wclient_t *wc, const char *path_fmt_id, const json_t *bo
     int n = snprintf(path, sizeof path, path_fmt_id, (long long)id);
     if (n < 0 || (size_t)n >= sizeof path)
         return -1;
-    raw_body_t rb = {raw, rawlen};
+    raw_body_t rb = {raw, rawlen, 0};
     return call_as_raw(wc, id, "POST", path, body, raw ? &rb : NULL, timeout_ms, NULL, resp);
 }
 
@@ -457,18 +459,16 @@ int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
     return call_as(wc, id, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
 }
 
-int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports)
+int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len,
+                         size_t count)
 {
     char path[96];
     snprintf(path, sizeof path, "/v1/workers/%lld/reports", (long long)id);
-    json_t *body = json_pack("{s:O}", "reports", reports), *ans = NULL;
-    if (!body)
-        return -1;
-    int st = call_as(wc, id, "POST", path, body, 15000, NULL, &ans);
-    json_decref(body);
+    raw_body_t rb = {body, len, 1};
+    json_t *ans = NULL;
+    int st = call_as_raw(wc, id, "POST", path, NULL, &rb, 15000, NULL, &ans);
     if (st >= 400) {
-        log_warn("batch of %zu reports: HTTP %d %s", json_array_size(reports), st,
-                 wclient_problem_detail(ans));
+        log_warn("batch of %zu reports: HTTP %d %s", count, st, wclient_problem_detail(ans));
     } else if (st == 200) {
         /* Per-item refusals (409: no longer ours) are final; log them. */
         size_t i;

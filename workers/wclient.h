@@ -66,10 +66,12 @@ int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body);
  * answers lost on the way come again (docs/worker-protocol.md). */
 int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
                  const atomic_int *abort_flag, json_t **resp);
-/* POSTs many reports at once (each {"task": N, ...report}); returns the
- * HTTP status of the whole request (-1 transport failure); per-item
- * refusals are final and logged. reports is borrowed. */
-int wclient_report_batch(wclient_t *wc, int64_t id, const json_t *reports);
+/* POSTs many reports at once: body is the JSON text {"reports": [{"task":
+ * N, ...report}, ...]} of `count` reports (len bytes, borrowed; the caller
+ * serialized each report once). Returns the HTTP status of the whole
+ * request (-1 transport failure); per-item refusals are final and logged. */
+int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len,
+                         size_t count);
 int wclient_leave(wclient_t *wc, int64_t id);
 /* POST as the current registration: path_fmt_id is a printf format with
  * one %lld, the worker id ("/v1/workers/%lld/logs?..."). Sends raw bytes

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "util.h"
@@ -11,7 +12,6 @@
 typedef struct rnode {
     int64_t task;
     json_t *body;               /* owned */
-    size_t bytes;               /* body as sent: compact JSON plus its "task" */
     struct rnode *next;
 } rnode_t;
 
@@ -25,34 +25,33 @@ struct wreport {
     atomic_int give_up;         /* set when the drain deadline passed */
 };
 
-/* Most reports sent in one request. The body is bounded by bytes as well:
- * a batch's JSON stays under the controller's cap (wclient_max_body), which
- * a handful of reports with 4096 values per output per shard can pass. */
+/* Most reports taken off the queue at once. They go in as few requests as
+ * fit the controller's body cap (wclient_max_body): a handful of reports
+ * with 4096 values per output per shard can pass it. */
 #define WREPORT_BATCH_MAX 64
-/* Room for the envelope {"reports":[...]} and each report's "task" field. */
-#define WREPORT_ENVELOPE_BYTES 64
-#define WREPORT_TASK_BYTES 32
+/* {"reports":[ ... ]} around the reports. */
+#define WREPORT_ENVELOPE_BYTES 16
 
-/* Delivers a batch in one request, retrying unreachable/5xx until give_up.
- * A batch is {"task": N, ...report} items in queue order. */
-static void deliver(wreport_t *wr, const json_t *batch)
+/* Delivers one request body of `count` reports, retrying unreachable/5xx
+ * until give_up. */
+static void deliver(wreport_t *wr, const char *body, size_t len, size_t count)
 {
     int delay = 100;
     for (;;) {
         int64_t id = wclient_id(wr->wc);
-        int st = wclient_report_batch(wr->wc, id, batch);
+        int st = wclient_report_batch(wr->wc, id, body, len, count);
         if (st >= 200 && st < 500)
             return;                     /* done, or final refusal (logged) */
         if (wclient_sleep_backoff(&delay, &wr->give_up)) {
-            log_warn("%zu reports dropped: controller unreachable", json_array_size(batch));
+            log_warn("%zu reports dropped: controller unreachable", count);
             return;
         }
     }
 }
 
-/* Drops the "values" of every tensor of a report too large to send, so
- * the job still ends (its shards keep their shapes and sums) instead of
- * the report being refused 413 and the job waiting for it forever. */
+/* Drops the "values_f32" of every tensor of a report too large to send,
+ * so the job still ends (its shards keep their shapes and sums) instead
+ * of the report being refused 413 and the job waiting for it forever. */
 static void strip_values(int64_t task, json_t *body, size_t bytes, size_t cap)
 {
     const char *name;
@@ -61,36 +60,73 @@ static void strip_values(int64_t task, json_t *body, size_t bytes, size_t cap)
         size_t i;
         json_t *t;
         json_array_foreach(arr, i, t)
-            json_object_del(t, "values");
+            json_object_del(t, "values_f32");
     }
     log_warn("report of task %lld is %zu bytes, above the controller's body cap of %zu: its"
              " outputs are sent without values (sums and shapes kept)",
              (long long)task, bytes, cap);
 }
 
-/* Moves queued reports into a new batch array, at most WREPORT_BATCH_MAX
- * and at most the controller's body cap in bytes, at least one (caller
- * holds mu). Each report gains its "task" field. */
-static json_t *take_batch(wreport_t *wr)
+/* The report as sent (its "task" added), compact JSON; a report that could
+ * not fit a request alone loses its values. NULL on OOM. */
+static char *report_text(rnode_t *n, size_t cap)
 {
-    json_t *batch = json_array();
-    size_t cap = wclient_max_body(wr->wc), used = WREPORT_ENVELOPE_BYTES;
-    while (batch && wr->head && json_array_size(batch) < WREPORT_BATCH_MAX) {
-        rnode_t *n = wr->head;
-        if (used + n->bytes + 1 > cap) {
-            if (json_array_size(batch) > 0)
-                break;                  /* next batch */
-            strip_values(n->task, n->body, n->bytes, cap);
+    json_object_set_new(n->body, "task", json_integer(n->task));
+    char *text = json_dumps(n->body, JSON_COMPACT);
+    if (text && strlen(text) + WREPORT_ENVELOPE_BYTES > cap) {
+        strip_values(n->task, n->body, strlen(text), cap);
+        free(text);
+        text = json_dumps(n->body, JSON_COMPACT);
+    }
+    return text;
+}
+
+/* Sends the reports of list (in order) in requests under the body cap,
+ * each report serialized once, here on the reporting thread; frees list. */
+static void send_list(wreport_t *wr, rnode_t *list)
+{
+    size_t cap = wclient_max_body(wr->wc), len = 0, count = 0, bufcap = 0;
+    char *buf = NULL;
+    while (list || count) {
+        rnode_t *n = list;
+        char *text = n ? report_text(n, cap) : NULL;
+        size_t tl = text ? strlen(text) : 0;
+        /* Flush what is gathered when this one does not fit, or at the end. */
+        if (count && (!n || len + tl + 2 > cap)) {
+            memcpy(buf + len, "]}", 3);
+            deliver(wr, buf, len + 2, count);
+            len = count = 0;
         }
-        used += n->bytes + 1;
-        wr->head = n->next;
-        if (!wr->head)
-            wr->tail = NULL;
-        json_object_set_new(n->body, "task", json_integer(n->task));
-        json_array_append_new(batch, n->body);   /* the node's reference moves */
+        if (!n)
+            break;
+        list = n->next;
+        if (text && len + tl + WREPORT_ENVELOPE_BYTES + 1 > bufcap) {
+            size_t want = 2 * (len + tl + WREPORT_ENVELOPE_BYTES + 1);
+            char *nb = realloc(buf, want);
+            if (nb) {
+                buf = nb;
+                bufcap = want;
+            } else {
+                free(text);
+                text = NULL;
+            }
+        }
+        if (text) {
+            if (!count)
+                len = (size_t)snprintf(buf, bufcap, "{\"reports\":[");
+            else
+                buf[len++] = ',';
+            memcpy(buf + len, text, tl);
+            len += tl;
+            count++;
+        } else {
+            log_error("out of memory: report of task %lld dropped", (long long)n->task);
+        }
+        free(text);
+        json_decref(n->body);
         free(n);
     }
-    return batch;
+    free(buf);
 }
 
 static void *report_main(void *arg)
@@ -102,13 +138,15 @@ static void *report_main(void *arg)
             pthread_cond_wait(&wr->cv, &wr->mu);
         if (!wr->head || atomic_load(&wr->give_up))
             break;                      /* drained, or out of time */
-        json_t *batch = take_batch(wr);
+        rnode_t *list = wr->head, **cut = &list;
+        for (int k = 0; k < WREPORT_BATCH_MAX && *cut; k++)
+            cut = &(*cut)->next;
+        wr->head = *cut;                /* the rest stays queued */
+        *cut = NULL;
+        if (!wr->head)
+            wr->tail = NULL;
         pthread_mutex_unlock(&wr->mu);
-        if (batch)
-            deliver(wr, batch);
-        else
-            log_error("out of memory: reports dropped");
-        json_decref(batch);
+        send_list(wr, list);
         pthread_mutex_lock(&wr->mu);
     }
     pthread_mutex_unlock(&wr->mu);
@@ -144,9 +182,6 @@ void wreport_push(wreport_t *wr, int64_t task, json_t *body)
     }
     n->task = task;
     n->body = body;
-    /* Sized once here, off the reporting thread's send path; 0 only on
-     * failure, and then the controller's own 413 is the backstop. */
-    n->bytes = json_dumpb(body, NULL, 0, JSON_COMPACT) + WREPORT_TASK_BYTES;
     n->next = NULL;
     pthread_mutex_lock(&wr->mu);
     if (wr->tail)

@@ -584,11 +584,16 @@ static void test_worker_protocol(void **state)
         {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[16777216,1099511627776],'sum':0}]}}",
          "outputs.i[1]"},
         {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[1,1,1,1,1],'sum':0}]}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[2],'sum':0,'values':[1]}]}}",
-         "outputs"},
+        /* values_f32: base64 of exactly the elements' f32 bytes */
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[2],'sum':0,"
+         "'values_f32':'AAAAAA=='}]}}", "outputs.i[1]"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':0,"
+         "'values_f32':'!!!!!!!!'}]}}", "outputs.i[1]"},
         {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':'x'}]}}", "outputs"},
-        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':0,'values':['a']}]}}",
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':0,'values_f32':5}]}}",
          "outputs"},
+        {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':0,'values':[0]}]}}",
+         "outputs.i[1]"},
         {"{'state':'succeeded','outputs':{'i':[" T0 ",{'shape':[],'sum':0,'extra':1}]}}", "outputs"},
         {"{'state':'succeeded','outputs':{'no such name!':[" T0 "," T0 "]}}", "outputs"},
     };
@@ -619,8 +624,8 @@ static void test_worker_protocol(void **state)
     /* The valid report now, one tensor per shard in the task's shard
      * order: accepted, the job succeeds with one result row per shard. */
     int s = report_ok(wid, task, "{'state':'succeeded','started_us':1,'inputs_ready_us':2,"
-                      "'finished_us':3,'outputs':{'i':[{'shape':[],'sum':0,'values':[0]},"
-                      "{'shape':[],'sum':1,'values':[1]}]}}");
+                      "'finished_us':3,'outputs':{'i':[{'shape':[],'sum':0,"
+                      "'values_f32':'AAAAAA=='},{'shape':[],'sum':1,'values_f32':'AACAPw=='}]}}");
     T_CHECK(s == 200, "valid report of task %" PRId64 " answered %d", task, s);
     json_decref(itest_wait_state(job, "succeeded"));
     check_fake_result(job);

@@ -9,8 +9,8 @@
  * report above it goes without its values (sums and shapes kept).
  *
  * Cluster: main=4 with one 4-device worker, spare=1 for a played worker;
- * atolld at --max-body 262144 (256 KiB), so both cases happen at small
- * sizes. */
+ * atolld at --max-body 65536 (64 KiB), so both cases happen at small
+ * sizes (values travel as base64 f32: 5.3 bytes per element). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,7 +20,7 @@
 
 #include "itest.h"
 
-#define REP_CAP "262144"
+#define REP_CAP "65536"
 #define REP_COMPS 16
 
 static json_int_t atoll_rep_cap(void)
@@ -46,7 +46,7 @@ static int group_teardown(void **state)
 }
 
 /* A job of `ncomp` independent computations on a [4] slice, each output
- * y = iota([n]) * 0.1 on every shard (f32: values print long, ~19 bytes). Returns the document (caller frees). */
+ * y = iota([n]) * 0.1 on every shard. Returns the document (caller frees). */
 static char *iota_job(int ncomp, int n)
 {
     size_t cap = 256 + (size_t)ncomp * 200, len = 0;
@@ -115,8 +115,8 @@ static void check_outputs(const json_t *outs, int n, int want_values)
     }
 }
 
-/* 16 reports of ~75 KB each (4 shards x 1024 values) are ready at once:
- * sent whole in one batch they would be ~1.2 MB, over the cap. */
+/* 16 reports of ~22 KB each (4 shards x 1024 values) are ready at once:
+ * sent whole in one batch they would be ~350 KB, over the cap. */
 static void test_batches_fit_the_cap(void **state)
 {
     (void)state;
@@ -125,7 +125,7 @@ static void test_batches_fit_the_cap(void **state)
     json_decref(outs);
 }
 
-/* One report of ~300 KB (4 shards x 4096 values), alone above the cap:
+/* One report of ~87 KB (4 shards x 4096 values), alone above the cap:
  * the job still succeeds, with sums and shapes and without values. */
 static void test_oversize_report_keeps_sums(void **state)
 {

@@ -5,8 +5,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "f32b64.h"
 #include "tensor.h"
 
 static void test_shapes(void **state)
@@ -71,11 +74,39 @@ static void test_tensors(void **state)
     assert_null(tensor_new(NULL));
 }
 
+/* Reports' values as base64 f32 (f32b64.h): exact bits both ways, NaN and
+ * infinities included, little-endian whatever the host; anything but
+ * exactly the encoding of n values is refused. */
+static void test_f32b64(void **state)
+{
+    (void)state;
+    float v[5] = {6.0f, -0.1f, NAN, INFINITY, -0.0f}, back[5];
+    char *text = f32b64_encode(v, 5);
+    assert_non_null(text);
+    assert_int_equal(strlen(text), 28);                   /* 20 bytes -> 28 chars */
+    assert_int_equal(f32b64_decode(text, strlen(text), back, 5), 0);
+    assert_memory_equal(v, back, sizeof v);
+    assert_int_equal(f32b64_decode(text, strlen(text), back, 4), -1);   /* other count */
+    free(text);
+    text = f32b64_encode(v, 1);
+    assert_string_equal(text, "AADAQA==");                /* 6.0f = 0x40c00000, LE */
+    free(text);
+    assert_int_equal(f32b64_decode("AADAQA=", 7, back, 1), -1);        /* short */
+    assert_int_equal(f32b64_decode("AAD!QA==", 8, back, 1), -1);       /* not base64 */
+    assert_int_equal(f32b64_decode("AADAQAAA", 8, back, 1), -1);       /* 6 bytes, not 4 */
+    assert_int_equal(f32b64_decode(NULL, 0, back, 1), -1);
+    text = f32b64_encode(v, 0);
+    assert_string_equal(text, "");
+    assert_int_equal(f32b64_decode("", 0, back, 0), 0);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_tensors),
+        cmocka_unit_test(test_f32b64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

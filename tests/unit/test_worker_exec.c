@@ -201,12 +201,26 @@ static json_t *group(int64_t job, int attempt, json_t *place, json_t *tasks)
                      "key", TEST_KEY_HEX, "placement", place, "tasks", tasks);
 }
 
-/* Value of output y of shard index l (in task order) of a report. */
+/* Element e of output `name` of shard index l (in task order) of a report:
+ * its "values_f32" decoded (f32b64.h); NaN when absent or malformed. */
+static float named_value(const json_t *b, const char *name, int l, int e)
+{
+    const json_t *t = json_array_get(json_object_get(json_object_get(b, "outputs"), name),
+                                     (size_t)l);
+    const json_t *v = json_object_get(t, "values_f32");
+    int64_t n = 1;
+    for (size_t d = 0; d < json_array_size(json_object_get(t, "shape")); d++)
+        n *= json_integer_value(json_array_get(json_object_get(t, "shape"), d));
+    float *vals = malloc(sizeof *vals * (size_t)(n > 0 ? n : 1)), out = NAN;
+    if (vals && e < n && f32b64_decode(json_string_value(v), json_string_length(v), vals, n) == 0)
+        out = vals[e];
+    free(vals);
+    return out;
+}
+
 static float out_value(const json_t *b, int l, int e)
 {
-    const json_t *v = json_object_get(json_array_get(json_object_get(json_object_get(b,
-                                      "outputs"), "y"), (size_t)l), "values");
-    return (float)json_number_value(json_array_get(v, (size_t)e));
+    return named_value(b, "y", l, e);
 }
 
 /* ---- chained all_reduce + add over 4 processes ---- */
@@ -380,14 +394,6 @@ static json_t *relay_ops(void)
     json_array_extend(ops, more);
     json_decref(more);
     return ops;
-}
-
-/* Element e of output `name` of shard index l of a report. */
-static float named_value(const json_t *b, const char *name, int l, int e)
-{
-    const json_t *v = json_object_get(json_array_get(json_object_get(json_object_get(b,
-                                      "outputs"), name), (size_t)l), "values");
-    return (float)json_number_value(json_array_get(v, (size_t)e));
 }
 
 /* Runs relay_ops on a [2,4] slice over 4 procs of 2 devices with the given
