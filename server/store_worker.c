@@ -977,7 +977,10 @@ int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports
         const char *state = NULL;
         int rc = STORE_ERR;
         json_t *body = report_batch_item(item, &task, &e);
-        if (body && report_validate(body, &state, &e) == 0) {
+        /* Each item is checked alone: one malformed report is its own 400,
+         * the others of the batch still apply. */
+        if (body && report_validate(body, &state, &e) == 0 &&
+            report_outputs_check(body, &e) == 0) {
             if (store_savepoint(st) != 0) {
                 json_decref(body);
                 goto fail;

@@ -459,27 +459,43 @@ int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
     return call_as(wc, id, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
 }
 
+/* Appends {"task", "status", "detail"} to *refused (created on first use). */
+static void note_refused(json_t **refused, const json_t *r, json_int_t code)
+{
+    if (!*refused && !(*refused = json_array()))
+        return;
+    const char *detail = json_string_value(json_object_get(r, "detail"));
+    json_array_append_new(*refused, json_pack("{s:O?, s:I, s:s}", "task",
+                                              json_object_get(r, "task"), "status", code,
+                                              "detail", detail ? detail : ""));
+}
+
 int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len,
-                         size_t count)
+                         size_t count, json_t **refused)
 {
     char path[96];
     snprintf(path, sizeof path, "/v1/workers/%lld/reports", (long long)id);
     raw_body_t rb = {body, len, 1};
     json_t *ans = NULL;
+    *refused = NULL;
     int st = call_as_raw(wc, id, "POST", path, NULL, &rb, 15000, NULL, &ans);
     if (st >= 400) {
         log_warn("batch of %zu reports: HTTP %d %s", count, st, wclient_problem_detail(ans));
     } else if (st == 200) {
-        /* Per-item refusals (409: no longer ours) are final; log them. */
+        /* Per-item refusals are final; log them, and hand back those
+         * refusing the report itself (not 404/409: no longer ours). */
         size_t i;
         json_t *r;
         json_array_foreach(json_object_get(ans, "results"), i, r) {
             json_int_t code = json_integer_value(json_object_get(r, "status"));
-            if (code != 200)
-                log_warn("report of task %lld: %lld %s",
-                         (long long)json_integer_value(json_object_get(r, "task")),
-                         (long long)code, json_string_value(json_object_get(r, "detail"))
-                             ? json_string_value(json_object_get(r, "detail")) : "");
+            if (code == 200)
+                continue;
+            log_warn("report of task %lld: %lld %s",
+                     (long long)json_integer_value(json_object_get(r, "task")), (long long)code,
+                     json_string_value(json_object_get(r, "detail"))
+                         ? json_string_value(json_object_get(r, "detail")) : "");
+            if (code != 404 && code != 409)
+                note_refused(refused, r, code);
         }
     }
     json_decref(ans);

@@ -69,9 +69,12 @@ int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
 /* POSTs many reports at once: body is the JSON text {"reports": [{"task":
  * N, ...report}, ...]} of `count` reports (len bytes, borrowed; the caller
  * serialized each report once). Returns the HTTP status of the whole
- * request (-1 transport failure); per-item refusals are final and logged. */
+ * request (-1 transport failure); per-item refusals are final and logged.
+ * On 200, *refused is a new array of the items refused for their content
+ * ({"task", "status", "detail"}; not 404/409, which say the task is no
+ * longer this worker's), or NULL when none; the caller decrefs it. */
 int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len,
-                         size_t count);
+                         size_t count, json_t **refused);
 int wclient_leave(wclient_t *wc, int64_t id);
 /* POST as the current registration: path_fmt_id is a printf format with
  * one %lld, the worker id ("/v1/workers/%lld/logs?..."). Sends raw bytes

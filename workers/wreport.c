@@ -12,6 +12,8 @@
 typedef struct rnode {
     int64_t task;
     json_t *body;               /* owned */
+    int last_word;              /* the failure sent for a refused report:
+                                 * if it is refused too, nothing follows */
     struct rnode *next;
 } rnode_t;
 
@@ -32,18 +34,66 @@ struct wreport {
 /* {"reports":[ ... ]} around the reports. */
 #define WREPORT_ENVELOPE_BYTES 16
 
-/* Delivers one request body of `count` reports, retrying unreachable/5xx
- * until give_up. */
-static void deliver(wreport_t *wr, const char *body, size_t len, size_t count)
+static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word);
+
+/* A report the controller refused for its content can never be accepted,
+ * and its job would wait for it forever: the task is reported failed
+ * instead, naming the refusal (unless this was already that failure). */
+static void fail_refused(wreport_t *wr, int64_t task, int last_word, int status,
+                         const char *detail)
+{
+    if (last_word || task < 1)
+        return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "the controller refused this task's report (%d: %.400s)",
+             status, detail ? detail : "");
+    push_node(wr, task, json_pack("{s:s, s:s}", "state", "failed", "error", msg), 1);
+}
+
+/* The tasks of one request body, in order. */
+typedef struct batch_meta {
+    int64_t task[WREPORT_BATCH_MAX];
+    int last_word[WREPORT_BATCH_MAX];
+    size_t count;
+} batch_meta_t;
+
+/* Index of task in m, or the count when absent. */
+static size_t meta_find(const batch_meta_t *m, int64_t task)
+{
+    size_t i = 0;
+    while (i < m->count && m->task[i] != task)
+        i++;
+    return i;
+}
+
+/* Delivers one request body of m->count reports, retrying unreachable/5xx
+ * until give_up. A refusal of the whole request for its content (400,
+ * 413, 422) fails each of its tasks; 401/403/404/409 say the worker or
+ * task is no longer ours (the controller requeues its work). */
+static void deliver(wreport_t *wr, const char *body, size_t len, const batch_meta_t *m)
 {
     int delay = 100;
     for (;;) {
         int64_t id = wclient_id(wr->wc);
-        int st = wclient_report_batch(wr->wc, id, body, len, count);
+        json_t *refused = NULL, *r;
+        size_t i;
+        int st = wclient_report_batch(wr->wc, id, body, len, m->count, &refused);
+        json_array_foreach(refused, i, r) {
+            int64_t task = json_integer_value(json_object_get(r, "task"));
+            size_t k = meta_find(m, task);
+            if (k < m->count)
+                fail_refused(wr, task, m->last_word[k],
+                             (int)json_integer_value(json_object_get(r, "status")),
+                             json_string_value(json_object_get(r, "detail")));
+        }
+        json_decref(refused);
+        if (st == 400 || st == 413 || st == 422)
+            for (i = 0; i < m->count; i++)
+                fail_refused(wr, m->task[i], m->last_word[i], st, "the whole batch");
         if (st >= 200 && st < 500)
             return;                     /* done, or final refusal (logged) */
         if (wclient_sleep_backoff(&delay, &wr->give_up)) {
-            log_warn("%zu reports dropped: controller unreachable", count);
+            log_warn("%zu reports dropped: controller unreachable", m->count);
             return;
         }
     }
@@ -85,17 +135,18 @@ static char *report_text(rnode_t *n, size_t cap)
  * each report serialized once, here on the reporting thread; frees list. */
 static void send_list(wreport_t *wr, rnode_t *list)
 {
-    size_t cap = wclient_max_body(wr->wc), len = 0, count = 0, bufcap = 0;
+    size_t cap = wclient_max_body(wr->wc), len = 0, bufcap = 0;
+    batch_meta_t m = {.count = 0};
     char *buf = NULL;
-    while (list || count) {
+    while (list || m.count) {
         rnode_t *n = list;
         char *text = n ? report_text(n, cap) : NULL;
         size_t tl = text ? strlen(text) : 0;
         /* Flush what is gathered when this one does not fit, or at the end. */
-        if (count && (!n || len + tl + 2 > cap)) {
+        if (m.count && (!n || len + tl + 2 > cap || m.count == WREPORT_BATCH_MAX)) {
             memcpy(buf + len, "]}", 3);
-            deliver(wr, buf, len + 2, count);
-            len = count = 0;
+            deliver(wr, buf, len + 2, &m);
+            len = m.count = 0;
         }
         if (!n)
             break;
@@ -112,13 +163,14 @@ static void send_list(wreport_t *wr, rnode_t *list)
             }
         }
         if (text) {
-            if (!count)
+            if (!m.count)
                 len = (size_t)snprintf(buf, bufcap, "{\"reports\":[");
             else
                 buf[len++] = ',';
             memcpy(buf + len, text, tl);
             len += tl;
-            count++;
+            m.task[m.count] = n->task;
+            m.last_word[m.count++] = n->last_word;
         } else {
             log_error("out of memory: report of task %lld dropped", (long long)n->task);
         }
@@ -170,7 +222,7 @@ wreport_t *wreport_start(wclient_t *wc)
     return wr;
 }
 
-void wreport_push(wreport_t *wr, int64_t task, json_t *body)
+static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word)
 {
     if (!body)
         return;
@@ -182,6 +234,7 @@ void wreport_push(wreport_t *wr, int64_t task, json_t *body)
     }
     n->task = task;
     n->body = body;
+    n->last_word = last_word;
     n->next = NULL;
     pthread_mutex_lock(&wr->mu);
     if (wr->tail)
@@ -191,6 +244,11 @@ void wreport_push(wreport_t *wr, int64_t task, json_t *body)
     wr->tail = n;
     pthread_cond_signal(&wr->cv);
     pthread_mutex_unlock(&wr->mu);
+}
+
+void wreport_push(wreport_t *wr, int64_t task, json_t *body)
+{
+    push_node(wr, task, body, 0);
 }
 
 void wreport_exec_fn(void *ctx, int64_t task, json_t *body)

@@ -6,7 +6,10 @@
  * sent without its tensors' values (sums and shapes kept) rather than
  * refused, so its job still ends. A batch that cannot be delivered because
  * the controller is unreachable (or answers 5xx) is retried with backoff;
- * 4xx answers (409: not leased to us / already reported) are final.
+ * 4xx answers are final: 404/409 (no longer ours, already reported) are
+ * logged; a report refused for its content (400, 413, 422) is followed by
+ * a "failed" report of its task naming the refusal, so its job ends
+ * instead of waiting for a report that can never be accepted.
  *
  * Ownership: wreport_push() takes the body reference. */
 #ifndef ATOLL_WREPORT_H

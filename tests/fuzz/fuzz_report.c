@@ -5,8 +5,9 @@
  *     its own length and a wrong one) and report_output_decode of each of
  *     its tensors (one per shard of the host task);
  *   batch (POST /v1/workers/{id}/reports, a body with "reports"):
- *     report_batch_envelope, report_outputs_check of every item, then per
- *     item report_batch_item, report_validate and the outputs.
+ *     report_batch_envelope, then per item (a refusal is that item's
+ *     alone) report_batch_item, report_outputs_check, report_validate and
+ *     the outputs.
  * The body is parsed as the router parses it (JSON_REJECT_DUPLICATES).
  * Outputs are decoded whatever the state (the store decodes them only for
  * succeeded reports), so every report reaches the shape/values decoder.
@@ -193,9 +194,6 @@ static void check_batch(const json_t *doc)
         abort();
     size_t i;
     const json_t *item;
-    json_array_foreach(reports, i, item)
-        if (!outputs_ok(item))
-            return;             /* the whole batch is refused */
     json_array_foreach(reports, i, item) {
         int64_t task = 0;
         memset(&e, 0, sizeof e);
@@ -207,7 +205,8 @@ static void check_batch(const json_t *doc)
         if (task < 1 || json_object_get(body, "task") ||
             json_object_size(body) + 1 != json_object_size(item))
             abort();
-        check_report(body);
+        if (outputs_ok(body))   /* else only this item is refused */
+            check_report(body);
         json_decref(body);
     }
 }

@@ -606,6 +606,10 @@ static void test_worker_protocol(void **state)
     /* In a batch, a wrong count of tensors is that item's 400 (nothing applied). */
     batch_item_fault(wid, task, "{'reports':[{'task':%" PRId64 ",'state':'succeeded',"
                      "'outputs':{'i':[" T0 "," T0 "," T0 "]}}]}", 400);
+    /* Outputs that are not an object: that item's 400, not the whole
+     * batch's (the others of a batch still apply). */
+    batch_item_fault(wid, task, "{'reports':[{'task':%" PRId64 ",'state':'succeeded',"
+                     "'outputs':[]}]}", 400);
     /* Wrong ids: unknown task 404, another worker's task 409. */
     report_fault(wid, 99999999, "{'state':'succeeded'}", 404, "task");
     report_fault(wid + 1000, task, "{'state':'succeeded'}", 409, "task");

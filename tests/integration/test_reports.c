@@ -8,6 +8,9 @@
  * the cap ("max_body"), the worker batches reports under it, and a single
  * report above it goes without its values (sums and shapes kept).
  *
+ * A report the controller refuses for its content is followed by a
+ * "failed" report of its task, so the job ends (it waited for ever).
+ *
  * Cluster: main=4 with one 4-device worker, spare=1 for a played worker;
  * atolld at --max-body 65536 (64 KiB), so both cases happen at small
  * sizes (values travel as base64 f32: 5.3 bytes per element). */
@@ -19,6 +22,8 @@
 #include <cmocka.h>
 
 #include "itest.h"
+#include "wclient.h"
+#include "wreport.h"
 
 #define REP_CAP "65536"
 #define REP_COMPS 16
@@ -135,6 +140,55 @@ static void test_oversize_report_keeps_sums(void **state)
     json_decref(outs);
 }
 
+/* The first host task the played worker wc is given (waits up to 10 s). */
+static int64_t poll_one_task(wclient_t *wc)
+{
+    int64_t task = 0, t0 = hx_now_ms();
+    while (task < 1 && hx_now_ms() - t0 < 10000) {
+        json_t *ans = NULL;
+        int st = wclient_poll(wc, wclient_id(wc), 500, 0, NULL, &ans);
+        json_t *group = json_array_get(json_object_get(ans, "jobs"), 0);
+        task = json_integer_value(json_object_get(
+            json_array_get(json_object_get(group, "tasks"), 0), "task"));
+        json_decref(ans);
+        T_CHECK(st == 200, "poll answered %d", st);
+    }
+    T_CHECK(task > 0, "the played worker got no task within 10 s");
+    return task;
+}
+
+/* A report the controller can never accept (its outputs are not an
+ * object: 400 for that item) used to be dropped by the worker and its job
+ * stayed "running"; the worker's own reporter now sends a "failed" report
+ * naming the refusal. Played on the spare island with the worker's client
+ * and reporter (workers/wclient.c, wreport.c); the worker leaves after. */
+static void test_refused_report_fails_task(void **state)
+{
+    (void)state;
+    wclient_reg_req_t req = {"spare", 1, "sim", "127.0.0.1:1"};
+    wclient_t *wc = wclient_new(itest_cluster.url, &req);
+    T_CHECK(wc != NULL, "out of memory");
+    int st = wclient_register(wc, NULL);
+    T_CHECK(st == 201, "registration on spare answered %d", st);
+    int64_t job = itest_submit("{'name':'refused','slices':{'s':{'shape':[1],"
+                               "'island':'spare'}},'computations':[{'name':'c','slice':'s',"
+                               "'ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}");
+    int64_t task = poll_one_task(wc);
+    wreport_t *wr = wreport_start(wc);
+    T_CHECK(wr != NULL, "reporter did not start");
+    wreport_push(wr, task, json_pack("{s:s, s:[]}", "state", "succeeded", "outputs"));
+    json_t *j = itest_wait_state(job, "failed");
+    const char *err = json_string_value(json_object_get(j, "error"));
+    int named = err && strstr(err, "refused this task's report") && strstr(err, "outputs");
+    char copy[300];
+    snprintf(copy, sizeof copy, "%s", err ? err : "(none)");
+    json_decref(j);
+    wreport_stop(wr, 5000);
+    wclient_leave(wc, wclient_id(wc));
+    wclient_free(wc);
+    T_CHECK(named, "the job's error should name the refusal: %s", copy);
+}
+
 /* The cap workers batch by is in the registration answer (a played
  * worker on the spare island; it never polls, nothing runs there). */
 static void test_register_says_cap(void **state)
@@ -157,6 +211,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_batches_fit_the_cap, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_oversize_report_keeps_sums, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_refused_report_fails_task, itest_cancel_leftovers),
         cmocka_unit_test(test_register_says_cap),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
