@@ -34,19 +34,50 @@ static int view_job_own(store_t *st, view_jobs_t *vj, int64_t tenant, int64_t jo
     return own;
 }
 
+/* A shared device's holders ("jobs", DESIGN Part D) as the tenant may see
+ * them: its own job ids only. Returns the first own holder (0: none) and
+ * sets *other when another tenant's job holds the device too. */
+static int64_t holders_tenant_view(store_t *st, json_t *d, int64_t tenant, view_jobs_t *vj,
+                                   int *other)
+{
+    json_t *jobs = json_object_get(d, "jobs");
+    int64_t first_own = 0;
+    for (size_t k = json_array_size(jobs); k-- > 0;) {
+        int64_t job = json_integer_value(json_array_get(jobs, k));
+        if (json_is_integer(json_array_get(jobs, k)) && view_job_own(st, vj, tenant, job)) {
+            first_own = job;
+        } else {
+            json_array_remove(jobs, k);
+            *other = 1;
+        }
+    }
+    if (jobs && json_array_size(jobs) == 0)
+        json_object_del(d, "jobs");
+    return first_own;
+}
+
 /* In an island object: a device held by another tenant's job (or a job
- * without a tenant) shows "tenant": "other" instead of its job and slice. */
+ * without a tenant) shows "tenant": "other" instead of its job and slice;
+ * a shared device lists the tenant's own holders only, "tenant": "other"
+ * saying that another tenant's job holds it too. */
 static void island_tenant_view(store_t *st, json_t *isl, int64_t tenant, view_jobs_t *vj)
 {
     size_t i;
     json_t *d;
     json_array_foreach(json_object_get(isl, "devices"), i, d) {
         json_t *job = json_object_get(d, "job");
-        if (!json_is_integer(job) || view_job_own(st, vj, tenant, json_integer_value(job)))
-            continue;
-        json_object_del(d, "job");
-        json_object_del(d, "slice");
-        json_object_set_new(d, "tenant", json_string("other"));
+        int other = 0;
+        int64_t own = holders_tenant_view(st, d, tenant, vj, &other);
+        if (json_is_integer(job) && !view_job_own(st, vj, tenant, json_integer_value(job))) {
+            other = 1;
+            json_object_del(d, "slice");    /* the other job's slice name */
+            if (own > 0)
+                json_object_set_new(d, "job", json_integer(own));
+            else
+                json_object_del(d, "job");
+        }
+        if (other)
+            json_object_set_new(d, "tenant", json_string("other"));
     }
 }
 

@@ -4,7 +4,8 @@
  * {"tenant": "other"} with no job id (nor slice name), alice sees her job
  * id, and the admin and the read token see the job id too. GET /v1/workers
  * shows tenants no data_addr, host or pid; the read token sees them.
- * Fails on the old code: every tenant saw every job id and data_addr. */
+ * Fails on the old code: every tenant saw every job id and data_addr.
+ * Shared devices (Part D) list their holders: a tenant sees its own only. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,6 +107,73 @@ static void test_island_views(void **state)
     json_decref(call_q(&alice_cl, "DELETE", path, NULL, NULL, 200));
 }
 
+/* Submits a shared job (DESIGN Part D) holding all of west for a while as
+ * cl and waits until it is admitted. Returns its id. */
+static int64_t shared_hold(hx_client_t *cl, const char *name)
+{
+    char doc[512];
+    snprintf(doc, sizeof doc, "{'name':'%s','sharing':'shared','slices':{'s':{'shape':[2,2],"
+             "'island':'west'}},'computations':[{'name':'c','slice':'s','ops':[{'op':"
+             "'compute','out':'b','us':3000000},{'op':'shard_index','out':'i'}],"
+             "'outputs':['i']}]}", name);
+    json_t *j = call_q(cl, "POST", "/v1/jobs", doc, NULL, 201);
+    int64_t id = json_integer_value(json_object_get(j, "id"));
+    json_decref(j);
+    json_t *job = NULL;
+    int rc = hx_job_wait_leave(cl, id, "queued", 20000, ITEST_POLL_MS, &job);
+    int live = rc == 0 && job && !hx_state_terminal(hx_job_state(job));
+    json_decref(job);
+    T_CHECK(live, "shared job %s was not admitted", name);
+    return id;
+}
+
+/* Whether job id appears anywhere in cl's view of west ("job" or a shared
+ * device's "jobs"); *co counts devices marked as held by another tenant. */
+static int west_mentions(hx_client_t *cl, int64_t id, int *co)
+{
+    json_t *one = call_q(cl, "GET", "/v1/islands/west", NULL, NULL, 200);
+    int seen = 0;
+    size_t i, k;
+    json_t *d, *h;
+    *co = 0;
+    json_array_foreach(json_object_get(one, "devices"), i, d) {
+        seen += json_integer_value(json_object_get(d, "job")) == id;
+        json_array_foreach(json_object_get(d, "jobs"), k, h)
+            seen += json_integer_value(h) == id;
+        const char *t = json_string_value(json_object_get(d, "tenant"));
+        *co += t && strcmp(t, "other") == 0;
+    }
+    json_decref(one);
+    return seen;
+}
+
+/* Shared devices list every holder ("jobs"): a tenant sees its own holders
+ * there and never another tenant's job id (the list used to show them
+ * all, whatever the caller). */
+static void test_shared_views(void **state)
+{
+    (void)state;
+    int64_t a = shared_hold(&alice_cl, "share-a"), b = shared_hold(&bob_cl, "share-b");
+    int bob_co = 0, alice_co = 0, admin_co = 0;
+    int bob_sees_a = west_mentions(&bob_cl, a, &bob_co);
+    int bob_sees_b = west_mentions(&bob_cl, b, &bob_co);
+    int alice_sees_b = west_mentions(&alice_cl, b, &alice_co);
+    int admin_sees_both = west_mentions(&itest_client, a, &admin_co) > 0 &&
+                          west_mentions(&itest_client, b, &admin_co) > 0;
+    T_CHECK(bob_sees_a == 0 && alice_sees_b == 0,
+            "a tenant sees the other's shared job id (bob: %d, alice: %d devices)", bob_sees_a,
+            alice_sees_b);
+    T_CHECK(bob_sees_b >= 4 && bob_co == 4 && alice_co == 4,
+            "bob sees his job on %d entries; devices shared with another tenant: bob %d,"
+            " alice %d (want 4)", bob_sees_b, bob_co, alice_co);
+    T_CHECK(admin_sees_both && admin_co == 0, "the admin sees both jobs, no 'other'");
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, a);
+    json_decref(call_q(&alice_cl, "DELETE", path, NULL, NULL, 200));
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, b);
+    json_decref(call_q(&bob_cl, "DELETE", path, NULL, NULL, 200));
+}
+
 /* Counts workers in GET /v1/workers that carry data_addr, host and pid. */
 static int workers_with_addr(hx_client_t *cl, int *total)
 {
@@ -140,6 +208,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_island_views, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_shared_views, itest_cancel_leftovers),
         cmocka_unit_test(test_worker_views),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
