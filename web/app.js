@@ -311,17 +311,39 @@
     return { el: root, stats: stats, util: utilFill, cells: cells, small: size < 22, devs: [] };
   }
 
+  /* Jobs holding a device: every holder of a shared one (DESIGN Part D,
+   * "jobs"), else its one job. */
+  function cellHolders(d) {
+    if (Array.isArray(d.jobs) && d.jobs.length) return d.jobs.map(String);
+    return has(d.job) ? [String(d.job)] : [];
+  }
+
+  /* A shared device is split in one band per holder, in its colour ("other":
+   * another tenant's job, grey). */
+  function shareGradient(holders) {
+    var n = holders.length;
+    return "linear-gradient(135deg, " + holders.map(function (id, i) {
+      return (id === "other" ? "#6e7681" : jobColour(id)) + " " + (100 * i / n).toFixed(1) + "% " + (100 * (i + 1) / n).toFixed(1) + "%";
+    }).join(", ") + ")";
+  }
+
   function updateCell(c, d, small) {
     var state = DEVICE_STATES.indexOf(d.state) >= 0 ? d.state : "down";
     var job = has(d.job) ? String(d.job) : "";
+    var holders = cellHolders(d);
     if (c.dataset.state !== state) c.dataset.state = state;
     if (c.dataset.job !== job) c.dataset.job = job;
     c.dataset.slice = d.slice || "";
     c.dataset.worker = has(d.worker) ? String(d.worker) : "";
-    var text = state === "allocated" && !small ? job : "";
+    c.dataset.holders = holders.join(" ");
+    var shared = holders.length > 1 || (holders.length === 1 && d.tenant === "other");
+    if (shared) c.dataset.shared = String(holders.length + (d.tenant === "other" ? 1 : 0));
+    else delete c.dataset.shared;
+    c.style.setProperty("--share-bg", shared ? shareGradient(d.tenant === "other" ? holders.concat(["other"]) : holders) : "");
+    var text = state !== "allocated" || small ? "" : holders.length > 1 ? "×" + holders.length : job;
     if (c.textContent !== text) c.textContent = text;
     c.style.setProperty("--job-colour", job ? jobColour(job) : "");
-    c.classList.toggle("sel", !!job && job === S.selected);
+    c.classList.toggle("sel", !!S.selected && holders.indexOf(S.selected) >= 0);
     c.setAttribute("aria-label", deviceLines(c).map(function (l) { return l.join(" "); }).join(", "));
   }
 
@@ -345,7 +367,7 @@
       (isl.devices || []).forEach(function (d) {
         var c = view.cells[Number(d.index)];
         if (c) updateCell(c, d, view.small);
-        if (has(d.job)) holders.set(String(d.job), (holders.get(String(d.job)) || 0) + 1);
+        cellHolders(d).forEach(function (id) { holders.set(id, (holders.get(id) || 0) + 1); });
       });
       var total = (isl.devices || []).length || 1;
       view.stats.textContent = (isl.allocated || 0) + " busy · " + (isl.free || 0) + " free · " +
@@ -387,10 +409,16 @@
     } else {
       lines.push(["worker", "none (down)"]);
     }
-    if (has(d.job)) {
+    var holders = cellHolders(d);
+    if (holders.length > 1) {
+      lines.push(["shared by", holders.map(function (id) {
+        return "job " + id + (jobName(id) ? " " + jobName(id) : "");
+      }).join(", ")]);
+    } else if (has(d.job)) {
       lines.push(["job", "job " + d.job + (jobName(d.job) ? " " + jobName(d.job) : "")]);
       lines.push(["slice", "slice " + (d.slice || "?")]);
     }
+    if (d.tenant === "other") lines.push(["tenant", "held by another tenant's job"]);
     return lines;
   }
 

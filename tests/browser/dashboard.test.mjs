@@ -307,6 +307,30 @@ async function main() {
     }, [String(blocker.body.id), String(big.body.id)]));
     note(`cancel: job ${blocker.body.id} cancelled from the page, job ${big.body.id} admitted`);
 
+    // ---------------------------------------------------------- 5b. shared devices
+    // Two shared jobs (DESIGN Part D) each on all 8 east devices (placement
+    // is least loaded first, so smaller slices would not overlap): each cell
+    // is drawn in both jobs' colours and its tooltip names both.
+    const shareDoc = (name) => Object.assign(holdJob(name, [2, 2, 2], "east", 20000000), { sharing: "shared" });
+    const sa = await submitApi(shareDoc("share-a")), sb = await submitApi(shareDoc("share-b"));
+    check(sa.status === 201 && sb.status === 201, `shared submits: ${sa.status} ${sb.status}`);
+    const sharedCells = await until("8 east cells drawn split between both shared jobs", 20, () => dom((ids) => {
+      const cells = [...document.querySelectorAll('.device[data-island="east"][data-shared="2"]')];
+      const ok = cells.filter((c) => ids.every((id) => c.dataset.holders.split(" ").includes(id)) &&
+                               /linear-gradient/.test(getComputedStyle(c).backgroundImage));
+      return ok.length === 8 ? ok.map((c) => c.dataset.index) : null;
+    }, [String(sa.body.id), String(sb.body.id)]));
+    await page.hover(`.device[data-island="east"][data-index="${sharedCells[0]}"]`);
+    const shareTip = await until("the tooltip names both holders", 5, () => dom(() => {
+      const t = document.getElementById("tooltip"); return !t.hidden && /shared by/.test(t.textContent) && t.textContent;
+    }));
+    check(shareTip.includes(`job ${sa.body.id}`) && shareTip.includes(`job ${sb.body.id}`),
+          `the shared device's tooltip should name jobs ${sa.body.id} and ${sb.body.id}: ${shareTip}`);
+    await shot("shared");
+    for (const id of [sa.body.id, sb.body.id])
+      check((await api("/v1/jobs/" + id, { method: "DELETE" })).status === 200, `cancel shared job ${id}`);
+    note(`shared: east devices ${sharedCells.join(",")} drawn split between jobs ${sa.body.id} and ${sb.body.id}`);
+
     // ---------------------------------------------------------- 6. errors inline
     await page.goto(URL + "/#/submit");
     await page.fill("#doc", '{"name": "oops", "slices": {,}');
@@ -348,7 +372,7 @@ async function main() {
 
     check(await dom(() => window.__atollMarker === 1), "the page reloaded (marker lost): updates must be live");
     check(consoleErrors.length === 0, `page errors: ${consoleErrors.join("; ")}`);
-    console.log("PASS: dashboard browser tests (map, submit, live job page, partitioned program, pending reason, cancel, errors, utilization)");
+    console.log("PASS: dashboard browser tests (map, submit, live job page, partitioned program, pending reason, cancel, shared devices, errors, utilization)");
   } finally {
     await browser.close();
   }

@@ -52,8 +52,11 @@ cleanup() {
             echo "---- last lines of $(basename "$f")" >&2
             tail -n 20 "$f" >&2
         done
+        # Whole logs stay for a post-mortem (a CI run shows the path).
+        echo "---- logs kept in $TMP" >&2
+    else
+        rm -rf "$TMP"
     fi
-    rm -rf "$TMP"
     exit "$rc"
 }
 trap cleanup EXIT
