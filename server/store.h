@@ -265,10 +265,15 @@ int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64
 typedef struct sched_victim {
     int64_t job;
     int64_t priority;
+    int shared;                 /* holds its devices beside others (device_holds) */
 } sched_victim_t;
 /* Up to cap preemptible jobs holding devices with priority below `below`,
- * lowest priority first, then the most recently allocated. Count or -1. */
+ * exclusive and shared, lowest priority first, then the most recently
+ * allocated. Count or -1. */
 int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap);
+/* The devices shared job `job` holds (device_holds): up to cap (island id,
+ * device index) pairs into island[] and idx[]. Count or -1. */
+int store_sched_holds(store_t *st, int64_t job, int64_t *island, int64_t *idx, int cap);
 /* Evicts victim for job `by` in its own transaction: requeued with
  * attempt + 1 and preemptions + 1 (not a retry), devices freed, leased
  * tasks aborted through the poll, a `preempted` event naming `by`. */

@@ -349,8 +349,8 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
 int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap)
 {
     static const char sql[] =
-        "SELECT id, priority FROM jobs WHERE preemptible = 1 AND priority < ?1"
-        " AND state IN ('allocated', 'running') AND shared = 0"
+        "SELECT id, priority, shared FROM jobs WHERE preemptible = 1 AND priority < ?1"
+        " AND state IN ('allocated', 'running')"
         " ORDER BY priority, allocated_at DESC, id DESC"
         " LIMIT ?2";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -362,6 +362,26 @@ int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap
     while (n < cap && sqlite3_step(s) == SQLITE_ROW) {
         out[n].job = sqlite3_column_int64(s, 0);
         out[n].priority = sqlite3_column_int64(s, 1);
+        out[n].shared = sqlite3_column_int(s, 2) != 0;
+        n++;
+    }
+    sqlite3_reset(s);
+    return n;
+}
+
+int store_sched_holds(store_t *st, int64_t job, int64_t *island, int64_t *idx, int cap)
+{
+    static const char sql[] =
+        "SELECT island_id, idx FROM device_holds WHERE job_id = ?1 LIMIT ?2";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    int n = 0;
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, cap);
+    while (n < cap && sqlite3_step(s) == SQLITE_ROW) {
+        island[n] = sqlite3_column_int64(s, 0);
+        idx[n] = sqlite3_column_int64(s, 1);
         n++;
     }
     sqlite3_reset(s);

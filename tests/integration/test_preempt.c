@@ -5,7 +5,8 @@
  * priority that make room: they go back to `queued` with attempt + 1,
  * count `preemptions` (not `retries`), get a `preempted` event naming the
  * job that took their devices, and run again to success. Jobs that are not
- * preemptible, or not of lower priority, are never evicted. */
+ * preemptible, or not of lower priority, are never evicted. Shared jobs
+ * are evicted too; a shared device frees only when all its holders go. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,17 +15,25 @@
 
 #include "itest.h"
 
-/* A job of one slice `shape` on west that computes for `us` µs. */
-static int64_t submit_busy(const char *name, const char *shape, int64_t us, int priority,
-                           int preemptible)
+/* A job of one slice `shape` on west that computes for `us` µs; `shared`
+ * makes it a shared job (it holds its devices beside other shared jobs). */
+static int64_t submit_job(const char *name, const char *shape, int64_t us, int priority,
+                          int preemptible, int shared)
 {
     char doc[768];
     snprintf(doc, sizeof doc,
-             "{'name':'%s','priority':%d,%s'slices':{'s':{'shape':%s,'island':'west'}},"
+             "{'name':'%s','priority':%d,%s%s'slices':{'s':{'shape':%s,'island':'west'}},"
              "'computations':[{'name':'c','slice':'s','ops':[{'op':'compute','out':'b',"
              "'us':%lld},{'op':'shard_index','out':'i'}],'outputs':['i']}]}",
-             name, priority, preemptible ? "'preemptible':true," : "", shape, (long long)us);
+             name, priority, preemptible ? "'preemptible':true," : "",
+             shared ? "'sharing':'shared'," : "", shape, (long long)us);
     return itest_submit(doc);
+}
+
+static int64_t submit_busy(const char *name, const char *shape, int64_t us, int priority,
+                           int preemptible)
+{
+    return submit_job(name, shape, us, priority, preemptible, 0);
 }
 
 static int64_t jint(const json_t *j, const char *k)
@@ -121,6 +130,108 @@ static void test_evicts_fewest_lowest(void **state)
             (long long)pa, (long long)pb);
 }
 
+/* Shared jobs are preemptible too: two of them hold all of west side by
+ * side; an exclusive job needing west evicts both (a shared device frees
+ * only when every holder goes), starts at once, and they run again. */
+static void test_evicts_shared(void **state)
+{
+    (void)state;
+    int64_t a = submit_job("shared-a", "[2,2]", 6000000, 0, 1, 1);
+    int64_t b = submit_job("shared-b", "[2,2]", 6000000, 0, 1, 1);
+    wait_running(a);
+    wait_running(b);
+    int64_t high = submit_busy("over-shared", "[2,2]", 100000, 10, 0);
+    json_t *hj = itest_wait_state(high, "succeeded");
+    int64_t waited_us = hx_job_time_us(hj, "allocated") - hx_job_time_us(hj, "created");
+    json_decref(hj);
+    json_t *aj = itest_wait_state(a, "succeeded"), *bj = itest_wait_state(b, "succeeded");
+    char who[32];
+    snprintf(who, sizeof who, "job %lld", (long long)high);
+    int ok = jint(aj, "preemptions") == 1 && jint(bj, "preemptions") == 1 &&
+             has_event(aj, "preempted", who) && has_event(bj, "preempted", who) &&
+             jint(aj, "retries") == 0 && jint(bj, "retries") == 0;
+    json_decref(aj);
+    json_decref(bj);
+    T_CHECK(waited_us >= 0 && waited_us < 3000000,
+            "the high-priority job waited %lld us for west held by shared jobs",
+            (long long)waited_us);
+    T_CHECK(ok, "both shared jobs should be evicted once, with a preempted event naming %s",
+            who);
+}
+
+/* Waits (20 s at most) until job id shows a pending_reason: the scheduler
+ * has tried it, and whatever that pass evicted is committed. */
+static void wait_pending_reason(int64_t id)
+{
+    int64_t t0 = hx_now_ms();
+    for (;;) {
+        json_t *j = hx_job_get(&itest_client, id);
+        int seen = json_is_string(json_object_get(j, "pending_reason"));
+        json_decref(j);
+        if (seen)
+            return;
+        T_CHECK(hx_now_ms() - t0 < 20000, "job %lld never got a pending_reason", (long long)id);
+        hx_sleep_ms(ITEST_POLL_MS);
+    }
+}
+
+/* A shared device is freed only when every holder is evicted: beside a
+ * shared job that is not preemptible, evicting the preemptible one frees
+ * nothing, so it keeps running while the exclusive job waits (it was
+ * evicted for nothing when a device counted as freed with any one holder),
+ * and the exclusive job is placed only after the other's end. */
+static void test_shared_needs_every_holder(void **state)
+{
+    (void)state;
+    int64_t keep = submit_job("shared-keep", "[2,2]", 6000000, 0, 0, 1);
+    int64_t pre = submit_job("shared-pre", "[2,2]", 1000000, 0, 1, 1);
+    wait_running(keep);
+    wait_running(pre);
+    int64_t high = submit_busy("over-keep", "[2,2]", 100000, 10, 0);
+    wait_pending_reason(high);
+    json_t *now = hx_job_get(&itest_client, pre);
+    int spared = jint(now, "attempt") == 0 && jint(now, "preemptions") == 0;
+    json_decref(now);
+    json_t *hj = itest_wait_state(high, "succeeded");
+    json_t *kj = itest_wait_state(keep, "succeeded");
+    json_decref(itest_wait_state(pre, "succeeded"));
+    int64_t allocated = hx_job_time_us(hj, "allocated");
+    int64_t keep_end = hx_job_time_us(kj, "finished");
+    int kept = jint(kj, "preemptions") == 0;
+    json_decref(hj);
+    json_decref(kj);
+    T_CHECK(spared, "the preemptible shared job was evicted while a non-preemptible one still"
+            " held the devices (no room made)");
+    T_CHECK(kept && allocated >= keep_end, "the exclusive job was placed at %lld while a"
+            " non-preemptible shared job held west until %lld", (long long)allocated,
+            (long long)keep_end);
+}
+
+/* A shared job preempts too, and only what it must: an exclusive
+ * preemptible job on one half of west is evicted for a shared job needing
+ * all of it, while the shared job on the other half stays (the new one
+ * joins it there). */
+static void test_shared_job_preempts(void **state)
+{
+    (void)state;
+    int64_t ex = submit_job("ex-half", "[1,2]", 6000000, 0, 1, 0);
+    wait_running(ex);
+    int64_t sh = submit_job("sh-half", "[1,2]", 6000000, 0, 1, 1);
+    wait_running(sh);
+    int64_t high = submit_job("shared-high", "[2,2]", 100000, 10, 0, 1);
+    json_t *hj = itest_wait_state(high, "succeeded");
+    int64_t waited_us = hx_job_time_us(hj, "allocated") - hx_job_time_us(hj, "created");
+    json_decref(hj);
+    json_t *ej = itest_wait_state(ex, "succeeded"), *sj = itest_wait_state(sh, "succeeded");
+    int64_t pe = jint(ej, "preemptions"), ps = jint(sj, "preemptions");
+    json_decref(ej);
+    json_decref(sj);
+    T_CHECK(waited_us >= 0 && waited_us < 3000000,
+            "the shared high-priority job waited %lld us", (long long)waited_us);
+    T_CHECK(pe == 1 && ps == 0, "only the exclusive half should be evicted (exclusive: %lld,"
+            " shared: %lld preemptions)", (long long)pe, (long long)ps);
+}
+
 static void test_bad_field(void **state)
 {
     (void)state;
@@ -148,6 +259,9 @@ int main(void)
         cmocka_unit_test_teardown(test_preempts_lower_priority, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_spares_non_preemptible, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_evicts_fewest_lowest, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_evicts_shared, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_shared_needs_every_holder, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_shared_job_preempts, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_bad_field, itest_cancel_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
