@@ -915,14 +915,17 @@ static tenant_q_t *tq_pick(store_t *st, tenant_q_t *qs, int n)
  * most SHARED_WINDOW computations dispatched and not finished; whenever
  * one has room, the next computation (topological order) of the job whose
  * tenant has the least virtual time is dispatched, and that tenant's
-* virtual time advances by the computation's shard count over its share
- * (stride scheduling: device time follows shares when computations cost
- * alike). Every computation still gets one island sequence number and
+ * virtual time advances by the computation's expected device time over
+ * its share (stride scheduling; the expectation is the job's measured
+ * device time per shard, from the workers' reports: feed_cost). Every computation still gets one island sequence number and
  * every device runs its tasks in that order, so interleaving cannot
  * deadlock a collective. A tenant that becomes backlogged starts at the
  * least virtual time of those already backlogged (no credit for idling). */
 
 #define SHARED_WINDOW 2
+/* Assumed device time per shard of a job none of whose host tasks has
+ * finished yet (µs); its own measurements replace it after the first. */
+#define FEED_DEFAULT_SHARD_US 1000.0
 #define FEED_MAX 256
 #define VT_MAX 1024
 
@@ -1010,6 +1013,17 @@ static int feed_pick(const sched_feed_job_t *fj, vtime_t *const *vt, int n)
     return best;
 }
 
+/* What dispatching a computation of nshards shards costs fj's tenant in
+ * virtual time: its expected device time (shards x the job's measured
+ * device time per shard, FEED_DEFAULT_SHARD_US until a host task of it
+ * finished) over the tenant's share. So device time, not the count of
+ * computations, follows shares when jobs' computations cost differently. */
+static double feed_cost(const sched_feed_job_t *fj, int nshards)
+{
+    double per = fj->shard_us > 0 ? fj->shard_us : FEED_DEFAULT_SHARD_US;
+    return (double)nshards * per / (double)(fj->share > 0 ? fj->share : 1);
+}
+
 /* One feed pass over the live shared jobs. Returns computations
  * dispatched, or -1 on a store error. */
 static int feed_shared(store_t *st, round_t *r)
@@ -1043,7 +1057,7 @@ static int feed_shared(store_t *st, round_t *r)
             return -1;
         fj[i].undispatched--;
         fj[i].inflight++;
-        vt[i]->v += (double)pe->plan->comps[c].nshards / (double)(fj[i].share > 0 ? fj[i].share : 1);
+        vt[i]->v += feed_cost(&fj[i], pe->plan->comps[c].nshards);
         fed++;
     }
     return n < 0 ? -1 : fed;

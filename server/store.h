@@ -253,6 +253,8 @@ typedef struct sched_feed_job {
     int64_t share;              /* the tenant's share; 1 without a tenant */
     int64_t island;             /* the island of its first slice */
     int inflight, undispatched;
+    double shard_us;            /* device time per shard of its latest finished
+                                 * host tasks (workers' own busy time); 0: none yet */
 } sched_feed_job_t;
 /* Up to cap live shared jobs, by id. Count or -1. */
 int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap);

@@ -603,7 +603,13 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NOT NULL"
         "  AND c.state NOT IN ('succeeded', 'failed', 'cancelled')),"
         " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NULL),"
-        " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id)"
+        " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id),"
+        /* Device time per shard over its last 16 finished host tasks of
+         * this attempt (index host_tasks_by_job, newest first). */
+        " (SELECT SUM((h.finished_us - h.inputs_ready_us) * h.nshards) * 1.0 / SUM(h.nshards)"
+        "  FROM (SELECT finished_us, inputs_ready_us, nshards FROM host_tasks"
+        "        WHERE job_id = j.id AND attempt = j.attempt AND state = 'succeeded'"
+        "        AND finished_us >= inputs_ready_us ORDER BY comp_idx DESC LIMIT 16) h)"
         " FROM jobs j LEFT JOIN tenants t ON t.id = j.tenant_id"
         " WHERE j.shared = 1 AND j.state IN ('allocated', 'running') ORDER BY j.id LIMIT ?1";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -619,6 +625,7 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         out[n].inflight = sqlite3_column_int(s, 4);
         out[n].undispatched = sqlite3_column_int(s, 5);
         out[n].island = sqlite3_column_int64(s, 6);
+        out[n].shard_us = sqlite3_column_double(s, 7);     /* NULL reads 0 */
         n++;
     }
     sqlite3_reset(s);

@@ -221,6 +221,36 @@ static void test_shares_and_cancel(void **state)
     T_CHECK(right, "the surviving job computed wrong values after the other was cancelled");
 }
 
+/* Equal shares, unequal costs: device time follows shares, not the count
+ * of computations. "short" (5 ms computations) and "long" (20 ms) are each
+ * their own tenant of share 1; while both are backlogged, short gets about
+ * four computations for each of long's. Counted as in the test above: of
+ * long's computations, those dispatched before short's last one (about 12
+ * of 40; 40 when the scheduler counted computations). */
+static void test_device_time_not_count(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    char *ds = chain_doc("short", N, 5000, 1), *dl = chain_doc("long", N, 20000, 1);
+    int64_t js = submit_as(&itest_client, ds), jl = submit_as(&itest_client, dl);
+    json_t *fs = wait_done(&itest_client, js, "succeeded");
+    json_t *fl = wait_done(&itest_client, jl, "succeeded");
+    int64_t ss[N], sl[N];
+    int ns = comp_seqs(fs, ss, N), nl = comp_seqs(fl, sl, N), cl = 0;
+    for (int i = 0; i < nl && ns == N; i++)
+        cl += sl[i] > 0 && sl[i] <= ss[N - 1];
+    int right = chain_right(&itest_client, js, N) && chain_right(&itest_client, jl, N);
+    fprintf(stderr, "5 ms vs 20 ms computations, equal shares: long got %d of %d while short"
+            " was dispatched\n", cl, N);
+    json_decref(fs);
+    json_decref(fl);
+    free(ds);
+    free(dl);
+    T_CHECK(ns == N && cl >= 1 && cl <= 24, "long got %d computations while short got %d"
+            " (want about %d: a quarter, device time being equal)", cl, N, N / 4 + 2);
+    T_CHECK(right, "chains of unequal cost computed wrong values");
+}
+
 static void test_bad_field(void **state)
 {
     (void)state;
@@ -259,6 +289,7 @@ int main(void)
         cmocka_unit_test_teardown(test_shared_placement, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_interleaved, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_shares_and_cancel, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_device_time_not_count, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_bad_field, itest_cancel_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
