@@ -1125,6 +1125,14 @@ static void comp_release(comp_t *c)
     json_decref(c->run_json);
 }
 
+int comp_value_find(const comp_t *c, const char *name)
+{
+    for (int v = 0; v < c->nvalues; v++)
+        if (strcmp(c->vnames[v], name) == 0)
+            return v;
+    return -1;
+}
+
 void comp_free(comp_t *c)
 {
     if (!c)
@@ -1602,9 +1610,9 @@ static int job_resolve(void *rctx, cc_t *x, comp_input_t *in)
                        in->producer_name);
     if (x->global) {            /* the producer's global shape, same value name */
         const comp_t *g = j->plan->comps[p].gspmd->global;
-        for (int v = 0; v < g->nvalues; v++)
-            if (strcmp(g->vnames[v], in->value) == 0)
-                in->shape = g->vshapes[v];
+        int v = comp_value_find(g, in->value);
+        if (v >= 0)
+            in->shape = g->vshapes[v];
     }
     return 0;
 }
@@ -1612,11 +1620,8 @@ static int job_resolve(void *rctx, cc_t *x, comp_input_t *in)
 /* The sharding of a global computation's value named `value`. */
 static const shd_t *global_shd(const comp_t *c, const char *value)
 {
-    const comp_t *g = c->gspmd->global;
-    for (int v = 0; v < g->nvalues; v++)
-        if (strcmp(g->vnames[v], value) == 0)
-            return &c->gspmd->vshd[v];
-    return NULL;
+    int v = comp_value_find(c->gspmd->global, value);
+    return v >= 0 ? &c->gspmd->vshd[v] : NULL;
 }
 
 /* Compiles global computation i: the program at global shapes, then the

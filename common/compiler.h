@@ -176,6 +176,9 @@ int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
                   compiler_input_fn input_shape, void *ctx,
                   comp_t **out, err_t *e);
 void comp_free(comp_t *c);
+/* The slot of the value named `name` in c (names are unique per
+ * computation), or -1. */
+int comp_value_find(const comp_t *c, const char *name);
 
 /* Does a slice of this mesh shape fit inside an island of that shape?
  * A lower-rank slice is padded with size-1 axes in any position (so [4]

@@ -125,14 +125,17 @@ void gspmd_shard_offsets(const shd_t *s, const gspmd_mesh_t *mesh, const shape_t
     }
 }
 
+int gspmd_mesh_origin(const gspmd_mesh_t *mesh, int shard, unsigned axes)
+{
+    for (int a = 0; a < mesh->shape.rank; a++)
+        if ((axes & (1u << a)) && mesh_coord(mesh, shard, a) != 0)
+            return 0;
+    return 1;
+}
+
 int gspmd_shard_primary(const shd_t *s, const gspmd_mesh_t *mesh, int shard)
 {
-    unsigned used = shd_used(s);
-    for (int a = 0; a < mesh->shape.rank; a++) {
-        if (!(used & (1u << a)) && mesh_coord(mesh, shard, a) != 0)
-            return 0;
-    }
-    return 1;
+    return gspmd_mesh_origin(mesh, shard, ~shd_used(s));
 }
 
 json_t *gspmd_full_values_json(const gspmd_t *g, const comp_t *c, const gspmd_mesh_t *mesh)
@@ -140,10 +143,7 @@ json_t *gspmd_full_values_json(const gspmd_t *g, const comp_t *c, const gspmd_me
     json_t *o = json_object();
     for (int k = 0; o && k < c->noutputs; k++) {
         const char *name = c->vnames[c->outputs[k]];
-        int gv = -1;
-        for (int v = 0; v < g->global->nvalues && gv < 0; v++)
-            if (strcmp(g->global->vnames[v], name) == 0)
-                gv = v;
+        int gv = comp_value_find(g->global, name);
         if (gv < 0)
             continue;
         const shape_t *gs = &g->global->vshapes[gv];

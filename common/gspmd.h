@@ -105,6 +105,9 @@ json_t *gspmd_shd_json(const shd_t *s, const gspmd_mesh_t *mesh);
  * off[d] = chunk index * local dim. */
 void gspmd_shard_offsets(const shd_t *s, const gspmd_mesh_t *mesh, const shape_t *gs,
                          int shard, int64_t off[TENSOR_MAX_RANK]);
+/* Is the shard's coordinate 0 on every mesh axis in `axes` (bit i = axis
+ * i; bits beyond the mesh's rank are ignored)? */
+int gspmd_mesh_origin(const gspmd_mesh_t *mesh, int shard, unsigned axes);
 /* Does this shard hold a distinct piece: coordinate 0 on every mesh axis
  * the sharding does not use (the replicas of a piece agree)? */
 int gspmd_shard_primary(const shd_t *s, const gspmd_mesh_t *mesh, int shard);

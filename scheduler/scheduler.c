@@ -61,6 +61,15 @@ static void round_free(round_t *r)
     r->n = 0;
 }
 
+/* The round's index of the island with store id island_id, or -1. */
+static int round_island(const round_t *r, int64_t island_id)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->island_id[i] == island_id)
+            return i;
+    return -1;
+}
+
 static int round_load(store_t *st, round_t *r)
 {
     memset(r, 0, sizeof *r);
@@ -592,13 +601,13 @@ static int victims_load_holds(store_t *st, const round_t *r, victims_t *vs, int 
     int rc = -1, m = -1;
     if (isl && idx && (m = store_sched_holds(st, vs->v[c].job, isl, idx, (int)total)) >= 0 &&
         (vs->held[c] = malloc(sizeof(int) * 2 * (size_t)(m + 1)))) {
-        for (int k = 0; k < m; k++)
-            for (int i = 0; i < r->n; i++)
-                if (r->island_id[i] == isl[k] && idx[k] >= 0 &&
-                    idx[k] < alloc_island_size(r->isl[i])) {
-                    vs->held[c][2 * vs->nheld[c]] = i;
-                    vs->held[c][2 * vs->nheld[c]++ + 1] = (int)idx[k];
-                }
+        for (int k = 0; k < m; k++) {
+            int i = round_island(r, isl[k]);
+            if (i >= 0 && idx[k] >= 0 && idx[k] < alloc_island_size(r->isl[i])) {
+                vs->held[c][2 * vs->nheld[c]] = i;
+                vs->held[c][2 * vs->nheld[c]++ + 1] = (int)idx[k];
+            }
+        }
         rc = 0;
     }
     free(isl);
@@ -971,10 +980,7 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
                                       &devices);
     int rc = -1;
     memset(pl, 0, sizeof pl);
-    pl[cp->slice].island = -1;
-    for (int i = 0; i < r->n; i++)
-        if (r->island_id[i] == island)
-            pl[cp->slice].island = i;
+    pl[cp->slice].island = round_island(r, island);
     if (n > 0 && n == cp->nshards && pl[cp->slice].island >= 0) {
         pl[cp->slice].devices = devices;
         pl[cp->slice].nshards = n;

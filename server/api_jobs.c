@@ -304,7 +304,7 @@ void api_jobs_result(http_req_t *req, http_resp_t *resp)
     }
     int global = view && strcmp(view, "global") == 0;
     /* The global view assembles whole pieces a per-shard answer omits. */
-    int rc = store_job_result(st, id, global ? REPORT_VALUES_MAX : STORE_SHARD_VALUES_MAX, &res,
+    int rc = store_job_result(st, id, global ? REPORT_VALUES_MAX : GSPMD_SHARD_VALUES_MAX, &res,
                               state);
     if (rc == STORE_OK && global && api_result_global(st, id, res) != 0) {
         json_decref(res);

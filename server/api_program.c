@@ -182,10 +182,7 @@ int api_result_global(store_t *st, int64_t id, json_t *res)
             const char *name = c->vnames[c->outputs[o]];
             char key[2 * NAME_MAX_LEN + 2];
             snprintf(key, sizeof key, "%s.%s", c->name, name);
-            int gv = -1;
-            for (int v = 0; v < g->nvalues && gv < 0; v++)
-                if (strcmp(g->vnames[v], name) == 0)
-                    gv = v;
+            int gv = comp_value_find(g, name);
             const json_t *shards = json_object_get(outputs, key);
             if (gv < 0 || !shards)
                 continue;

@@ -13,14 +13,15 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "gspmd.h"
 #include "tensor.h"
 
 /* Most reports in one batch (POST /v1/workers/{id}/reports). */
 #define REPORT_BATCH_MAX 1024
-/* Most listed values in one output: a piece of a global value of up to
- * GSPMD_GLOBAL_VALUES_MAX elements (gspmd.h "full_values"); the shards
- * view lists only tensors of at most STORE_SHARD_VALUES_MAX (store.h). */
-#define REPORT_VALUES_MAX 65536
+/* Most listed values in one output: a piece of a global value (gspmd.h
+ * "full_values"); the shards view lists only tensors of at most
+ * GSPMD_SHARD_VALUES_MAX. One source for both limits: gspmd.h. */
+#define REPORT_VALUES_MAX GSPMD_GLOBAL_VALUES_MAX
 
 /* The batch envelope {"reports": [1..REPORT_BATCH_MAX items]}: sets
  * *reports (borrowed from body) or returns 400. */

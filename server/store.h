@@ -131,11 +131,10 @@ json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limi
 /* Cancels a non-terminal job: state cancelled, devices freed, unleased
  * tasks cancelled. STORE_NOTFOUND / STORE_CONFLICT (already terminal). */
 int store_job_cancel(store_t *st, int64_t id, char state_out[16]);
-/* Per-shard results list values up to this many elements (DESIGN Part A);
- * larger stored pieces (gspmd.h "full_values") serve the global view. */
-#define STORE_SHARD_VALUES_MAX 4096
 /* {"id","outputs":{...}}, each shard's "values" when it has at most
- * max_values elements; STORE_CONFLICT (not succeeded) with *state set. */
+ * max_values elements (the shards view: GSPMD_SHARD_VALUES_MAX, DESIGN
+ * Part A; larger stored pieces, gspmd.h "full_values", serve the global
+ * view); STORE_CONFLICT (not succeeded) with *state set. */
 int store_job_result(store_t *st, int64_t id, int64_t max_values, json_t **out,
                      char state_out[16]);
 

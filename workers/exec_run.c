@@ -440,10 +440,7 @@ static int run_plan_refs(run_t *r)
         if (r->comp->ops[i].code == OP_INPUT)
             r->refs[r->comp->ops[i].out]++;
     for (int s = 0; s < r->t->nsends; s++) {
-        r->send_slot[s] = -1;
-        for (int v = 0; v < nv && r->send_slot[s] < 0; v++)
-            if (strcmp(r->comp->vnames[v], r->t->sends[s].value) == 0)
-                r->send_slot[s] = v;
+        r->send_slot[s] = comp_value_find(r->comp, r->t->sends[s].value);
         if (r->send_slot[s] >= 0)
             r->refs[r->send_slot[s]]++;
     }

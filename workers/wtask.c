@@ -438,15 +438,10 @@ static int parse_full_values(const json_t *j, wtask_t *t, char *err, size_t errl
 int wtask_full_values(const wtask_t *t, const char *value, int shard)
 {
     for (int i = 0; i < t->nfull; i++) {
-        if (strcmp(t->full[i].value, value) != 0)
-            continue;
-        int64_t stride = 1;
-        for (int a = t->slice_shape.rank - 1; a >= 0; a--) {
-            if ((t->full[i].replica_axes & (1u << a)) && (shard / stride) % t->slice_shape.dim[a])
-                return 0;
-            stride *= t->slice_shape.dim[a];
+        if (strcmp(t->full[i].value, value) == 0) {
+            gspmd_mesh_t mesh = {.shape = t->slice_shape};
+            return gspmd_mesh_origin(&mesh, shard, t->full[i].replica_axes);
         }
-        return 1;
     }
     return 0;
 }

@@ -168,6 +168,9 @@ int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeou
                       int poll_ms, json_t **job);
 /* GET /v1/jobs/{id}/result on 200: new reference, else NULL. */
 json_t *hx_job_result(hx_client_t *cl, int64_t id);
+/* GET /v1/jobs/{id}/PART (e.g. "program", "result?view=global") on 200
+ * with a JSON object: new reference, else NULL. */
+json_t *hx_job_part(hx_client_t *cl, int64_t id, const char *part);
 /* A job timestamp in Unix µs: times_us.NAME ("created", "allocated",
  * "started", "finished"), or NAME_us at the top level; -1 when absent. */
 int64_t hx_job_time_us(const json_t *job, const char *name);

@@ -166,8 +166,13 @@ int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeou
 
 json_t *hx_job_result(hx_client_t *cl, int64_t id)
 {
-    char path[80];
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "/result", id);
+    return hx_job_part(cl, id, "result");
+}
+
+json_t *hx_job_part(hx_client_t *cl, int64_t id, const char *part)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "/%s", id, part);
     hx_resp_t r;
     if (hx_request(cl, "GET", path, NULL, 0, &r) != 0)
         return NULL;

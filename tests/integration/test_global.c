@@ -17,15 +17,20 @@
 
 #include "itest.h"
 
+/* GET /v1/jobs/ID/PART as the test client: the answer (new reference);
+ * fails the test unless 200. */
+static json_t *job_part(int64_t id, const char *part)
+{
+    json_t *j = hx_job_part(&itest_client, id, part);
+    T_CHECK(j != NULL, "GET /v1/jobs/%lld/%s failed", (long long)id, part);
+    return j;
+}
+
 static void check_global(int64_t id, const char *key, const int64_t *shape, int rank,
                          const double *want)
 {
-    char path[96];
-    hx_resp_t r;
-    snprintf(path, sizeof path, "/v1/jobs/%lld/result?view=global", (long long)id);
-    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
-            "GET %s failed", path);
-    json_t *v = json_object_get(json_object_get(r.json, "outputs"), key);
+    json_t *res = job_part(id, "result?view=global");
+    json_t *v = json_object_get(json_object_get(res, "outputs"), key);
     json_t *sh = json_object_get(v, "shape"), *vals = json_object_get(v, "values");
     int64_t n = 1;
     int ok = json_array_size(sh) == (size_t)rank;
@@ -43,7 +48,7 @@ static void check_global(int64_t id, const char *key, const int64_t *shape, int 
         sum += want[e];
     }
     ok = ok && fabs(json_number_value(json_object_get(v, "sum")) - sum) <= 1e-3 * (1 + fabs(sum));
-    hx_resp_clear(&r);
+    json_decref(res);
     T_CHECK(ok, "global value %s of job %lld differs from the reference", key, (long long)id);
 }
 
@@ -76,12 +81,8 @@ static void test_megatron_mlp(void **state)
     }
     check_global(id, "mlp.y", (const int64_t[]){8, 16}, 2, want);
 
-    char path[96];
-    hx_resp_t r;
-    snprintf(path, sizeof path, "/v1/jobs/%lld/program", (long long)id);
-    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
-            "GET %s failed", path);
-    json_t *comp = json_array_get(json_object_get(r.json, "computations"), 0);
+    json_t *prog = job_part(id, "program");
+    json_t *comp = json_array_get(json_object_get(prog, "computations"), 0);
     json_t *ops = json_object_get(comp, "ops"), *op;
     size_t i;
     int inserted_coll = 0, allreduce_model = 0;
@@ -101,7 +102,7 @@ static void test_megatron_mlp(void **state)
             ysh = json_object_get(op, "shape");
     int local_ok = json_integer_value(json_array_get(ysh, 0)) == 4 &&
                    json_integer_value(json_array_get(ysh, 1)) == 16;
-    hx_resp_clear(&r);
+    json_decref(prog);
     T_CHECK(inserted_coll == 1 && allreduce_model == 1 && ncoll == 1,
             "Megatron MLP: %d collectives inserted (%d all_reduce over model), want exactly 1",
             inserted_coll, allreduce_model);
@@ -199,16 +200,13 @@ static void test_mlp_training_example(void **state)
     free(text);
     T_CHECK(status == 201, "submit returned %d", status);
     json_decref(itest_wait_state(id, "succeeded"));
-    hx_resp_t r;
-    snprintf(path, sizeof path, "/v1/jobs/%lld/result?view=global", (long long)id);
-    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
-            "GET %s failed", path);
+    json_t *res = job_part(id, "result?view=global");
     double prev = 1e30, first = 0, last = 0;
     int ok = steps >= 4;
     for (int i = 0; ok && i < steps; i++) {
         char key[64];
         snprintf(key, sizeof key, "step%d.loss", i);
-        json_t *v = json_object_get(json_object_get(r.json, "outputs"), key);
+        json_t *v = json_object_get(json_object_get(res, "outputs"), key);
         double loss = json_number_value(json_object_get(v, "sum"));
         ok = v && loss < prev && loss > 0;
         fprintf(stderr, "step %d loss %.6f\n", i, loss);
@@ -216,7 +214,7 @@ static void test_mlp_training_example(void **state)
             first = loss;
         last = prev = loss;
     }
-    hx_resp_clear(&r);
+    json_decref(res);
     T_CHECK(ok && last < first / 10, "the MLP's loss did not go down at every step (%g -> %g)",
             first, last);
 }
@@ -238,12 +236,8 @@ static void test_ppermute_reshard(void **state)
     for (int e = 0; e < 8 * 12; e++)
         want[e] = -e;
     check_global(id, "p.b", (const int64_t[]){8, 12}, 2, want);
-    char path[96];
-    hx_resp_t r;
-    snprintf(path, sizeof path, "/v1/jobs/%lld/program", (long long)id);
-    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
-            "GET %s failed", path);
-    json_t *comp = json_array_get(json_object_get(r.json, "computations"), 0), *op;
+    json_t *prog = job_part(id, "program");
+    json_t *comp = json_array_get(json_object_get(prog, "computations"), 0), *op;
     size_t i;
     int npermute = 0, npairs = 0;
     json_array_foreach(json_object_get(comp, "ops"), i, op) {
@@ -253,7 +247,7 @@ static void test_ppermute_reshard(void **state)
         }
     }
     int ncoll = (int)json_integer_value(json_object_get(comp, "collectives_inserted"));
-    hx_resp_clear(&r);
+    json_decref(prog);
     T_CHECK(ncoll == 1 && npermute == 1 && npairs == 16,
             "want one inserted ppermute of 16 pairs, got %d collectives, %d ppermute(s), %d pairs",
             ncoll, npermute, npairs);
@@ -278,18 +272,14 @@ static void test_global_large_pieces(void **state)
     for (int e = 0; e < 128 * 256; e++)
         want[e] = (double)((float)e * 0.001f);
     check_global(id, "big.y", (const int64_t[]){128, 256}, 2, want);
-    char path[96];
-    hx_resp_t r;
-    snprintf(path, sizeof path, "/v1/jobs/%lld/result", (long long)id);
-    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
-            "GET %s failed", path);
-    const json_t *shards = json_object_get(json_object_get(r.json, "outputs"), "big.y");
+    json_t *res = job_part(id, "result");
+    const json_t *shards = json_object_get(json_object_get(res, "outputs"), "big.y");
     int ok = json_array_size(shards) == 4;
     for (size_t k = 0; ok && k < 4; k++) {
         const json_t *sh = json_array_get(shards, k);
         ok = !json_object_get(sh, "values") && json_is_number(json_object_get(sh, "sum"));
     }
-    hx_resp_clear(&r);
+    json_decref(res);
     T_CHECK(ok, "the per-shard view must list 4 shards with sums and no values of 16,384");
 }
 

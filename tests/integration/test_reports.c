@@ -82,13 +82,10 @@ static json_t *run_and_fetch(int ncomp, int n)
     free(doc);
     T_CHECK(status == 201, "submit returned %d", status);
     json_decref(itest_wait_state(id, "succeeded"));
-    char path[64];
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "/result", id);
-    hx_resp_t r;
-    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
-            "GET %s", path);
-    json_t *outs = json_incref(json_object_get(r.json, "outputs"));
-    hx_resp_clear(&r);
+    json_t *res = hx_job_result(&itest_client, id);
+    T_CHECK(res != NULL, "GET /v1/jobs/%" PRId64 "/result", id);
+    json_t *outs = json_incref(json_object_get(res, "outputs"));
+    json_decref(res);
     T_CHECK(json_object_size(outs) == (size_t)ncomp, "want %d outputs", ncomp);
     return outs;
 }
