@@ -23,6 +23,19 @@ int64_t util_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+size_t util_appendf(char *buf, size_t len, size_t cap, const char *fmt, ...)
+{
+    if (len >= cap)
+        return cap - 1;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + len, cap - len, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return len;
+    return (size_t)n < cap - len ? len + (size_t)n : cap - 1;
+}
+
 void log_setup(const char *program, log_level_t min_level, int json_lines)
 {
     log_program = program;

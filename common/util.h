@@ -2,12 +2,19 @@
 #ifndef ATOLL_UTIL_H
 #define ATOLL_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Unix time in microseconds (CLOCK_REALTIME): for timestamps stored/reported. */
 int64_t util_wall_us(void);
 /* Monotonic microseconds (CLOCK_MONOTONIC): for durations and deadlines. */
 int64_t util_mono_us(void);
+
+/* Appends printf-formatted text to buf (capacity cap, cap > 0) at len and
+ * returns the new length; text that does not fit is cut, and the result is
+ * then cap - 1 (buf stays NUL-terminated), so calls can be chained. */
+size_t util_appendf(char *buf, size_t len, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
 

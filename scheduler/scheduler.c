@@ -1185,6 +1185,26 @@ int sched_start(const sched_config_t *cfg)
     return 0;
 }
 
+/* Reads only the islands of sched_cfg, set before any other thread asked. */
+int sched_ever_fits(const job_plan_t *plan)
+{
+    alloc_island_t *isl[16] = {0};
+    alloc_request_t reqs[64];
+    int n = sched_cfg.nislands < 16 ? sched_cfg.nislands : 16, fits = -1;
+    for (int i = 0; i < n; i++)
+        if (!(isl[i] = alloc_island_new(sched_cfg.islands[i].name, &sched_cfg.islands[i].shape)))
+            goto cleanup;
+    for (int s = 0; s < plan->nslices && s < 64; s++) {
+        reqs[s].shape = plan->slices[s].shape;
+        reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
+    }
+    fits = alloc_ever_fits(isl, n, reqs, plan->nslices);
+cleanup:
+    for (int i = 0; i < n; i++)
+        alloc_island_free(isl[i]);
+    return fits;
+}
+
 void sched_counters(uint64_t *attempts, uint64_t *successes)
 {
     *attempts = atomic_load(&sched_attempts);

@@ -14,6 +14,7 @@
 #ifndef ATOLL_SCHEDULER_H
 #define ATOLL_SCHEDULER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "compiler.h"
@@ -27,6 +28,10 @@ typedef struct sched_config {
 } sched_config_t;
 
 int sched_start(const sched_config_t *cfg);
+/* 1 when the job's slices could be placed together on the empty islands,
+ * 0 when never (the API answers 422: it would wait forever), -1 out of
+ * memory. Any thread, after sched_start(). */
+int sched_ever_fits(const job_plan_t *plan);
 /* Wakes the scheduler: a job arrived or ended, a worker came or went. */
 void sched_notify(void);
 /* Allocation attempts (alloc_gang calls for queued jobs) and how many
@@ -47,6 +52,10 @@ void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us);
  * passes, and their total time in µs. Any thread. */
 void sched_pass_hist(uint64_t cumulative[SCHED_PASS_NBUCKETS], uint64_t *count,
                      uint64_t *sum_us);
+/* Appends the scheduler's /metrics families (Prometheus text: allocation
+ * attempts, rounds, the pass histogram) to buf at len, capacity cap;
+ * returns the new length (util_appendf). Any thread. sched_metrics.c */
+size_t sched_metrics(char *buf, size_t len, size_t cap);
 /* Stops admission and joins the thread. */
 void sched_stop(void);
 

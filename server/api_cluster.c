@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler.h"
 #include "store.h"
+#include "util.h"
 
 /* Tenant views (DESIGN.md Part E): a tenant sees its own job ids only.
  * Admin, read and auth-off callers (req->tenant 0) see everything. */
@@ -155,30 +155,87 @@ void api_healthz(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, "db", "database not answering");
 }
 
-/* Appends the scheduler-pass latency histogram (scheduler.h) to buf at
- * len (capacity cap); returns the new length. */
-static size_t metrics_sched_pass(char *buf, size_t len, size_t cap)
+/* The store's own families: write transactions and group-commit rounds. */
+static size_t metrics_store(char *buf, size_t len, size_t cap)
 {
-    static const double bounds[SCHED_PASS_NBUCKETS] = SCHED_PASS_BOUNDS_S;
-    uint64_t cum[SCHED_PASS_NBUCKETS], count, sum_us;
-    sched_pass_hist(cum, &count, &sum_us);
-    len += (size_t)snprintf(buf + len, cap - len,
-                            "# HELP atoll_scheduler_pass_seconds Duration of each admission and"
-                            " dispatch pass of the scheduler thread.\n"
-                            "# TYPE atoll_scheduler_pass_seconds histogram\n");
-    for (int b = 0; b < SCHED_PASS_NBUCKETS && len < cap; b++)
-        len += (size_t)snprintf(buf + len, cap - len,
-                                "atoll_scheduler_pass_seconds_bucket{le=\"%g\"} %lu\n", bounds[b],
-                                (unsigned long)cum[b]);
-    if (len < cap)
-        len += (size_t)snprintf(buf + len, cap - len,
-                                "atoll_scheduler_pass_seconds_bucket{le=\"+Inf\"} %lu\n"
-                                "atoll_scheduler_pass_seconds_sum %.6f\n"
-                                "atoll_scheduler_pass_seconds_count %lu\n",
-                                (unsigned long)count, (double)sum_us / 1e6, (unsigned long)count);
-    return len < cap ? len : cap - 1;
+    return util_appendf(buf, len, cap,
+                        "# HELP atoll_store_write_transactions_total SQLite write"
+                        " transactions committed.\n"
+                        "# TYPE atoll_store_write_transactions_total counter\n"
+                        "atoll_store_write_transactions_total %lu\n"
+                        "# HELP atoll_store_sync_rounds_total Group commit: fdatasync rounds"
+                        " of the WAL.\n"
+                        "# TYPE atoll_store_sync_rounds_total counter\n"
+                        "atoll_store_sync_rounds_total %lu\n"
+                        "# HELP atoll_store_sync_waits_total Writes acknowledged only after a"
+                        " sync round (submits, cancels, tenant changes).\n"
+                        "# TYPE atoll_store_sync_waits_total counter\n"
+                        "atoll_store_sync_waits_total %lu\n",
+                        (unsigned long)store_write_transactions(),
+                        (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits());
 }
 
+/* The workers' data-plane drop counters (summed from their heartbeats). */
+static size_t metrics_dplane(store_t *st, char *buf, size_t len, size_t cap)
+{
+    int64_t dp[STORE_DPLANE_TOTALS] = {0};
+    store_dplane_totals(st, dp);
+    return util_appendf(buf, len, cap,
+                        "# HELP atoll_dplane_dropped_frames_total Data-plane frames workers"
+                        " dropped (not for a task of theirs, over the unclaimed cap, expired).\n"
+                        "# TYPE atoll_dplane_dropped_frames_total counter\n"
+                        "atoll_dplane_dropped_frames_total %lld\n"
+                        "# HELP atoll_dplane_dropped_bytes_total Payload bytes of those frames.\n"
+                        "# TYPE atoll_dplane_dropped_bytes_total counter\n"
+                        "atoll_dplane_dropped_bytes_total %lld\n"
+                        "# HELP atoll_dplane_refused_connections_total Data connection"
+                        " requests workers rejected (over the cap).\n"
+                        "# TYPE atoll_dplane_refused_connections_total counter\n"
+                        "atoll_dplane_refused_connections_total %lld\n"
+                        "# HELP atoll_dplane_bad_frames_total Data-plane messages dropped"
+                        " for a bad header (size, magic, shape, length claim).\n"
+                        "# TYPE atoll_dplane_bad_frames_total counter\n"
+                        "atoll_dplane_bad_frames_total %lld\n"
+                        "# HELP atoll_dplane_bad_key_frames_total Data-plane messages dropped"
+                        " because their key was not that of the job attempt they claimed.\n"
+                        "# TYPE atoll_dplane_bad_key_frames_total counter\n"
+                        "atoll_dplane_bad_key_frames_total %lld\n",
+                        (long long)dp[0], (long long)dp[1], (long long)dp[2], (long long)dp[3],
+                        (long long)dp[4]);
+}
+
+/* The HTTP front door's counters: header timeouts, responses by class and
+ * by code. */
+static size_t metrics_http(char *buf, size_t len, size_t cap)
+{
+    len = util_appendf(buf, len, cap,
+                       "# HELP atoll_http_header_timeouts_total Connections closed because"
+                       " a request's headers did not arrive in time.\n"
+                       "# TYPE atoll_http_header_timeouts_total counter\n"
+                       "atoll_http_header_timeouts_total %lu\n",
+                       (unsigned long)http_header_timeouts());
+    uint64_t counts[6];
+    http_counts(counts);
+    len = util_appendf(buf, len, cap,
+                       "# HELP atoll_http_responses Responses sent by status class.\n"
+                       "# TYPE atoll_http_responses counter\n");
+    for (int c = 1; c <= 5; c++)
+        len = util_appendf(buf, len, cap, "atoll_http_responses{code=\"%dxx\"} %lu\n", c,
+                           (unsigned long)counts[c]);
+    static _Thread_local uint64_t codes[HTTP_CODE_MAX];
+    http_code_counts_get(codes);
+    len = util_appendf(buf, len, cap,
+                       "# HELP atoll_http_requests_total Requests answered, by status code.\n"
+                       "# TYPE atoll_http_requests_total counter\n");
+    for (int c = 100; c < HTTP_CODE_MAX; c++)
+        if (codes[c])
+            len = util_appendf(buf, len, cap, "atoll_http_requests_total{code=\"%d\"} %lu\n",
+                               c, (unsigned long)codes[c]);
+    return len;
+}
+
+/* /metrics: the store's text (jobs, tasks, devices, tenants) followed by
+ * the families of each layer; the scheduler's come through its hook. */
 void api_metrics(http_req_t *req, http_resp_t *resp)
 {
     (void)req;
@@ -190,8 +247,6 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 500, NULL, "could not build metrics");
         return;
     }
-    uint64_t counts[6];
-    http_counts(counts);
     size_t len = strlen(text), cap = len + 16384;
     char *all = realloc(text, cap);
     if (!all) {
@@ -199,91 +254,11 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 500, NULL, "out of memory");
         return;
     }
-    uint64_t attempts, successes;
-    sched_counters(&attempts, &successes);
-    len += (size_t)snprintf(all + len, cap - len,
-                            "# HELP atoll_allocation_attempts_total Gang allocation attempts.\n"
-                            "# TYPE atoll_allocation_attempts_total counter\n"
-                            "atoll_allocation_attempts_total %lu\n"
-                            "# HELP atoll_allocations_total Gang allocations that succeeded.\n"
-                            "# TYPE atoll_allocations_total counter\n"
-                            "atoll_allocations_total %lu\n",
-                            (unsigned long)attempts, (unsigned long)successes);
-    len += (size_t)snprintf(all + len, cap - len,
-                            "# HELP atoll_store_write_transactions_total SQLite write"
-                            " transactions committed.\n"
-                            "# TYPE atoll_store_write_transactions_total counter\n"
-                            "atoll_store_write_transactions_total %lu\n"
-                            "# HELP atoll_store_sync_rounds_total Group commit: fdatasync rounds"
-                            " of the WAL.\n"
-                            "# TYPE atoll_store_sync_rounds_total counter\n"
-                            "atoll_store_sync_rounds_total %lu\n"
-                            "# HELP atoll_store_sync_waits_total Writes acknowledged only after a"
-                            " sync round (submits, cancels, tenant changes).\n"
-                            "# TYPE atoll_store_sync_waits_total counter\n"
-                            "atoll_store_sync_waits_total %lu\n",
-                            (unsigned long)store_write_transactions(),
-                            (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits());
-    int64_t dp[STORE_DPLANE_TOTALS] = {0};
-    store_dplane_totals(st, dp);
-    len += (size_t)snprintf(all + len, cap - len,
-                            "# HELP atoll_dplane_dropped_frames_total Data-plane frames workers"
-                            " dropped (not for a task of theirs, over the unclaimed cap, expired).\n"
-                            "# TYPE atoll_dplane_dropped_frames_total counter\n"
-                            "atoll_dplane_dropped_frames_total %lld\n"
-                            "# HELP atoll_dplane_dropped_bytes_total Payload bytes of those frames.\n"
-                            "# TYPE atoll_dplane_dropped_bytes_total counter\n"
-                            "atoll_dplane_dropped_bytes_total %lld\n"
-                            "# HELP atoll_dplane_refused_connections_total Data connection"
-                            " requests workers rejected (over the cap).\n"
-                            "# TYPE atoll_dplane_refused_connections_total counter\n"
-                            "atoll_dplane_refused_connections_total %lld\n"
-                            "# HELP atoll_dplane_bad_frames_total Data-plane messages dropped"
-                            " for a bad header (size, magic, shape, length claim).\n"
-                            "# TYPE atoll_dplane_bad_frames_total counter\n"
-                            "atoll_dplane_bad_frames_total %lld\n"
-                            "# HELP atoll_dplane_bad_key_frames_total Data-plane messages dropped"
-                            " because their key was not that of the job attempt they claimed.\n"
-                            "# TYPE atoll_dplane_bad_key_frames_total counter\n"
-                            "atoll_dplane_bad_key_frames_total %lld\n"
-                            "# HELP atoll_http_header_timeouts_total Connections closed because"
-                            " a request's headers did not arrive in time.\n"
-                            "# TYPE atoll_http_header_timeouts_total counter\n"
-                            "atoll_http_header_timeouts_total %lu\n",
-                            (long long)dp[0], (long long)dp[1], (long long)dp[2], (long long)dp[3],
-                            (long long)dp[4],
-                            (unsigned long)http_header_timeouts());
-    uint64_t rounds, round_us, round_max_us;
-    sched_round_stats(&rounds, &round_us, &round_max_us);
-    len += (size_t)snprintf(all + len, cap - len,
-                            "# HELP atoll_sched_rounds_total Admission rounds run.\n"
-                            "# TYPE atoll_sched_rounds_total counter\n"
-                            "atoll_sched_rounds_total %lu\n"
-                            "# HELP atoll_sched_round_seconds_sum Time spent in admission rounds.\n"
-                            "# TYPE atoll_sched_round_seconds_sum counter\n"
-                            "atoll_sched_round_seconds_sum %.6f\n"
-                            "# HELP atoll_sched_round_seconds_max The longest admission round.\n"
-                            "# TYPE atoll_sched_round_seconds_max gauge\n"
-                            "atoll_sched_round_seconds_max %.6f\n",
-                            (unsigned long)rounds, (double)round_us / 1e6,
-                            (double)round_max_us / 1e6);
-    len = metrics_sched_pass(all, len, cap);
-    len += (size_t)snprintf(all + len, cap - len,
-                            "# HELP atoll_http_responses Responses sent by status class.\n"
-                            "# TYPE atoll_http_responses counter\n");
-    for (int c = 1; c <= 5; c++)
-        len += (size_t)snprintf(all + len, cap - len, "atoll_http_responses{code=\"%dxx\"} %lu\n",
-                                c, (unsigned long)counts[c]);
-    static _Thread_local uint64_t codes[HTTP_CODE_MAX];
-    http_code_counts_get(codes);
-    len += (size_t)snprintf(all + len, cap - len,
-                            "# HELP atoll_http_requests_total Requests answered, by status code.\n"
-                            "# TYPE atoll_http_requests_total counter\n");
-    for (int c = 100; c < HTTP_CODE_MAX && len < cap; c++)
-        if (codes[c])
-            len += (size_t)snprintf(all + len, cap - len,
-                                    "atoll_http_requests_total{code=\"%d\"} %lu\n", c,
-                                    (unsigned long)codes[c]);
+    if (api_cfg.sched_metrics)
+        len = api_cfg.sched_metrics(all, len, cap);
+    len = metrics_store(all, len, cap);
+    len = metrics_dplane(st, all, len, cap);
+    len = metrics_http(all, len, cap);
     free(resp->body);
     resp->body = all;
     resp->len = len;

@@ -6,10 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
 #include "auth.h"
 #include "report_decode.h"
-#include "scheduler.h"
 #include "store.h"
 #include "util.h"
 
@@ -18,27 +16,6 @@
 /* Retry-After of a 429 (tenant queue full): about how long a slot takes to
  * open on a busy cluster; a hint, not a promise. */
 #define API_QUEUE_FULL_RETRY_S "5"
-
-/* 422 when the job's slices could not be placed together even on an
- * empty cluster: it would wait forever. */
-static int job_ever_fits(const job_plan_t *plan)
-{
-    alloc_island_t *isl[16] = {0};
-    alloc_request_t reqs[64];
-    int n = api_cfg.nislands < 16 ? api_cfg.nislands : 16, fits = -1;
-    for (int i = 0; i < n; i++)
-        if (!(isl[i] = alloc_island_new(api_cfg.islands[i].name, &api_cfg.islands[i].shape)))
-            goto cleanup;
-    for (int s = 0; s < plan->nslices && s < 64; s++) {
-        reqs[s].shape = plan->slices[s].shape;
-        reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
-    }
-    fits = alloc_ever_fits(isl, n, reqs, plan->nslices);
-cleanup:
-    for (int i = 0; i < n; i++)
-        alloc_island_free(isl[i]);
-    return fits;
-}
 
 /* A tenant's submission against its limits (DESIGN.md Part E): a priority
  * above max_priority is 403; a job alone needing more devices than the
@@ -124,7 +101,7 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
             goto cleanup;
         }
     }
-    int fits = job_ever_fits(plan);
+    int fits = api_cfg.sched_fits ? api_cfg.sched_fits(plan) : 1;
     if (fits < 0) {
         http_problem(resp, 500, NULL, "out of memory");
         goto cleanup;
@@ -165,7 +142,7 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
      * after the sync, so its pass does not add WAL pages to this round. */
     int synced = store_durable();
     if (rc == STORE_OK)
-        sched_notify();
+        api_sched_notify();
     if (synced != 0) {
         http_problem(resp, 503, NULL, "job %ld was stored but the disk refused to sync it;"
                      " retry with the same Idempotency-Key", (long)id);
@@ -275,7 +252,7 @@ void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, NULL, "job %ld could not be cancelled now; retry", (long)id);
         return;
     }
-    sched_notify();
+    api_sched_notify();
     http_wake();    /* workers holding its tasks learn of it on their poll */
     if (store_durable() != 0) {
         http_problem(resp, 503, NULL, "job %ld was cancelled but the disk refused to sync it",

@@ -22,7 +22,6 @@
 
 #include "auth.h"
 #include "report_decode.h"
-#include "scheduler.h"
 #include "store.h"
 #include "util.h"
 
@@ -319,7 +318,7 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
         log_info("worker %ld registered on %s (%d devices, data %s)",
                  (long)json_integer_value(json_object_get(out, "id")), reg.island, reg.ndevices,
                  reg.data_addr);
-        sched_notify();
+        api_sched_notify();
         json_object_set_new(out, "secret", json_string(secret));
         /* Reports are batched by the worker to fit this cap. */
         json_object_set_new(out, "max_body", json_integer((json_int_t)http_max_body()));
@@ -568,7 +567,7 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, NULL, "report could not be stored; retry");
     else {
         if (effects & (STORE_FX_JOB_ENDED | STORE_FX_FEED))
-            sched_notify();
+            api_sched_notify();
         if (effects & (STORE_FX_TASKS_READY | STORE_FX_JOB_ENDED))
             http_wake();
         http_json(resp, 200, json_pack("{s:b}", "accepted", 1));
@@ -604,7 +603,7 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
         goto cleanup;
     }
     if (effects & (STORE_FX_JOB_ENDED | STORE_FX_FEED))
-        sched_notify();
+        api_sched_notify();
     if (effects & (STORE_FX_TASKS_READY | STORE_FX_JOB_ENDED))
         http_wake();
     http_json(resp, 200, json_pack("{s:o}", "results", results));
@@ -626,7 +625,7 @@ void api_worker_leave(http_req_t *req, http_resp_t *resp)
     else if (rc != STORE_OK)
         http_problem(resp, 503, NULL, "could not record the departure; retry");
     else {
-        sched_notify();
+        api_sched_notify();
         http_wake();
         http_json(resp, 200, json_pack("{s:b}", "left", 1));
     }

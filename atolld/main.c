@@ -352,7 +352,7 @@ int main(int argc, char **argv)
         log_warn("recovery: %d allocated/running job(s) from before the restart requeued",
                  requeued);
     api_cfg = (api_config_t){o.islands, o.nislands, o.lease_ms * 1000, o.web_dir, o.dispatch,
-                             o.allow_run};
+                             o.allow_run, sched_notify, sched_ever_fits, sched_metrics};
     sched_config_t sc = {o.islands, o.nislands, o.lease_ms * 1000,
                          strcmp(o.dispatch, "sequential") == 0, http_wake};
     if (sched_start(&sc) != 0) {
