@@ -1,9 +1,12 @@
-/* main.c - atolld: flags, start-up order, signal handling.
+/* main.c - atolld's composition root: flags, start-up order, wiring,
+ * signal handling. The only file that sees all three layers: the store
+ * (store/), the scheduler thread (scheduler/) and the HTTP server
+ * (server/); nothing else reaches for another layer's globals.
  *
  * Start-up: parse flags (each also from an ATOLL_* environment variable)
- * -> open + migrate the store, create islands -> scheduler thread -> HTTP
- * -> print the ready line. SIGTERM/SIGINT: stop admission, stop serving,
- * close the database, exit 0. */
+ * -> open + migrate the store, create islands, recover -> scheduler thread
+ * -> sampler -> HTTP -> print the ready line. SIGTERM/SIGINT: stop
+ * admission, drain, stop serving, close the database, exit 0. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -314,6 +317,87 @@ static void drain(const options_t *o)
                  (long)left, (long)o->drain_ms);
 }
 
+/* The store first: open and migrate it, then recovery, before the API and
+ * the scheduler: whatever a previous atolld left allocated or running
+ * starts a new attempt (see store_sched_recover), so nothing accepted is
+ * lost or left hanging. 0 or -1 (said on stderr). */
+static int open_store(const options_t *o)
+{
+    err_t e = {0};
+    store_durability_t dur = STORE_DURABLE_GROUP;
+    store_durability_parse(o->durability, &dur);    /* checked in apply() */
+    store_sync_setup(o->db, dur);
+    if (store_global_init(o->db, o->islands, o->nislands, &e) != 0) {
+        fprintf(stderr, "atolld: %s\n", e.detail[0] ? e.detail : "cannot open the database");
+        return -1;
+    }
+    store_t *rst = store_thread();
+    int requeued = rst ? store_sched_recover(rst) : -1;
+    if (requeued < 0) {
+        fprintf(stderr, "atolld: cannot recover the jobs in %s\n", o->db);
+        return -1;
+    }
+    if (requeued > 0)
+        log_warn("recovery: %d allocated/running job(s) from before the restart requeued",
+                 requeued);
+    return 0;
+}
+
+/* The composition root: the scheduler thread on the store, the sampler,
+ * then the HTTP server, its handlers wired to the scheduler through
+ * api_cfg's hooks (server/ does not include scheduler/). On failure
+ * whatever started is stopped again. 0 (listening port in *port) or -1. */
+static int start_services(const options_t *o, int *port)
+{
+    api_cfg = (api_config_t){o->islands, o->nislands, o->lease_ms * 1000, o->web_dir,
+                             o->dispatch, o->allow_run, sched_notify, sched_ever_fits,
+                             sched_metrics};
+    sched_config_t sc = {o->islands, o->nislands, o->lease_ms * 1000,
+                         strcmp(o->dispatch, "sequential") == 0, http_wake};
+    if (sched_start(&sc) != 0) {
+        fprintf(stderr, "atolld: cannot start the scheduler thread\n");
+        return -1;
+    }
+    /* The dashboard's watcher: utilization samples and live-update pushes. */
+    sampler_config_t smp = {1000, 3600, api_stream_changed, api_stream_sampled};
+    if (sampler_start(&smp) != 0) {
+        sched_stop();
+        fprintf(stderr, "atolld: cannot start the sampler thread\n");
+        return -1;
+    }
+    http_config_t hc = {o->host, o->port, (size_t)o->max_body, (int)o->threads, api_route,
+                        o->tls_cert, o->tls_key, (unsigned)o->max_conns,
+                        (int)o->header_timeout_ms};
+    if (http_start(&hc, port) != 0) {
+        sampler_stop();
+        sched_stop();
+        fprintf(stderr, "atolld: cannot listen on %s:%d\n", o->host, o->port);
+        return -1;
+    }
+    return 0;
+}
+
+/* The config log line and the ready line on stdout (scripts wait for it). */
+static void say_ready(const options_t *o, int port)
+{
+    char islands[512] = "";
+    for (int i = 0, off = 0; i < o->nislands && off < (int)sizeof islands; i++) {
+        char sh[32];
+        mesh_shape_format(&o->islands[i].shape, sh, sizeof sh);
+        off += snprintf(islands + off, sizeof islands - (size_t)off, "%s%s=%s", i ? " " : "",
+                        o->islands[i].name, sh);
+    }
+    const char *scheme = o->tls_cert ? "https" : "http";
+    log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s durability=%s lease_ms=%ld"
+             " max_body=%ld threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u header_timeout_ms=%ld",
+             o->host, port, o->db, islands, o->dispatch, o->durability, (long)o->lease_ms,
+             (long)o->max_body, (long)o->threads, o->web_dir, auth_enabled() ? "tokens" : "off",
+             o->tls_cert ? "on" : "off", http_max_conns(), (long)o->header_timeout_ms);
+    printf("atolld ready: %s://%s:%d (db %s, islands %s)\n", scheme, o->host, port, o->db,
+           islands);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     options_t o;
@@ -331,66 +415,10 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    err_t e = {0};
-    store_durability_t dur = STORE_DURABLE_GROUP;
-    store_durability_parse(o.durability, &dur);    /* checked in apply() */
-    store_sync_setup(o.db, dur);
-    if (store_global_init(o.db, o.islands, o.nislands, &e) != 0) {
-        fprintf(stderr, "atolld: %s\n", e.detail[0] ? e.detail : "cannot open the database");
-        return 1;
-    }
-    /* Recovery runs before the API and the scheduler: whatever a previous
-     * atolld left allocated or running starts a new attempt (see
-     * store_sched_recover), so nothing accepted is lost or left hanging. */
-    store_t *rst = store_thread();
-    int requeued = rst ? store_sched_recover(rst) : -1;
-    if (requeued < 0) {
-        fprintf(stderr, "atolld: cannot recover the jobs in %s\n", o.db);
-        return 1;
-    }
-    if (requeued > 0)
-        log_warn("recovery: %d allocated/running job(s) from before the restart requeued",
-                 requeued);
-    api_cfg = (api_config_t){o.islands, o.nislands, o.lease_ms * 1000, o.web_dir, o.dispatch,
-                             o.allow_run, sched_notify, sched_ever_fits, sched_metrics};
-    sched_config_t sc = {o.islands, o.nislands, o.lease_ms * 1000,
-                         strcmp(o.dispatch, "sequential") == 0, http_wake};
-    if (sched_start(&sc) != 0) {
-        fprintf(stderr, "atolld: cannot start the scheduler thread\n");
-        return 1;
-    }
-    /* The dashboard's watcher: utilization samples and live-update pushes. */
-    sampler_config_t smp = {1000, 3600, api_stream_changed, api_stream_sampled};
-    if (sampler_start(&smp) != 0) {
-        sched_stop();
-        fprintf(stderr, "atolld: cannot start the sampler thread\n");
-        return 1;
-    }
-    http_config_t hc = {o.host, o.port, (size_t)o.max_body, (int)o.threads, api_route,
-                        o.tls_cert, o.tls_key, (unsigned)o.max_conns,
-                        (int)o.header_timeout_ms};
     int port = 0;
-    if (http_start(&hc, &port) != 0) {
-        sampler_stop();
-        sched_stop();
-        fprintf(stderr, "atolld: cannot listen on %s:%d\n", o.host, o.port);
+    if (open_store(&o) != 0 || start_services(&o, &port) != 0)
         return 1;
-    }
-    char islands[512] = "";
-    for (int i = 0, off = 0; i < o.nislands && off < (int)sizeof islands; i++) {
-        char sh[32];
-        mesh_shape_format(&o.islands[i].shape, sh, sizeof sh);
-        off += snprintf(islands + off, sizeof islands - (size_t)off, "%s%s=%s", i ? " " : "",
-                        o.islands[i].name, sh);
-    }
-    const char *scheme = o.tls_cert ? "https" : "http";
-    log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s durability=%s lease_ms=%ld"
-             " max_body=%ld threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u header_timeout_ms=%ld",
-             o.host, port, o.db, islands, o.dispatch, o.durability, (long)o.lease_ms, (long)o.max_body,
-             (long)o.threads, o.web_dir, auth_enabled() ? "tokens" : "off",
-             o.tls_cert ? "on" : "off", http_max_conns(), (long)o.header_timeout_ms);
-    printf("atolld ready: %s://%s:%d (db %s, islands %s)\n", scheme, o.host, port, o.db, islands);
-    fflush(stdout);
+    say_ready(&o, port);
 
     int sig = 0;
     sigwait(&sigs, &sig);

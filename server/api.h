@@ -43,8 +43,8 @@ void api_jobs_list(http_req_t *req, http_resp_t *resp);
 void api_jobs_get(http_req_t *req, http_resp_t *resp);
 void api_jobs_cancel(http_req_t *req, http_resp_t *resp);
 void api_jobs_result(http_req_t *req, http_resp_t *resp);
-/* The :id of /v1/jobs/:id if the caller may see that job (this thread's
- * store in *st); else answers 404/503 and returns 0. */
+/* api_access.c: the :id of /v1/jobs/:id if the caller may see that job
+ * (this thread's store in *st); else answers 404/503 and returns 0. */
 struct store;
 int64_t api_visible_job(http_req_t *req, http_resp_t *resp, struct store **st);
 /* api_program.c: global programs (DESIGN Part C) */

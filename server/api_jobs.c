@@ -68,11 +68,39 @@ static void job_refused(int rc, int64_t id, const tenant_limits_t *lim, http_res
     }
 }
 
-/* A tenant sees only its own jobs: another tenant's job is "not found". */
-static int job_visible(store_t *st, const http_req_t *req, int64_t id)
+/* What is checked of a compiled job before it is stored: users' programs
+ * allowed here, the slices placeable at all, the tenant's limits (read
+ * into *lim; admin and auth-off callers, tenant 0, are not limited).
+ * Returns 1 when it answered a refusal. */
+static int job_refused_early(const http_req_t *req, store_t *st, const job_plan_t *plan,
+                             tenant_limits_t *lim, http_resp_t *resp)
 {
-    int64_t owner = store_job_tenant(st, id);
-    return owner >= 0 && (req->tenant == 0 || owner == req->tenant);
+    for (int i = 0; i < plan->ncomps && !api_cfg.allow_run; i++) {
+        if (plan->comps[i].run) {
+            char field[48];
+            snprintf(field, sizeof field, "computations[%d].run", i);
+            http_problem(resp, 403, field, "this controller does not run users' programs "
+                         "(start atolld with --allow-run)");
+            return 1;
+        }
+    }
+    int fits = api_cfg.sched_fits ? api_cfg.sched_fits(plan) : 1;
+    if (fits < 0) {
+        http_problem(resp, 500, NULL, "out of memory");
+        return 1;
+    }
+    if (!fits) {
+        http_problem(resp, 422, "slices",
+                     "the job's %d slices can never be placed together on this cluster",
+                     plan->nslices);
+        return 1;
+    }
+    *lim = (tenant_limits_t){0, 1, 0, 0};
+    if (req->tenant > 0 && store_tenant_limits(st, req->tenant, lim) != STORE_OK) {
+        http_problem(resp, 503, NULL, "the tenant's limits could not be read; retry");
+        return 1;
+    }
+    return req->tenant > 0 && job_over_limits(lim, plan, resp);
 }
 
 void api_jobs_create(http_req_t *req, http_resp_t *resp)
@@ -92,33 +120,8 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
         http_problem(resp, e.status, e.field, "%s", e.detail);
         goto cleanup;
     }
-    for (int i = 0; i < plan->ncomps && !api_cfg.allow_run; i++) {
-        if (plan->comps[i].run) {
-            char field[48];
-            snprintf(field, sizeof field, "computations[%d].run", i);
-            http_problem(resp, 403, field, "this controller does not run users' programs "
-                         "(start atolld with --allow-run)");
-            goto cleanup;
-        }
-    }
-    int fits = api_cfg.sched_fits ? api_cfg.sched_fits(plan) : 1;
-    if (fits < 0) {
-        http_problem(resp, 500, NULL, "out of memory");
-        goto cleanup;
-    }
-    if (!fits) {
-        http_problem(resp, 422, "slices",
-                     "the job's %d slices can never be placed together on this cluster",
-                     plan->nslices);
-        goto cleanup;
-    }
-    /* Admin and auth-off callers (tenant 0) are not tenant-limited. */
-    tenant_limits_t lim = {0, 1, 0, 0};
-    if (req->tenant > 0 && store_tenant_limits(st, req->tenant, &lim) != STORE_OK) {
-        http_problem(resp, 503, NULL, "the tenant's limits could not be read; retry");
-        goto cleanup;
-    }
-    if (req->tenant > 0 && job_over_limits(&lim, plan, resp))
+    tenant_limits_t lim;
+    if (job_refused_early(req, st, plan, &lim, resp))
         goto cleanup;
     /* Keys are per tenant: another tenant's key never finds this job. */
     char key[API_IDEM_KEY_MAX + 32], hash[AUTH_HASH_HEX_LEN];
@@ -194,29 +197,6 @@ void api_jobs_list(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 500, NULL, "could not list jobs");
     else
         http_json(resp, 200, list);
-}
-
-/* Parses the :id of /v1/jobs/:id, answering 404 for a malformed one. */
-static int64_t job_id_param(http_req_t *req, http_resp_t *resp)
-{
-    int64_t id = api_parse_id(req->params[0]);
-    if (id < 1)
-        http_problem(resp, 404, "id", "no job '%s'", req->params[0]);
-    return id;
-}
-
-/* The :id of /v1/jobs/:id when the caller may see that job, with this
- * thread's store in *st; else answers (404/503) and returns 0. */
-int64_t api_visible_job(http_req_t *req, http_resp_t *resp, store_t **st)
-{
-    int64_t id = job_id_param(req, resp);
-    if (id < 1 || !(*st = api_store(resp)))
-        return 0;
-    if (!job_visible(*st, req, id)) {
-        http_problem(resp, 404, "id", "no job %ld", (long)id);
-        return 0;
-    }
-    return id;
 }
 
 void api_jobs_get(http_req_t *req, http_resp_t *resp)
