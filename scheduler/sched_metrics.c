@@ -1,6 +1,7 @@
 /* sched_metrics.c - the scheduler's /metrics families (Prometheus text):
  * allocation attempts, admission rounds and the pass latency histogram.
- * Reads the scheduler thread's counters (scheduler.c; any thread may). */
+ * Reads the scheduler thread's counters (scheduler.c, sched_admit.c; any
+ * thread may). */
 #include "scheduler.h"
 
 #include "util.h"

@@ -8,7 +8,95 @@
  * a busy timeout, so readers never block the writer.
  *
  * JSON returned by store functions is a new reference the caller must
- * json_decref(). */
+ * json_decref().
+ *
+ * States and who moves them. Every move below runs inside one write
+ * transaction, made by the function named (in the file named) and by no
+ * other code.
+ *
+ * Jobs (jobs.state):
+ *
+ *     queued -> allocated -> running -> succeeded | failed
+ *        ^          |            |
+ *        +----------+------------+  requeued: a new attempt (attempt + 1)
+ *     any non-terminal state -> cancelled | failed
+ *
+ *   (new)      -> queued     store_job_create: a submission (store_jobs.c)
+ *   queued     -> allocated  store_sched_mark_allocated: admission, devices
+ *                            taken and the PLACEMENT stored (store_sched.c)
+ *   allocated  -> running    the poll that first leases one of the attempt's
+ *                            host tasks (poll_lease, store_poll.c)
+ *   allocated|running -> succeeded
+ *                            the report that completes the last computation
+ *                            (comp_succeeded, store_report.c)
+ *   allocated|running -> failed
+ *                            a failed report (host_failed, store_report.c);
+ *                            a lost worker or unreachable peer with no retry
+ *                            left (store_worker_lost, store_job_retry:
+ *                            store_sched.c)
+ *   allocated|running -> queued (new attempt)
+ *                            a lost worker or unreachable peer with retries
+ *                            left (store_worker_lost, store_job_retry), a
+ *                            preemption (store_sched_preempt), a controller
+ *                            restart (store_sched_recover): job_requeue,
+ *                            store_sched.c
+ *   queued     -> failed     store_sched_fail: its document no longer
+ *                            compiles (store_sched.c)
+ *   non-terminal -> cancelled
+ *                            store_job_cancel (store_jobs.c)
+ *
+ * So a job's state changes in three places: the user's requests
+ * (store_jobs.c); the scheduler side, admission and worker loss,
+ * preemption, restart (store_sched.c); the worker protocol, its reports
+ * (store_report.c) and the one move allocated -> running at a poll
+ * (store_poll.c).
+ * Ending is always store_job_finish (store_jobs.c): it frees the job's
+ * devices and cancels its blocked and pending tasks; leased ones stay
+ * leased until their worker reports or the poll has it abort them.
+ * Requeueing is always job_requeue (store_sched.c). succeeded, failed and
+ * cancelled are terminal: a job holds devices only while allocated or
+ * running, and reports move only the job's current attempt while it is
+ * live. Known gap (not closed here): store_sched_preempt and
+ * store_sched_fail act on a job the scheduler read before their
+ * transaction and do not check its state again inside it, so a job that
+ * ended or was cancelled in between would be requeued or failed.
+ *
+ * Host tasks (host_tasks.state), one per computation, attempt and worker:
+ *
+ *   (new)      -> pending | blocked
+ *                            store_sched_add_task at dispatch; blocked only
+ *                            in sequential dispatch (store_sched.c)
+ *   blocked    -> pending    its computation's producers all succeeded
+ *                            (comp_succeeded, store_report.c)
+ *   pending    -> leased     a poll by its worker (poll_lease, store_poll.c);
+ *                            an answer lost on the way is delivered again,
+ *                            still leased
+ *   leased     -> succeeded | failed | cancelled
+ *                            its worker's report, once: only the live worker
+ *                            holding the lease (fencing; report_apply,
+ *                            store_report.c)
+ *   blocked|pending -> cancelled
+ *                            its job ended (store_job_finish, store_jobs.c)
+ *                            or was requeued (job_requeue, store_sched.c)
+ *   blocked|pending|leased -> cancelled ('worker lost')
+ *                            store_worker_lost (store_sched.c)
+ *   leased     -> cancelled ('abandoned ...')
+ *                            its abort went unanswered for a lease period
+ *                            (abandon_stale, store_sched_expire: store_sched.c)
+ * A task leaves 'leased' at most once. Naming a stale attempt to its
+ * worker (abort_sent_at, store_poll.c) changes no state.
+ *
+ * Computations (computations.state): waiting at creation (store_jobs.c);
+ * waiting -> dispatched with an island and seq (store_sched_set_comp,
+ * store_sched.c; in sequential dispatch later, when unblocked:
+ * store_report.c); -> succeeded when all its shards reported
+ * (store_report.c); the unfinished ones take the job's state when it fails
+ * or is cancelled (store_job_finish); all go back to waiting on a requeue.
+ *
+ * Workers (workers.state): live at registration (store_worker.c); live ->
+ * gone when lost (store_worker_lost, store_sched.c: a missed lease through
+ * store_sched_expire, or leaving through store_worker_leave). A gone worker
+ * never comes back: the same process registers again under a new id. */
 #ifndef ATOLL_STORE_H
 #define ATOLL_STORE_H
 
@@ -148,7 +236,8 @@ int64_t store_tasks_leased(store_t *st, int64_t lease_us);
 /* Appends Prometheus text to a malloc'd buffer; NULL on error. */
 char *store_metrics_text(store_t *st);
 
-/* ---- worker protocol (store_worker.c) ---- */
+/* ---- worker protocol (store_worker.c: membership; store_poll.c: store_worker_poll;
+ *      store_report.c: store_worker_report, store_worker_report_batch) ---- */
 typedef struct worker_reg {
     const char *island, *backend, *data_addr, *host;
     int ndevices;

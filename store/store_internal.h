@@ -25,6 +25,11 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how);
 int store_job_retry(store_t *st, int64_t job, const char *why);
 int store_state_is_terminal(const char *state);
 
+/* store_worker.c: 1 when the worker is live (registered, lease not
+ * expired), 0 when not (fenced: store_poll.c and store_report.c refuse it),
+ * -1 on error. A read; inside the caller's transaction when it has one. */
+int store_worker_is_live(store_t *st, int64_t worker);
+
 /* store_tenants.c: adds a succeeded host task's device time to its
  * job's tenant (0 for none) in tenant_usage. 0 or -1. */
 int store_usage_add(store_t *st, int64_t job, int64_t device_us);

@@ -1,0 +1,221 @@
+/* sched_admit.c - the admission round: the tenants' queues merged into one
+ * order, each job placed (sched_place.c), preempting (sched_preempt.c) if
+ * it must, and dispatched (sched_dispatch.c); quotas and pending reasons;
+ * then the shared jobs' feed (sched_feed.c). Runs on the scheduler thread. */
+#include "sched_internal.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-tenant queues: in one round the scheduler stops reading further down
+ * a tenant's queue once this many of its jobs waited (were not placed), so
+ * a round costs O(tenants x SCHED_LOOKAHEAD + jobs placed + islands),
+ * whatever the queue length. A tenant's deeper jobs come up as its head
+ * moves. */
+#define SCHED_LOOKAHEAD 16
+/* Jobs read from one tenant's queue per index probe. */
+#define SCHED_PAGE 8
+
+static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
+
+/* Writes the job's pending_reason only when it differs from the one this
+ * thread last wrote: a job waiting round after round for the same reason
+ * costs no write (and no WAL growth). */
+static void set_reason(store_t *st, plan_entry_t *pe, const char *reason)
+{
+    if (pe->reason && strcmp(pe->reason, reason) == 0)
+        return;
+    if (store_sched_set_reason(st, pe->id, reason) != 0)
+        return;
+    free(pe->reason);
+    pe->reason = strdup(reason);    /* NULL (out of memory): written again next time */
+}
+
+static int64_t plan_devices(const job_plan_t *plan)
+{
+    int64_t need = 0;
+    for (int s = 0; s < plan->nslices; s++)
+        need += shape_numel(&plan->slices[s].shape);
+    return need;
+}
+
+/* A tenant's devices in use are capped by its quota: a job that would go
+ * past it waits (with a reason) until the tenant's own jobs free devices.
+ * `used`: the tenant's devices in use, kept by the round. */
+static int over_quota(store_t *st, plan_entry_t *pe, const sched_job_t *job, int64_t used)
+{
+    if (job->tenant == 0 || job->quota == 0)
+        return 0;
+    int64_t need = plan_devices(pe->plan);
+    if (used + need <= job->quota)
+        return 0;
+    char reason[160];
+    snprintf(reason, sizeof reason, "tenant at its quota: %ld of %ld devices in use, needs %ld",
+             (long)used, (long)job->quota, (long)need);
+    set_reason(st, pe, reason);
+    return 1;
+}
+
+/* Tries to admit one queued job. Returns 1 if dispatched (*used grows by
+ * its devices), 0 if it waits (islands it needs marked in blocked[]), -1 on
+ * a store error. */
+static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *used,
+                     int *blocked)
+{
+    plan_entry_t *pe = sched_plan_get(st, job->id);
+    if (!pe)
+        return 0;       /* failed (and recorded), or out of memory: next round */
+    const job_plan_t *plan = pe->plan;
+    const json_t *doc = pe->doc;
+    alloc_request_t reqs[64];
+    for (int s = 0; s < plan->nslices && s < 64; s++) {
+        reqs[s].shape = plan->slices[s].shape;
+        reqs[s].island = plan->slices[s].island[0] ? plan->slices[s].island : NULL;
+    }
+    if (over_quota(st, pe, job, *used))
+        return 0;   /* waits for its own tenant's jobs; blocks nobody else */
+    if (sched_touches_blocked(reqs, plan->nslices, r, blocked)) {
+        set_reason(st, pe, "waiting behind a higher-priority or older job");
+        return 0;
+    }
+    alloc_placement_t pl[64];
+    int a = plan->shared ? sched_place_shared(r, reqs, plan->nslices, pl)
+                         : alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    if (a == ALLOC_ENOSPACE) {
+        int p = sched_try_preempt(st, r, job, reqs, plan->nslices, plan->shared);
+        if (p < 0)
+            return -1;
+        if (p == 1)
+            a = plan->shared ? sched_place_shared(r, reqs, plan->nslices, pl)
+                             : alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    }
+    atomic_fetch_add(&sched_attempts, 1);
+    if (a == ALLOC_OK) {
+        atomic_fetch_add(&sched_successes, 1);
+        sched_round_take(r, pl, plan->nslices, job->id, plan->shared);
+        int rc = sched_dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
+        alloc_placements_release(pl, plan->nslices);
+        if (rc == 1)
+            *used += plan_devices(plan);
+        /* Allocation cleared pending_reason; a requeue sets its own. */
+        free(pe->reason);
+        pe->reason = NULL;
+        return rc;
+    }
+    char reason[512];
+    sched_pending_reason(r, plan, reqs, reason, sizeof reason);
+    set_reason(st, pe, reason);
+    for (int s = 0; s < plan->nslices; s++)
+        for (int i = 0; i < r->n; i++)
+            if (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0)
+                blocked[i] = 1;
+    return a == ALLOC_ENOMEM ? -1 : 0;
+}
+
+/* One tenant's queue during a round: a page of its next jobs in its own
+ * order (priority desc, then age) and how far the round went down it. */
+typedef struct tenant_q {
+    sched_tenant_t t;           /* t.used grows as its jobs are placed */
+    double fair;                /* devices in use per share at the round's start */
+    sched_job_t page[SCHED_PAGE];
+    int n, next;                /* jobs in page, the next one to look at */
+    int64_t last_prio, last_id; /* the last job read: the next page starts after it */
+    int waits;                  /* its jobs that waited in this round */
+    int done;                   /* nothing more to look at in this round */
+} tenant_q_t;
+
+/* The next job of q (reading a page when the last one is used up), or NULL
+ * when q is done. */
+static const sched_job_t *tq_head(store_t *st, tenant_q_t *q)
+{
+    if (!q->done && q->next == q->n) {
+        int n = store_sched_tenant_page(st, &q->t, q->last_prio, q->last_id, q->page,
+                                        SCHED_PAGE);
+        q->n = n > 0 ? n : 0;
+        q->next = 0;
+        if (n > 0) {
+            q->last_prio = q->page[n - 1].priority;
+            q->last_id = q->page[n - 1].id;
+        }
+        q->done = n <= 0;
+    }
+    return q->done ? NULL : &q->page[q->next];
+}
+
+/* Does a (of queue qa) come before b (of qb) in admission order: priority
+ * desc, then the tenant furthest below its fair share, then age? */
+static int job_before(const sched_job_t *a, const tenant_q_t *qa, const sched_job_t *b,
+                      const tenant_q_t *qb)
+{
+    if (a->priority != b->priority)
+        return a->priority > b->priority;
+    if (qa->fair != qb->fair)
+        return qa->fair < qb->fair;
+    return a->id < b->id;
+}
+
+/* The queue whose head comes first across all tenants; NULL when every
+ * queue is done. A k-way merge of the tenants' heads: the order among the
+ * jobs looked at is the order of one global queue. */
+static tenant_q_t *tq_pick(store_t *st, tenant_q_t *qs, int n)
+{
+    tenant_q_t *best = NULL;
+    const sched_job_t *bj = NULL;
+    for (int i = 0; i < n; i++) {
+        const sched_job_t *j = tq_head(st, &qs[i]);
+        if (j && (!best || job_before(j, &qs[i], bj, best))) {
+            best = &qs[i];
+            bj = j;
+        }
+    }
+    return best;
+}
+
+/* One admission round over the heads of the tenants' queues. */
+void sched_admit(store_t *st)
+{
+    sched_tenant_t *ts = NULL;
+    tenant_q_t *qs = NULL;
+    int nt = 0, dispatched = 0, complete = 0;
+    round_t r;
+    if (sched_round_load(st, &r) != 0 || store_sched_tenants(st, &ts, &nt) != 0 ||
+        !(qs = calloc((size_t)(nt > 0 ? nt : 1), sizeof *qs)))
+        goto cleanup;
+    for (int i = 0; i < nt; i++) {
+        qs[i].t = ts[i];
+        qs[i].fair = (double)ts[i].used / (double)ts[i].share;
+        qs[i].last_prio = INT64_MAX;
+    }
+    int blocked[16] = {0};
+    tenant_q_t *q;
+    while ((q = tq_pick(st, qs, nt))) {
+        int rc = admit_job(st, &r, &q->page[q->next++], &q->t.used, blocked);
+        if (rc < 0)
+            break;
+        dispatched += rc;
+        if (rc == 0 && ++q->waits >= SCHED_LOOKAHEAD)
+            q->done = 1;
+    }
+    complete = q == NULL;
+    int fed = sched_feed_shared(st, &r);
+    if (fed > 0)
+        dispatched += fed;
+cleanup:
+    /* A round stopped early (store error) keeps unseen plans too: their
+     * jobs may still be queued. */
+    if (complete)
+        sched_plans_sweep();
+    sched_round_free(&r);
+    free(qs);
+    free(ts);
+    if (dispatched && sched_cfg.on_dispatch)
+        sched_cfg.on_dispatch();
+}
+
+void sched_counters(uint64_t *attempts, uint64_t *successes)
+{
+    *attempts = atomic_load(&sched_attempts);
+    *successes = atomic_load(&sched_successes);
+}

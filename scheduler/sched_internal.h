@@ -1,0 +1,195 @@
+/* sched_internal.h - what the scheduler's files share (scheduler.h is the
+ * public API; store_sched.c holds the SQL).
+ *
+ * Files, each one idea, all on the scheduler thread unless said:
+ *   scheduler.c       the thread: lease expiry every tick, an admission round
+ *                     when something changed; start/stop/notify, pass counters
+ *                     (any thread reads them), sched_ever_fits (any thread)
+ *   sched_admit.c     one admission round: the tenants' queues merged, quotas,
+ *                     no backfill, pending reasons; attempt counters
+ *   sched_place.c     the round (the cluster as the allocator sees it) and
+ *                     placement on it: exclusive, shared, why not
+ *   sched_preempt.c   victims: the fewest lower-priority jobs that make room
+ *   sched_dispatch.c  a placed job's allocation, placement and host tasks
+ *   sched_feed.c      shared jobs' computations, one by one, by stride
+ *   sched_plans.c     compiled plans of queued jobs, cached across rounds
+ *   sched_metrics.c   the /metrics families (any thread)
+ *
+ * Invariants.
+ *
+ * Who may change what. One thread (sched_main) owns admission, the feed
+ * and lease expiry. sched_cfg is written once by sched_start() before that
+ * thread exists and is read-only afterwards (sched_ever_fits reads its
+ * islands from any thread). sched_wake and sched_running are guarded by
+ * sched_mu; other threads only set them (sched_notify, sched_stop). The
+ * counters are atomics written by the scheduler thread alone and read by
+ * any thread. The plan cache (sched_plans.c), the virtual times
+ * (sched_feed.c) and a round's round_t belong to the scheduler thread
+ * alone and take no lock. In the store, only this thread takes devices
+ * (devices.job_id, device_holds: store_sched_mark_allocated), hands out
+ * island sequence numbers and inserts host tasks; other threads never take
+ * devices: they free them (a job ending or requeued), bring them up (a
+ * worker registering) or take them down (a worker leaving), and move jobs
+ * and tasks on (store.h lists who makes each transition).
+ *
+ * What one round reads (sched_admit). At its start, outside a transaction:
+ * every device of every island (its live worker, its exclusive holder, how
+ * many shared jobs hold it: sched_round_load) and the tenants that have
+ * queued jobs, with their devices in use and shares. Then, in admission
+ * order, pages of each tenant's queue, at most SCHED_LOOKAHEAD waiting
+ * jobs per tenant (jobs whose previous attempt still holds a leased task
+ * are skipped), each job's document once (the plan cache), the preemption
+ * candidates and their holds when a job does not fit, and last the live
+ * shared jobs for the feed. Admission order is one global queue: priority
+ * (desc), then the tenant furthest below its fair share (devices in use at
+ * the round's start over its share), then age (job id).
+ *
+ * What one round writes. Per job placed, one transaction: its slices, its
+ * devices (held exclusively, or as shared holds), queued -> allocated with
+ * its PLACEMENT, and for an exclusive job every computation's island and
+ * sequence number and all its host tasks (pending; blocked in sequential
+ * dispatch until their producers succeed). Per computation fed (a shared
+ * job), one transaction: its sequence number and host tasks. Per evicted
+ * victim, one transaction (store_sched_preempt: requeued). A waiting job's
+ * pending_reason only when it changed; a queued job whose document no
+ * longer compiles is failed (store_sched_fail). Placements and evictions
+ * made in the round update the round_t too (sched_round_take,
+ * round_evict), so later jobs of the same round see them; an island a
+ * waiting job could use is closed to the jobs after it in that round (no
+ * backfill, so a big job is never starved); a job over its tenant's quota
+ * waits without closing anything.
+ *
+ * The round is a view, the store is the truth. The view may go stale
+ * while the round runs (a cancel, a report, a worker joining or leaving
+ * through the API). The allocation re-checks in SQL, inside its
+ * transaction, what would break the store's rules
+ * (store_sched_mark_allocated: each device still held by no exclusive job,
+ * and for an exclusive job by no shared one; the job still queued) and
+ * rolls back otherwise; the job is tried again next round. Whether each
+ * device's worker is still live is not checked again there: a worker that
+ * leaves through the API during the round may still be given host tasks.
+ *
+ * Island sequence numbers: one collective order. islands.next_seq only
+ * grows (store_sched_take_seq, inside the dispatch transaction). A
+ * computation gets one number on the island of its slice at the moment it
+ * is dispatched, and all its host tasks carry it; an exclusive job's
+ * computations are numbered in its topological order at allocation, a
+ * shared job's one by one, in the same order, by the feed. Every worker
+ * runs the host tasks of each device in increasing seq and starts one only
+ * when every lower-seq task on all its devices has ended
+ * (docs/worker-protocol.md, workers/exec.h). Since numbers are taken on
+ * this one thread, all islands' numbers follow one global dispatch order,
+ * and that order also puts every producer before its consumers. So every
+ * device meets any two computations in the same order, no wait (for a
+ * device or for a producer's data) points from an earlier computation to a
+ * later one, no cycle of waits can form, and a collective cannot deadlock,
+ * however shared jobs are interleaved. A requeued job's new attempt gets
+ * new numbers (its old ones are cleared with its computations). The
+ * argument needs every task to reach its workers before a later-numbered
+ * one on the same devices starts: true in parallel dispatch (all of an
+ * exclusive job's tasks are pending at once) and for shared jobs (never
+ * blocked). Sequential dispatch hands a blocked computation's tasks out
+ * only when its producers succeeded, so there a worker that polls late may
+ * get them after it started a later-numbered computation of the same job
+ * that had no inputs; the scheduler does not prevent that case. */
+#ifndef ATOLL_SCHED_INTERNAL_H
+#define ATOLL_SCHED_INTERNAL_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "scheduler.h"
+#include "store.h"
+
+/* The configuration sched_start() was given (sched_place.c). */
+extern sched_config_t sched_cfg;
+
+/* ---- the round (sched_place.c) ---- */
+
+/* The cluster as the allocator sees it for one admission round. isl[i]
+ * marks every held device BUSY (and devices without a live worker DOWN);
+ * devs[i] says by whom: job (an exclusive holder) or shared (how many
+ * shared jobs). Placements and evictions made in the round update both. */
+typedef struct round {
+    int n;
+    int64_t island_id[16];
+    alloc_island_t *isl[16];
+    sched_dev_t *devs[16];
+} round_t;
+
+/* Reads the islands of sched_cfg and their devices from the store into r
+ * (r is always left fit for sched_round_free). 0 or -1. */
+int sched_round_load(store_t *st, round_t *r);
+void sched_round_free(round_t *r);
+/* The round's index of the island with store id island_id, or -1. */
+int sched_round_island(const round_t *r, int64_t island_id);
+/* Records a placement made in this round in r. */
+void sched_round_take(round_t *r, const alloc_placement_t *pl, int n, int64_t job, int shared);
+/* Places a shared job's gang, least-loaded devices first, on copies of the
+ * round's islands: ALLOC_OK with pl filled, ALLOC_ENOSPACE or ALLOC_ENOMEM. */
+int sched_place_shared(const round_t *r, const alloc_request_t *reqs, int nreq,
+                       alloc_placement_t *pl);
+/* Why the job's slices cannot be placed now, into buf (len bytes). */
+void sched_pending_reason(round_t *r, const job_plan_t *plan, const alloc_request_t *reqs,
+                          char *buf, size_t len);
+/* 1 when a request may use an island marked in blocked[] (no backfill). */
+int sched_touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const int *blocked);
+
+/* ---- the plan cache (sched_plans.c) ---- */
+
+/* Compiled plans of queued jobs, kept across admission rounds so that a
+ * long queue is not re-read and re-compiled every round. A plan depends
+ * only on the job document (never changed once accepted) and the islands
+ * (fixed for the life of atolld), so an entry stays valid until its job
+ * leaves the queue; entries not seen in a round are dropped after it.
+ * Sorted by job id; owned by the scheduler thread alone. */
+typedef struct plan_entry {
+    int64_t id;
+    json_t *doc;                /* owned reference */
+    job_plan_t *plan;           /* owned */
+    int seen;                   /* looked up in the current round */
+    char *reason;               /* owned; the pending_reason last written, or NULL */
+} plan_entry_t;
+
+/* The job's entry, compiling it on first sight (borrowed until the next
+ * sched_plans_sweep); NULL when the job cannot be planned now (a document
+ * that no longer compiles fails its job). */
+plan_entry_t *sched_plan_get(store_t *st, int64_t id);
+/* After a complete round: drops the plans of jobs not looked up in it. */
+void sched_plans_sweep(void);
+/* When the thread ends. */
+void sched_plans_free_all(void);
+
+/* ---- dispatch (sched_dispatch.c), inside the caller's transaction or its own ---- */
+
+/* Writes computation c's island sequence number and host tasks (inside the
+ * caller's transaction). 0 or -1. */
+int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
+                        const json_t *doc, round_t *r, const alloc_placement_t *pl, int c);
+/* Writes the job's allocation, placement and (exclusive jobs) every host
+ * task in one transaction of its own. 0 or -1 (rolled back, logged). */
+int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
+                       const json_t *doc, round_t *r, const alloc_placement_t *pl);
+
+/* ---- preemption (sched_preempt.c) ---- */
+
+/* Evicts the fewest lower-priority preemptible jobs that make room for
+ * job's gang (requeued in the store, freed in r). 1 when room was made,
+ * 0 when none can be, -1 on a store error. */
+int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job,
+                      const alloc_request_t *reqs, int nreq, int shared_gang);
+
+/* ---- the shared jobs' feed (sched_feed.c) ---- */
+
+/* One feed pass over the live shared jobs: computations dispatched, or -1
+ * on a store error. */
+int sched_feed_shared(store_t *st, round_t *r);
+
+/* ---- the admission round (sched_admit.c) ---- */
+
+/* One admission round and feed pass; calls sched_cfg.on_dispatch when it
+ * made host tasks pending. */
+void sched_admit(store_t *st);
+
+#endif

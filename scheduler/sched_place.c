@@ -1,0 +1,162 @@
+/* sched_place.c - the round: the cluster as the allocator sees it for one
+ * admission round (sched_internal.h), gang placement of shared jobs on it,
+ * and the reasons a job cannot be placed. No thread of its own: the
+ * scheduler thread calls it. */
+#include "sched_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Written once by sched_start() before the thread starts; read-only after
+ * (sched_internal.h). */
+sched_config_t sched_cfg;
+
+void sched_round_free(round_t *r)
+{
+    for (int i = 0; i < r->n; i++) {
+        alloc_island_free(r->isl[i]);
+        free(r->devs[i]);
+    }
+    r->n = 0;
+}
+
+/* The round's index of the island with store id island_id, or -1. */
+int sched_round_island(const round_t *r, int64_t island_id)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->island_id[i] == island_id)
+            return i;
+    return -1;
+}
+
+int sched_round_load(store_t *st, round_t *r)
+{
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < sched_cfg.nislands && i < 16; i++) {
+        const island_desc_t *d = &sched_cfg.islands[i];
+        int64_t n = shape_numel(&d->shape);
+        r->island_id[i] = store_island_id(st, d->name);
+        r->isl[i] = alloc_island_new(d->name, &d->shape);
+        r->devs[i] = calloc((size_t)n, sizeof(sched_dev_t));
+        r->n = i + 1;
+        if (r->island_id[i] < 0 || !r->isl[i] || !r->devs[i] ||
+            store_sched_devices(st, r->island_id[i], r->devs[i], n) != 0)
+            return -1;
+        for (int64_t k = 0; k < n; k++) {
+            const sched_dev_t *dv = &r->devs[i][k];
+            alloc_island_set(r->isl[i], k, dv->worker == 0 ? ALLOC_DOWN
+                                           : dv->job || dv->shared ? ALLOC_BUSY : ALLOC_FREE);
+        }
+    }
+    return 0;
+}
+
+/* Describes why a job cannot be placed now, for the dashboard and the
+ * job object, e.g. "needs a 4x4 slice on west; largest free block is 2x4". */
+void sched_pending_reason(round_t *r, const job_plan_t *plan, const alloc_request_t *reqs,
+                          char *buf, size_t len)
+{
+    for (int s = 0; s < plan->nslices; s++) {
+        alloc_placement_t pl;
+        if (alloc_gang(r->isl, r->n, &reqs[s], 1, &pl) == ALLOC_OK) {
+            /* Fits alone: undo, it is the combination that does not fit. */
+            for (int k = 0; k < pl.nshards; k++)
+                alloc_island_set(r->isl[pl.island], pl.devices[k], ALLOC_FREE);
+            alloc_placements_release(&pl, 1);
+            continue;
+        }
+        char want[32];
+        mesh_shape_format(&reqs[s].shape, want, sizeof want);
+        size_t off = (size_t)snprintf(buf, len, "needs a %s slice (%s) on %s;", want,
+                                      plan->slices[s].name,
+                                      reqs[s].island ? reqs[s].island : "any island");
+        for (int i = 0; i < r->n && off < len; i++) {
+            if (reqs[s].island && strcmp(reqs[s].island, alloc_island_name(r->isl[i])) != 0)
+                continue;
+            shape_t big;
+            char got[32];
+            const char *isl = alloc_island_name(r->isl[i]);
+            if (alloc_largest_free(r->isl[i], &big) > 0) {
+                mesh_shape_format(&big, got, sizeof got);
+                off += (size_t)snprintf(buf + off, len - off, " largest free block on %s is %s;",
+                                        isl, got);
+            } else {
+                off += (size_t)snprintf(buf + off, len - off, " no free device on %s;", isl);
+            }
+        }
+        if (off > 0 && off < len)
+            buf[off - 1] = '\0';
+        return;
+    }
+    snprintf(buf, len, "needs %d slices at once; they do not all fit together yet",
+             plan->nslices);
+}
+
+/* An island a blocked job could use: lower-priority jobs may not take it
+ * (no backfill on contended islands, so a big job is never starved). */
+int sched_touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const int *blocked)
+{
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < r->n; i++)
+            if (blocked[i] && (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0))
+                return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared placement (DESIGN Part D). In a round, r->isl marks every held
+ * device BUSY; r->devs says by whom: job (an exclusive holder) or shared
+ * (how many shared jobs). Placements made in the round update both. */
+
+/* Places a shared job's gang on devices no exclusive job holds, least
+ * loaded first: the gang is tried with only unheld devices free, then also
+ * those held by at most 1 shared job, 2, ...; the first bound at which it
+ * fits wins (so it lands on the least-loaded feasible devices). Works on
+ * copies of the round's islands. ALLOC_OK with pl filled, ALLOC_ENOSPACE
+ * or ALLOC_ENOMEM. */
+int sched_place_shared(const round_t *r, const alloc_request_t *reqs, int nreq,
+                       alloc_placement_t *pl)
+{
+    int maxload = 0, a = ALLOC_ENOSPACE;
+    for (int i = 0; i < r->n; i++)
+        for (int64_t d = 0; d < alloc_island_size(r->isl[i]); d++)
+            if (r->devs[i][d].shared > maxload && !r->devs[i][d].job)
+                maxload = r->devs[i][d].shared;
+    for (int load = 0; load <= maxload && a == ALLOC_ENOSPACE; load++) {
+        alloc_island_t *tmp[16] = {0};
+        int ok = 1;
+        for (int i = 0; i < r->n && ok; i++) {
+            if (!(tmp[i] = alloc_island_new(alloc_island_name(r->isl[i]),
+                                            alloc_island_shape(r->isl[i])))) {
+                ok = 0;
+                break;
+            }
+            for (int64_t d = 0; d < alloc_island_size(r->isl[i]); d++) {
+                const sched_dev_t *dv = &r->devs[i][d];
+                alloc_state_t s0 = alloc_island_get(r->isl[i], d);
+                int shareable = s0 == ALLOC_BUSY && !dv->job && dv->shared > 0 &&
+                                dv->shared <= load;
+                alloc_island_set(tmp[i], d, shareable ? ALLOC_FREE : s0);
+            }
+        }
+        a = ok ? alloc_gang(tmp, r->n, reqs, nreq, pl) : ALLOC_ENOMEM;
+        for (int i = 0; i < r->n; i++)
+            alloc_island_free(tmp[i]);
+    }
+    return a;
+}
+
+/* Records a placement made in this round in r (see above). */
+void sched_round_take(round_t *r, const alloc_placement_t *pl, int n, int64_t job, int shared)
+{
+    for (int s = 0; s < n; s++)
+        for (int k = 0; k < pl[s].nshards; k++) {
+            sched_dev_t *dv = &r->devs[pl[s].island][pl[s].devices[k]];
+            if (shared)
+                dv->shared++;
+            else
+                dv->job = job;
+            alloc_island_set(r->isl[pl[s].island], pl[s].devices[k], ALLOC_BUSY);
+        }
+}

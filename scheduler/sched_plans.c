@@ -1,0 +1,94 @@
+/* sched_plans.c - the compiled plans of queued jobs, cached across
+ * admission rounds (plan_entry_t, sched_internal.h). Owned by the
+ * scheduler thread alone. */
+#include "sched_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static plan_entry_t *plans;
+static int nplans, plans_cap;
+
+static void plan_entry_free(plan_entry_t *pe)
+{
+    job_plan_free(pe->plan);
+    json_decref(pe->doc);
+    free(pe->reason);
+}
+
+/* Index of id, or of where it would go (lower bound). */
+static int plan_find(int64_t id)
+{
+    int lo = 0, hi = nplans;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (plans[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The job's compiled plan, compiling it on first sight. A document that no
+ * longer compiles (the cluster changed, e.g. an island was removed from the
+ * command line) fails its job. NULL when the job cannot be planned now. */
+plan_entry_t *sched_plan_get(store_t *st, int64_t id)
+{
+    int k = plan_find(id);
+    if (k < nplans && plans[k].id == id) {
+        plans[k].seen = 1;
+        return &plans[k];
+    }
+    err_t e = {0};
+    plan_entry_t pe = {id, store_sched_job_doc(st, id), NULL, 1, NULL};
+    if (!pe.doc ||
+        compiler_job(pe.doc, sched_cfg.islands, sched_cfg.nislands, &pe.plan, &e) != 0) {
+        char why[400];
+        snprintf(why, sizeof why, "no longer valid on this cluster: %s",
+                 e.detail[0] ? e.detail : "its document cannot be read");
+        if (pe.doc)
+            store_sched_fail(st, id, why);
+        plan_entry_free(&pe);
+        return NULL;
+    }
+    if (nplans == plans_cap) {
+        int cap = plans_cap ? plans_cap * 2 : 64;
+        plan_entry_t *p = realloc(plans, sizeof *p * (size_t)cap);
+        if (!p) {
+            plan_entry_free(&pe);
+            return NULL;
+        }
+        plans = p;
+        plans_cap = cap;
+    }
+    memmove(&plans[k + 1], &plans[k], sizeof *plans * (size_t)(nplans - k));
+    plans[k] = pe;
+    nplans++;
+    return &plans[k];
+}
+
+/* After a round: drop the plans of jobs that left the queue. */
+void sched_plans_sweep(void)
+{
+    int w = 0;
+    for (int i = 0; i < nplans; i++) {
+        if (plans[i].seen) {
+            plans[i].seen = 0;
+            plans[w++] = plans[i];
+        } else {
+            plan_entry_free(&plans[i]);
+        }
+    }
+    nplans = w;
+}
+
+void sched_plans_free_all(void)
+{
+    for (int i = 0; i < nplans; i++)
+        plan_entry_free(&plans[i]);
+    free(plans);
+    plans = NULL;
+    nplans = plans_cap = 0;
+}

@@ -1,0 +1,295 @@
+/* store_poll.c - task delivery to workers (docs/worker-protocol.md, "Life
+ * of a worker"): a worker's poll leases its pending host tasks in seq order
+ * (a job's first lease moves it allocated -> running), redelivers those
+ * leased in answers it never received, and names the stale attempts it
+ * must abort. A read first: an idle worker's poll takes no write lock. */
+#include "store_internal.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "util.h"
+
+/* How long a re-registered worker is told to abort what it held under its
+ * expired lease (see poll_cancels). */
+#define PRED_ABORT_US 2000000
+
+/* Appends {"job": job, "attempt": attempt} to arr unless it is there. */
+static void cancel_add(json_t *arr, json_int_t job, json_int_t attempt)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v)
+        if (json_integer_value(json_object_get(v, "job")) == job &&
+            json_integer_value(json_object_get(v, "attempt")) == attempt)
+            return;
+    json_array_append_new(arr, json_pack("{s:I, s:I}", "job", job, "attempt", attempt));
+}
+
+/* Runs s (bound by the caller) and adds each (job_id, attempt) row. */
+static void cancel_rows(sqlite3_stmt *s, json_t *arr)
+{
+    while (sqlite3_step(s) == SQLITE_ROW)
+        cancel_add(arr, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1));
+    sqlite3_reset(s);
+}
+
+/* The attempts, as {"job", "attempt"} entries, of which this worker still
+ * holds tasks although their job ended (failed or cancelled) or moved to a
+ * newer attempt: the worker aborts exactly those (and older attempts of
+ * the job), never a newer attempt, so the job's current attempt may be
+ * leased to the same worker at once. The first time a stale task is named,
+ * abort_sent_at records it: a task still leased a lease period later was
+ * never received and is settled (store_sched_expire), so the naming ends.
+ * Inside the poll's transaction. */
+static json_t *poll_cancels(store_t *st, int64_t worker)
+{
+    static const char mark_sql[] =
+        "UPDATE host_tasks SET abort_sent_at = ?2 WHERE worker_id = ?1 AND state = 'leased'"
+        " AND abort_sent_at IS NULL AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = host_tasks.job_id"
+        " AND (j.state IN ('succeeded','failed','cancelled') OR host_tasks.attempt < j.attempt))";
+    static const char sql[] =
+        "SELECT DISTINCT t.job_id, t.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.worker_id = ? AND t.state = 'leased'"
+        " AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt)";
+    /* The same process under an earlier, expired lease (a worker paused
+     * past its lease registers again under a new id): the tasks it held
+     * then were cancelled when it was lost, but it may still run them, and
+     * a collective among aborted peers would hold its device until the peer
+     * timeout. Name their attempts for PRED_ABORT_US after the first time
+     * (its reports of them are refused, so nothing else ends the
+     * repetition). Losing the worker requeued or ended their jobs, so these
+     * attempts are stale; the attempt test only makes sure. */
+    static const char pred_mark_sql[] =
+        "UPDATE host_tasks SET abort_sent_at = ?2 WHERE abort_sent_at IS NULL AND state = 'cancelled'"
+        " AND error = 'worker lost' AND worker_id IN (SELECT g.id FROM workers g"
+        "  JOIN workers me ON me.id = ?1 WHERE g.state = 'gone' AND g.id <> me.id"
+        "  AND g.pid = me.pid AND g.host = me.host AND g.data_addr = me.data_addr)";
+    static const char pred_sql[] =
+        "SELECT DISTINCT t.job_id, t.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.state = 'cancelled' AND t.error = 'worker lost' AND t.abort_sent_at > ?2"
+        " AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
+        "  WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
+        "  AND g.data_addr = me.data_addr)"
+        " AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt)";
+    int64_t now = util_wall_us();
+    json_t *arr = json_array();
+    sqlite3_stmt *s = store_stmt(st, mark_sql);
+    if (!arr || !s)
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, now);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, pred_mark_sql)))
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, now);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, pred_sql)))
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, now - PRED_ABORT_US);
+    cancel_rows(s, arr);
+    if (!(s = store_stmt(st, sql)))
+        return arr;
+    sqlite3_bind_int64(s, 1, worker);
+    cancel_rows(s, arr);
+    return arr;
+}
+
+/* The read before a poll's write transaction: 1 when the poll has
+ * something to do (tasks to lease, stale leases to name or mark, an
+ * earlier registration of the same process whose jobs to name; the same
+ * conditions as store_worker_poll and poll_cancels, a little wider), 0 when
+ * not, PROBE_GONE when the worker is not live, -1 on error. One
+ * statement: one snapshot, no transaction to open. */
+#define PROBE_GONE (-2)
+/* Redelivery: host tasks leased to worker ?1 in a poll answer newer than
+ * the last one it acknowledged (?3), still of their job's live attempt.
+ * Such an answer was lost on the way (the worker polls one at a time, so
+ * an answer it has not acknowledged by its next poll never arrived). */
+#define POLL_RESEND_ROWS                                                                  \
+    "SELECT r.id FROM host_tasks r JOIN jobs rj ON rj.id = r.job_id WHERE r.worker_id = ?1" \
+    " AND r.state = 'leased' AND r.leased_at > ?3 AND r.abort_sent_at IS NULL"             \
+    " AND rj.attempt = r.attempt AND rj.state IN ('allocated', 'running')"
+static int poll_probe(store_t *st, int64_t worker, int64_t ack)
+{
+    static const char sql[] =
+        "SELECT (SELECT state = 'live' FROM workers WHERE id = ?1),"
+        " EXISTS (SELECT 1 FROM host_tasks WHERE worker_id = ?1 AND state = 'pending')"
+        " OR EXISTS (SELECT 1 FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        "  WHERE t.worker_id = ?1 AND t.state = 'leased'"
+        "  AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt))"
+        " OR EXISTS (SELECT 1 FROM host_tasks t WHERE t.state = 'cancelled' AND t.error = 'worker lost'"
+        "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?2)"
+        "  AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
+        "   WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
+        "   AND g.data_addr = me.data_addr))"
+        " OR (?3 >= 0 AND EXISTS (" POLL_RESEND_ROWS "))";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, util_wall_us() - PRED_ABORT_US);
+    sqlite3_bind_int64(s, 3, ack);
+    int rc = -1;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        rc = sqlite3_column_int(s, 0) != 1 ? PROBE_GONE : sqlite3_column_int(s, 1) != 0;
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* The group of (job, attempt) in jobs, appended (with the placement in
+ * column `col` of s) when absent; borrowed, or NULL on OOM. Groups are few
+ * (the jobs with work on one worker), so a scan is enough. */
+static json_t *poll_group(json_t *jobs, json_int_t job, json_int_t attempt, sqlite3_stmt *s,
+                          int col)
+{
+    size_t i;
+    json_t *g;
+    json_array_foreach(jobs, i, g)
+        if (json_integer_value(json_object_get(g, "job")) == job &&
+            json_integer_value(json_object_get(g, "attempt")) == attempt)
+            return g;
+    json_t *pl = store_col_json(s, col);
+    char key[STORE_KEY_HEX_LEN];
+    store_attempt_key(job, (int32_t)attempt, key);
+    g = json_pack("{s:I, s:I, s:s, s:o, s:[]}", "job", job, "attempt", attempt, "key", key,
+                  "placement", pl ? pl : json_null(), "tasks");
+    if (!g || json_array_append_new(jobs, g) != 0)
+        return NULL;
+    return g;
+}
+
+/* Reads the worker's pending host tasks, and with ack >= 0 those leased
+ * in answers after `ack` that it never received (POLL_RESEND_ROWS), into
+ * jobs, grouped by (job, attempt) in seq order, each group with its
+ * attempt's placement (a pending row is always of its job's current
+ * attempt: a requeue cancels the others). *resent_max: the newest lease
+ * among the redelivered rows (0 if none). Returns the number of tasks, or
+ * -1. */
+static int poll_read(store_t *st, int64_t worker, int64_t ack, json_t *jobs,
+                     int64_t *resent_max)
+{
+    static const char sql[] =
+        "SELECT t.id, t.payload, t.job_id, t.attempt, j.placement, t.state, t.leased_at"
+        " FROM host_tasks t JOIN jobs j ON j.id = t.job_id WHERE t.worker_id = ?1"
+        " AND (t.state = 'pending' OR (?3 >= 0 AND t.id IN (" POLL_RESEND_ROWS ")))"
+        " ORDER BY t.seq, t.id";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 3, ack);
+    int n = 0;
+    *resent_max = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (strcmp((const char *)sqlite3_column_text(s, 5), "leased") == 0 &&
+            sqlite3_column_int64(s, 6) > *resent_max)
+            *resent_max = sqlite3_column_int64(s, 6);
+        /* The id is only known once the row exists, so it joins the
+         * payload here rather than in the stored text. */
+        json_t *t = store_col_json(s, 1);
+        json_t *g = t ? poll_group(jobs, sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3),
+                                   s, 4) : NULL;
+        if (!g || json_object_set_new(t, "task", json_integer(sqlite3_column_int64(s, 0))) != 0) {
+            json_decref(t);
+            sqlite3_reset(s);
+            return -1;
+        }
+        if (json_array_append_new(json_object_get(g, "tasks"), t) != 0) {
+            sqlite3_reset(s);   /* the failed append released t */
+            return -1;
+        }
+        n++;
+    }
+    sqlite3_reset(s);
+    return n;
+}
+
+/* Lease ids (leased_at) only grow, even if the wall clock steps back:
+ * the worker acknowledges the newest it received. */
+static _Atomic int64_t poll_last_lease;
+
+static int64_t poll_lease_id(void)
+{
+    int64_t now = util_wall_us(), last = atomic_load(&poll_last_lease);
+    while (1) {
+        int64_t id = now > last ? now : last + 1;
+        if (atomic_compare_exchange_weak(&poll_last_lease, &last, id))
+            return id;
+    }
+}
+
+/* The poll's write: leases pending host tasks, redelivers unacknowledged
+ * ones, names aborts; the answer's "lease" is the newest lease id in it. */
+static int poll_lease(store_t *st, int64_t worker, int64_t ack, json_t **out, int *any)
+{
+    static const char lease_sql[] =
+        "UPDATE host_tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1"
+        " AND state = 'pending'";
+    static const char run_sql[] =
+        "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
+        " (SELECT job_id FROM host_tasks WHERE worker_id = ?2 AND leased_at = ?1)";
+    *any = 0;
+    int rc = STORE_ERR, n = 0;
+    json_t *res = json_object(), *jobs = json_array();
+    if (!res || !jobs || store_begin(st) != 0)
+        goto fail;
+    /* Checked inside the transaction: a parked long poll may outlive its
+     * worker's lease, and a fenced worker must get nothing. */
+    int live = store_worker_is_live(st, worker);
+    if (live <= 0) {
+        rc = live == 0 ? STORE_NOTFOUND : STORE_ERR;
+        goto fail;
+    }
+    int64_t resent_max = 0, lease = ack > 0 ? ack : 0;
+    if ((n = poll_read(st, worker, ack, jobs, &resent_max)) < 0)
+        goto fail;
+    if (resent_max > lease)
+        lease = resent_max;
+    sqlite3_stmt *s;
+    if (n > 0) {
+        int64_t now = poll_lease_id();
+        if (!(s = store_stmt(st, lease_sql)))
+            goto fail;
+        sqlite3_bind_int64(s, 1, worker);
+        sqlite3_bind_int64(s, 2, now);
+        if (store_step_done(s) != 0 || !(s = store_stmt(st, run_sql)))
+            goto fail;
+        if (sqlite3_changes(store_db(st)) > 0)    /* pending rows leased: a new lease id */
+            lease = now;
+        sqlite3_bind_int64(s, 1, now);
+        sqlite3_bind_int64(s, 2, worker);
+        if (store_step_done(s) != 0)
+            goto fail;
+    }
+    json_t *cancels = poll_cancels(st, worker);
+    *any = n > 0 || json_array_size(cancels) > 0;
+    json_object_set_new(res, "jobs", jobs);
+    json_object_set_new(res, "cancel", cancels);
+    json_object_set_new(res, "lease", json_integer(lease));
+    jobs = NULL;
+    if (store_commit(st) != 0)
+        goto fail;
+    *out = res;
+    return STORE_OK;
+fail:
+    store_rollback(st);
+    json_decref(res);
+    json_decref(jobs);
+    return rc;
+}
+
+int store_worker_poll(store_t *st, int64_t worker, int64_t ack, json_t **out, int *any)
+{
+    *any = 0;
+    int work = poll_probe(st, worker, ack);
+    if (work < 0)
+        return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
+    if (work == 0) {
+        /* Nothing: no write transaction (an idle worker's poll costs reads). */
+        *out = json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
+                         (json_int_t)(ack > 0 ? ack : 0));
+        return *out ? STORE_OK : STORE_ERR;
+    }
+    return poll_lease(st, worker, ack, out, any);
+}

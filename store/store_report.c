@@ -1,0 +1,463 @@
+/* store_report.c - applying workers' completion reports
+ * (docs/worker-protocol.md): a report is where a host task leaves 'leased'
+ * (once: fencing), a computation reaches succeeded, and a job reaches
+ * succeeded, failed, or a new attempt (an unreachable peer); one report or a
+ * batch, each in its own savepoint. */
+#include "store_internal.h"
+#include "report_decode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* The row of a host task being reported, read under the report's
+ * transaction. task_row_clear() it after a successful task_load. */
+typedef struct task_row {
+    int64_t job, attempt, comp, island, worker, job_attempt;
+    int nshards;
+    int64_t *shards;            /* owned: nshards shard indexes, increasing */
+    char *shards_txt;           /* owned: the same as JSON text, for messages */
+    char state[16], job_state[16];
+} task_row_t;
+
+static void task_row_clear(task_row_t *r)
+{
+    free(r->shards);
+    free(r->shards_txt);
+    r->shards = NULL;
+    r->shards_txt = NULL;
+}
+
+/* Parses the row's shards column (JSON text written by the scheduler). */
+static int task_shards(task_row_t *r, const char *txt)
+{
+    json_t *a = txt ? json_loads(txt, 0, NULL) : NULL;
+    size_t i;
+    json_t *v;
+    int ok = json_is_array(a) && json_array_size(a) == (size_t)r->nshards && r->nshards >= 1 &&
+             (r->shards = malloc(sizeof *r->shards * (size_t)r->nshards)) &&
+             (r->shards_txt = strdup(txt));
+    json_array_foreach(a, i, v)
+        if (ok)
+            r->shards[i] = json_integer_value(v);
+    json_decref(a);
+    return ok ? 0 : -1;
+}
+
+static int task_load(store_t *st, int64_t task, task_row_t *r)
+{
+    static const char sql[] =
+        "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.worker_id, t.nshards, t.shards,"
+        " t.state, j.state, j.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.id = ?";
+    memset(r, 0, sizeof *r);
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, task);
+    int rc = STORE_NOTFOUND;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        r->job = sqlite3_column_int64(s, 0);
+        r->attempt = sqlite3_column_int64(s, 1);
+        r->comp = sqlite3_column_int64(s, 2);
+        r->island = sqlite3_column_int64(s, 3);
+        r->worker = sqlite3_column_int64(s, 4);
+        r->nshards = sqlite3_column_int(s, 5);
+        snprintf(r->state, sizeof r->state, "%s", sqlite3_column_text(s, 7));
+        snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 8));
+        r->job_attempt = sqlite3_column_int64(s, 9);
+        rc = task_shards(r, (const char *)sqlite3_column_text(s, 6)) == 0 ? STORE_OK : STORE_ERR;
+    }
+    sqlite3_reset(s);
+    if (rc != STORE_OK)
+        task_row_clear(r);
+    return rc;
+}
+
+/* Validates tensor o, shard `shard` of output `name` (element `index` of
+ * its array; report_output_decode), and stores it as that shard's output.
+ * Returns 0, 400 (e filled) or -1. */
+static int report_tensor(store_t *st, const task_row_t *r, const char *name, int index,
+                         json_t *o, err_t *e)
+{
+    static const char sql[] =
+        "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard, shape, sum, vals)"
+        " VALUES (?,?,?,?,?,?,?)";
+    report_output_t out;
+    int rc = report_output_decode(name, index, o, &out, e);
+    if (rc != 0) {
+        report_output_clear(&out);
+        return rc;
+    }
+    rc = -1;
+    char *shape_txt = json_dumps(json_object_get(o, "shape"), JSON_COMPACT);
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (shape_txt && s) {
+        sqlite3_bind_int64(s, 1, r->job);
+        sqlite3_bind_int64(s, 2, r->comp);
+        sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 4, r->shards[index]);
+        sqlite3_bind_text(s, 5, shape_txt, -1, SQLITE_STATIC);
+        if (out.has_sum)
+            sqlite3_bind_double(s, 6, out.sum);
+        if (out.values)
+            sqlite3_bind_blob(s, 7, out.values, (int)(sizeof *out.values * (size_t)out.numel),
+                              SQLITE_STATIC);
+        rc = store_step_done(s);
+    }
+    free(shape_txt);
+    report_output_clear(&out);
+    return rc;
+}
+
+/* Stores the report's outputs: each an array with one tensor per shard of
+ * the task, in the order of its shards (one outputs row per shard, as
+ * GET /v1/jobs/{id}/result reads them). Returns 0, 400 (e filled) or -1. */
+static int report_outputs(store_t *st, const task_row_t *r, const json_t *body, err_t *e)
+{
+    json_t *outputs = json_object_get(body, "outputs"), *arr;
+    if (outputs && !json_is_object(outputs))
+        return err_set(e, 400, "outputs", "outputs must be an object");
+    const char *name;
+    json_object_foreach(outputs, name, arr) {
+        int rc = report_output_shards(name, arr, r->nshards, e);
+        for (int i = 0; rc == 0 && i < r->nshards; i++)
+            rc = report_tensor(st, r, name, i, json_array_get(arr, (size_t)i), e);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int64_t json_time(const json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* A computation finished: count it, unblock its consumers (sequential
+ * dispatch), and end the job when it was the last one. */
+static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
+{
+    static const char comp_sql[] =
+        "UPDATE computations SET state = 'succeeded' WHERE job_id = ? AND idx = ?";
+    static const char job_sql[] =
+        "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?"
+        " RETURNING comps_done = comps_total, shared";
+    /* Only computations still waiting (sequential dispatch) have anything
+     * to unblock: with parallel dispatch none are, and the producers JSON
+     * of the job's other computations is never parsed (a chain of n
+     * computations would otherwise cost n^2 of it). */
+    static const char deps_sql[] =
+        "UPDATE computations SET deps_left = deps_left - 1 WHERE job_id = ?1"
+        " AND state = 'waiting' AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
+    static const char unblock_sql[] =
+        "UPDATE host_tasks SET state = 'pending', dispatched_at = ?3 WHERE job_id = ?1"
+        " AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
+        " (SELECT idx FROM computations WHERE job_id = ?1 AND deps_left = 0)";
+    static const char disp_sql[] =
+        "UPDATE computations SET state = 'dispatched', dispatched_at = ?2 WHERE job_id = ?1"
+        " AND state = 'waiting' AND deps_left = 0 AND seq IS NOT NULL";
+    sqlite3_stmt *s = store_stmt(st, comp_sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, job_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    int row = sqlite3_step(s) == SQLITE_ROW;
+    int done = row && sqlite3_column_int(s, 0), shared = row && sqlite3_column_int(s, 1);
+    sqlite3_reset(s);
+    /* A shared job's next computations are dispatched by the scheduler's
+     * feed pass, which this completion may unblock. */
+    if (shared)
+        *effects |= STORE_FX_FEED;
+    if (done) {
+        *effects |= STORE_FX_JOB_ENDED;
+        return store_job_finish(st, r->job, "succeeded", NULL);
+    }
+    int64_t now = util_wall_us();
+    if (!(s = store_stmt(st, deps_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    if (store_step_done(s) != 0)
+        return -1;
+    if (sqlite3_changes(store_db(st)) == 0)
+        return 0;                       /* no consumer was waiting for it */
+    if (!(s = store_stmt(st, unblock_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->attempt);
+    sqlite3_bind_int64(s, 3, now);
+    if (store_step_done(s) != 0)
+        return -1;
+    if (sqlite3_changes(store_db(st)) > 0)
+        *effects |= STORE_FX_TASKS_READY;
+    if (!(s = store_stmt(st, disp_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, now);
+    return store_step_done(s);
+}
+
+/* Adds busy_us to the device of each of the task's shards: the TASK's
+ * "devices" are the worker-local devices of its shards, so their island
+ * indexes are the worker's first device plus those. O(task), never
+ * O(slice): the reporter is live (fenced), so its block is current. */
+static int task_busy(store_t *st, int64_t task, const task_row_t *r, int64_t busy_us)
+{
+    static const char sql[] =
+        "UPDATE devices SET busy_us = busy_us + ?1 WHERE island_id = ?2 AND idx IN"
+        " (SELECT w.first_device + d.value FROM host_tasks t JOIN workers w ON w.id = t.worker_id,"
+        "  json_each(t.payload, '$.devices') d WHERE t.id = ?3)";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, busy_us);
+    sqlite3_bind_int64(s, 2, r->island);
+    sqlite3_bind_int64(s, 3, task);
+    return store_step_done(s);
+}
+
+/* Records a succeeded host task: outputs, timings, device busy time (each
+ * of its shards' devices was busy for the task's inputs-ready-to-finished
+ * time), and the computation's progress (nshards more shards done). */
+static int host_succeeded(store_t *st, int64_t task, const task_row_t *r, const json_t *body,
+                          int *effects, err_t *e)
+{
+    static const char comp_sql[] =
+        "UPDATE computations SET shards_done = shards_done + ?6,"
+        " started_at = MIN(COALESCE(started_at, ?3), ?3),"
+        " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"
+        " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"
+        " WHERE job_id = ?1 AND idx = ?2 RETURNING shards_done = shards_total";
+    int rc = report_outputs(st, r, body, e);
+    if (rc != 0)
+        return rc;
+    int64_t t0 = json_time(body, "started_us"), t1 = json_time(body, "inputs_ready_us");
+    int64_t t2 = json_time(body, "finished_us");
+    sqlite3_stmt *s;
+    int64_t busy = t2 > t1 ? t2 - t1 : 0;
+    if (task_busy(st, task, r, busy) != 0 || store_usage_add(st, r->job, busy * r->nshards) != 0 ||
+        !(s = store_stmt(st, comp_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    sqlite3_bind_int64(s, 3, t0);
+    sqlite3_bind_int64(s, 4, t1);
+    sqlite3_bind_int64(s, 5, t2);
+    sqlite3_bind_int(s, 6, r->nshards);
+    int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    return comp_done ? comp_succeeded(st, r, effects) : 0;
+}
+
+/* The computation's name for messages; "?" if it cannot be read. The
+ * returned text lives in a per-thread buffer until the next call. */
+static const char *comp_name(store_t *st, const task_row_t *r)
+{
+    static const char sql[] = "SELECT name FROM computations WHERE job_id = ? AND idx = ?";
+    static _Thread_local char name[NAME_MAX_LEN];
+    snprintf(name, sizeof name, "?");
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return name;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        snprintf(name, sizeof name, "%s", sqlite3_column_text(s, 0));
+    sqlite3_reset(s);
+    return name;
+}
+
+/* A host task that failed because it could not reach a peer over the data
+ * plane (the report's "unreachable_peer" names the peer's data address)
+ * failed for a fault outside the job: the peer's worker died (its lease
+ * expires a moment later) or is cut off. Such a job is retried like one
+ * that lost a worker, not failed outright. Returns 1 when handled, 0 when
+ * the error is not of that kind, -1 on a store error. */
+static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, const char *msg,
+                            const char *addr)
+{
+    static const char sql[] =
+        "SELECT id FROM workers WHERE data_addr = ? ORDER BY id DESC LIMIT 1";
+    if (!addr)
+        return 0;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_text(s, 1, addr, -1, SQLITE_STATIC);
+    int64_t peer = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    char why[400];
+    snprintf(why, sizeof why, "worker %ld was lost or unreachable: worker %ld could not send to"
+             " it from computation '%s' shards %.64s (%s)", (long)peer, (long)worker,
+             comp_name(st, r), r->shards_txt, msg ? msg : "no detail");
+    return store_job_retry(st, r->job, why) == 0 ? 1 : -1;
+}
+
+/* A failed report of the job's live attempt: requeue (unreachable peer)
+ * or fail the job. 0 or -1. */
+static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const json_t *body,
+                       const char *msg)
+{
+    int peer = peer_unreachable(st, r, worker, msg,
+                                json_string_value(json_object_get(body, "unreachable_peer")));
+    if (peer != 0)
+        return peer > 0 ? 0 : -1;
+    char why[400];
+    snprintf(why, sizeof why, "computation '%s' shards %.64s on worker %ld failed: %s",
+             comp_name(st, r), r->shards_txt, (long)worker, msg ? msg : "no reason given");
+    return store_job_finish(st, r->job, "failed", why);
+}
+
+/* Marks the task reported. 0 or -1. */
+static int task_mark(store_t *st, int64_t task, const json_t *body, const char *state,
+                     const char *msg)
+{
+    static const char sql[] =
+        "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
+        " finished_us = ?5, error = ?6 WHERE id = ?1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, task);
+    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
+    sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
+    sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
+    if (msg)
+        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
+    return store_step_done(s);
+}
+
+/* Applies one validated report inside the caller's transaction. Returns
+ * STORE_OK, STORE_NOTFOUND, STORE_CONFLICT, or STORE_ERR (e->status 400
+ * for a malformed output, else a store failure). On failure the caller
+ * undoes what this wrote. */
+static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t *body,
+                        const char *state, int *effects, err_t *e)
+{
+    task_row_t r;
+    int rc = task_load(st, task, &r);
+    if (rc != STORE_OK)
+        return rc;
+    /* Fencing: only the live worker holding the lease may report, once. A
+     * worker whose lease expired is gone (its tasks were cancelled when it
+     * was lost), and one that re-registered has a new id, so a result of
+     * the old lease can never count, nor count twice. */
+    int live_worker = store_worker_is_live(st, worker);
+    if (live_worker < 0) {
+        rc = STORE_ERR;
+        goto out;
+    }
+    if (!live_worker || r.worker != worker || strcmp(r.state, "leased") != 0) {
+        rc = STORE_CONFLICT;
+        goto out;
+    }
+    const char *msg = json_string_value(json_object_get(body, "error"));
+    rc = STORE_ERR;
+    if (task_mark(st, task, body, state, msg) != 0)
+        goto out;
+    /* Only the job's current attempt, while it is live, moves the job. */
+    int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
+    if (live && strcmp(state, "succeeded") == 0) {
+        /* A 400 from a malformed output leaves e->status set for the caller. */
+        if (host_succeeded(st, task, &r, body, effects, e) != 0)
+            goto out;
+    } else if (live && strcmp(state, "failed") == 0) {
+        if (host_failed(st, &r, worker, body, msg) != 0)
+            goto out;
+        *effects |= STORE_FX_JOB_ENDED;
+    }
+    rc = STORE_OK;
+out:
+    task_row_clear(&r);
+    return rc;
+}
+
+int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
+                        int *effects, err_t *e)
+{
+    const char *state = NULL;
+    *effects = 0;
+    if (report_validate(body, &state, e) != 0)
+        return STORE_ERR;
+    if (store_begin(st) != 0)
+        return err_set(e, 503, "", "store busy"), STORE_ERR;
+    int rc = report_apply(st, worker, task, body, state, effects, e);
+    if (rc == STORE_OK && store_commit(st) != 0)
+        rc = STORE_ERR;
+    if (rc != STORE_OK)
+        store_rollback(st);
+    return rc;
+}
+
+static int status_of(int rc, const err_t *e)
+{
+    if (rc == STORE_OK)
+        return 200;
+    if (rc == STORE_NOTFOUND)
+        return 404;
+    if (rc == STORE_CONFLICT)
+        return 409;
+    return e->status >= 400 ? e->status : 503;
+}
+
+int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
+                              json_t **results, int *effects)
+{
+    *effects = 0;
+    json_t *res = json_array();
+    if (!res || store_begin(st) != 0) {
+        json_decref(res);
+        return STORE_ERR;
+    }
+    size_t i;
+    json_t *item;
+    json_array_foreach(reports, i, item) {
+        err_t e = {0};
+        int64_t task = 0;
+        const char *state = NULL;
+        int rc = STORE_ERR;
+        json_t *body = report_batch_item(item, &task, &e);
+        /* Each item is checked alone: one malformed report is its own 400,
+         * the others of the batch still apply. */
+        if (body && report_validate(body, &state, &e) == 0 &&
+            report_outputs_check(body, &e) == 0) {
+            if (store_savepoint(st) != 0) {
+                json_decref(body);
+                goto fail;
+            }
+            int fx = 0;
+            rc = report_apply(st, worker, task, body, state, &fx, &e);
+            /* A store failure (not a refusal) fails the whole batch: nothing
+             * is committed and the worker sends it again. */
+            int store_failed = rc == STORE_ERR && e.status < 400;
+            if (store_failed || (rc == STORE_OK ? store_release(st) : store_rollback_to(st)) != 0) {
+                json_decref(body);
+                goto fail;
+            }
+            if (rc == STORE_OK)
+                *effects |= fx;
+        }
+        json_decref(body);
+        json_t *r = json_pack("{s:I, s:i}", "task", (json_int_t)task, "status", status_of(rc, &e));
+        if (r && rc != STORE_OK && e.detail[0])
+            json_object_set_new(r, "detail", json_string(e.detail));
+        json_array_append_new(res, r);
+    }
+    if (store_commit(st) != 0)
+        goto fail;
+    *results = res;
+    return STORE_OK;
+fail:
+    store_rollback(st);
+    json_decref(res);
+    *effects = 0;
+    return STORE_ERR;
+}
