@@ -172,9 +172,11 @@ int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job,
     }
     for (int c = 0; c < k; c++) {
         int64_t victim = vs.v[chosen[c]].job;
-        if (store_sched_preempt(st, victim, job->id, job->priority) != 0)
+        int prc = store_sched_preempt(st, victim, job->id, job->priority);
+        if (prc < 0)
             goto cleanup;
-        log_info("job %lld preempted by job %lld", (long long)victim, (long long)job->id);
+        if (prc == 0)   /* 1: it ended meanwhile; its devices are free all the same */
+            log_info("job %lld preempted by job %lld", (long long)victim, (long long)job->id);
         round_evict(r, &vs, chosen[c]);
     }
     rc = 1;

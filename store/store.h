@@ -56,10 +56,9 @@
  * Requeueing is always job_requeue (store_sched.c). succeeded, failed and
  * cancelled are terminal: a job holds devices only while allocated or
  * running, and reports move only the job's current attempt while it is
- * live. Known gap (not closed here): store_sched_preempt and
- * store_sched_fail act on a job the scheduler read before their
- * transaction and do not check its state again inside it, so a job that
- * ended or was cancelled in between would be requeued or failed.
+ * live. The scheduler's own moves (store_sched_preempt, store_sched_fail)
+ * act on what it read before their transaction, so each checks the job's
+ * state again inside it and does nothing to a job that moved meanwhile.
  *
  * Host tasks (host_tasks.state), one per computation, attempt and worker:
  *
@@ -366,7 +365,10 @@ int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap
 int store_sched_holds(store_t *st, int64_t job, int64_t *island, int64_t *idx, int cap);
 /* Evicts victim for job `by` in its own transaction: requeued with
  * attempt + 1 and preemptions + 1 (not a retry), devices freed, leased
- * tasks aborted through the poll, a `preempted` event naming `by`. */
+ * tasks aborted through the poll, a `preempted` event naming `by`. 0
+ * done; 1 when the victim is no longer allocated or running (it ended,
+ * was cancelled or requeued since the scheduler read it: nothing done, its
+ * devices are free already); -1 on error. */
 int store_sched_preempt(store_t *st, int64_t victim, int64_t by, int64_t by_priority);
 
 typedef struct sched_dev {
@@ -435,7 +437,8 @@ int store_sched_add_task(store_t *st, const sched_task_t *t);
  * no longer available to it (the caller rolls back). */
 int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
                                const int64_t *devices, int n, const char *placement);
-/* Fails a queued job that can no longer be compiled or placed. */
+/* Fails a queued job that can no longer be compiled or placed. 0 done; 1
+ * when it is no longer queued (cancelled meanwhile: nothing done); -1. */
 int store_sched_fail(store_t *st, int64_t job, const char *why);
 /* Expires live workers silent for longer than lease_us: their devices go
  * down and each job holding one is requeued (attempt+1, if retries are

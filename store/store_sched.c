@@ -291,10 +291,34 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64
     return 0;
 }
 
+/* 1 when the job is in state a or b now (in the caller's transaction),
+ * 0 when not or gone, -1 on error. The scheduler acts on what it read
+ * before its transaction; a report, a cancel or a lost worker may have
+ * moved the job since, and a terminal job must never move again. */
+static int job_state_is(store_t *st, int64_t job, const char *a, const char *b)
+{
+    static const char sql[] = "SELECT state IN (?2, ?3) FROM jobs WHERE id = ?1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_text(s, 2, a, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, b, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    int is = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : rc == SQLITE_DONE ? 0 : -1;
+    sqlite3_reset(s);
+    return is;
+}
+
 int store_sched_fail(store_t *st, int64_t job, const char *why)
 {
     if (store_begin(st) != 0)
         return -1;
+    int queued = job_state_is(st, job, "queued", "queued");
+    if (queued <= 0) {
+        store_rollback(st);
+        return queued < 0 ? -1 : 1;
+    }
     if (store_job_finish(st, job, "failed", why) != 0 || store_commit(st) != 0) {
         store_rollback(st);
         return -1;
@@ -395,6 +419,11 @@ int store_sched_preempt(store_t *st, int64_t victim, int64_t by, int64_t by_prio
              (long long)by, (long long)by_priority);
     if (store_begin(st) != 0)
         return -1;
+    int live = job_state_is(st, victim, "allocated", "running");
+    if (live <= 0) {
+        store_rollback(st);
+        return live < 0 ? -1 : 1;
+    }
     if (job_requeue(st, victim, why, REQUEUE_PREEMPT) != 0) {
         store_rollback(st);
         return -1;

@@ -1,0 +1,136 @@
+/* test_store_sched.c - the scheduler's own moves in the store act only on a
+ * job still in the state the scheduler read: on a real SQLite file, a job
+ * that ended or was cancelled between the scheduler's read and its
+ * transaction is left as it is (store.h: terminal states never move). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "store.h"
+
+static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
+
+static const char job_doc[] =
+    "{\"slices\": {\"s\": {\"shape\": [2]}}, \"computations\": [{\"name\": \"a\", \"slice\": \"s\","
+    " \"ops\": [{\"op\": \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
+
+typedef struct fixture {
+    char dir[64];
+    char db[96];
+    store_t *st;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/atoll-store-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->db, sizeof f->db, "%s/atoll.db", f->dir);
+    err_t e = {0};
+    store_sync_setup(f->db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->db, islands, 1, &e), 0);
+    assert_non_null(f->st = store_thread());
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    store_thread_close();
+    store_sync_close();
+    char path[128];
+    static const char *const files[] = {"atoll.db", "atoll.db-wal", "atoll.db-shm"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", f->dir, files[i]);
+        unlink(path);
+    }
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+/* Submits job_doc as the API would; returns its id. */
+static int64_t submit(store_t *st)
+{
+    json_error_t jerr;
+    json_t *doc = json_loads(job_doc, 0, &jerr);
+    assert_non_null(doc);
+    job_plan_t *plan = NULL;
+    err_t e = {0};
+    assert_int_equal(compiler_job(doc, islands, 1, &plan, &e), 0);
+    store_job_new_t nj = {job_doc, NULL, NULL, 0, 0};
+    int64_t id = 0;
+    assert_int_equal(store_job_create(st, plan, &nj, &id), STORE_OK);
+    job_plan_free(plan);
+    json_decref(doc);
+    return id;
+}
+
+/* The job's state and attempt as GET /v1/jobs/{id} shows them (a job not yet
+ * allocated is at attempt 0; a requeue adds one). */
+static void expect_job(store_t *st, int64_t id, const char *state, int attempt)
+{
+    json_t *job = store_job_json(st, id);
+    assert_non_null(job);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), state);
+    assert_int_equal(json_integer_value(json_object_get(job, "attempt")), attempt);
+    json_decref(job);
+}
+
+/* A victim cancelled after the scheduler chose it is not requeued: a
+ * cancelled job would otherwise come back as queued and run again. */
+static void test_preempt_leaves_ended_job(void **state)
+{
+    fixture_t *f = *state;
+    int64_t id = submit(f->st);
+    char was[16];
+    assert_int_equal(store_job_cancel(f->st, id, was), STORE_OK);
+    assert_int_equal(store_sched_preempt(f->st, id, 99, 5), 1);
+    expect_job(f->st, id, "cancelled", 0);
+}
+
+/* A queued job is not a victim either: only allocated or running jobs hold
+ * devices to take. */
+static void test_preempt_leaves_queued_job(void **state)
+{
+    fixture_t *f = *state;
+    int64_t id = submit(f->st);
+    assert_int_equal(store_sched_preempt(f->st, id, 99, 5), 1);
+    expect_job(f->st, id, "queued", 0);
+}
+
+/* A job the scheduler found uncompilable, cancelled meanwhile, stays
+ * cancelled (not failed); a job still queued is failed. */
+static void test_fail_only_queued(void **state)
+{
+    fixture_t *f = *state;
+    int64_t gone = submit(f->st), waiting = submit(f->st);
+    char was[16];
+    assert_int_equal(store_job_cancel(f->st, gone, was), STORE_OK);
+    assert_int_equal(store_sched_fail(f->st, gone, "no longer valid"), 1);
+    expect_job(f->st, gone, "cancelled", 0);
+    assert_int_equal(store_sched_fail(f->st, waiting, "no longer valid"), 0);
+    expect_job(f->st, waiting, "failed", 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_preempt_leaves_ended_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preempt_leaves_queued_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fail_only_queued, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
