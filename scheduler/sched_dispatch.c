@@ -259,21 +259,24 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
     for (int s = 0; s < plan->nslices; s++)
         ndev += pl[s].nshards;
     int64_t *isl = malloc(sizeof *isl * (size_t)ndev), *dev = malloc(sizeof *dev * (size_t)ndev);
+    int64_t *wrk = malloc(sizeof *wrk * (size_t)ndev);
     char *placement = placement_text(plan, r, pl, ndev);
-    if (!isl || !dev || !placement || store_begin(st) != 0)
+    if (!isl || !dev || !wrk || !placement || store_begin(st) != 0)
         goto fail;
     ndev = 0;
     for (int s = 0; s < plan->nslices; s++) {
         int64_t island = r->island_id[pl[s].island];
         for (int k = 0; k < pl[s].nshards; k++) {
             isl[ndev] = island;
+            wrk[ndev] = r->devs[pl[s].island][pl[s].devices[k]].worker;
             dev[ndev++] = pl[s].devices[k];
         }
         if (store_sched_add_slice(st, job->id, plan->slices[s].name, island, &plan->slices[s].shape,
                                   pl[s].devices, pl[s].nshards) != 0)
             goto fail;
     }
-    if (store_sched_mark_allocated(st, job->id, plan->shared, isl, dev, ndev, placement) != 0)
+    if (store_sched_mark_allocated(st, job->id, plan->shared, isl, dev, wrk, ndev,
+                                   placement) != 0)
         goto fail;
     /* A shared job's computations are dispatched later, interleaved with
      * the other shared jobs' by tenant share (sched_feed_shared). */
@@ -284,6 +287,7 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
         goto fail;
     free(isl);
     free(dev);
+    free(wrk);
     free(placement);
     log_info("job %ld allocated: %d devices, %d computations dispatched", (long)job->id, ndev,
              plan->ncomps);
@@ -292,6 +296,7 @@ fail:
     store_rollback(st);
     free(isl);
     free(dev);
+    free(wrk);
     free(placement);
     log_error("job %ld: allocation could not be written; will retry", (long)job->id);
     return -1;

@@ -433,10 +433,13 @@ typedef struct sched_task {
 int store_sched_add_task(store_t *st, const sched_task_t *t);
 /* Marks the job allocated (devices held by it: devices.job_id, or for a
  * shared job device_holds rows; pending_reason cleared) and stores the
- * attempt's placement (PLACEMENT JSON text, borrowed). -1 when a device is
- * no longer available to it (the caller rolls back). */
+ * attempt's placement (PLACEMENT JSON text, borrowed). Device i is
+ * (islands[i], devices[i]) on worker workers[i], as the round read it. -1
+ * when a device is no longer available to it or no longer on that worker
+ * (the caller rolls back; the job is tried again next round). */
 int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
-                               const int64_t *devices, int n, const char *placement);
+                               const int64_t *devices, const int64_t *workers, int n,
+                               const char *placement);
 /* Fails a queued job that can no longer be compiled or placed. 0 done; 1
  * when it is no longer queued (cancelled meanwhile: nothing done); -1. */
 int store_sched_fail(store_t *st, int64_t job, const char *why);

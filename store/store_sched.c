@@ -254,15 +254,20 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
 }
 
 int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
-                               const int64_t *devices, int n, const char *placement)
+                               const int64_t *devices, const int64_t *workers, int n,
+                               const char *placement)
 {
+    /* Each device still on the worker the round saw (its host tasks and the
+     * placement name that worker: one that left or was lost meanwhile would
+     * never run them). */
     static const char dev_sql[] =
         "UPDATE devices SET job_id = ?1 WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL"
+        " AND worker_id = ?4"
         " AND NOT EXISTS (SELECT 1 FROM device_holds h WHERE h.island_id = ?2 AND h.idx = ?3)";
     /* A shared hold: only on a device no exclusive job holds. */
     static const char hold_sql[] =
         "INSERT INTO device_holds (island_id, idx, job_id) SELECT ?2, ?3, ?1 FROM devices"
-        " WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL";
+        " WHERE island_id = ?2 AND idx = ?3 AND job_id IS NULL AND worker_id = ?4";
     static const char job_sql[] =
         "UPDATE jobs SET state = 'allocated', allocated_at = ?2, pending_reason = NULL,"
         " placement = ?3 WHERE id = ?1 AND state = 'queued'";
@@ -273,10 +278,12 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64
         sqlite3_bind_int64(s, 1, job);
         sqlite3_bind_int64(s, 2, islands[i]);
         sqlite3_bind_int64(s, 3, devices[i]);
+        sqlite3_bind_int64(s, 4, workers[i]);
         if (store_step_done(s) != 0)
             return -1;
         /* A device taken meanwhile (by anyone, for an exclusive job; by an
-         * exclusive job, for a shared one) would break the rule: abort. */
+         * exclusive job, for a shared one) would break the rule, and one
+         * whose worker changed would strand the job: abort. */
         if (sqlite3_changes(store_db(st)) != 1)
             return -1;
     }

@@ -1,7 +1,8 @@
 /* test_store_sched.c - the scheduler's own moves in the store act only on a
  * job still in the state the scheduler read: on a real SQLite file, a job
  * that ended or was cancelled between the scheduler's read and its
- * transaction is left as it is (store.h: terminal states never move). */
+ * transaction is left as it is (store.h: terminal states never move), and
+ * an allocation is written only on the workers the scheduler saw. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -125,12 +126,55 @@ static void test_fail_only_queued(void **state)
     expect_job(f->st, waiting, "failed", 0);
 }
 
+/* Registers a worker holding all of west (2x2); returns its id. */
+static int64_t register_worker(store_t *st)
+{
+    worker_reg_t reg = {"west", "sim", "127.0.0.1:1", "localhost", 4, 1, "00"};
+    json_t *out = NULL;
+    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
+    int64_t id = json_integer_value(json_object_get(out, "id"));
+    json_decref(out);
+    assert_true(id > 0);
+    return id;
+}
+
+/* Tries to allocate devices 0 and 1 of west to the job, as on worker w. */
+static int allocate(store_t *st, int64_t job, int shared, int64_t w)
+{
+    int64_t isl[2], dev[2] = {0, 1}, wrk[2] = {w, w};
+    isl[0] = isl[1] = store_island_id(st, "west");
+    assert_int_equal(store_begin(st), 0);
+    int rc = store_sched_mark_allocated(st, job, shared, isl, dev, wrk, 2, "{}");
+    if (rc == 0)
+        assert_int_equal(store_commit(st), 0);
+    else
+        store_rollback(st);
+    return rc;
+}
+
+/* The allocation is written only while each device is on the worker the
+ * round saw: host tasks for a worker that left or was replaced meanwhile
+ * would never run, and the job would wait for ever. */
+static void test_allocate_checks_worker(void **state)
+{
+    fixture_t *f = *state;
+    int64_t job = submit(f->st);
+    assert_int_equal(allocate(f->st, job, 0, 1), -1);      /* no worker yet */
+    int64_t w = register_worker(f->st);
+    assert_int_equal(allocate(f->st, job, 0, w + 1), -1);  /* another worker */
+    assert_int_equal(allocate(f->st, job, 1, w + 1), -1);  /* shared holds too */
+    expect_job(f->st, job, "queued", 0);
+    assert_int_equal(allocate(f->st, job, 0, w), 0);
+    expect_job(f->st, job, "allocated", 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_preempt_leaves_ended_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preempt_leaves_queued_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fail_only_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
