@@ -11,33 +11,34 @@
  * (verbs) when the machine has it and UCX_TLS allows it. No Atoll code is
  * per transport (docs/operations.md, "Data plane").
  *
- * A message is one UCX active message: the frame header below as the AM
- * header, the payload (numel f32 values, little-endian) as its data. The
- * receiver decodes and checks the header, then asks the mailbox's gate
- * (mbox_admit: the task, its attempt's key, the unclaimed caps) before it
- * allocates anything; large payloads come by rendezvous only after that,
- * so a length claim costs nothing. Frames for tasks this worker does not
- * run are dropped or kept, bounded, as unclaimed (see mbox.h).
+ * A message is one UCX active message: the frame header (dplane_frame.h)
+ * as the AM header, the payload (numel f32 values, little-endian) as its
+ * data. The receiver decodes and checks the header, then asks the
+ * mailbox's gate (mbox_admit: the task, its attempt's key, the unclaimed
+ * caps) before it allocates anything; large payloads come by rendezvous
+ * only after that, so a length claim costs nothing. Frames for tasks this
+ * worker does not run are dropped or kept, bounded, as unclaimed (see
+ * mbox.h).
  *
  * Threads: one progress thread drives the UCX worker (handlers run there);
  * it progresses while there is work (and, with enough cores, for
  * DPLANE_SPIN_US after), then arms the worker and sleeps in epoll, so an
- * idle worker costs ~0 CPU and a busy one wakes in microseconds. Senders call dplane_send() from any thread.
+ * idle worker costs ~0 CPU and a busy one wakes in microseconds. Senders
+ * call dplane_send() from any thread and block in it until their payload
+ * is no longer needed; the owner (main.c) starts and stops the dplane.
  *
- * Frame header (all integers big-endian):
- *   u32 magic "ATDP" | u32 rank | i64 job | i32 attempt | i32 comp | i32 op
- *   | i32 src | i32 dst | 4 x i64 dims | u64 payload bytes | 16 key bytes */
+ * The frame header's layout and codec: dplane_frame.h (included here). The
+ * implementation's files and what they share: dplane_int.h. */
 #ifndef ATOLL_DPLANE_H
 #define ATOLL_DPLANE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dplane_frame.h"
 #include "mbox.h"
 #include "tensor.h"
 
-#define DPLANE_MAGIC 0x41544450u   /* "ATDP" */
-#define DPLANE_HDR_SIZE 92
 #define DPLANE_ADDR_MAX 64
 /* Peers connected to one worker at a time (each peer keeps one endpoint
  * per worker, so a few hundred leaves room for large clusters); more are
@@ -63,19 +64,6 @@ typedef struct dplane_guard_stats {
     int64_t conns;              /* peers connected now */
     mbox_guard_stats_t mb;      /* frames dropped (bad key among them), expired, unclaimed */
 } dplane_guard_stats_t;
-
-typedef struct dplane_hdr {
-    mbox_tag_t tag;
-    shape_t shape;
-    uint64_t nbytes;            /* payload bytes = numel * 4 */
-    mbox_key_t key;
-} dplane_hdr_t;
-
-/* Frame codec: pure functions, unit-tested and fuzzed on their own. */
-void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE]);
-/* Returns 0, or -1 when the bytes are not a valid header (bad magic, rank,
- * negative dim, too many elements, payload size not matching the shape). */
-int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h);
 
 typedef enum dplane_transport {
     DPLANE_AUTO = 0,            /* UCX chooses (UCX_TLS, when set, limits it) */

@@ -32,12 +32,19 @@
  * Results keep the per-shard runtime's bits: every member's contribution
  * is combined by coll_combine() in group position order, and an all_reduce
  * the old runtime ran as a ring sums in the ring's order (coll_fold_ring),
- * whichever way the pieces travelled. */
+ * whichever way the pieces travelled.
+ *
+ * Ownership: a coll_t lives on the runner's stack for one op. It owns its
+ * index arrays, the all_to_all chunks it cut (temps), the joined
+ * multi-frame packs (bufs) and one store reference to each single-frame
+ * pack (held); the pieces are views into the arguments (borrowed) or into
+ * those packs, valid until coll_release(). Results go to the caller. */
+#include "exec_coll.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
-#include "exec_run_int.h"
 
 typedef struct coll {
     run_t *r;
@@ -196,7 +203,7 @@ static int send_frames(coll_t *c, int q, const float *buf, int64_t total)
         int64_t len = total - off < TENSOR_MAX_ELEMS ? total - off : TENSOR_MAX_ELEMS;
         tensor_t view = {.shape = {.rank = 1, .dim = {len}}, .data = (float *)buf + off};
         mbox_tag_t tag = pack_tag(c, f, c->self, q);
-        if (exec_run_send(c->r, to, &tag, &view) != 0)
+        if (exec_io_send(c->r, to, &tag, &view) != 0)
             return -1;
         if (c->r->env->counters)
             atomic_fetch_add(&c->r->env->counters->packs, 1);
@@ -335,13 +342,13 @@ static const float *take_pack(coll_t *c, int q, int64_t total)
         int64_t len = total - off < TENSOR_MAX_ELEMS ? total - off : TENSOR_MAX_ELEMS;
         mbox_tag_t tag = pack_tag(c, f, q, c->self);
         tensor_t *t = NULL;
-        if (exec_run_take(r, &tag, &t) != 0)
+        if (exec_io_take(r, &tag, &t) != 0)
             return NULL;
         if (t->shape.rank != 1 || t->shape.dim[0] != len) {
             snprintf(r->err, sizeof r->err, "op %d: pack from process %d has %lld elements, "
                      "expected %lld", c->i, q, (long long)shape_numel(&t->shape),
                      (long long)len);
-            exec_run_count_bad(r);
+            exec_io_count_bad(r);
             tensor_free(t);
             return NULL;
         }
@@ -350,7 +357,7 @@ static const float *take_pack(coll_t *c, int q, int64_t total)
             tensor_free(t);
             continue;
         }
-        ostore_key_t k = exec_run_key(r, OSTORE_PIECE_BASE - c->i, r->t->shards[0]);
+        ostore_key_t k = exec_io_key(r, OSTORE_PIECE_BASE - c->i, r->t->shards[0]);
         if (!(c->held[q] = ostore_put(r->env->st, &k, t, 1, 0))) {
             snprintf(r->err, sizeof r->err, "out of memory");
             return NULL;
@@ -428,7 +435,7 @@ static int local_pieces(coll_t *c)
     return 0;
 }
 
-/* The old runtime's ring choice for all_reduce (exec_run.h). */
+/* The old runtime's ring choice for all_reduce (exec_env.h). */
 static int ring_order(const coll_t *c)
 {
     return c->op->code == OP_ALL_REDUCE && c->n >= 3 && c->arg_numel >= c->n &&

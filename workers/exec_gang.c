@@ -13,8 +13,14 @@
  * Files: each process gets a fresh directory under --run-dir with
  * in/NAME.npy (its shard of each input), the job's `files`, and out/
  * where it writes NAME.npy per output (per "host": in/K/ and out/K/ per
- * local shard K). The directory goes when the task ends. */
-#include "exec_run_int.h"
+ * local shard K). The directory goes when the task ends.
+ *
+ * Ownership: a gang_ctx_t lives on the runner's stack for one run: it
+ * owns the local processes' argv, environment and working directories
+ * (removed by gang_free()). The outputs read back go to r->gang_outs,
+ * handed over op by op (exec_gang_output) and freed by exec_gang_cleanup()
+ * when never taken. */
+#include "exec_gang.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -152,7 +158,7 @@ static int gang_start_sync(gang_ctx_t *g)
     if (self != g->root) {
         tensor_t *ready = tensor_new(&one);
         mbox_tag_t tag = gang_tag(r, 0, self, g->root);
-        int rc = ready ? exec_run_send(r, r->t->place->procs[g->root].addr, &tag, ready) : -1;
+        int rc = ready ? exec_io_send(r, r->t->place->procs[g->root].addr, &tag, ready) : -1;
         tensor_free(ready);
         mbox_tag_t go = gang_tag(r, 1, g->root, self);
         if (rc != 0 || gang_take(g, &go, &msg) != 0)
@@ -182,7 +188,7 @@ static int gang_start_sync(gang_ctx_t *g)
         mbox_tag_t tag = gang_tag(r, 1, self, g->peers[q]);
         if (go)
             go->data[0] = (float)g->port;
-        int rc = go ? exec_run_send(r, r->t->place->procs[g->peers[q]].addr, &tag, go) : -1;
+        int rc = go ? exec_io_send(r, r->t->place->procs[g->peers[q]].addr, &tag, go) : -1;
         tensor_free(go);
         if (rc != 0)
             return -1;

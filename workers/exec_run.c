@@ -7,7 +7,16 @@
  * an `input` op takes one edge per shard, tagged (job, attempt, comp, op,
  * k, k). Each host task sends before it receives and the mailbox keeps
  * early messages, so no exchange order can deadlock as long as every device
- * runs host tasks in `seq` order (exec.c). */
+ * runs host tasks in `seq` order (exec.c).
+ *
+ * Memory (invariant between ops): every value a later op, a send or the
+ * report still needs is one store object per local shard in r->objs,
+ * holding one reference per remaining consumer (r->refs); an op's results
+ * are reserved in the store before they are made, and its arguments lose
+ * a reference once it ran, so a value dies with its last reader.
+ * Ownership: the run_t lives on the runner's stack (exec_run_task()); it
+ * owns the compiled computation and its arrays, and run_cleanup() drops
+ * whatever the task still holds, so an ended task leaves no object. */
 #include "exec_run.h"
 
 #include <math.h>
@@ -16,18 +25,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "exec_run_int.h"
+#include "exec_coll.h"
+#include "exec_gang.h"
+#include "exec_io.h"
 #include "f32b64.h"
 #include "gspmd.h"
 #include "kernels.h"
 #include "util.h"
-
-ostore_key_t exec_run_key(const run_t *r, int value, int shard)
-{
-    ostore_key_t k = {.job = r->t->job, .attempt = r->t->attempt, .comp = r->t->comp,
-                      .value = value, .shard = shard};
-    return k;
-}
 
 /* Stop predicate for back-pressure waits: the task's job was cancelled. */
 static int run_stop(void *ctx)
@@ -62,64 +66,6 @@ static int run_reserve(run_t *r, int i, int64_t bytes)
     return -1;
 }
 
-int exec_run_take(run_t *r, const mbox_tag_t *tag, tensor_t **out)
-{
-    int64_t deadline = util_mono_us() + r->env->peer_timeout_us;
-    mbox_status_t st = mbox_take(r->env->mb, tag, deadline, out);
-    switch (st) {
-    case MBOX_OK:
-        return 0;
-    case MBOX_CANCELLED:
-        r->cancelled = 1;
-        return -1;
-    case MBOX_TIMEOUT:
-        snprintf(r->err, sizeof r->err,
-                 "timed out after %lld ms waiting for %s %d (op %d of computation %d)",
-                 (long long)(r->env->peer_timeout_us / 1000), tag->op < 0 ? "process" : "shard",
-                 (int)tag->src, (int)(tag->op < 0 ? (-tag->op - 1) % JOB_MAX_OPS : tag->op),
-                 (int)tag->comp);
-        return -1;
-    case MBOX_STOPPED:
-    default:
-        snprintf(r->err, sizeof r->err, "worker shutting down");
-        return -1;
-    }
-}
-
-void exec_run_count_bad(const run_t *r)
-{
-    if (r->env->counters)
-        atomic_fetch_add(&r->env->counters->bad_size, 1);
-}
-
-/* A peer that cannot be reached is retried with backoff for up to the
- * peer timeout: a peer worker that died is the controller's to handle (its
- * lease expires, the job is requeued or failed naming that worker, and the
- * cancel that follows ends this loop), so a task must not fail the job
- * first with a vaguer reason. */
-int exec_run_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_t *v)
-{
-    int64_t t0 = util_mono_us(), deadline = t0 + r->env->peer_timeout_us;
-    long backoff_ms = 50;
-    for (;;) {
-        if (dplane_send(r->env->dp, to, tag, &r->t->place->key, v) == 0)
-            return 0;
-        if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
-            r->cancelled = 1;
-            return -1;
-        }
-        if (mbox_is_stopped(r->env->mb) || util_mono_us() >= deadline)
-            break;
-        struct timespec ts = {backoff_ms / 1000, (backoff_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-        backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
-    }
-    snprintf(r->err, sizeof r->err, "cannot send to %s (peer unreachable for %lld ms)", to,
-             (long long)((util_mono_us() - t0) / 1000));
-    snprintf(r->unreachable, sizeof r->unreachable, "%s", to);
-    return -1;
-}
-
 /* A cross-mesh input (gspmd.h): consumer shard c assembles its piece from
  * the producer shards the edge names, each message checked against the
  * box it must fill before a byte is copied. */
@@ -145,13 +91,13 @@ static int run_input_reshard(run_t *r, int i, const gspmd_edge_t *e, int c, tens
         mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = r->t->comp,
                           .op = i, .src = p, .dst = c};
         tensor_t *piece = NULL;
-        if (exec_run_take(r, &tag, &piece) != 0)
+        if (exec_io_take(r, &tag, &piece) != 0)
             return -1;
         if (!shape_equal(&piece->shape, &want)) {
             snprintf(r->err, sizeof r->err, "input op %d of shard %d: piece from shard %d has "
                      "the wrong shape", i, c, p);
             tensor_free(piece);
-            exec_run_count_bad(r);
+            exec_io_count_bad(r);
             return -1;
         }
         gspmd_box_copy(piece->data, &piece->shape, zero, (*out)->data, &(*out)->shape, at, ext);
@@ -173,7 +119,7 @@ static int run_input(run_t *r, int i, tensor_t **outs)
         int k = r->t->shards[l];
         mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = r->t->comp,
                           .op = i, .src = k, .dst = k};
-        if (exec_run_take(r, &tag, &outs[l]) != 0)
+        if (exec_io_take(r, &tag, &outs[l]) != 0)
             return -1;
         if (op->shape.rank >= 0 && !shape_equal(&outs[l]->shape, &op->shape)) {
             char got[64], want[64];
@@ -181,7 +127,7 @@ static int run_input(run_t *r, int i, tensor_t **outs)
             shape_format(&op->shape, want, sizeof want);
             snprintf(r->err, sizeof r->err, "input op %d of shard %d received shape %s, "
                      "expected %s", i, k, got, want);
-            exec_run_count_bad(r);
+            exec_io_count_bad(r);
             return -1;
         }
     }
@@ -295,7 +241,7 @@ static int run_keep(run_t *r, int i, tensor_t **outs, int64_t reserved)
             outs[l] = NULL;
             continue;
         }
-        ostore_key_t k = exec_run_key(r, op->out, r->t->shards[l]);
+        ostore_key_t k = exec_io_key(r, op->out, r->t->shards[l]);
         ostore_obj_t *o = ostore_put(r->env->st, &k, outs[l], r->refs[op->out], reserved);
         outs[l] = NULL;
         if (!o) {
@@ -377,7 +323,7 @@ static int run_send_reshard(run_t *r, const wtask_send_t *snd, int k, const tens
         gspmd_box_copy(v->data, &v->shape, at, piece->data, &ps, zero, ps.dim);
         mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = snd->comp,
                           .op = snd->op, .src = k, .dst = c};
-        int rc = exec_run_send(r, r->t->place->procs[sl->proc_of[c]].addr, &tag, piece);
+        int rc = exec_io_send(r, r->t->place->procs[sl->proc_of[c]].addr, &tag, piece);
         tensor_free(piece);
         if (rc != 0)
             return -1;
@@ -409,7 +355,7 @@ static int run_sends(run_t *r)
             const char *to = p->procs[p->slices[snd->slice].proc_of[k]].addr;
             mbox_tag_t tag = {.job = r->t->job, .attempt = r->t->attempt, .comp = snd->comp,
                               .op = snd->op, .src = k, .dst = k};
-            if (exec_run_send(r, to, &tag, ostore_tensor(r->objs[l * r->nv + v])) != 0)
+            if (exec_io_send(r, to, &tag, ostore_tensor(r->objs[l * r->nv + v])) != 0)
                 return -1;
             run_release(r, l, v);
         }

@@ -2,7 +2,14 @@
  *
  * Between fork() and execve() only async-signal-safe calls run (the worker
  * is multithreaded): argv, envp and every path are prepared before the
- * fork; messages are written with write(2). */
+ * fork; messages are written with write(2).
+ *
+ * Invariant: gang_run() returns only once every shepherd it started was
+ * reaped and every pipe it read was closed, so no child, zombie or file
+ * descriptor outlives the call; the first reason to end the gang wins
+ * (its end and culprit are what the caller sees). Ownership: the pipes'
+ * read ends and the read buffer are gang_run()'s own (grs_t, on its
+ * stack); argv, envp and the directories stay the caller's. */
 #include "gang.h"
 
 #include <errno.h>

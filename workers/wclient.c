@@ -1,4 +1,22 @@
-/* wclient.c - see wclient.h. */
+/* wclient.c - see wclient.h.
+ *
+ * Connections: one curl easy handle per calling thread, kept in
+ * WCLIENT_HANDLES slots (a thread beyond them gets a fresh handle per
+ * call), so each thread reuses its own kept-alive connection and no handle
+ * is ever used by two threads at once. A handle whose transfer failed is
+ * dropped: a broken connection is never reused.
+ *
+ * Invariants: an answer is read into memory only up to WCLIENT_MAX_BODY
+ * (a larger one fails the call) before it is parsed; the worker's
+ * credential goes only with calls for the registration it was issued to.
+ * Locks: `mu` guards what registration sets (id, lease_ms, max_body,
+ * secret) and is held only to copy it; `reg_mu` lets one thread register
+ * again at a time (the others find the new id) and is the only lock held
+ * across HTTP calls; `h_mu` guards the handle slots.
+ *
+ * Ownership: the client owns its copies of the URL, the registration
+ * request, the auth header and CA path, the credential (wiped when freed)
+ * and the kept handles; a call's parsed answer is the caller's. */
 #include "wclient.h"
 
 #include <curl/curl.h>

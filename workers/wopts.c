@@ -2,7 +2,11 @@
  *
  * Table-driven: each option names its flag, environment variable and a
  * setter that validates the text. Environment values are applied first,
- * then argv, so the command line wins. */
+ * then argv, so the command line wins. Invariant: every value in a
+ * wopts_t has passed its option's setter (defaults are valid as they
+ * stand); the first bad value ends the parse with a message naming the
+ * flag or variable. Ownership: nothing is allocated; strings point into
+ * argv or the environment (wopts.h). */
 #include "wopts.h"
 
 #include <errno.h>

@@ -25,7 +25,7 @@ typedef struct wopts {
     dplane_transport_t data_transport;  /* --data-transport: DPLANE_AUTO (default),
                                            DPLANE_TCP */
     int ring_min_kb;            /* an all_reduce of at least this many KiB per shard
-                                   sums in ring order (exec_run.h); default 64; 0: never */
+                                   sums in ring order (exec_env.h); default 64; 0: never */
     const char *token;          /* bearer token (the controller's worker token); NULL = none */
     const char *ca_file;        /* PEM CA bundle to trust for an https:// controller */
     const char *run_as;         /* user for users' programs (DESIGN Part F); NULL: this

@@ -1,4 +1,19 @@
-/* wreport.c - see wreport.h. */
+/* wreport.c - see wreport.h.
+ *
+ * One reporting thread drains a FIFO of reports (rnode_t) that runner
+ * threads fill through wreport_push(), which never blocks on the network.
+ * Invariants: reports leave in the order they were pushed, batched up to
+ * WREPORT_BATCH_MAX and under the controller's body cap; a report is
+ * serialized once, on the reporting thread; a refused report is followed
+ * by at most one "failed" report of its task (last_word), never a chain.
+ * Locks: `mu` guards the queue (head, tail) and is never held while
+ * sending; `stopping` and `give_up` are atomics read by the thread and
+ * the retry loops.
+ *
+ * Ownership: a queued node owns its report body (the reference pushed);
+ * the thread takes a batch off the queue and frees it once sent or given
+ * up on; wreport_stop() drops and logs what is still queued. The client
+ * is borrowed. */
 #include "wreport.h"
 
 #include <pthread.h>

@@ -1,4 +1,22 @@
-/* wtask.c - see wtask.h. */
+/* wtask.c - see wtask.h.
+ *
+ * A decoder of untrusted JSON (the controller's poll answer): every
+ * member it reads is type- and range-checked before it is used (except
+ * `computation`, which compiler_comp() validates), every count is bounded
+ * (WPLACE_MAX_*, MESH_MAX_RANK, NAME_MAX_LEN) before anything is allocated
+ * from it, and a bad member fails the whole placement or task with a
+ * reason naming it; nothing half-parsed escapes. No I/O, no locks, no
+ * clock (the fuzzer runs it alone: fuzz_task).
+ *
+ * Invariants of a parsed placement: every shard of every slice is held by
+ * exactly one proc, procs of one island do not overlap, every slice's box
+ * lies inside its mesh. Of a parsed task: its shards increase, lie in its
+ * slice and are held by this worker's proc, each on a distinct local
+ * device.
+ *
+ * Ownership: see wtask.h. A task takes its placement reference first and
+ * wtask_free() drops it with everything else, so a failed parse leaves
+ * nothing behind. */
 #include "wtask.h"
 
 #include <stdio.h>

@@ -1,0 +1,38 @@
+/* dplane_frame.h - the data plane's frame header: its layout and codec.
+ *
+ * A data-plane message is one UCX active message: this frame header as the
+ * AM header, the payload (numel f32 values, little-endian) as its data.
+ * The codec is pure (no UCX, no I/O, no allocation, no locks: any thread),
+ * unit-tested and fuzzed on its own (tests/fuzz/fuzz_frame.c). The
+ * receive path (dplane_rx.c) decodes and checks every header here before
+ * it asks the mailbox's gate or allocates anything; dplane_send() encodes.
+ * dplane.h includes this header: its users see these names as before.
+ *
+ * Frame header (all integers big-endian):
+ *   u32 magic "ATDP" | u32 rank | i64 job | i32 attempt | i32 comp | i32 op
+ *   | i32 src | i32 dst | 4 x i64 dims | u64 payload bytes | 16 key bytes */
+#ifndef ATOLL_DPLANE_FRAME_H
+#define ATOLL_DPLANE_FRAME_H
+
+#include <stdint.h>
+
+#include "mbox.h"
+#include "tensor.h"
+
+#define DPLANE_MAGIC 0x41544450u   /* "ATDP" */
+#define DPLANE_HDR_SIZE 92
+
+typedef struct dplane_hdr {
+    mbox_tag_t tag;
+    shape_t shape;
+    uint64_t nbytes;            /* payload bytes = numel * 4 */
+    mbox_key_t key;
+} dplane_hdr_t;
+
+/* Frame codec: pure functions, unit-tested and fuzzed on their own. */
+void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE]);
+/* Returns 0, or -1 when the bytes are not a valid header (bad magic, rank,
+ * negative dim, too many elements, payload size not matching the shape). */
+int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h);
+
+#endif

@@ -1,0 +1,125 @@
+/* dplane_int.h - the data plane's shared state, internal to workers/dplane*.c
+ * (everyone else uses dplane.h).
+ *
+ * The files, each above the ones it calls:
+ *   dplane_progress.c  the UCX context and worker, the progress thread and
+ *                      its wake-ups, start, stop, guard figures;
+ *   dplane_rx.c        the receive path: origins, the mailbox's gate,
+ *                      parked frames, rendezvous fetches;
+ *   dplane.c           addresses and the address port, endpoints to peers,
+ *                      sends, diagnostics;
+ *   dplane_frame.c     the frame codec (dplane_frame.h) and the big-endian
+ *                      helpers: pure.
+ *
+ * UCX objects: one context and one worker (UCS_THREAD_MODE_MULTI: senders
+ * post from their own threads while the progress thread progresses) and
+ * one endpoint per peer address (dp->peers), made from the peer's UCX
+ * worker address.
+ *
+ * Threads: only the progress thread progresses the UCX worker (until
+ * dplane_stop() has joined it), so every UCX callback (the active-message
+ * handler, receive and send completions, endpoint errors) runs there; it
+ * alone writes origins, parked and nparked. Runner threads call
+ * dplane_send() and block in it. The owner's thread starts and stops.
+ *
+ * Locks: dp->mu guards peers, origins and norigins, closing and nclosing,
+ * and abandoned; it is never held across a UCX call that can run handlers
+ * (progress). Lock order: a peer's mu, then dp->mu; a send's mu, then
+ * dp->mu.
+ *
+ * Ownership: the dplane owns its UCX context, worker and address, the
+ * listening socket and the epoll fd, every peer entry (until
+ * dplane_stop()), the parked frames (and their UCX data until released or
+ * fetched), the endpoints queued for closing, and the sends given up on
+ * (freed after ucp_worker_destroy()); mb is borrowed. */
+#ifndef ATOLL_DPLANE_INT_H
+#define ATOLL_DPLANE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "dplane.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "the data plane's payloads are little-endian floats, sent as they lie in memory"
+#endif
+
+#define DPLANE_AM_ID 17u
+#define DPLANE_MAX_CLOSING 4096
+/* Address answers: at most this many address bytes. */
+#define DPLANE_UCX_ADDR_MAX 8192
+
+typedef struct dp_peer {           /* the endpoint to one peer address */
+    char addr[DPLANE_ADDR_MAX];
+    pthread_mutex_t mu;            /* held while the endpoint is made */
+    ucp_ep_h ep;                   /* NULL once failed (a new one is made on use) */
+    struct dp_peer *next;
+} dp_peer_t;
+
+typedef struct dp_origin {         /* a sender, by its reply endpoint */
+    ucp_ep_h ep;                   /* NULL: free slot */
+    int64_t used_us;
+} dp_origin_t;
+
+typedef struct dp_park {           /* a frame waiting for unclaimed room */
+    dplane_hdr_t h;
+    int origin;
+    void *data;                    /* UCX's: eager bytes or a rendezvous descriptor */
+    int rndv;
+    int64_t deadline_us;
+    struct dp_park *next;
+} dp_park_t;
+
+typedef struct send_wait send_wait_t;
+
+struct dplane {
+    mbox_t *mb;                    /* borrowed */
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    int listen_fd;                 /* data_addr: answers with our worker address */
+    ucp_address_t *ucx_addr;       /* ours, ucx_addr_len bytes (UCX's) */
+    size_t ucx_addr_len;
+    int epfd;
+    char addr[DPLANE_ADDR_MAX];
+    pthread_t progress_thread;
+    atomic_int stopping;
+    atomic_int inflight;           /* sends and fetches not complete yet */
+    int64_t spin_us;               /* polling after the last event (see dplane.h) */
+    pthread_mutex_t mu;
+    dp_peer_t *peers;
+    dp_origin_t origins[DPLANE_MAX_CONNS];
+    int norigins;
+    dp_park_t *parked;
+    int nparked;
+    ucp_ep_h closing[DPLANE_MAX_CLOSING];
+    int nclosing;
+    send_wait_t *abandoned;        /* sends given up on; see send_abandon() */
+    atomic_llong refused, bad_frames, accept_errors;
+};
+
+/* dplane_frame.c: big-endian integers at p (p holds 4 bytes). Pure. */
+void dp_put_u32(uint8_t *p, uint32_t v);
+uint32_t dp_get_u32(const uint8_t *p);
+
+/* dplane_rx.c, progress thread only. */
+/* The UCX active-message handler (registered by dplane_start(), arg: the
+ * dplane): decodes, gates, and copies, fetches or parks the frame. */
+ucs_status_t dp_am_recv(void *arg, const void *header, size_t header_length, void *data,
+                        size_t length, const ucp_am_recv_param_t *param);
+/* Offers every parked frame to the gate again; how many left the list. */
+int dp_parked_retry(dplane_t *dp);
+
+/* dplane.c */
+/* Binds data_addr and sets dp->addr (dplane_start(), before the progress
+ * thread runs). 0, or -1 with a logged reason. */
+int dp_listen_on(dplane_t *dp, const char *listen_addr, const char *advertise_host);
+/* Answers waiting connections on data_addr with our worker address
+ * (progress thread; never blocks). How many were answered. */
+int dp_addr_answer(dplane_t *dp);
+/* Frees the sends UCX never completed (dplane_free(), after
+ * ucp_worker_destroy(): their requests went with the worker). */
+void dp_send_waits_free_abandoned(dplane_t *dp);
+
+#endif

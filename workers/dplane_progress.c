@@ -1,0 +1,250 @@
+/* dplane_progress.c - the data plane's UCX context and worker, its
+ * progress thread and wake-ups, and its start and stop (dplane_int.h).
+ *
+ * The progress thread is the only one that progresses the UCX worker while
+ * the dplane runs: it answers the address port (dp_addr_answer), retries
+ * parked frames, closes the endpoints queued for closing (dp->closing:
+ * peers gone, sends given up on) and expires unclaimed frames about once a
+ * second. It spins only right after events, then arms the worker and
+ * sleeps in epoll on the worker's event fd and the listening socket;
+ * senders wake it with ucp_worker_signal() after posting.
+ *
+ * Start: UCX, then the listening socket, then the thread; a failure frees
+ * what was made. Stop: the mailbox is shut down, the thread joined, and
+ * from then on the stopping thread alone is in UCX: it releases the
+ * parked frames, closes every endpoint, waits for the fetches and sends
+ * still in flight, and frees everything the dplane owns. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "dplane_int.h"
+#include "util.h"
+
+/* ---- the progress thread ---- */
+
+/* Closes the endpoints queued for closing (progress thread). */
+static void close_pending(dplane_t *dp)
+{
+    ucp_ep_h eps[64];
+    int n = 0;
+    pthread_mutex_lock(&dp->mu);
+    while (n < 64 && dp->nclosing > 0)
+        eps[n++] = dp->closing[--dp->nclosing];
+    pthread_mutex_unlock(&dp->mu);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    for (int i = 0; i < n; i++) {
+        void *r = ucp_ep_close_nbx(eps[i], &p);
+        if (UCS_PTR_IS_PTR(r)) {
+            while (ucp_request_check_status(r) == UCS_INPROGRESS)
+                ucp_worker_progress(dp->worker);
+            ucp_request_free(r);
+        }
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    dplane_t *dp = arg;
+    int64_t last_event = util_mono_us(), last_expire = last_event, last_accept = last_event;
+    while (!atomic_load(&dp->stopping)) {
+        unsigned n = ucp_worker_progress(dp->worker);
+        int64_t now = util_mono_us();      /* one clock read per pass */
+        if (now - last_accept > 1000) {    /* also after every wake-up */
+            dp_addr_answer(dp);
+            last_accept = now;
+        }
+        if (dp->nparked)
+            n += (unsigned)dp_parked_retry(dp);
+        if (dp->nclosing) {        /* racy read; close_pending locks */
+            close_pending(dp);
+            n++;
+        }
+        if (now - last_expire > 1000000) {
+            mbox_expire(dp->mb);
+            last_expire = now;
+        }
+        /* Spin only right after events, never for operations in flight: on
+         * a host with fewer cores than busy threads a spinning progress
+         * thread takes the core the peer (or our own runner) needs to
+         * answer; UCX wakes us when their replies come. */
+        if (n) {
+            last_event = now;
+            continue;
+        }
+        if (now - last_event < dp->spin_us)
+            continue;
+        ucs_status_t st = ucp_worker_arm(dp->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        struct epoll_event ev;
+        /* Parked frames are retried every few ms; operations in flight
+         * get a 10 ms safety tick (their completions wake us anyway); else
+         * a 1 s tick for expiring unclaimed frames. */
+        int timeout_ms = dp->nparked ? 2 : atomic_load(&dp->inflight) > 0 ? 10 : 1000;
+        if (st == UCS_OK)
+            epoll_wait(dp->epfd, &ev, 1, timeout_ms);
+        last_event = util_mono_us();
+        last_accept = 0;
+    }
+    return NULL;
+}
+
+/* ---- start and stop ---- */
+
+static int ucx_init(dplane_t *dp, dplane_transport_t tr)
+{
+    ucp_config_t *cfg = NULL;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
+        return -1;
+    /* tcp: UCX's TCP transport for data ("self" only ever serves sends to
+     * ourselves, which never reach UCX). */
+    /* A mutex, not a spinlock, guards the UCX worker between the progress
+     * thread and senders: with more busy threads than cores a spinning
+     * sender burns the slice the lock holder needs. */
+    if (ucp_config_modify(cfg, "USE_MT_MUTEX", "y") != UCS_OK ||
+        (tr == DPLANE_TCP && ucp_config_modify(cfg, "TLS", "tcp") != UCS_OK)) {
+        ucp_config_release(cfg);
+        return -1;
+    }
+    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
+                                     UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                       .name = "atoll-dplane", .mt_workers_shared = 0};
+    ucs_status_t st = ucp_init(&pp, cfg, &dp->ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        log_error("dplane: ucp_init: %s", ucs_status_string(st));
+        return -1;
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_MULTI};
+    if ((st = ucp_worker_create(dp->ctx, &wp, &dp->worker)) != UCS_OK) {
+        log_error("dplane: ucp_worker_create: %s", ucs_status_string(st));
+        return -1;
+    }
+    ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                               UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                               UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                 .id = DPLANE_AM_ID, .cb = dp_am_recv, .arg = dp};
+    int efd = -1;
+    if (ucp_worker_set_am_recv_handler(dp->worker, &hp) != UCS_OK ||
+        ucp_worker_get_efd(dp->worker, &efd) != UCS_OK)
+        return -1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = efd};
+    if ((dp->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        epoll_ctl(dp->epfd, EPOLL_CTL_ADD, efd, &ev) != 0)
+        return -1;
+    if ((st = ucp_worker_get_address(dp->worker, &dp->ucx_addr, &dp->ucx_addr_len)) != UCS_OK) {
+        log_error("dplane: ucp_worker_get_address: %s", ucs_status_string(st));
+        return -1;
+    }
+    if (dp->ucx_addr_len > DPLANE_UCX_ADDR_MAX) {
+        log_error("dplane: UCX worker address of %zu bytes (limit %d)", dp->ucx_addr_len,
+                  DPLANE_UCX_ADDR_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+static void dplane_free(dplane_t *dp)
+{
+    if (dp->listen_fd >= 0)
+        close(dp->listen_fd);
+    if (dp->ucx_addr)
+        ucp_worker_release_address(dp->worker, dp->ucx_addr);
+    if (dp->worker)
+        ucp_worker_destroy(dp->worker);
+    dp_send_waits_free_abandoned(dp);
+    if (dp->ctx)
+        ucp_cleanup(dp->ctx);
+    if (dp->epfd >= 0)
+        close(dp->epfd);
+    pthread_mutex_destroy(&dp->mu);
+    free(dp);
+}
+
+dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb,
+                       dplane_transport_t tr)
+{
+    dplane_t *dp = calloc(1, sizeof *dp);
+    if (!dp)
+        return NULL;
+    dp->mb = mb;
+    dp->epfd = -1;
+    dp->listen_fd = -1;
+    dp->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
+    pthread_mutex_init(&dp->mu, NULL);
+    if (ucx_init(dp, tr) != 0 || dp_listen_on(dp, listen_addr, advertise_host) != 0)
+        goto fail;
+    if (pthread_create(&dp->progress_thread, NULL, progress_main, dp) != 0) {
+        log_error("dplane: cannot start the progress thread");
+        goto fail;
+    }
+    return dp;
+fail:
+    dplane_free(dp);
+    return NULL;
+}
+
+/* Closes ep and progresses until it is gone (stop only). */
+static void close_now(dplane_t *dp, ucp_ep_h ep)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *r = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS)
+            ucp_worker_progress(dp->worker);
+        ucp_request_free(r);
+    }
+}
+
+void dplane_stop(dplane_t *dp)
+{
+    if (!dp)
+        return;
+    /* The owner stops the mailbox too, but may do so only after this. */
+    mbox_shutdown(dp->mb);
+    atomic_store(&dp->stopping, 1);
+    ucp_worker_signal(dp->worker);
+    pthread_join(dp->progress_thread, NULL);
+    /* From here this thread is the only one in UCX. */
+    while (dp->parked) {
+        dp_park_t *pk = dp->parked;
+        dp->parked = pk->next;
+        ucp_am_data_release(dp->worker, pk->data);
+        free(pk);
+    }
+    close_pending(dp);
+    while (dp->peers) {
+        dp_peer_t *p = dp->peers;
+        dp->peers = p->next;
+        if (p->ep)
+            close_now(dp, p->ep);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+    }
+    close_pending(dp);             /* endpoints that failed while closing others */
+    while (atomic_load(&dp->inflight) > 0)
+        ucp_worker_progress(dp->worker);
+    dplane_free(dp);
+}
+
+const char *dplane_addr(const dplane_t *dp)
+{
+    return dp->addr;
+}
+
+void dplane_guard_stats(dplane_t *dp, dplane_guard_stats_t *out)
+{
+    out->refused = atomic_load(&dp->refused);
+    out->bad_frames = atomic_load(&dp->bad_frames);
+    pthread_mutex_lock(&dp->mu);
+    out->conns = dp->norigins;
+    pthread_mutex_unlock(&dp->mu);
+    mbox_guard_stats(dp->mb, &out->mb);
+}
