@@ -1,7 +1,7 @@
 /* report_decode.h - the pure decoding of a worker's host-task report
  * (docs/worker-protocol.md, "Report" and "Batch"): structure checks that
  * need no store, shared by api_worker.c (outputs' names and values, the
- * batch envelope) and store_report.c (fields, state, outputs' shapes and
+ * batch envelope) and store_progress.c (fields, state, outputs' shapes and
  * values), and fuzzed on their own (tests/fuzz/fuzz_report.c).
  *
  * Every function returns 0 or an HTTP status with e filled; none keeps a

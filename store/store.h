@@ -25,12 +25,13 @@
  *   queued     -> allocated  store_sched_mark_allocated: admission, devices
  *                            taken and the PLACEMENT stored (store_sched.c)
  *   allocated  -> running    the poll that first leases one of the attempt's
- *                            host tasks (poll_lease, store_poll.c)
+ *                            host tasks (store_progress_started, called in
+ *                            the poll's transaction, store_progress.c)
  *   allocated|running -> succeeded
  *                            the report that completes the last computation
- *                            (comp_succeeded, store_report.c)
+ *                            (comp_succeeded, store_progress.c)
  *   allocated|running -> failed
- *                            a failed report (host_failed, store_report.c);
+ *                            a failed report (host_failed, store_progress.c);
  *                            a lost worker or unreachable peer with no retry
  *                            left (store_worker_lost, store_job_retry:
  *                            store_sched.c)
@@ -47,9 +48,8 @@
  *
  * So a job's state changes in three places: the user's requests
  * (store_jobs.c); the scheduler side, admission and worker loss,
- * preemption, restart (store_sched.c); the worker protocol, its reports
- * (store_report.c) and the one move allocated -> running at a poll
- * (store_poll.c).
+ * preemption, restart (store_sched.c); the workers' side, the first lease
+ * and the reports (store_progress.c).
  * Ending is always store_job_finish (store_jobs.c): it frees the job's
  * devices and cancels its blocked and pending tasks; leased ones stay
  * leased until their worker reports or the poll has it abort them.
@@ -66,14 +66,14 @@
  *                            store_sched_add_task at dispatch; blocked only
  *                            in sequential dispatch (store_sched.c)
  *   blocked    -> pending    its computation's producers all succeeded
- *                            (comp_succeeded, store_report.c)
+ *                            (comp_succeeded, store_progress.c)
  *   pending    -> leased     a poll by its worker (poll_lease, store_poll.c);
  *                            an answer lost on the way is delivered again,
  *                            still leased
  *   leased     -> succeeded | failed | cancelled
  *                            its worker's report, once: only the live worker
  *                            holding the lease (fencing; report_apply,
- *                            store_report.c)
+ *                            store_progress.c)
  *   blocked|pending -> cancelled
  *                            its job ended (store_job_finish, store_jobs.c)
  *                            or was requeued (job_requeue, store_sched.c)
@@ -88,8 +88,8 @@
  * Computations (computations.state): waiting at creation (store_jobs.c);
  * waiting -> dispatched with an island and seq (store_sched_set_comp,
  * store_sched.c; in sequential dispatch later, when unblocked:
- * store_report.c); -> succeeded when all its shards reported
- * (store_report.c); the unfinished ones take the job's state when it fails
+ * store_progress.c); -> succeeded when all its shards reported
+ * (store_progress.c); the unfinished ones take the job's state when it fails
  * or is cancelled (store_job_finish); all go back to waiting on a requeue.
  *
  * Workers (workers.state): live at registration (store_worker.c); live ->
@@ -236,7 +236,7 @@ int64_t store_tasks_leased(store_t *st, int64_t lease_us);
 char *store_metrics_text(store_t *st);
 
 /* ---- worker protocol (store_worker.c: membership; store_poll.c: store_worker_poll;
- *      store_report.c: store_worker_report, store_worker_report_batch) ---- */
+ *      store_progress.c: store_worker_report, store_worker_report_batch) ---- */
 typedef struct worker_reg {
     const char *island, *backend, *data_addr, *host;
     int ndevices;

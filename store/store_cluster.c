@@ -24,7 +24,7 @@
 
 /* Device accounting.
  *  busy: devices.busy_us, credited per succeeded shard as finished -
- *        inputs_ready (store_report.c), over the database's lifetime.
+ *        inputs_ready (store_progress.c), over the database's lifetime.
  *  up:   the time some worker covered the device, over the same lifetime:
  *        the sum over every worker registration that held it of (end -
  *        registered_at), end = now for a live worker, else its last

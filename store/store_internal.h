@@ -26,9 +26,14 @@ int store_job_retry(store_t *st, int64_t job, const char *why);
 int store_state_is_terminal(const char *state);
 
 /* store_worker.c: 1 when the worker is live (registered, lease not
- * expired), 0 when not (fenced: store_poll.c and store_report.c refuse it),
+ * expired), 0 when not (fenced: store_poll.c and store_progress.c refuse it),
  * -1 on error. A read; inside the caller's transaction when it has one. */
 int store_worker_is_live(store_t *st, int64_t worker);
+
+/* store_progress.c, inside the poll's transaction: the jobs of the host
+ * tasks just leased to worker under lease_id (their leased_at) move
+ * allocated -> running (started_at = lease_id's time). 0 or -1. */
+int store_progress_started(store_t *st, int64_t worker, int64_t lease_id);
 
 /* store_tenants.c: adds a succeeded host task's device time to its
  * job's tenant (0 for none) in tenant_usage. 0 or -1. */

@@ -1,7 +1,7 @@
 /* store_jobs.c - where a job's state changes at the user's request:
  * creation (queued), views, cancellation, results. The scheduler side of
- * the state machine is in store_sched.c, the worker side in store_poll.c
- * and store_report.c (store.h lists every transition).
+ * the state machine is in store_sched.c, the workers' side in
+ * store_progress.c (store.h lists every transition).
  *
  *   queued -> allocated -> running -> succeeded | failed
  *      \________\____________\____-> cancelled (DELETE)     */

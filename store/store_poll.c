@@ -1,6 +1,7 @@
 /* store_poll.c - task delivery to workers (docs/worker-protocol.md, "Life
  * of a worker"): a worker's poll leases its pending host tasks in seq order
- * (a job's first lease moves it allocated -> running), redelivers those
+ * (a job's first lease moves it allocated -> running through
+ * store_progress_started), redelivers those
  * leased in answers it never received, and names the stale attempts it
  * must abort. A read first: an idle worker's poll takes no write lock. */
 #include "store_internal.h"
@@ -226,9 +227,6 @@ static int poll_lease(store_t *st, int64_t worker, int64_t ack, json_t **out, in
     static const char lease_sql[] =
         "UPDATE host_tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1"
         " AND state = 'pending'";
-    static const char run_sql[] =
-        "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
-        " (SELECT job_id FROM host_tasks WHERE worker_id = ?2 AND leased_at = ?1)";
     *any = 0;
     int rc = STORE_ERR, n = 0;
     json_t *res = json_object(), *jobs = json_array();
@@ -253,13 +251,11 @@ static int poll_lease(store_t *st, int64_t worker, int64_t ack, json_t **out, in
             goto fail;
         sqlite3_bind_int64(s, 1, worker);
         sqlite3_bind_int64(s, 2, now);
-        if (store_step_done(s) != 0 || !(s = store_stmt(st, run_sql)))
+        if (store_step_done(s) != 0)
             goto fail;
         if (sqlite3_changes(store_db(st)) > 0)    /* pending rows leased: a new lease id */
             lease = now;
-        sqlite3_bind_int64(s, 1, now);
-        sqlite3_bind_int64(s, 2, worker);
-        if (store_step_done(s) != 0)
+        if (store_progress_started(st, worker, now) != 0)
             goto fail;
     }
     json_t *cancels = poll_cancels(st, worker);

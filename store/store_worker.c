@@ -3,7 +3,7 @@
  * an island's devices and becomes live), heartbeats and lease renewals, its
  * figures, leaving, and the liveness test that fences polls and reports.
  * A worker leaving is a worker loss (store_worker_lost, store_sched.c).
- * Task delivery is in store_poll.c, reports in store_report.c. */
+ * Task delivery is in store_poll.c, reports in store_progress.c. */
 #include "store_internal.h"
 
 #include <stdio.h>

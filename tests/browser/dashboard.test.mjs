@@ -22,7 +22,7 @@
 //   7. the utilization view plots samples atolld recorded.
 // Exits 0 when all pass; prints "FAIL: ..." and exits 1 on the first failure.
 import { chromium } from "playwright-core";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
 const URL = process.env.ATOLL_URL;
@@ -85,10 +85,15 @@ const PIPELINE = {
 
 // A user's program (DESIGN Part F): two processes; process 1 exits 3, so
 // the job fails (no retries) with process 0 exited 0.
+// Rank 1 fails only once rank 0 is through (its file exists): a failing
+// process ends the whole gang, so without the wait a loaded machine could
+// see rank 0 killed before it exited 0.
+const RUN_DONE = `/tmp/atoll-browser-run-${process.pid}-${Date.now()}`;
 const RUNJOB = {
   name: "browser-run", max_retries: 0, slices: { r: { shape: [2], island: "west" } },
   computations: [{ name: "train", slice: "r", run: {
-    command: ["/bin/sh", "-c", 'echo "hello from rank $RANK"; [ "$RANK" = 0 ] || { echo "rank $RANK failing" >&2; exit 3; }'] } }],
+    command: ["/bin/sh", "-c", `echo "hello from rank $RANK"; if [ "$RANK" = 0 ]; then : > ${RUN_DONE}; ` +
+      `else while [ ! -e ${RUN_DONE} ]; do sleep 0.05; done; echo "rank $RANK failing" >&2; exit 3; fi`] } }],
 };
 
 // A global computation (DESIGN Part C): Megatron's MLP on data x model.
@@ -271,6 +276,7 @@ async function main() {
     note(`run job ${run.body.id}: processes ${JSON.stringify(procs.map((r) => r[2] + ":" + r[6]))}; log "${log.trim().replace(/\n/g, " | ")}"`);
     const err = await dom(() => document.getElementById("job-error").textContent);
     check(/process 1/.test(err), `the job's error should name process 1: ${err}`);
+    rmSync(RUN_DONE, { force: true });
     await shot("job-processes");
 
     // ---------------------------------------------------------- 4. pending reason

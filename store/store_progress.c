@@ -1,8 +1,9 @@
-/* store_report.c - applying workers' completion reports
- * (docs/worker-protocol.md): a report is where a host task leaves 'leased'
- * (once: fencing), a computation reaches succeeded, and a job reaches
- * succeeded, failed, or a new attempt (an unreachable peer); one report or a
- * batch, each in its own savepoint. */
+/* store_progress.c - the workers' side of the job state machine
+ * (docs/worker-protocol.md): a job starts running when a poll first leases
+ * one of its host tasks, and moves on as reports come. A report is where a
+ * host task leaves 'leased' (once: fencing), a computation reaches
+ * succeeded, and a job reaches succeeded, failed, or a new attempt (an
+ * unreachable peer); one report or a batch, each in its own savepoint. */
 #include "store_internal.h"
 #include "report_decode.h"
 
@@ -11,6 +12,19 @@
 #include <string.h>
 
 #include "util.h"
+
+int store_progress_started(store_t *st, int64_t worker, int64_t lease_id)
+{
+    static const char sql[] =
+        "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
+        " (SELECT job_id FROM host_tasks WHERE worker_id = ?2 AND leased_at = ?1)";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, lease_id);
+    sqlite3_bind_int64(s, 2, worker);
+    return store_step_done(s);
+}
 
 /* The row of a host task being reported, read under the report's
  * transaction. task_row_clear() it after a successful task_load. */
