@@ -13,11 +13,11 @@ idle=${3:-10}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-build() {      # build SRC_DIR OUT [extra flags...]
+build() {      # build SRC_DIR OUT [extra sources and flags...]
     local src=$1 out=$2
     shift 2
     (cd "$src" && gcc -std=c11 -O2 -D_GNU_SOURCE -Icommon -Iworkers bench/bench_dplane.c \
-        common/util.c common/tensor.c -o "$out" -lpthread -lm "$@")
+        common/util.c common/tensor.c "$@" -o "$out" -lpthread -lm)
 }
 
 mkdir -p "$tmp/old/bench" "$tmp/new/bench"
@@ -28,7 +28,10 @@ cp "$root/bench/bench_dplane.c" "$tmp/new/bench/"
 # shellcheck disable=SC2046
 build "$tmp/old" "$tmp/bench_old"
 # shellcheck disable=SC2046
-build "$tmp/new" "$tmp/bench_new" $(pkg-config --cflags --libs ucx)
+# The UCX data plane's other files (bench_dplane.c includes dplane.c and
+# mbox.c itself).
+build "$tmp/new" "$tmp/bench_new" workers/dplane_frame.c workers/dplane_rx.c \
+    workers/dplane_progress.c $(pkg-config --cflags --libs ucx)
 
 echo "== before: $old ($(git -C "$root" log -1 --format=%s "$old" | cut -c1-60))"
 "$tmp/bench_old" "$rounds" "$idle"
