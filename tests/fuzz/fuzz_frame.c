@@ -1,12 +1,12 @@
 /* fuzz_frame.c - libFuzzer target for the worker's data-plane receive
  * path: what one peer endpoint delivers as UCX active messages, decoded
- * and gated exactly as dplane.c's am_recv()/rx_offer() do, without UCX.
+ * and gated exactly as dplane_rx.c's dp_am_recv()/rx_offer() do, without UCX.
  *
  * Input: one flags byte (bits 0-1: the endpoint's mailbox origin 1..4),
  * then messages: one selector byte (bit 0: the AM header is 8 bytes too
- * long, which am_recv counts as a bad frame; bit 1: the frame may wait for
+ * long, which dp_am_recv counts as a bad frame; bit 1: the frame may wait for
  * room, as a rendezvous one can), a 92-byte header (dplane_hdr_decode,
- * the attempt key in its last 16 bytes) and its payload. As in am_recv():
+ * the attempt key in its last 16 bytes) and its payload. As in dp_am_recv():
  * a bad header or a payload length other than its claim is dropped and the
  * endpoint goes on; mbox_admit() decides before anything is allocated; an
  * admitted frame's payload is copied and handed to mbox_put_from(); WAIT
@@ -164,7 +164,7 @@ static void frame(fz_t *f, const dplane_hdr_t *h, const uint8_t *payload, int ma
 }
 
 /* Messages until the input ends. A message whose header does not decode
- * or whose payload is not its claimed size is dropped (am_recv counts it);
+ * or whose payload is not its claimed size is dropped (dp_am_recv counts it);
  * the endpoint goes on. */
 static void frames(fz_t *f)
 {

@@ -1,7 +1,7 @@
 /* test_dplane_junk.h - a hostile client at every worker's data-plane
  * ports, for test_dplane_junk.c and bench/bench_dplane_junk.c (static
  * functions: one copy per program). Needs support_harness.h and the
- * worker's modules (atoll_workerlib: dplane.c, mbox.c).
+ * worker's modules (atoll_workerlib: dplane*.c, mbox.c).
  *
  * A worker listens on its data_addr (a TCP port that answers every
  * connection with the worker's UCX address) and on the ports UCX's own

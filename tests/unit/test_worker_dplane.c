@@ -2,7 +2,7 @@
  * between dplane instances in this process: shared memory as UCX picks it
  * for same-host peers, UCX's TCP when forced, keys, the gate's parking of
  * frames without room, raw junk at the listener, peers that went away
- * (workers/dplane.c and mbox.c compiled in). */
+ * (workers/dplane.c and mbox.c compiled in, the other dplane files linked). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -2,8 +2,8 @@
  * several "worker processes" (each its own executor, mailbox, object store
  * and data plane on loopback) run host tasks of one placement; real
  * runner threads, real compiler/kernels/collectives from atoll_common, real
- * frames between the data planes. The worker modules are compiled in
- * because unit tests link only atoll_common.
+ * frames between the data planes. The worker modules it reaches into are
+ * compiled in (their static functions); atoll_workerlib supplies the rest.
  *
  * What it pins: exact chained results across processes, one packed message
  * per process pair and op, the fold-order rule (bits of the per-shard
