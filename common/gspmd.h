@@ -2,20 +2,33 @@
  * once at global shapes, with a few sharding annotations, becomes the
  * per-shard program of Part A, so workers run it like any other.
  *
- * Stages, all in gspmd.c:
- *   1. annotations: every op's "sharding" parsed against the slice's named
- *      axes and the op's global shape (unknown axis, axis twice, rank,
- *      divisibility are 400s naming ops[j].sharding);
- *   2. propagation: annotated values (and inputs, whose sharding is the
- *      producer's) keep their sharding; forward then backward sweeps give
- *      every other value the sharding its operands (or its users) imply,
- *      until nothing changes; what is left unsharded is replicated;
- *   3. lowering: each op becomes its local op on local shapes, with the
- *      operands first resharded to what the op needs (all_to_all to move
- *      an axis between dims, all_gather to drop one, shard_slice to add
- *      one: slicing is local), partial sums (a split contracting or reduced
- *      dim) finished by one all_reduce, or a reduce_scatter when the value
- *      is wanted split there.
+ * Stages, each in its own file (behind this header; the files' headers say
+ * what each takes and gives):
+ *   1. annotations (gspmd_propagate.c): every op's "sharding" parsed
+ *      against the slice's named axes and the op's global shape (unknown
+ *      axis, axis twice, rank, divisibility are 400s naming
+ *      ops[j].sharding);
+ *   2. propagation (gspmd_propagate.c): annotated values (and inputs,
+ *      whose sharding is the producer's) keep their sharding; forward then
+ *      backward sweeps give every other value the sharding its operands
+ *      (or its users) imply, until nothing changes; what is left unsharded
+ *      is replicated;
+ *   3. lowering (gspmd_lower.c, moves in gspmd_reshard.c, emission in
+ *      gspmd_state.c): each op becomes its local op on local shapes, with
+ *      the operands first resharded to what the op needs (all_to_all to
+ *      move an axis between dims, all_gather to drop one, shard_slice to
+ *      add one: slicing is local), partial sums (a split contracting or
+ *      reduced dim) finished by one all_reduce, or a reduce_scatter when
+ *      the value is wanted split there.
+ * Beside them: gspmd_layout.c (sharding arithmetic) and gspmd_edge.c
+ * (cross-mesh edges), which the compiler's stages use too. The types
+ * (shd_t, gspmd_mesh_t, gspmd_edge_t, gspmd_t) are in compiler_types.h.
+ * What uses what is a DAG (A <- B: B includes and calls A):
+ *   compiler_types <- gspmd_layout <- gspmd_edge
+ *   compiler_ops, gspmd_layout <- gspmd_state <- gspmd_propagate, gspmd_reshard
+ *   gspmd_propagate, gspmd_reshard, gspmd_edge <- gspmd_lower
+ * and compiler_plan.c calls gspmd_partition(); nothing here uses the
+ * compiler's later stages (compiler_shapes, _comp, _parse, _plan).
  *
  * Ownership: gspmd_partition() returns a gspmd_t the caller frees with
  * gspmd_free(); it owns the global comp_t it was given. */
@@ -26,48 +39,7 @@
 #include "compiler.h"
 #include "err.h"
 
-/* How a value is laid out over the mesh: dim d is split over the mesh axes
- * ax[d][0..n[d]-1], major to minor (chunk index = row-major index of the
- * shard's coordinates along them). A mesh axis appears at most once. Axes
- * not named replicate the value. `partial` (bit per mesh axis) marks a
- * value whose shards hold partial sums over those axes (internal to
- * lowering; never the sharding of a user's value). */
-typedef struct shd {
-    int rank;
-    uint8_t n[TENSOR_MAX_RANK];
-    uint8_t ax[TENSOR_MAX_RANK][MESH_MAX_RANK];
-    unsigned partial;
-} shd_t;
-
-/* A slice's mesh as the partitioner sees it. */
-typedef struct gspmd_mesh {
-    shape_t shape;
-    char axes[MESH_MAX_RANK][NAME_MAX_LEN];
-} gspmd_mesh_t;
-
-typedef struct gspmd {
-    comp_t *global;             /* the program as written: global shapes (owned) */
-    shd_t *vshd;                /* per value of `global`: its sharding */
-    json_t *lowered;            /* per-shard computation object (Part A ops) */
-    int nlowered;               /* ops in lowered */
-    shd_t *lshd;                /* per lowered op: its value's sharding (global view) */
-    uint8_t *inserted;          /* per lowered op: 1 when the partitioner added it */
-    int ncoll;                  /* collectives inserted */
-} gspmd_t;
-
-/* A cross-mesh edge (DESIGN Part C): a value of shape `global`, laid out
- * as `from` on the producer's mesh, delivered laid out as `to` on the
- * consumer's. Consumer shard c gets, from each distinct piece overlapping
- * its box, one replica's intersection (the replica whose ordinal among the
- * piece's holders is c mod their number, so replicas share the sending),
- * worker to worker, tagged (src = producer shard, dst = c). Both ends
- * derive the same pieces from this description alone. */
-typedef struct gspmd_edge {
-    shape_t global;
-    shape_t from_mesh, to_mesh;
-    shd_t from, to;
-} gspmd_edge_t;
-
+/* gspmd_lower.c */
 /* Partitions `global` (compiled from comp_json in global mode: shapes are
  * global) for `mesh`. in_edge[i] describes global->inputs[i]: the
  * producer's global shape, mesh and output sharding (`to`, to_mesh
@@ -80,6 +52,7 @@ typedef struct gspmd_edge {
 int gspmd_partition(comp_t *global, const json_t *comp_json, const gspmd_mesh_t *mesh,
                     const gspmd_edge_t *in_edge, const char *prefix, gspmd_t **out, err_t *e);
 
+/* gspmd_edge.c (gspmd_free: compiler_types.h) */
 /* The edge as JSON ({"global", "from_mesh", "from", "to_mesh", "to"}, axes
  * as integers) and back; parse checks everything a hostile task could get
  * wrong (ranks, axes, divisibility) and returns 0 or -1 with why. */
@@ -93,8 +66,8 @@ int gspmd_edge_piece(const gspmd_edge_t *e, int p, int c, int64_t lo[TENSOR_MAX_
  * (shape ds, box at doff). Callers have checked every bound. */
 void gspmd_box_copy(const float *src, const shape_t *ss, const int64_t *soff, float *dst,
                     const shape_t *ds, const int64_t *doff, const int64_t *ext);
-void gspmd_free(gspmd_t *g);
 
+/* gspmd_layout.c */
 /* Local shape of a value of global shape `gs` laid out as s. */
 void gspmd_local_shape(const shape_t *gs, const shd_t *s, const gspmd_mesh_t *mesh,
                        shape_t *out);
