@@ -62,11 +62,20 @@ static void check_task(const wtask_t *t, int64_t id)
             if (t->devices[m] == t->devices[l])
                 abort();
     }
-    for (int i = 0; i < t->nsends; i++)
-        if (t->sends[i].slice < 0 || t->sends[i].slice >= t->place->nslices ||
-            t->place->slices[t->sends[i].slice].nshards <= t->shards[t->nlocal - 1] ||
-            !memchr(t->sends[i].value, '\0', sizeof t->sends[i].value))
+    /* A plain edge carries shard k to shard k, so the consumer has every
+     * shard this task runs; a cross-mesh edge (reshard) goes from this
+     * task's mesh to one of exactly the consumer's shard count. */
+    for (int i = 0; i < t->nsends; i++) {
+        const wtask_send_t *d = &t->sends[i];
+        if (d->slice < 0 || d->slice >= t->place->nslices ||
+            !memchr(d->value, '\0', sizeof d->value))
             abort();
+        int64_t consumer = t->place->slices[d->slice].nshards;
+        if (d->edge ? !shape_equal(&d->edge->from_mesh, &t->slice_shape) ||
+                          shape_numel(&d->edge->to_mesh) != consumer
+                    : consumer <= t->shards[t->nlocal - 1])
+            abort();
+    }
     /* full_values: names terminated, axes inside the slice; shard 0 (all
      * coordinates 0) is always the reporting replica of a listed value. */
     for (int i = 0; i < t->nfull; i++)
