@@ -23,7 +23,6 @@
 #include <string.h>
 
 #define SLICES_MAX 64
-#define PRIORITY_LIMIT 1000
 #define RETRIES_MAX 10
 #define RETRIES_DEFAULT 2
 
@@ -55,9 +54,9 @@ int job_top(const json_t *doc, job_plan_t *plan, err_t *e)
     }
     int64_t v = 0;
     if (json_object_get(doc, "priority") &&
-        read_int(json_object_get(doc, "priority"), -PRIORITY_LIMIT, PRIORITY_LIMIT, &v))
+        read_int(json_object_get(doc, "priority"), -JOB_PRIORITY_LIMIT, JOB_PRIORITY_LIMIT, &v))
         return err_set(e, 400, "priority", "priority must be an integer in %d..%d",
-                       -PRIORITY_LIMIT, PRIORITY_LIMIT);
+                       -JOB_PRIORITY_LIMIT, JOB_PRIORITY_LIMIT);
     plan->priority = json_object_get(doc, "priority") ? v : 0;
     plan->max_retries = RETRIES_DEFAULT;
     if (json_object_get(doc, "max_retries")) {

@@ -30,6 +30,7 @@
 #define JOB_MAX_COMPS 1024
 #define JOB_MAX_OPS 4096            /* per computation */
 #define SLICE_DIM_MAX 4096          /* each dim of a slice or island mesh: 1..SLICE_DIM_MAX */
+#define JOB_PRIORITY_LIMIT 1000     /* a job's priority (and a tenant's max_priority): +-this */
 
 /* ------------------------------------------------------------------ */
 /* Ops and computations. */

@@ -14,8 +14,6 @@
 #define TENANT_MAX_QUEUED_DEFAULT 1000
 #define TENANT_MAX_QUEUED_MAX 100000
 #define TENANT_MAX_PRIORITY_DEFAULT 0
-/* The job document's priority range (common/compiler.c). */
-#define TENANT_PRIORITY_LIMIT 1000
 
 static const char *const tenant_fields[] = {"name", "quota_devices", "share", "max_queued",
                                             "max_priority", NULL};
@@ -78,7 +76,7 @@ void api_tenants_create(http_req_t *req, http_resp_t *resp)
     if (int_field(body, "quota_devices", 1, TENANT_QUOTA_MAX, &lim.quota, resp) != 0 ||
         int_field(body, "share", 1, TENANT_SHARE_MAX, &lim.share, resp) != 0 ||
         int_field(body, "max_queued", 1, TENANT_MAX_QUEUED_MAX, &lim.max_queued, resp) != 0 ||
-        int_field(body, "max_priority", -TENANT_PRIORITY_LIMIT, TENANT_PRIORITY_LIMIT,
+        int_field(body, "max_priority", -JOB_PRIORITY_LIMIT, JOB_PRIORITY_LIMIT,
                   &lim.max_priority, resp) != 0)
         goto cleanup;
     char token[64], hash[AUTH_HASH_HEX_LEN];

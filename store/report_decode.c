@@ -1,5 +1,5 @@
 /* report_decode.c - see report_decode.h. Moved here from api_worker.c
- * (report_outputs_ok, the batch envelope) and store_worker.c
+ * (report_outputs_ok, the batch envelope) and the store's report code
  * (report_validate, batch_item, report_output's checks). An output's
  * element count is checked before each multiplication (a shape like
  * [16777216, 1099511627776] overflowed int64_t and passed). Since host

@@ -50,7 +50,7 @@ static void check_err(int rc, const err_t *e)
         abort();
     if (rc == 500 && e->field[0])
         abort();
-    /* The partitioner's output must always compile (gspmd.c). */
+    /* The partitioner's output must always compile (gspmd_lower.c). */
     if (rc == 500 && strstr(e->detail, "partitioner produced"))
         abort();
 }

@@ -1,5 +1,5 @@
 /* fuzz_report.c - libFuzzer target for the controller's decoding of
- * worker reports (server/report_decode.c), in the order atolld applies it:
+ * worker reports (store/report_decode.c), in the order atolld applies it:
  *   single report (POST /v1/workers/{id}/tasks/{task}): report_outputs_check,
  *     report_validate, then for each output report_output_shards (against
  *     its own length and a wrong one) and report_output_decode of each of

@@ -1,7 +1,7 @@
 /* fuzz_runio.c - libFuzzer target for the two decoders of users' programs'
  * untrusted bytes (DESIGN Part F): the first input byte picks one.
  *   even: common/npy.c npy_decode() of an output file a program wrote;
- *   odd:  server/report_decode.c report_log_segments() of a worker's logs
+ *   odd:  store/report_decode.c report_log_segments() of a worker's logs
  *         body (POST /v1/workers/{id}/logs).
  *
  * Invariants (a violation aborts, which libFuzzer reports):
