@@ -15,14 +15,15 @@ typedef struct api_config {
     const char *dispatch;           /* "parallel" | "sequential" */
     int allow_run;                  /* --allow-run: "run" computations accepted */
     /* The scheduler, as the handlers see it (atolld's main.c wires these;
-     * server/ does not include scheduler/): notify wakes it after a change
+     * server/ does not include scheduler/): wake_scheduler after a change
      * it cares about (a job arrived or ended, a worker came or went);
-     * metrics appends its /metrics families (util_appendf's contract).
-     * fits says whether a job could ever be placed (1, 0 never, -1 error).
-     * Any may be NULL (no scheduler: every job fits). */
-    void (*sched_notify)(void);
-    int (*sched_fits)(const job_plan_t *plan);
-    size_t (*sched_metrics)(char *buf, size_t len, size_t cap);
+     * job_ever_fits says whether a job could ever be placed (1, 0 never,
+     * -1 error); scheduler_metrics appends its /metrics families
+     * (util_appendf's contract). Any may be NULL (no scheduler: every job
+     * fits). */
+    void (*wake_scheduler)(void);
+    int (*job_ever_fits)(const job_plan_t *plan);
+    size_t (*scheduler_metrics)(char *buf, size_t len, size_t cap);
 } api_config_t;
 
 extern api_config_t api_cfg;
@@ -30,8 +31,8 @@ extern api_config_t api_cfg;
 /* Wakes the scheduler through its hook (no-op without one). */
 static inline void api_sched_notify(void)
 {
-    if (api_cfg.sched_notify)
-        api_cfg.sched_notify();
+    if (api_cfg.wake_scheduler)
+        api_cfg.wake_scheduler();
 }
 
 /* The router: the handler given to http_start(). */

@@ -254,8 +254,8 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 500, NULL, "out of memory");
         return;
     }
-    if (api_cfg.sched_metrics)
-        len = api_cfg.sched_metrics(all, len, cap);
+    if (api_cfg.scheduler_metrics)
+        len = api_cfg.scheduler_metrics(all, len, cap);
     len = metrics_store(all, len, cap);
     len = metrics_dplane(st, all, len, cap);
     len = metrics_http(all, len, cap);

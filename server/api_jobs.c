@@ -84,7 +84,7 @@ static int job_refused_early(const http_req_t *req, store_t *st, const job_plan_
             return 1;
         }
     }
-    int fits = api_cfg.sched_fits ? api_cfg.sched_fits(plan) : 1;
+    int fits = api_cfg.job_ever_fits ? api_cfg.job_ever_fits(plan) : 1;
     if (fits < 0) {
         http_problem(resp, 500, NULL, "out of memory");
         return 1;
