@@ -25,7 +25,7 @@
  * group's 15 s lease that is 5 s, so allow several periods. */
 #define STORE_DRAIN_TIMEOUT_MS 20000
 #define FAULT_PEER_TIMEOUT_MS "800"
-#define FAULT_LEASE_MS "15000"
+#define FAULT_LEASE_MS "30000"
 
 /* How long a worker may take to send its first store figures: two
  * heartbeat periods (lease / 3) of the current group's cluster. */
@@ -404,10 +404,12 @@ static void test_failed_shard_then_drained(void **state)
         hx_sleep_ms(5);
     T_CHECK(leased_of(victim) >= 1, "worker pid %d never leased its host task", (int)victim);
     T_CHECK(kill(victim, SIGSTOP) == 0, "SIGSTOP failed");
-    /* Bounded well inside the 15 s lease, so the frozen worker is not
-     * declared lost (that would be a different failure path). */
+    /* Bounded well inside the 30 s lease (renewed at least every 10 s before
+     * the freeze), so the frozen worker is not declared lost (that would be
+     * a different failure path); generous for a loaded machine, where the
+     * 0.8 s compute, the 0.8 s peer timeout and the report take seconds. */
     json_t *job = NULL;
-    int rc = hx_job_wait(&itest_client, id, 6000, ITEST_POLL_MS, &job);
+    int rc = hx_job_wait(&itest_client, id, 15000, ITEST_POLL_MS, &job);
     kill(victim, SIGCONT);
     char st[32], err[400];
     const char *e = json_string_value(json_object_get(job, "error"));
