@@ -175,83 +175,67 @@ static int env_int(const char *name, int dflt, int lo, int hi)
     return n < lo ? lo : (n > hi ? hi : n);
 }
 
-int main(void)
+/* One finished job, so GET /v1/jobs/{id} reads a real, complete job. Its
+ * id in *first; 0 or -1. */
+static int warm_up(hx_client_t *cl, int64_t *first)
 {
-    int seconds = env_int("LOAD_SECONDS", 10, 1, 30);
-    int conns = env_int("LOAD_WRK_CONNS", 1, 1, 16);
-    static const char *const islands[] = {"west=4x4"};
-    hx_cluster_t cluster;
-    hx_client_t cl = {0};
-    submitter_t subs[LOAD_THREADS];
-    wrk_run_t wrk[LOAD_NENDPOINTS];
-    int rc = 1, nsubs = 0, use_wrk = wrk_available();
-    memset(subs, 0, sizeof subs);
-    memset(wrk, 0, sizeof wrk);
-    if (hx_init() != 0 || !(tiny_doc = hx_text_q(tiny_doc_q)))
-        return 1;
-    if (hx_cluster_start(&cluster, islands, 1) != 0) {
-        free(tiny_doc);
-        return 1;
-    }
-    for (int w = 0; w < 4; w++)
-        if (hx_worker_start(&cluster, "west", 4) != 0)
-            goto cleanup;
-    if (hx_client_init(&cl, cluster.url) != 0)
-        goto cleanup;
-    load_url = cluster.url;
-
-    /* One finished job, so GET /v1/jobs/{id} reads a real, complete job. */
-    int64_t first = 0;
     json_t *job = NULL;
-    if (hx_job_submit(&cl, tiny_doc, &first, NULL) != 201 ||
-        hx_job_wait(&cl, first, 20000, LOAD_POLL_MS, &job) != 0) {
+    if (hx_job_submit(cl, tiny_doc, first, NULL) != 201 ||
+        hx_job_wait(cl, *first, 20000, LOAD_POLL_MS, &job) != 0) {
         fprintf(stderr, "bench_load: the warm-up job did not finish\n");
         json_decref(job);
-        goto cleanup;
+        return -1;
     }
     json_decref(job);
+    return 0;
+}
 
+/* Starts one wrk per read endpoint (pipes in wrk[]); 0 or -1. */
+static int wrk_start_all(wrk_run_t *wrk, const char *url, int64_t first, int conns, int seconds)
+{
     static const char *const names[LOAD_NENDPOINTS] = {"islands", "jobs_list", "job_get",
                                                         "healthz"};
     snprintf(wrk[0].path, sizeof wrk[0].path, "/v1/islands");
     snprintf(wrk[1].path, sizeof wrk[1].path, "/v1/jobs?limit=20");
     snprintf(wrk[2].path, sizeof wrk[2].path, "/v1/jobs/%" PRId64, first);
     snprintf(wrk[3].path, sizeof wrk[3].path, "/healthz");
-    if (!use_wrk)
-        printf("# wrk not found on PATH: read endpoints skipped (bench/load.sh installs it)\n");
-    for (int i = 0; use_wrk && i < LOAD_NENDPOINTS; i++) {
+    for (int i = 0; i < LOAD_NENDPOINTS; i++) {
         char cmd[512];
         wrk[i].name = names[i];
         snprintf(cmd, sizeof cmd, "wrk -t1 -c%d -d%ds --timeout 5s --latency '%s%s' 2>&1", conns,
-                 seconds, cluster.url, wrk[i].path);
+                 seconds, url, wrk[i].path);
         if (!(wrk[i].pipe = popen(cmd, "r"))) {
             fprintf(stderr, "bench_load: cannot start wrk\n");
-            goto cleanup;
+            return -1;
         }
     }
+    return 0;
+}
 
-    load_deadline_ms = hx_now_ms() + (int64_t)seconds * 1000;
-    for (; nsubs < LOAD_THREADS; nsubs++) {
-        submitter_t *s = &subs[nsubs];
+/* Starts the submitter threads; how many started. */
+static int submitters_start(submitter_t *subs)
+{
+    int n = 0;
+    for (; n < LOAD_THREADS; n++) {
+        submitter_t *s = &subs[n];
         s->post_ms = calloc(LOAD_MAX_SAMPLES, sizeof *s->post_ms);
         s->e2e_ms = calloc(LOAD_MAX_SAMPLES, sizeof *s->e2e_ms);
         if (!s->post_ms || !s->e2e_ms || pthread_create(&s->tid, NULL, submitter_main, s) != 0) {
             free(s->post_ms);
             free(s->e2e_ms);
-            fprintf(stderr, "bench_load: cannot start submitter %d\n", nsubs);
+            s->post_ms = s->e2e_ms = NULL;
+            fprintf(stderr, "bench_load: cannot start submitter %d\n", n);
             break;
         }
     }
-    for (int i = 0; use_wrk && i < LOAD_NENDPOINTS; i++)
-        if (wrk[i].pipe)
-            wrk_collect(&wrk[i]);
-    for (int i = 0; i < nsubs; i++)
-        pthread_join(subs[i].tid, NULL);
+    return n;
+}
 
-    long errors = nsubs < LOAD_THREADS;
-    printf("load.seconds %d\nload.wrk_connections_per_endpoint %d\nload.submit_threads %d\n",
-           seconds, conns, nsubs);
-    for (int i = 0; use_wrk && i < LOAD_NENDPOINTS; i++) {
+/* Prints each wrk's figures; returns the errors seen. */
+static long wrk_print(const wrk_run_t *wrk)
+{
+    long errors = 0;
+    for (int i = 0; i < LOAD_NENDPOINTS; i++) {
         const wrk_run_t *w = &wrk[i];
         if (!w->ok) {
             fprintf(stderr, "bench_load: wrk on %s failed or printed no figures\n", w->path);
@@ -263,10 +247,20 @@ int main(void)
                w->name, w->p99_ms, w->name, w->errors);
         errors += w->errors;
     }
-    int submitted = 0, succeeded = 0, sub_err = 0, n = 0;
+    return errors;
+}
+
+/* Prints the submitters' figures (latency percentiles over all their
+ * samples); their errors in *errors, jobs succeeded in *succeeded. 0 or
+ * -1 (out of memory). */
+static int submits_print(const submitter_t *subs, int nsubs, int seconds, long *errors,
+                         int *succeeded)
+{
+    int submitted = 0, sub_err = 0, n = 0;
+    *succeeded = 0;
     for (int i = 0; i < nsubs; i++) {
         submitted += subs[i].submitted;
-        succeeded += subs[i].succeeded;
+        *succeeded += subs[i].succeeded;
         sub_err += subs[i].errors;
         n += subs[i].nsamples;
     }
@@ -276,7 +270,7 @@ int main(void)
         free(post);
         free(e2e);
         fprintf(stderr, "bench_load: out of memory\n");
-        goto cleanup_subs;
+        return -1;
     }
     for (int i = 0, k = 0; i < nsubs; i++)
         for (int j = 0; j < subs[i].nsamples; j++, k++) {
@@ -289,19 +283,66 @@ int main(void)
            "load.submit.jobs_per_s %.1f\nload.submit.post_p50_ms %.3f\n"
            "load.submit.post_p99_ms %.3f\nload.submit.to_success_p50_ms %.3f\n"
            "load.submit.to_success_p99_ms %.3f\nload.submit.errors %d\n",
-           submitted, succeeded, (double)succeeded / seconds, percentile(post, n, 50),
+           submitted, *succeeded, (double)*succeeded / seconds, percentile(post, n, 50),
            percentile(post, n, 99), percentile(e2e, n, 50), percentile(e2e, n, 99), sub_err);
     free(post);
     free(e2e);
-    errors += sub_err;
-    printf("load.errors_total %ld\n", errors);
-    rc = errors == 0 && succeeded > 0 ? 0 : 1;
-cleanup_subs:
+    *errors += sub_err;
+    return 0;
+}
+
+int main(void)
+{
+    int seconds = env_int("LOAD_SECONDS", 10, 1, 30);
+    int conns = env_int("LOAD_WRK_CONNS", 1, 1, 16);
+    static const char *const islands[] = {"west=4x4"};
+    hx_cluster_t cluster;
+    hx_client_t cl = {0};
+    submitter_t subs[LOAD_THREADS];
+    wrk_run_t wrk[LOAD_NENDPOINTS];
+    int rc = 1, nsubs = 0, use_wrk = wrk_available(), succeeded = 0;
+    int64_t first = 0;
+    memset(subs, 0, sizeof subs);
+    memset(wrk, 0, sizeof wrk);
+    if (hx_init() != 0 || !(tiny_doc = hx_text_q(tiny_doc_q)))
+        return 1;
+    if (hx_cluster_start(&cluster, islands, 1) != 0) {
+        free(tiny_doc);
+        return 1;
+    }
+    for (int w = 0; w < 4; w++)
+        if (hx_worker_start(&cluster, "west", 4) != 0)
+            goto cleanup;
+    if (hx_client_init(&cl, cluster.url) != 0 || warm_up(&cl, &first) != 0)
+        goto cleanup;
+    load_url = cluster.url;
+    if (!use_wrk)
+        printf("# wrk not found on PATH: read endpoints skipped (bench/load.sh installs it)\n");
+    if (use_wrk && wrk_start_all(wrk, cluster.url, first, conns, seconds) != 0)
+        goto cleanup;
+
+    load_deadline_ms = hx_now_ms() + (int64_t)seconds * 1000;
+    nsubs = submitters_start(subs);
+    for (int i = 0; use_wrk && i < LOAD_NENDPOINTS; i++)
+        if (wrk[i].pipe)
+            wrk_collect(&wrk[i]);
+    for (int i = 0; i < nsubs; i++)
+        pthread_join(subs[i].tid, NULL);
+
+    long errors = nsubs < LOAD_THREADS;
+    printf("load.seconds %d\nload.wrk_connections_per_endpoint %d\nload.submit_threads %d\n",
+           seconds, conns, nsubs);
+    if (use_wrk)
+        errors += wrk_print(wrk);
+    if (submits_print(subs, nsubs, seconds, &errors, &succeeded) == 0) {
+        printf("load.errors_total %ld\n", errors);
+        rc = errors == 0 && succeeded > 0 ? 0 : 1;
+    }
+cleanup:
     for (int i = 0; i < nsubs; i++) {
         free(subs[i].post_ms);
         free(subs[i].e2e_ms);
     }
-cleanup:
     for (int i = 0; i < LOAD_NENDPOINTS; i++)
         if (wrk[i].pipe)
             pclose(wrk[i].pipe);

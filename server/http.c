@@ -1,7 +1,18 @@
 /* http.c - libmicrohttpd glue: body accumulation with a cap, parking of
  * long polls (suspend/resume), response building, and the defences against
  * hostile connections (see http.h): a connection cap from RLIMIT_NOFILE, an
- * idle timeout, and a header deadline enforced by a sweeper. */
+ * idle timeout, and a header deadline enforced by a sweeper.
+ *
+ * Threads and ownership: MHD's pool threads run the callbacks; a request's
+ * conn_ctx_t belongs to the thread running its connection (made at the
+ * request line, freed in on_done), so its body needs no lock and never
+ * grows past the cap (too_large is set instead). Two lists are shared:
+ * parked connections (park_mu: added by a handler that parks, emptied by
+ * http_wake from any thread and by the ticker every HTTP_PARK_TICK_MS) and
+ * tracked connections for the header sweeper (track_mu: an entry lives
+ * from MHD's STARTED to its CLOSED notification, and the sweeper shuts a
+ * socket down only under track_mu, so it is always that connection's).
+ * The counters are atomics. Once http_stop began, nothing parks. */
 #include "http.h"
 
 #include <arpa/inet.h>

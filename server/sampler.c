@@ -1,5 +1,13 @@
 /* sampler.c - the dashboard's watcher thread: change detection for the
- * event stream and utilization samples (see sampler.h). */
+ * event stream and utilization samples (see sampler.h).
+ *
+ * One thread, its own store connection. Each tick it reads SQLite's
+ * data_version (it moves only when another connection committed), and
+ * only then hashes what the dashboard shows, calling on_change when the
+ * hash moved; every interval_ms it writes the sample rows (busy and down
+ * devices per island, jobs per state)
+ * in one transaction and prunes rows older than retain_s.
+ * sampler_running is guarded by sampler_mu, which the stop signals. */
 #include "sampler.h"
 
 #include <pthread.h>

@@ -1,4 +1,15 @@
-/* store.c - connections, statement cache, migrations, islands. */
+/* store.c - connections, statement cache, migrations, islands.
+ *
+ * One connection per thread (SQLite's rule): store_thread() opens it on a
+ * thread's first call and a pthread key closes it when the thread ends, so
+ * a store_t and its cached statements are never shared. WAL, busy_timeout,
+ * synchronous=NORMAL (FULL under --durability commit; store_sync.c makes
+ * acknowledged writes durable).
+ * Process-wide state is written before threads share it (store_path and
+ * the cluster secret by store_global_init) or is atomic (the write
+ * counters: store_write_txns from the commit hook, store_gen after a
+ * store_commit, read by parked polls to skip re-reading an unchanged
+ * store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin). */
 #include "store.h"
 
 #include <nettle/hmac.h>
