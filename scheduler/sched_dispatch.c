@@ -140,18 +140,16 @@ cleanup:
 }
 
 /* Writes computation c's host tasks: its shards grouped by the worker
- * holding their devices, one row per worker. 0 or -1. */
+ * holding their devices, one row per worker; blocked: they wait (sequential
+ * dispatch) until store_progress.c releases them. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
-                        const json_t *doc, round_t *r, const alloc_placement_t *pl, int c)
+                        const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
+                        int blocked)
 {
     const comp_t *cp = &plan->comps[c];
     const alloc_placement_t *p = &pl[cp->slice];
     int64_t island = r->island_id[p->island];
     int64_t seq = store_sched_take_seq(st, island, 1);
-    /* Shared jobs are fed computation by computation (sched_feed_shared), so
-     * their tasks never wait blocked: sequential dispatch is for exclusive
-     * jobs. */
-    int blocked = sched_cfg.sequential && !plan->shared && cp->ninputs > 0;
     if (seq < 0 || store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
         return -1;
     shard_ref_t *refs = malloc(sizeof *refs * (size_t)p->nshards);
@@ -248,6 +246,26 @@ cleanup:
     return text;
 }
 
+/* Sequential dispatch: whether computation c's tasks wait blocked. One
+ * with inputs waits for its producers; so does, on its island, every
+ * computation after one that waits (waiting[] marks the round's islands
+ * where one did, in the job's topological order, which is also its seq
+ * order there): store_progress.c releases them in seq order, so no worker
+ * can start a later-numbered computation of the job before it has received
+ * an earlier one that another worker runs first (that could deadlock two
+ * collectives). Shared jobs are fed one computation at a time
+ * (sched_feed_shared) and never wait blocked. */
+static int sequential_waits(const job_plan_t *plan, const alloc_placement_t *pl, int c,
+                            int *waiting)
+{
+    if (!sched_cfg.sequential || plan->shared)
+        return 0;
+    int island = pl[plan->comps[c].slice].island;
+    if (plan->comps[c].ninputs > 0)
+        waiting[island] = 1;
+    return waiting[island];
+}
+
 /* Writes the allocation, the placement and every host task of the job in
  * one transaction. Sequence numbers follow the job's topological order, so
  * on each island every device meets the job's computations in the same
@@ -255,7 +273,7 @@ cleanup:
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                        const json_t *doc, round_t *r, const alloc_placement_t *pl)
 {
-    int ndev = 0;
+    int waiting[16] = {0}, ndev = 0;
     for (int s = 0; s < plan->nslices; s++)
         ndev += pl[s].nshards;
     int64_t *isl = malloc(sizeof *isl * (size_t)ndev), *dev = malloc(sizeof *dev * (size_t)ndev);
@@ -281,7 +299,8 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
     /* A shared job's computations are dispatched later, interleaved with
      * the other shared jobs' by tenant share (sched_feed_shared). */
     for (int t = 0; !plan->shared && t < plan->ncomps; t++)
-        if (sched_dispatch_comp(st, job, plan, doc, r, pl, plan->topo[t]) != 0)
+        if (sched_dispatch_comp(st, job, plan, doc, r, pl, plan->topo[t],
+                                sequential_waits(plan, pl, plan->topo[t], waiting)) != 0)
             goto fail;
     if (store_commit(st) != 0)
         goto fail;

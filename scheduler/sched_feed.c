@@ -71,7 +71,7 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
         pl[cp->slice].nshards = n;
         sched_job_t job = {fj->id, fj->attempt, fj->tenant, 0, 0};
         if (store_begin(st) == 0) {
-            rc = sched_dispatch_comp(st, &job, plan, pe->doc, r, pl, c);
+            rc = sched_dispatch_comp(st, &job, plan, pe->doc, r, pl, c, 0);
             if (rc == 0)
                 rc = store_commit(st);
             if (rc != 0)

@@ -89,9 +89,11 @@
  * one on the same devices starts: true in parallel dispatch (all of an
  * exclusive job's tasks are pending at once) and for shared jobs (never
  * blocked). Sequential dispatch hands a blocked computation's tasks out
- * only when its producers succeeded, so there a worker that polls late may
- * get them after it started a later-numbered computation of the same job
- * that had no inputs; the scheduler does not prevent that case. */
+ * only when its producers succeeded, and every later-numbered computation
+ * of the job on that island waits with it (sequential_waits,
+ * sched_dispatch.c; released in seq order by store_progress.c), so a
+ * worker that polls late never gets an earlier computation after it
+ * started a later one. */
 #ifndef ATOLL_SCHED_INTERNAL_H
 #define ATOLL_SCHED_INTERNAL_H
 
@@ -164,9 +166,10 @@ void sched_plans_free_all(void);
 /* ---- dispatch (sched_dispatch.c), inside the caller's transaction or its own ---- */
 
 /* Writes computation c's island sequence number and host tasks (inside the
- * caller's transaction). 0 or -1. */
+ * caller's transaction), blocked (sequential dispatch) or pending. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
-                        const json_t *doc, round_t *r, const alloc_placement_t *pl, int c);
+                        const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
+                        int blocked);
 /* Writes the job's allocation, placement and (exclusive jobs) every host
  * task in one transaction of its own. 0 or -1 (rolled back, logged). */
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,

@@ -65,8 +65,10 @@
  *   (new)      -> pending | blocked
  *                            store_sched_add_task at dispatch; blocked only
  *                            in sequential dispatch (store_sched.c)
- *   blocked    -> pending    its computation's producers all succeeded
- *                            (comp_succeeded, store_progress.c)
+ *   blocked    -> pending    its computation's producers all succeeded and
+ *                            no earlier-numbered computation of the job on
+ *                            its island still waits for its own: released
+ *                            in seq order (comp_succeeded, store_progress.c)
  *   pending    -> leased     a poll by its worker (poll_lease, store_poll.c);
  *                            an answer lost on the way is delivered again,
  *                            still leased

@@ -167,13 +167,23 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     static const char deps_sql[] =
         "UPDATE computations SET deps_left = deps_left - 1 WHERE job_id = ?1"
         " AND state = 'waiting' AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
+    /* Released in seq order on each island: a computation whose producers
+     * are done still waits while an earlier-numbered one of the job on its
+     * island waits for its own (the scheduler blocked it for that:
+     * sequential_waits, sched_dispatch.c), so every worker receives the
+     * job's computations there in seq order. */
+#define COMP_RELEASED(c)                                                                   \
+    c ".deps_left = 0 AND NOT EXISTS (SELECT 1 FROM computations e WHERE e.job_id = ?1"    \
+    " AND e.state = 'waiting' AND e.island_id = " c ".island_id AND e.seq < " c ".seq"     \
+    " AND e.deps_left > 0)"
     static const char unblock_sql[] =
         "UPDATE host_tasks SET state = 'pending', dispatched_at = ?3 WHERE job_id = ?1"
         " AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
-        " (SELECT idx FROM computations WHERE job_id = ?1 AND deps_left = 0)";
+        " (SELECT c.idx FROM computations c WHERE c.job_id = ?1 AND " COMP_RELEASED("c") ")";
     static const char disp_sql[] =
-        "UPDATE computations SET state = 'dispatched', dispatched_at = ?2 WHERE job_id = ?1"
-        " AND state = 'waiting' AND deps_left = 0 AND seq IS NOT NULL";
+        "UPDATE computations AS c SET state = 'dispatched', dispatched_at = ?2 WHERE c.job_id = ?1"
+        " AND c.state = 'waiting' AND c.seq IS NOT NULL AND " COMP_RELEASED("c");
+#undef COMP_RELEASED
     sqlite3_stmt *s = store_stmt(st, comp_sql);
     if (!s)
         return -1;

@@ -334,6 +334,55 @@ static void test_sequential_consumer_dispatched_after_producer(void **state)
             " before its producer finished at %" PRId64, c_start, p_fin);
 }
 
+/* A chain p -> c -> e, then d without inputs, all on one island:
+ * topological (and seq) order p, c, e, d, with c, e and d on the same
+ * devices. */
+static const char seq_order_doc[] =
+    "{'name':'seqorder','slices':{'a':{'shape':[2,2]},'b':{'shape':[2,2]}},'computations':["
+    "{'name':'p','slice':'a','ops':[{'op':'compute','out':'busy','us':200000},"
+    "{'op':'shard_index','out':'i'},{'op':'all_reduce','out':'x','args':['i'],'reduce':'sum'}],"
+    "'outputs':['x']},"
+    "{'name':'c','slice':'b','ops':[{'op':'input','out':'x','from':'p.x'},"
+    "{'op':'compute','out':'busy','us':200000},"
+    "{'op':'all_reduce','out':'y','args':['x'],'reduce':'sum'}],'outputs':['y']},"
+    "{'name':'e','slice':'b','ops':[{'op':'input','out':'y','from':'c.y'},"
+    "{'op':'scale','out':'w','args':['y'],'factor':0.5}],'outputs':['w']},"
+    "{'name':'d','slice':'b','ops':[{'op':'shard_index','out':'i'},"
+    "{'op':'all_reduce','out':'z','args':['i'],'reduce':'max'}],'outputs':['z']}]}";
+
+/* Sequential dispatch hands a job's computations out in seq order on each
+ * island: d has no inputs, but it is numbered after c, which waits for p,
+ * so d waits too. Handed out at allocation, a worker could start d while
+ * another, polling later, got c and d together and ran c first: two
+ * collectives waiting on each other. */
+static void test_sequential_released_in_seq_order(void **state)
+{
+    (void)state;
+    int64_t id;
+    json_t *job = itest_run_ok(seq_order_doc, &id);
+    int64_t p_fin = comp_time(job, 0, "finished"), c_fin = comp_time(job, 1, "finished");
+    int64_t c_disp = comp_time(job, 1, "dispatched"), e_disp = comp_time(job, 2, "dispatched");
+    int64_t d_disp = comp_time(job, 3, "dispatched"), d_start = comp_time(job, 3, "started");
+    json_decref(job);
+    T_CHECK(c_disp >= p_fin && e_disp >= c_fin, "the chain was not dispatched link by link");
+    /* d waits for every computation numbered before it on its island:
+     * released with e (after c finished), not with c. */
+    T_CHECK(d_disp >= e_disp, "d (no inputs, numbered after e) dispatched at %" PRId64
+            " before e at %" PRId64, d_disp, e_disp);
+    T_CHECK(d_start >= c_fin, "d started at %" PRId64 " before c finished at %" PRId64, d_start,
+            c_fin);
+    json_t *res = hx_job_result(&itest_client, id);
+    for (int k = 0; k < 4; k++) {
+        double w = json_number_value(json_array_get(
+            json_object_get(hx_result_shard(res, "e.w", k), "values"), 0));
+        double z = json_number_value(json_array_get(
+            json_object_get(hx_result_shard(res, "d.z", k), "values"), 0));
+        T_CHECK(w == 12.0 && z == 3.0, "shard %d: e.w %g (expected 12), d.z %g (expected 3)", k,
+                w, z);
+    }
+    json_decref(res);
+}
+
 static void test_sequential_results_equal_parallel(void **state)
 {
     (void)state;
@@ -475,6 +524,7 @@ int main(void)
         cmocka_unit_test_teardown(test_sequential_consumer_dispatched_after_producer,
                                   itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_sequential_results_equal_parallel, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_sequential_released_in_seq_order, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_sequential_store_drained_after_success,
                                   itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_sequential_store_drained_after_cancel,
