@@ -1,6 +1,7 @@
 /* auth.c - bearer-token identification; see auth.h for the roles. */
 #include "auth.h"
 
+#include <nettle/base16.h>
 #include <nettle/sha2.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,8 +31,8 @@ void auth_hash_token(const char *token, char hex[HEX_LEN])
     sha256_init(&ctx);
     sha256_update(&ctx, strlen(token), (const uint8_t *)token);
     sha256_digest(&ctx, sizeof digest, digest);
-    for (size_t i = 0; i < sizeof digest; i++)
-        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    base16_encode_update(hex, sizeof digest, digest);   /* lowercase */
+    hex[2 * sizeof digest] = '\0';
 }
 
 int auth_setup(const char *admin, const char *worker, const char *read)
@@ -104,7 +105,7 @@ int auth_new_token(char out[64])
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
         return -1;
     memcpy(out, "atl_", 4);
-    for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(out + 4 + 2 * i, 3, "%02x", raw[i]);
+    base16_encode_update(out + 4, sizeof raw, raw);
+    out[4 + 2 * sizeof raw] = '\0';
     return 0;
 }

@@ -12,6 +12,7 @@
  * store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin). */
 #include "store.h"
 
+#include <nettle/base16.h>
 #include <nettle/hmac.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -385,8 +386,8 @@ void store_attempt_key(int64_t job, int32_t attempt, char hex[STORE_KEY_HEX_LEN]
     hmac_sha256_set_key(&ctx, sizeof store_secret, store_secret);
     hmac_sha256_update(&ctx, sizeof msg, msg);
     hmac_sha256_digest(&ctx, sizeof mac, mac);
-    for (int i = 0; i < 16; i++)
-        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    base16_encode_update(hex, 16, mac);   /* lowercase: the first 128 bits */
+    hex[32] = '\0';
 }
 
 int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e)
