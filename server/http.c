@@ -184,21 +184,26 @@ static void utf8_scrub(char *text)
     }
 }
 
-void http_problem(http_resp_t *resp, int status, const char *field, const char *fmt, ...)
+/* A problem+json object (RFC 9457) with the field at fault, if any. New
+ * reference, NULL on OOM. */
+static json_t *problem_new(int status, const char *field, const char *detail)
 {
-    char detail[512], fieldbuf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    utf8_scrub(detail);
+    char text[512], fieldbuf[256];
+    snprintf(text, sizeof text, "%s", detail);
+    utf8_scrub(text);
     json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
-                          status_title(status), "status", status, "detail", detail);
+                          status_title(status), "status", status, "detail", text);
     if (p && field && *field) {
         snprintf(fieldbuf, sizeof fieldbuf, "%s", field);
         utf8_scrub(fieldbuf);
         json_object_set_new(p, "field", json_string(fieldbuf));
     }
+    return p;
+}
+
+/* Makes p (consumed) the response body. */
+static void problem_send(http_resp_t *resp, int status, json_t *p)
+{
     char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
     json_decref(p);
     free(resp->body);
@@ -206,6 +211,29 @@ void http_problem(http_resp_t *resp, int status, const char *field, const char *
     resp->len = text ? strlen(text) : 0;
     resp->status = status;
     resp->content_type = "application/problem+json";
+}
+
+void http_problem(http_resp_t *resp, int status, const char *field, const char *fmt, ...)
+{
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    problem_send(resp, status, problem_new(status, field, detail));
+}
+
+/* 413 names the cap as an extension member, "max_body", so a client can
+ * resize what it sends (a worker re-batches its reports under it: an
+ * atolld restarted with a smaller --max-body is learned at once). */
+static void problem_too_large(http_resp_t *resp)
+{
+    char detail[128];
+    snprintf(detail, sizeof detail, "request body larger than %zu bytes", http_cfg.max_body);
+    json_t *p = problem_new(413, "body", detail);
+    if (p)
+        json_object_set_new(p, "max_body", json_integer((json_int_t)http_cfg.max_body));
+    problem_send(resp, 413, p);
 }
 
 const char *http_query(const http_req_t *req, const char *key)
@@ -450,7 +478,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     http_resp_t resp = {0};
     if (c->too_large) {
-        http_problem(&resp, 413, "body", "request body larger than %zu bytes", http_cfg.max_body);
+        problem_too_large(&resp);
         return send_resp(conn, &resp);
     }
     if (c->req.runs == 0) {

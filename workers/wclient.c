@@ -354,6 +354,16 @@ const char *wclient_problem_detail(const json_t *resp)
     return d ? d : "";
 }
 
+/* Takes the controller's body cap from an answer's "max_body" (caller
+ * holds mu). Bounded both ways: a forged tiny cap would make every report
+ * lose its values, a huge one is no promise we need. */
+static void max_body_learn(wclient_t *wc, const json_t *cap)
+{
+    if (json_is_integer(cap) && json_integer_value(cap) >= 16384 &&
+        json_integer_value(cap) <= (1 << 30))
+        wc->max_body = (size_t)json_integer_value(cap);
+}
+
 int wclient_register(wclient_t *wc, json_t **resp)
 {
     char host[256] = "";
@@ -382,11 +392,7 @@ int wclient_register(wclient_t *wc, json_t **resp)
             wc->id = json_integer_value(id);
             if (json_is_integer(lease) && json_integer_value(lease) >= 30)
                 wc->lease_ms = (int)json_integer_value(lease);
-            /* Bounded both ways: a forged tiny cap would make every report
-             * lose its values, a huge one is no promise we need. */
-            if (json_is_integer(cap) && json_integer_value(cap) >= 16384 &&
-                json_integer_value(cap) <= (1 << 30))
-                wc->max_body = (size_t)json_integer_value(cap);
+            max_body_learn(wc, cap);
             pthread_mutex_unlock(&wc->mu);
         }
     }
@@ -497,6 +503,13 @@ int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len
     json_t *ans = NULL;
     *refused = NULL;
     int st = call_as_raw(wc, id, "POST", path, NULL, &rb, 15000, NULL, &ans);
+    if (st == 413) {
+        /* Over the cap of this controller (restarted with a smaller
+         * --max-body since we registered): its answer names the cap. */
+        pthread_mutex_lock(&wc->mu);
+        max_body_learn(wc, json_object_get(ans, "max_body"));
+        pthread_mutex_unlock(&wc->mu);
+    }
     if (st >= 400) {
         log_warn("batch of %zu reports: HTTP %d %s", count, st, wclient_problem_detail(ans));
     } else if (st == 200) {

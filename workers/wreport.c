@@ -81,6 +81,40 @@ static size_t meta_find(const batch_meta_t *m, int64_t task)
     return i;
 }
 
+static void send_list(wreport_t *wr, rnode_t *list);
+
+/* A batch refused 413 by a controller whose cap is now smaller than the
+ * batch (it was restarted with a smaller --max-body; its answer said the
+ * cap, wclient_report_batch learned it): its reports, read back from the
+ * body in order, go again under the new cap, a report alone above it
+ * without its values (send_list). 1 when done so, 0 when the body cannot
+ * be read back (the caller fails its tasks). */
+static int resend_under_cap(wreport_t *wr, const char *body, size_t len, const batch_meta_t *m)
+{
+    json_t *doc = json_loadb(body, len, 0, NULL), *reports = json_object_get(doc, "reports");
+    rnode_t *list = NULL, **tail = &list;
+    size_t i;
+    json_t *r;
+    if (json_array_size(reports) != m->count) {
+        json_decref(doc);
+        return 0;
+    }
+    log_warn("%zu reports refused as too large: sent again under the controller's cap of %zu"
+             " bytes", m->count, wclient_max_body(wr->wc));
+    json_array_foreach(reports, i, r) {
+        rnode_t *n = calloc(1, sizeof *n);
+        if (!n)
+            break;
+        *n = (rnode_t){m->task[i], json_incref(r), m->last_word[i], NULL};
+        json_object_del(r, "task");     /* report_text adds it again */
+        *tail = n;
+        tail = &n->next;
+    }
+    json_decref(doc);
+    send_list(wr, list);
+    return 1;
+}
+
 /* Delivers one request body of m->count reports, retrying unreachable/5xx
  * until give_up. A refusal of the whole request for its content (400,
  * 413, 422) fails each of its tasks; 401/403/404/409 say the worker or
@@ -102,6 +136,8 @@ static void deliver(wreport_t *wr, const char *body, size_t len, const batch_met
                              json_string_value(json_object_get(r, "detail")));
         }
         json_decref(refused);
+        if (st == 413 && wclient_max_body(wr->wc) < len && resend_under_cap(wr, body, len, m))
+            return;
         if (st == 400 || st == 413 || st == 422)
             for (i = 0; i < m->count; i++)
                 fail_refused(wr, m->task[i], m->last_word[i], st, "the whole batch");

@@ -11,6 +11,11 @@
  * A report the controller refuses for its content is followed by a
  * "failed" report of its task, so the job ends (it waited for ever).
  *
+ * A worker that registered under a larger cap than its controller's now
+ * (atolld restarted with a smaller --max-body; the worker keeps its id)
+ * learns the cap from the 413 ("max_body") and sends the batch again
+ * under it: its tasks used to fail, refused "the whole batch".
+ *
  * Cluster: main=4 with one 4-device worker, spare=1 for a played worker;
  * atolld at --max-body 65536 (64 KiB), so both cases happen at small
  * sizes (values travel as base64 f32: 5.3 bytes per element). */
@@ -22,6 +27,7 @@
 #include <cmocka.h>
 
 #include "itest.h"
+#include "support_faults.h"
 #include "wclient.h"
 #include "wreport.h"
 
@@ -203,6 +209,49 @@ static void test_register_says_cap(void **state)
             (long long)cap);
 }
 
+/* The restart case, on its own cluster: atolld at the default cap with a
+ * 4-device worker, then restarted on its database at REP_CAP; the worker
+ * keeps its id and its old cap, so its first batch of 16 reports (~350 KB)
+ * is refused 413. The job must still succeed, every value exact. */
+static void test_cap_shrunk_by_restart(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/atoll-rep-restart.XXXXXX", url[128];
+    static const char *const islands[] = {"main=4"};
+    hx_proc_t a, w;
+    hx_client_t cl = {0};
+    int port = 0;
+    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    T_CHECK(fx_atolld_start(&a, dir, "atolld", 0, 30000, islands, 1, url, sizeof url, &port) ==
+                    0 &&
+                fx_worker_start(&w, dir, "worker", url, "main", 4, 20000) == 0,
+            "cannot start the restart cluster");
+    T_CHECK(fx_term(&a, 10000), "atolld did not stop cleanly");
+    setenv("ATOLL_MAX_BODY", REP_CAP, 1);
+    int up = fx_atolld_start(&a, dir, "atolld", port, 30000, islands, 1, url, sizeof url,
+                             &port) == 0;
+    unsetenv("ATOLL_MAX_BODY");
+    T_CHECK(up && hx_client_init(&cl, url) == 0, "atolld did not restart at --max-body %s",
+            REP_CAP);
+    char *doc = iota_job(REP_COMPS, 1024);
+    int64_t id = -1;
+    T_CHECK(doc && hx_job_submit(&cl, doc, &id, NULL) == 201, "submit");
+    free(doc);
+    json_t *job = NULL;
+    int rc = hx_job_wait(&cl, id, 60000, 50, &job);
+    char st[32];
+    snprintf(st, sizeof st, "%s", job ? hx_job_state(job) : "(none)");
+    json_decref(job);
+    T_CHECK(rc == 0 && strcmp(st, "succeeded") == 0, "job %" PRId64 " is %s", id, st);
+    json_t *res = hx_job_result(&cl, id);
+    T_CHECK(res != NULL, "no result");
+    check_outputs(json_object_get(res, "outputs"), 1024, 1);
+    json_decref(res);
+    hx_client_cleanup(&cl);
+    fx_term(&w, 10000);
+    fx_term(&a, 10000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,5 +260,9 @@ int main(void)
         cmocka_unit_test_teardown(test_refused_report_fails_task, itest_cancel_leftovers),
         cmocka_unit_test(test_register_says_cap),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    const struct CMUnitTest restart[] = {
+        cmocka_unit_test(test_cap_shrunk_by_restart),
+    };
+    int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return failed | cmocka_run_group_tests_name("restart", restart, NULL, NULL);
 }
