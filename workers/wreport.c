@@ -103,8 +103,10 @@ static int resend_under_cap(wreport_t *wr, const char *body, size_t len, const b
              " bytes", m->count, wclient_max_body(wr->wc));
     json_array_foreach(reports, i, r) {
         rnode_t *n = calloc(1, sizeof *n);
-        if (!n)
+        if (!n) {
+            log_error("out of memory: %zu reports dropped", m->count - i);
             break;
+        }
         *n = (rnode_t){m->task[i], json_incref(r), m->last_word[i], NULL};
         json_object_del(r, "task");     /* report_text adds it again */
         *tail = n;
