@@ -134,8 +134,13 @@ int sched_feed_shared(store_t *st, round_t *r)
     for (int i = 0; i < nvtimes; i++)
         vtimes[i].active = 0;
     for (int i = 0; i < n; i++)
-        if (vt[i])
+        if (vt[i]) {
             vt[i]->active = 1;
+            /* Fed or not in this pass, its plan stays cached: compiling
+             * the document again for every computation fed cost O(its
+             * computations) per computation. */
+            sched_plan_keep(fj[i].id);
+        }
     int i;
     while (n > 0 && (i = feed_pick(fj, vt, n)) >= 0) {
         plan_entry_t *pe = sched_plan_get(st, fj[i].id);

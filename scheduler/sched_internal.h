@@ -140,12 +140,14 @@ int sched_touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const 
 
 /* ---- the plan cache (sched_plans.c) ---- */
 
-/* Compiled plans of queued jobs, kept across admission rounds so that a
- * long queue is not re-read and re-compiled every round. A plan depends
- * only on the job document (never changed once accepted) and the islands
- * (fixed for the life of atolld), so an entry stays valid until its job
- * leaves the queue; entries not seen in a round are dropped after it.
- * Sorted by job id; owned by the scheduler thread alone. */
+/* Compiled plans of queued jobs and of live shared jobs still being fed,
+ * kept across admission rounds so that a long queue is not re-read and
+ * re-compiled every round, nor a shared job's document for every
+ * computation fed. A plan depends only on the job document (never changed
+ * once accepted) and the islands (fixed for the life of atolld), so an
+ * entry stays valid until its job leaves the queue or has nothing left to
+ * feed; entries not seen in a round are dropped after it. Sorted by job
+ * id; owned by the scheduler thread alone. */
 typedef struct plan_entry {
     int64_t id;
     json_t *doc;                /* owned reference */
@@ -158,6 +160,10 @@ typedef struct plan_entry {
  * sched_plans_sweep); NULL when the job cannot be planned now (a document
  * that no longer compiles fails its job). */
 plan_entry_t *sched_plan_get(store_t *st, int64_t id);
+/* Marks the job's cached plan, if any, as seen in this round without
+ * compiling anything (a shared job with computations left to feed keeps
+ * its plan through rounds that do not feed it). */
+void sched_plan_keep(int64_t id);
 /* After a complete round: drops the plans of jobs not looked up in it. */
 void sched_plans_sweep(void);
 /* When the thread ends. */

@@ -1,6 +1,6 @@
-/* sched_plans.c - the compiled plans of queued jobs, cached across
- * admission rounds (plan_entry_t, sched_internal.h). Owned by the
- * scheduler thread alone. */
+/* sched_plans.c - the compiled plans of queued jobs and of live shared
+ * jobs still being fed, cached across admission rounds (plan_entry_t,
+ * sched_internal.h). Owned by the scheduler thread alone. */
 #include "sched_internal.h"
 
 #include <stdio.h>
@@ -67,6 +67,13 @@ plan_entry_t *sched_plan_get(store_t *st, int64_t id)
     plans[k] = pe;
     nplans++;
     return &plans[k];
+}
+
+void sched_plan_keep(int64_t id)
+{
+    int k = plan_find(id);
+    if (k < nplans && plans[k].id == id)
+        plans[k].seen = 1;
 }
 
 /* After a round: drop the plans of jobs that left the queue. */

@@ -173,6 +173,9 @@ static int poll_read(store_t *st, int64_t worker, int64_t ack, json_t *jobs,
     static const char sql[] =
         "SELECT t.id, t.payload, t.job_id, t.attempt, j.placement, t.state, t.leased_at"
         " FROM host_tasks t JOIN jobs j ON j.id = t.job_id WHERE t.worker_id = ?1"
+        /* The state list lets the index (worker_id, state) find the rows:
+         * without it a poll read every host task the worker ever ran. */
+        " AND t.state IN ('pending', 'leased')"
         " AND (t.state = 'pending' OR (?3 >= 0 AND t.id IN (" POLL_RESEND_ROWS ")))"
         " ORDER BY t.seq, t.id";
     sqlite3_stmt *s = store_stmt(st, sql);

@@ -17,7 +17,8 @@ int store_progress_started(store_t *st, int64_t worker, int64_t lease_id)
 {
     static const char sql[] =
         "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
-        " (SELECT job_id FROM host_tasks WHERE worker_id = ?2 AND leased_at = ?1)";
+        " (SELECT job_id FROM host_tasks WHERE worker_id = ?2 AND state = 'leased'"
+        "  AND leased_at = ?1)";     /* (worker_id, state): the worker's leased rows only */
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
@@ -203,6 +204,12 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
         *effects |= STORE_FX_JOB_ENDED;
         return store_job_finish(st, r->job, "succeeded", NULL);
     }
+    /* A shared job's computations are never blocked: the feed dispatches
+     * them one by one in topological order. Its unfed ones are 'waiting',
+     * though, so the statements below would scan all of them (and parse
+     * their producers) for every computation that succeeds. */
+    if (shared)
+        return 0;
     int64_t now = util_wall_us();
     if (!(s = store_stmt(st, deps_sql)))
         return -1;

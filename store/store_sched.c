@@ -635,10 +635,14 @@ fail:
 int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
 {
     static const char sql[] =
+        /* In flight: dispatched (a seq) and not finished, through the
+         * partial index computations_in_flight. Left to feed: the rest of
+         * comps_total, since a live job's dispatched computations are the
+         * comps_done that succeeded and those in flight. */
         "SELECT j.id, j.attempt, COALESCE(j.tenant_id, 0), COALESCE(t.share, 1),"
         " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NOT NULL"
-        "  AND c.state NOT IN ('succeeded', 'failed', 'cancelled')),"
-        " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NULL),"
+        "  AND c.state IN ('waiting', 'dispatched')),"
+        " j.comps_total - j.comps_done,"
         " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id),"
         /* Device time per shard over its last 16 finished host tasks of
          * this attempt (index host_tasks_by_job, newest first). */
@@ -659,7 +663,7 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         out[n].tenant = sqlite3_column_int64(s, 2);
         out[n].share = sqlite3_column_int64(s, 3);
         out[n].inflight = sqlite3_column_int(s, 4);
-        out[n].undispatched = sqlite3_column_int(s, 5);
+        out[n].undispatched = sqlite3_column_int(s, 5) - out[n].inflight;
         out[n].island = sqlite3_column_int64(s, 6);
         out[n].shard_us = sqlite3_column_double(s, 7);     /* NULL reads 0 */
         n++;
