@@ -70,6 +70,7 @@ typedef struct batch_meta {
     int64_t task[WREPORT_BATCH_MAX];
     int last_word[WREPORT_BATCH_MAX];
     size_t count;
+    size_t cap;                 /* the body cap the batch was built under */
 } batch_meta_t;
 
 /* Index of task in m, or the count when absent. */
@@ -84,11 +85,11 @@ static size_t meta_find(const batch_meta_t *m, int64_t task)
 static void send_list(wreport_t *wr, rnode_t *list);
 
 /* A batch refused 413 by a controller whose cap is now smaller than the
- * batch (it was restarted with a smaller --max-body; its answer said the
- * cap, wclient_report_batch learned it): its reports, read back from the
- * body in order, go again under the new cap, a report alone above it
- * without its values (send_list). 1 when done so, 0 when the body cannot
- * be read back (the caller fails its tasks). */
+ * one the batch was built under (it was restarted with a smaller
+ * --max-body; its answer said the cap, wclient_report_batch learned it):
+ * its reports, read back from the body in order, go again under the new
+ * cap, a report alone above it without its values (send_list). 1 when done
+ * so, 0 when the body cannot be read back (the caller fails its tasks). */
 static int resend_under_cap(wreport_t *wr, const char *body, size_t len, const batch_meta_t *m)
 {
     json_t *doc = json_loadb(body, len, 0, NULL), *reports = json_object_get(doc, "reports");
@@ -138,7 +139,11 @@ static void deliver(wreport_t *wr, const char *body, size_t len, const batch_met
                              json_string_value(json_object_get(r, "detail")));
         }
         json_decref(refused);
-        if (st == 413 && wclient_max_body(wr->wc) < len && resend_under_cap(wr, body, len, m))
+        /* Only when the cap shrank since the batch was built: a report
+         * still over the new cap alone (its values already stripped)
+         * would otherwise be re-sent for ever. */
+        if (st == 413 && wclient_max_body(wr->wc) < m->cap &&
+            resend_under_cap(wr, body, len, m))
             return;
         if (st == 400 || st == 413 || st == 422)
             for (i = 0; i < m->count; i++)
@@ -189,7 +194,7 @@ static char *report_text(rnode_t *n, size_t cap)
 static void send_list(wreport_t *wr, rnode_t *list)
 {
     size_t cap = wclient_max_body(wr->wc), len = 0, bufcap = 0;
-    batch_meta_t m = {.count = 0};
+    batch_meta_t m = {.count = 0, .cap = cap};
     char *buf = NULL;
     while (list || m.count) {
         rnode_t *n = list;
