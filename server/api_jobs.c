@@ -205,7 +205,15 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     int64_t id = api_visible_job(req, resp, &st);
     if (id < 1)
         return;
-    json_t *job = store_job_json(st, id);
+    const char *view = http_query(req, "view");
+    if (view && strcmp(view, "full") != 0 && strcmp(view, "summary") != 0) {
+        http_problem(resp, 400, "view", "view must be full or summary");
+        return;
+    }
+    /* A summary is one row: what a client polling for the end needs,
+     * without the cost of every computation and the document. */
+    json_t *job = view && strcmp(view, "summary") == 0 ? store_job_summary(st, id)
+                                                       : store_job_json(st, id);
     if (!job)
         http_problem(resp, 404, "id", "no job %ld", (long)id);
     else

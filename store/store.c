@@ -9,7 +9,9 @@
  * the cluster secret by store_global_init) or is atomic (the write
  * counters: store_write_txns from the commit hook, store_gen after a
  * store_commit, read by parked polls to skip re-reading an unchanged
- * store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin). */
+ * store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin),
+ * and the process's write transactions take turns on one mutex
+ * (store_write_mu) rather than in SQLite's busy handler. */
 #include "store.h"
 
 #include <nettle/base16.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -30,6 +33,7 @@
 struct store {
     sqlite3 *db;
     int wrote;                  /* a write transaction committed since the last store_commit */
+    int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
     sqlite3_stmt *stmt[STORE_STMT_CACHE];
@@ -45,6 +49,12 @@ static _Atomic uint64_t store_write_txns;
 /* Bumped after a write transaction committed through store_commit() is
  * visible to readers: parked long polls re-query only when it moved. */
 static _Atomic uint64_t store_gen = 1;
+/* Write transactions of this process queue here instead of in SQLite's
+ * busy handler, which sleeps 1, 2, 5, 10 ms... between tries: a report
+ * or a poll that met another thread's transaction lost milliseconds for
+ * a lock held tens of microseconds. Held from store_begin() to the end of
+ * its transaction (store_commit or store_rollback), by one thread. */
+static pthread_mutex_t store_write_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t store_key;
 static pthread_once_t store_key_once = PTHREAD_ONCE_INIT;
 
@@ -54,7 +64,9 @@ static void store_close(store_t *st)
         return;
     for (int i = 0; i < st->nstmts; i++)
         sqlite3_finalize(st->stmt[i]);
-    sqlite3_close(st->db);
+    sqlite3_close(st->db);      /* rolls back a transaction left open */
+    if (st->holds_write)
+        pthread_mutex_unlock(&store_write_mu);
     free(st);
 }
 
@@ -85,6 +97,30 @@ static int store_on_commit(void *arg)
 uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns); }
 uint64_t store_write_gen(void) { return atomic_load(&store_gen); }
 
+/* temp_store=MEMORY: SQLite's statement and savepoint journals stay in
+ * memory. Every report of a batch applies in its own savepoint, and past
+ * 64 KiB SQLite spilled those journals to a temporary file it created,
+ * wrote and deleted inside the transaction. */
+#define STORE_TEMP_PRAGMA " PRAGMA temp_store=MEMORY;"
+
+/* SQLite's busy handler for the locks store_write_mu does not order: an
+ * autocommit write meeting a transaction, a checkpoint, another process.
+ * SQLite's own (sqlite3_busy_timeout) sleeps 1 ms at the first try and
+ * 100 ms later on; these waits start at 20 us and stay at 1 ms, for the
+ * same STORE_BUSY_TIMEOUT_MS in all. Returns 0 to give up (SQLITE_BUSY). */
+static int store_busy(void *unused, int tries)
+{
+    (void)unused;
+    int64_t us = tries < 6 ? (int64_t)20 << tries : 1000;
+    /* Waited so far: 20 + 40 + ... + 640 us, then 1 ms a try. */
+    int64_t waited = tries < 6 ? ((int64_t)20 << tries) - 20 : 1260 + (int64_t)(tries - 6) * 1000;
+    if (waited >= (int64_t)STORE_BUSY_TIMEOUT_MS * 1000)
+        return 0;
+    struct timespec ts = {0, (long)us * 1000};
+    nanosleep(&ts, NULL);
+    return 1;
+}
+
 static store_t *store_open(const char *path)
 {
     store_t *st = calloc(1, sizeof *st);
@@ -95,7 +131,7 @@ static store_t *store_open(const char *path)
         log_error("cannot open database %s: %s", path, st->db ? sqlite3_errmsg(st->db) : "out of memory");
         goto fail;
     }
-    sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
+    sqlite3_busy_handler(st->db, store_busy, NULL);
     sqlite3_commit_hook(st->db, store_on_commit, st);
     /* WAL: readers (dashboard, lists) never block the scheduler's writes.
      * synchronous=NORMAL is durable across process crashes in WAL mode
@@ -103,8 +139,8 @@ static store_t *store_open(const char *path)
      * commit after the COMMIT (store_sync.c), outside the write lock.
      * FULL only in the "commit" durability mode, kept for comparison. */
     const char *pragmas = store_durability() == STORE_DURABLE_COMMIT
-        ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
-        : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;";
+        ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;" STORE_TEMP_PRAGMA
+        : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;" STORE_TEMP_PRAGMA;
     if (store_exec(st, pragmas) != 0)
         goto fail;
     return st;
@@ -166,7 +202,34 @@ sqlite3_stmt *store_stmt(store_t *st, const char *sql)
     return s;
 }
 
-int store_begin(store_t *st) { return store_exec(st, "BEGIN IMMEDIATE"); }
+/* Releases store_write_mu once the connection's transaction has ended
+ * (committed, rolled back, or ended by SQLite after an error). */
+static void store_write_end(store_t *st)
+{
+    if (st->holds_write && sqlite3_get_autocommit(st->db)) {
+        st->holds_write = 0;
+        pthread_mutex_unlock(&store_write_mu);
+    }
+}
+
+int store_begin(store_t *st)
+{
+    if (st->holds_write) {
+        log_error("store: a write transaction began inside another");
+        return -1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += STORE_BUSY_TIMEOUT_MS / 1000;
+    if (pthread_mutex_timedlock(&store_write_mu, &until) != 0) {
+        log_error("store: no write lock after %d ms", STORE_BUSY_TIMEOUT_MS);
+        return -1;
+    }
+    st->holds_write = 1;
+    int rc = store_exec(st, "BEGIN IMMEDIATE");
+    store_write_end(st);        /* the BEGIN failed: no transaction */
+    return rc;
+}
 int store_begin_read(store_t *st) { return store_exec(st, "BEGIN DEFERRED"); }
 int store_savepoint(store_t *st) { return store_exec(st, "SAVEPOINT item"); }
 int store_release(store_t *st) { return store_exec(st, "RELEASE item"); }
@@ -177,6 +240,7 @@ int store_rollback_to(store_t *st)
 int store_commit(store_t *st)
 {
     int rc = store_exec(st, "COMMIT");
+    store_write_end(st);
     /* After the commit, not in the hook: a reader that sees the new
      * generation must also see the data. */
     if (rc == 0 && st->wrote) {
@@ -189,6 +253,7 @@ void store_rollback(store_t *st)
 {
     if (!sqlite3_get_autocommit(st->db))
         store_exec(st, "ROLLBACK");
+    store_write_end(st);
 }
 
 int store_step_done(sqlite3_stmt *s)

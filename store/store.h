@@ -214,6 +214,9 @@ typedef struct store_job_new {
 int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t *nj,
                      int64_t *id);
 json_t *store_job_json(store_t *st, int64_t id);      /* NULL: not found */
+/* The job as GET /v1/jobs lists it (one row: no slices, computations,
+ * events or document), for clients that poll a job's state. */
+json_t *store_job_summary(store_t *st, int64_t id);   /* NULL: not found */
 /* tenant 0: every tenant's jobs; else only that tenant's. */
 json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit,
                         int64_t tenant);

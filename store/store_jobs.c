@@ -113,9 +113,10 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
                      int64_t *id)
 {
     static const char job_sql[] =
-        "INSERT INTO jobs(name, state, priority, max_retries, doc, idem_key, comps_total,"
+        "INSERT INTO jobs(name, state, priority, max_retries, idem_key, comps_total,"
         " created_at, tenant_id, doc_hash, preemptible, shared)"
-        " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        " VALUES (?1, 'queued', ?2, ?3, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    static const char doc_sql[] = "INSERT INTO job_docs(job_id, doc) VALUES (?, ?)";
     static const char comp_sql[] =
         "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
         " deps_left) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6))";
@@ -135,7 +136,6 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
     sqlite3_bind_text(s, 1, plan->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, plan->priority);
     sqlite3_bind_int(s, 3, plan->max_retries);
-    sqlite3_bind_text(s, 4, nj->doc, -1, SQLITE_STATIC);
     if (nj->idem_key) {
         sqlite3_bind_text(s, 5, nj->idem_key, -1, SQLITE_STATIC);
         if (nj->doc_hash)
@@ -150,7 +150,11 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
     if (store_step_done(s) != 0)
         goto fail;
     *id = sqlite3_last_insert_rowid(store_db(st));
-    if (!(s = store_stmt(st, comp_sql)))
+    if (!(s = store_stmt(st, doc_sql)))
+        goto fail;
+    sqlite3_bind_int64(s, 1, *id);
+    sqlite3_bind_text(s, 2, nj->doc, -1, SQLITE_STATIC);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, comp_sql)))
         goto fail;
     for (int i = 0; i < plan->ncomps; i++) {
         const comp_t *c = &plan->comps[i];
@@ -354,8 +358,7 @@ static json_t *job_events_json(store_t *st, int64_t id)
     return out;
 }
 
-/* The job object from several queries; the caller provides the snapshot. */
-static json_t *job_json(store_t *st, int64_t id)
+json_t *store_job_summary(store_t *st, int64_t id)
 {
     static const char sql[] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -366,6 +369,13 @@ static json_t *job_json(store_t *st, int64_t id)
     if (sqlite3_step(s) == SQLITE_ROW)
         j = job_summary(s);
     sqlite3_reset(s);
+    return j;
+}
+
+/* The job object from several queries; the caller provides the snapshot. */
+static json_t *job_json(store_t *st, int64_t id)
+{
+    json_t *j = store_job_summary(st, id);
     if (!j)
         return NULL;
     json_object_set_new(j, "slices", job_slices_json(st, id));
@@ -374,7 +384,7 @@ static json_t *job_json(store_t *st, int64_t id)
     json_object_set_new(j, "events", job_events_json(st, id));
     /* The job document as submitted: the dashboard draws the graph's edges
      * from its `input` ops. */
-    static const char doc_sql[] = "SELECT doc FROM jobs WHERE id = ?";
+    static const char doc_sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
     sqlite3_stmt *ds = store_stmt(st, doc_sql);
     json_t *doc = NULL;
     if (ds) {

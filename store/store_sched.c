@@ -144,7 +144,7 @@ int store_sched_tenant_page(store_t *st, const sched_tenant_t *t, int64_t after_
 
 json_t *store_sched_job_doc(store_t *st, int64_t job)
 {
-    static const char sql[] = "SELECT doc FROM jobs WHERE id = ?";
+    static const char sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return NULL;

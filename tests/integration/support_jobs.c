@@ -86,10 +86,11 @@ int hx_job_submit(hx_client_t *cl, const char *doc, int64_t *id, hx_resp_t *out)
     return status;
 }
 
-json_t *hx_job_get(hx_client_t *cl, int64_t id)
+/* GET /v1/jobs/{id}, with `?view=summary` when summary is set. */
+static json_t *job_get_view(hx_client_t *cl, int64_t id, int summary)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    char path[80];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "%s", id, summary ? "?view=summary" : "");
     hx_resp_t r;
     if (hx_request(cl, "GET", path, NULL, 0, &r) != 0)
         return NULL;
@@ -100,6 +101,11 @@ json_t *hx_job_get(hx_client_t *cl, int64_t id)
     }
     hx_resp_clear(&r);
     return job;
+}
+
+json_t *hx_job_get(hx_client_t *cl, int64_t id)
+{
+    return job_get_view(cl, id, 0);
 }
 
 const char *hx_job_state(const json_t *job)
@@ -114,20 +120,21 @@ int hx_state_terminal(const char *s)
            strcmp(s, "cancelled") == 0;
 }
 
-/* Polls until done(state, arg) or timeout. Shared by both wait helpers. */
+/* Polls the job's summary (one row: cheap for the controller however long
+ * the job) until done(state, arg) or timeout; *out then gets the whole job
+ * as it is after that. Shared by both wait helpers. */
 static int jobs_poll(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **out,
                      int (*done)(const char *state, const char *arg), const char *arg)
 {
     int64_t deadline = hx_now_ms() + timeout_ms;
-    json_t *last = NULL;
     int rc = -1;
     for (;;) {
-        json_t *job = hx_job_get(cl, id);
+        json_t *job = job_get_view(cl, id, 1);
         if (!job)
             break;
-        json_decref(last);
-        last = job;
-        if (done(hx_job_state(job), arg)) {
+        int ended = done(hx_job_state(job), arg);
+        json_decref(job);
+        if (ended) {
             rc = 0;
             break;
         }
@@ -136,9 +143,7 @@ static int jobs_poll(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, j
         hx_sleep_ms(poll_ms);
     }
     if (out)
-        *out = last;
-    else
-        json_decref(last);
+        *out = hx_job_get(cl, id);
     return rc;
 }
 

@@ -282,6 +282,18 @@ static void test_valid_job_still_runs(void **state)
     T_CHECK(st == 201, "a valid job was refused with %d", st);
     json_decref(itest_wait_state(id, "succeeded"));
     T_CHECK(job_count() == before + 1, "a valid submission did not create exactly one job");
+    /* The summary view: the job's row as listed, without its parts. */
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?view=summary", id);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0, "GET %s failed", path);
+    int summary_ok = r.status == 200 && strcmp(hx_job_state(r.json), "succeeded") == 0 &&
+                     json_integer_value(json_object_get(r.json, "computations_done")) == 1 &&
+                     !json_object_get(r.json, "computations") &&
+                     !json_object_get(r.json, "document");
+    hx_resp_clear(&r);
+    T_CHECK(summary_ok, "GET %s is not the job's summary", path);
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?view=bogus", id);
+    expect_fault("GET", path, NULL, 0, 400, "view");
 }
 
 /* ---- GET /v1/jobs, /v1/jobs/{id}, DELETE, /result ---- */

@@ -18,6 +18,7 @@
 
 #include "compiler.h"
 #include "store.h"
+#include "support_store.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
 
@@ -26,8 +27,7 @@ static const char job_doc[] =
     " \"ops\": [{\"op\": \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
 
 typedef struct fixture {
-    char dir[64];
-    char db[96];
+    support_store_t d;
     store_t *st;
 } fixture_t;
 
@@ -35,12 +35,10 @@ static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/atoll-store-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->db, sizeof f->db, "%s/atoll.db", f->dir);
+    assert_int_equal(support_store_make(&f->d), 0);
     err_t e = {0};
-    store_sync_setup(f->db, STORE_DURABLE_NONE);
-    assert_int_equal(store_global_init(f->db, islands, 1, &e), 0);
+    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
     assert_non_null(f->st = store_thread());
     *state = f;
     return 0;
@@ -49,15 +47,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture_t *f = *state;
-    store_thread_close();
-    store_sync_close();
-    char path[128];
-    static const char *const files[] = {"atoll.db", "atoll.db-wal", "atoll.db-shm"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", f->dir, files[i]);
-        unlink(path);
-    }
-    rmdir(f->dir);
+    support_store_remove(f->d.dir);
     free(f);
     return 0;
 }

@@ -1,0 +1,146 @@
+/* test_store_migrate.c - a database of an older schema opens under this
+ * one and keeps what it held: on a real SQLite file built at schema
+ * version 16 (the migrations of that time, applied by hand), with a job
+ * and its document in the jobs row, store_global_init() migrates to the
+ * newest version. Version 17 moved the document out of the jobs row into
+ * job_docs: the job must still answer its document, and the jobs row must
+ * no longer carry it (every report rewrote it there). Also the store's
+ * write transactions: one cannot begin inside another on a connection,
+ * and each end (commit, rollback) lets the next begin. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "support_store.h"
+
+extern const char *const store_migrations[];
+extern const int store_migration_count;
+
+#define OLD_VERSION 16
+
+static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
+
+static const char old_doc[] =
+    "{\"name\": \"kept\", \"slices\": {\"s\": {\"shape\": [2]}}, \"computations\": [{\"name\":"
+    " \"a\", \"slice\": \"s\", \"ops\": [{\"op\": \"iota\", \"out\": \"v\", \"shape\": [4]}],"
+    " \"outputs\": [\"v\"]}]}";
+
+typedef struct fixture {
+    support_store_t d;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(support_store_make(&f->d), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    support_store_remove(f->d.dir);
+    free(f);
+    return 0;
+}
+
+/* A database as atolld left it at schema OLD_VERSION, holding one queued
+ * job with its document in the jobs row. Returns the job's id. */
+static int64_t make_old_db(const char *path)
+{
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_true(store_migration_count > OLD_VERSION);
+    for (int v = 0; v < OLD_VERSION; v++)
+        assert_int_equal(sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db,
+        "INSERT INTO jobs(name, state, priority, max_retries, doc, comps_total, created_at)"
+        " VALUES ('kept', 'queued', 0, 0, ?, 1, 1)", -1, &s, NULL), SQLITE_OK);
+    sqlite3_bind_text(s, 1, old_doc, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(s), SQLITE_DONE);
+    sqlite3_finalize(s);
+    int64_t id = sqlite3_last_insert_rowid(db);
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", OLD_VERSION);
+    assert_int_equal(sqlite3_exec(db, pragma, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    return id;
+}
+
+static int column_exists(store_t *st, const char *table, const char *col)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM pragma_table_info('%s') WHERE name = ?", table);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(st), sql, -1, &s, NULL), SQLITE_OK);
+    sqlite3_bind_text(s, 1, col, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    int n = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return n;
+}
+
+static void test_old_job_keeps_its_document(void **state)
+{
+    fixture_t *f = *state;
+    int64_t id = make_old_db(f->d.db);
+    err_t e = {0};
+    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
+    store_t *st = store_thread();
+    assert_non_null(st);
+    json_t *want = json_loads(old_doc, 0, NULL);
+    json_t *doc = store_sched_job_doc(st, id);
+    assert_non_null(want);
+    assert_non_null(doc);
+    assert_true(json_equal(doc, want));
+    json_t *job = store_job_json(st, id);
+    assert_non_null(job);
+    assert_true(json_equal(json_object_get(job, "document"), want));
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "queued");
+    assert_int_equal(column_exists(st, "jobs", "doc"), 0);
+    assert_int_equal(column_exists(st, "job_docs", "doc"), 1);
+    json_decref(job);
+    json_decref(doc);
+    json_decref(want);
+}
+
+static void test_write_transactions_take_turns(void **state)
+{
+    fixture_t *f = *state;
+    err_t e = {0};
+    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
+    store_t *st = store_thread();
+    assert_non_null(st);
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(store_begin(st), -1);      /* inside the first: refused */
+    assert_int_equal(store_commit(st), 0);      /* the first still commits */
+    assert_int_equal(store_begin(st), 0);       /* the commit let it go */
+    store_rollback(st);
+    assert_int_equal(store_begin(st), 0);       /* and so did the rollback */
+    assert_int_equal(store_commit(st), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_old_job_keeps_its_document, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_transactions_take_turns, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
