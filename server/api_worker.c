@@ -503,9 +503,10 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     }
     /* Noted before the read: a commit after this is seen next time. */
     req->user_gen = store_write_gen();
-    json_t *out = NULL;
+    char *out = NULL;
+    size_t len = 0;
     int any = 0;
-    int rc = store_worker_poll(st, id, ack, &out, &any);
+    int rc = store_worker_poll(st, id, ack, &out, &len, &any);
     if (rc == STORE_NOTFOUND) {
         /* The lease expired while this poll was parked: register again. */
         http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);
@@ -516,11 +517,11 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         return;
     }
     if (!any && util_mono_us() - req->first_us < wait_ms * 1000) {
-        json_decref(out);
+        free(out);
         resp->park = 1;     /* long poll: run again on http_wake() or the tick (cheap) */
         return;
     }
-    http_json(resp, 200, out);
+    http_json_text(resp, 200, out, len);
 }
 
 /* Structure of a report's outputs that the store does not check

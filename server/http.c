@@ -127,9 +127,14 @@ void http_json(http_resp_t *resp, int status, json_t *body)
         http_problem(resp, 500, NULL, "out of memory building the response");
         return;
     }
+    http_json_text(resp, status, text, strlen(text));
+}
+
+void http_json_text(http_resp_t *resp, int status, char *text, size_t len)
+{
     free(resp->body);
     resp->body = text;
-    resp->len = strlen(text);
+    resp->len = len;
     resp->status = status;
     resp->content_type = "application/json";
 }

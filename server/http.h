@@ -84,6 +84,9 @@ void http_wake(void);
 
 /* Response helpers. http_json steals `body` (json_decref'd here). */
 void http_json(http_resp_t *resp, int status, json_t *body);
+/* An application/json body already in text: takes `text` (malloc'd, len
+ * bytes, NUL-terminated), which the response frees. */
+void http_json_text(http_resp_t *resp, int status, char *text, size_t len);
 void http_text(http_resp_t *resp, int status, const char *type, const char *text, size_t len);
 /* A 200 whose body comes from `reader` (MHD's content-reader contract:
  * bytes, 0 after suspending the connection, or END_OF_STREAM) until the

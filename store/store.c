@@ -12,7 +12,7 @@
  * store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin),
  * and the process's write transactions take turns on one mutex
  * (store_write_mu) rather than in SQLite's busy handler. */
-#include "store.h"
+#include "store_internal.h"
 
 #include <nettle/base16.h>
 #include <nettle/hmac.h>
@@ -254,6 +254,65 @@ void store_rollback(store_t *st)
     if (!sqlite3_get_autocommit(st->db))
         store_exec(st, "ROLLBACK");
     store_write_end(st);
+}
+
+store_buf_t store_buf_new(size_t cap)
+{
+    store_buf_t b = {malloc(cap), 0, cap, 0};
+    if (b.p)
+        b.p[0] = '\0';
+    else
+        b.failed = 1;
+    return b;
+}
+
+/* Makes room for n more bytes and the NUL. 0, or -1 (failed set). */
+static int store_buf_room(store_buf_t *b, size_t n)
+{
+    if (b->failed)
+        return -1;
+    if (b->len + n < b->cap)
+        return 0;
+    size_t cap = b->cap * 2 + n + 1;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->failed = 1;
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+void store_buf_printf(store_buf_t *b, const char *fmt, ...)
+{
+    for (;;) {
+        if (b->failed)
+            return;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        if (store_buf_room(b, (size_t)n) != 0)
+            return;
+    }
+}
+
+void store_buf_put(store_buf_t *b, const char *s, size_t n)
+{
+    if (store_buf_room(b, n) != 0)
+        return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
 }
 
 int store_step_done(sqlite3_stmt *s)

@@ -280,17 +280,19 @@ typedef struct worker_renew {
 } worker_renew_t;
 int store_worker_renew(store_t *st, const worker_renew_t *r, int n);
 /* Leases every pending host task of the worker (seq order) and lists the
- * stale attempts it must abort. *out = {"jobs":[{"job", "attempt",
- * "placement", "tasks": [TASK...]}...], "cancel":[{"job": J, "attempt": A},
- * ...], "lease": L}: the tasks grouped by job attempt, each group's
- * placement once; L the newest lease id in the answer (else ack, or 0).
+ * stale attempts it must abort. *out (malloc'd JSON text, *len bytes; the
+ * caller frees it) = {"jobs":[{"job", "attempt", "key", "placement",
+ * "tasks": [TASK...]}...], "cancel":[{"job": J, "attempt": A}, ...],
+ * "lease": L}: the tasks grouped by job attempt, each group's placement
+ * once; L the newest lease id in the answer (else ack, or 0).
  * ack >= 0: the lease id of the last answer the worker received; tasks
  * leased in later answers (lost on the way) are delivered again. ack < 0:
  * no redelivery (at most once).
  * *any = 1 when either list is non-empty. A read first:
  * when there is nothing to lease, mark or name, it answers without a write
  * transaction. */
-int store_worker_poll(store_t *st, int64_t worker, int64_t ack, json_t **out, int *any);
+int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
+                      int *any);
 /* Applies a host task's completion report; STORE_CONFLICT when the task is
  * not leased to this worker (fencing); e filled on a malformed report (400,
  * e.g. an output array whose length is not the task's shard count). */

@@ -251,44 +251,9 @@ json_t *store_workers_json(store_t *st, int64_t lease_us)
 }
 
 /* A growable text buffer for the metrics page. */
-typedef struct mbuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} mbuf_t;
-
-static void mbuf_printf(mbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void mbuf_printf(mbuf_t *b, const char *fmt, ...)
-{
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
 /* Per-device busy and idle counters, then per-island utilization over the
  * recent window (see DEVICE_UP_SQL and island_window). 0 or -1. */
-static int metrics_devices(store_t *st, mbuf_t *b, int64_t now)
+static int metrics_devices(store_t *st, store_buf_t *b, int64_t now)
 {
     static const char dev_sql[] =
         "SELECT i.name, d.idx, d.busy_us, " DEVICE_UP_SQL " FROM devices d"
@@ -300,66 +265,65 @@ static int metrics_devices(store_t *st, mbuf_t *b, int64_t now)
     /* Two passes over one statement would interleave the two families;
      * Prometheus wants each family's samples together, so the idle values
      * wait in a small text buffer. */
-    mbuf_t idle = {malloc(1024), 0, 1024, 0};
-    if (!idle.p)
+    store_buf_t idle = store_buf_new(1024);
+    if (idle.failed)
         return -1;
-    idle.p[0] = '\0';
-    mbuf_printf(b, "# HELP atoll_device_busy_seconds_total Time each device spent computing"
-                   " (shard inputs ready to finished).\n"
-                   "# TYPE atoll_device_busy_seconds_total counter\n");
-    mbuf_printf(&idle, "# HELP atoll_device_idle_seconds_total Time each device was covered by a"
-                       " worker but not computing.\n"
-                       "# TYPE atoll_device_idle_seconds_total counter\n");
+    store_buf_printf(b, "# HELP atoll_device_busy_seconds_total Time each device spent computing"
+                        " (shard inputs ready to finished).\n"
+                        "# TYPE atoll_device_busy_seconds_total counter\n");
+    store_buf_printf(&idle, "# HELP atoll_device_idle_seconds_total Time each device was covered by a"
+                            " worker but not computing.\n"
+                            "# TYPE atoll_device_idle_seconds_total counter\n");
     sqlite3_bind_int64(s, 2, now);
     while (sqlite3_step(s) == SQLITE_ROW) {
         const char *isl = (const char *)sqlite3_column_text(s, 0);
         long idx = (long)sqlite3_column_int64(s, 1);
         int64_t busy = sqlite3_column_int64(s, 2), up = sqlite3_column_int64(s, 3);
-        mbuf_printf(b, "atoll_device_busy_seconds_total{island=\"%s\",device=\"%ld\"} %.6f\n",
-                    isl, idx, (double)busy / 1e6);
-        mbuf_printf(&idle, "atoll_device_idle_seconds_total{island=\"%s\",device=\"%ld\"} %.6f\n",
-                    isl, idx, (double)idle_of(up, busy) / 1e6);
+        store_buf_printf(b, "atoll_device_busy_seconds_total{island=\"%s\",device=\"%ld\"} %.6f\n",
+                         isl, idx, (double)busy / 1e6);
+        store_buf_printf(&idle, "atoll_device_idle_seconds_total{island=\"%s\",device=\"%ld\"} %.6f\n",
+                         isl, idx, (double)idle_of(up, busy) / 1e6);
     }
     sqlite3_reset(s);
-    mbuf_printf(b, "%s", idle.p);
+    store_buf_printf(b, "%s", idle.p);
     int failed = idle.failed;
     free(idle.p);
     if (failed || !(s = store_stmt(st, isl_sql)))
         return -1;
-    mbuf_printf(b, "# HELP atoll_island_utilization Fraction of the island's device time spent"
-                   " computing over the last %lld s.\n# TYPE atoll_island_utilization gauge\n",
-                CLUSTER_UTIL_WINDOW_US / 1000000);
+    store_buf_printf(b, "# HELP atoll_island_utilization Fraction of the island's device time spent"
+                        " computing over the last %lld s.\n# TYPE atoll_island_utilization gauge\n",
+                     CLUSTER_UTIL_WINDOW_US / 1000000);
     /* island_window() uses other statements while this one iterates: each
      * SQL text has its own cached statement. */
     while (sqlite3_step(s) == SQLITE_ROW) {
         island_acct_t a = {0, 0, 0, 0};
         island_window(st, sqlite3_column_int64(s, 0), now, &a);
-        mbuf_printf(b, "atoll_island_utilization{island=\"%s\"} %.4f\n", sqlite3_column_text(s, 1),
-                    ratio_of(a.win_busy_us, a.win_up_us));
+        store_buf_printf(b, "atoll_island_utilization{island=\"%s\"} %.4f\n", sqlite3_column_text(s, 1),
+                         ratio_of(a.win_busy_us, a.win_up_us));
     }
     sqlite3_reset(s);
     return 0;
 }
 
 /* What each live worker's object store holds (from its heartbeats). */
-static int metrics_worker_store(store_t *st, mbuf_t *b)
+static int metrics_worker_store(store_t *st, store_buf_t *b)
 {
     static const char sql[] =
         "SELECT id, store_objects, store_bytes FROM workers WHERE state = 'live' ORDER BY id";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
-    mbuf_printf(b, "# HELP atoll_worker_store_objects Buffers in each live worker's object store.\n"
-                   "# TYPE atoll_worker_store_objects gauge\n");
+    store_buf_printf(b, "# HELP atoll_worker_store_objects Buffers in each live worker's object store.\n"
+                        "# TYPE atoll_worker_store_objects gauge\n");
     while (sqlite3_step(s) == SQLITE_ROW)
-        mbuf_printf(b, "atoll_worker_store_objects{worker=\"%ld\"} %ld\n",
-                    (long)sqlite3_column_int64(s, 0), (long)sqlite3_column_int64(s, 1));
+        store_buf_printf(b, "atoll_worker_store_objects{worker=\"%ld\"} %ld\n",
+                         (long)sqlite3_column_int64(s, 0), (long)sqlite3_column_int64(s, 1));
     sqlite3_reset(s);
-    mbuf_printf(b, "# HELP atoll_worker_store_bytes Bytes in each live worker's object store.\n"
-                   "# TYPE atoll_worker_store_bytes gauge\n");
+    store_buf_printf(b, "# HELP atoll_worker_store_bytes Bytes in each live worker's object store.\n"
+                        "# TYPE atoll_worker_store_bytes gauge\n");
     while (sqlite3_step(s) == SQLITE_ROW)
-        mbuf_printf(b, "atoll_worker_store_bytes{worker=\"%ld\"} %ld\n",
-                    (long)sqlite3_column_int64(s, 0), (long)sqlite3_column_int64(s, 2));
+        store_buf_printf(b, "atoll_worker_store_bytes{worker=\"%ld\"} %ld\n",
+                         (long)sqlite3_column_int64(s, 0), (long)sqlite3_column_int64(s, 2));
     sqlite3_reset(s);
     return 0;
 }
@@ -368,7 +332,7 @@ static int metrics_worker_store(store_t *st, mbuf_t *b)
  * store remembers: jobs allocated now or before) as a Prometheus histogram.
  * Derived from the jobs table, so it survives restarts; a requeued job
  * counts its latest admission. */
-static int metrics_admission(store_t *st, mbuf_t *b)
+static int metrics_admission(store_t *st, store_buf_t *b)
 {
     static const char sql[] =
         "SELECT (allocated_at - created_at) / 1e6 FROM jobs WHERE allocated_at IS NOT NULL";
@@ -387,20 +351,20 @@ static int metrics_admission(store_t *st, mbuf_t *b)
         n++;
     }
     sqlite3_reset(s);
-    mbuf_printf(b, "# HELP atoll_admission_latency_seconds From submission to allocation.\n"
-                   "# TYPE atoll_admission_latency_seconds histogram\n");
+    store_buf_printf(b, "# HELP atoll_admission_latency_seconds From submission to allocation.\n"
+                        "# TYPE atoll_admission_latency_seconds histogram\n");
     for (int i = 0; i < NB; i++)
-        mbuf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"%g\"} %ld\n", le[i],
-                    (long)counts[i]);
-    mbuf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"+Inf\"} %ld\n"
-                   "atoll_admission_latency_seconds_sum %.6f\n"
-                   "atoll_admission_latency_seconds_count %ld\n", (long)n, sum, (long)n);
+        store_buf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"%g\"} %ld\n", le[i],
+                         (long)counts[i]);
+    store_buf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"+Inf\"} %ld\n"
+                        "atoll_admission_latency_seconds_sum %.6f\n"
+                        "atoll_admission_latency_seconds_count %ld\n", (long)n, sum, (long)n);
     return 0;
 }
 
 /* Device time by tenant since the store began (tenant_usage), a counter
  * per tenant; jobs without a tenant count under tenant="". */
-static int metrics_tenant_usage(store_t *st, mbuf_t *b)
+static int metrics_tenant_usage(store_t *st, store_buf_t *b)
 {
     static const char sql[] =
         "SELECT COALESCE(t.name, ''), u.device_us FROM tenant_usage u"
@@ -408,12 +372,12 @@ static int metrics_tenant_usage(store_t *st, mbuf_t *b)
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
-    mbuf_printf(b, "# HELP atoll_tenant_device_seconds_total Device time of each tenant's"
-                   " computations (busy devices x seconds, from the workers' reports).\n"
-                   "# TYPE atoll_tenant_device_seconds_total counter\n");
+    store_buf_printf(b, "# HELP atoll_tenant_device_seconds_total Device time of each tenant's"
+                        " computations (busy devices x seconds, from the workers' reports).\n"
+                        "# TYPE atoll_tenant_device_seconds_total counter\n");
     while (sqlite3_step(s) == SQLITE_ROW)
-        mbuf_printf(b, "atoll_tenant_device_seconds_total{tenant=\"%s\"} %.6f\n",
-                    sqlite3_column_text(s, 0), (double)sqlite3_column_int64(s, 1) / 1e6);
+        store_buf_printf(b, "atoll_tenant_device_seconds_total{tenant=\"%s\"} %.6f\n",
+                         sqlite3_column_text(s, 0), (double)sqlite3_column_int64(s, 1) / 1e6);
     sqlite3_reset(s);
     return 0;
 }
@@ -428,10 +392,9 @@ char *store_metrics_text(store_t *st)
         "SELECT id, heartbeat_at FROM workers WHERE state = 'live' ORDER BY id";
     static const char *const states[] = {"queued", "allocated", "running",
                                          "succeeded", "failed", "cancelled"};
-    mbuf_t b = {malloc(4096), 0, 4096, 0};
-    if (!b.p)
+    store_buf_t b = store_buf_new(4096);
+    if (b.failed)
         return NULL;
-    b.p[0] = '\0';
     int64_t counts[6] = {0};
     sqlite3_stmt *s = store_stmt(st, jobs_sql);
     if (!s)
@@ -441,31 +404,31 @@ char *store_metrics_text(store_t *st)
             if (strcmp((const char *)sqlite3_column_text(s, 0), states[i]) == 0)
                 counts[i] = sqlite3_column_int64(s, 1);
     sqlite3_reset(s);
-    mbuf_printf(&b, "# HELP atoll_jobs Jobs by state.\n# TYPE atoll_jobs gauge\n");
+    store_buf_printf(&b, "# HELP atoll_jobs Jobs by state.\n# TYPE atoll_jobs gauge\n");
     for (int i = 0; i < 6; i++)
-        mbuf_printf(&b, "atoll_jobs{state=\"%s\"} %ld\n", states[i], (long)counts[i]);
-    mbuf_printf(&b, "# HELP atoll_queue_depth Jobs waiting for devices.\n"
-                    "# TYPE atoll_queue_depth gauge\natoll_queue_depth %ld\n", (long)counts[0]);
+        store_buf_printf(&b, "atoll_jobs{state=\"%s\"} %ld\n", states[i], (long)counts[i]);
+    store_buf_printf(&b, "# HELP atoll_queue_depth Jobs waiting for devices.\n"
+                         "# TYPE atoll_queue_depth gauge\natoll_queue_depth %ld\n", (long)counts[0]);
     if (!(s = store_stmt(st, dev_sql)))
         goto fail;
-    mbuf_printf(&b, "# HELP atoll_devices Devices by island and state.\n"
-                    "# TYPE atoll_devices gauge\n");
+    store_buf_printf(&b, "# HELP atoll_devices Devices by island and state.\n"
+                         "# TYPE atoll_devices gauge\n");
     while (sqlite3_step(s) == SQLITE_ROW)
-        mbuf_printf(&b, "atoll_devices{island=\"%s\",state=\"%s\"} %ld\n",
-                    sqlite3_column_text(s, 0), sqlite3_column_text(s, 1),
-                    (long)sqlite3_column_int64(s, 2));
+        store_buf_printf(&b, "atoll_devices{island=\"%s\",state=\"%s\"} %ld\n",
+                         sqlite3_column_text(s, 0), sqlite3_column_text(s, 1),
+                         (long)sqlite3_column_int64(s, 2));
     sqlite3_reset(s);
     int64_t now = util_wall_us();
     if (metrics_devices(st, &b, now) != 0)
         goto fail;
     if (!(s = store_stmt(st, workers_sql)))
         goto fail;
-    mbuf_printf(&b, "# HELP atoll_worker_heartbeat_age_seconds Since each live worker's last"
-                    " heartbeat.\n# TYPE atoll_worker_heartbeat_age_seconds gauge\n");
+    store_buf_printf(&b, "# HELP atoll_worker_heartbeat_age_seconds Since each live worker's last"
+                         " heartbeat.\n# TYPE atoll_worker_heartbeat_age_seconds gauge\n");
     while (sqlite3_step(s) == SQLITE_ROW)
-        mbuf_printf(&b, "atoll_worker_heartbeat_age_seconds{worker=\"%ld\"} %.3f\n",
-                    (long)sqlite3_column_int64(s, 0),
-                    (double)(now - sqlite3_column_int64(s, 1)) / 1e6);
+        store_buf_printf(&b, "atoll_worker_heartbeat_age_seconds{worker=\"%ld\"} %.3f\n",
+                         (long)sqlite3_column_int64(s, 0),
+                         (double)(now - sqlite3_column_int64(s, 1)) / 1e6);
     sqlite3_reset(s);
     if (metrics_worker_store(st, &b) != 0 || metrics_admission(st, &b) != 0 ||
         metrics_tenant_usage(st, &b) != 0)

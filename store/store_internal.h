@@ -39,4 +39,20 @@ int store_progress_started(store_t *st, int64_t worker, int64_t lease_id);
  * job's tenant (0 for none) in tenant_usage. 0 or -1. */
 int store_usage_add(store_t *st, int64_t job, int64_t device_us);
 
+/* store.c: a growing text buffer (answers and metrics built as text). p is
+ * malloc'd and NUL-terminated while !failed; after a failed append
+ * (out of memory) it stays failed and appends do nothing. The owner frees
+ * p. */
+typedef struct store_buf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} store_buf_t;
+
+/* An empty buffer of capacity cap; failed if that cannot be had. */
+store_buf_t store_buf_new(size_t cap);
+void store_buf_printf(store_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends n bytes of s (no NUL needed). */
+void store_buf_put(store_buf_t *b, const char *s, size_t n);
+
 #endif

@@ -138,36 +138,82 @@ static int poll_probe(store_t *st, int64_t worker, int64_t ack)
     return rc;
 }
 
-/* The group of (job, attempt) in jobs, appended (with the placement in
- * column `col` of s) when absent; borrowed, or NULL on OOM. Groups are few
- * (the jobs with work on one worker), so a scan is enough. */
-static json_t *poll_group(json_t *jobs, json_int_t job, json_int_t attempt, sqlite3_stmt *s,
-                          int col)
+/* One (job, attempt) of a poll answer: its placement and its tasks, as
+ * JSON text. The stored texts are spliced in, never parsed: an answer with
+ * a whole job's host tasks is built in one pass over them. */
+typedef struct poll_group {
+    int64_t job, attempt;
+    char *placement;            /* owned: JSON text, NULL for none */
+    store_buf_t tasks;          /* owned: the task objects, comma-separated */
+} poll_group_t;
+
+/* The groups of one answer, in order of first appearance (seq order). */
+typedef struct poll_groups {
+    poll_group_t *g;            /* owned */
+    int n, cap;
+} poll_groups_t;
+
+static void poll_groups_free(poll_groups_t *gs)
 {
-    size_t i;
-    json_t *g;
-    json_array_foreach(jobs, i, g)
-        if (json_integer_value(json_object_get(g, "job")) == job &&
-            json_integer_value(json_object_get(g, "attempt")) == attempt)
-            return g;
-    json_t *pl = store_col_json(s, col);
-    char key[STORE_KEY_HEX_LEN];
-    store_attempt_key(job, (int32_t)attempt, key);
-    g = json_pack("{s:I, s:I, s:s, s:o, s:[]}", "job", job, "attempt", attempt, "key", key,
-                  "placement", pl ? pl : json_null(), "tasks");
-    if (!g || json_array_append_new(jobs, g) != 0)
+    for (int i = 0; i < gs->n; i++) {
+        free(gs->g[i].placement);
+        free(gs->g[i].tasks.p);
+    }
+    free(gs->g);
+}
+
+/* The group of (job, attempt), added (with the placement in column `col`
+ * of s) when absent; NULL on OOM. Groups are few (the jobs with work on
+ * one worker), so a scan is enough. */
+static poll_group_t *poll_group(poll_groups_t *gs, int64_t job, int64_t attempt,
+                                sqlite3_stmt *s, int col)
+{
+    for (int i = 0; i < gs->n; i++)
+        if (gs->g[i].job == job && gs->g[i].attempt == attempt)
+            return &gs->g[i];
+    if (gs->n == gs->cap) {
+        int cap = gs->cap ? gs->cap * 2 : 4;
+        poll_group_t *g = realloc(gs->g, sizeof *g * (size_t)cap);
+        if (!g)
+            return NULL;
+        gs->g = g;
+        gs->cap = cap;
+    }
+    const char *pl = (const char *)sqlite3_column_text(s, col);
+    poll_group_t *g = &gs->g[gs->n];
+    *g = (poll_group_t){job, attempt, pl ? strdup(pl) : NULL, store_buf_new(1024)};
+    if ((pl && !g->placement) || g->tasks.failed) {
+        free(g->placement);
+        free(g->tasks.p);
         return NULL;
+    }
+    gs->n++;
     return g;
+}
+
+/* Appends the task of row s to g: its stored payload (a JSON object, the
+ * TASK without "task") with "task": id put first. The id is only known
+ * once the row exists, so it joins the payload here rather than in the
+ * stored text. 0, or -1 (a payload that is not an object, or OOM). */
+static int poll_task_text(poll_group_t *g, sqlite3_stmt *s)
+{
+    const char *pay = (const char *)sqlite3_column_text(s, 1);
+    int n = sqlite3_column_bytes(s, 1);
+    if (!pay || n < 2 || pay[0] != '{' || pay[n - 1] != '}')
+        return -1;
+    store_buf_printf(&g->tasks, "%s{\"task\":%lld%s", g->tasks.len ? "," : "",
+                     (long long)sqlite3_column_int64(s, 0), n > 2 ? "," : "");
+    store_buf_put(&g->tasks, pay + 1, (size_t)n - 1);
+    return g->tasks.failed ? -1 : 0;
 }
 
 /* Reads the worker's pending host tasks, and with ack >= 0 those leased
  * in answers after `ack` that it never received (POLL_RESEND_ROWS), into
- * jobs, grouped by (job, attempt) in seq order, each group with its
- * attempt's placement (a pending row is always of its job's current
- * attempt: a requeue cancels the others). *resent_max: the newest lease
- * among the redelivered rows (0 if none). Returns the number of tasks, or
- * -1. */
-static int poll_read(store_t *st, int64_t worker, int64_t ack, json_t *jobs,
+ * groups by (job, attempt) in seq order, each with its attempt's placement
+ * (a pending row is always of its job's current attempt: a requeue
+ * cancels the others). *resent_max: the newest lease among the
+ * redelivered rows (0 if none). Returns the number of tasks, or -1. */
+static int poll_read(store_t *st, int64_t worker, int64_t ack, poll_groups_t *gs,
                      int64_t *resent_max)
 {
     static const char sql[] =
@@ -189,24 +235,47 @@ static int poll_read(store_t *st, int64_t worker, int64_t ack, json_t *jobs,
         if (strcmp((const char *)sqlite3_column_text(s, 5), "leased") == 0 &&
             sqlite3_column_int64(s, 6) > *resent_max)
             *resent_max = sqlite3_column_int64(s, 6);
-        /* The id is only known once the row exists, so it joins the
-         * payload here rather than in the stored text. */
-        json_t *t = store_col_json(s, 1);
-        json_t *g = t ? poll_group(jobs, sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3),
-                                   s, 4) : NULL;
-        if (!g || json_object_set_new(t, "task", json_integer(sqlite3_column_int64(s, 0))) != 0) {
-            json_decref(t);
+        poll_group_t *g = poll_group(gs, sqlite3_column_int64(s, 2),
+                                     sqlite3_column_int64(s, 3), s, 4);
+        if (!g || poll_task_text(g, s) != 0) {
             sqlite3_reset(s);
-            return -1;
-        }
-        if (json_array_append_new(json_object_get(g, "tasks"), t) != 0) {
-            sqlite3_reset(s);   /* the failed append released t */
             return -1;
         }
         n++;
     }
     sqlite3_reset(s);
     return n;
+}
+
+/* The answer (docs/worker-protocol.md): {"jobs": [{"job", "attempt",
+ * "key", "placement", "tasks"}], "cancel": cancels, "lease": lease}.
+ * malloc'd text (length in *len), or NULL on OOM. */
+static char *poll_answer(const poll_groups_t *gs, const json_t *cancels, int64_t lease,
+                         size_t *len)
+{
+    char *cancel_text = json_dumps(cancels, JSON_COMPACT);
+    store_buf_t b = store_buf_new(4096);
+    store_buf_printf(&b, "{\"jobs\":[");
+    for (int i = 0; i < gs->n; i++) {
+        const poll_group_t *g = &gs->g[i];
+        char key[STORE_KEY_HEX_LEN];
+        store_attempt_key(g->job, (int32_t)g->attempt, key);
+        store_buf_printf(&b, "%s{\"job\":%lld,\"attempt\":%lld,\"key\":\"%s\",\"placement\":%s,"
+                         "\"tasks\":[", i ? "," : "", (long long)g->job, (long long)g->attempt,
+                         key, g->placement ? g->placement : "null");
+        store_buf_put(&b, g->tasks.p, g->tasks.len);
+        store_buf_printf(&b, "]}");
+    }
+    store_buf_printf(&b, "],\"cancel\":%s,\"lease\":%lld}", cancel_text ? cancel_text : "[]",
+                     (long long)lease);
+    int failed = b.failed || !cancel_text;
+    free(cancel_text);
+    if (failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
 }
 
 /* Lease ids (leased_at) only grow, even if the wall clock steps back:
@@ -225,15 +294,17 @@ static int64_t poll_lease_id(void)
 
 /* The poll's write: leases pending host tasks, redelivers unacknowledged
  * ones, names aborts; the answer's "lease" is the newest lease id in it. */
-static int poll_lease(store_t *st, int64_t worker, int64_t ack, json_t **out, int *any)
+static int poll_lease(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
+                      int *any)
 {
     static const char lease_sql[] =
         "UPDATE host_tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1"
         " AND state = 'pending'";
     *any = 0;
     int rc = STORE_ERR, n = 0;
-    json_t *res = json_object(), *jobs = json_array();
-    if (!res || !jobs || store_begin(st) != 0)
+    poll_groups_t gs = {NULL, 0, 0};
+    json_t *cancels = NULL;
+    if (store_begin(st) != 0)
         goto fail;
     /* Checked inside the transaction: a parked long poll may outlive its
      * worker's lease, and a fenced worker must get nothing. */
@@ -243,7 +314,7 @@ static int poll_lease(store_t *st, int64_t worker, int64_t ack, json_t **out, in
         goto fail;
     }
     int64_t resent_max = 0, lease = ack > 0 ? ack : 0;
-    if ((n = poll_read(st, worker, ack, jobs, &resent_max)) < 0)
+    if ((n = poll_read(st, worker, ack, &gs, &resent_max)) < 0)
         goto fail;
     if (resent_max > lease)
         lease = resent_max;
@@ -261,34 +332,46 @@ static int poll_lease(store_t *st, int64_t worker, int64_t ack, json_t **out, in
         if (store_progress_started(st, worker, now) != 0)
             goto fail;
     }
-    json_t *cancels = poll_cancels(st, worker);
+    cancels = poll_cancels(st, worker);
     *any = n > 0 || json_array_size(cancels) > 0;
-    json_object_set_new(res, "jobs", jobs);
-    json_object_set_new(res, "cancel", cancels);
-    json_object_set_new(res, "lease", json_integer(lease));
-    jobs = NULL;
-    if (store_commit(st) != 0)
+    if (!cancels || !(*out = poll_answer(&gs, cancels, lease, len)))
         goto fail;
-    *out = res;
+    if (store_commit(st) != 0) {
+        free(*out);
+        *out = NULL;
+        goto fail;
+    }
+    json_decref(cancels);
+    poll_groups_free(&gs);
     return STORE_OK;
 fail:
     store_rollback(st);
-    json_decref(res);
-    json_decref(jobs);
+    json_decref(cancels);
+    poll_groups_free(&gs);
+    *any = 0;
     return rc;
 }
 
-int store_worker_poll(store_t *st, int64_t worker, int64_t ack, json_t **out, int *any)
+int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
+                      int *any)
 {
     *any = 0;
+    *out = NULL;
     int work = poll_probe(st, worker, ack);
     if (work < 0)
         return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
     if (work == 0) {
         /* Nothing: no write transaction (an idle worker's poll costs reads). */
-        *out = json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
-                         (json_int_t)(ack > 0 ? ack : 0));
-        return *out ? STORE_OK : STORE_ERR;
+        store_buf_t b = store_buf_new(64);
+        store_buf_printf(&b, "{\"jobs\":[],\"cancel\":[],\"lease\":%lld}",
+                         (long long)(ack > 0 ? ack : 0));
+        if (b.failed) {
+            free(b.p);
+            return STORE_ERR;
+        }
+        *out = b.p;
+        *len = b.len;
+        return STORE_OK;
     }
-    return poll_lease(st, worker, ack, out, any);
+    return poll_lease(st, worker, ack, out, len, any);
 }
