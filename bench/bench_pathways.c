@@ -22,7 +22,8 @@
  * Workers use the `sim` backend (compute sleeps) so that D device threads
  * on a 2-core host do not fight over the cores; data still moves for real.
  * Bounded by BENCH_BUDGET_MS: configurations past it are skipped and named.
- * Output: plain `name value` lines. */
+ * Output: plain `name value` lines. `bench_pathways grid` or `bench_pathways
+ * bandwidth` runs one section alone. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@
 #define JOB_TIMEOUT_MS 60000
 #define EDGE_ELEMS (4 * 1024 * 1024)        /* 16 MiB of f32 */
 #define AR_ELEMS (1024 * 1024)              /* 4 MiB of f32 per shard */
-#define REPEATS 3
+#define REPEATS 5
 
 enum { M_OPBYOP, M_CHAINED, M_FUSED, M__N };
 static const char *const mode_names[M__N] = {"opbyop", "chained", "fused"};
@@ -539,8 +540,14 @@ cleanup:
     return rc;
 }
 
-int main(void)
+/* Optional argument: "grid" or "bandwidth" runs that section alone. */
+int main(int argc, char **argv)
 {
+    const char *only = argc > 1 ? argv[1] : "";
+    if (*only && strcmp(only, "grid") != 0 && strcmp(only, "bandwidth") != 0) {
+        fprintf(stderr, "usage: %s [grid|bandwidth]\n", argv[0]);
+        return 2;
+    }
     if (hx_init() != 0)
         return 1;
     bench_t0 = hx_now_ms();
@@ -549,7 +556,7 @@ int main(void)
            OPBYOP_JOBS);
     fflush(stdout);
     int rc = 0;
-    for (int seq = 0; seq < 2 && rc == 0; seq++)
+    for (int seq = 0; seq < 2 && rc == 0 && strcmp(only, "bandwidth") != 0; seq++)
         for (int pi = 0; pi < NP && rc == 0; pi++)
             rc = run_grid_p(pi, seq);
     for (int m = 0; m < M__N; m++)
@@ -560,7 +567,7 @@ int main(void)
                            grid_d[di], grid_p[pi],
                            results[0][m][di][pi] / results[1][m][di][pi]);
     unsetenv("ATOLL_BACKEND");
-    if (rc == 0 && run_bandwidths() != 0)
+    if (rc == 0 && strcmp(only, "grid") != 0 && run_bandwidths() != 0)
         rc = 1;
     printf("bench.wall_s %.1f\n", (double)(hx_now_ms() - bench_t0) / 1000.0);
     return rc ? 1 : 0;

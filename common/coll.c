@@ -69,7 +69,7 @@ static tensor_t *chunk_of(const tensor_t *t, int axis, int n, int j)
         return NULL;
     shape_t cs = t->shape;
     cs.dim[axis] /= n;
-    tensor_t *c = tensor_new(&cs);
+    tensor_t *c = tensor_new_uninit(&cs);
     if (!c)
         return NULL;
     axis_view_t v = view_of(&t->shape, axis);
@@ -88,7 +88,7 @@ static int concat_of(const tensor_t *const *pieces, int n, int axis, tensor_t **
         return -1;
     shape_t rs = *ps;
     rs.dim[axis] *= n;
-    tensor_t *r = tensor_new(&rs);
+    tensor_t *r = tensor_new_uninit(&rs);
     if (!r)
         return -1;
     axis_view_t v = view_of(ps, axis);
@@ -172,7 +172,7 @@ static int combine_reduce(const op_t *op, const tensor_t *const *pieces, int n, 
         v = view_of(ps, op->axis);
         rs.dim[op->axis] /= n;
     }
-    tensor_t *r = tensor_new(&rs);
+    tensor_t *r = tensor_new_uninit(&rs);
     if (!r)
         return -1;
     int64_t block = (v.len / (scatter ? n : 1)) * v.inner;
@@ -369,7 +369,7 @@ int coll_fold_ring(reduce_kind_t k, const tensor_t *const *pieces, int n, tensor
     for (int m = 0; m < n; m++)
         if (!pieces[m] || !shape_equal(&pieces[m]->shape, &pieces[0]->shape))
             return -1;
-    tensor_t *t = tensor_new(&pieces[0]->shape);
+    tensor_t *t = tensor_new_uninit(&pieces[0]->shape);
     if (!t)
         return -1;
     int64_t numel = shape_numel(&t->shape);

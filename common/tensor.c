@@ -55,7 +55,9 @@ int shape_valid(const shape_t *s)
     return 1;
 }
 
-tensor_t *tensor_new(const shape_t *s)
+/* zero: calloc the data (free of cost on fresh pages, a memset on reused
+ * ones, which is what tensor_new_uninit spares). */
+static tensor_t *tensor_make(const shape_t *s, int zero)
 {
     if (!s || !shape_valid(s))
         return NULL;
@@ -68,7 +70,8 @@ tensor_t *tensor_new(const shape_t *s)
     t->shape.rank = s->rank;
     for (int i = 0; i < s->rank; i++)
         t->shape.dim[i] = s->dim[i];
-    t->data = calloc((size_t)shape_numel(s), sizeof *t->data);
+    size_t n = (size_t)shape_numel(s);
+    t->data = zero ? calloc(n, sizeof *t->data) : malloc(n * sizeof *t->data);
     if (!t->data) {
         free(t);
         return NULL;
@@ -76,11 +79,21 @@ tensor_t *tensor_new(const shape_t *s)
     return t;
 }
 
+tensor_t *tensor_new(const shape_t *s)
+{
+    return tensor_make(s, 1);
+}
+
+tensor_t *tensor_new_uninit(const shape_t *s)
+{
+    return tensor_make(s, 0);
+}
+
 tensor_t *tensor_clone(const tensor_t *t)
 {
     if (!t)
         return NULL;
-    tensor_t *c = tensor_new(&t->shape);
+    tensor_t *c = tensor_new_uninit(&t->shape);
     if (!c)
         return NULL;
     memcpy(c->data, t->data, (size_t)shape_numel(&t->shape) * sizeof *t->data);

@@ -37,6 +37,9 @@ void shape_format(const shape_t *s, char *buf, size_t len);
  * tensor_clone() copies shape and data (NULL in, NULL out); tensor_free()
  * accepts NULL. shape_format() writes "[]" for a scalar. */
 tensor_t *tensor_new(const shape_t *s);
+/* The same with its data left unset: for callers that write every element
+ * before anything reads one (a received frame, a concatenation). */
+tensor_t *tensor_new_uninit(const shape_t *s);
 tensor_t *tensor_clone(const tensor_t *t);
 void tensor_free(tensor_t *t);
 /* Sum of all elements, accumulated in double. */

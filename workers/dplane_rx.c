@@ -92,7 +92,7 @@ typedef enum rx_fate {
 static rx_fate_t rx_take(dplane_t *dp, const dplane_hdr_t *h, int origin, mbox_admit_t a,
                          void *data, int rndv)
 {
-    tensor_t *t = tensor_new(&h->shape);
+    tensor_t *t = tensor_new_uninit(&h->shape);
     dp_rx_t *rx = rndv && t ? malloc(sizeof *rx) : NULL;
     if (!t || (rndv && !rx)) {
         log_error("dplane: out of memory for a %llu-byte frame", (unsigned long long)h->nbytes);

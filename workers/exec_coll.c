@@ -275,10 +275,75 @@ static int relay_root(coll_t *c)
     return 0;
 }
 
+static int whole_arg(const coll_t *c);
+
+/* Whole-argument collectives: the pack to q is the arguments of the local
+ * shards whose group has a member on q (sel[l]), in shard order. Returns
+ * how many. */
+static int pack_select(const coll_t *c, int q, unsigned char *sel)
+{
+    int k = 0;
+    for (int l = 0; l < c->nl; l++)
+        k += sel[l] = (unsigned char)group_on(c, c->lead[l], q);
+    return k;
+}
+
+/* Whole-argument packs without a copy per peer: a pack of one argument is
+ * sent from the argument itself, and a pack built for one peer goes to
+ * every next peer that takes the same shards (on a whole-slice group,
+ * all of them). Same bytes as pack_walk lays out. */
+static int send_whole_packs(coll_t *c)
+{
+    size_t nl = (size_t)c->nl;
+    unsigned char *sel = calloc(nl, 1), *built = calloc(nl, 1);
+    float *buf = NULL;
+    int have = 0, rc = -1;
+    if (!sel || !built)
+        goto oom;
+    for (int q = 0; q < c->nprocs; q++) {
+        int k = q == c->self ? 0 : pack_select(c, q, sel);
+        if (k == 0)
+            continue;
+        const float *data = NULL;
+        if (k == 1) {
+            for (size_t l = 0; l < nl && !data; l++)
+                data = sel[l] ? c->args[l]->data : NULL;
+        } else {
+            if (!have || memcmp(sel, built, nl) != 0) {
+                free(buf);
+                if (!(buf = malloc((size_t)k * (size_t)c->arg_numel * sizeof *buf)))
+                    goto oom;
+                int64_t off = 0;
+                for (size_t l = 0; l < nl; l++)
+                    if (sel[l]) {
+                        memcpy(buf + off, c->args[l]->data, (size_t)c->arg_numel * sizeof *buf);
+                        off += c->arg_numel;
+                    }
+                memcpy(built, sel, nl);
+                have = 1;
+            }
+            data = buf;
+        }
+        if (send_frames(c, q, data, (int64_t)k * c->arg_numel) != 0)
+            goto cleanup;
+    }
+    rc = 0;
+    goto cleanup;
+oom:
+    snprintf(c->r->err, sizeof c->r->err, "op %d: out of memory packing", c->i);
+cleanup:
+    free(sel);
+    free(built);
+    free(buf);
+    return rc;
+}
+
 static int send_packs(coll_t *c)
 {
     if (c->relay)
         return c->self == c->root ? relay_root(c) : send_upload(c);
+    if (whole_arg(c))
+        return send_whole_packs(c);
     const int *mine = c->r->t->shards;
     for (int q = 0; q < c->nprocs; q++) {
         if (q == c->self)
@@ -442,6 +507,20 @@ static int ring_order(const coll_t *c)
            c->arg_numel * (int64_t)sizeof(float) >= c->r->env->ring_min_bytes;
 }
 
+/* all_reduce and all_gather give every member of a group the same bits
+ * (the combine does not depend on the member's position): a local shard
+ * whose group an earlier local shard shares copies that one's result
+ * instead of combining the group's pieces again. Its index, or -1. */
+static int same_result_as(const coll_t *c, int l)
+{
+    if (c->op->code != OP_ALL_REDUCE && c->op->code != OP_ALL_GATHER)
+        return -1;
+    for (int m = 0; m < l; m++)
+        if (c->lead[m] == c->lead[l])
+            return m;
+    return -1;
+}
+
 static int combine(coll_t *c, tensor_t **outs)
 {
     int ring = ring_order(c);
@@ -462,7 +541,11 @@ static int combine(coll_t *c, tensor_t **outs)
                          opcode_name(c->op->code), c->i, p);
                 return -1;
             }
-        int rc = ring ? coll_fold_ring(c->op->reduce, pc, c->n, &outs[l])
+        int same = same_result_as(c, l), rc;
+        if (same >= 0)
+            rc = (outs[l] = tensor_clone(outs[same])) ? 0 : -1;
+        else
+            rc = ring ? coll_fold_ring(c->op->reduce, pc, c->n, &outs[l])
                       : coll_combine(c->op, pc, c->n, c->pos[l], &outs[l]);
         if (rc != 0) {
             snprintf(c->r->err, sizeof c->r->err, "%s op %d: cannot combine",

@@ -315,7 +315,7 @@ static int run_send_reshard(run_t *r, const wtask_send_t *snd, int k, const tens
             ps.dim[d] = hi[d] - lo[d];
             at[d] = lo[d] - po[d];
         }
-        tensor_t *piece = tensor_new(&ps);
+        tensor_t *piece = tensor_new_uninit(&ps);
         if (!piece) {
             snprintf(r->err, sizeof r->err, "send of '%s': out of memory", snd->value);
             return -1;

@@ -69,9 +69,18 @@ static void test_tensors(void **state)
 
     shape_t bad[] = {{2, {2, 0, 0, 0}}, {5, {1, 1, 1, 1}}, {-1, {0, 0, 0, 0}},
                      {2, {1 << 13, 1 << 12, 0, 0}}};   /* 2^25 elements: over the cap */
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_null(tensor_new(&bad[i]));
+        assert_null(tensor_new_uninit(&bad[i]));   /* the same checks, no zeroing */
+    }
     assert_null(tensor_new(NULL));
+    assert_null(tensor_new_uninit(NULL));
+    shape_t garbage = {1, {4, 7, 7, 7}};            /* dims past rank ignored, stored 0 */
+    t = tensor_new_uninit(&garbage);
+    assert_non_null(t);
+    assert_int_equal(t->shape.dim[1], 0);
+    t->data[3] = 1;                                 /* all 4 elements are ours */
+    tensor_free(t);
 }
 
 /* Reports' values as base64 f32 (f32b64.h): exact bits both ways, NaN and

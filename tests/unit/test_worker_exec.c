@@ -454,6 +454,45 @@ static void test_relay_same_bits(void **state)
     assert_true(relay[3][1][0] == pos);
 }
 
+/* ---- packs that differ per peer ---- */
+
+/* On a [4,3] slice over 3 procs of 4 devices the rows (groups of an
+ * all_gather along mesh axis 1) straddle procs: proc 1 holds shards 4..7,
+ * of rows 1 (4, 5) and 2 (6, 7); its pack to proc 0 (row 1's shard 3)
+ * carries shards 4 and 5, its pack to proc 2 (row 2's shard 8) shards 6
+ * and 7: the same size, other contents (a sender reusing one pack for
+ * both fails here). Every member gathers its own row's shard indexes. */
+static void test_packs_differ_per_peer(void **state)
+{
+    (void)state;
+    cluster_t *c = cluster_new(3, 4, INT64_MAX, 20000);
+    for (int q = 0; q < 3; q++) {
+        json_t *ops = json_pack("[{s:s, s:s}, {s:s, s:s, s:[i], s:f}, {s:s, s:s, s:[s,s]},"
+                                " {s:s, s:s, s:[s], s:i, s:[i]}]",
+                                "op", "shard_index", "out", "i", "op", "fill", "out", "one",
+                                "shape", 1, "value", 1.0, "op", "mul", "out", "x", "args",
+                                "one", "i", "op", "all_gather", "out", "y", "args", "x",
+                                "axis", 0, "mesh_axes", 1);
+        json_t *tasks = json_pack("[o]", host_task(c, 90 + q, 13, 0, 0, 1, 4, 3, q, ops,
+                                                   NULL, NULL));
+        json_t *g = group(13, 0, placement(c, 4, 3), tasks);
+        assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+        json_decref(g);
+    }
+    for (int q = 0; q < 3; q++) {
+        assert_int_equal(sink_wait(&c->p[q].sink, 1), 1);
+        const json_t *b = sink_find(&c->p[q].sink, 90 + q);
+        if (strcmp(state_of(b), "succeeded") != 0)
+            fail_msg("proc %d: %s", q, json_string_value(json_object_get(b, "error")));
+        for (int l = 0; l < 4; l++) {
+            int row = (q * 4 + l) / 3;
+            for (int e = 0; e < 3; e++)
+                assert_true(out_value(b, l, e) == (float)(row * 3 + e));
+        }
+    }
+    cluster_free(c);
+}
+
 /* ---- a forged pack of the wrong size ---- */
 
 static void test_forged_pack_fails_task(void **state)
@@ -653,6 +692,7 @@ int main(void)
     log_setup("test_worker_exec", LOG_WARN, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_four_procs),
+        cmocka_unit_test(test_packs_differ_per_peer),
         cmocka_unit_test(test_fold_order_rule),
         cmocka_unit_test(test_forged_pack_fails_task),
         cmocka_unit_test(test_cancel_is_attempt_exact),
