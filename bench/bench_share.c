@@ -48,6 +48,26 @@ static char *chain_doc(const char *name, int n, int64_t us)
     return text;
 }
 
+/* Where the interactive job's wait went: its stamps in order (job:
+ * created, allocated; its computation: dispatched; job: started = first
+ * leased by a poll; computation: started and finished on the worker). */
+static void interactive_steps(const json_t *job)
+{
+    const json_t *ct = json_object_get(json_array_get(json_object_get(job, "computations"), 0),
+                                       "times_us");
+    int64_t t[6] = {hx_job_time_us(job, "created"), hx_job_time_us(job, "allocated"),
+                    json_integer_value(json_object_get(ct, "dispatched")),
+                    hx_job_time_us(job, "started"),
+                    json_integer_value(json_object_get(ct, "started")),
+                    json_integer_value(json_object_get(ct, "finished"))};
+    static const char *const names[] = {"created_to_allocated", "allocated_to_dispatched",
+                                        "dispatched_to_leased", "leased_to_worker_start",
+                                        "worker_start_to_finished"};
+    for (int i = 0; i < 5; i++)
+        printf("interactive.%s_ms %.2f\n", names[i], (double)(t[i + 1] - t[i]) / 1000.0);
+    printf("interactive_submit_to_device_start_ms %.2f\n", (double)(t[4] - t[0]) / 1000.0);
+}
+
 static int make_tenant(hx_client_t *admin, const char *name, int share, hx_client_t *cl,
                        const char *url)
 {
@@ -130,6 +150,7 @@ int main(int argc, char **argv)
                (double)(hx_job_time_us(tj, "started") - hx_job_time_us(tj, "created")) / 1000.0);
         printf("interactive_submit_to_finished_ms %.2f\n",
                (double)(hx_job_time_us(tj, "finished") - hx_job_time_us(tj, "created")) / 1000.0);
+        interactive_steps(tj);
     } else {
         rc = 1;
     }
