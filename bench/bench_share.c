@@ -156,6 +156,13 @@ int main(int argc, char **argv)
     }
     json_decref(tj);
     free(tiny);
+    /* The scheduler's passes so far (admission and feed, woken by every
+     * finished computation of a shared job). */
+    double passes = hx_metric(&admin, "atoll_scheduler_pass_seconds_count");
+    double pass_s = hx_metric(&admin, "atoll_scheduler_pass_seconds_sum");
+    if (passes > 0)
+        printf("scheduler.passes %.0f\nscheduler.mean_pass_us %.1f\n", passes,
+               pass_s / passes * 1e6);
     for (int k = 0; k < 8; k++) {
         snprintf(path, sizeof path, "/v1/jobs/%" PRId64, ids[k]);
         if (hx_request(&admin, "DELETE", path, NULL, 0, &r) == 0)
