@@ -250,7 +250,6 @@ json_t *store_workers_json(store_t *st, int64_t lease_us)
     return out;
 }
 
-/* A growable text buffer for the metrics page. */
 /* Per-device busy and idle counters, then per-island utilization over the
  * recent window (see DEVICE_UP_SQL and island_window). 0 or -1. */
 static int metrics_devices(store_t *st, store_buf_t *b, int64_t now)
@@ -285,7 +284,7 @@ static int metrics_devices(store_t *st, store_buf_t *b, int64_t now)
                          isl, idx, (double)idle_of(up, busy) / 1e6);
     }
     sqlite3_reset(s);
-    store_buf_printf(b, "%s", idle.p);
+    store_buf_put(b, idle.p, idle.len);
     int failed = idle.failed;
     free(idle.p);
     if (failed || !(s = store_stmt(st, isl_sql)))

@@ -115,7 +115,7 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
     static const char job_sql[] =
         "INSERT INTO jobs(name, state, priority, max_retries, idem_key, comps_total,"
         " created_at, tenant_id, doc_hash, preemptible, shared)"
-        " VALUES (?1, 'queued', ?2, ?3, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+        " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     static const char doc_sql[] = "INSERT INTO job_docs(job_id, doc) VALUES (?, ?)";
     static const char comp_sql[] =
         "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
@@ -137,16 +137,16 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
     sqlite3_bind_int64(s, 2, plan->priority);
     sqlite3_bind_int(s, 3, plan->max_retries);
     if (nj->idem_key) {
-        sqlite3_bind_text(s, 5, nj->idem_key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, nj->idem_key, -1, SQLITE_STATIC);
         if (nj->doc_hash)
-            sqlite3_bind_text(s, 9, nj->doc_hash, -1, SQLITE_STATIC);
+            sqlite3_bind_text(s, 8, nj->doc_hash, -1, SQLITE_STATIC);
     }
-    sqlite3_bind_int(s, 6, plan->ncomps);
-    sqlite3_bind_int64(s, 7, util_wall_us());
+    sqlite3_bind_int(s, 5, plan->ncomps);
+    sqlite3_bind_int64(s, 6, util_wall_us());
     if (nj->tenant > 0)
-        sqlite3_bind_int64(s, 8, nj->tenant);
-    sqlite3_bind_int(s, 10, plan->preemptible);
-    sqlite3_bind_int(s, 11, plan->shared);
+        sqlite3_bind_int64(s, 7, nj->tenant);
+    sqlite3_bind_int(s, 9, plan->preemptible);
+    sqlite3_bind_int(s, 10, plan->shared);
     if (store_step_done(s) != 0)
         goto fail;
     *id = sqlite3_last_insert_rowid(store_db(st));

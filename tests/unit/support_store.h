@@ -40,4 +40,14 @@ static inline void support_store_remove(const char *dir)
     rmdir(dir);
 }
 
+/* cmocka teardown of a fixture (calloc'd, in *state) whose first member
+ * is its support_store_t: removes the database and frees the fixture. */
+static inline int support_store_teardown(void **state)
+{
+    support_store_t *d = *state;
+    support_store_remove(d->dir);
+    free(d);
+    return 0;
+}
+
 #endif

@@ -37,7 +37,7 @@ static const char old_doc[] =
     " \"outputs\": [\"v\"]}]}";
 
 typedef struct fixture {
-    support_store_t d;
+    support_store_t d;          /* first: support_store_teardown */
 } fixture_t;
 
 static int setup(void **state)
@@ -49,13 +49,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    support_store_remove(f->d.dir);
-    free(f);
-    return 0;
-}
 
 /* A database as atolld left it at schema OLD_VERSION, holding one queued
  * job with its document in the jobs row. Returns the job's id. */
@@ -139,8 +132,10 @@ static void test_write_transactions_take_turns(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_old_job_keeps_its_document, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_write_transactions_take_turns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_old_job_keeps_its_document, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_write_transactions_take_turns, setup,
+                                        support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,7 +27,7 @@ static const char job_doc[] =
     " \"ops\": [{\"op\": \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
 
 typedef struct fixture {
-    support_store_t d;
+    support_store_t d;          /* first: support_store_teardown */
     store_t *st;
 } fixture_t;
 
@@ -44,13 +44,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    support_store_remove(f->d.dir);
-    free(f);
-    return 0;
-}
 
 /* Submits job_doc as the API would; returns its id. */
 static int64_t submit(store_t *st)
@@ -161,10 +154,14 @@ static void test_allocate_checks_worker(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_preempt_leaves_ended_job, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_preempt_leaves_queued_job, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fail_only_queued, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preempt_leaves_ended_job, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_preempt_leaves_queued_job, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_fail_only_queued, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup,
+                                        support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
