@@ -429,6 +429,7 @@ int main(int argc, char **argv)
     api_stream_stop();   /* event streams end, so none is suspended at http_stop() */
     api_runs_stop();     /* and log follows */
     http_stop();
+    store_reports_stop();
     store_thread_close();
     store_sync_close();
     log_info("stopped cleanly");

@@ -214,6 +214,18 @@ static size_t metrics_http(char *buf, size_t len, size_t cap)
                        "# TYPE atoll_http_header_timeouts_total counter\n"
                        "atoll_http_header_timeouts_total %lu\n",
                        (unsigned long)http_header_timeouts());
+    uint64_t parks, reads;
+    api_worker_poll_counts(&parks, &reads);
+    len = util_appendf(buf, len, cap,
+                       "# HELP atoll_worker_poll_parks_total Worker polls that parked with"
+                       " nothing to answer yet.\n"
+                       "# TYPE atoll_worker_poll_parks_total counter\n"
+                       "atoll_worker_poll_parks_total %lu\n"
+                       "# HELP atoll_worker_poll_reads_total Worker polls' reads of the store"
+                       " (a parked poll reads only after a commit that can change its answer).\n"
+                       "# TYPE atoll_worker_poll_reads_total counter\n"
+                       "atoll_worker_poll_reads_total %lu\n",
+                       (unsigned long)parks, (unsigned long)reads);
     uint64_t counts[6];
     http_counts(counts);
     len = util_appendf(buf, len, cap,

@@ -9,7 +9,8 @@
  * heard in an in-memory book; lease_flush() writes the book in one
  * transaction at most LEASE_FLUSHES_PER_LEASE times a lease, whatever the
  * number of workers. A parked poll re-reads the store only when a write
- * transaction committed since its last look (store_write_gen), and that
+ * transaction that can change its answer committed since its last look
+ * (store_poll_gen: not after mere reports), and that
  * read takes no write lock when there is nothing to lease. */
 #include "api.h"
 
@@ -33,6 +34,17 @@
 /* The book is written every lease/5: a renewal reaches the store within a
  * fifth of a lease (plus one call's delay) of the worker's call. */
 #define LEASE_FLUSHES_PER_LEASE 5
+
+/* Polls that parked (had nothing to answer yet) and polls' reads of the
+ * store, for /metrics: a parked poll reads again only when store_poll_gen
+ * moved, so reads stay near parks plus deliveries while reports stream. */
+static _Atomic uint64_t poll_parks, poll_reads;
+
+void api_worker_poll_counts(uint64_t *parks, uint64_t *reads)
+{
+    *parks = atomic_load(&poll_parks);
+    *reads = atomic_load(&poll_reads);
+}
 
 /* ---- credentials ---- */
 
@@ -491,18 +503,21 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         }
     } else {
         lease_flush(st);
-        if (store_write_gen() == req->user_gen) {
-            /* Nothing committed since this poll last looked: no SQL. */
-            if (util_mono_us() - req->first_us < wait_ms * 1000)
+        if (store_poll_gen() == req->user_gen) {
+            /* Nothing that changes the answer committed since this poll
+             * last looked: no SQL. */
+            if (util_mono_us() - req->first_us < wait_ms * 1000) {
                 resp->park = 1;
-            else
+                atomic_fetch_add(&poll_parks, 1);
+            } else
                 http_json(resp, 200, json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
                                                (json_int_t)(ack > 0 ? ack : 0)));
             return;
         }
     }
     /* Noted before the read: a commit after this is seen next time. */
-    req->user_gen = store_write_gen();
+    req->user_gen = store_poll_gen();
+    atomic_fetch_add(&poll_reads, 1);
     char *out = NULL;
     size_t len = 0;
     int any = 0;
@@ -519,6 +534,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     if (!any && util_mono_us() - req->first_us < wait_ms * 1000) {
         free(out);
         resp->park = 1;     /* long poll: run again on http_wake() or the tick (cheap) */
+        atomic_fetch_add(&poll_parks, 1);
         return;
     }
     http_json_text(resp, 200, out, len);

@@ -7,9 +7,9 @@
  * acknowledged writes durable).
  * Process-wide state is written before threads share it (store_path and
  * the cluster secret by store_global_init) or is atomic (the write
- * counters: store_write_txns from the commit hook, store_gen after a
- * store_commit, read by parked polls to skip re-reading an unchanged
- * store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin),
+ * counters: store_write_txns from the commit hook, store_pollgen after a
+ * store_commit that changed what a worker's poll answers, read by parked
+ * polls to skip re-reading the store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin),
  * and the process's write transactions take turns on one mutex
  * (store_write_mu) rather than in SQLite's busy handler. */
 #include "store_internal.h"
@@ -32,7 +32,7 @@
 
 struct store {
     sqlite3 *db;
-    int wrote;                  /* a write transaction committed since the last store_commit */
+    int kicked;                 /* the open transaction changed what a poll answers (STORE_WATCH_SQL) */
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
@@ -46,9 +46,14 @@ static char store_path[4096];
 /* Write transactions committed by any connection (explicit or autocommit),
  * counted by the commit hook: atoll_store_write_transactions_total. */
 static _Atomic uint64_t store_write_txns;
-/* Bumped after a write transaction committed through store_commit() is
- * visible to readers: parked long polls re-query only when it moved. */
-static _Atomic uint64_t store_gen = 1;
+/* Bumped after a write transaction committed through store_commit() that
+ * changed what some worker's poll answers is visible to readers: parked
+ * long polls re-query only when it moved. Reports, the bulk of the writes
+ * while jobs run, do not move it. */
+static _Atomic uint64_t store_pollgen = 1;
+/* Set once the schema is migrated: connections opened later install the
+ * poll watch at once (the first one, after migrating). */
+static _Atomic int store_schema_ready;
 /* Write transactions of this process queue here instead of in SQLite's
  * busy handler, which sleeps 1, 2, 5, 10 ms... between tries: a report
  * or a poll that met another thread's transaction lost milliseconds for
@@ -88,14 +93,51 @@ static int store_exec(store_t *st, const char *sql)
  * (a read-only one never calls it). Returns 0: the commit goes ahead. */
 static int store_on_commit(void *arg)
 {
-    store_t *st = arg;
-    st->wrote = 1;
+    (void)arg;
     atomic_fetch_add(&store_write_txns, 1);
     return 0;
 }
 
 uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns); }
-uint64_t store_write_gen(void) { return atomic_load(&store_gen); }
+uint64_t store_poll_gen(void) { return atomic_load(&store_pollgen); }
+
+/* What a worker's poll answers (store_poll.c's probe) depends on: host
+ * tasks becoming pending (dispatch, release, requeue) or cancelled (a lost
+ * predecessor's tasks), a job ending or moving to a new attempt (its
+ * leased tasks must be aborted), a worker's state. These TEMP triggers
+ * (per connection, nothing in the schema) flag the connection's
+ * transaction when it writes any of them; store_commit then moves
+ * store_poll_gen. A spurious flag (a rolled-back savepoint) costs a parked
+ * poll one probe; a missed one would delay a worker by its poll wait, so
+ * every column the probe reads that can make it true is watched here. */
+#define STORE_WATCH_SQL \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
+    " BEGIN SELECT atoll_poll_kick(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_state AFTER UPDATE OF state ON main.host_tasks" \
+    " WHEN NEW.state IN ('pending', 'cancelled') BEGIN SELECT atoll_poll_kick(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_job AFTER UPDATE OF state, attempt ON main.jobs" \
+    " WHEN NEW.state IN ('succeeded', 'failed', 'cancelled') OR NEW.attempt <> OLD.attempt" \
+    " BEGIN SELECT atoll_poll_kick(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_worker AFTER UPDATE OF state ON main.workers" \
+    " BEGIN SELECT atoll_poll_kick(); END;"
+
+static void store_kick_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    (void)argv;
+    store_t *st = sqlite3_user_data(ctx);
+    st->kicked = 1;
+    sqlite3_result_null(ctx);
+}
+
+/* Installs the poll watch on st's connection (the tables must exist). */
+static int store_watch(store_t *st)
+{
+    if (sqlite3_create_function(st->db, "atoll_poll_kick", 0, SQLITE_UTF8, st,
+                                store_kick_fn, NULL, NULL) != SQLITE_OK)
+        return -1;
+    return store_exec(st, STORE_WATCH_SQL);
+}
 
 /* temp_store=MEMORY: SQLite's statement and savepoint journals stay in
  * memory. Every report of a batch applies in its own savepoint, and past
@@ -156,6 +198,10 @@ store_t *store_thread(void)
     if (st)
         return st;
     st = store_open(store_path);
+    if (st && atomic_load(&store_schema_ready) && store_watch(st) != 0) {
+        store_close(st);
+        return NULL;
+    }
     if (st && pthread_setspecific(store_key, st) != 0) {
         store_close(st);
         return NULL;
@@ -243,16 +289,17 @@ int store_commit(store_t *st)
     store_write_end(st);
     /* After the commit, not in the hook: a reader that sees the new
      * generation must also see the data. */
-    if (rc == 0 && st->wrote) {
-        st->wrote = 0;
-        atomic_fetch_add(&store_gen, 1);
-    }
+    if (rc == 0 && st->kicked)
+        atomic_fetch_add(&store_pollgen, 1);
+    if (rc == 0)
+        st->kicked = 0;
     return rc;
 }
 void store_rollback(store_t *st)
 {
     if (!sqlite3_get_autocommit(st->db))
         store_exec(st, "ROLLBACK");
+    st->kicked = 0;
     store_write_end(st);
 }
 
@@ -519,11 +566,17 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
     if (strlen(path) >= sizeof store_path)
         return err_set(e, -1, "db", "database path too long"), -1;
     snprintf(store_path, sizeof store_path, "%s", path);
+    /* This thread's connection watches once the schema exists (a process
+     * may open a new database, e.g. one per unit test). */
+    atomic_store(&store_schema_ready, 0);
     store_t *st = store_thread();
     if (!st)
         return err_set(e, -1, "db", "cannot open database %s", path), -1;
     if (store_migrate(st, e) != 0)
         return -1;
+    if (store_watch(st) != 0)
+        return err_set(e, -1, "db", "cannot install the poll watch: %s", sqlite3_errmsg(st->db)), -1;
+    atomic_store(&store_schema_ready, 1);
     if (store_begin(st) != 0)
         return err_set(e, -1, "db", "cannot lock database %s", path), -1;
     if (store_secret_load(st, e) != 0) {

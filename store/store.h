@@ -148,10 +148,12 @@ int store_begin_read(store_t *st);
 /* Write transactions committed since the process started (every
  * connection, explicit or autocommit); for /metrics. */
 uint64_t store_write_transactions(void);
-/* A generation that moves after each write transaction committed through
- * store_commit() becomes visible. A reader that notes it before reading and
- * finds it unchanged later knows no such transaction committed since. */
-uint64_t store_write_gen(void);
+/* A generation that moves after a write transaction committed through
+ * store_commit() becomes visible if it changed what a worker's poll may
+ * answer (tasks pending or cancelled, jobs ended or requeued, workers'
+ * states; store.c STORE_WATCH_SQL). A poll that notes it before reading
+ * and finds it unchanged later needs no new read. */
+uint64_t store_poll_gen(void);
 /* One nested unit inside a transaction: store_savepoint() then either
  * store_release() (keep) or store_rollback_to() (undo just this unit). */
 int store_savepoint(store_t *st);
@@ -305,9 +307,16 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
 /* Applies many reports ({"task": N, ...report fields}) in one transaction,
  * each in its own savepoint so one refused report undoes only itself.
  * *results = [{"task", "status", "detail"?}] (HTTP-like status per item).
- * Returns STORE_OK, or STORE_ERR when the transaction itself failed. */
+ * Returns STORE_OK, or STORE_ERR when the transaction itself failed.
+ * Batches are applied by one store thread (its connection stays warm),
+ * several in one transaction when they queue together; st is used only
+ * when that thread is not running. Thread-safe; blocks until applied. */
 int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
                               json_t **results, int *effects);
+/* Stops the report applier thread once the queued batches are applied
+ * (at shutdown, after the HTTP server stopped); later batches apply on
+ * their callers' threads. */
+void store_reports_stop(void);
 
 /* ---- tenants (store_tenants.c) ---- */
 /* Tenant id for an active token hash, or 0. */

@@ -3,10 +3,13 @@
  * one of its host tasks, and moves on as reports come. A report is where a
  * host task leaves 'leased' (once: fencing), a computation reaches
  * succeeded, and a job reaches succeeded, failed, or a new attempt (an
- * unreachable peer); one report or a batch, each in its own savepoint. */
+ * unreachable peer); one report or a batch, each in its own savepoint.
+ * Batches that arrive together share one write transaction (combining,
+ * below). */
 #include "store_internal.h"
 #include "report_decode.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,15 +442,12 @@ static int status_of(int rc, const err_t *e)
     return e->status >= 400 ? e->status : 503;
 }
 
-int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
-                              json_t **results, int *effects)
+/* Applies one request's reports inside the open transaction: each item in
+ * its own savepoint, its answer appended to res. STORE_OK, or STORE_ERR
+ * when the store failed (the transaction must then be rolled back). */
+static int batch_items(store_t *st, int64_t worker, const json_t *reports, json_t *res,
+                       int *effects)
 {
-    *effects = 0;
-    json_t *res = json_array();
-    if (!res || store_begin(st) != 0) {
-        json_decref(res);
-        return STORE_ERR;
-    }
     size_t i;
     json_t *item;
     json_array_foreach(reports, i, item) {
@@ -462,16 +462,16 @@ int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports
             report_outputs_check(body, &e) == 0) {
             if (store_savepoint(st) != 0) {
                 json_decref(body);
-                goto fail;
+                return STORE_ERR;
             }
             int fx = 0;
             rc = report_apply(st, worker, task, body, state, &fx, &e);
-            /* A store failure (not a refusal) fails the whole batch: nothing
-             * is committed and the worker sends it again. */
+            /* A store failure (not a refusal) fails the whole transaction:
+             * nothing is committed and the workers send again. */
             int store_failed = rc == STORE_ERR && e.status < 400;
             if (store_failed || (rc == STORE_OK ? store_release(st) : store_rollback_to(st)) != 0) {
                 json_decref(body);
-                goto fail;
+                return STORE_ERR;
             }
             if (rc == STORE_OK)
                 *effects |= fx;
@@ -480,15 +480,164 @@ int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports
         json_t *r = json_pack("{s:I, s:i}", "task", (json_int_t)task, "status", status_of(rc, &e));
         if (r && rc != STORE_OK && e.detail[0])
             json_object_set_new(r, "detail", json_string(e.detail));
-        json_array_append_new(res, r);
+        if (!r || json_array_append_new(res, r) != 0)
+            return STORE_ERR;
     }
-    if (store_commit(st) != 0)
-        goto fail;
-    *results = res;
     return STORE_OK;
-fail:
+}
+
+/* ---- one applier for the workers' report batches ----
+ *
+ * Report batches are most of the controller's write transactions while
+ * jobs run. They queue here, and one thread applies them; the requests
+ * that queued while it applied the previous ones go into one transaction
+ * (up to COMBINE_MAX_ITEMS items). A store failure rolls back the whole
+ * transaction and every request in it gets STORE_ERR (nothing was
+ * applied: the workers send again), as for one request alone. */
+typedef struct report_req {
+    int64_t worker;
+    const json_t *reports;      /* borrowed: the requester waits until done */
+    json_t *results;            /* new reference handed to the requester */
+    int effects, rc, done;
+    struct report_req *next;
+} report_req_t;
+
+/* A combined transaction takes whole requests until this many items. */
+#define COMBINE_MAX_ITEMS 1024
+
+static pthread_mutex_t comb_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t comb_cv = PTHREAD_COND_INITIALIZER;
+static report_req_t *comb_head;         /* guarded by comb_mu: FIFO of waiting requests */
+
+/* Applies the requests of list (linked by next) in one transaction. */
+static void combine_apply(store_t *st, report_req_t *list)
+{
+    report_req_t *r;
+    int ok = store_begin(st) == 0;
+    for (r = list; ok && r; r = r->next) {
+        r->results = json_array();
+        ok = r->results && batch_items(st, r->worker, r->reports, r->results, &r->effects) == STORE_OK;
+    }
+    if (ok && store_commit(st) == 0) {
+        for (r = list; r; r = r->next)
+            r->rc = STORE_OK;
+        return;
+    }
     store_rollback(st);
-    json_decref(res);
-    *effects = 0;
-    return STORE_ERR;
+    for (r = list; r; r = r->next) {
+        json_decref(r->results);
+        r->results = NULL;
+        r->effects = 0;
+        r->rc = STORE_ERR;
+    }
+}
+
+/* Takes the first requests of the queue, up to COMBINE_MAX_ITEMS items
+ * (at least one request). Holds comb_mu. */
+static report_req_t *combine_take(void)
+{
+    report_req_t *list = comb_head, *last = comb_head;
+    size_t items = json_array_size(last->reports);
+    while (last->next && items + json_array_size(last->next->reports) <= COMBINE_MAX_ITEMS) {
+        last = last->next;
+        items += json_array_size(last->reports);
+    }
+    comb_head = last->next;
+    last->next = NULL;
+    return list;
+}
+
+/* The applier thread applies the queued requests with its own connection,
+ * whose page cache stays warm from one report transaction to the next
+ * (SQLite drops a connection's cache when another connection wrote in
+ * between, and refetching the pages cost a pread each). Requests wait on
+ * comb_cv until it marks them done. Started on the first batch; without it
+ * (it could not start, or store_reports_stop ran) a request is applied by
+ * its own thread. */
+static pthread_cond_t comb_work_cv = PTHREAD_COND_INITIALIZER;
+static pthread_once_t comb_once = PTHREAD_ONCE_INIT;
+static pthread_t comb_thread;
+static int comb_state;          /* guarded by comb_mu: COMB_* */
+enum { COMB_OFF, COMB_STARTING, COMB_ON, COMB_STOPPING };
+
+static void combine_done(report_req_t *list)
+{
+    for (report_req_t *r = list, *next; r; r = next) {
+        next = r->next;     /* r belongs to its waiting requester once done */
+        r->done = 1;
+    }
+    pthread_cond_broadcast(&comb_cv);
+}
+
+static void *combine_main(void *arg)
+{
+    (void)arg;
+    store_t *st = store_thread();
+    pthread_mutex_lock(&comb_mu);
+    comb_state = st ? COMB_ON : COMB_OFF;
+    pthread_cond_broadcast(&comb_cv);
+    while (st) {
+        while (!comb_head && comb_state == COMB_ON)
+            pthread_cond_wait(&comb_work_cv, &comb_mu);
+        if (!comb_head)
+            break;          /* stopping, and every queued request answered */
+        report_req_t *list = combine_take();
+        pthread_mutex_unlock(&comb_mu);
+        combine_apply(st, list);
+        pthread_mutex_lock(&comb_mu);
+        combine_done(list);
+    }
+    pthread_mutex_unlock(&comb_mu);
+    store_thread_close();
+    return NULL;
+}
+
+static void combine_start(void)
+{
+    pthread_mutex_lock(&comb_mu);
+    comb_state = COMB_STARTING;
+    if (pthread_create(&comb_thread, NULL, combine_main, NULL) != 0)
+        comb_state = COMB_OFF;
+    while (comb_state == COMB_STARTING)
+        pthread_cond_wait(&comb_cv, &comb_mu);
+    if (comb_state == COMB_OFF)
+        log_warn("store: no report applier thread; reports apply on their own threads");
+    pthread_mutex_unlock(&comb_mu);
+}
+
+void store_reports_stop(void)
+{
+    pthread_once(&comb_once, combine_start);    /* never starts it later */
+    pthread_mutex_lock(&comb_mu);
+    int on = comb_state == COMB_ON;
+    if (on)
+        comb_state = COMB_STOPPING;
+    pthread_cond_broadcast(&comb_work_cv);
+    pthread_mutex_unlock(&comb_mu);
+    if (on)
+        pthread_join(comb_thread, NULL);
+}
+
+int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
+                              json_t **results, int *effects)
+{
+    pthread_once(&comb_once, combine_start);
+    report_req_t me = {.worker = worker, .reports = reports, .rc = STORE_ERR};
+    pthread_mutex_lock(&comb_mu);
+    if (comb_state != COMB_ON) {
+        pthread_mutex_unlock(&comb_mu);
+        combine_apply(st, &me);
+    } else {
+        report_req_t **tail = &comb_head;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = &me;
+        pthread_cond_signal(&comb_work_cv);
+        while (!me.done)
+            pthread_cond_wait(&comb_cv, &comb_mu);
+        pthread_mutex_unlock(&comb_mu);
+    }
+    *results = me.results;
+    *effects = me.effects;
+    return me.rc;
 }

@@ -11,8 +11,15 @@
  * (its attempt is named in "cancel" instead); without `ack` delivery stays
  * at most once; a bad ack is 400 naming `ack`.
  *
- * Cluster: solo=1x1, no real worker; atolld with a long lease so the
- * played worker is not lost while the test thinks. */
+ * Parked polls: a long poll parked with nothing to lease answers as soon
+ * as a task is dispatched to its worker, and as soon as a job it holds a
+ * task of is cancelled, not when its wait ends. Parked polls re-read the
+ * store only when a commit moved store_poll_gen (store.c's watch
+ * triggers); without the watch these answers come empty after the wait.
+ *
+ * Cluster: solo=1x1 and park=1x1, no real worker; atolld with a long
+ * lease so the played workers are not lost while the test thinks. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,9 +37,9 @@ static char secret_hdr[160];     /* X-Atoll-Worker-Secret of the played worker *
 static int group_setup(void **state)
 {
     (void)state;
-    static const char *const islands[] = {"solo=1x1"};
+    static const char *const islands[] = {"solo=1x1", "park=1x1"};
     static const char *const extra[] = {"--lease-ms", "600000", NULL};
-    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 1, extra) != 0)
+    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 2, extra) != 0)
         return -1;
     return hx_client_init(&itest_client, itest_cluster.url);
 }
@@ -72,19 +79,29 @@ static int64_t only_task(const json_t *ans)
     return json_integer_value(json_object_get(json_array_get(tasks, 0), "task"));
 }
 
-static void test_lost_answer_redelivered(void **state)
+/* Registers a played worker of one device on `island` (data address
+ * `addr`, never dialled) and makes it the one secret_hdr speaks for. */
+static int64_t play_worker(const char *island, const char *addr)
 {
-    (void)state;
     hx_resp_t r;
-    char *reg = hx_text_q("{'island':'solo','devices':1,'data_addr':'127.0.0.1:1'}");
+    char reg[160];
+    snprintf(reg, sizeof reg, "{\"island\":\"%s\",\"devices\":1,\"data_addr\":\"%s\"}", island,
+             addr);
     T_CHECK(hx_request(&itest_client, "POST", "/v1/workers", reg, strlen(reg), &r) == 0 &&
                 r.status == 201, "registration answered %ld", r.status);
-    free(reg);
     int64_t wid = json_integer_value(json_object_get(r.json, "id"));
     const char *secret = json_string_value(json_object_get(r.json, "secret"));
     T_CHECK(secret != NULL, "registration answer without a secret");
     snprintf(secret_hdr, sizeof secret_hdr, "X-Atoll-Worker-Secret: %s", secret);
     hx_resp_clear(&r);
+    return wid;
+}
+
+static void test_lost_answer_redelivered(void **state)
+{
+    (void)state;
+    hx_resp_t r;
+    int64_t wid = play_worker("solo", "127.0.0.1:1");
     int64_t job = itest_submit(job_q);
 
     /* The first answer: leased, then "lost" (we act as if it never came).
@@ -134,10 +151,106 @@ static void test_lost_answer_redelivered(void **state)
     json_decref(a5);
 }
 
+/* ---- parked polls ---- */
+
+static const char job_park_q[] =
+    "{'name':'p','slices':{'s':{'shape':[1,1],'island':'park'}},'computations':["
+    "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}";
+
+/* Long enough that an answer before it ends was woken, within the test
+ * client's 20 s timeout. */
+#define PARK_WAIT_MS 15000
+
+typedef struct parked {
+    char path[192];
+    char hdr[160];
+    long status;
+    json_t *ans;            /* the answer, new reference (NULL if none) */
+} parked_t;
+
+/* One long poll on its own connection (the test thread goes on). */
+static void *parked_main(void *arg)
+{
+    parked_t *p = arg;
+    hx_client_t cl;
+    hx_resp_t r;
+    const char *hdrs[] = {p->hdr, NULL};
+    if (hx_client_init(&cl, itest_cluster.url) != 0)
+        return NULL;
+    if (hx_request_h(&cl, "GET", p->path, NULL, 0, hdrs, &r) == 0) {
+        p->status = r.status;
+        p->ans = r.status == 200 ? json_incref(r.json) : NULL;
+        hx_resp_clear(&r);
+    }
+    hx_client_cleanup(&cl);
+    return NULL;
+}
+
+/* Starts a long poll of wid (ack `ack`) on thread *t and returns once it
+ * parked (atoll_worker_poll_parks_total moved; no other worker polls
+ * here): its first read is done and found nothing, so what the caller
+ * changes next reaches it only by a wake-up. */
+static void park_start(parked_t *p, pthread_t *t, int64_t wid, int64_t ack)
+{
+    snprintf(p->path, sizeof p->path, "/v1/workers/%" PRId64 "/tasks?wait_ms=%d&ack=%" PRId64,
+             wid, PARK_WAIT_MS, ack);
+    snprintf(p->hdr, sizeof p->hdr, "%s", secret_hdr);
+    p->status = 0;
+    p->ans = NULL;
+    double parks = hx_metric(&itest_client, "atoll_worker_poll_parks_total");
+    T_CHECK(parks >= 0, "no atoll_worker_poll_parks_total in /metrics");
+    T_CHECK(pthread_create(t, NULL, parked_main, p) == 0, "thread");
+    int64_t deadline = hx_now_ms() + PARK_WAIT_MS / 2;
+    while (hx_metric(&itest_client, "atoll_worker_poll_parks_total") <= parks &&
+           hx_now_ms() < deadline)
+        hx_sleep_ms(ITEST_POLL_MS);
+    T_CHECK(hx_metric(&itest_client, "atoll_worker_poll_parks_total") > parks,
+            "the poll never parked");
+}
+
+static void test_parked_poll_wakes(void **state)
+{
+    (void)state;
+    hx_resp_t r;
+    int64_t wid = play_worker("park", "127.0.0.1:2");
+    json_t *a0 = NULL;
+    T_CHECK(poll(wid, "&ack=0", &a0) == 200 && only_task(a0) == 0, "nothing to lease yet");
+    json_decref(a0);
+
+    /* Parked with nothing to lease; the job comes after. */
+    parked_t p;
+    pthread_t t;
+    int64_t t0 = hx_now_ms();
+    park_start(&p, &t, wid, 0);
+    int64_t job = itest_submit(job_park_q);
+    pthread_join(t, NULL);
+    T_CHECK(p.status == 200, "parked poll answered %ld", p.status);
+    int64_t task = only_task(p.ans);
+    T_CHECK(task > 0, "the parked poll answered without the job's task after %" PRId64 " ms",
+            hx_now_ms() - t0);
+    int64_t lease = json_integer_value(json_object_get(p.ans, "lease"));
+    json_decref(p.ans);
+
+    /* Parked holding the task (acknowledged); the job is cancelled. */
+    park_start(&p, &t, wid, lease);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, job);
+    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0 && r.status == 200,
+            "cancel answered %ld", r.status);
+    hx_resp_clear(&r);
+    pthread_join(t, NULL);
+    T_CHECK(p.status == 200, "parked poll answered %ld", p.status);
+    const json_t *c = json_array_get(json_object_get(p.ans, "cancel"), 0);
+    T_CHECK(json_integer_value(json_object_get(c, "job")) == job,
+            "the parked poll answered without cancelling job %" PRId64, job);
+    json_decref(p.ans);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lost_answer_redelivered),
+        cmocka_unit_test(test_parked_poll_wakes),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
