@@ -24,6 +24,15 @@
 #include "util.h"
 
 #define MAX_ISLANDS 16
+/* Poll answers, job documents and report batches are built and freed as
+ * blocks of hundreds of KiB, on several threads' arenas: with glibc's
+ * defaults each came from a fresh mmap or a regrown heap (sysmalloc and
+ * page faults were 6-8 % of atolld's CPU under a 1,000-computation
+ * chain). Kept, they cost 10 % less CPU per job (9 alternated runs, the
+ * same binary with and without GLIBC_TUNABLES); atolld keeps its
+ * high-water mark, at most ATOLLD_TRIM_MIN more per arena. */
+#define ATOLLD_MMAP_MIN (8 * 1024 * 1024)
+#define ATOLLD_TRIM_MIN (64 * 1024 * 1024)
 
 typedef struct options {
     char host[64];
@@ -406,6 +415,7 @@ int main(int argc, char **argv)
     if (p != 0)
         return p > 0 ? 0 : 2;
     log_setup("atolld", o.log_level, o.log_json);
+    util_malloc_keep(ATOLLD_MMAP_MIN, ATOLLD_TRIM_MIN);
 
     /* Signals are taken by sigwait() below; every thread inherits the mask. */
     sigset_t sigs;

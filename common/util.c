@@ -1,5 +1,8 @@
 #include "util.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +24,17 @@ int64_t util_mono_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void util_malloc_keep(size_t mmap_min, size_t trim_min)
+{
+#ifdef __GLIBC__
+    if (mallopt(M_MMAP_THRESHOLD, (int)mmap_min) != 1 || mallopt(M_TRIM_THRESHOLD, (int)trim_min) != 1)
+        log_warn("mallopt refused; large blocks stay on mmap");
+#else
+    (void)mmap_min;
+    (void)trim_min;
+#endif
 }
 
 size_t util_appendf(char *buf, size_t len, size_t cap, const char *fmt, ...)

@@ -16,6 +16,14 @@ int64_t util_mono_us(void);
 size_t util_appendf(char *buf, size_t len, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* glibc's allocator keeps what a program frees: blocks up to mmap_min
+ * come from the heap (not a fresh mmap each), and up to trim_min of free
+ * heap stays mapped instead of going back to the kernel, so a program
+ * that frees and allocates the same large sizes again and again stops
+ * paying page faults (and, for threads' arenas, mprotect calls) for them.
+ * Call once at start; logs a warning if refused. No-op without glibc. */
+void util_malloc_keep(size_t mmap_min, size_t trim_min);
+
 typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
 
 /* Process-wide settings; call once at start before threads exist. */

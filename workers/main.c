@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <jansson.h>
 #ifdef __GLIBC__
-#include <malloc.h>
 #endif
 #include <pthread.h>
 #include <pwd.h>
@@ -377,14 +376,6 @@ static void worker_close(worker_t *w, int registered)
  * object store's cap bounds). */
 #define WORKER_MMAP_MIN (32 * 1024 * 1024)
 #define WORKER_TRIM_MIN (256 * 1024 * 1024)
-static void tune_malloc(void)
-{
-#ifdef __GLIBC__
-    if (mallopt(M_MMAP_THRESHOLD, WORKER_MMAP_MIN) != 1 ||
-        mallopt(M_TRIM_THRESHOLD, WORKER_TRIM_MIN) != 1)
-        log_warn("mallopt refused; large tensors stay on mmap");
-#endif
-}
 
 int main(int argc, char **argv)
 {
@@ -403,7 +394,7 @@ int main(int argc, char **argv)
         return 0;
     }
     log_setup("atoll-worker", w.o.log_level, w.o.log_json);
-    tune_malloc();
+    util_malloc_keep(WORKER_MMAP_MIN, WORKER_TRIM_MIN);
     install_signals();
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         log_error("cannot initialise libcurl");
