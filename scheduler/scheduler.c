@@ -47,6 +47,7 @@ static void pass_record(uint64_t us)
 static void *sched_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "atoll-sched");
     store_t *st = store_thread();
     if (!st) {
         log_error("scheduler: no database connection");

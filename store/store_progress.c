@@ -572,6 +572,7 @@ static void combine_done(report_req_t *list)
 static void *combine_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "atoll-reports");
     store_t *st = store_thread();
     pthread_mutex_lock(&comb_mu);
     comb_state = st ? COMB_ON : COMB_OFF;
