@@ -30,10 +30,29 @@
 
 #ifdef DPLANE_SPIN_US              /* the UCX data plane */
 #define BENCH_IMPL "ucx"
+#include "shmpool.h"
 static const mbox_key_t bench_key = {{1}};
+static shmpool_t *bench_pool;      /* the same-host planes' pool (a worker's) */
+/* pool: the plane reads and sends large tensors through bench_pool. */
+static dplane_t *bench_start_pool(mbox_t *mb, int tcp, int pool)
+{
+    return dplane_start("127.0.0.1:0", NULL, mb, tcp ? DPLANE_TCP : DPLANE_AUTO,
+                        pool ? bench_pool : NULL);
+}
 static dplane_t *bench_start(mbox_t *mb, int tcp)
 {
-    return dplane_start("127.0.0.1:0", NULL, mb, tcp ? DPLANE_TCP : DPLANE_AUTO);
+    return bench_start_pool(mb, tcp, !tcp);
+}
+static int bench_pool_on(void)
+{
+    bench_pool = dplane_pool_new(DPLANE_AUTO, (size_t)64 << 20);
+    shmpool_install(bench_pool);
+    return bench_pool ? 0 : -1;
+}
+static void bench_pool_off(void)
+{
+    shmpool_install(NULL);
+    shmpool_free(bench_pool);
 }
 static int bench_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const tensor_t *t)
 {
@@ -41,6 +60,8 @@ static int bench_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, con
 }
 #else                              /* the socket + memfd-ring data plane */
 #define BENCH_IMPL "sockets"
+static int bench_pool_on(void) { return 0; }
+static void bench_pool_off(void) {}
 static dplane_t *bench_start(mbox_t *mb, int tcp)
 {
     dplane_t *dp = dplane_start("127.0.0.1:0", NULL, mb);
@@ -161,6 +182,29 @@ int main(int argc, char **argv)
         idle_s = 10;
     log_setup("bench_dplane", LOG_WARN, 0);
     shape_t s = {.rank = 1, .dim = {BENCH_ELEMS}};
+#ifdef DPLANE_SPIN_US
+    /* Before the pool, in the same run: UCX's own protocols (CMA single
+     * copy between processes) on planes without a pool, from malloc'd
+     * memory. */
+    tensor_t *plain = tensor_new(&s);
+    mbox_t *md = mbox_new(), *me = mbox_new();
+    dplane_t *d = md ? bench_start_pool(md, 0, 0) : NULL;
+    dplane_t *e = me ? bench_start_pool(me, 0, 0) : NULL;
+    if (!plain || !d || !e || run(d, e, me, plain, 5) < 0) {
+        fprintf(stderr, "bench_dplane: setup without the pool failed\n");
+        return 1;
+    }
+    double no_pool = run(d, e, me, plain, rounds);
+    dplane_stop(d);
+    dplane_stop(e);
+    mbox_free(md);
+    mbox_free(me);
+    tensor_free(plain);
+#endif
+    if (bench_pool_on() != 0) {
+        fprintf(stderr, "bench_dplane: no shared-memory pool\n");
+        return 1;
+    }
     tensor_t *t = tensor_new(&s);
     mbox_t *ma = mbox_new(), *mb = mbox_new(), *mc = mbox_new();
     dplane_t *a = ma ? bench_start(ma, 0) : NULL;
@@ -191,6 +235,10 @@ int main(int argc, char **argv)
     printf("bench_dplane (%s): one sender, one receiver, two data planes in one process\n",
            BENCH_IMPL);
     printf("  4 MiB, same host  : %8.2f GB/s  (%.0f%% of memcpy)\n", shm / 1e9, shm / mem * 100);
+#ifdef DPLANE_SPIN_US
+    printf("  4 MiB, same host, no pool (UCX rendezvous, CMA) : %8.2f GB/s  (%.0f%% of memcpy;"
+           " pool / no pool %.1fx)\n", no_pool / 1e9, no_pool / mem * 100, shm / no_pool);
+#endif
     printf("  4 MiB, TCP        : %8.2f GB/s\n", tcp / 1e9);
     printf("  memcpy 4 MiB      : %8.2f GB/s  (one copy, the ceiling for one copy)\n", mem / 1e9);
     printf("  1 float one-way, same host : %8.1f us  (ping-pong / 2, %d round trips)\n", lat, npp);
@@ -203,5 +251,6 @@ int main(int argc, char **argv)
     mbox_free(mb);
     mbox_free(mc);
     tensor_free(t);
+    bench_pool_off();
     return 0;
 }

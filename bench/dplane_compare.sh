@@ -31,7 +31,7 @@ build "$tmp/old" "$tmp/bench_old"
 # The UCX data plane's other files (bench_dplane.c includes dplane.c and
 # mbox.c itself).
 build "$tmp/new" "$tmp/bench_new" workers/dplane_frame.c workers/dplane_rx.c \
-    workers/dplane_progress.c $(pkg-config --cflags --libs ucx)
+    workers/dplane_progress.c workers/shmpool.c $(pkg-config --cflags --libs ucx)
 
 echo "== before: $old ($(git -C "$root" log -1 --format=%s "$old" | cut -c1-60))"
 "$tmp/bench_old" "$rounds" "$idle"

@@ -55,6 +55,30 @@ int shape_valid(const shape_t *s)
     return 1;
 }
 
+/* The allocator of large tensors' data; all zero: none. Written by
+ * tensor_allocator_set before threads share tensors of its size. */
+static tensor_allocator_t tensor_big;
+
+void tensor_allocator_set(const tensor_allocator_t *a)
+{
+    if (a)
+        tensor_big = *a;
+    else
+        memset(&tensor_big, 0, sizeof tensor_big);
+}
+
+static float *data_alloc(size_t n, int zero)
+{
+    size_t bytes = n * sizeof(float);
+    float *p = NULL;
+    if (tensor_big.alloc && bytes >= tensor_big.min_bytes &&
+        (p = tensor_big.alloc(tensor_big.ctx, bytes)) && zero)
+        memset(p, 0, bytes);
+    if (p)
+        return p;
+    return zero ? calloc(n, sizeof(float)) : malloc(bytes);
+}
+
 /* zero: calloc the data (free of cost on fresh pages, a memset on reused
  * ones, which is what tensor_new_uninit spares). */
 static tensor_t *tensor_make(const shape_t *s, int zero)
@@ -71,7 +95,7 @@ static tensor_t *tensor_make(const shape_t *s, int zero)
     for (int i = 0; i < s->rank; i++)
         t->shape.dim[i] = s->dim[i];
     size_t n = (size_t)shape_numel(s);
-    t->data = zero ? calloc(n, sizeof *t->data) : malloc(n * sizeof *t->data);
+    t->data = data_alloc(n, zero);
     if (!t->data) {
         free(t);
         return NULL;
@@ -104,7 +128,10 @@ void tensor_free(tensor_t *t)
 {
     if (!t)
         return;
-    free(t->data);
+    if (!tensor_big.release ||
+        (size_t)shape_numel(&t->shape) * sizeof(float) < tensor_big.min_bytes ||
+        tensor_big.release(tensor_big.ctx, t->data) != 0)
+        free(t->data);
     free(t);
 }
 

@@ -42,6 +42,21 @@ tensor_t *tensor_new(const shape_t *s);
 tensor_t *tensor_new_uninit(const shape_t *s);
 tensor_t *tensor_clone(const tensor_t *t);
 void tensor_free(tensor_t *t);
+
+/* Where large tensors' data comes from (the worker's shared-memory pool,
+ * workers/shmpool.h, which peers on the same host read in one copy).
+ * alloc(ctx, bytes) may return NULL (then malloc serves); release(ctx, p)
+ * returns 0 when p was its own (and takes it back), -1 otherwise (then
+ * free() does). Only data of at least min_bytes goes through it. Set once,
+ * before any tensor of that size exists, and cleared (NULL) only after
+ * the last such tensor is freed. */
+typedef struct tensor_allocator {
+    size_t min_bytes;
+    void *(*alloc)(void *ctx, size_t bytes);
+    int (*release)(void *ctx, void *p);
+    void *ctx;
+} tensor_allocator_t;
+void tensor_allocator_set(const tensor_allocator_t *a);
 /* Sum of all elements, accumulated in double. */
 double tensor_sum(const tensor_t *t);
 

@@ -305,8 +305,15 @@ struct send_wait {
     pthread_cond_t cv;
     int done, abandoned;
     ucs_status_t status;
+    uint32_t ack;                  /* a pool send: the receiver's DPLANE_ACK_* */
     dplane_t *dp;
     struct send_wait *next;        /* on dp->abandoned */
+    /* A pool send: on dp->rma_waits until its ACK (or the sender gives up)
+     * takes it off, under dp->mu; hdr is the RTS header UCX may still
+     * read (freed with the wait). */
+    uint64_t cookie;
+    struct send_wait *rma_next;
+    uint8_t *hdr;
 };
 
 static send_wait_t *send_wait_new(dplane_t *dp)
@@ -322,6 +329,7 @@ static send_wait_t *send_wait_new(dplane_t *dp)
 
 static void send_wait_free(send_wait_t *w)
 {
+    free(w->hdr);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);
@@ -348,9 +356,10 @@ static void abandoned_unlink_locked(dplane_t *dp, send_wait_t *w)
         }
 }
 
-static void send_done(void *req, ucs_status_t status, void *user)
+/* Completes w (progress thread): wakes its sender, or frees it when the
+ * sender gave up on it (with req, the UCX request, when there is one). */
+static void send_complete(send_wait_t *w, void *req, ucs_status_t status)
 {
-    send_wait_t *w = user;
     pthread_mutex_lock(&w->mu);
     w->status = status;
     w->done = 1;
@@ -363,8 +372,14 @@ static void send_done(void *req, ucs_status_t status, void *user)
     pthread_mutex_lock(&w->dp->mu);
     abandoned_unlink_locked(w->dp, w);
     pthread_mutex_unlock(&w->dp->mu);
-    ucp_request_free(req);
+    if (req)
+        ucp_request_free(req);
     send_wait_free(w);
+}
+
+static void send_done(void *req, ucs_status_t status, void *user)
+{
+    send_complete(user, req, status);
 }
 
 /* Whether something accepts connections at addr (a live worker's
@@ -477,6 +492,149 @@ static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const t
     return -1;
 }
 
+/* ---- sends from the pool ----
+ *
+ * A payload that lies in one of our pool's blocks (shmpool.h) is not sent:
+ * the receiver is told where it lies (DPLANE_AM_RMA_ID: the frame header,
+ * a cookie, the address, the block's id and packed key), gates it like any
+ * frame, reads it with one RMA get (a memcpy from the block mapped into
+ * its process, for a peer on this host) and answers with an ACK carrying
+ * the cookie; the sender waits for that ACK as for any send, so the
+ * payload stays put while it is read. A receiver that cannot use the key
+ * (another host without such a transport) answers DPLANE_ACK_NO_RMA: from
+ * then on that peer gets plain sends. Cookies are random 64-bit values: an
+ * ACK with a cookie no send waits for is ignored. */
+
+static void rma_waits_unlink_locked(dplane_t *dp, uint64_t cookie, send_wait_t **out)
+{
+    *out = NULL;
+    for (send_wait_t **pp = &dp->rma_waits; *pp; pp = &(*pp)->rma_next)
+        if ((*pp)->cookie == cookie) {
+            *out = *pp;
+            *pp = (*pp)->rma_next;
+            return;
+        }
+}
+
+ucs_status_t dp_am_ack(void *arg, const void *header, size_t header_length, void *data,
+                       size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)data;
+    (void)param;
+    dplane_t *dp = arg;
+    const uint8_t *h = header;
+    if (header_length != DPLANE_ACK_SIZE || length != 0) {
+        atomic_fetch_add(&dp->bad_frames, 1);
+        return UCS_OK;
+    }
+    uint64_t cookie = (uint64_t)dp_get_u32(h) << 32 | dp_get_u32(h + 4);
+    send_wait_t *w;
+    pthread_mutex_lock(&dp->mu);
+    rma_waits_unlink_locked(dp, cookie, &w);
+    pthread_mutex_unlock(&dp->mu);
+    if (!w)
+        return UCS_OK;             /* late (given up on) or forged */
+    w->ack = dp_get_u32(h + 8);
+    send_complete(w, NULL, w->ack == DPLANE_ACK_FAILED ? UCS_ERR_IO_ERROR : UCS_OK);
+    return UCS_OK;
+}
+
+static void rts_sent(void *req, ucs_status_t status, void *user)
+{
+    (void)status;
+    (void)user;
+    ucp_request_free(req);
+}
+
+/* Builds w's RTS header (w goes on dp->rma_waits under its cookie). 0, or
+ * -1 (OOM, or a key too long). */
+static int rma_header(dplane_t *dp, send_wait_t *w, const dplane_hdr_t *h, const tensor_t *t,
+                      const shmpool_ref_t *ref, size_t *len)
+{
+    dplane_rma_ref_t r = {.raddr = (uint64_t)(uintptr_t)t->data, .block = ref->id,
+                          .rkey_len = (uint32_t)ref->rkey_len};
+    size_t cap = DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + DPLANE_RKEY_MAX;
+    if (ref->rkey_len < 1 || ref->rkey_len > DPLANE_RKEY_MAX || !(w->hdr = malloc(cap)))
+        return -1;
+    memcpy(r.rkey, ref->rkey, ref->rkey_len);
+    pthread_mutex_lock(&dp->mu);
+    w->cookie = r.cookie = dp->rma_cookie++;
+    w->rma_next = dp->rma_waits;
+    dp->rma_waits = w;
+    pthread_mutex_unlock(&dp->mu);
+    *len = dplane_rma_encode(h, &r, w->hdr, cap);
+    return *len ? 0 : -1;
+}
+
+/* One pool send on the endpoint to addr: 0 (read by the peer), 1 (the
+ * peer cannot read our pool: send plainly), or -1 (the endpoint is
+ * dropped). */
+static int send_rma_once(dplane_t *dp, const char *addr, const dplane_hdr_t *h,
+                         const tensor_t *t, const shmpool_ref_t *ref)
+{
+    ucp_ep_h ep = peer_ep(dp, addr);
+    send_wait_t *w = ep ? send_wait_new(dp) : NULL;
+    size_t len = 0;
+    if (!w || rma_header(dp, w, h, t, ref, &len) != 0) {
+        if (w && w->hdr) {         /* on dp->rma_waits iff hdr was allocated */
+            pthread_mutex_lock(&dp->mu);
+            send_wait_t *x;
+            rma_waits_unlink_locked(dp, w->cookie, &x);
+            pthread_mutex_unlock(&dp->mu);
+        }
+        if (w)
+            send_wait_free(w);
+        return -1;
+    }
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY, .cb.send = rts_sent};
+    uint64_t cookie = w->cookie;
+    atomic_fetch_add(&dp->inflight, 1);
+    void *r = ucp_am_send_nbx(ep, DPLANE_AM_RMA_ID, w->hdr, len, NULL, 0, &p);
+    int abandoned = 0;
+    ucs_status_t st = UCS_PTR_IS_ERR(r) ? UCS_PTR_STATUS(r) : UCS_OK;
+    if (st == UCS_OK) {
+        if (r)                     /* still to progress: the progress thread may sleep */
+            ucp_worker_signal(dp->worker);
+        st = send_wait(dp, w, addr, ep, &abandoned);
+    }
+    atomic_fetch_sub(&dp->inflight, 1);
+    if (st != UCS_OK || abandoned) {
+        /* No ACK will come for it, or one comes late and must find
+         * nothing. An abandoned w may be freed by a late ACK at any
+         * moment: only its cookie is used here. */
+        send_wait_t *x;
+        pthread_mutex_lock(&dp->mu);
+        rma_waits_unlink_locked(dp, cookie, &x);
+        pthread_mutex_unlock(&dp->mu);
+    }
+    uint32_t ack = abandoned ? DPLANE_ACK_FAILED : w->ack;
+    if (!abandoned)
+        send_wait_free(w);         /* an abandoned one: its ACK's or dplane_free()'s */
+    if (st == UCS_OK)
+        return ack == DPLANE_ACK_NO_RMA ? 1 : 0;
+    log_debug("dplane: pool send to %s failed: %s", addr, ucs_status_string(st));
+    if (!abandoned)
+        peer_drop(dp, addr, ep);
+    return -1;
+}
+
+/* Whether the peer at addr takes pool sends (not yet known: yes). */
+static int peer_rma(dplane_t *dp, const char *addr, int set_no)
+{
+    int ok = 1;
+    pthread_mutex_lock(&dp->mu);
+    for (dp_peer_t *p = dp->peers; p; p = p->next)
+        if (strcmp(p->addr, addr) == 0) {
+            if (set_no)
+                p->no_rma = 1;
+            ok = !p->no_rma;
+        }
+    pthread_mutex_unlock(&dp->mu);
+    return ok;
+}
+
 int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbox_key_t *key,
                 const tensor_t *t)
 {
@@ -491,9 +649,18 @@ int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbo
                       .nbytes = (uint64_t)shape_numel(&t->shape) * sizeof(float)};
     uint8_t hdr[DPLANE_HDR_SIZE];
     dplane_hdr_encode(&h, hdr);
-    for (int i = 0; i < 2; i++)
-        if (send_once(dp, addr, hdr, t) == 0)
+    shmpool_ref_t ref;
+    int pooled = dp->pool && h.nbytes >= SHMPOOL_MIN_BYTES &&
+                 shmpool_find(dp->pool, t->data, (size_t)h.nbytes, &ref) == 0;
+    for (int i = 0; i < 2; i++) {
+        int rc = pooled && peer_rma(dp, addr, 0) ? send_rma_once(dp, addr, &h, t, &ref) : 1;
+        if (rc == 1 && pooled)
+            peer_rma(dp, addr, 1);
+        if (rc == 1)
+            rc = send_once(dp, addr, hdr, t);
+        if (rc == 0)
             return 0;
+    }
     return -1;
 }
 

@@ -71,14 +71,23 @@ typedef enum dplane_transport {
 } dplane_transport_t;
 
 typedef struct dplane dplane_t;
+typedef struct shmpool shmpool_t;
+
+/* A shared-memory pool (shmpool.h) over a UCX context with the data
+ * plane's settings for tr, for dplane_start(); keep_bytes: free blocks
+ * kept for reuse. NULL with a logged reason on failure. */
+shmpool_t *dplane_pool_new(dplane_transport_t tr, size_t keep_bytes);
 
 /* Listens on listen_addr ("127.0.0.1:0" picks a free port) and starts the
  * progress thread. Frames go into mb (borrowed; must outlive the dplane).
  * advertise_host, when not NULL/"", replaces the bound host in the
- * reported address (for wildcard binds). Returns NULL with a logged reason
- * on failure. */
+ * reported address (for wildcard binds). pool (borrowed, may be NULL;
+ * made by dplane_pool_new with the same tr, must outlive the dplane):
+ * the UCX worker lives in its context, and tensors whose data lies in it
+ * are read by same-host peers in one copy (dplane.c, "Sends from the
+ * pool"). Returns NULL with a logged reason on failure. */
 dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb,
-                       dplane_transport_t tr);
+                       dplane_transport_t tr, shmpool_t *pool);
 /* Closes every endpoint and the listener, joins the progress thread,
  * frees. No thread may be inside dplane_send(). */
 void dplane_stop(dplane_t *dp);

@@ -86,3 +86,35 @@ int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h)
     memcpy(h->key.b, buf + 76, MBOX_KEY_SIZE);
     return 0;
 }
+
+size_t dplane_rma_encode(const dplane_hdr_t *h, const dplane_rma_ref_t *r, uint8_t *buf,
+                         size_t cap)
+{
+    size_t len = DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + (size_t)r->rkey_len;
+    if (r->rkey_len < 1 || r->rkey_len > DPLANE_RKEY_MAX || cap < len)
+        return 0;
+    dplane_hdr_encode(h, buf);
+    uint8_t *p = buf + DPLANE_HDR_SIZE;
+    put_u64(p, r->cookie);
+    put_u64(p + 8, r->raddr);
+    put_u64(p + 16, r->block);
+    dp_put_u32(p + 24, r->rkey_len);
+    memcpy(p + DPLANE_RMA_FIXED, r->rkey, r->rkey_len);
+    return len;
+}
+
+int dplane_rma_decode(const uint8_t *buf, size_t len, dplane_hdr_t *h, dplane_rma_ref_t *r)
+{
+    if (len < DPLANE_HDR_SIZE + DPLANE_RMA_FIXED || dplane_hdr_decode(buf, h) != 0)
+        return -1;
+    const uint8_t *p = buf + DPLANE_HDR_SIZE;
+    r->cookie = get_u64(p);
+    r->raddr = get_u64(p + 8);
+    r->block = get_u64(p + 16);
+    r->rkey_len = dp_get_u32(p + 24);
+    if (r->rkey_len < 1 || r->rkey_len > DPLANE_RKEY_MAX ||
+        len != DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + (size_t)r->rkey_len)
+        return -1;
+    memcpy(r->rkey, p + DPLANE_RMA_FIXED, r->rkey_len);
+    return 0;
+}

@@ -29,10 +29,30 @@ typedef struct dplane_hdr {
     mbox_key_t key;
 } dplane_hdr_t;
 
+/* A pool send's "read it here" (DPLANE_AM_RMA_ID; dplane.c, "Sends from
+ * the pool"): the frame header, then (big-endian) u64 cookie | u64
+ * address | u64 block id | u32 key length, then the packed remote key. */
+#define DPLANE_RMA_FIXED 28
+#define DPLANE_RKEY_MAX 1024
+typedef struct dplane_rma_ref {
+    uint64_t cookie, raddr, block;
+    uint32_t rkey_len;          /* 1..DPLANE_RKEY_MAX */
+    uint8_t rkey[DPLANE_RKEY_MAX];
+} dplane_rma_ref_t;
+
 /* Frame codec: pure functions, unit-tested and fuzzed on their own. */
 void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE]);
 /* Returns 0, or -1 when the bytes are not a valid header (bad magic, rank,
  * negative dim, too many elements, payload size not matching the shape). */
 int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h);
+/* A pool send's header: DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + r->rkey_len
+ * bytes into buf (cap bytes); returns that length, or 0 when it does not
+ * fit or the key length is out of range. */
+size_t dplane_rma_encode(const dplane_hdr_t *h, const dplane_rma_ref_t *r, uint8_t *buf,
+                         size_t cap);
+/* Decodes len bytes as a pool send's header: 0, or -1 when the frame
+ * header is bad, the key length is 0 or over DPLANE_RKEY_MAX, or len is
+ * not exactly the header's length. */
+int dplane_rma_decode(const uint8_t *buf, size_t len, dplane_hdr_t *h, dplane_rma_ref_t *r);
 
 #endif

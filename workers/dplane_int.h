@@ -41,12 +41,22 @@
 #include <ucp/api/ucp.h>
 
 #include "dplane.h"
+#include "shmpool.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #error "the data plane's payloads are little-endian floats, sent as they lie in memory"
 #endif
 
 #define DPLANE_AM_ID 17u
+/* Sends from the pool (dplane.c): the sender's "read it here" (no data;
+ * its header: dplane_rma_encode), and the receiver's answer once it has
+ * read (u32 cookie high | u32 cookie low | u32 status). */
+#define DPLANE_AM_RMA_ID 18u
+#define DPLANE_AM_ACK_ID 19u
+#define DPLANE_ACK_SIZE 12
+enum { DPLANE_ACK_OK = 0, DPLANE_ACK_NO_RMA = 1, DPLANE_ACK_FAILED = 2 };
+/* Unpacked remote keys kept by the receiver, by (origin, block id). */
+#define DPLANE_RKEY_CACHE 256
 #define DPLANE_MAX_CLOSING 4096
 /* Address answers: at most this many address bytes. */
 #define DPLANE_UCX_ADDR_MAX 8192
@@ -55,6 +65,7 @@ typedef struct dp_peer {           /* the endpoint to one peer address */
     char addr[DPLANE_ADDR_MAX];
     pthread_mutex_t mu;            /* held while the endpoint is made */
     ucp_ep_h ep;                   /* NULL once failed (a new one is made on use) */
+    int no_rma;                    /* it cannot read our pool: plain sends only */
     struct dp_peer *next;
 } dp_peer_t;
 
@@ -63,11 +74,23 @@ typedef struct dp_origin {         /* a sender, by its reply endpoint */
     int64_t used_us;
 } dp_origin_t;
 
+typedef struct dp_rma {            /* where a pool send's payload lies at its sender */
+    dplane_rma_ref_t ref;
+    ucp_ep_h ep;                   /* the sender's reply endpoint */
+} dp_rma_t;
+
+typedef struct dp_rkey {           /* an unpacked key of a sender's pool block */
+    int origin;                    /* 0: free entry */
+    uint64_t block;
+    ucp_rkey_h rkey;
+} dp_rkey_t;
+
 typedef struct dp_park {           /* a frame waiting for unclaimed room */
     dplane_hdr_t h;
     int origin;
     void *data;                    /* UCX's: eager bytes or a rendezvous descriptor */
     int rndv;
+    dp_rma_t *rma;                 /* owned: a pool send (data NULL), else NULL */
     int64_t deadline_us;
     struct dp_park *next;
 } dp_park_t;
@@ -76,7 +99,8 @@ typedef struct send_wait send_wait_t;
 
 struct dplane {
     mbox_t *mb;                    /* borrowed */
-    ucp_context_h ctx;
+    shmpool_t *pool;               /* borrowed, NULL: no pool sends; owns ctx when set */
+    ucp_context_h ctx;             /* owned only when pool is NULL */
     ucp_worker_h worker;
     int listen_fd;                 /* data_addr: answers with our worker address */
     ucp_address_t *ucx_addr;       /* ours, ucx_addr_len bytes (UCX's) */
@@ -96,7 +120,12 @@ struct dplane {
     ucp_ep_h closing[DPLANE_MAX_CLOSING];
     int nclosing;
     send_wait_t *abandoned;        /* sends given up on; see send_abandon() */
+    send_wait_t *rma_waits;        /* pool sends waiting for their ACK, by cookie */
+    uint64_t rma_cookie;           /* next cookie (random start), under mu */
+    dp_rkey_t rkeys[DPLANE_RKEY_CACHE];   /* progress thread only */
+    int rkey_next;                 /* round-robin victim */
     atomic_llong refused, bad_frames, accept_errors;
+    atomic_llong pool_reads;       /* payloads read from a sender's pool block */
 };
 
 /* dplane_frame.c: big-endian integers at p (p holds 4 bytes). Pure. */
@@ -110,6 +139,16 @@ ucs_status_t dp_am_recv(void *arg, const void *header, size_t header_length, voi
                         size_t length, const ucp_am_recv_param_t *param);
 /* Offers every parked frame to the gate again; how many left the list. */
 int dp_parked_retry(dplane_t *dp);
+/* The handler of pool sends (DPLANE_AM_RMA_ID): decodes, gates, reads the
+ * payload from the sender's block and answers it (DPLANE_AM_ACK_ID). */
+ucs_status_t dp_am_rma(void *arg, const void *header, size_t header_length, void *data,
+                       size_t length, const ucp_am_recv_param_t *param);
+/* Forgets the unpacked keys of origin (its slot is recycled or stopping). */
+void dp_rkeys_drop(dplane_t *dp, int origin);
+
+/* dplane.c, progress thread: the handler of ACKs to our pool sends. */
+ucs_status_t dp_am_ack(void *arg, const void *header, size_t header_length, void *data,
+                       size_t length, const ucp_am_recv_param_t *param);
 
 /* dplane.c */
 /* Binds data_addr and sets dp->addr (dplane_start(), before the progress

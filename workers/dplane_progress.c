@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "dplane_int.h"
@@ -95,30 +96,60 @@ static void *progress_main(void *arg)
 
 /* ---- start and stop ---- */
 
-static int ucx_init(dplane_t *dp, dplane_transport_t tr)
+/* The UCX settings of the data plane's context (the pool's, or its own):
+ * *cfg is the caller's to release. 0 or -1. */
+static int ucx_settings(dplane_transport_t tr, ucp_params_t *pp, ucp_config_t **cfg)
 {
-    ucp_config_t *cfg = NULL;
-    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
+    *cfg = NULL;
+    if (ucp_config_read(NULL, NULL, cfg) != UCS_OK)
         return -1;
     /* tcp: UCX's TCP transport for data ("self" only ever serves sends to
      * ourselves, which never reach UCX). */
     /* A mutex, not a spinlock, guards the UCX worker between the progress
      * thread and senders: with more busy threads than cores a spinning
      * sender burns the slice the lock holder needs. */
-    if (ucp_config_modify(cfg, "USE_MT_MUTEX", "y") != UCS_OK ||
-        (tr == DPLANE_TCP && ucp_config_modify(cfg, "TLS", "tcp") != UCS_OK)) {
-        ucp_config_release(cfg);
+    if (ucp_config_modify(*cfg, "USE_MT_MUTEX", "y") != UCS_OK ||
+        (tr == DPLANE_TCP && ucp_config_modify(*cfg, "TLS", "tcp") != UCS_OK)) {
+        ucp_config_release(*cfg);
+        *cfg = NULL;
         return -1;
     }
-    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
-                                     UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-                       .name = "atoll-dplane", .mt_workers_shared = 0};
-    ucs_status_t st = ucp_init(&pp, cfg, &dp->ctx);
+    /* RMA: receivers read pool sends from the sender's block (dplane.c). */
+    *pp = (ucp_params_t){.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
+                                       UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+                         .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA,
+                         .name = "atoll-dplane", .mt_workers_shared = 0};
+    return 0;
+}
+
+shmpool_t *dplane_pool_new(dplane_transport_t tr, size_t keep_bytes)
+{
+    ucp_params_t pp;
+    ucp_config_t *cfg;
+    if (ucx_settings(tr, &pp, &cfg) != 0)
+        return NULL;
+    shmpool_t *p = shmpool_new(&pp, cfg, keep_bytes);
     ucp_config_release(cfg);
-    if (st != UCS_OK) {
-        log_error("dplane: ucp_init: %s", ucs_status_string(st));
-        return -1;
+    return p;
+}
+
+static int ucx_init(dplane_t *dp, dplane_transport_t tr)
+{
+    ucs_status_t st;
+    if (dp->pool) {
+        dp->ctx = shmpool_context(dp->pool);
+    } else {
+        ucp_params_t pp;
+        ucp_config_t *cfg;
+        if (ucx_settings(tr, &pp, &cfg) != 0)
+            return -1;
+        st = ucp_init(&pp, cfg, &dp->ctx);
+        ucp_config_release(cfg);
+        if (st != UCS_OK) {
+            dp->ctx = NULL;
+            log_error("dplane: ucp_init: %s", ucs_status_string(st));
+            return -1;
+        }
     }
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_MULTI};
@@ -130,8 +161,15 @@ static int ucx_init(dplane_t *dp, dplane_transport_t tr)
                                                UCP_AM_HANDLER_PARAM_FIELD_CB |
                                                UCP_AM_HANDLER_PARAM_FIELD_ARG,
                                  .id = DPLANE_AM_ID, .cb = dp_am_recv, .arg = dp};
+    ucp_am_handler_param_t hr = hp, ha = hp;
+    hr.id = DPLANE_AM_RMA_ID;
+    hr.cb = dp_am_rma;
+    ha.id = DPLANE_AM_ACK_ID;
+    ha.cb = dp_am_ack;
     int efd = -1;
     if (ucp_worker_set_am_recv_handler(dp->worker, &hp) != UCS_OK ||
+        ucp_worker_set_am_recv_handler(dp->worker, &hr) != UCS_OK ||
+        ucp_worker_set_am_recv_handler(dp->worker, &ha) != UCS_OK ||
         ucp_worker_get_efd(dp->worker, &efd) != UCS_OK)
         return -1;
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = efd};
@@ -159,7 +197,7 @@ static void dplane_free(dplane_t *dp)
     if (dp->worker)
         ucp_worker_destroy(dp->worker);
     dp_send_waits_free_abandoned(dp);
-    if (dp->ctx)
+    if (dp->ctx && !dp->pool)
         ucp_cleanup(dp->ctx);
     if (dp->epfd >= 0)
         close(dp->epfd);
@@ -168,12 +206,16 @@ static void dplane_free(dplane_t *dp)
 }
 
 dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb,
-                       dplane_transport_t tr)
+                       dplane_transport_t tr, shmpool_t *pool)
 {
     dplane_t *dp = calloc(1, sizeof *dp);
     if (!dp)
         return NULL;
     dp->mb = mb;
+    dp->pool = pool;
+    /* Cookies start at a random point: an ACK cannot be forged blindly. */
+    if (getrandom(&dp->rma_cookie, sizeof dp->rma_cookie, 0) != sizeof dp->rma_cookie)
+        dp->rma_cookie = (uint64_t)util_wall_us() * 2654435761u;
     dp->epfd = -1;
     dp->listen_fd = -1;
     dp->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
@@ -216,7 +258,9 @@ void dplane_stop(dplane_t *dp)
     while (dp->parked) {
         dp_park_t *pk = dp->parked;
         dp->parked = pk->next;
-        ucp_am_data_release(dp->worker, pk->data);
+        if (!pk->rma)
+            ucp_am_data_release(dp->worker, pk->data);
+        free(pk->rma);
         free(pk);
     }
     close_pending(dp);
@@ -231,6 +275,7 @@ void dplane_stop(dplane_t *dp)
     close_pending(dp);             /* endpoints that failed while closing others */
     while (atomic_load(&dp->inflight) > 0)
         ucp_worker_progress(dp->worker);
+    dp_rkeys_drop(dp, 0);
     dplane_free(dp);
 }
 

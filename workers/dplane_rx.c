@@ -26,13 +26,41 @@
 #include "dplane_int.h"
 #include "util.h"
 
-typedef struct dp_rx {             /* a rendezvous fetch in flight */
+typedef struct dp_rx {             /* a rendezvous fetch or a pool read in flight */
     dplane_t *dp;
     dplane_hdr_t h;
     int origin;
     mbox_admit_t admit;
     tensor_t *t;                   /* owned until handed to the mailbox */
+    ucp_ep_h ack_ep;               /* a pool read: whom to answer, with cookie */
+    uint64_t cookie;
 } dp_rx_t;
+
+/* Answers a pool send (DPLANE_AM_ACK_ID on its reply endpoint). The
+ * header must outlive the send: it is freed on completion. */
+static void ack_sent(void *req, ucs_status_t status, void *user)
+{
+    (void)status;
+    free(user);
+    ucp_request_free(req);
+}
+
+static void ack_send(dplane_t *dp, ucp_ep_h ep, uint64_t cookie, uint32_t status)
+{
+    (void)dp;
+    uint8_t *hdr = malloc(DPLANE_ACK_SIZE);
+    if (!hdr)
+        return;                    /* the sender times out and fails the attempt */
+    dp_put_u32(hdr, (uint32_t)(cookie >> 32));
+    dp_put_u32(hdr + 4, (uint32_t)cookie);
+    dp_put_u32(hdr + 8, status);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.send = ack_sent, .user_data = hdr};
+    void *r = ucp_am_send_nbx(ep, DPLANE_AM_ACK_ID, hdr, DPLANE_ACK_SIZE, NULL, 0, &p);
+    if (!UCS_PTR_IS_PTR(r))
+        free(hdr);                 /* done at once, or failed: no callback */
+}
 
 /* The origin (slot + 1) of the sender whose reply endpoint is ep: its
  * slot, a free one, or the least recently used one recycled (progress
@@ -60,6 +88,7 @@ static int origin_of(dplane_t *dp, ucp_ep_h ep)
     if (recycled) {
         atomic_fetch_add(&dp->refused, 1);
         mbox_drop_origin(dp->mb, lru + 1);
+        dp_rkeys_drop(dp, lru + 1);
     }
     return lru + 1;
 }
@@ -67,17 +96,87 @@ static int origin_of(dplane_t *dp, ucp_ep_h ep)
 static void rx_done(void *req, ucs_status_t status, size_t length, void *user)
 {
     dp_rx_t *rx = user;
-    if (status == UCS_OK && length == rx->h.nbytes) {
+    int ok = status == UCS_OK && length == rx->h.nbytes;
+    if (ok) {
         mbox_put_from(rx->dp->mb, &rx->h.tag, &rx->h.key, rx->t, rx->origin, rx->admit);
     } else {
         if (rx->admit == MBOX_ADMIT_UNCLAIMED)
             mbox_unreserve(rx->dp->mb, rx->origin, (int64_t)rx->h.nbytes);
         tensor_free(rx->t);
     }
+    if (rx->ack_ep)
+        ack_send(rx->dp, rx->ack_ep, rx->cookie, ok ? DPLANE_ACK_OK : DPLANE_ACK_FAILED);
     atomic_fetch_sub(&rx->dp->inflight, 1);
     free(rx);
     if (req)
         ucp_request_free(req);
+}
+
+static void rma_done(void *req, ucs_status_t status, void *user)
+{
+    dp_rx_t *rx = user;
+    if (status == UCS_OK)
+        atomic_fetch_add(&rx->dp->pool_reads, 1);
+    rx_done(req, status, status == UCS_OK ? (size_t)rx->h.nbytes : 0, rx);
+}
+
+/* ---- the receiver's cache of senders' block keys (progress thread) ---- */
+
+void dp_rkeys_drop(dplane_t *dp, int origin)
+{
+    for (int i = 0; i < DPLANE_RKEY_CACHE; i++) {
+        dp_rkey_t *k = &dp->rkeys[i];
+        if (k->origin && (origin == 0 || k->origin == origin)) {
+            ucp_rkey_destroy(k->rkey);
+            k->origin = 0;
+        }
+    }
+}
+
+/* The unpacked key of rma's block: cached per (origin, block), since a
+ * key unpacked afresh maps the block afresh and its first read pays every
+ * page fault again. NULL when the endpoint cannot use it. */
+static ucp_rkey_h rkey_of(dplane_t *dp, int origin, const dp_rma_t *rma)
+{
+    for (int i = 0; i < DPLANE_RKEY_CACHE; i++)
+        if (dp->rkeys[i].origin == origin && dp->rkeys[i].block == rma->ref.block)
+            return dp->rkeys[i].rkey;
+    ucp_rkey_h rk;
+    if (ucp_ep_rkey_unpack(rma->ep, rma->ref.rkey, &rk) != UCS_OK)
+        return NULL;
+    dp_rkey_t *k = &dp->rkeys[dp->rkey_next];
+    dp->rkey_next = (dp->rkey_next + 1) % DPLANE_RKEY_CACHE;
+    if (k->origin)
+        ucp_rkey_destroy(k->rkey);
+    *k = (dp_rkey_t){.origin = origin, .block = rma->ref.block, .rkey = rk};
+    return rk;
+}
+
+/* Reads an admitted pool send into t and answers the sender. Only a block
+ * this process can map (a sender on this host: ucp_rkey_ptr) is read, with
+ * one memcpy; otherwise the sender is told to send plainly. (UCX's RMA get
+ * on a reply endpoint still wiring up over TCP trips an assertion in UCX
+ * 1.13, so it is never tried.) The endpoint must still be the origin's. */
+static void rma_read(dplane_t *dp, dp_rx_t *rx, const dp_rma_t *rma)
+{
+    ucp_rkey_h rk = NULL;
+    void *src = NULL;
+    pthread_mutex_lock(&dp->mu);
+    int same = dp->origins[rx->origin - 1].ep == rma->ep;
+    pthread_mutex_unlock(&dp->mu);
+    if (!same || !(rk = rkey_of(dp, rx->origin, rma)) ||
+        ucp_rkey_ptr(rk, rma->ref.raddr, &src) != UCS_OK || !src) {
+        if (rx->admit == MBOX_ADMIT_UNCLAIMED)
+            mbox_unreserve(dp->mb, rx->origin, (int64_t)rx->h.nbytes);
+        tensor_free(rx->t);
+        if (same)                  /* else nobody is there to hear it */
+            ack_send(dp, rma->ep, rma->ref.cookie, DPLANE_ACK_NO_RMA);
+        free(rx);
+        return;
+    }
+    atomic_fetch_add(&dp->inflight, 1);
+    memcpy(rx->t->data, src, (size_t)rx->h.nbytes);
+    rma_done(NULL, UCS_OK, rx);
 }
 
 typedef enum rx_fate {
@@ -87,19 +186,27 @@ typedef enum rx_fate {
 } rx_fate_t;
 
 /* Takes an admitted frame's payload into a new tensor for the mailbox:
- * copied from eager data, or fetched by rendezvous (completed in rx_done).
+ * copied from eager data, fetched by rendezvous (completed in rx_done),
+ * or read from the sender's pool block (rma; completed in rma_done).
  * The reservation of an UNCLAIMED admit is consumed or given back. */
 static rx_fate_t rx_take(dplane_t *dp, const dplane_hdr_t *h, int origin, mbox_admit_t a,
-                         void *data, int rndv)
+                         void *data, int rndv, const dp_rma_t *rma)
 {
     tensor_t *t = tensor_new_uninit(&h->shape);
-    dp_rx_t *rx = rndv && t ? malloc(sizeof *rx) : NULL;
-    if (!t || (rndv && !rx)) {
+    int fetch = rndv || rma;
+    dp_rx_t *rx = fetch && t ? malloc(sizeof *rx) : NULL;
+    if (!t || (fetch && !rx)) {
         log_error("dplane: out of memory for a %llu-byte frame", (unsigned long long)h->nbytes);
         if (a == MBOX_ADMIT_UNCLAIMED)
             mbox_unreserve(dp->mb, origin, (int64_t)h->nbytes);
         tensor_free(t);
         return RX_DROPPED;
+    }
+    if (rma) {
+        *rx = (dp_rx_t){.dp = dp, .h = *h, .origin = origin, .admit = a, .t = t,
+                        .ack_ep = rma->ep, .cookie = rma->ref.cookie};
+        rma_read(dp, rx, rma);
+        return RX_TAKEN;
     }
     if (!rndv) {
         memcpy(t->data, data, (size_t)h->nbytes);
@@ -121,15 +228,20 @@ static rx_fate_t rx_take(dplane_t *dp, const dplane_hdr_t *h, int origin, mbox_a
 
 /* Asks the gate about a frame and acts on the answer. */
 static rx_fate_t rx_offer(dplane_t *dp, const dplane_hdr_t *h, int origin, void *data, int rndv,
-                          int64_t deadline_us)
+                          const dp_rma_t *rma, int64_t deadline_us)
 {
     mbox_admit_t a = mbox_admit(dp->mb, &h->tag, &h->key, origin, (int64_t)h->nbytes,
                                 deadline_us);
     if (a == MBOX_ADMIT_WAIT)
         return RX_WAIT;
-    if (a == MBOX_ADMIT_DROP)
+    if (a == MBOX_ADMIT_DROP) {
+        /* Declined like a rendezvous: the sender completes (a stale frame
+         * never fails a peer). */
+        if (rma)
+            ack_send(dp, rma->ep, rma->ref.cookie, DPLANE_ACK_OK);
         return RX_DROPPED;
-    return rx_take(dp, h, origin, a, data, rndv);
+    }
+    return rx_take(dp, h, origin, a, data, rndv, rma);
 }
 
 /* UCX active-message handler (progress thread). Returns UCS_INPROGRESS
@@ -152,12 +264,12 @@ ucs_status_t dp_am_recv(void *arg, const void *header, size_t header_length, voi
     int64_t deadline = util_mono_us() + (int64_t)MBOX_UNCLAIMED_TTL_MS * 1000;
     /* Only data UCX lets us keep can wait for room. */
     int can_keep = rndv || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA);
-    rx_fate_t f = rx_offer(dp, &h, origin, data, rndv, can_keep ? deadline : 0);
+    rx_fate_t f = rx_offer(dp, &h, origin, data, rndv, NULL, can_keep ? deadline : 0);
     if (f == RX_WAIT && dp->nparked >= DPLANE_MAX_PARKED)
-        f = rx_offer(dp, &h, origin, data, rndv, 0);     /* refused now (counted) */
+        f = rx_offer(dp, &h, origin, data, rndv, NULL, 0);     /* refused now (counted) */
     dp_park_t *pk = f == RX_WAIT ? malloc(sizeof *pk) : NULL;
     if (f == RX_WAIT && !pk)
-        f = rx_offer(dp, &h, origin, data, rndv, 0);
+        f = rx_offer(dp, &h, origin, data, rndv, NULL, 0);
     if (f != RX_WAIT)
         return f == RX_TAKEN && rndv ? UCS_INPROGRESS : UCS_OK;
     *pk = (dp_park_t){.h = h, .origin = origin, .data = data, .rndv = rndv,
@@ -167,6 +279,41 @@ ucs_status_t dp_am_recv(void *arg, const void *header, size_t header_length, voi
     return UCS_INPROGRESS;
 }
 
+ucs_status_t dp_am_rma(void *arg, const void *header, size_t header_length, void *data,
+                       size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)data;
+    dplane_t *dp = arg;
+    dplane_hdr_t h;
+    dp_rma_t rma;
+    int has_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0;
+    if (!has_ep || length != 0 || dplane_rma_decode(header, header_length, &h, &rma.ref) != 0) {
+        atomic_fetch_add(&dp->bad_frames, 1);
+        return UCS_OK;
+    }
+    rma.ep = param->reply_ep;
+    int origin = origin_of(dp, rma.ep);
+    int64_t deadline = util_mono_us() + (int64_t)MBOX_UNCLAIMED_TTL_MS * 1000;
+    rx_fate_t f = rx_offer(dp, &h, origin, NULL, 0, &rma,
+                           dp->nparked < DPLANE_MAX_PARKED ? deadline : 0);
+    dp_park_t *pk = f == RX_WAIT ? malloc(sizeof *pk) : NULL;
+    dp_rma_t *kept = pk ? malloc(sizeof *kept) : NULL;
+    if (f == RX_WAIT && (!pk || !kept)) {
+        free(pk);
+        free(kept);
+        rx_offer(dp, &h, origin, NULL, 0, &rma, 0);
+        return UCS_OK;
+    }
+    if (f != RX_WAIT)
+        return UCS_OK;
+    *kept = rma;
+    *pk = (dp_park_t){.h = h, .origin = origin, .rma = kept, .deadline_us = deadline,
+                      .next = dp->parked};
+    dp->parked = pk;
+    dp->nparked++;
+    return UCS_OK;                 /* nothing of UCX's is kept: the header was copied */
+}
+
 /* Offers every parked frame again (progress thread). Returns how many
  * left the list. */
 int dp_parked_retry(dplane_t *dp)
@@ -174,16 +321,18 @@ int dp_parked_retry(dplane_t *dp)
     int n = 0;
     for (dp_park_t **pp = &dp->parked; *pp;) {
         dp_park_t *pk = *pp;
-        rx_fate_t f = rx_offer(dp, &pk->h, pk->origin, pk->data, pk->rndv, pk->deadline_us);
+        rx_fate_t f = rx_offer(dp, &pk->h, pk->origin, pk->data, pk->rndv, pk->rma,
+                               pk->deadline_us);
         if (f == RX_WAIT) {
             pp = &pk->next;
             continue;
         }
         /* Eager bytes are done with either way; a rendezvous descriptor
          * not fetched is declined (its sender completes). */
-        if (!pk->rndv || f == RX_DROPPED)
+        if (!pk->rma && (!pk->rndv || f == RX_DROPPED))
             ucp_am_data_release(dp->worker, pk->data);
         *pp = pk->next;
+        free(pk->rma);
         free(pk);
         dp->nparked--;
         n++;

@@ -27,6 +27,7 @@
 #include "mbox.h"
 #include "ostore.h"
 #include "runlog.h"
+#include "shmpool.h"
 #include "util.h"
 #include "wclient.h"
 #include "wopts.h"
@@ -40,11 +41,16 @@ static void on_signal(int sig)
     atomic_store(&g_stop, 1);
 }
 
+/* Free shared-memory blocks a worker keeps for reuse (shmpool.h): a
+ * block's first read by each peer maps it and pays its page faults. */
+#define WORKER_POOL_KEEP ((size_t)256 * 1024 * 1024)
+
 typedef struct worker {
     wopts_t o;
     ostore_t *st;
     mbox_t *mb;
     dplane_t *dp;
+    shmpool_t *pool;                   /* NULL: none could be made (plain sends) */
     wclient_t *wc;
     wreport_t *wr;
     exec_t *ex;
@@ -274,8 +280,15 @@ static int worker_open(worker_t *w)
     if (!(w->mb = mbox_new()))
         return -1;
     mbox_set_accounting(w->mb, store_acct, w->st);
+    /* Large tensors live in shared memory that same-host peers read in one
+     * copy (shmpool.h); without it everything still works, one kernel copy
+     * slower. */
+    if ((w->pool = dplane_pool_new(w->o.data_transport, WORKER_POOL_KEEP)))
+        shmpool_install(w->pool);
+    else
+        log_warn("no shared-memory pool: large tensors go by UCX's own protocols");
     if (!(w->dp = dplane_start(w->o.data_listen, w->o.data_advertise, w->mb,
-                               w->o.data_transport)))
+                               w->o.data_transport, w->pool)))
         return -1;
     wclient_reg_req_t req = {.island = w->o.island, .devices = w->o.devices,
                              .backend = w->o.backend, .data_addr = dplane_addr(w->dp)};
@@ -361,6 +374,9 @@ static void worker_close(worker_t *w, int registered)
     mbox_free(w->mb);          /* gives its messages' charges back to st */
     ostore_free(w->st);
     wclient_free(w->wc);
+    /* Last: every tensor whose data came from the pool is freed. */
+    shmpool_install(NULL);
+    shmpool_free(w->pool);
 }
 
 /* Tensors of megabytes are allocated and freed by every computation and

@@ -5,7 +5,8 @@
  * Input: one flags byte (bits 0-1: the endpoint's mailbox origin 1..4),
  * then messages: one selector byte (bit 0: the AM header is 8 bytes too
  * long, which dp_am_recv counts as a bad frame; bit 1: the frame may wait for
- * room, as a rendezvous one can), a 92-byte header (dplane_hdr_decode,
+ * room, as a rendezvous one can; bit 2: a pool send's header, see
+ * frames()), a 92-byte header (dplane_hdr_decode,
  * the attempt key in its last 16 bytes) and its payload. As in dp_am_recv():
  * a bad header or a payload length other than its claim is dropped and the
  * endpoint goes on; mbox_admit() decides before anything is allocated; an
@@ -163,15 +164,42 @@ static void frame(fz_t *f, const dplane_hdr_t *h, const uint8_t *payload, int ma
         f->late_kept++;
 }
 
+/* A pool send's header (dp_am_rma): len bytes, whatever they are. One
+ * that decodes has a key length in range, is exactly as long as it says,
+ * and encodes back to the same bytes. */
+static void rma_message(const uint8_t *p, size_t len)
+{
+    dplane_hdr_t h;
+    static dplane_rma_ref_t r;
+    static uint8_t back[DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + DPLANE_RKEY_MAX];
+    if (dplane_rma_decode(p, len, &h, &r) != 0)
+        return;
+    if (r.rkey_len < 1 || r.rkey_len > DPLANE_RKEY_MAX ||
+        len != DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + (size_t)r.rkey_len ||
+        dplane_rma_encode(&h, &r, back, sizeof back) != len || memcmp(back, p, len) != 0)
+        abort();
+}
+
 /* Messages until the input ends. A message whose header does not decode
  * or whose payload is not its claimed size is dropped (dp_am_recv counts it);
- * the endpoint goes on. */
+ * the endpoint goes on. Selector bit 2: a pool send's header instead, of
+ * the length in the next two bytes (dp_am_rma: decoded, then gated like
+ * any frame, which the frames here cover). */
 static void frames(fz_t *f)
 {
     while (f->left >= 1 + DPLANE_HDR_SIZE) {
         int sel = f->p[0];
         f->p++;
         f->left--;
+        if (sel & 4) {
+            size_t len = (size_t)f->p[0] << 8 | f->p[1];
+            if (len > f->left - 2)
+                len = f->left - 2;
+            rma_message(f->p + 2, len);
+            f->p += 2 + len;
+            f->left -= 2 + len;
+            continue;
+        }
         dplane_hdr_t h;
         int ok = !(sel & 1) && dplane_hdr_decode(f->p, &h) == 0;
         if (ok)

@@ -87,22 +87,62 @@ static const char *OK_JOB =
     "    {'op': 'ppermute', 'out': 'w', 'args': ['z'], 'shift': 1}],"
     "   'outputs': ['w']}]}";
 
-static void test_store_empty_after_success(void **state)
+/* Runs doc to success and checks the sum of every shard k of `value` (4
+ * shards) against sums[k]. */
+static void run_and_check_sums(const char *doc, const char *value, const double sums[4])
 {
-    (void)state;
     int64_t id;
-    json_t *job = itest_run_ok(OK_JOB, &id);
+    json_t *job = itest_run_ok(doc, &id);
     json_decref(job);
     json_t *res = hx_job_result(&itest_client, id);
     T_CHECK(res != NULL, "no result for job %lld", (long long)id);
-    /* (1+0) + (1+1) + (1+2) + (1+3) = 10 per element, 32768 elements. */
     for (int k = 0; k < 4; k++) {
-        const json_t *w = hx_result_shard(res, "c.w", k);
+        const json_t *w = hx_result_shard(res, value, k);
         double sum = json_number_value(json_object_get(w, "sum"));
-        T_CHECK(fabs(sum - 327680.0) < 1e-3, "c.w shard %d sums to %g", k, sum);
+        T_CHECK(fabs(sum - sums[k]) < 1e-3, "%s shard %d sums to %.1f, not %.1f", value, k, sum,
+                sums[k]);
     }
     json_decref(res);
+}
+
+static void test_store_empty_after_success(void **state)
+{
+    (void)state;
+    /* (1+0) + (1+1) + (1+2) + (1+3) = 10 per element, 32768 elements. */
+    static const double sums[4] = {327680.0, 327680.0, 327680.0, 327680.0};
+    run_and_check_sums(OK_JOB, "c.w", sums);
     assert_stores_drain("a succeeded job");
+}
+
+/* Tensors of 1 MiB and more live in the workers' shared-memory pools and
+ * cross to a peer on this host by the receiver reading the sender's block
+ * (dplane.c, "Sends from the pool"). Slices [1,4] are rows of the island,
+ * one worker each, so every edge of this job crosses processes with 2 MiB
+ * per shard, twice (p -> c -> d): exact values, and the stores drain. */
+static const char *POOL_JOB =
+    "{'name': 'store-pool', 'slices': {'a': {'shape': [1, 4]}, 'b': {'shape': [1, 4]}},"
+    " 'computations': ["
+    "  {'name': 'p', 'slice': 'a', 'ops': ["
+    "    {'op': 'shard_index', 'out': 'i'},"
+    "    {'op': 'fill', 'out': 'x', 'shape': [524288], 'value': 1.0},"
+    "    {'op': 'add', 'out': 'y', 'args': ['x', 'i']}],"
+    "   'outputs': ['y']},"
+    "  {'name': 'c', 'slice': 'b', 'ops': ["
+    "    {'op': 'input', 'out': 'z', 'from': 'p.y'},"
+    "    {'op': 'add', 'out': 'w', 'args': ['z', 'z']}],"
+    "   'outputs': ['w']},"
+    "  {'name': 'd', 'slice': 'a', 'ops': ["
+    "    {'op': 'input', 'out': 'w', 'from': 'c.w'},"
+    "    {'op': 'add', 'out': 'v', 'args': ['w', 'w']}],"
+    "   'outputs': ['v']}]}";
+
+static void test_pool_edges_exact(void **state)
+{
+    (void)state;
+    /* Shard k: 524288 elements of 4 (1 + k), exact in floats. */
+    static const double sums[4] = {524288.0 * 4, 524288.0 * 8, 524288.0 * 12, 524288.0 * 16};
+    run_and_check_sums(POOL_JOB, "d.v", sums);
+    assert_stores_drain("a job with 2 MiB edges");
 }
 
 static void test_store_empty_after_failure(void **state)
@@ -158,6 +198,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_store_empty_after_success, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_pool_edges_exact, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_store_empty_after_failure, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_store_empty_after_cancel, itest_cancel_leftovers),
     };

@@ -195,7 +195,7 @@ static void junk_attack(junk_t *j, pid_t pid, const char *addr, int nidle, int64
     }
     if (!j->rogue) {
         j->rogue_mb = mbox_new();
-        j->rogue = j->rogue_mb ? dplane_start("127.0.0.1:0", NULL, j->rogue_mb, DPLANE_AUTO)
+        j->rogue = j->rogue_mb ? dplane_start("127.0.0.1:0", NULL, j->rogue_mb, DPLANE_AUTO, NULL)
                                : NULL;
         if (!j->rogue)
             return;

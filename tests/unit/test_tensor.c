@@ -110,12 +110,77 @@ static void test_f32b64(void **state)
     free(text);
 }
 
+/* ---- the allocator of large tensors (tensor_allocator_t) ---- */
+
+typedef struct fake_pool {
+    float buf[1024];
+    int allocs, releases, in_use;
+} fake_pool_t;
+
+static void *fake_alloc(void *ctx, size_t bytes)
+{
+    fake_pool_t *f = ctx;
+    if (f->in_use || bytes > sizeof f->buf)
+        return NULL;               /* busy or too big: malloc serves */
+    memset(f->buf, 0x7f, sizeof f->buf);   /* garbage, as a reused block holds */
+    f->allocs++;
+    f->in_use = 1;
+    return f->buf;
+}
+
+static int fake_release(void *ctx, void *p)
+{
+    fake_pool_t *f = ctx;
+    if (p != f->buf)
+        return -1;
+    f->releases++;
+    f->in_use = 0;
+    return 0;
+}
+
+/* Data of min_bytes and more comes from the allocator (zeroed for
+ * tensor_new), smaller data never; a release the allocator refuses (not
+ * its pointer) falls to free(), which LeakSanitizer checks; NULL resets. */
+static void test_allocator(void **state)
+{
+    (void)state;
+    fake_pool_t f = {0};
+    tensor_allocator_t a = {.min_bytes = 256 * sizeof(float), .alloc = fake_alloc,
+                            .release = fake_release, .ctx = &f};
+    tensor_allocator_set(&a);
+    shape_t big = {1, {512}}, small = {1, {255}};
+    tensor_t *t = tensor_new(&big), *u = tensor_new(&big), *v = tensor_new(&small);
+    assert_non_null(t);
+    assert_non_null(u);
+    assert_non_null(v);
+    assert_ptr_equal(t->data, f.buf);
+    assert_true(u->data != f.buf && v->data != f.buf);     /* busy; too small */
+    for (int i = 0; i < 512; i++)
+        assert_true(t->data[i] == 0.0f);
+    assert_int_equal(f.allocs, 1);
+    tensor_free(u);
+    tensor_free(v);
+    assert_int_equal(f.releases, 0);
+    tensor_free(t);
+    assert_int_equal(f.releases, 1);
+    tensor_t *w = tensor_new_uninit(&big);
+    assert_ptr_equal(w->data, f.buf);
+    tensor_free(w);
+    tensor_allocator_set(NULL);
+    tensor_t *x = tensor_new(&big);
+    assert_true(x->data != f.buf);
+    tensor_free(x);
+    assert_int_equal(f.allocs, 2);
+    assert_int_equal(f.releases, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_tensors),
         cmocka_unit_test(test_f32b64),
+        cmocka_unit_test(test_allocator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
  * between dplane instances in this process: shared memory as UCX picks it
  * for same-host peers, UCX's TCP when forced, keys, the gate's parking of
  * frames without room, raw junk at the listener, peers that went away
- * (workers/dplane.c and mbox.c compiled in, the other dplane files linked). */
+ * (workers/dplane.c and mbox.c compiled in, the other dplane files linked);
+ * sends from the shared-memory pool, read by the receiver in place. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -122,8 +123,8 @@ static int pair_setup(void **state)
     pair_t *p = calloc(1, sizeof *p);
     p->mb_a = mbox_new();
     p->mb_b = mbox_new();
-    p->a = dplane_start("127.0.0.1:0", NULL, p->mb_a, DPLANE_AUTO);
-    p->b = dplane_start("127.0.0.1:0", NULL, p->mb_b, DPLANE_AUTO);
+    p->a = dplane_start("127.0.0.1:0", NULL, p->mb_a, DPLANE_AUTO, NULL);
+    p->b = dplane_start("127.0.0.1:0", NULL, p->mb_b, DPLANE_AUTO, NULL);
     if (!p->a || !p->b)
         return -1;
     *state = p;
@@ -155,6 +156,23 @@ static void send_take(dplane_t *from, dplane_t *to, mbox_t *to_mb, const mbox_ta
     assert_int_equal(mbox_take(to_mb, tag, in_ms(10000), &got), MBOX_OK);
     assert_same_tensor(got, t);
     tensor_free(got);
+}
+
+/* Sends forged under the wrong key, then t under KEY, with the same tag
+ * (a task of b declared under KEY): b takes exactly t, and counts one
+ * frame dropped for its key. */
+static void send_forged_then_real(pair_t *p, const mbox_tag_t *tag, const mbox_key_t *wrong,
+                                  const tensor_t *forged, const tensor_t *t)
+{
+    assert_int_equal(dplane_send(p->a, dplane_addr(p->b), tag, wrong, forged), 0);
+    assert_int_equal(dplane_send(p->a, dplane_addr(p->b), tag, &KEY, t), 0);
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(p->mb_b, tag, in_ms(10000), &got), MBOX_OK);
+    assert_same_tensor(got, t);
+    tensor_free(got);
+    dplane_guard_stats_t g;
+    dplane_guard_stats(p->b, &g);
+    assert_int_equal(g.mb.bad_key, 1);
 }
 
 /* Frames cross UCX and keep their tags, shapes and bytes: small (eager),
@@ -228,12 +246,12 @@ static void test_unreachable_peer(void **state)
 {
     (void)state;
     mbox_t *mb = mbox_new();
-    dplane_t *gone = dplane_start("127.0.0.1:0", NULL, mb, DPLANE_AUTO);
+    dplane_t *gone = dplane_start("127.0.0.1:0", NULL, mb, DPLANE_AUTO, NULL);
     assert_non_null(gone);
     char addr[DPLANE_ADDR_MAX];
     snprintf(addr, sizeof addr, "%s", dplane_addr(gone));
     dplane_stop(gone);
-    dplane_t *me = dplane_start("127.0.0.1:0", NULL, mb, DPLANE_AUTO);
+    dplane_t *me = dplane_start("127.0.0.1:0", NULL, mb, DPLANE_AUTO, NULL);
     assert_non_null(me);
     int64_t dims[1] = {2};
     tensor_t *t = iota(1, dims);
@@ -285,12 +303,190 @@ static void test_shm_4mib_integrity(void **state)
     assert_null(strstr(tr, "tcp"));
 }
 
+/* ---- sends from the shared-memory pool (shmpool.h) ---- */
+
+/* The pool send's header: round trip; a key length of 0 or over the
+ * maximum, and a message longer or shorter than it says, are refused. */
+static void test_rma_codec(void **state)
+{
+    (void)state;
+    dplane_hdr_t h = {.tag = {.job = 5, .attempt = 1, .comp = 2, .op = 3, .src = 0, .dst = 1},
+                      .shape = {.rank = 1, .dim = {1 << 18}}, .nbytes = (1 << 18) * 4,
+                      .key = KEY}, h2;
+    static dplane_rma_ref_t r = {.cookie = 0x0123456789abcdefULL, .raddr = 0x7f0000001000ULL,
+                                 .block = 42, .rkey_len = 5, .rkey = {9, 8, 7, 6, 5}};
+    static dplane_rma_ref_t r2;
+    uint8_t buf[DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + DPLANE_RKEY_MAX];
+    size_t len = dplane_rma_encode(&h, &r, buf, sizeof buf);
+    assert_int_equal(len, DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + 5);
+    assert_int_equal(dplane_rma_decode(buf, len, &h2, &r2), 0);
+    assert_true(r2.cookie == r.cookie && r2.raddr == r.raddr && r2.block == 42);
+    assert_int_equal(r2.rkey_len, 5);
+    assert_memory_equal(r2.rkey, r.rkey, 5);
+    assert_int_equal(h2.nbytes, h.nbytes);
+    assert_int_equal(dplane_rma_decode(buf, len - 1, &h2, &r2), -1);
+    assert_int_equal(dplane_rma_decode(buf, len + 1, &h2, &r2), -1);
+    assert_int_equal(dplane_rma_decode(buf, DPLANE_HDR_SIZE + 3, &h2, &r2), -1);
+    buf[DPLANE_HDR_SIZE + 27] = 0;         /* key length 0 */
+    assert_int_equal(dplane_rma_decode(buf, DPLANE_HDR_SIZE + DPLANE_RMA_FIXED, &h2, &r2), -1);
+    r.rkey_len = DPLANE_RKEY_MAX + 1;
+    assert_int_equal(dplane_rma_encode(&h, &r, buf, sizeof buf), 0);
+    r.rkey_len = 5;
+    assert_int_equal(dplane_rma_encode(&h, &r, buf, 10), 0);
+}
+
+typedef struct pool_pair {
+    shmpool_t *pool;
+    pair_t p;
+} pool_pair_t;
+
+static int pool_pair_setup(void **state)
+{
+    pool_pair_t *pp = calloc(1, sizeof *pp);
+    if (!pp || !(pp->pool = dplane_pool_new(DPLANE_AUTO, (size_t)32 << 20)))
+        return -1;
+    shmpool_install(pp->pool);
+    pp->p.mb_a = mbox_new();
+    pp->p.mb_b = mbox_new();
+    pp->p.a = dplane_start("127.0.0.1:0", NULL, pp->p.mb_a, DPLANE_AUTO, pp->pool);
+    pp->p.b = dplane_start("127.0.0.1:0", NULL, pp->p.mb_b, DPLANE_AUTO, pp->pool);
+    *state = pp;
+    return pp->p.a && pp->p.b ? 0 : -1;
+}
+
+static int pool_pair_teardown(void **state)
+{
+    pool_pair_t *pp = *state;
+    dplane_stop(pp->p.a);
+    dplane_stop(pp->p.b);
+    mbox_free(pp->p.mb_a);
+    mbox_free(pp->p.mb_b);
+    shmpool_install(NULL);
+    shmpool_free(pp->pool);
+    free(pp);
+    return 0;
+}
+
+/* Blocks: sizes round up to the grain; a range inside an allocated block
+ * is found, one past it or in a freed block is not; a freed block is
+ * reused for the same size; free blocks beyond keep_bytes are unmapped;
+ * below the minimum the pool declines. */
+static void test_pool_blocks(void **state)
+{
+    pool_pair_t *pp = *state;      /* keeps 32 MiB of free blocks */
+    shmpool_t *p = pp->pool;
+    int n0;
+    size_t free0;
+    shmpool_stats(p, &n0, &free0);
+    assert_null(shmpool_alloc(p, SHMPOOL_MIN_BYTES - 1));
+    char *a = shmpool_alloc(p, (3 << 20) + 5);
+    assert_non_null(a);
+    shmpool_ref_t r;
+    assert_int_equal(shmpool_find(p, a + 100, (3 << 20), &r), 0);
+    assert_int_equal(r.base, (uint64_t)(uintptr_t)a);
+    assert_true(r.rkey_len > 0);
+    assert_int_equal(shmpool_find(p, a + 100, (4 << 20), &r), -1);    /* past its 4 MiB */
+    assert_int_equal(shmpool_release(p, a + 1), -1);                     /* not a base */
+    assert_int_equal(shmpool_release(p, a), 0);
+    assert_int_equal(shmpool_find(p, a, 16, &r), -1);
+    char *b = shmpool_alloc(p, 4 << 20);
+    assert_ptr_equal(b, a);                                              /* reused */
+    assert_int_equal(shmpool_release(p, b), 0);
+    void *big[3];
+    for (int i = 0; i < 3; i++)
+        assert_non_null(big[i] = shmpool_alloc(p, 16 << 20));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(shmpool_release(p, big[i]), 0);
+    int n;
+    size_t fb;
+    shmpool_stats(p, &n, &fb);
+    assert_true(fb <= (size_t)32 << 20);
+    assert_true(n < n0 + 4);                                             /* one went */
+}
+
+/* A 4 MiB tensor's data comes from the pool, and the receiver reads it
+ * there (one RMA get), bit for bit, in both directions and again: the
+ * freed blocks are reused and the receiver's cached keys still fit. A
+ * small tensor and one outside the pool go the plain way. */
+static void test_pool_send_exact(void **state)
+{
+    pool_pair_t *pp = *state;
+    pair_t *p = &pp->p;
+    const int64_t n = (4 << 20) / 4;
+    for (int round = 0; round < 3; round++) {
+        tensor_t *t = random_tensor(n, 17u + (uint32_t)round);
+        shmpool_ref_t ref;
+        assert_int_equal(shmpool_find(pp->pool, t->data, (size_t)n * 4, &ref), 0);
+        mbox_tag_t tag = {.job = 20, .op = round}, back = {.job = 21, .op = round};
+        send_take(p->a, p->b, p->mb_b, &tag, t);
+        send_take(p->b, p->a, p->mb_a, &back, t);
+        tensor_free(t);
+    }
+    assert_int_equal(atomic_load(&p->b->pool_reads), 3);
+    assert_int_equal(atomic_load(&p->a->pool_reads), 3);
+    /* Below the pool's minimum: malloc'd, sent plainly. */
+    tensor_t *small = random_tensor(1000, 5);
+    shmpool_ref_t ref;
+    assert_int_equal(shmpool_find(pp->pool, small->data, 4000, &ref), -1);
+    mbox_tag_t tag = {.job = 22};
+    send_take(p->a, p->b, p->mb_b, &tag, small);
+    assert_int_equal(atomic_load(&p->b->pool_reads), 3);
+    tensor_free(small);
+}
+
+/* A receiver that cannot read our pool (UCX's TCP only) answers so, and
+ * gets the same bytes plainly, then only plainly. */
+static void test_pool_peer_without_rma(void **state)
+{
+    pool_pair_t *pp = *state;
+    pair_t *p = &pp->p;
+    mbox_t *mc = mbox_new();
+    dplane_t *c = dplane_start("127.0.0.1:0", NULL, mc, DPLANE_TCP, NULL);
+    assert_non_null(c);
+    tensor_t *t = random_tensor((2 << 20) / 4, 23);
+    for (int i = 0; i < 2; i++) {
+        mbox_tag_t tag = {.job = 24, .op = i};
+        send_take(p->a, c, mc, &tag, t);
+    }
+    assert_int_equal(atomic_load(&c->pool_reads), 0);
+    assert_false(peer_rma(p->a, dplane_addr(c), 0));
+    tensor_free(t);
+    dplane_stop(c);
+    mbox_free(mc);
+}
+
+/* A pool send with the wrong key is dropped and counted like any frame,
+ * and its sender is answered (it does not wait for the timeout); an ACK
+ * nobody waits for changes nothing. */
+static void test_pool_wrong_key(void **state)
+{
+    pool_pair_t *pp = *state;
+    pair_t *p = &pp->p;
+    assert_int_equal(mbox_expect(p->mb_b, 25, 1, 0, 1, 4, &KEY), 0);
+    mbox_key_t wrong = KEY;
+    wrong.b[0] ^= 0x80;
+    tensor_t *forged = random_tensor((1 << 20) / 4, 26), *t = random_tensor((1 << 20) / 4, 27);
+    mbox_tag_t tag = {.job = 25, .attempt = 1, .comp = 0, .src = 2, .dst = 1};
+    int64_t t0 = util_mono_us();
+    send_forged_then_real(p, &tag, &wrong, forged, t);
+    assert_true(util_mono_us() - t0 < DPLANE_SEND_TIMEOUT_US);   /* answered, not timed out */
+    assert_int_equal(atomic_load(&p->b->pool_reads), 1);
+    mbox_task_done(p->mb_b, 25, 1, 0, 1);
+    /* A stray ACK: no send waits for its cookie. */
+    uint8_t ack[DPLANE_ACK_SIZE] = {0xde, 0xad};
+    ucp_am_recv_param_t none = {0};
+    assert_int_equal(dp_am_ack(p->a, ack, sizeof ack, NULL, 0, &none), UCS_OK);
+    assert_int_equal(dp_am_ack(p->a, ack, 3, NULL, 0, &none), UCS_OK);
+    tensor_free(forged);
+    tensor_free(t);
+}
+
 /* --data-transport tcp: UCX's TCP transport only, same bytes. */
 static void test_forced_tcp(void **state)
 {
     pair_t *p = *state;
     mbox_t *mc = mbox_new();
-    dplane_t *c = dplane_start("127.0.0.1:0", NULL, mc, DPLANE_TCP);
+    dplane_t *c = dplane_start("127.0.0.1:0", NULL, mc, DPLANE_TCP, NULL);
     assert_non_null(c);
     tensor_t *t = random_tensor(300000, 3), *sc = iota(0, NULL);
     mbox_tag_t tag = {.job = 11, .src = 0, .dst = 1}, tag2 = {.job = 11, .op = 1};
@@ -310,8 +506,8 @@ static void test_receiver_gone(void **state)
 {
     (void)state;
     mbox_t *ma = mbox_new(), *mb = mbox_new();
-    dplane_t *a = dplane_start("127.0.0.1:0", NULL, ma, DPLANE_AUTO);
-    dplane_t *b = dplane_start("127.0.0.1:0", NULL, mb, DPLANE_AUTO);
+    dplane_t *a = dplane_start("127.0.0.1:0", NULL, ma, DPLANE_AUTO, NULL);
+    dplane_t *b = dplane_start("127.0.0.1:0", NULL, mb, DPLANE_AUTO, NULL);
     assert_non_null(a);
     assert_non_null(b);
     char addr[DPLANE_ADDR_MAX];
@@ -340,15 +536,7 @@ static void test_wrong_key_dropped(void **state)
     int64_t dims[1] = {4};
     tensor_t *t = iota(1, dims), *forged = random_tensor(4, 9);
     mbox_tag_t tag = {.job = 13, .attempt = 1, .comp = 0, .src = 2, .dst = 1};
-    assert_int_equal(dplane_send(p->a, dplane_addr(p->b), &tag, &wrong, forged), 0);
-    assert_int_equal(dplane_send(p->a, dplane_addr(p->b), &tag, &KEY, t), 0);
-    tensor_t *got = NULL;
-    assert_int_equal(mbox_take(p->mb_b, &tag, in_ms(10000), &got), MBOX_OK);
-    assert_same_tensor(got, t);
-    tensor_free(got);
-    dplane_guard_stats_t g;
-    dplane_guard_stats(p->b, &g);
-    assert_int_equal(g.mb.bad_key, 1);
+    send_forged_then_real(p, &tag, &wrong, forged, t);
     assert_int_equal(mbox_count(p->mb_b), 0);
     mbox_task_done(p->mb_b, 13, 1, 0, 1);
     tensor_free(t);
@@ -455,6 +643,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wrong_key_dropped, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_bad_header_counted, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_parked_until_claimed, pair_setup, pair_teardown),
+        cmocka_unit_test(test_rma_codec),
+        cmocka_unit_test_setup_teardown(test_pool_blocks, pool_pair_setup, pool_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_pool_send_exact, pool_pair_setup,
+                                        pool_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_pool_peer_without_rma, pool_pair_setup,
+                                        pool_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_pool_wrong_key, pool_pair_setup,
+                                        pool_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,7 +114,7 @@ static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeo
     p->st = ostore_new((int64_t)256 << 20);
     p->mb = mbox_new();
     mbox_set_accounting(p->mb, store_acct, p->st);
-    p->dp = dplane_start("127.0.0.1:0", NULL, p->mb, DPLANE_AUTO);
+    p->dp = dplane_start("127.0.0.1:0", NULL, p->mb, DPLANE_AUTO, NULL);
     if (!p->dp)
         return -1;
     exec_cfg_t cfg = {.ndevices = ndev, .peer_timeout_us = timeout_ms * 1000, .store = p->st,
