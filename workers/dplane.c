@@ -496,13 +496,13 @@ static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const t
  *
  * A payload that lies in one of our pool's blocks (shmpool.h) is not sent:
  * the receiver is told where it lies (DPLANE_AM_RMA_ID: the frame header,
- * a cookie, the address, the block's id and packed key), gates it like any
- * frame, reads it with one RMA get (a memcpy from the block mapped into
- * its process, for a peer on this host) and answers with an ACK carrying
- * the cookie; the sender waits for that ACK as for any send, so the
- * payload stays put while it is read. A receiver that cannot use the key
- * (another host without such a transport) answers DPLANE_ACK_NO_RMA: from
- * then on that peer gets plain sends. Cookies are random 64-bit values: an
+ * a cookie, the address, the block's id, our host id and the packed key),
+ * gates it like any frame, maps the block and copies it once (dplane_rx.c,
+ * rma_read) and answers with an ACK carrying the cookie; the sender waits
+ * for that ACK as for any send, so the payload stays put while it is
+ * read. A receiver that cannot map it (another host or container: another
+ * host id; --data-transport tcp) answers DPLANE_ACK_NO_RMA: from then on
+ * that peer gets plain sends. Cookies are random 64-bit values: an
  * ACK with a cookie no send waits for is ignored. */
 
 static void rma_waits_unlink_locked(dplane_t *dp, uint64_t cookie, send_wait_t **out)
@@ -552,7 +552,7 @@ static int rma_header(dplane_t *dp, send_wait_t *w, const dplane_hdr_t *h, const
                       const shmpool_ref_t *ref, size_t *len)
 {
     dplane_rma_ref_t r = {.raddr = (uint64_t)(uintptr_t)t->data, .block = ref->id,
-                          .rkey_len = (uint32_t)ref->rkey_len};
+                          .host = dp->host_id, .rkey_len = (uint32_t)ref->rkey_len};
     size_t cap = DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + DPLANE_RKEY_MAX;
     if (ref->rkey_len < 1 || ref->rkey_len > DPLANE_RKEY_MAX || !(w->hdr = malloc(cap)))
         return -1;

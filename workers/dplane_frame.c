@@ -98,7 +98,8 @@ size_t dplane_rma_encode(const dplane_hdr_t *h, const dplane_rma_ref_t *r, uint8
     put_u64(p, r->cookie);
     put_u64(p + 8, r->raddr);
     put_u64(p + 16, r->block);
-    dp_put_u32(p + 24, r->rkey_len);
+    put_u64(p + 24, r->host);
+    dp_put_u32(p + 32, r->rkey_len);
     memcpy(p + DPLANE_RMA_FIXED, r->rkey, r->rkey_len);
     return len;
 }
@@ -111,7 +112,8 @@ int dplane_rma_decode(const uint8_t *buf, size_t len, dplane_hdr_t *h, dplane_rm
     r->cookie = get_u64(p);
     r->raddr = get_u64(p + 8);
     r->block = get_u64(p + 16);
-    r->rkey_len = dp_get_u32(p + 24);
+    r->host = get_u64(p + 24);
+    r->rkey_len = dp_get_u32(p + 32);
     if (r->rkey_len < 1 || r->rkey_len > DPLANE_RKEY_MAX ||
         len != DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + (size_t)r->rkey_len)
         return -1;

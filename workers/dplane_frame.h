@@ -31,11 +31,13 @@ typedef struct dplane_hdr {
 
 /* A pool send's "read it here" (DPLANE_AM_RMA_ID; dplane.c, "Sends from
  * the pool"): the frame header, then (big-endian) u64 cookie | u64
- * address | u64 block id | u32 key length, then the packed remote key. */
-#define DPLANE_RMA_FIXED 28
+ * address | u64 block id | u64 host id | u32 key length, then the packed
+ * remote key. */
+#define DPLANE_RMA_FIXED 36
 #define DPLANE_RKEY_MAX 1024
 typedef struct dplane_rma_ref {
     uint64_t cookie, raddr, block;
+    uint64_t host;              /* the sender's view of shared memory (dp_host_id) */
     uint32_t rkey_len;          /* 1..DPLANE_RKEY_MAX */
     uint8_t rkey[DPLANE_RKEY_MAX];
 } dplane_rma_ref_t;

@@ -126,6 +126,7 @@ struct dplane {
     int rkey_next;                 /* round-robin victim */
     atomic_llong refused, bad_frames, accept_errors;
     atomic_llong pool_reads;       /* payloads read from a sender's pool block */
+    uint64_t host_id;              /* our view of shared memory (dp_host_id) */
 };
 
 /* dplane_frame.c: big-endian integers at p (p holds 4 bytes). Pure. */
@@ -149,6 +150,14 @@ void dp_rkeys_drop(dplane_t *dp, int origin);
 /* dplane.c, progress thread: the handler of ACKs to our pool sends. */
 ucs_status_t dp_am_ack(void *arg, const void *header, size_t header_length, void *data,
                        size_t length, const ucp_am_recv_param_t *param);
+
+/* dplane_progress.c: which shared memory and processes this process
+ * sees: a hash of the boot id and of its IPC, PID and mount namespaces.
+ * Two processes with the same id open the same /dev/shm segments and
+ * /proc/PID links (UCX's POSIX segments are opened through the owner's
+ * /proc/PID/fd), so only then may a receiver map a sender's block; in
+ * another container the same PID may be another process. */
+uint64_t dp_host_id(void);
 
 /* dplane.c */
 /* Binds data_addr and sets dp->addr (dplane_start(), before the progress

@@ -16,6 +16,7 @@
  * still in flight, and frees everything the dplane owns. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
@@ -95,6 +96,35 @@ static void *progress_main(void *arg)
 }
 
 /* ---- start and stop ---- */
+
+/* FNV-1a over the text of path (a file's first line, or a link's target). */
+static uint64_t host_mix(uint64_t h, const char *path, int link)
+{
+    char buf[256] = "";
+    if (link) {
+        ssize_t n = readlink(path, buf, sizeof buf - 1);
+        buf[n > 0 ? n : 0] = '\0';
+    } else {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(buf, sizeof buf, f))
+                buf[0] = '\0';
+            fclose(f);
+        }
+    }
+    for (const char *c = buf; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+    return (h ^ 0xff) * 1099511628211ULL;     /* separator */
+}
+
+uint64_t dp_host_id(void)
+{
+    uint64_t h = 14695981039346656037ULL;
+    h = host_mix(h, "/proc/sys/kernel/random/boot_id", 0);
+    h = host_mix(h, "/proc/self/ns/ipc", 1);
+    h = host_mix(h, "/proc/self/ns/pid", 1);
+    return host_mix(h, "/proc/self/ns/mnt", 1);
+}
 
 /* The UCX settings of the data plane's context (the pool's, or its own):
  * *cfg is the caller's to release. 0 or -1. */
@@ -213,6 +243,7 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
         return NULL;
     dp->mb = mb;
     dp->pool = pool;
+    dp->host_id = dp_host_id();
     /* Cookies start at a random point: an ACK cannot be forged blindly. */
     if (getrandom(&dp->rma_cookie, sizeof dp->rma_cookie, 0) != sizeof dp->rma_cookie)
         dp->rma_cookie = (uint64_t)util_wall_us() * 2654435761u;

@@ -153,8 +153,9 @@ static ucp_rkey_h rkey_of(dplane_t *dp, int origin, const dp_rma_t *rma)
 }
 
 /* Reads an admitted pool send into t and answers the sender. Only a block
- * this process can map (a sender on this host: ucp_rkey_ptr) is read, with
- * one memcpy; otherwise the sender is told to send plainly. (UCX's RMA get
+ * this process can map (a sender that sees the same shared memory and
+ * processes: same host id, and ucp_rkey_ptr gives an address) is read,
+ * with one memcpy; otherwise the sender is told to send plainly. (UCX's RMA get
  * on a reply endpoint still wiring up over TCP trips an assertion in UCX
  * 1.13, so it is never tried.) The endpoint must still be the origin's. */
 static void rma_read(dplane_t *dp, dp_rx_t *rx, const dp_rma_t *rma)
@@ -164,7 +165,7 @@ static void rma_read(dplane_t *dp, dp_rx_t *rx, const dp_rma_t *rma)
     pthread_mutex_lock(&dp->mu);
     int same = dp->origins[rx->origin - 1].ep == rma->ep;
     pthread_mutex_unlock(&dp->mu);
-    if (!same || !(rk = rkey_of(dp, rx->origin, rma)) ||
+    if (!same || rma->ref.host != dp->host_id || !(rk = rkey_of(dp, rx->origin, rma)) ||
         ucp_rkey_ptr(rk, rma->ref.raddr, &src) != UCS_OK || !src) {
         if (rx->admit == MBOX_ADMIT_UNCLAIMED)
             mbox_unreserve(dp->mb, rx->origin, (int64_t)rx->h.nbytes);

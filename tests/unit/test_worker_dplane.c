@@ -314,20 +314,21 @@ static void test_rma_codec(void **state)
                       .shape = {.rank = 1, .dim = {1 << 18}}, .nbytes = (1 << 18) * 4,
                       .key = KEY}, h2;
     static dplane_rma_ref_t r = {.cookie = 0x0123456789abcdefULL, .raddr = 0x7f0000001000ULL,
-                                 .block = 42, .rkey_len = 5, .rkey = {9, 8, 7, 6, 5}};
+                                 .block = 42, .host = 77, .rkey_len = 5,
+                                 .rkey = {9, 8, 7, 6, 5}};
     static dplane_rma_ref_t r2;
     uint8_t buf[DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + DPLANE_RKEY_MAX];
     size_t len = dplane_rma_encode(&h, &r, buf, sizeof buf);
     assert_int_equal(len, DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + 5);
     assert_int_equal(dplane_rma_decode(buf, len, &h2, &r2), 0);
-    assert_true(r2.cookie == r.cookie && r2.raddr == r.raddr && r2.block == 42);
+    assert_true(r2.cookie == r.cookie && r2.raddr == r.raddr && r2.block == 42 && r2.host == 77);
     assert_int_equal(r2.rkey_len, 5);
     assert_memory_equal(r2.rkey, r.rkey, 5);
     assert_int_equal(h2.nbytes, h.nbytes);
     assert_int_equal(dplane_rma_decode(buf, len - 1, &h2, &r2), -1);
     assert_int_equal(dplane_rma_decode(buf, len + 1, &h2, &r2), -1);
     assert_int_equal(dplane_rma_decode(buf, DPLANE_HDR_SIZE + 3, &h2, &r2), -1);
-    buf[DPLANE_HDR_SIZE + 27] = 0;         /* key length 0 */
+    buf[DPLANE_HDR_SIZE + 35] = 0;         /* key length 0 */
     assert_int_equal(dplane_rma_decode(buf, DPLANE_HDR_SIZE + DPLANE_RMA_FIXED, &h2, &r2), -1);
     r.rkey_len = DPLANE_RKEY_MAX + 1;
     assert_int_equal(dplane_rma_encode(&h, &r, buf, sizeof buf), 0);
@@ -453,6 +454,22 @@ static void test_pool_peer_without_rma(void **state)
     tensor_free(t);
     dplane_stop(c);
     mbox_free(mc);
+}
+
+/* A receiver that sees other shared memory (another container or host:
+ * another host id) never maps the sender's block, even though UCX would
+ * let it: it answers so, and the bytes come plainly, exact. */
+static void test_pool_other_host(void **state)
+{
+    pool_pair_t *pp = *state;
+    pair_t *p = &pp->p;
+    p->b->host_id ^= 1;
+    tensor_t *t = random_tensor((2 << 20) / 4, 29);
+    mbox_tag_t tag = {.job = 28};
+    send_take(p->a, p->b, p->mb_b, &tag, t);
+    assert_int_equal(atomic_load(&p->b->pool_reads), 0);
+    assert_false(peer_rma(p->a, dplane_addr(p->b), 0));
+    tensor_free(t);
 }
 
 /* A pool send with the wrong key is dropped and counted like any frame,
@@ -648,6 +665,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_send_exact, pool_pair_setup,
                                         pool_pair_teardown),
         cmocka_unit_test_setup_teardown(test_pool_peer_without_rma, pool_pair_setup,
+                                        pool_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_pool_other_host, pool_pair_setup,
                                         pool_pair_teardown),
         cmocka_unit_test_setup_teardown(test_pool_wrong_key, pool_pair_setup,
                                         pool_pair_teardown),
