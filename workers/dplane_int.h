@@ -83,6 +83,7 @@ typedef struct dp_rkey {           /* an unpacked key of a sender's pool block *
     int origin;                    /* 0: free entry */
     uint64_t block;
     ucp_rkey_h rkey;
+    const char *lo, *hi;           /* the block's mapping here: every read stays inside */
 } dp_rkey_t;
 
 typedef struct dp_park {           /* a frame waiting for unclaimed room */

@@ -19,7 +19,9 @@
  * is held (UCS_INPROGRESS) until dp_parked_retry() takes or releases it,
  * or dplane_stop() releases it. Nothing here waits: it takes dp->mu and
  * the mailbox's lock only briefly, and never for a taker or the network. */
+#include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,40 +135,75 @@ void dp_rkeys_drop(dplane_t *dp, int origin)
     }
 }
 
+/* The mapping of this process that holds p, as [*lo, *hi): its line of
+ * /proc/self/maps, one VMA (a block is one file mapping, which the kernel
+ * never merges with its neighbours). 0, or -1 when none holds p. */
+static int mapping_of(const void *p, const char **lo, const char **hi)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    uintptr_t a = (uintptr_t)p, s, e;
+    char line[512];
+    int rc = -1;
+    while (f && rc != 0 && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &s, &e) == 2 && s <= a && a < e) {
+            *lo = (const char *)s;
+            *hi = (const char *)e;
+            rc = 0;
+        }
+        /* A line longer than the buffer: skip its rest. */
+        while (f && !strchr(line, '\n') && fgets(line, sizeof line, f))
+            ;
+    }
+    if (f)
+        fclose(f);
+    return rc;
+}
+
 /* The unpacked key of rma's block: cached per (origin, block), since a
  * key unpacked afresh maps the block afresh and its first read pays every
- * page fault again. NULL when the endpoint cannot use it. */
-static ucp_rkey_h rkey_of(dplane_t *dp, int origin, const dp_rma_t *rma)
+ * page fault again. Its mapping here is noted once, so that a read a
+ * sender claims past its block (a lie about the address or the size) is
+ * refused rather than faulting. NULL when it cannot be used here. */
+static const dp_rkey_t *rkey_of(dplane_t *dp, int origin, const dp_rma_t *rma)
 {
     for (int i = 0; i < DPLANE_RKEY_CACHE; i++)
         if (dp->rkeys[i].origin == origin && dp->rkeys[i].block == rma->ref.block)
-            return dp->rkeys[i].rkey;
+            return &dp->rkeys[i];
     ucp_rkey_h rk;
+    void *p = NULL;
+    const char *lo, *hi;
     if (ucp_ep_rkey_unpack(rma->ep, rma->ref.rkey, &rk) != UCS_OK)
         return NULL;
+    if (ucp_rkey_ptr(rk, rma->ref.raddr, &p) != UCS_OK || !p || mapping_of(p, &lo, &hi) != 0) {
+        ucp_rkey_destroy(rk);
+        return NULL;
+    }
     dp_rkey_t *k = &dp->rkeys[dp->rkey_next];
     dp->rkey_next = (dp->rkey_next + 1) % DPLANE_RKEY_CACHE;
     if (k->origin)
         ucp_rkey_destroy(k->rkey);
-    *k = (dp_rkey_t){.origin = origin, .block = rma->ref.block, .rkey = rk};
-    return rk;
+    *k = (dp_rkey_t){.origin = origin, .block = rma->ref.block, .rkey = rk, .lo = lo, .hi = hi};
+    return k;
 }
 
 /* Reads an admitted pool send into t and answers the sender. Only a block
  * this process can map (a sender that sees the same shared memory and
  * processes: same host id, and ucp_rkey_ptr gives an address) is read,
- * with one memcpy; otherwise the sender is told to send plainly. (UCX's RMA get
- * on a reply endpoint still wiring up over TCP trips an assertion in UCX
- * 1.13, so it is never tried.) The endpoint must still be the origin's. */
+ * with one memcpy, and only inside its mapping; otherwise the sender is
+ * told to send plainly. (UCX's RMA get on a reply endpoint still wiring
+ * up over TCP trips an assertion in UCX 1.13, so it is never used.) The
+ * endpoint must still be the origin's. */
 static void rma_read(dplane_t *dp, dp_rx_t *rx, const dp_rma_t *rma)
 {
-    ucp_rkey_h rk = NULL;
+    const dp_rkey_t *k = NULL;
     void *src = NULL;
+    size_t n = (size_t)rx->h.nbytes;
     pthread_mutex_lock(&dp->mu);
     int same = dp->origins[rx->origin - 1].ep == rma->ep;
     pthread_mutex_unlock(&dp->mu);
-    if (!same || rma->ref.host != dp->host_id || !(rk = rkey_of(dp, rx->origin, rma)) ||
-        ucp_rkey_ptr(rk, rma->ref.raddr, &src) != UCS_OK || !src) {
+    if (!same || rma->ref.host != dp->host_id || !(k = rkey_of(dp, rx->origin, rma)) ||
+        ucp_rkey_ptr(k->rkey, rma->ref.raddr, &src) != UCS_OK || (const char *)src < k->lo ||
+        (const char *)src > k->hi || n > (size_t)(k->hi - (const char *)src)) {
         if (rx->admit == MBOX_ADMIT_UNCLAIMED)
             mbox_unreserve(dp->mb, rx->origin, (int64_t)rx->h.nbytes);
         tensor_free(rx->t);
@@ -176,7 +213,7 @@ static void rma_read(dplane_t *dp, dp_rx_t *rx, const dp_rma_t *rma)
         return;
     }
     atomic_fetch_add(&dp->inflight, 1);
-    memcpy(rx->t->data, src, (size_t)rx->h.nbytes);
+    memcpy(rx->t->data, src, n);
     rma_done(NULL, UCS_OK, rx);
 }
 

@@ -158,6 +158,31 @@ static void send_take(dplane_t *from, dplane_t *to, mbox_t *to_mb, const mbox_ta
     tensor_free(got);
 }
 
+/* One active message of id from a to b as the bytes given, as a rogue
+ * peer's UCX would send it (a reply endpoint, so b knows the origin). */
+static void raw_am_send(pair_t *p, unsigned id, const void *hdr, size_t hdr_len,
+                        const void *payload, size_t len)
+{
+    ucp_ep_h ep = peer_ep(p->a, dplane_addr(p->b));
+    assert_non_null(ep);
+    send_wait_t *w = send_wait_new(p->a);
+    assert_non_null(w);
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                               UCP_OP_ATTR_FIELD_USER_DATA |
+                                               UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_AM_SEND_FLAG_REPLY, .cb.send = send_done,
+                               .user_data = w};
+    void *r = ucp_am_send_nbx(ep, id, hdr, hdr_len, payload, len, &prm);
+    assert_false(UCS_PTR_IS_ERR(r));
+    if (r) {
+        ucp_worker_signal(p->a->worker);
+        int abandoned = 0;
+        assert_int_equal(send_wait(p->a, w, dplane_addr(p->b), ep, &abandoned), UCS_OK);
+        ucp_request_free(r);
+    }
+    send_wait_free(w);
+}
+
 /* Sends forged under the wrong key, then t under KEY, with the same tag
  * (a task of b declared under KEY): b takes exactly t, and counts one
  * frame dropped for its key. */
@@ -472,6 +497,41 @@ static void test_pool_other_host(void **state)
     tensor_free(t);
 }
 
+/* A pool send (right key, so admitted) whose address and size claim more
+ * than its block holds is refused, not read past the mapping: nothing is
+ * delivered, nothing faults, and the real frame behind it on the same
+ * endpoint is taken. */
+static void test_pool_read_past_block(void **state)
+{
+    pool_pair_t *pp = *state;
+    pair_t *p = &pp->p;
+    tensor_t *small = random_tensor((1 << 20) / 4, 31);     /* one 1 MiB block */
+    shmpool_ref_t ref;
+    assert_int_equal(shmpool_find(pp->pool, small->data, 1 << 20, &ref), 0);
+    assert_int_equal(mbox_expect(p->mb_b, 30, 1, 0, 1, 4, &KEY), 0);
+    mbox_tag_t tag = {.job = 30, .attempt = 1, .comp = 0, .src = 2, .dst = 1};
+    dplane_hdr_t h = {.tag = tag, .shape = {.rank = 1, .dim = {4 << 20}},
+                      .nbytes = (uint64_t)(4 << 20) * 4, .key = KEY};    /* 16 MiB claimed */
+    static dplane_rma_ref_t r;
+    r = (dplane_rma_ref_t){.cookie = 99, .raddr = ref.base + 4096, .block = ref.id,
+                           .host = p->a->host_id, .rkey_len = (uint32_t)ref.rkey_len};
+    memcpy(r.rkey, ref.rkey, ref.rkey_len);
+    static uint8_t buf[DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + DPLANE_RKEY_MAX];
+    size_t len = dplane_rma_encode(&h, &r, buf, sizeof buf);
+    assert_true(len > 0);
+    raw_am_send(p, DPLANE_AM_RMA_ID, buf, len, NULL, 0);
+    int64_t dims[1] = {5};
+    tensor_t *real = iota(1, dims), *got = NULL;
+    assert_int_equal(dplane_send(p->a, dplane_addr(p->b), &tag, &KEY, real), 0);
+    assert_int_equal(mbox_take(p->mb_b, &tag, in_ms(10000), &got), MBOX_OK);
+    assert_same_tensor(got, real);
+    assert_int_equal(atomic_load(&p->b->pool_reads), 0);
+    mbox_task_done(p->mb_b, 30, 1, 0, 1);
+    tensor_free(got);
+    tensor_free(real);
+    tensor_free(small);
+}
+
 /* A pool send with the wrong key is dropped and counted like any frame,
  * and its sender is answered (it does not wait for the timeout); an ACK
  * nobody waits for changes nothing. */
@@ -565,30 +625,12 @@ static void test_wrong_key_dropped(void **state)
 static void test_bad_header_counted(void **state)
 {
     pair_t *p = *state;
-    ucp_ep_h ep = peer_ep(p->a, dplane_addr(p->b));
-    assert_non_null(ep);
     uint8_t junk[DPLANE_HDR_SIZE + 8];
     memset(junk, 0x5a, sizeof junk);
     float payload[4] = {1, 2, 3, 4};
-    for (int i = 0; i < 2; i++) {
-        send_wait_t *w = send_wait_new(p->a);
-        assert_non_null(w);
-        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                                                   UCP_OP_ATTR_FIELD_USER_DATA |
-                                                   UCP_OP_ATTR_FIELD_FLAGS,
-                                   .flags = UCP_AM_SEND_FLAG_REPLY, .cb.send = send_done,
-                                   .user_data = w};
-        void *r = ucp_am_send_nbx(ep, DPLANE_AM_ID, junk, i ? sizeof junk : DPLANE_HDR_SIZE,
-                                  payload, sizeof payload, &prm);
-        assert_false(UCS_PTR_IS_ERR(r));
-        if (r) {
-            ucp_worker_signal(p->a->worker);
-            int abandoned = 0;
-            assert_int_equal(send_wait(p->a, w, dplane_addr(p->b), ep, &abandoned), UCS_OK);
-            ucp_request_free(r);
-        }
-        send_wait_free(w);
-    }
+    for (int i = 0; i < 2; i++)
+        raw_am_send(p, DPLANE_AM_ID, junk, i ? sizeof junk : DPLANE_HDR_SIZE, payload,
+                    sizeof payload);
     int64_t dims[1] = {3};
     tensor_t *t = iota(1, dims);
     mbox_tag_t tag = {.job = 14};
@@ -667,6 +709,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_peer_without_rma, pool_pair_setup,
                                         pool_pair_teardown),
         cmocka_unit_test_setup_teardown(test_pool_other_host, pool_pair_setup,
+                                        pool_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_pool_read_past_block, pool_pair_setup,
                                         pool_pair_teardown),
         cmocka_unit_test_setup_teardown(test_pool_wrong_key, pool_pair_setup,
                                         pool_pair_teardown),
