@@ -117,24 +117,26 @@ static int add_host_task(store_t *st, const sched_job_t *job, int c, int64_t isl
                          int blocked, json_t *base, const shard_ref_t *refs, int n)
 {
     json_t *shards = json_array(), *devices = json_array();
-    char *shards_txt = NULL, *text = NULL;
+    char *shards_txt = NULL, *devices_txt = NULL, *text = NULL;
     int rc = -1;
     for (int i = 0; shards && devices && i < n; i++)
         if (json_array_append_new(shards, json_integer(refs[i].shard)) != 0 ||
             json_array_append_new(devices, json_integer(refs[i].local)) != 0)
             goto cleanup;
     if (!shards || !devices || !(shards_txt = json_dumps(shards, JSON_COMPACT)) ||
+        !(devices_txt = json_dumps(devices, JSON_COMPACT)) ||
         json_object_set(base, "shards", shards) != 0 ||
         json_object_set(base, "devices", devices) != 0 ||
         !(text = json_dumps(base, JSON_COMPACT)))
         goto cleanup;
     sched_task_t task = {job->id, job->attempt, c, island, refs[0].worker, seq,
-                         shards_txt, n, blocked, text};
+                         shards_txt, n, blocked, devices_txt, text};
     rc = store_sched_add_task(st, &task);
 cleanup:
     json_decref(shards);
     json_decref(devices);
     free(shards_txt);
+    free(devices_txt);
     free(text);
     return rc;
 }

@@ -444,6 +444,7 @@ typedef struct sched_task {
     const char *shards;         /* JSON array of shard indexes, increasing */
     int nshards;                /* >= 1 */
     int blocked;                /* sequential dispatch: waits for producers */
+    const char *devices;        /* JSON array of the shards' worker-local devices */
     const char *payload;        /* TASK JSON text, without "task" */
 } sched_task_t;
 int store_sched_add_task(store_t *st, const sched_task_t *t);

@@ -217,8 +217,9 @@ static int poll_read(store_t *st, int64_t worker, int64_t ack, poll_groups_t *gs
                      int64_t *resent_max)
 {
     static const char sql[] =
-        "SELECT t.id, t.payload, t.job_id, t.attempt, j.placement, t.state, t.leased_at"
-        " FROM host_tasks t JOIN jobs j ON j.id = t.job_id WHERE t.worker_id = ?1"
+        "SELECT t.id, p.payload, t.job_id, t.attempt, j.placement, t.state, t.leased_at"
+        " FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " JOIN host_task_payloads p ON p.task_id = t.id WHERE t.worker_id = ?1"
         /* The state list lets the index (worker_id, state) find the rows:
          * without it a poll read every host task the worker ever ran. */
         " AND t.state IN ('pending', 'leased')"

@@ -238,8 +238,8 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     return store_step_done(s);
 }
 
-/* Adds busy_us to the device of each of the task's shards: the TASK's
- * "devices" are the worker-local devices of its shards, so their island
+/* Adds busy_us to the device of each of the task's shards: the task's
+ * devices column lists the worker-local devices of its shards, so their island
  * indexes are the worker's first device plus those. O(task), never
  * O(slice): the reporter is live (fenced), so its block is current. */
 static int task_busy(store_t *st, int64_t task, const task_row_t *r, int64_t busy_us)
@@ -247,7 +247,7 @@ static int task_busy(store_t *st, int64_t task, const task_row_t *r, int64_t bus
     static const char sql[] =
         "UPDATE devices SET busy_us = busy_us + ?1 WHERE island_id = ?2 AND idx IN"
         " (SELECT w.first_device + d.value FROM host_tasks t JOIN workers w ON w.id = t.worker_id,"
-        "  json_each(t.payload, '$.devices') d WHERE t.id = ?3)";
+        "  json_each(t.devices) d WHERE t.id = ?3)";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;

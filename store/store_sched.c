@@ -234,7 +234,9 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
 {
     static const char sql[] =
         "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id, worker_id, seq, shards,"
-        " nshards, state, payload, dispatched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+        " nshards, state, devices, dispatched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+    static const char payload_sql[] =
+        "INSERT INTO host_task_payloads(task_id, payload) VALUES (?, ?)";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
@@ -247,9 +249,13 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
     sqlite3_bind_text(s, 7, t->shards, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 8, t->nshards);
     sqlite3_bind_text(s, 9, t->blocked ? "blocked" : "pending", -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 10, t->payload, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 10, t->devices, -1, SQLITE_STATIC);
     if (!t->blocked)
         sqlite3_bind_int64(s, 11, util_wall_us());
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, payload_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, sqlite3_last_insert_rowid(store_db(st)));
+    sqlite3_bind_text(s, 2, t->payload, -1, SQLITE_STATIC);
     return store_step_done(s);
 }
 

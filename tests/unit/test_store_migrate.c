@@ -4,7 +4,9 @@
  * and its document in the jobs row, store_global_init() migrates to the
  * newest version. Version 17 moved the document out of the jobs row into
  * job_docs: the job must still answer its document, and the jobs row must
- * no longer carry it (every report rewrote it there). Also the store's
+ * no longer carry it (every report rewrote it there). Version 18 moved
+ * host task payloads into host_task_payloads and their devices into a
+ * column: an old host task keeps both. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
 #include <setjmp.h>
@@ -50,8 +52,12 @@ static int setup(void **state)
 }
 
 
+static const char old_payload[] =
+    "{\"job\":1,\"comp\":0,\"shards\":[0,1],\"devices\":[2,3]}";
+
 /* A database as atolld left it at schema OLD_VERSION, holding one queued
- * job with its document in the jobs row. Returns the job's id. */
+ * job with its document in the jobs row, and a host task of it with its
+ * payload in the host_tasks row. Returns the job's id. */
 static int64_t make_old_db(const char *path)
 {
     sqlite3 *db = NULL;
@@ -67,6 +73,14 @@ static int64_t make_old_db(const char *path)
     assert_int_equal(sqlite3_step(s), SQLITE_DONE);
     sqlite3_finalize(s);
     int64_t id = sqlite3_last_insert_rowid(db);
+    assert_int_equal(sqlite3_prepare_v2(db,
+        "INSERT INTO host_tasks(id, job_id, attempt, comp_idx, island_id, worker_id, seq, shards,"
+        " nshards, state, payload) VALUES (7, ?, 0, 0, 1, 1, 1, '[0,1]', 2, 'succeeded', ?)",
+        -1, &s, NULL), SQLITE_OK);
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_text(s, 2, old_payload, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(s), SQLITE_DONE);
+    sqlite3_finalize(s);
     char pragma[64];
     snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", OLD_VERSION);
     assert_int_equal(sqlite3_exec(db, pragma, NULL, NULL, NULL), SQLITE_OK);
@@ -107,6 +121,15 @@ static void test_old_job_keeps_its_document(void **state)
     assert_string_equal(json_string_value(json_object_get(job, "state")), "queued");
     assert_int_equal(column_exists(st, "jobs", "doc"), 0);
     assert_int_equal(column_exists(st, "job_docs", "doc"), 1);
+    assert_int_equal(column_exists(st, "host_tasks", "payload"), 0);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(st),
+        "SELECT t.devices, p.payload FROM host_tasks t JOIN host_task_payloads p"
+        " ON p.task_id = t.id WHERE t.id = 7", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(s, 0), "[2,3]");
+    assert_string_equal((const char *)sqlite3_column_text(s, 1), old_payload);
+    sqlite3_finalize(s);
     json_decref(job);
     json_decref(doc);
     json_decref(want);
