@@ -558,6 +558,7 @@ static pthread_cond_t comb_work_cv = PTHREAD_COND_INITIALIZER;
 static pthread_once_t comb_once = PTHREAD_ONCE_INIT;
 static pthread_t comb_thread;
 static int comb_state;          /* guarded by comb_mu: COMB_* */
+static int comb_closed;         /* guarded by comb_mu: store_reports_stop ran */
 enum { COMB_OFF, COMB_STARTING, COMB_ON, COMB_STOPPING };
 
 static void combine_done(report_req_t *list)
@@ -596,6 +597,10 @@ static void *combine_main(void *arg)
 static void combine_start(void)
 {
     pthread_mutex_lock(&comb_mu);
+    if (comb_closed) {          /* stopping before any batch came: none is started */
+        pthread_mutex_unlock(&comb_mu);
+        return;
+    }
     comb_state = COMB_STARTING;
     if (pthread_create(&comb_thread, NULL, combine_main, NULL) != 0)
         comb_state = COMB_OFF;
@@ -608,8 +613,8 @@ static void combine_start(void)
 
 void store_reports_stop(void)
 {
-    pthread_once(&comb_once, combine_start);    /* never starts it later */
     pthread_mutex_lock(&comb_mu);
+    comb_closed = 1;            /* a later first batch starts no thread */
     int on = comb_state == COMB_ON;
     if (on)
         comb_state = COMB_STOPPING;

@@ -502,8 +502,9 @@ static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const t
  * for that ACK as for any send, so the payload stays put while it is
  * read. A receiver that cannot map it (another host or container: another
  * host id; --data-transport tcp) answers DPLANE_ACK_NO_RMA: from then on
- * that peer gets plain sends. Cookies are random 64-bit values: an
- * ACK with a cookie no send waits for is ignored. */
+ * that peer gets plain sends. Cookies count up from a random 64-bit
+ * start (dplane_start): an ACK with a cookie no send waits for is
+ * ignored. */
 
 static void rma_waits_unlink_locked(dplane_t *dp, uint64_t cookie, send_wait_t **out)
 {

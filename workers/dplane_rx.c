@@ -47,9 +47,8 @@ static void ack_sent(void *req, ucs_status_t status, void *user)
     ucp_request_free(req);
 }
 
-static void ack_send(dplane_t *dp, ucp_ep_h ep, uint64_t cookie, uint32_t status)
+static void ack_send(ucp_ep_h ep, uint64_t cookie, uint32_t status)
 {
-    (void)dp;
     uint8_t *hdr = malloc(DPLANE_ACK_SIZE);
     if (!hdr)
         return;                    /* the sender times out and fails the attempt */
@@ -107,19 +106,11 @@ static void rx_done(void *req, ucs_status_t status, size_t length, void *user)
         tensor_free(rx->t);
     }
     if (rx->ack_ep)
-        ack_send(rx->dp, rx->ack_ep, rx->cookie, ok ? DPLANE_ACK_OK : DPLANE_ACK_FAILED);
+        ack_send(rx->ack_ep, rx->cookie, ok ? DPLANE_ACK_OK : DPLANE_ACK_FAILED);
     atomic_fetch_sub(&rx->dp->inflight, 1);
     free(rx);
     if (req)
         ucp_request_free(req);
-}
-
-static void rma_done(void *req, ucs_status_t status, void *user)
-{
-    dp_rx_t *rx = user;
-    if (status == UCS_OK)
-        atomic_fetch_add(&rx->dp->pool_reads, 1);
-    rx_done(req, status, status == UCS_OK ? (size_t)rx->h.nbytes : 0, rx);
 }
 
 /* ---- the receiver's cache of senders' block keys (progress thread) ---- */
@@ -208,13 +199,14 @@ static void rma_read(dplane_t *dp, dp_rx_t *rx, const dp_rma_t *rma)
             mbox_unreserve(dp->mb, rx->origin, (int64_t)rx->h.nbytes);
         tensor_free(rx->t);
         if (same)                  /* else nobody is there to hear it */
-            ack_send(dp, rma->ep, rma->ref.cookie, DPLANE_ACK_NO_RMA);
+            ack_send(rma->ep, rma->ref.cookie, DPLANE_ACK_NO_RMA);
         free(rx);
         return;
     }
-    atomic_fetch_add(&dp->inflight, 1);
     memcpy(rx->t->data, src, n);
-    rma_done(NULL, UCS_OK, rx);
+    atomic_fetch_add(&dp->pool_reads, 1);
+    atomic_fetch_add(&dp->inflight, 1);    /* rx_done counts it off */
+    rx_done(NULL, UCS_OK, n, rx);
 }
 
 typedef enum rx_fate {
@@ -225,7 +217,7 @@ typedef enum rx_fate {
 
 /* Takes an admitted frame's payload into a new tensor for the mailbox:
  * copied from eager data, fetched by rendezvous (completed in rx_done),
- * or read from the sender's pool block (rma; completed in rma_done).
+ * or read from the sender's pool block (rma_read, at once).
  * The reservation of an UNCLAIMED admit is consumed or given back. */
 static rx_fate_t rx_take(dplane_t *dp, const dplane_hdr_t *h, int origin, mbox_admit_t a,
                          void *data, int rndv, const dp_rma_t *rma)
@@ -276,7 +268,7 @@ static rx_fate_t rx_offer(dplane_t *dp, const dplane_hdr_t *h, int origin, void 
         /* Declined like a rendezvous: the sender completes (a stale frame
          * never fails a peer). */
         if (rma)
-            ack_send(dp, rma->ep, rma->ref.cookie, DPLANE_ACK_OK);
+            ack_send(rma->ep, rma->ref.cookie, DPLANE_ACK_OK);
         return RX_DROPPED;
     }
     return rx_take(dp, h, origin, a, data, rndv, rma);

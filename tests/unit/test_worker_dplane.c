@@ -460,6 +460,19 @@ static void test_pool_send_exact(void **state)
     tensor_free(small);
 }
 
+/* A 2 MiB pool tensor from a reaches `to` exact but not through the pool
+ * (to read none of a's blocks), and a no longer offers `to` pool sends. */
+static void assert_sent_plainly(dplane_t *a, dplane_t *to, mbox_t *to_mb, int job)
+{
+    tensor_t *t = random_tensor((2 << 20) / 4, (uint32_t)job);
+    mbox_tag_t tag = {.job = job};
+    int64_t reads = atomic_load(&to->pool_reads);
+    send_take(a, to, to_mb, &tag, t);
+    assert_int_equal(atomic_load(&to->pool_reads), reads);
+    assert_false(peer_rma(a, dplane_addr(to), 0));
+    tensor_free(t);
+}
+
 /* A receiver that cannot read our pool (UCX's TCP only) answers so, and
  * gets the same bytes plainly, then only plainly. */
 static void test_pool_peer_without_rma(void **state)
@@ -469,14 +482,8 @@ static void test_pool_peer_without_rma(void **state)
     mbox_t *mc = mbox_new();
     dplane_t *c = dplane_start("127.0.0.1:0", NULL, mc, DPLANE_TCP, NULL);
     assert_non_null(c);
-    tensor_t *t = random_tensor((2 << 20) / 4, 23);
-    for (int i = 0; i < 2; i++) {
-        mbox_tag_t tag = {.job = 24, .op = i};
-        send_take(p->a, c, mc, &tag, t);
-    }
-    assert_int_equal(atomic_load(&c->pool_reads), 0);
-    assert_false(peer_rma(p->a, dplane_addr(c), 0));
-    tensor_free(t);
+    for (int i = 0; i < 2; i++)
+        assert_sent_plainly(p->a, c, mc, 24 + i);
     dplane_stop(c);
     mbox_free(mc);
 }
@@ -489,12 +496,7 @@ static void test_pool_other_host(void **state)
     pool_pair_t *pp = *state;
     pair_t *p = &pp->p;
     p->b->host_id ^= 1;
-    tensor_t *t = random_tensor((2 << 20) / 4, 29);
-    mbox_tag_t tag = {.job = 28};
-    send_take(p->a, p->b, p->mb_b, &tag, t);
-    assert_int_equal(atomic_load(&p->b->pool_reads), 0);
-    assert_false(peer_rma(p->a, dplane_addr(p->b), 0));
-    tensor_free(t);
+    assert_sent_plainly(p->a, p->b, p->mb_b, 28);
 }
 
 /* A pool send (right key, so admitted) whose address and size claim more
