@@ -1,8 +1,11 @@
 /* cmd_wait.c - submit --wait: follows a job to its final state.
  *
- * It polls GET /v1/jobs/{id} (every WAIT_POLL_MS): simple, and one small
- * request per poll is nothing for atolld. A controller that restarts or
- * answers 503 meanwhile is waited for, up to WAIT_OUTAGE_MS in a row. */
+ * It asks GET /v1/jobs/{id}?view=summary&wait_ms=WAIT_POLL_MS in a loop:
+ * atolld answers as soon as the job is final (so the command returns then,
+ * not up to a poll interval later) or after WAIT_POLL_MS with its progress
+ * to draw. A controller that answers at once (one without wait_ms) is
+ * asked again after WAIT_POLL_MS. A controller that restarts or answers
+ * 503 meanwhile is waited for, up to WAIT_OUTAGE_MS in a row. */
 #include <string.h>
 #include <time.h>
 
@@ -96,13 +99,14 @@ static void print_final(cli_ctx_t *ctx, long long id, const json_t *job, long lo
 
 int cli_wait_job(cli_ctx_t *ctx, long long id)
 {
-    char path[64];
+    char path[96];
     wait_seen_t seen;
     long long t0 = draw_now_us(), outage_since = -1;
     memset(&seen, 0, sizeof seen);
-    snprintf(path, sizeof path, "/v1/jobs/%lld", id);
+    snprintf(path, sizeof path, "/v1/jobs/%lld?view=summary&wait_ms=%d", id, WAIT_POLL_MS);
     for (;;) {
         json_t *job = NULL;
+        long long asked = draw_now_us();
         int rc = poll_job(ctx, path, &job);
         if (rc > 1)
             return rc - 1;
@@ -124,6 +128,7 @@ int cli_wait_job(cli_ctx_t *ctx, long long id)
             }
             json_decref(job);
         }
-        sleep_ms(WAIT_POLL_MS);
+        if (draw_now_us() - asked < (long long)WAIT_POLL_MS * 1000 / 2)
+            sleep_ms(WAIT_POLL_MS);     /* answered at once: an error, or no wait_ms */
     }
 }

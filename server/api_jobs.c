@@ -16,6 +16,8 @@
 /* Retry-After of a 429 (tenant queue full): about how long a slot takes to
  * open on a busy cluster; a hint, not a promise. */
 #define API_QUEUE_FULL_RETRY_S "5"
+/* Longest wait_ms of GET /v1/jobs/{id}: as long as a worker's poll parks. */
+#define API_JOB_WAIT_MAX_MS 30000
 
 /* A tenant's submission against its limits (DESIGN.md Part E): a priority
  * above max_priority is 403; a job alone needing more devices than the
@@ -199,6 +201,32 @@ void api_jobs_list(http_req_t *req, http_resp_t *resp)
         http_json(resp, 200, list);
 }
 
+/* The wait_ms query of GET /v1/jobs/{id}: 0 when absent, -1 when
+ * answered 400. */
+static int64_t job_wait_param(http_req_t *req, http_resp_t *resp)
+{
+    const char *w = http_query(req, "wait_ms");
+    int64_t ms = w ? api_parse_id(w) : 0;      /* api_parse_id: 0 when not digits */
+    if (w && ((ms == 0 && strcmp(w, "0") != 0) || ms > API_JOB_WAIT_MAX_MS)) {
+        http_problem(resp, 400, "wait_ms", "wait_ms must be 0..%d", API_JOB_WAIT_MAX_MS);
+        return -1;
+    }
+    return ms;
+}
+
+static int job_final(const json_t *job)
+{
+    const char *s = json_string_value(json_object_get(job, "state"));
+    return s && (strcmp(s, "succeeded") == 0 || strcmp(s, "failed") == 0 ||
+                 strcmp(s, "cancelled") == 0);
+}
+
+/* GET /v1/jobs/{id}[?view=summary][&wait_ms=N]. With wait_ms, a job not
+ * yet succeeded, failed or cancelled is answered when it gets there or
+ * after N ms, whichever comes first: a client following a job parks here
+ * instead of polling. Parked, the request re-reads the job only after a
+ * commit that moved store_poll_gen (a job reaching a final state does;
+ * reports and polls do not), woken by http_wake or the park tick. */
 void api_jobs_get(http_req_t *req, http_resp_t *resp)
 {
     store_t *st = NULL;
@@ -210,13 +238,25 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 400, "view", "view must be full or summary");
         return;
     }
+    int64_t wait_ms = job_wait_param(req, resp);
+    if (wait_ms < 0)
+        return;
+    int waiting = wait_ms > 0 && util_mono_us() - req->first_us < wait_ms * 1000;
+    if (waiting && req->runs > 0 && store_poll_gen() == req->user_gen) {
+        resp->park = 1;             /* nothing that ends a job committed since the last look */
+        return;
+    }
+    req->user_gen = store_poll_gen();   /* before the read: a later commit is seen next run */
     /* A summary is one row: what a client polling for the end needs,
      * without the cost of every computation and the document. */
     json_t *job = view && strcmp(view, "summary") == 0 ? store_job_summary(st, id)
                                                        : store_job_json(st, id);
     if (!job)
         http_problem(resp, 404, "id", "no job %ld", (long)id);
-    else
+    else if (waiting && !job_final(job)) {
+        json_decref(job);
+        resp->park = 1;
+    } else
         http_json(resp, 200, job);
 }
 

@@ -68,6 +68,11 @@ static size_t nparked, parked_cap;
 static pthread_t ticker;
 static _Atomic int ticker_run;
 static _Atomic int http_stopping;   /* set by http_stop: parking is refused */
+/* Counts http_wake calls; bumped under park_mu. A handler that looked at
+ * the store, found nothing, and parks after a wake it would have needed
+ * (the change committed between its look and its park) must not sleep
+ * until the next tick: park() compares the count the run started with. */
+static _Atomic uint64_t wake_seq;
 
 static const char *status_title(int status)
 {
@@ -340,9 +345,18 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
     return ret;
 }
 
-static void park(struct MHD_Connection *conn)
+/* Suspends conn until the next http_wake. seen: wake_seq when the handler
+ * began this run; if a wake came since, the connection resumes at once and
+ * the handler runs again (it may have missed what that wake announced). */
+static void park(struct MHD_Connection *conn, uint64_t seen)
 {
     pthread_mutex_lock(&park_mu);
+    if (atomic_load(&wake_seq) != seen) {
+        MHD_suspend_connection(conn);
+        MHD_resume_connection(conn);
+        pthread_mutex_unlock(&park_mu);
+        return;
+    }
     if (nparked == parked_cap) {
         size_t cap = parked_cap ? parked_cap * 2 : 64;
         struct MHD_Connection **p = realloc(parked, sizeof *p * cap);
@@ -361,6 +375,7 @@ static void park(struct MHD_Connection *conn)
 void http_wake(void)
 {
     pthread_mutex_lock(&park_mu);
+    atomic_fetch_add(&wake_seq, 1);
     for (size_t i = 0; i < nparked; i++)
         MHD_resume_connection(parked[i]);
     nparked = 0;
@@ -495,13 +510,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->req.conn = conn;
         c->req.first_us = util_mono_us();
     }
+    uint64_t seen = atomic_load(&wake_seq);
     http_cfg.handler(&c->req, &resp);
     c->req.runs++;
     if (resp.park && atomic_load(&http_stopping))
         http_problem(&resp, 503, NULL, "atolld is shutting down");
     else if (resp.park) {
         free(resp.body);
-        park(conn);
+        park(conn, seen);
         return MHD_YES;
     }
     return send_resp(conn, &resp);

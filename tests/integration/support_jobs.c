@@ -86,11 +86,14 @@ int hx_job_submit(hx_client_t *cl, const char *doc, int64_t *id, hx_resp_t *out)
     return status;
 }
 
-/* GET /v1/jobs/{id}, with `?view=summary` when summary is set. */
-static json_t *job_get_view(hx_client_t *cl, int64_t id, int summary)
+/* GET /v1/jobs/{id}, with `?view=summary` when summary is set, and
+ * `wait_ms` (the server answers when the job is final or after that long)
+ * when wait_ms > 0. */
+static json_t *job_get_view(hx_client_t *cl, int64_t id, int summary, int wait_ms)
 {
-    char path[80];
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "%s", id, summary ? "?view=summary" : "");
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?view=%s&wait_ms=%d", id,
+             summary ? "summary" : "full", wait_ms > 0 ? wait_ms : 0);
     hx_resp_t r;
     if (hx_request(cl, "GET", path, NULL, 0, &r) != 0)
         return NULL;
@@ -105,7 +108,7 @@ static json_t *job_get_view(hx_client_t *cl, int64_t id, int summary)
 
 json_t *hx_job_get(hx_client_t *cl, int64_t id)
 {
-    return job_get_view(cl, id, 0);
+    return job_get_view(cl, id, 0, 0);
 }
 
 const char *hx_job_state(const json_t *job)
@@ -120,16 +123,26 @@ int hx_state_terminal(const char *s)
            strcmp(s, "cancelled") == 0;
 }
 
+/* Longest server-side wait of one request of hx_job_wait: well inside the
+ * client's HTTP timeout. */
+#define JOBS_WAIT_CHUNK_MS 2000
+
 /* Polls the job's summary (one row: cheap for the controller however long
  * the job) until done(state, arg) or timeout; *out then gets the whole job
- * as it is after that. Shared by both wait helpers. */
+ * as it is after that. Shared by both wait helpers. With lp set, each
+ * request parks on the server until the job is final (wait_ms), and an
+ * answer that came back early, not final, is followed by a pause of
+ * poll_ms. */
 static int jobs_poll(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **out,
-                     int (*done)(const char *state, const char *arg), const char *arg)
+                     int (*done)(const char *state, const char *arg), const char *arg, int lp)
 {
     int64_t deadline = hx_now_ms() + timeout_ms;
     int rc = -1;
     for (;;) {
-        json_t *job = job_get_view(cl, id, 1);
+        int64_t left = deadline - hx_now_ms(), t0 = hx_now_ms();
+        int wait_ms = !lp ? 0 : left > JOBS_WAIT_CHUNK_MS ? JOBS_WAIT_CHUNK_MS
+                                : left > 1 ? (int)left : 1;
+        json_t *job = job_get_view(cl, id, 1, wait_ms);
         if (!job)
             break;
         int ended = done(hx_job_state(job), arg);
@@ -140,7 +153,8 @@ static int jobs_poll(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, j
         }
         if (hx_now_ms() >= deadline)
             break;
-        hx_sleep_ms(poll_ms);
+        if (hx_now_ms() - t0 < wait_ms / 2 + 1)   /* polling, or a server without wait_ms */
+            hx_sleep_ms(poll_ms);
     }
     if (out)
         *out = hx_job_get(cl, id);
@@ -160,13 +174,13 @@ static int jobs_left(const char *state, const char *from)
 
 int hx_job_wait(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **job)
 {
-    return jobs_poll(cl, id, timeout_ms, poll_ms, job, jobs_is_terminal, NULL);
+    return jobs_poll(cl, id, timeout_ms, poll_ms, job, jobs_is_terminal, NULL, 1);
 }
 
 int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeout_ms,
                       int poll_ms, json_t **job)
 {
-    return jobs_poll(cl, id, timeout_ms, poll_ms, job, jobs_left, state);
+    return jobs_poll(cl, id, timeout_ms, poll_ms, job, jobs_left, state, 0);
 }
 
 json_t *hx_job_result(hx_client_t *cl, int64_t id)

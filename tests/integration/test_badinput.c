@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <strings.h>
 
 #include "itest.h"
@@ -338,6 +339,82 @@ static void test_job_queries(void **state)
 }
 
 /* ---- /v1/islands/{name} ---- */
+
+/* A waiter parked on GET /v1/jobs/{id}?wait_ms=30000 (own connection). */
+typedef struct job_waiter {
+    int64_t id;
+    int status;
+    char state[16];
+    int64_t ms;                 /* how long its answer took */
+} job_waiter_t;
+
+static void *job_wait_main(void *arg)
+{
+    job_waiter_t *w = arg;
+    hx_client_t cl;
+    if (hx_client_init(&cl, itest_cluster.url) != 0)
+        return NULL;
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?view=summary&wait_ms=30000", w->id);
+    hx_resp_t r;
+    int64_t t0 = hx_now_ms();
+    if (hx_request(&cl, "GET", path, NULL, 0, &r) == 0) {
+        w->status = r.status;
+        snprintf(w->state, sizeof w->state, "%s", hx_job_state(r.json));
+        hx_resp_clear(&r);
+    }
+    w->ms = hx_now_ms() - t0;
+    hx_client_cleanup(&cl);
+    return NULL;
+}
+
+/* GET /v1/jobs/{id}?wait_ms=N: a job that cannot end (island fake has no
+ * worker yet) is answered after the wait, not at once; a waiter parked for
+ * 30 s is answered as soon as the job is cancelled; bad values are 400
+ * naming wait_ms. */
+static void test_job_wait(void **state)
+{
+    (void)state;
+    char *doc = hx_text_q("{'name':'w','slices':{'s':{'shape':[2],'island':'fake'}},"
+                          "'computations':[{'name':'c','slice':'s',"
+                          "'ops':[{'op':'shard_index','out':'x'}],'outputs':['x']}]}");
+    T_CHECK(doc != NULL, "out of memory");
+    hx_resp_t r;
+    int64_t id = 0;
+    int st = hx_job_submit(&itest_client, doc, &id, &r);
+    hx_resp_clear(&r);
+    free(doc);
+    T_CHECK(st == 201, "the job for island fake was refused with %d", st);
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?view=summary&wait_ms=300", id);
+    int64_t t0 = hx_now_ms();
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+            "GET %s failed", path);
+    int64_t took = hx_now_ms() - t0;
+    int final = hx_state_terminal(hx_job_state(r.json));
+    hx_resp_clear(&r);
+    T_CHECK(!final && took >= 300, "GET %s answered after %" PRId64 " ms (%s): the wait was"
+            " not kept", path, took, final ? "final" : "not final");
+
+    job_waiter_t w = {id, 0, "", 0};
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, job_wait_main, &w) == 0, "no thread");
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    int cancelled = hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0 &&
+                    r.status < 300;
+    hx_resp_clear(&r);
+    pthread_join(th, NULL);
+    T_CHECK(cancelled, "DELETE %s failed", path);
+    T_CHECK(w.status == 200 && strcmp(w.state, "cancelled") == 0 && w.ms < 20000,
+            "the parked waiter got %d '%s' after %" PRId64 " ms, not the cancellation",
+            w.status, w.state, w.ms);
+
+    static const char *const bad[] = {"-1", "abc", "30001", "1e3", "", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?wait_ms=%s", id, bad[i]);
+        expect_fault("GET", path, NULL, 0, 400, "wait_ms");
+    }
+}
 
 static void test_islands(void **state)
 {
@@ -690,6 +767,7 @@ int main(void)
         cmocka_unit_test_teardown(test_job_document_faults, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_valid_job_still_runs, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_queries, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_job_wait, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_islands, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_worker_register, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_worker_protocol, itest_cancel_leftovers),
