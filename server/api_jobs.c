@@ -225,8 +225,8 @@ static int job_final(const json_t *job)
  * yet succeeded, failed or cancelled is answered when it gets there or
  * after N ms, whichever comes first: a client following a job parks here
  * instead of polling. Parked, the request re-reads the job only after a
- * commit that moved store_poll_gen (a job reaching a final state does;
- * reports and polls do not), woken by http_wake or the park tick. */
+ * commit that moved store_job_gen (some job ended or was requeued), woken
+ * by http_wake or the park tick. */
 void api_jobs_get(http_req_t *req, http_resp_t *resp)
 {
     store_t *st = NULL;
@@ -242,11 +242,11 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     if (wait_ms < 0)
         return;
     int waiting = wait_ms > 0 && util_mono_us() - req->first_us < wait_ms * 1000;
-    if (waiting && req->runs > 0 && store_poll_gen() == req->user_gen) {
+    if (waiting && req->runs > 0 && store_job_gen() == req->user_gen) {
         resp->park = 1;             /* nothing that ends a job committed since the last look */
         return;
     }
-    req->user_gen = store_poll_gen();   /* before the read: a later commit is seen next run */
+    req->user_gen = store_job_gen();   /* before the read: a later commit is seen next run */
     /* A summary is one row: what a client polling for the end needs,
      * without the cost of every computation and the document. */
     json_t *job = view && strcmp(view, "summary") == 0 ? store_job_summary(st, id)

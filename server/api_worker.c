@@ -10,8 +10,8 @@
  * transaction at most LEASE_FLUSHES_PER_LEASE times a lease, whatever the
  * number of workers. A parked poll re-reads the store only when a write
  * transaction that can change its answer committed since its last look
- * (store_poll_gen: not after mere reports), and that
- * read takes no write lock when there is nothing to lease. */
+ * (store_poll_gen(id): not after reports, nor after other workers' tasks),
+ * and that read takes no write lock when there is nothing to lease. */
 #include "api.h"
 
 #include <pthread.h>
@@ -503,7 +503,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         }
     } else {
         lease_flush(st);
-        if (store_poll_gen() == req->user_gen) {
+        if (store_poll_gen(id) == req->user_gen) {
             /* Nothing that changes the answer committed since this poll
              * last looked: no SQL. */
             if (util_mono_us() - req->first_us < wait_ms * 1000) {
@@ -516,7 +516,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         }
     }
     /* Noted before the read: a commit after this is seen next time. */
-    req->user_gen = store_poll_gen();
+    req->user_gen = store_poll_gen(id);
     atomic_fetch_add(&poll_reads, 1);
     char *out = NULL;
     size_t len = 0;

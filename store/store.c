@@ -7,9 +7,9 @@
  * acknowledged writes durable).
  * Process-wide state is written before threads share it (store_path and
  * the cluster secret by store_global_init) or is atomic (the write
- * counters: store_write_txns from the commit hook, store_pollgen after a
- * store_commit that changed what a worker's poll answers, read by parked
- * polls to skip re-reading the store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin),
+ * counters: store_write_txns from the commit hook, the poll watch's
+ * generations after a store_commit that changed what a parked poll or job
+ * wait answers, read by them to skip re-reading the store). Every read-modify-write runs in BEGIN IMMEDIATE (store_begin),
  * and the process's write transactions take turns on one mutex
  * (store_write_mu) rather than in SQLite's busy handler. */
 #include "store_internal.h"
@@ -30,9 +30,19 @@
 #define STORE_STMT_CACHE 96
 #define STORE_BUSY_TIMEOUT_MS 10000
 
+/* Poll watch (STORE_WATCH_SQL): what the open transaction changed that a
+ * parked poll or job wait must look at again, applied by store_commit. */
+#define STORE_KICK_MAX 32
+typedef struct store_kicks {
+    int all;                    /* every worker's poll (a worker's state, too many workers) */
+    int job;                    /* some job ended or moved to a new attempt */
+    int n;
+    uint32_t slot[STORE_KICK_MAX];  /* the workers' slots (STORE_WATCH_SLOTS), distinct */
+} store_kicks_t;
+
 struct store {
     sqlite3 *db;
-    int kicked;                 /* the open transaction changed what a poll answers (STORE_WATCH_SQL) */
+    store_kicks_t kicks;
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
@@ -46,11 +56,17 @@ static char store_path[4096];
 /* Write transactions committed by any connection (explicit or autocommit),
  * counted by the commit hook: atoll_store_write_transactions_total. */
 static _Atomic uint64_t store_write_txns;
-/* Bumped after a write transaction committed through store_commit() that
- * changed what some worker's poll answers is visible to readers: parked
- * long polls re-query only when it moved. Reports, the bulk of the writes
- * while jobs run, do not move it. */
+/* Generations that move after a write transaction committed through
+ * store_commit() is visible to readers, when it changed what a parked
+ * request would answer: store_pollgen for every worker's poll, one slot of
+ * store_workergen per worker (id modulo the slots: workers that share a
+ * slot only cost each other a spurious read) for its own poll, and
+ * store_jobgen for GET /v1/jobs/{id}?wait_ms. Reports, the bulk of the
+ * writes while jobs run, move none of them. */
+#define STORE_WATCH_SLOTS 4096
 static _Atomic uint64_t store_pollgen = 1;
+static _Atomic uint64_t store_workergen[STORE_WATCH_SLOTS];
+static _Atomic uint64_t store_jobgen = 1;
 /* Set once the schema is migrated: connections opened later install the
  * poll watch at once (the first one, after migrating). */
 static _Atomic int store_schema_ready;
@@ -99,42 +115,98 @@ static int store_on_commit(void *arg)
 }
 
 uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns); }
-uint64_t store_poll_gen(void) { return atomic_load(&store_pollgen); }
+/* Both terms only grow, so the sum moves whenever either does. */
+uint64_t store_poll_gen(int64_t worker)
+{
+    return atomic_load(&store_pollgen) +
+           atomic_load(&store_workergen[(uint64_t)worker % STORE_WATCH_SLOTS]);
+}
+uint64_t store_job_gen(void) { return atomic_load(&store_jobgen); }
 
-/* What a worker's poll answers (store_poll.c's probe) depends on: host
- * tasks becoming pending (dispatch, release, requeue) or cancelled (a lost
- * predecessor's tasks), a job ending or moving to a new attempt (its
- * leased tasks must be aborted), a worker's state. These TEMP triggers
- * (per connection, nothing in the schema) flag the connection's
- * transaction when it writes any of them; store_commit then moves
- * store_poll_gen. A spurious flag (a rolled-back savepoint) costs a parked
- * poll one probe; a missed one would delay a worker by its poll wait, so
- * every column the probe reads that can make it true is watched here. */
+/* What a worker's poll answers (store_poll.c's probe) depends on: its host
+ * tasks becoming pending (dispatch, release, requeue) or cancelled, a job
+ * it holds leased tasks of ending or moving to a new attempt (they must be
+ * aborted), a worker's state, and a lost predecessor's tasks. These TEMP
+ * triggers (per connection, nothing in the schema) note in the
+ * connection's transaction whom it concerns: the worker of the task row,
+ * the workers holding leased tasks of the job, everyone (a worker's state,
+ * a lost worker's tasks, which its successor's poll reports). store_commit
+ * then moves their generations. A spurious kick (a rolled-back savepoint)
+ * costs a parked poll one probe; a missed one would delay a worker by its
+ * poll wait, so every column the probe reads that can make it true is
+ * watched here. A job's end or new attempt also moves store_jobgen. */
 #define STORE_WATCH_SQL \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
-    " BEGIN SELECT atoll_poll_kick(); END;" \
+    " BEGIN SELECT atoll_kick_worker(NEW.worker_id); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_state AFTER UPDATE OF state ON main.host_tasks" \
-    " WHEN NEW.state IN ('pending', 'cancelled') BEGIN SELECT atoll_poll_kick(); END;" \
+    " WHEN NEW.state IN ('pending', 'cancelled') BEGIN SELECT atoll_kick_worker(NEW.worker_id);" \
+    " SELECT atoll_kick_all() WHERE NEW.error = 'worker lost'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_job AFTER UPDATE OF state, attempt ON main.jobs" \
     " WHEN NEW.state IN ('succeeded', 'failed', 'cancelled') OR NEW.attempt <> OLD.attempt" \
-    " BEGIN SELECT atoll_poll_kick(); END;" \
+    " BEGIN SELECT atoll_kick_job();" \
+    " SELECT atoll_kick_worker(worker_id) FROM main.host_tasks" \
+    "  WHERE job_id = NEW.id AND state = 'leased'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_worker AFTER UPDATE OF state ON main.workers" \
-    " BEGIN SELECT atoll_poll_kick(); END;"
+    " BEGIN SELECT atoll_kick_all(); END;"
 
-static void store_kick_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+/* atoll_kick_worker(id): the poll of worker id may answer otherwise. */
+static void store_kick_worker_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    store_kicks_t *k = &((store_t *)sqlite3_user_data(ctx))->kicks;
+    uint32_t slot = (uint32_t)((uint64_t)sqlite3_value_int64(argv[0]) % STORE_WATCH_SLOTS);
+    int i = 0;
+    while (i < k->n && k->slot[i] != slot)
+        i++;
+    if (i == k->n) {
+        if (k->n < STORE_KICK_MAX)
+            k->slot[k->n++] = slot;
+        else
+            k->all = 1;
+    }
+    sqlite3_result_null(ctx);
+}
+
+/* atoll_kick_all(): every poll may answer otherwise. */
+static void store_kick_all_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
     (void)argv;
-    store_t *st = sqlite3_user_data(ctx);
-    st->kicked = 1;
+    ((store_t *)sqlite3_user_data(ctx))->kicks.all = 1;
     sqlite3_result_null(ctx);
+}
+
+/* atoll_kick_job(): some job ended or was requeued. */
+static void store_kick_job_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    (void)argv;
+    ((store_t *)sqlite3_user_data(ctx))->kicks.job = 1;
+    sqlite3_result_null(ctx);
+}
+
+/* After a commit, not in the hook: a reader that sees a new generation
+ * must also see the data. */
+static void store_kicks_apply(store_kicks_t *k)
+{
+    if (k->all)
+        atomic_fetch_add(&store_pollgen, 1);
+    else
+        for (int i = 0; i < k->n; i++)
+            atomic_fetch_add(&store_workergen[k->slot[i]], 1);
+    if (k->job)
+        atomic_fetch_add(&store_jobgen, 1);
 }
 
 /* Installs the poll watch on st's connection (the tables must exist). */
 static int store_watch(store_t *st)
 {
-    if (sqlite3_create_function(st->db, "atoll_poll_kick", 0, SQLITE_UTF8, st,
-                                store_kick_fn, NULL, NULL) != SQLITE_OK)
+    if (sqlite3_create_function(st->db, "atoll_kick_worker", 1, SQLITE_UTF8, st,
+                                store_kick_worker_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_all", 0, SQLITE_UTF8, st,
+                                store_kick_all_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_job", 0, SQLITE_UTF8, st,
+                                store_kick_job_fn, NULL, NULL) != SQLITE_OK)
         return -1;
     return store_exec(st, STORE_WATCH_SQL);
 }
@@ -287,19 +359,17 @@ int store_commit(store_t *st)
 {
     int rc = store_exec(st, "COMMIT");
     store_write_end(st);
-    /* After the commit, not in the hook: a reader that sees the new
-     * generation must also see the data. */
-    if (rc == 0 && st->kicked)
-        atomic_fetch_add(&store_pollgen, 1);
-    if (rc == 0)
-        st->kicked = 0;
+    if (rc == 0) {
+        store_kicks_apply(&st->kicks);
+        memset(&st->kicks, 0, sizeof st->kicks);
+    }
     return rc;
 }
 void store_rollback(store_t *st)
 {
     if (!sqlite3_get_autocommit(st->db))
         store_exec(st, "ROLLBACK");
-    st->kicked = 0;
+    memset(&st->kicks, 0, sizeof st->kicks);
     store_write_end(st);
 }
 

@@ -149,11 +149,16 @@ int store_begin_read(store_t *st);
  * connection, explicit or autocommit); for /metrics. */
 uint64_t store_write_transactions(void);
 /* A generation that moves after a write transaction committed through
- * store_commit() becomes visible if it changed what a worker's poll may
- * answer (tasks pending or cancelled, jobs ended or requeued, workers'
- * states; store.c STORE_WATCH_SQL). A poll that notes it before reading
- * and finds it unchanged later needs no new read. */
-uint64_t store_poll_gen(void);
+ * store_commit() becomes visible if it changed what worker `worker`'s poll
+ * may answer (its tasks pending or cancelled, a job it holds leased tasks
+ * of ended or requeued, any worker's state; store.c STORE_WATCH_SQL). A
+ * poll that notes it before reading and finds it unchanged later needs no
+ * new read. Another worker's tasks do not move it (rarely, a worker
+ * sharing its slot). */
+uint64_t store_poll_gen(int64_t worker);
+/* Moves after a commit in which some job ended or moved to a new attempt:
+ * a parked GET /v1/jobs/{id}?wait_ms looks again only then. */
+uint64_t store_job_gen(void);
 /* One nested unit inside a transaction: store_savepoint() then either
  * store_release() (keep) or store_rollback_to() (undo just this unit). */
 int store_savepoint(store_t *st);

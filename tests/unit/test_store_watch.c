@@ -1,0 +1,167 @@
+/* test_store_watch.c - the poll watch (store.c, STORE_WATCH_SQL) on a real
+ * SQLite file: a committed write moves the generation of exactly the
+ * parked requests whose answer it can change. A host task made pending for
+ * worker A moves A's poll generation and not B's; a report's writes move
+ * nothing; a rolled-back transaction moves nothing; a job's end moves the
+ * generation of the workers holding its leased tasks and the job
+ * generation; a worker's state change moves every worker's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "store.h"
+#include "support_store.h"
+
+static const island_desc_t islands[] = {{"west", {2, {2, 4, 0, 0}}}};
+
+static const char job_doc[] =
+    "{\"slices\": {\"s\": {\"shape\": [2]}}, \"computations\": [{\"name\": \"a\", \"slice\": \"s\","
+    " \"ops\": [{\"op\": \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
+
+typedef struct fixture {
+    support_store_t d;          /* first: support_store_teardown */
+    store_t *st;
+    int64_t job, a, b;          /* a queued job; two workers of 4 devices each */
+} fixture_t;
+
+static int64_t submit(store_t *st)
+{
+    json_error_t jerr;
+    json_t *doc = json_loads(job_doc, 0, &jerr);
+    assert_non_null(doc);
+    job_plan_t *plan = NULL;
+    err_t e = {0};
+    assert_int_equal(compiler_job(doc, islands, 1, &plan, &e), 0);
+    store_job_new_t nj = {job_doc, NULL, NULL, 0, 0};
+    int64_t id = 0;
+    assert_int_equal(store_job_create(st, plan, &nj, &id), STORE_OK);
+    job_plan_free(plan);
+    json_decref(doc);
+    return id;
+}
+
+static int64_t register_worker(store_t *st, const char *addr)
+{
+    worker_reg_t reg = {"west", "sim", addr, "localhost", 4, 1, "00"};
+    json_t *out = NULL;
+    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
+    int64_t id = json_integer_value(json_object_get(out, "id"));
+    json_decref(out);
+    assert_true(id > 0);
+    return id;
+}
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(support_store_make(&f->d), 0);
+    err_t e = {0};
+    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
+    assert_non_null(f->st = store_thread());
+    f->job = submit(f->st);
+    f->a = register_worker(f->st, "127.0.0.1:1");
+    f->b = register_worker(f->st, "127.0.0.1:2");
+    *state = f;
+    return 0;
+}
+
+/* Runs sql (formatted) in one write transaction, committed or rolled back. */
+static void write_sql(store_t *st, int commit, const char *fmt, ...)
+{
+    char sql[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    assert_int_equal(store_begin(st), 0);
+    char *err = NULL;
+    int rc = sqlite3_exec(store_db(st), sql, NULL, NULL, &err);
+    if (rc != SQLITE_OK)
+        fail_msg("%s: %s", sql, err ? err : "?");
+    if (commit)
+        assert_int_equal(store_commit(st), 0);
+    else
+        store_rollback(st);
+}
+
+/* Inserts a host task of the job for worker w in state `state`; its id. */
+static int64_t add_task(fixture_t *f, int64_t w, const char *state)
+{
+    write_sql(f->st, 1,
+              "INSERT INTO host_tasks (job_id, attempt, comp_idx, island_id, worker_id, seq,"
+              " shards, nshards, state, devices) VALUES (%lld, 0, 0, %lld, %lld, 1, '[0]', 1,"
+              " '%s', '[0]')",
+              (long long)f->job, (long long)store_island_id(f->st, "west"), (long long)w, state);
+    return sqlite3_last_insert_rowid(store_db(f->st));
+}
+
+static void test_task_moves_its_worker_only(void **state)
+{
+    fixture_t *f = *state;
+    assert_true(f->a % 4096 != f->b % 4096);
+    uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen();
+    int64_t t = add_task(f, f->a, "pending");
+    assert_true(store_poll_gen(f->a) != a0);
+    assert_true(store_poll_gen(f->b) == b0);
+    assert_true(store_job_gen() == j0);
+
+    /* A lease and a report: nothing a parked poll must look at again. */
+    uint64_t a1 = store_poll_gen(f->a);
+    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'leased' WHERE id = %lld", (long long)t);
+    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'succeeded', finished_us = 5"
+              " WHERE id = %lld", (long long)t);
+    assert_true(store_poll_gen(f->a) == a1);
+    assert_true(store_poll_gen(f->b) == b0);
+
+    /* Rolled back: nothing was committed, nothing moves. */
+    write_sql(f->st, 0,
+              "UPDATE host_tasks SET state = 'pending' WHERE id = %lld", (long long)t);
+    assert_true(store_poll_gen(f->a) == a1);
+}
+
+static void test_job_end_moves_holders(void **state)
+{
+    fixture_t *f = *state;
+    int64_t t = add_task(f, f->a, "pending");
+    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'leased' WHERE id = %lld", (long long)t);
+    uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen();
+    /* The job ends while A holds its task leased: A must learn to abort. */
+    write_sql(f->st, 1, "UPDATE jobs SET state = 'cancelled' WHERE id = %lld", (long long)f->job);
+    assert_true(store_poll_gen(f->a) != a0);
+    assert_true(store_poll_gen(f->b) == b0);
+    assert_true(store_job_gen() != j0);
+}
+
+static void test_worker_state_moves_all(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b);
+    assert_int_equal(store_worker_leave(f->st, f->b), STORE_OK);
+    assert_true(store_poll_gen(f->a) != a0);
+    assert_true(store_poll_gen(f->b) != b0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_task_moves_its_worker_only, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_job_end_moves_holders, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_worker_state_moves_all, setup,
+                                        support_store_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
