@@ -1,12 +1,15 @@
 /* support_store.h - the store unit tests' database directory: made by
- * mkdtemp, holding atoll.db (and SQLite's -wal and -shm beside it). */
+ * mkdtemp, holding atoll.db (and SQLite's -wal and -shm beside it), and
+ * what they do to it as the API would. Include after <cmocka.h>. */
 #ifndef SUPPORT_STORE_H
 #define SUPPORT_STORE_H
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "compiler.h"
 #include "store.h"
 
 /* A fresh directory /tmp/atoll-store-XXXXXX and the database path in it. */
@@ -23,6 +26,51 @@ static inline int support_store_make(support_store_t *d)
         return -1;
     snprintf(d->db, sizeof d->db, "%s/atoll.db", d->dir);
     return 0;
+}
+
+/* Makes d, opens a store there on islands[0..n) (durability none) and
+ * returns this thread's connection. */
+static inline store_t *support_store_open(support_store_t *d, const island_desc_t *islands, int n)
+{
+    assert_int_equal(support_store_make(d), 0);
+    err_t e = {0};
+    store_sync_setup(d->db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(d->db, islands, n, &e), 0);
+    store_t *st = store_thread();
+    assert_non_null(st);
+    return st;
+}
+
+/* Submits the job document `doc` as POST /v1/jobs would; its id. */
+static inline int64_t support_store_submit(store_t *st, const char *doc,
+                                           const island_desc_t *islands, int n)
+{
+    json_error_t jerr;
+    json_t *d = json_loads(doc, 0, &jerr);
+    assert_non_null(d);
+    job_plan_t *plan = NULL;
+    err_t e = {0};
+    assert_int_equal(compiler_job(d, islands, n, &plan, &e), 0);
+    store_job_new_t nj = {doc, NULL, NULL, 0, 0};
+    int64_t id = 0;
+    assert_int_equal(store_job_create(st, plan, &nj, &id), STORE_OK);
+    job_plan_free(plan);
+    json_decref(d);
+    return id;
+}
+
+/* Registers a sim worker of ndev devices on `island` with data address
+ * addr; its id. */
+static inline int64_t support_store_register(store_t *st, const char *island, const char *addr,
+                                             int ndev)
+{
+    worker_reg_t reg = {island, "sim", addr, "localhost", ndev, 1, "00"};
+    json_t *out = NULL;
+    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
+    int64_t id = json_integer_value(json_object_get(out, "id"));
+    json_decref(out);
+    assert_true(id > 0);
+    return id;
 }
 
 /* Closes this thread's connection and the sync thread, then removes the

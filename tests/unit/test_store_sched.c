@@ -35,31 +35,14 @@ static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    assert_int_equal(support_store_make(&f->d), 0);
-    err_t e = {0};
-    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
-    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
-    assert_non_null(f->st = store_thread());
+    f->st = support_store_open(&f->d, islands, 1);
     *state = f;
     return 0;
 }
 
-
-/* Submits job_doc as the API would; returns its id. */
 static int64_t submit(store_t *st)
 {
-    json_error_t jerr;
-    json_t *doc = json_loads(job_doc, 0, &jerr);
-    assert_non_null(doc);
-    job_plan_t *plan = NULL;
-    err_t e = {0};
-    assert_int_equal(compiler_job(doc, islands, 1, &plan, &e), 0);
-    store_job_new_t nj = {job_doc, NULL, NULL, 0, 0};
-    int64_t id = 0;
-    assert_int_equal(store_job_create(st, plan, &nj, &id), STORE_OK);
-    job_plan_free(plan);
-    json_decref(doc);
-    return id;
+    return support_store_submit(st, job_doc, islands, 1);
 }
 
 /* The job's state and attempt as GET /v1/jobs/{id} shows them (a job not yet
@@ -112,13 +95,7 @@ static void test_fail_only_queued(void **state)
 /* Registers a worker holding all of west (2x2); returns its id. */
 static int64_t register_worker(store_t *st)
 {
-    worker_reg_t reg = {"west", "sim", "127.0.0.1:1", "localhost", 4, 1, "00"};
-    json_t *out = NULL;
-    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
-    int64_t id = json_integer_value(json_object_get(out, "id"));
-    json_decref(out);
-    assert_true(id > 0);
-    return id;
+    return support_store_register(st, "west", "127.0.0.1:1", 4);
 }
 
 /* Tries to allocate devices 0 and 1 of west to the job, as on worker w. */

@@ -12,14 +12,11 @@
 
 #include <cmocka.h>
 
-#include <jansson.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler.h"
-#include "store.h"
 #include "support_store.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 4, 0, 0}}}};
@@ -34,45 +31,14 @@ typedef struct fixture {
     int64_t job, a, b;          /* a queued job; two workers of 4 devices each */
 } fixture_t;
 
-static int64_t submit(store_t *st)
-{
-    json_error_t jerr;
-    json_t *doc = json_loads(job_doc, 0, &jerr);
-    assert_non_null(doc);
-    job_plan_t *plan = NULL;
-    err_t e = {0};
-    assert_int_equal(compiler_job(doc, islands, 1, &plan, &e), 0);
-    store_job_new_t nj = {job_doc, NULL, NULL, 0, 0};
-    int64_t id = 0;
-    assert_int_equal(store_job_create(st, plan, &nj, &id), STORE_OK);
-    job_plan_free(plan);
-    json_decref(doc);
-    return id;
-}
-
-static int64_t register_worker(store_t *st, const char *addr)
-{
-    worker_reg_t reg = {"west", "sim", addr, "localhost", 4, 1, "00"};
-    json_t *out = NULL;
-    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
-    int64_t id = json_integer_value(json_object_get(out, "id"));
-    json_decref(out);
-    assert_true(id > 0);
-    return id;
-}
-
 static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    assert_int_equal(support_store_make(&f->d), 0);
-    err_t e = {0};
-    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
-    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
-    assert_non_null(f->st = store_thread());
-    f->job = submit(f->st);
-    f->a = register_worker(f->st, "127.0.0.1:1");
-    f->b = register_worker(f->st, "127.0.0.1:2");
+    f->st = support_store_open(&f->d, islands, 1);
+    f->job = support_store_submit(f->st, job_doc, islands, 1);
+    f->a = support_store_register(f->st, "west", "127.0.0.1:1", 4);
+    f->b = support_store_register(f->st, "west", "127.0.0.1:2", 4);
     *state = f;
     return 0;
 }
