@@ -26,26 +26,7 @@
 
 static char *chain_doc(const char *name, int n, int64_t us)
 {
-    json_t *comps = json_array();
-    for (int i = 0; i < n; i++) {
-        char cname[16], prev[24];
-        snprintf(cname, sizeof cname, "c%d", i);
-        json_t *ops = json_array();
-        if (i > 0) {
-            snprintf(prev, sizeof prev, "c%d.b", i - 1);
-            json_array_append_new(ops, json_pack("{s:s, s:s, s:s}", "op", "input", "out", "p",
-                                                 "from", prev));
-        }
-        json_array_append_new(ops, json_pack("{s:s, s:s, s:I}", "op", "compute", "out", "b",
-                                             "us", (json_int_t)us));
-        json_array_append_new(comps, json_pack("{s:s, s:s, s:o, s:[s]}", "name", cname, "slice",
-                                               "s", "ops", ops, "outputs", "b"));
-    }
-    json_t *doc = json_pack("{s:s, s:s, s:{s:{s:[i,i]}}, s:o}", "name", name, "sharing", "shared",
-                            "slices", "s", "shape", 4, 4, "computations", comps);
-    char *text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    return text;
+    return hx_compute_chain_doc(name, n, us, 1, NULL, 4, 4);
 }
 
 /* Where the interactive job's wait went: its stamps in order (job:

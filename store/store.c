@@ -349,11 +349,24 @@ int store_begin(store_t *st)
     return rc;
 }
 int store_begin_read(store_t *st) { return store_exec(st, "BEGIN DEFERRED"); }
-int store_savepoint(store_t *st) { return store_exec(st, "SAVEPOINT item"); }
-int store_release(store_t *st) { return store_exec(st, "RELEASE item"); }
+/* Runs a cached statement that takes no parameters and returns no rows:
+ * a savepoint per report item is prepared once per connection, not parsed
+ * by sqlite3_exec each time. 0 or -1. */
+static int store_run(store_t *st, const char *sql)
+{
+    sqlite3_stmt *s = store_stmt(st, sql);
+    return s ? store_step_done(s) : -1;
+}
+
+static const char store_sp_sql[] = "SAVEPOINT item";
+static const char store_release_sql[] = "RELEASE item";
+static const char store_rollback_to_sql[] = "ROLLBACK TO item";
+
+int store_savepoint(store_t *st) { return store_run(st, store_sp_sql); }
+int store_release(store_t *st) { return store_run(st, store_release_sql); }
 int store_rollback_to(store_t *st)
 {
-    return store_exec(st, "ROLLBACK TO item") == 0 ? store_release(st) : -1;
+    return store_run(st, store_rollback_to_sql) == 0 ? store_release(st) : -1;
 }
 int store_commit(store_t *st)
 {

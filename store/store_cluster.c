@@ -62,7 +62,7 @@ static double ratio_of(int64_t busy, int64_t up)
 }
 
 /* Fills the window sums of one island. 0 or -1. Uses the index
- * host_tasks_by_island_finish (schema/010) so it reads only recent host
+ * host_tasks_by_finish (schema/011, 019) so it reads only recent host
  * tasks; each counts once per shard (every one of its devices was busy). */
 static int island_window(store_t *st, int64_t island_id, int64_t now, island_acct_t *a)
 {

@@ -30,22 +30,31 @@ int store_progress_started(store_t *st, int64_t worker, int64_t lease_id)
     return store_step_done(s);
 }
 
-/* The row of a host task being reported, read under the report's
- * transaction. task_row_clear() it after a successful task_load. */
+static int64_t json_time(const json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* The row of a host task being reported, as its report took it (under the
+ * report's transaction). task_row_clear() it after a successful
+ * task_take. */
 typedef struct task_row {
-    int64_t job, attempt, comp, island, worker, job_attempt;
+    int64_t job, attempt, comp, island, job_attempt;
     int nshards;
     int64_t *shards;            /* owned: nshards shard indexes, increasing */
     char *shards_txt;           /* owned: the same as JSON text, for messages */
-    char state[16], job_state[16];
+    char *devices_txt;          /* owned: the worker-local devices of the shards (JSON) */
+    char job_state[16];
 } task_row_t;
 
 static void task_row_clear(task_row_t *r)
 {
     free(r->shards);
     free(r->shards_txt);
+    free(r->devices_txt);
     r->shards = NULL;
-    r->shards_txt = NULL;
+    r->shards_txt = r->devices_txt = NULL;
 }
 
 /* Parses the row's shards column (JSON text written by the scheduler). */
@@ -64,31 +73,82 @@ static int task_shards(task_row_t *r, const char *txt)
     return ok ? 0 : -1;
 }
 
-static int task_load(store_t *st, int64_t task, task_row_t *r)
+/* Why a report's task could not be taken: STORE_CONFLICT when the task
+ * exists (reported already, reassigned, or the reporter is not its live
+ * holder), STORE_NOTFOUND when it does not, STORE_ERR. */
+static int task_refusal(store_t *st, int64_t task)
+{
+    static const char sql[] = "SELECT 1 FROM host_tasks WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, task);
+    int found = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_reset(s);
+    return found ? STORE_CONFLICT : STORE_NOTFOUND;
+}
+
+/* The job's state and attempt into r. 0 or -1. */
+static int task_job(store_t *st, task_row_t *r)
+{
+    static const char sql[] = "SELECT state, attempt FROM jobs WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    int rc = -1;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 0));
+        r->job_attempt = sqlite3_column_int64(s, 1);
+        rc = 0;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* Fencing and marking in one statement: the task leaves 'leased' for
+ * `state` (with the report's times and error) only while it is leased to
+ * `worker`, once; a worker whose lease expired is gone (its tasks were
+ * cancelled when it was lost), and one that re-registered has a new id, so
+ * a result of the old lease can never count, nor count twice. The caller
+ * checked that `worker` is live. On STORE_OK r holds the row and its job's
+ * state; else STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR, r empty. */
+static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *body,
+                     const char *state, const char *msg, task_row_t *r)
 {
     static const char sql[] =
-        "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.worker_id, t.nshards, t.shards,"
-        " t.state, j.state, j.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        " WHERE t.id = ?";
+        "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
+        " finished_us = ?5, error = ?6 WHERE id = ?1 AND worker_id = ?7 AND state = 'leased'"
+        " RETURNING job_id, attempt, comp_idx, island_id, nshards, shards, devices";
     memset(r, 0, sizeof *r);
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return STORE_ERR;
     sqlite3_bind_int64(s, 1, task);
-    int rc = STORE_NOTFOUND;
-    if (sqlite3_step(s) == SQLITE_ROW) {
+    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
+    sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
+    sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
+    if (msg)
+        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 7, worker);
+    int step = sqlite3_step(s), rc = STORE_ERR;
+    if (step == SQLITE_ROW) {
         r->job = sqlite3_column_int64(s, 0);
         r->attempt = sqlite3_column_int64(s, 1);
         r->comp = sqlite3_column_int64(s, 2);
         r->island = sqlite3_column_int64(s, 3);
-        r->worker = sqlite3_column_int64(s, 4);
-        r->nshards = sqlite3_column_int(s, 5);
-        snprintf(r->state, sizeof r->state, "%s", sqlite3_column_text(s, 7));
-        snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 8));
-        r->job_attempt = sqlite3_column_int64(s, 9);
-        rc = task_shards(r, (const char *)sqlite3_column_text(s, 6)) == 0 ? STORE_OK : STORE_ERR;
+        r->nshards = sqlite3_column_int(s, 4);
+        const char *dev = (const char *)sqlite3_column_text(s, 6);
+        if (task_shards(r, (const char *)sqlite3_column_text(s, 5)) == 0 &&
+            (r->devices_txt = strdup(dev ? dev : "[]")))
+            rc = STORE_OK;
     }
     sqlite3_reset(s);
+    if (step == SQLITE_DONE)
+        return task_refusal(st, task);
+    if (rc == STORE_OK && task_job(st, r) != 0)
+        rc = STORE_ERR;
     if (rc != STORE_OK)
         task_row_clear(r);
     return rc;
@@ -147,12 +207,6 @@ static int report_outputs(store_t *st, const task_row_t *r, const json_t *body, 
             return rc;
     }
     return 0;
-}
-
-static int64_t json_time(const json_t *body, const char *key)
-{
-    json_t *v = json_object_get(body, key);
-    return json_is_integer(v) ? json_integer_value(v) : 0;
 }
 
 /* A computation finished: count it, unblock its consumers (sequential
@@ -238,30 +292,54 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     return store_step_done(s);
 }
 
+/* The reporting worker, read once per request: whether it is live (only a
+ * live worker's reports count), and its first device on its island. */
+typedef struct reporter {
+    int64_t id;
+    int live;
+    int64_t first_device;
+} reporter_t;
+
+/* 0 with *rep filled, or -1. */
+static int reporter_load(store_t *st, int64_t worker, reporter_t *rep)
+{
+    static const char sql[] = "SELECT first_device FROM workers WHERE id = ? AND state = 'live'";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    int step = sqlite3_step(s);
+    *rep = (reporter_t){worker, step == SQLITE_ROW,
+                        step == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0};
+    sqlite3_reset(s);
+    return step == SQLITE_ROW || step == SQLITE_DONE ? 0 : -1;
+}
+
 /* Adds busy_us to the device of each of the task's shards: the task's
- * devices column lists the worker-local devices of its shards, so their island
- * indexes are the worker's first device plus those. O(task), never
- * O(slice): the reporter is live (fenced), so its block is current. */
-static int task_busy(store_t *st, int64_t task, const task_row_t *r, int64_t busy_us)
+ * devices column lists the worker-local devices of its shards, so their
+ * island indexes are the reporter's first device plus those. O(task),
+ * never O(slice): the reporter is live (fenced), so its block is
+ * current. */
+static int task_busy(store_t *st, const reporter_t *rep, const task_row_t *r, int64_t busy_us)
 {
     static const char sql[] =
         "UPDATE devices SET busy_us = busy_us + ?1 WHERE island_id = ?2 AND idx IN"
-        " (SELECT w.first_device + d.value FROM host_tasks t JOIN workers w ON w.id = t.worker_id,"
-        "  json_each(t.devices) d WHERE t.id = ?3)";
+        " (SELECT ?3 + value FROM json_each(?4))";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, busy_us);
     sqlite3_bind_int64(s, 2, r->island);
-    sqlite3_bind_int64(s, 3, task);
+    sqlite3_bind_int64(s, 3, rep->first_device);
+    sqlite3_bind_text(s, 4, r->devices_txt, -1, SQLITE_STATIC);
     return store_step_done(s);
 }
 
 /* Records a succeeded host task: outputs, timings, device busy time (each
  * of its shards' devices was busy for the task's inputs-ready-to-finished
  * time), and the computation's progress (nshards more shards done). */
-static int host_succeeded(store_t *st, int64_t task, const task_row_t *r, const json_t *body,
-                          int *effects, err_t *e)
+static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *r,
+                          const json_t *body, int *effects, err_t *e)
 {
     static const char comp_sql[] =
         "UPDATE computations SET shards_done = shards_done + ?6,"
@@ -276,7 +354,7 @@ static int host_succeeded(store_t *st, int64_t task, const task_row_t *r, const 
     int64_t t2 = json_time(body, "finished_us");
     sqlite3_stmt *s;
     int64_t busy = t2 > t1 ? t2 - t1 : 0;
-    if (task_busy(st, task, r, busy) != 0 || store_usage_add(st, r->job, busy * r->nshards) != 0 ||
+    if (task_busy(st, rep, r, busy) != 0 || store_usage_add(st, r->job, busy * r->nshards) != 0 ||
         !(s = store_stmt(st, comp_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
@@ -349,62 +427,29 @@ static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const j
     return store_job_finish(st, r->job, "failed", why);
 }
 
-/* Marks the task reported. 0 or -1. */
-static int task_mark(store_t *st, int64_t task, const json_t *body, const char *state,
-                     const char *msg)
-{
-    static const char sql[] =
-        "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
-        " finished_us = ?5, error = ?6 WHERE id = ?1";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, task);
-    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
-    sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
-    sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
-    if (msg)
-        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
-    return store_step_done(s);
-}
-
-/* Applies one validated report inside the caller's transaction. Returns
- * STORE_OK, STORE_NOTFOUND, STORE_CONFLICT, or STORE_ERR (e->status 400
- * for a malformed output, else a store failure). On failure the caller
+/* Applies one validated report of rep inside the caller's transaction.
+ * Returns STORE_OK, STORE_NOTFOUND, STORE_CONFLICT, or STORE_ERR (e->status
+ * 400 for a malformed output, else a store failure). On failure the caller
  * undoes what this wrote. */
-static int report_apply(store_t *st, int64_t worker, int64_t task, const json_t *body,
+static int report_apply(store_t *st, const reporter_t *rep, int64_t task, const json_t *body,
                         const char *state, int *effects, err_t *e)
 {
+    if (!rep->live)
+        return task_refusal(st, task);  /* fenced: see task_take */
+    const char *msg = json_string_value(json_object_get(body, "error"));
     task_row_t r;
-    int rc = task_load(st, task, &r);
+    int rc = task_take(st, task, rep->id, body, state, msg, &r);
     if (rc != STORE_OK)
         return rc;
-    /* Fencing: only the live worker holding the lease may report, once. A
-     * worker whose lease expired is gone (its tasks were cancelled when it
-     * was lost), and one that re-registered has a new id, so a result of
-     * the old lease can never count, nor count twice. */
-    int live_worker = store_worker_is_live(st, worker);
-    if (live_worker < 0) {
-        rc = STORE_ERR;
-        goto out;
-    }
-    if (!live_worker || r.worker != worker || strcmp(r.state, "leased") != 0) {
-        rc = STORE_CONFLICT;
-        goto out;
-    }
-    const char *msg = json_string_value(json_object_get(body, "error"));
     rc = STORE_ERR;
-    if (task_mark(st, task, body, state, msg) != 0)
-        goto out;
     /* Only the job's current attempt, while it is live, moves the job. */
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
     if (live && strcmp(state, "succeeded") == 0) {
         /* A 400 from a malformed output leaves e->status set for the caller. */
-        if (host_succeeded(st, task, &r, body, effects, e) != 0)
+        if (host_succeeded(st, rep, &r, body, effects, e) != 0)
             goto out;
     } else if (live && strcmp(state, "failed") == 0) {
-        if (host_failed(st, &r, worker, body, msg) != 0)
+        if (host_failed(st, &r, rep->id, body, msg) != 0)
             goto out;
         *effects |= STORE_FX_JOB_ENDED;
     }
@@ -423,7 +468,9 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
         return STORE_ERR;
     if (store_begin(st) != 0)
         return err_set(e, 503, "", "store busy"), STORE_ERR;
-    int rc = report_apply(st, worker, task, body, state, effects, e);
+    reporter_t rep;
+    int rc = reporter_load(st, worker, &rep) == 0
+                 ? report_apply(st, &rep, task, body, state, effects, e) : STORE_ERR;
     if (rc == STORE_OK && store_commit(st) != 0)
         rc = STORE_ERR;
     if (rc != STORE_OK)
@@ -450,6 +497,9 @@ static int batch_items(store_t *st, int64_t worker, const json_t *reports, json_
 {
     size_t i;
     json_t *item;
+    reporter_t rep;
+    if (reporter_load(st, worker, &rep) != 0)
+        return STORE_ERR;
     json_array_foreach(reports, i, item) {
         err_t e = {0};
         int64_t task = 0;
@@ -465,7 +515,7 @@ static int batch_items(store_t *st, int64_t worker, const json_t *reports, json_
                 return STORE_ERR;
             }
             int fx = 0;
-            rc = report_apply(st, worker, task, body, state, &fx, &e);
+            rc = report_apply(st, &rep, task, body, state, &fx, &e);
             /* A store failure (not a refusal) fails the whole transaction:
              * nothing is committed and the workers send again. */
             int store_failed = rc == STORE_ERR && e.status < 400;

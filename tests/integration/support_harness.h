@@ -167,6 +167,12 @@ int hx_job_wait(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t
 /* Polls until the job's state is not `state` anymore; like hx_job_wait. */
 int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeout_ms,
                       int poll_ms, json_t **job);
+/* A job document (malloc'd text, NULL when out of memory): a chain of n
+ * computations named c0..c{n-1} on one slice `s` of shape [d0] (d1 <= 0) or
+ * [d0,d1] on `island` (NULL: the default), each `us` µs of `compute` and an
+ * edge from the one before; "sharing": "shared" when shared. */
+char *hx_compute_chain_doc(const char *name, int n, int64_t us, int shared, const char *island,
+                           int d0, int d1);
 /* GET /v1/jobs/{id}/result on 200: new reference, else NULL. */
 json_t *hx_job_result(hx_client_t *cl, int64_t id);
 /* GET /v1/jobs/{id}/PART (e.g. "program", "result?view=global") on 200

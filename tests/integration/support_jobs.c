@@ -220,3 +220,33 @@ json_t *hx_result_shard(const json_t *result, const char *key, int shard)
     json_t *arr = json_object_get(json_object_get(result, "outputs"), key);
     return json_array_get(arr, (size_t)shard);
 }
+
+char *hx_compute_chain_doc(const char *name, int n, int64_t us, int shared, const char *island,
+                           int d0, int d1)
+{
+    json_t *comps = json_array();
+    for (int i = 0; comps && i < n; i++) {
+        char cname[16], prev[24];
+        snprintf(cname, sizeof cname, "c%d", i);
+        json_t *ops = json_array();
+        if (i > 0) {
+            snprintf(prev, sizeof prev, "c%d.b", i - 1);
+            json_array_append_new(ops, json_pack("{s:s, s:s, s:s}", "op", "input", "out", "p",
+                                                 "from", prev));
+        }
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:I}", "op", "compute", "out", "b",
+                                             "us", (json_int_t)us));
+        json_array_append_new(comps, json_pack("{s:s, s:s, s:o, s:[s]}", "name", cname, "slice",
+                                               "s", "ops", ops, "outputs", "b"));
+    }
+    json_t *shape = d1 > 0 ? json_pack("[i,i]", d0, d1) : json_pack("[i]", d0);
+    json_t *slice = json_pack("{s:o}", "shape", shape);
+    if (slice && island)
+        json_object_set_new(slice, "island", json_string(island));
+    json_t *doc = json_pack("{s:s, s:s, s:{s:o}, s:o}", "name", name, "sharing",
+                            shared ? "shared" : "exclusive", "slices", "s", slice,
+                            "computations", comps);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    return text;
+}
