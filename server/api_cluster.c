@@ -226,6 +226,19 @@ static size_t metrics_http(char *buf, size_t len, size_t cap)
                        "# TYPE atoll_worker_poll_reads_total counter\n"
                        "atoll_worker_poll_reads_total %lu\n",
                        (unsigned long)parks, (unsigned long)reads);
+    uint64_t rreq, ritems;
+    api_worker_report_counts(&rreq, &ritems);
+    len = util_appendf(buf, len, cap,
+                       "# HELP atoll_worker_report_requests_total Worker report requests"
+                       " (single or batch).\n"
+                       "# TYPE atoll_worker_report_requests_total counter\n"
+                       "atoll_worker_report_requests_total %lu\n"
+                       "# HELP atoll_worker_report_items_total Host-task reports those"
+                       " requests carried (a worker sends what queued while its last request"
+                       " was out).\n"
+                       "# TYPE atoll_worker_report_items_total counter\n"
+                       "atoll_worker_report_items_total %lu\n",
+                       (unsigned long)rreq, (unsigned long)ritems);
     uint64_t counts[6];
     http_counts(counts);
     len = util_appendf(buf, len, cap,

@@ -40,6 +40,16 @@
  * moved, so reads stay near parks plus deliveries while reports stream. */
 static _Atomic uint64_t poll_parks, poll_reads;
 
+/* Report requests and the report items in them (one for the single-report
+ * route): their ratio is how well workers batch. */
+static _Atomic uint64_t report_requests, report_items;
+
+void api_worker_report_counts(uint64_t *requests, uint64_t *items)
+{
+    *requests = atomic_load(&report_requests);
+    *items = atomic_load(&report_items);
+}
+
 void api_worker_poll_counts(uint64_t *parks, uint64_t *reads)
 {
     *parks = atomic_load(&poll_parks);
@@ -571,6 +581,8 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
     }
     err_t e = {0};
     int effects = 0;
+    atomic_fetch_add(&report_requests, 1);
+    atomic_fetch_add(&report_items, 1);
     int rc = store_worker_report(st, id, task, body, &effects, &e);
     json_decref(body);
     if (rc == STORE_NOTFOUND)
@@ -615,6 +627,8 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
     if (!(st = api_store(resp)) || !worker_auth(req, resp, st, id, 0, &live))
         goto cleanup;
     int effects = 0;
+    atomic_fetch_add(&report_requests, 1);
+    atomic_fetch_add(&report_items, json_array_size(reports));
     if (store_worker_report_batch(st, id, reports, &results, &effects) != STORE_OK) {
         http_problem(resp, 503, NULL, "reports could not be stored; retry");
         goto cleanup;

@@ -391,7 +391,8 @@ static void test_metrics_families(void **state)
         "atoll_allocation_attempts_total", "atoll_island_utilization",
         "atoll_worker_heartbeat_age_seconds", "atoll_store_write_transactions_total",
         "atoll_sched_rounds_total", "atoll_dplane_dropped_frames_total",
-        "atoll_dplane_bad_frames_total", "atoll_http_header_timeouts_total"};
+        "atoll_dplane_bad_frames_total", "atoll_http_header_timeouts_total",
+        "atoll_worker_report_requests_total", "atoll_worker_report_items_total"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (!prom_type(&p, need[i]))
             snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s",
@@ -404,6 +405,18 @@ static void test_metrics_families(void **state)
     if (missing[0])
         prom_free(&p);
     T_CHECK(!missing[0], "families missing from /metrics:%s", missing);
+
+    /* Reports: each job's host tasks were reported, some requests carrying
+     * several. */
+    double rreq = -1, ritems = -1;
+    FOR_SAMPLES(&p, "atoll_worker_report_requests_total", s)
+        rreq = value(s);
+    FOR_SAMPLES(&p, "atoll_worker_report_items_total", s)
+        ritems = value(s);
+    if (!(rreq >= 1 && ritems >= JOBS_RUN && ritems >= rreq))
+        prom_free(&p);
+    T_CHECK(rreq >= 1 && ritems >= JOBS_RUN && ritems >= rreq,
+            "report counters: %g requests, %g items after %d jobs", rreq, ritems, JOBS_RUN);
 
     /* Jobs by state: every job ran to success. */
     int states = 0;
