@@ -241,7 +241,7 @@ static store_t *store_open(const char *path)
     if (!st)
         return NULL;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-    if (sqlite3_open_v2(path, &st->db, flags, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(path, &st->db, flags, store_vfs_name()) != SQLITE_OK) {
         log_error("cannot open database %s: %s", path, st->db ? sqlite3_errmsg(st->db) : "out of memory");
         goto fail;
     }

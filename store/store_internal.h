@@ -24,6 +24,10 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how);
  * while jobs.retries < max_retries, else failed with `why`. 0 or -1. */
 int store_job_retry(store_t *st, int64_t job, const char *why);
 int store_state_is_terminal(const char *state);
+/* The VFS every connection opens with (store_vfs.c: a transaction's WAL
+ * frames in one write), registered on the first call; NULL (SQLite's
+ * default) when it could not be. */
+const char *store_vfs_name(void);
 
 /* store_worker.c: 1 when the worker is live (registered, lease not
  * expired), 0 when not (fenced: store_poll.c and store_progress.c refuse it),

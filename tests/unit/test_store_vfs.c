@@ -1,0 +1,202 @@
+/* test_store_vfs.c - the store's VFS shim (store_vfs.c) on real SQLite
+ * files: a commit's WAL frames reach the file in one write call where
+ * SQLite alone makes two per page (counted in /proc/self/io's syscw), and
+ * gathering changes nothing else: every commit is visible to another
+ * connection at once, a transaction larger than the buffer commits whole,
+ * a rolled-back one leaves nothing, and the files reopen intact
+ * (integrity_check) after the WAL was checkpointed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store_internal.h"
+#include "support_store.h"
+
+/* Write system calls of this process so far (/proc/self/io), or -1. */
+static long long write_calls(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    char line[128];
+    long long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "syscw: %lld", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static sqlite3 *open_db(const char *path, const char *vfs)
+{
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                     vfs),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                                      " PRAGMA wal_autocheckpoint=0;"
+                                      " CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v BLOB);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    return db;
+}
+
+static void exec_ok(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
+        fail_msg("%s: %s", sql, err ? err : "?");
+}
+
+static long long count_rows(sqlite3 *db)
+{
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM t", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    long long n = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return n;
+}
+
+/* One transaction of n rows of `bytes` random bytes each (a page or so each). */
+static void insert_rows(sqlite3 *db, int from, int n, int bytes)
+{
+    char sql[160];
+    exec_ok(db, "BEGIN IMMEDIATE");
+    snprintf(sql, sizeof sql, "WITH RECURSIVE c(i) AS (SELECT %d UNION ALL SELECT i + 1 FROM c"
+             " WHERE i < %d) INSERT INTO t SELECT i, randomblob(%d) FROM c", from,
+             from + n - 1, bytes);
+    exec_ok(db, sql);
+    exec_ok(db, "COMMIT");
+}
+
+/* Write calls of one 20-page commit through vfs (NULL: SQLite's own). */
+static long long commit_writes(const char *path, const char *vfs)
+{
+    sqlite3 *db = open_db(path, vfs);
+    insert_rows(db, 1, 1, 10);          /* the WAL exists and has its header */
+    long long before = write_calls();
+    insert_rows(db, 100, 20, 3000);
+    long long n = write_calls() - before;
+    sqlite3_close(db);
+    return n;
+}
+
+static void test_commit_is_one_write(void **state)
+{
+    support_store_t *d = *state;
+    const char *vfs = store_vfs_name();
+    assert_non_null(vfs);
+    assert_true(write_calls() >= 0);
+    char plain[128];
+    snprintf(plain, sizeof plain, "%s/plain.db", d->dir);
+    long long sqlite_alone = commit_writes(plain, NULL), shim = commit_writes(d->db, vfs);
+    print_message("one 20-page commit: %lld write calls by SQLite alone, %lld through %s\n",
+                  sqlite_alone, shim, vfs);
+    assert_true(sqlite_alone >= 40);    /* a header and a page per frame */
+    assert_true(shim <= 2);
+    char path[160];
+    static const char *const sfx[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s%s", plain, sfx[i]);
+        unlink(path);
+    }
+}
+
+static void test_commits_visible_and_intact(void **state)
+{
+    support_store_t *d = *state;
+    const char *vfs = store_vfs_name();
+    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    long long rows = 0;
+    for (int i = 0; i < 50; i++) {      /* each commit is seen by the other connection */
+        insert_rows(a, (int)rows + 1, 3, 2000);
+        rows += 3;
+        assert_int_equal(count_rows(b), rows);
+    }
+    insert_rows(a, (int)rows + 1, 600, 4000);     /* ~2.4 MB: many times the buffer */
+    rows += 600;
+    assert_int_equal(count_rows(b), rows);
+    exec_ok(a, "BEGIN IMMEDIATE");                 /* undone: nothing of it is seen */
+    exec_ok(a, "INSERT INTO t SELECT k + 100000, v FROM t");
+    exec_ok(a, "ROLLBACK");
+    assert_int_equal(count_rows(b), rows);
+    insert_rows(b, (int)rows + 1, 2, 100);        /* the other way round too */
+    rows += 2;
+    assert_int_equal(count_rows(a), rows);
+    exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
+    insert_rows(a, (int)rows + 1, 5, 3000);       /* a fresh WAL header, then frames */
+    rows += 5;
+    sqlite3_close(a);
+    sqlite3_close(b);
+    sqlite3 *c = open_db(d->db, vfs);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(c, "PRAGMA integrity_check", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(s, 0), "ok");
+    sqlite3_finalize(s);
+    assert_int_equal(count_rows(c), rows);
+    sqlite3_close(c);
+}
+
+/* Sum of the blobs' lengths, read through db (every page of the table). */
+static long long blob_bytes(sqlite3 *db)
+{
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT total(length(v)) FROM t", -1, &s, NULL) != SQLITE_OK)
+        return -1;
+    long long n = sqlite3_step(s) == SQLITE_ROW ? (long long)sqlite3_column_double(s, 0) : -1;
+    sqlite3_finalize(s);
+    return n;
+}
+
+/* Commits of every size from 1 to 60 pages right after a WAL restart, so
+ * that one of them has its commit frame's header and page on either side
+ * of the buffer's edge (32 header bytes + 30 frames fill it): the page
+ * must still leave with the commit, before another connection reads. */
+static void test_commit_frame_at_buffer_edge(void **state)
+{
+    support_store_t *d = *state;
+    const char *vfs = store_vfs_name();
+    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    long long rows = 0, bytes = 0;
+    for (int n = 1; n <= 60; n++) {
+        exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
+        insert_rows(a, (int)rows + 1, n, 3000);
+        rows += n;
+        bytes += (long long)n * 3000;
+        assert_int_equal(count_rows(b), rows);
+        assert_int_equal(blob_bytes(b), bytes);
+    }
+    sqlite3_close(a);
+    sqlite3_close(b);
+}
+
+static int setup(void **state)
+{
+    support_store_t *d = calloc(1, sizeof *d);
+    assert_non_null(d);
+    assert_int_equal(support_store_make(d), 0);
+    *state = d;
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_commit_is_one_write, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_commits_visible_and_intact, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_commit_frame_at_buffer_edge, setup,
+                                        support_store_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
