@@ -1,22 +1,32 @@
 /* bench_loop.c - end-to-end control-loop throughput of a real cluster.
  *
- * Starts its own cluster (west=4x4, 4 workers of 4 devices) and prints:
+ * Starts its own cluster (west=4x4, 4 workers of 4 devices; idle=1, none)
+ * and prints:
  *   loop.jobs_per_s.serial       tiny jobs submitted and waited to success
  *                                one after another by one client
  *   loop.jobs_per_s.clients8     the same with 8 concurrent clients
  *   loop.chain64.comps_per_s     one job of 64 chained computations:
  *                                64 / (finished - created), server clocks
- * A tiny job is a [2,2] slice with fill + all_reduce. Clients poll job state
- * every BENCH_POLL_MS (the API has no completion push), which bounds what a
- * single client can see; each phase has a time budget so a run stays under
- * a minute. Output lines are `name value`, easy to grep and diff. */
+ * A tiny job is a [2,2] slice with fill + all_reduce. Clients follow a job
+ * with GET /v1/jobs/{id}?wait_ms (answered when it ends); each phase has a
+ * time budget so a run stays under a minute. Output lines are `name value`,
+ * easy to grep and diff.
+ *
+ *   bench_loop [PARKED]
+ *
+ * With PARKED > 0, that many other connections each park a 30 s wait on a
+ * job that does not end meanwhile (queued for island `idle`, which has no
+ * worker) through all phases: what waiting clients cost the loop. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "../tests/security/test_front_raw.h"
 #include "support_harness.h"
 
 #define BENCH_POLL_MS 2
@@ -184,13 +194,58 @@ cleanup:
     return rc;
 }
 
-int main(void)
+#define BENCH_PARKED_MAX 20000
+
+/* Opens n connections to port, each sending a GET of job `id` with a 30 s
+ * wait, into fds (closed by the caller). Returns how many were opened. */
+static int bench_park(int port, int64_t id, int n, int *fds)
 {
-    static const char *const islands[] = {"west=4x4"};
+    char req[160];
+    int len = snprintf(req, sizeof req, "GET /v1/jobs/%" PRId64 "?view=summary&wait_ms=30000"
+                       " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", id);
+    int k = 0;
+    for (; k < n; k++) {
+        fds[k] = raw_connect(port);
+        if (fds[k] < 0)
+            break;
+        if (raw_send_all(fds[k], req, (size_t)len) != 0) {
+            close(fds[k]);
+            break;
+        }
+    }
+    return k;
+}
+
+/* The job the parked connections wait on: one for island `idle`, which
+ * has no worker, so it stays queued and no process runs it. Its priority
+ * is below the loop's jobs: the scheduler does not let a job pass an older
+ * one of the same priority, whatever their islands. */
+static int64_t bench_park_job(hx_client_t *cl)
+{
+    static const char doc[] = "{\"name\":\"never\",\"priority\":-1,\"slices\":{\"s\":{\"shape\":[1],"
+        "\"island\":\"idle\"}},\"computations\":[{\"name\":\"c\",\"slice\":\"s\",\"ops\":["
+        "{\"op\":\"shard_index\",\"out\":\"b\"}],\"outputs\":[\"b\"]}]}";
+    int64_t id = 0;
+    return hx_job_submit(cl, doc, &id, NULL) == 201 ? id : -1;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const islands[] = {"west=4x4", "idle=1"};
     hx_cluster_t c;
     hx_client_t cl = {0};
-    int rc = 1;
-    if (hx_init() != 0 || hx_cluster_start(&c, islands, 1) != 0)
+    int rc = 1, parked = argc > 1 ? atoi(argv[1]) : 0, nfds = 0;
+    static int fds[BENCH_PARKED_MAX];
+    if (parked < 0 || parked > BENCH_PARKED_MAX) {
+        fprintf(stderr, "usage: bench_loop [PARKED (0..%d)]\n", BENCH_PARKED_MAX);
+        return 2;
+    }
+    struct rlimit rl;
+    if (parked > 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (hx_init() != 0 || hx_cluster_start(&c, islands, 2) != 0)
         return 1;
     tiny_doc = hx_text_q(tiny_doc_q);
     if (!tiny_doc || hx_client_init(&cl, c.url) != 0)
@@ -201,12 +256,22 @@ int main(void)
     bench_url = c.url;
     if (bench_one(&cl) != 0)        /* warm-up, and a check that it works */
         goto cleanup;
+    if (parked > 0) {
+        int64_t long_job = bench_park_job(&cl);
+        if (long_job < 1 || (nfds = bench_park(raw_port(c.url), long_job, parked, fds)) < parked) {
+            fprintf(stderr, "bench: %d of %d parked waits opened\n", nfds, parked);
+            goto cleanup;
+        }
+        printf("loop.parked_waits %d\n", nfds);
+    }
     if (bench_jobs_phase("loop.jobs_per_s.serial", 1) != 0 ||
         bench_jobs_phase("loop.jobs_per_s.clients8", BENCH_CLIENTS) != 0 ||
         bench_chain(&cl, BENCH_CHAIN) != 0)
         goto cleanup;
     rc = 0;
 cleanup:
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
     if (rc != 0)
         hx_cluster_dump_logs(&c, 3000);
     hx_client_cleanup(&cl);

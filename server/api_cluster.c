@@ -204,41 +204,40 @@ static size_t metrics_dplane(store_t *st, char *buf, size_t len, size_t cap)
                         (long long)dp[4]);
 }
 
-/* The HTTP front door's counters: header timeouts, responses by class and
- * by code. */
+/* One family with a single unlabelled sample. */
+static size_t metric_one(char *buf, size_t len, size_t cap, const char *name, const char *type,
+                         const char *help, uint64_t value)
+{
+    return util_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s %s\n%s %lu\n", name, help, name,
+                        type, name, (unsigned long)value);
+}
+
+/* The HTTP front door's counters: header timeouts, parked requests, the
+ * workers' polls and reports, responses by class and by code. */
 static size_t metrics_http(char *buf, size_t len, size_t cap)
 {
-    len = util_appendf(buf, len, cap,
-                       "# HELP atoll_http_header_timeouts_total Connections closed because"
-                       " a request's headers did not arrive in time.\n"
-                       "# TYPE atoll_http_header_timeouts_total counter\n"
-                       "atoll_http_header_timeouts_total %lu\n",
-                       (unsigned long)http_header_timeouts());
-    uint64_t parks, reads;
+    uint64_t parks, reads, parked_now, resumes, rreq, ritems;
     api_worker_poll_counts(&parks, &reads);
-    len = util_appendf(buf, len, cap,
-                       "# HELP atoll_worker_poll_parks_total Worker polls that parked with"
-                       " nothing to answer yet.\n"
-                       "# TYPE atoll_worker_poll_parks_total counter\n"
-                       "atoll_worker_poll_parks_total %lu\n"
-                       "# HELP atoll_worker_poll_reads_total Worker polls' reads of the store"
-                       " (a parked poll reads only after a commit that can change its answer).\n"
-                       "# TYPE atoll_worker_poll_reads_total counter\n"
-                       "atoll_worker_poll_reads_total %lu\n",
-                       (unsigned long)parks, (unsigned long)reads);
-    uint64_t rreq, ritems;
+    http_park_counts(&parked_now, &resumes);
     api_worker_report_counts(&rreq, &ritems);
-    len = util_appendf(buf, len, cap,
-                       "# HELP atoll_worker_report_requests_total Worker report requests"
-                       " (single or batch).\n"
-                       "# TYPE atoll_worker_report_requests_total counter\n"
-                       "atoll_worker_report_requests_total %lu\n"
-                       "# HELP atoll_worker_report_items_total Host-task reports those"
-                       " requests carried (a worker sends what queued while its last request"
-                       " was out).\n"
-                       "# TYPE atoll_worker_report_items_total counter\n"
-                       "atoll_worker_report_items_total %lu\n",
-                       (unsigned long)rreq, (unsigned long)ritems);
+    len = metric_one(buf, len, cap, "atoll_http_header_timeouts_total", "counter",
+                     "Connections closed because a request's headers did not arrive in time.",
+                     http_header_timeouts());
+    len = metric_one(buf, len, cap, "atoll_worker_poll_parks_total", "counter",
+                     "Worker polls that parked with nothing to answer yet.", parks);
+    len = metric_one(buf, len, cap, "atoll_worker_poll_reads_total", "counter",
+                     "Worker polls' reads of the store (a parked poll reads only after a commit"
+                     " that can change its answer).", reads);
+    len = metric_one(buf, len, cap, "atoll_http_parked", "gauge",
+                     "Requests parked now (long polls, job waits).", parked_now);
+    len = metric_one(buf, len, cap, "atoll_http_park_resumes_total", "counter",
+                     "Parked requests resumed: when what they wait for changed, or their time"
+                     " was up.", resumes);
+    len = metric_one(buf, len, cap, "atoll_worker_report_requests_total", "counter",
+                     "Worker report requests (single or batch).", rreq);
+    len = metric_one(buf, len, cap, "atoll_worker_report_items_total", "counter",
+                     "Host-task reports those requests carried (a worker sends what queued while"
+                     " its last request was out).", ritems);
     uint64_t counts[6];
     http_counts(counts);
     len = util_appendf(buf, len, cap,

@@ -225,8 +225,8 @@ static int job_final(const json_t *job)
  * yet succeeded, failed or cancelled is answered when it gets there or
  * after N ms, whichever comes first: a client following a job parks here
  * instead of polling. Parked, the request re-reads the job only after a
- * commit that moved store_job_gen (some job ended or was requeued), woken
- * by http_wake or the park tick. */
+ * commit that moved store_job_gen(id) (this job ended or was requeued),
+ * woken by http_wake or the park tick. */
 void api_jobs_get(http_req_t *req, http_resp_t *resp)
 {
     store_t *st = NULL;
@@ -241,12 +241,14 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     int64_t wait_ms = job_wait_param(req, resp);
     if (wait_ms < 0)
         return;
-    int waiting = wait_ms > 0 && util_mono_us() - req->first_us < wait_ms * 1000;
-    if (waiting && req->runs > 0 && store_job_gen() == req->user_gen) {
-        resp->park = 1;             /* nothing that ends a job committed since the last look */
+    int64_t until = req->first_us + wait_ms * 1000;
+    int waiting = wait_ms > 0 && util_mono_us() < until;
+    if (waiting && req->runs > 0 && store_job_gen(id) == req->user_gen) {
+        /* Nothing that ends this job committed since the last look. */
+        http_park_until(resp, store_job_gen, id, req->user_gen, until);
         return;
     }
-    req->user_gen = store_job_gen();   /* before the read: a later commit is seen next run */
+    req->user_gen = store_job_gen(id);  /* before the read: a later commit is seen next run */
     /* A summary is one row: what a client polling for the end needs,
      * without the cost of every computation and the document. */
     json_t *job = view && strcmp(view, "summary") == 0 ? store_job_summary(st, id)
@@ -255,7 +257,7 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 404, "id", "no job %ld", (long)id);
     else if (waiting && !job_final(job)) {
         json_decref(job);
-        resp->park = 1;
+        http_park_until(resp, store_job_gen, id, req->user_gen, until);
     } else
         http_json(resp, 200, job);
 }

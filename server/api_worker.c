@@ -502,6 +502,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     }
     store_t *st = api_store(resp);
     int live = 0;
+    int64_t until = req->first_us + wait_ms * 1000;    /* monotonic end of the long poll */
     if (!st)
         return;
     if (req->runs == 0) {
@@ -516,8 +517,8 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         if (store_poll_gen(id) == req->user_gen) {
             /* Nothing that changes the answer committed since this poll
              * last looked: no SQL. */
-            if (util_mono_us() - req->first_us < wait_ms * 1000) {
-                resp->park = 1;
+            if (util_mono_us() < until) {
+                http_park_until(resp, store_poll_gen, id, req->user_gen, until);
                 atomic_fetch_add(&poll_parks, 1);
             } else
                 http_json(resp, 200, json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
@@ -541,9 +542,11 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, NULL, "tasks could not be leased; retry");
         return;
     }
-    if (!any && util_mono_us() - req->first_us < wait_ms * 1000) {
+    if (!any && util_mono_us() < until) {
         free(out);
-        resp->park = 1;     /* long poll: run again on http_wake() or the tick (cheap) */
+        /* Long poll: run again once a commit concerns this worker (its
+         * generation moved) or the wait is over. */
+        http_park_until(resp, store_poll_gen, id, req->user_gen, until);
         atomic_fetch_add(&poll_parks, 1);
         return;
     }

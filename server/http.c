@@ -61,10 +61,20 @@ static http_config_t http_cfg;
 static _Atomic uint64_t http_status_counts[6];            /* by class: [2] = 2xx */
 static _Atomic uint64_t http_code_counts[HTTP_CODE_MAX];   /* by exact status */
 
+/* A parked connection and what wakes it (http_resp_t's park_* fields). */
+typedef struct parked_conn {
+    struct MHD_Connection *conn;
+    uint64_t (*gen)(int64_t arg);       /* NULL: any wake or tick */
+    int64_t arg;
+    uint64_t seen;
+    int64_t until_us;                   /* 0: none */
+} parked_conn_t;
+
 /* Parked connections; guarded by park_mu. */
 static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct MHD_Connection **parked;
+static parked_conn_t *parked;
 static size_t nparked, parked_cap;
+static _Atomic uint64_t park_resumes;
 static pthread_t ticker;
 static _Atomic int ticker_run;
 static _Atomic int http_stopping;   /* set by http_stop: parking is refused */
@@ -345,13 +355,28 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
     return ret;
 }
 
-/* Suspends conn until the next http_wake. seen: wake_seq when the handler
- * began this run; if a wake came since, the connection resumes at once and
- * the handler runs again (it may have missed what that wake announced). */
-static void park(struct MHD_Connection *conn, uint64_t seen)
+/* Whether parked connection c should run again: an ungated one at any
+ * wake, a gated one when its generation moved or its time is up (now_us;
+ * 0: not a tick, deadlines are not looked at). park_mu held. */
+static int park_ready(const parked_conn_t *c, int64_t now_us)
 {
+    if (!c->gen)
+        return 1;
+    return c->gen(c->arg) != c->seen || (now_us && c->until_us && now_us >= c->until_us);
+}
+
+/* Suspends the request's connection until it is ready to run again
+ * (park_ready) at a wake or tick. seen_wake: wake_seq when the handler
+ * began this run. A change the handler may have missed resumes it at
+ * once: for a gated request, its generation moved since it read it (a
+ * commit's generation moves before its wake, so one that moves after this
+ * check finds the connection listed); for another, any wake came since. */
+static void park(struct MHD_Connection *conn, uint64_t seen_wake, const http_resp_t *resp)
+{
+    parked_conn_t c = {conn, resp->park_gen, resp->park_arg, resp->park_seen,
+                       resp->park_until_us};
     pthread_mutex_lock(&park_mu);
-    if (atomic_load(&wake_seq) != seen) {
+    if (c.gen ? c.gen(c.arg) != c.seen : atomic_load(&wake_seq) != seen_wake) {
         MHD_suspend_connection(conn);
         MHD_resume_connection(conn);
         pthread_mutex_unlock(&park_mu);
@@ -359,7 +384,7 @@ static void park(struct MHD_Connection *conn, uint64_t seen)
     }
     if (nparked == parked_cap) {
         size_t cap = parked_cap ? parked_cap * 2 : 64;
-        struct MHD_Connection **p = realloc(parked, sizeof *p * cap);
+        parked_conn_t *p = realloc(parked, sizeof *p * cap);
         if (!p) {
             pthread_mutex_unlock(&park_mu);
             return;   /* stays unparked: the handler answers on the next run */
@@ -368,19 +393,28 @@ static void park(struct MHD_Connection *conn, uint64_t seen)
         parked_cap = cap;
     }
     MHD_suspend_connection(conn);
-    parked[nparked++] = conn;
+    parked[nparked++] = c;
     pthread_mutex_unlock(&park_mu);
 }
 
-void http_wake(void)
+/* Resumes the parked connections that are ready (all with `all`). */
+static void resume_ready(int64_t now_us, int all)
 {
     pthread_mutex_lock(&park_mu);
     atomic_fetch_add(&wake_seq, 1);
-    for (size_t i = 0; i < nparked; i++)
-        MHD_resume_connection(parked[i]);
-    nparked = 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < nparked; i++) {
+        if (all || park_ready(&parked[i], now_us))
+            MHD_resume_connection(parked[i].conn);
+        else
+            parked[keep++] = parked[i];
+    }
+    atomic_fetch_add(&park_resumes, nparked - keep);
+    nparked = keep;
     pthread_mutex_unlock(&park_mu);
 }
+
+void http_wake(void) { resume_ready(0, 0); }
 
 /* Sets the header deadline of conn's tracked connection (0: none). */
 static void track_deadline(struct MHD_Connection *conn, int64_t deadline_us)
@@ -446,6 +480,14 @@ static void sweep(void)
 }
 
 uint64_t http_header_timeouts(void) { return atomic_load(&http_cut_count); }
+
+void http_park_counts(uint64_t *parked_now, uint64_t *resumes)
+{
+    pthread_mutex_lock(&park_mu);
+    *parked_now = nparked;
+    pthread_mutex_unlock(&park_mu);
+    *resumes = atomic_load(&park_resumes);
+}
 unsigned http_max_conns(void) { return http_conn_cap; }
 
 static void *ticker_main(void *arg)
@@ -453,7 +495,7 @@ static void *ticker_main(void *arg)
     (void)arg;
     while (atomic_load(&ticker_run)) {
         usleep(HTTP_PARK_TICK_MS * 1000);
-        http_wake();
+        resume_ready(util_mono_us(), 0);
         sweep();
     }
     return NULL;
@@ -517,7 +559,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_problem(&resp, 503, NULL, "atolld is shutting down");
     else if (resp.park) {
         free(resp.body);
-        park(conn, seen);
+        park(conn, seen, &resp);
         return MHD_YES;
     }
     return send_resp(conn, &resp);
@@ -657,7 +699,7 @@ void http_stop(void)
     atomic_store(&ticker_run, 0);
     pthread_join(ticker, NULL);
     /* MHD requires suspended connections to be resumed before stopping. */
-    http_wake();
+    resume_ready(0, 1);
     MHD_stop_daemon(http_daemon);
     http_daemon = NULL;
     free(tls_cert_pem);

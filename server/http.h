@@ -55,6 +55,14 @@ typedef struct http_resp {
     char location[128];             /* Location header when non-empty */
     char retry_after[16];           /* Retry-After header (seconds) when non-empty */
     int park;                       /* handler: "run me again later" */
+    /* With park, optional: run again only once park_gen(park_arg) differs
+     * from park_seen (the generation the handler read before looking) or
+     * park_until_us (monotonic; 0: none) has passed, not at every wake or
+     * tick. park_gen must be cheap and callable from any thread. */
+    uint64_t (*park_gen)(int64_t arg);
+    int64_t park_arg;
+    uint64_t park_seen;
+    int64_t park_until_us;
     void *stream;                   /* handler: a struct MHD_Response * to queue as is
                                        (streaming body, e.g. SSE); owned, body unused */
     const char *csp;                /* Content-Security-Policy when set (static string) */
@@ -77,6 +85,18 @@ typedef struct http_config {
 /* Starts serving (raising RLIMIT_NOFILE first); *bound_port receives the
  * actual port. 0 or -1. */
 int http_start(const http_config_t *cfg, int *bound_port);
+/* Parks the request (long poll) until gen(arg) moves from seen or the
+ * monotonic time until_us (0: none) has passed; see http_resp_t. */
+static inline void http_park_until(http_resp_t *resp, uint64_t (*gen)(int64_t arg), int64_t arg,
+                                   uint64_t seen, int64_t until_us)
+{
+    resp->park = 1;
+    resp->park_gen = gen;
+    resp->park_arg = arg;
+    resp->park_seen = seen;
+    resp->park_until_us = until_us;
+}
+
 /* Resumes every parked request, then stops the daemon. */
 void http_stop(void);
 /* Runs parked requests' handlers again (something they wait for changed). */
@@ -105,6 +125,9 @@ const char *http_header(const http_req_t *req, const char *key);
 uint64_t http_header_timeouts(void);
 /* The connection cap in force (after http_start). */
 unsigned http_max_conns(void);
+/* Requests parked now, and parked requests resumed since start (/metrics):
+ * resumes grow with what the parked ones wait for, not with every wake. */
+void http_park_counts(uint64_t *parked_now, uint64_t *resumes);
 /* The request body cap in force (bytes), told to workers so their report
  * batches fit under it. */
 size_t http_max_body(void);

@@ -35,9 +35,10 @@
 #define STORE_KICK_MAX 32
 typedef struct store_kicks {
     int all;                    /* every worker's poll (a worker's state, too many workers) */
-    int job;                    /* some job ended or moved to a new attempt */
-    int n;
+    int jobs_all;               /* every job wait (too many jobs in one transaction) */
+    int n, njobs;
     uint32_t slot[STORE_KICK_MAX];  /* the workers' slots (STORE_WATCH_SLOTS), distinct */
+    uint32_t job_slot[STORE_KICK_MAX];  /* the ended or requeued jobs' slots, distinct */
 } store_kicks_t;
 
 struct store {
@@ -60,13 +61,15 @@ static _Atomic uint64_t store_write_txns;
  * store_commit() is visible to readers, when it changed what a parked
  * request would answer: store_pollgen for every worker's poll, one slot of
  * store_workergen per worker (id modulo the slots: workers that share a
- * slot only cost each other a spurious read) for its own poll, and
- * store_jobgen for GET /v1/jobs/{id}?wait_ms. Reports, the bulk of the
- * writes while jobs run, move none of them. */
+ * slot only cost each other a spurious read) for its own poll, and for
+ * GET /v1/jobs/{id}?wait_ms store_jobsgen (every job) plus one slot of
+ * store_jobgen per job (by id, likewise). Reports, the bulk of the writes
+ * while jobs run, move none of them. */
 #define STORE_WATCH_SLOTS 4096
 static _Atomic uint64_t store_pollgen = 1;
 static _Atomic uint64_t store_workergen[STORE_WATCH_SLOTS];
-static _Atomic uint64_t store_jobgen = 1;
+static _Atomic uint64_t store_jobsgen = 1;
+static _Atomic uint64_t store_jobgen[STORE_WATCH_SLOTS];
 /* Set once the schema is migrated: connections opened later install the
  * poll watch at once (the first one, after migrating). */
 static _Atomic int store_schema_ready;
@@ -121,7 +124,11 @@ uint64_t store_poll_gen(int64_t worker)
     return atomic_load(&store_pollgen) +
            atomic_load(&store_workergen[(uint64_t)worker % STORE_WATCH_SLOTS]);
 }
-uint64_t store_job_gen(void) { return atomic_load(&store_jobgen); }
+uint64_t store_job_gen(int64_t job)
+{
+    return atomic_load(&store_jobsgen) +
+           atomic_load(&store_jobgen[(uint64_t)job % STORE_WATCH_SLOTS]);
+}
 
 /* What a worker's poll answers (store_poll.c's probe) depends on: its host
  * tasks becoming pending (dispatch, release, requeue) or cancelled, a job
@@ -134,7 +141,7 @@ uint64_t store_job_gen(void) { return atomic_load(&store_jobgen); }
  * then moves their generations. A spurious kick (a rolled-back savepoint)
  * costs a parked poll one probe; a missed one would delay a worker by its
  * poll wait, so every column the probe reads that can make it true is
- * watched here. A job's end or new attempt also moves store_jobgen. */
+ * watched here. A job's end or new attempt also moves its job slot. */
 #define STORE_WATCH_SQL \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
     " BEGIN SELECT atoll_kick_worker(NEW.worker_id); END;" \
@@ -143,27 +150,33 @@ uint64_t store_job_gen(void) { return atomic_load(&store_jobgen); }
     " SELECT atoll_kick_all() WHERE NEW.error = 'worker lost'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_job AFTER UPDATE OF state, attempt ON main.jobs" \
     " WHEN NEW.state IN ('succeeded', 'failed', 'cancelled') OR NEW.attempt <> OLD.attempt" \
-    " BEGIN SELECT atoll_kick_job();" \
+    " BEGIN SELECT atoll_kick_job(NEW.id);" \
     " SELECT atoll_kick_worker(worker_id) FROM main.host_tasks" \
     "  WHERE job_id = NEW.id AND state = 'leased'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_worker AFTER UPDATE OF state ON main.workers" \
     " BEGIN SELECT atoll_kick_all(); END;"
+
+/* Adds the slot of id to the set a[0..*n) (distinct, at most
+ * STORE_KICK_MAX); 0, or -1 when it is full. */
+static int kick_slot(uint32_t *a, int *n, sqlite3_int64 id)
+{
+    uint32_t slot = (uint32_t)((uint64_t)id % STORE_WATCH_SLOTS);
+    for (int i = 0; i < *n; i++)
+        if (a[i] == slot)
+            return 0;
+    if (*n == STORE_KICK_MAX)
+        return -1;
+    a[(*n)++] = slot;
+    return 0;
+}
 
 /* atoll_kick_worker(id): the poll of worker id may answer otherwise. */
 static void store_kick_worker_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
     store_kicks_t *k = &((store_t *)sqlite3_user_data(ctx))->kicks;
-    uint32_t slot = (uint32_t)((uint64_t)sqlite3_value_int64(argv[0]) % STORE_WATCH_SLOTS);
-    int i = 0;
-    while (i < k->n && k->slot[i] != slot)
-        i++;
-    if (i == k->n) {
-        if (k->n < STORE_KICK_MAX)
-            k->slot[k->n++] = slot;
-        else
-            k->all = 1;
-    }
+    if (kick_slot(k->slot, &k->n, sqlite3_value_int64(argv[0])) != 0)
+        k->all = 1;
     sqlite3_result_null(ctx);
 }
 
@@ -176,12 +189,13 @@ static void store_kick_all_fn(sqlite3_context *ctx, int argc, sqlite3_value **ar
     sqlite3_result_null(ctx);
 }
 
-/* atoll_kick_job(): some job ended or was requeued. */
+/* atoll_kick_job(id): job id ended or was requeued. */
 static void store_kick_job_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
-    (void)argv;
-    ((store_t *)sqlite3_user_data(ctx))->kicks.job = 1;
+    store_kicks_t *k = &((store_t *)sqlite3_user_data(ctx))->kicks;
+    if (kick_slot(k->job_slot, &k->njobs, sqlite3_value_int64(argv[0])) != 0)
+        k->jobs_all = 1;
     sqlite3_result_null(ctx);
 }
 
@@ -194,8 +208,11 @@ static void store_kicks_apply(store_kicks_t *k)
     else
         for (int i = 0; i < k->n; i++)
             atomic_fetch_add(&store_workergen[k->slot[i]], 1);
-    if (k->job)
-        atomic_fetch_add(&store_jobgen, 1);
+    if (k->jobs_all)
+        atomic_fetch_add(&store_jobsgen, 1);
+    else
+        for (int i = 0; i < k->njobs; i++)
+            atomic_fetch_add(&store_jobgen[k->job_slot[i]], 1);
 }
 
 /* Installs the poll watch on st's connection (the tables must exist). */
@@ -205,7 +222,7 @@ static int store_watch(store_t *st)
                                 store_kick_worker_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(st->db, "atoll_kick_all", 0, SQLITE_UTF8, st,
                                 store_kick_all_fn, NULL, NULL) != SQLITE_OK ||
-        sqlite3_create_function(st->db, "atoll_kick_job", 0, SQLITE_UTF8, st,
+        sqlite3_create_function(st->db, "atoll_kick_job", 1, SQLITE_UTF8, st,
                                 store_kick_job_fn, NULL, NULL) != SQLITE_OK)
         return -1;
     return store_exec(st, STORE_WATCH_SQL);

@@ -156,9 +156,10 @@ uint64_t store_write_transactions(void);
  * new read. Another worker's tasks do not move it (rarely, a worker
  * sharing its slot). */
 uint64_t store_poll_gen(int64_t worker);
-/* Moves after a commit in which some job ended or moved to a new attempt:
- * a parked GET /v1/jobs/{id}?wait_ms looks again only then. */
-uint64_t store_job_gen(void);
+/* Moves after a commit in which job `job` ended or moved to a new attempt
+ * (rarely, another job sharing its slot): a parked GET /v1/jobs/{id}?wait_ms
+ * looks again only then. */
+uint64_t store_job_gen(int64_t job);
 /* One nested unit inside a transaction: store_savepoint() then either
  * store_release() (keep) or store_rollback_to() (undo just this unit). */
 int store_savepoint(store_t *st);

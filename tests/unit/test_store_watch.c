@@ -3,8 +3,9 @@
  * parked requests whose answer it can change. A host task made pending for
  * worker A moves A's poll generation and not B's; a report's writes move
  * nothing; a rolled-back transaction moves nothing; a job's end moves the
- * generation of the workers holding its leased tasks and the job
- * generation; a worker's state change moves every worker's. */
+ * generation of the workers holding its leased tasks and the job wait
+ * generation of that job (not another's); a worker's state change moves
+ * every worker's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,11 +78,11 @@ static void test_task_moves_its_worker_only(void **state)
 {
     fixture_t *f = *state;
     assert_true(f->a % 4096 != f->b % 4096);
-    uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen();
+    uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen(f->job);
     int64_t t = add_task(f, f->a, "pending");
     assert_true(store_poll_gen(f->a) != a0);
     assert_true(store_poll_gen(f->b) == b0);
-    assert_true(store_job_gen() == j0);
+    assert_true(store_job_gen(f->job) == j0);
 
     /* A lease and a report: nothing a parked poll must look at again. */
     uint64_t a1 = store_poll_gen(f->a);
@@ -102,12 +103,16 @@ static void test_job_end_moves_holders(void **state)
     fixture_t *f = *state;
     int64_t t = add_task(f, f->a, "pending");
     write_sql(f->st, 1, "UPDATE host_tasks SET state = 'leased' WHERE id = %lld", (long long)t);
-    uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen();
-    /* The job ends while A holds its task leased: A must learn to abort. */
+    int64_t other = support_store_submit(f->st, job_doc, islands, 1);
+    uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen(f->job);
+    uint64_t o0 = store_job_gen(other);
+    /* The job ends while A holds its task leased: A must learn to abort;
+     * its waiters wake, another job's do not. */
     write_sql(f->st, 1, "UPDATE jobs SET state = 'cancelled' WHERE id = %lld", (long long)f->job);
     assert_true(store_poll_gen(f->a) != a0);
     assert_true(store_poll_gen(f->b) == b0);
-    assert_true(store_job_gen() != j0);
+    assert_true(store_job_gen(f->job) != j0);
+    assert_true(store_job_gen(other) == o0);
 }
 
 static void test_worker_state_moves_all(void **state)
