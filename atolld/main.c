@@ -376,7 +376,7 @@ static int start_services(const options_t *o, int *port)
     }
     http_config_t hc = {o->host, o->port, (size_t)o->max_body, (int)o->threads, api_route,
                         o->tls_cert, o->tls_key, (unsigned)o->max_conns,
-                        (int)o->header_timeout_ms};
+                        (int)o->header_timeout_ms, api_worker_tick};
     if (http_start(&hc, port) != 0) {
         sampler_stop();
         sched_stop();

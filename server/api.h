@@ -78,6 +78,9 @@ void api_worker_heartbeat(http_req_t *req, http_resp_t *resp);
 void api_worker_poll(http_req_t *req, http_resp_t *resp);
 /* Polls that parked, and polls' reads of the store, since start (/metrics). */
 void api_worker_poll_counts(uint64_t *parks, uint64_t *reads);
+/* http_config_t's tick: writes the workers' lease book when due (on the
+ * ticker thread, with its own store connection). */
+void api_worker_tick(void);
 /* Worker report requests and the report items they carried (/metrics). */
 void api_worker_report_counts(uint64_t *requests, uint64_t *items);
 void api_worker_report(http_req_t *req, http_resp_t *resp);

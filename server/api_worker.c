@@ -204,8 +204,10 @@ static worker_renew_t *lease_collect(int64_t now, int *n)
 }
 
 /* Writes the book at most once per lease/LEASE_FLUSHES_PER_LEASE (one
- * caller wins the turn). Cheap when not due: every worker call and every
- * run of a parked poll calls it. */
+ * caller wins the turn). Cheap when not due: every worker call and the
+ * front door's tick (api_worker_tick) call it. The tick is what keeps the
+ * stored heartbeats within a flush period of what was heard when calls
+ * are few: parked polls are not run again until their worker has work. */
 static void lease_flush(store_t *st)
 {
     int64_t now = util_wall_us(), due = atomic_load(&lease_next_flush);
@@ -233,6 +235,13 @@ static void lease_flush(store_t *st)
     }
     pthread_mutex_unlock(&lease_mu);
     free(b);
+}
+
+void api_worker_tick(void)
+{
+    store_t *st = store_thread();
+    if (st)
+        lease_flush(st);
 }
 
 /* A string field of at most max bytes; answers 400 naming it otherwise. */

@@ -496,6 +496,8 @@ static void *ticker_main(void *arg)
     while (atomic_load(&ticker_run)) {
         usleep(HTTP_PARK_TICK_MS * 1000);
         resume_ready(util_mono_us(), 0);
+        if (http_cfg.tick)
+            http_cfg.tick();
         sweep();
     }
     return NULL;

@@ -80,6 +80,9 @@ typedef struct http_config {
     const char *tls_key;
     unsigned max_conns;             /* 0: RLIMIT_NOFILE - HTTP_FD_RESERVE */
     int header_timeout_ms;          /* 0: HTTP_HEADER_TIMEOUT_MS_DEFAULT */
+    void (*tick)(void);             /* NULL, or run on the ticker thread every
+                                       HTTP_PARK_TICK_MS: periodic work that parked
+                                       requests, which no longer run per tick, used to do */
 } http_config_t;
 
 /* Starts serving (raising RLIMIT_NOFILE first); *bound_port receives the
