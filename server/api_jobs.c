@@ -214,13 +214,6 @@ static int64_t job_wait_param(http_req_t *req, http_resp_t *resp)
     return ms;
 }
 
-static int job_final(const json_t *job)
-{
-    const char *s = json_string_value(json_object_get(job, "state"));
-    return s && (strcmp(s, "succeeded") == 0 || strcmp(s, "failed") == 0 ||
-                 strcmp(s, "cancelled") == 0);
-}
-
 /* GET /v1/jobs/{id}[?view=summary][&wait_ms=N]. With wait_ms, a job not
  * yet succeeded, failed or cancelled is answered when it gets there or
  * after N ms, whichever comes first: a client following a job parks here
@@ -255,7 +248,8 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
                                                        : store_job_json(st, id);
     if (!job)
         http_problem(resp, 404, "id", "no job %ld", (long)id);
-    else if (waiting && !job_final(job)) {
+    else if (waiting &&
+             !store_state_is_terminal(json_string_value(json_object_get(job, "state")))) {
         json_decref(job);
         http_park_until(resp, store_job_gen, id, req->user_gen, until);
     } else

@@ -64,7 +64,7 @@ static _Atomic uint64_t http_code_counts[HTTP_CODE_MAX];   /* by exact status */
 /* A parked connection and what wakes it (http_resp_t's park_* fields). */
 typedef struct parked_conn {
     struct MHD_Connection *conn;
-    uint64_t (*gen)(int64_t arg);       /* NULL: any wake or tick */
+    uint64_t (*gen)(int64_t arg);
     int64_t arg;
     uint64_t seen;
     int64_t until_us;                   /* 0: none */
@@ -78,11 +78,6 @@ static _Atomic uint64_t park_resumes;
 static pthread_t ticker;
 static _Atomic int ticker_run;
 static _Atomic int http_stopping;   /* set by http_stop: parking is refused */
-/* Counts http_wake calls; bumped under park_mu. A handler that looked at
- * the store, found nothing, and parks after a wake it would have needed
- * (the change committed between its look and its park) must not sleep
- * until the next tick: park() compares the count the run started with. */
-static _Atomic uint64_t wake_seq;
 
 static const char *status_title(int status)
 {
@@ -355,28 +350,25 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
     return ret;
 }
 
-/* Whether parked connection c should run again: an ungated one at any
- * wake, a gated one when its generation moved or its time is up (now_us;
- * 0: not a tick, deadlines are not looked at). park_mu held. */
+/* Whether parked connection c should run again: its generation moved, or
+ * its time is up (now_us; 0: not a tick, deadlines are not looked at).
+ * park_mu held. */
 static int park_ready(const parked_conn_t *c, int64_t now_us)
 {
-    if (!c->gen)
-        return 1;
     return c->gen(c->arg) != c->seen || (now_us && c->until_us && now_us >= c->until_us);
 }
 
 /* Suspends the request's connection until it is ready to run again
- * (park_ready) at a wake or tick. seen_wake: wake_seq when the handler
- * began this run. A change the handler may have missed resumes it at
- * once: for a gated request, its generation moved since it read it (a
- * commit's generation moves before its wake, so one that moves after this
- * check finds the connection listed); for another, any wake came since. */
-static void park(struct MHD_Connection *conn, uint64_t seen_wake, const http_resp_t *resp)
+ * (park_ready) at a wake or tick. A generation that moved since the
+ * handler read it resumes it at once: a commit moves its generation before
+ * its wake, so one that moves after this check finds the connection
+ * listed, and no change falls between a handler's look and its park. */
+static void park(struct MHD_Connection *conn, const http_resp_t *resp)
 {
     parked_conn_t c = {conn, resp->park_gen, resp->park_arg, resp->park_seen,
                        resp->park_until_us};
     pthread_mutex_lock(&park_mu);
-    if (c.gen ? c.gen(c.arg) != c.seen : atomic_load(&wake_seq) != seen_wake) {
+    if (c.gen(c.arg) != c.seen) {
         MHD_suspend_connection(conn);
         MHD_resume_connection(conn);
         pthread_mutex_unlock(&park_mu);
@@ -401,7 +393,6 @@ static void park(struct MHD_Connection *conn, uint64_t seen_wake, const http_res
 static void resume_ready(int64_t now_us, int all)
 {
     pthread_mutex_lock(&park_mu);
-    atomic_fetch_add(&wake_seq, 1);
     size_t keep = 0;
     for (size_t i = 0; i < nparked; i++) {
         if (all || park_ready(&parked[i], now_us))
@@ -554,14 +545,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->req.conn = conn;
         c->req.first_us = util_mono_us();
     }
-    uint64_t seen = atomic_load(&wake_seq);
     http_cfg.handler(&c->req, &resp);
     c->req.runs++;
     if (resp.park && atomic_load(&http_stopping))
         http_problem(&resp, 503, NULL, "atolld is shutting down");
     else if (resp.park) {
         free(resp.body);
-        park(conn, seen, &resp);
+        park(conn, &resp);
         return MHD_YES;
     }
     return send_resp(conn, &resp);

@@ -3,10 +3,11 @@
  * A thread pool serves connections; request bodies are accumulated per
  * connection and capped (413 beyond the cap, the rest of the body is read
  * and dropped). Each complete request is passed to one handler (the
- * router); the handler fills an http_resp_t. A handler may instead ask to
- * park the request (long poll): the connection is suspended and the handler
- * runs again after http_wake() or within HTTP_PARK_TICK_MS, until it
- * answers.
+ * router); the handler fills an http_resp_t. A handler may instead park
+ * the request (long poll, http_park_until): the connection is suspended
+ * and the handler runs again once the generation it waits on moved (seen
+ * at an http_wake() or a tick every HTTP_PARK_TICK_MS) or its time is up,
+ * until it answers.
  *
  * Hostile clients (docs/operations.md, "Connections and hostile clients"):
  * epoll, RLIMIT_NOFILE raised to its hard limit and a connection cap
@@ -54,11 +55,11 @@ typedef struct http_resp {
     const char *content_type;       /* static string */
     char location[128];             /* Location header when non-empty */
     char retry_after[16];           /* Retry-After header (seconds) when non-empty */
-    int park;                       /* handler: "run me again later" */
-    /* With park, optional: run again only once park_gen(park_arg) differs
-     * from park_seen (the generation the handler read before looking) or
-     * park_until_us (monotonic; 0: none) has passed, not at every wake or
-     * tick. park_gen must be cheap and callable from any thread. */
+    /* Set by http_park_until() only: "run me again when park_gen(park_arg)
+     * differs from park_seen (the generation the handler read before
+     * looking) or park_until_us (monotonic; 0: none) has passed".
+     * park_gen must be cheap and callable from any thread. */
+    int park;
     uint64_t (*park_gen)(int64_t arg);
     int64_t park_arg;
     uint64_t park_seen;
@@ -102,7 +103,8 @@ static inline void http_park_until(http_resp_t *resp, uint64_t (*gen)(int64_t ar
 
 /* Resumes every parked request, then stops the daemon. */
 void http_stop(void);
-/* Runs parked requests' handlers again (something they wait for changed). */
+/* Runs again the parked requests whose generation moved (something they
+ * wait for changed); the others stay parked. */
 void http_wake(void);
 
 /* Response helpers. http_json steals `body` (json_decref'd here). */

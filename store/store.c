@@ -30,20 +30,19 @@
 #define STORE_STMT_CACHE 96
 #define STORE_BUSY_TIMEOUT_MS 10000
 
-/* Poll watch (STORE_WATCH_SQL): what the open transaction changed that a
- * parked poll or job wait must look at again, applied by store_commit. */
+/* Poll watch (STORE_WATCH_SQL): whose parked requests the open
+ * transaction concerns, in one family (workers, or jobs), applied to that
+ * family's generations by store_commit. */
 #define STORE_KICK_MAX 32
-typedef struct store_kicks {
-    int all;                    /* every worker's poll (a worker's state, too many workers) */
-    int jobs_all;               /* every job wait (too many jobs in one transaction) */
-    int n, njobs;
-    uint32_t slot[STORE_KICK_MAX];  /* the workers' slots (STORE_WATCH_SLOTS), distinct */
-    uint32_t job_slot[STORE_KICK_MAX];  /* the ended or requeued jobs' slots, distinct */
-} store_kicks_t;
+typedef struct kick_set {
+    int all;                    /* everyone (a worker's state; more than STORE_KICK_MAX) */
+    int n;
+    uint32_t slot[STORE_KICK_MAX];  /* distinct slots (STORE_WATCH_SLOTS) */
+} kick_set_t;
 
 struct store {
     sqlite3 *db;
-    store_kicks_t kicks;
+    kick_set_t kick_workers, kick_jobs;
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
@@ -59,17 +58,17 @@ static char store_path[4096];
 static _Atomic uint64_t store_write_txns;
 /* Generations that move after a write transaction committed through
  * store_commit() is visible to readers, when it changed what a parked
- * request would answer: store_pollgen for every worker's poll, one slot of
- * store_workergen per worker (id modulo the slots: workers that share a
- * slot only cost each other a spurious read) for its own poll, and for
- * GET /v1/jobs/{id}?wait_ms store_jobsgen (every job) plus one slot of
- * store_jobgen per job (by id, likewise). Reports, the bulk of the writes
- * while jobs run, move none of them. */
+ * request would answer: per family (worker polls; job waits), one for
+ * everyone and one slot per id (modulo the slots: ids that share a slot
+ * only cost each other a spurious read). An id's generation is the sum of
+ * both, and only grows. Reports, the bulk of the writes while jobs run,
+ * move none of them. */
 #define STORE_WATCH_SLOTS 4096
-static _Atomic uint64_t store_pollgen = 1;
-static _Atomic uint64_t store_workergen[STORE_WATCH_SLOTS];
-static _Atomic uint64_t store_jobsgen = 1;
-static _Atomic uint64_t store_jobgen[STORE_WATCH_SLOTS];
+typedef struct watch_gen {
+    _Atomic uint64_t all;
+    _Atomic uint64_t slot[STORE_WATCH_SLOTS];
+} watch_gen_t;
+static watch_gen_t store_worker_watch, store_job_watch;
 /* Set once the schema is migrated: connections opened later install the
  * poll watch at once (the first one, after migrating). */
 static _Atomic int store_schema_ready;
@@ -118,17 +117,16 @@ static int store_on_commit(void *arg)
 }
 
 uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns); }
+static uint32_t watch_slot(int64_t id) { return (uint32_t)((uint64_t)id % STORE_WATCH_SLOTS); }
+
 /* Both terms only grow, so the sum moves whenever either does. */
-uint64_t store_poll_gen(int64_t worker)
+static uint64_t watch_read(watch_gen_t *g, int64_t id)
 {
-    return atomic_load(&store_pollgen) +
-           atomic_load(&store_workergen[(uint64_t)worker % STORE_WATCH_SLOTS]);
+    return atomic_load(&g->all) + atomic_load(&g->slot[watch_slot(id)]);
 }
-uint64_t store_job_gen(int64_t job)
-{
-    return atomic_load(&store_jobsgen) +
-           atomic_load(&store_jobgen[(uint64_t)job % STORE_WATCH_SLOTS]);
-}
+
+uint64_t store_poll_gen(int64_t worker) { return watch_read(&store_worker_watch, worker); }
+uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); }
 
 /* What a worker's poll answers (store_poll.c's probe) depends on: its host
  * tasks becoming pending (dispatch, release, requeue) or cancelled, a job
@@ -156,74 +154,44 @@ uint64_t store_job_gen(int64_t job)
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_worker AFTER UPDATE OF state ON main.workers" \
     " BEGIN SELECT atoll_kick_all(); END;"
 
-/* Adds the slot of id to the set a[0..*n) (distinct, at most
- * STORE_KICK_MAX); 0, or -1 when it is full. */
-static int kick_slot(uint32_t *a, int *n, sqlite3_int64 id)
+/* atoll_kick_worker(id), atoll_kick_job(id): the parked requests of that
+ * id may answer otherwise; atoll_kick_all(): every worker's. The user data
+ * is the connection's kick set of that family. */
+static void store_kick_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    uint32_t slot = (uint32_t)((uint64_t)id % STORE_WATCH_SLOTS);
-    for (int i = 0; i < *n; i++)
-        if (a[i] == slot)
-            return 0;
-    if (*n == STORE_KICK_MAX)
-        return -1;
-    a[(*n)++] = slot;
-    return 0;
-}
-
-/* atoll_kick_worker(id): the poll of worker id may answer otherwise. */
-static void store_kick_worker_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
-{
-    (void)argc;
-    store_kicks_t *k = &((store_t *)sqlite3_user_data(ctx))->kicks;
-    if (kick_slot(k->slot, &k->n, sqlite3_value_int64(argv[0])) != 0)
+    kick_set_t *k = sqlite3_user_data(ctx);
+    uint32_t slot = argc ? watch_slot(sqlite3_value_int64(argv[0])) : 0;
+    int i = 0;
+    while (argc && i < k->n && k->slot[i] != slot)
+        i++;
+    if (!argc || (i == k->n && k->n == STORE_KICK_MAX))
         k->all = 1;
-    sqlite3_result_null(ctx);
-}
-
-/* atoll_kick_all(): every poll may answer otherwise. */
-static void store_kick_all_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
-{
-    (void)argc;
-    (void)argv;
-    ((store_t *)sqlite3_user_data(ctx))->kicks.all = 1;
-    sqlite3_result_null(ctx);
-}
-
-/* atoll_kick_job(id): job id ended or was requeued. */
-static void store_kick_job_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
-{
-    (void)argc;
-    store_kicks_t *k = &((store_t *)sqlite3_user_data(ctx))->kicks;
-    if (kick_slot(k->job_slot, &k->njobs, sqlite3_value_int64(argv[0])) != 0)
-        k->jobs_all = 1;
+    else if (i == k->n)
+        k->slot[k->n++] = slot;
     sqlite3_result_null(ctx);
 }
 
 /* After a commit, not in the hook: a reader that sees a new generation
- * must also see the data. */
-static void store_kicks_apply(store_kicks_t *k)
+ * must also see the data. Empties k. */
+static void kick_apply(watch_gen_t *g, kick_set_t *k)
 {
     if (k->all)
-        atomic_fetch_add(&store_pollgen, 1);
+        atomic_fetch_add(&g->all, 1);
     else
         for (int i = 0; i < k->n; i++)
-            atomic_fetch_add(&store_workergen[k->slot[i]], 1);
-    if (k->jobs_all)
-        atomic_fetch_add(&store_jobsgen, 1);
-    else
-        for (int i = 0; i < k->njobs; i++)
-            atomic_fetch_add(&store_jobgen[k->job_slot[i]], 1);
+            atomic_fetch_add(&g->slot[k->slot[i]], 1);
+    memset(k, 0, sizeof *k);
 }
 
 /* Installs the poll watch on st's connection (the tables must exist). */
 static int store_watch(store_t *st)
 {
-    if (sqlite3_create_function(st->db, "atoll_kick_worker", 1, SQLITE_UTF8, st,
-                                store_kick_worker_fn, NULL, NULL) != SQLITE_OK ||
-        sqlite3_create_function(st->db, "atoll_kick_all", 0, SQLITE_UTF8, st,
-                                store_kick_all_fn, NULL, NULL) != SQLITE_OK ||
-        sqlite3_create_function(st->db, "atoll_kick_job", 1, SQLITE_UTF8, st,
-                                store_kick_job_fn, NULL, NULL) != SQLITE_OK)
+    if (sqlite3_create_function(st->db, "atoll_kick_worker", 1, SQLITE_UTF8, &st->kick_workers,
+                                store_kick_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_all", 0, SQLITE_UTF8, &st->kick_workers,
+                                store_kick_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_job", 1, SQLITE_UTF8, &st->kick_jobs,
+                                store_kick_fn, NULL, NULL) != SQLITE_OK)
         return -1;
     return store_exec(st, STORE_WATCH_SQL);
 }
@@ -390,8 +358,8 @@ int store_commit(store_t *st)
     int rc = store_exec(st, "COMMIT");
     store_write_end(st);
     if (rc == 0) {
-        store_kicks_apply(&st->kicks);
-        memset(&st->kicks, 0, sizeof st->kicks);
+        kick_apply(&store_worker_watch, &st->kick_workers);
+        kick_apply(&store_job_watch, &st->kick_jobs);
     }
     return rc;
 }
@@ -399,7 +367,8 @@ void store_rollback(store_t *st)
 {
     if (!sqlite3_get_autocommit(st->db))
         store_exec(st, "ROLLBACK");
-    memset(&st->kicks, 0, sizeof st->kicks);
+    memset(&st->kick_workers, 0, sizeof st->kick_workers);
+    memset(&st->kick_jobs, 0, sizeof st->kick_jobs);
     store_write_end(st);
 }
 

@@ -148,6 +148,9 @@ int store_begin_read(store_t *st);
 /* Write transactions committed since the process started (every
  * connection, explicit or autocommit); for /metrics. */
 uint64_t store_write_transactions(void);
+/* 1 for a job state that never moves again: succeeded, failed, cancelled
+ * (0 for NULL). */
+int store_state_is_terminal(const char *state);
 /* A generation that moves after a write transaction committed through
  * store_commit() becomes visible if it changed what worker `worker`'s poll
  * may answer (its tasks pending or cancelled, a job it holds leased tasks

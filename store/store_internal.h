@@ -23,7 +23,6 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how);
  * unreachable worker) ended its current attempt. Requeued for a new attempt
  * while jobs.retries < max_retries, else failed with `why`. 0 or -1. */
 int store_job_retry(store_t *st, int64_t job, const char *why);
-int store_state_is_terminal(const char *state);
 /* The VFS every connection opens with (store_vfs.c: a transaction's WAL
  * frames in one write), registered on the first call; NULL (SQLite's
  * default) when it could not be. */

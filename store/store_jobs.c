@@ -17,8 +17,8 @@
 
 int store_state_is_terminal(const char *state)
 {
-    return strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
-           strcmp(state, "cancelled") == 0;
+    return state && (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
+                     strcmp(state, "cancelled") == 0);
 }
 
 json_t *store_time_json(sqlite3_stmt *s, int col)

@@ -160,9 +160,9 @@ const char *hx_job_state(const json_t *job);
 int hx_state_terminal(const char *state);
 /* Follows GET /v1/jobs/{id}?wait_ms=... (the server answers when the job
  * is final) until a terminal state or timeout_ms; against a server that
- * answers at once, polls every poll_ms. Returns 0 and stores the last job object (new ref) in *job
- * (may be NULL), or -1 on timeout/transport failure (last object still
- * stored when there was one). */
+ * answers at once, polls every poll_ms. Returns 0 and stores the last job
+ * object (new ref) in *job (may be NULL), or -1 on timeout/transport
+ * failure (last object still stored when there was one). */
 int hx_job_wait(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **job);
 /* Polls until the job's state is not `state` anymore; like hx_job_wait. */
 int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeout_ms,

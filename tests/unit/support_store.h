@@ -28,6 +28,11 @@ static inline int support_store_make(support_store_t *d)
     return 0;
 }
 
+/* A one-computation job on a 2-shard slice of the first island. */
+#define SUPPORT_STORE_JOB_DOC                                                               \
+    "{\"slices\": {\"s\": {\"shape\": [2]}}, \"computations\": [{\"name\": \"a\", \"slice\": \"s\"," \
+    " \"ops\": [{\"op\": \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}"
+
 /* Makes d, opens a store there on islands[0..n) (durability none) and
  * returns this thread's connection. */
 static inline store_t *support_store_open(support_store_t *d, const island_desc_t *islands, int n)

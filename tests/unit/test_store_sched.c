@@ -22,9 +22,7 @@
 
 static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
 
-static const char job_doc[] =
-    "{\"slices\": {\"s\": {\"shape\": [2]}}, \"computations\": [{\"name\": \"a\", \"slice\": \"s\","
-    " \"ops\": [{\"op\": \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
+static const char job_doc[] = SUPPORT_STORE_JOB_DOC;
 
 typedef struct fixture {
     support_store_t d;          /* first: support_store_teardown */
