@@ -1,16 +1,17 @@
 /* bench_share.c - Pathways' proportional-share experiment (issue 11,
  * DESIGN Part D).
  *
- *   bench_share [COMPUTE_US [WINDOW_S]]     (defaults 2000 and 3)
+ *   bench_share [COMPUTE_US [WINDOW_S [CHAINS]]]   (defaults 2000, 3, 2)
  *
  * Island west=4x4 covered by 4 sim workers of 4 devices; atolld with
- * tokens. Four tenants of shares 1, 2, 4 and 8 each submit two shared
+ * tokens. Four tenants of shares 1, 2, 4 and 8 each submit CHAINS shared
  * chains of 1,000 computations (COMPUTE_US of `compute` each, an edge to
  * the next) on the whole island, all at once. After a second of warm-up,
  * GET /v1/stats/tenants?seconds=WINDOW_S gives each tenant's device time in
  * a window where all are backlogged: printed with its ratio to tenant 1's
  * against the share ratio, and the devices' busy fraction (device time of
- * all over 16 devices x the window). Then a one-computation shared job of
+ * all over 16 devices x the window), and the island's lookahead budget the
+ * feed settled on (/metrics). Then a one-computation shared job of
  * the admin is submitted while the chains run: its submission -> started.
  * Everything is cancelled at the end. Exits 1 when a request fails. */
 #include <inttypes.h>
@@ -23,6 +24,7 @@
 #define ADMIN "admin-token-bench-share-0123456"
 #define WORKER "worker-token-bench-share-012345"
 #define CHAIN 1000
+#define MAX_CHAINS 8         /* per tenant */
 
 static char *chain_doc(const char *name, int n, int64_t us)
 {
@@ -66,9 +68,11 @@ static int make_tenant(hx_client_t *admin, const char *name, int share, hx_clien
 int main(int argc, char **argv)
 {
     int64_t us = argc > 1 ? atoll(argv[1]) : 2000;
-    int window = argc > 2 ? atoi(argv[2]) : 3;
-    if (us < 100 || us > 100000 || window < 1 || window > 30) {
-        fprintf(stderr, "usage: bench_share [COMPUTE_US 100..100000 [WINDOW_S 1..30]]\n");
+    int window = argc > 2 ? atoi(argv[2]) : 3, chains = argc > 3 ? atoi(argv[3]) : 2;
+    if (us < 100 || us > 100000 || window < 1 || window > 30 || chains < 1 ||
+        chains > MAX_CHAINS) {
+        fprintf(stderr, "usage: bench_share [COMPUTE_US 100..100000 [WINDOW_S 1..30 "
+                        "[CHAINS 1..%d]]]\n", MAX_CHAINS);
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -79,7 +83,7 @@ int main(int argc, char **argv)
     static const int shares[] = {1, 2, 4, 8};
     hx_cluster_t c;
     hx_client_t admin, t[4];
-    int64_t ids[8];
+    int64_t ids[4 * MAX_CHAINS];
     int rc = hx_init() != 0 || hx_cluster_start_args(&c, islands, 1, extra) != 0;
     for (int w = 0; !rc && w < 4; w++)
         rc = hx_worker_start_args(&c, "west", 4, wextra, 15000, 0);
@@ -90,7 +94,7 @@ int main(int argc, char **argv)
         rc = make_tenant(&admin, name, shares[i], &t[i], c.url);
     }
     char *doc = rc ? NULL : chain_doc("chain", CHAIN, us);
-    for (int k = 0; doc && !rc && k < 8; k++)
+    for (int k = 0; doc && !rc && k < 4 * chains; k++)
         rc = hx_job_submit(&t[k % 4], doc, &ids[k], NULL) != 201;
     free(doc);
     if (rc) {
@@ -121,6 +125,10 @@ int main(int argc, char **argv)
                secs[0] > 0 ? secs[k] / secs[0] : 0.0, shares[k]);
     }
     printf("devices_busy_fraction %.3f\n", total / (16.0 * window));
+    /* The island's lookahead as the feed steered it (sched_feed.c). */
+    printf("feed.budget_ms %.2f\nfeed.inflight_computations %.0f\n",
+           hx_metric(&admin, "atoll_feed_budget_seconds{island=\"west\"}") * 1e3,
+           hx_metric(&admin, "atoll_feed_inflight{island=\"west\"}"));
     /* Interactive latency: a tiny shared job among the chains. */
     char *tiny = chain_doc("tiny", 1, 100);
     int64_t tid;
@@ -144,7 +152,7 @@ int main(int argc, char **argv)
     if (passes > 0)
         printf("scheduler.passes %.0f\nscheduler.mean_pass_us %.1f\n", passes,
                pass_s / passes * 1e6);
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < 4 * chains; k++) {
         snprintf(path, sizeof path, "/v1/jobs/%" PRId64, ids[k]);
         if (hx_request(&admin, "DELETE", path, NULL, 0, &r) == 0)
             hx_resp_clear(&r);

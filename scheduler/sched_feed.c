@@ -9,24 +9,82 @@
  * computation still gets one island sequence number and every device runs
  * its tasks in that order, so interleaving cannot deadlock a collective. A
  * tenant that becomes backlogged starts at the least virtual time of those
- * already backlogged (no credit for idling). */
+ * already backlogged (no credit for idling).
+ *
+ * The island's lookahead. What is dispatched and not finished on an
+ * island is bounded in expected device time by the island's budget, not
+ * only per job: a newcomer's first computation gets the next sequence
+ * number and so waits behind all of it, and with a per-job window alone
+ * that queue grew with the number of shared jobs (bench_share, 2 cores: 8
+ * chains -> 16 computations of 2 ms in flight, the newcomer started on
+ * its devices after 20-30 ms; 32 chains -> 136 ms). The budget is as
+ * small as keeps the devices 95-97 % busy: while the island has work to
+ * feed, every FEED_ADJUST_TASKS host tasks that finished there, the
+ * feed reads how long its devices were not computing between tasks (each
+ * worker's own stamps, so no clock skew: store_sched_island_idle) and
+ * keeps a moving average; above FEED_IDLE_HIGH of the time the budget
+ * grows by a quarter, below FEED_IDLE_LOW it shrinks by a tenth
+ * (sched_feed_budget_next), within SCHED_FEED_BUDGET_MIN_US..MAX_US. It
+ * so settles where the controller's own feedback latency (report -> pass
+ * -> lease) is covered, whatever the machine: on 16 cores at 9-18 ms (a
+ * newcomer on its devices after 5-8 ms in most runs), on a 2-core VM at
+ * the upper bound. */
 #include "sched_internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The lookahead: with 2, four tenants' chains of 2 ms computations kept
- * the devices 66-79 % busy, with 4, 82-91 %, with 8, 94-95 % (bench_share,
- * 2 cores, 3 runs each). A newcomer waits behind what is dispatched before
- * it (every device keeps the island's one order): its first computation
- * started 3-15 ms after its lease with 2, 5-14 ms with 4, 20-31 ms with 8. */
+#include "util.h"
+
+/* A job's own lookahead, inside its island's budget: a chain runs one
+ * computation at a time, and with 4 queued its next ones are there when
+ * a report is slow (bench_share, 2 cores: with a window of 2 the devices
+ * were 66-79 % busy, with 4, 82-91 %). */
 #define SHARED_WINDOW 4
 /* Assumed device time per shard of a job none of whose host tasks has
  * finished yet (µs); its own measurements replace it after the first. */
 #define FEED_DEFAULT_SHARD_US 1000.0
 #define FEED_MAX 256
 #define VT_MAX 1024
+/* The island budget (µs of expected device time in flight): where it
+ * starts, its bounds, and the starvation band it steers into. */
+#define FEED_BUDGET_INIT_US 8000.0
+#define FEED_IDLE_HIGH 0.05
+#define FEED_IDLE_LOW 0.03
+/* Host tasks finished between two adjustments of an island's budget, so
+ * each looks at new evidence only. */
+#define FEED_ADJUST_TASKS 16
+/* At most one look at an island's idle time per this many µs: a pass runs
+ * after every report, and most looks would find too few new tasks. */
+#define FEED_LOOK_US 5000
+/* The weight of a new look in the island's moving averages of idle and
+ * span time. The devices' idle time is heavy-tailed (16 cores: most looks
+ * ~1.5 % idle, one in seven 20-80 %, when a pass or a report is slow), so
+ * steering on each look alone drifts to a budget that those tails starve;
+ * the average's mean is what the devices' busy fraction is. */
+#define FEED_AVG_NEW 0.2
+
+typedef struct island_feed {
+    double budget_us;           /* 0: not used yet */
+    double idle_us, span_us;    /* moving averages of the looks (FEED_AVG_NEW) */
+    int64_t since_us;           /* wall clock of the last adjustment */
+    int64_t looked_us;          /* monotonic clock of the last look */
+    int backlogged;             /* a job there had computations to feed since then */
+} island_feed_t;
+
+/* Scheduler thread only (like vtimes). */
+static island_feed_t island_feed[16];
+/* What /metrics shows of each island's budget and of what is in flight
+ * after the last feed pass: written here, read by any thread, under
+ * gauge_mu so that a reader sees the three of one pass together. */
+typedef struct feed_gauge {
+    double budget_us, inflight_us;
+    int inflight;
+} feed_gauge_t;
+static feed_gauge_t gauges[16];
+static pthread_mutex_t gauge_mu = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct vtime {
     int64_t key;                /* tenant id, or -job id for a job without one */
@@ -82,13 +140,37 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
     return rc;
 }
 
+/* Per island during a feed pass: what is in flight (expected device time
+ * and count) and its budget. */
+typedef struct island_load {
+    double us, budget;
+    int n;
+} island_load_t;
+
+/* The expected device time of one computation of fj on a device: its
+ * measured time per shard, FEED_DEFAULT_SHARD_US before any. */
+static double feed_comp_us(const sched_feed_job_t *fj)
+{
+    return fj->shard_us > 0 ? fj->shard_us : FEED_DEFAULT_SHARD_US;
+}
+
+/* Does the island's budget let one more computation of fj go? An island
+ * with nothing in flight always takes one (a computation longer than the
+ * budget must still run). */
+static int feed_fits(const island_load_t *il, int xi, const sched_feed_job_t *fj)
+{
+    return xi < 0 || il[xi].n == 0 || il[xi].us + feed_comp_us(fj) <= il[xi].budget;
+}
+
 /* The live shared job to feed next: work left, room in its window, and
  * the least virtual time among the backlogged jobs of its island, full or
- * not (ties: lowest job id). While the least one's window is full nobody
- * else on its island is fed: its queued tasks keep the devices busy, and
- * its next completion feeds it (else a tenant of small share would get a
- * slot every time one of its computations finished). -1 when none. */
-static int feed_pick(const sched_feed_job_t *fj, vtime_t *const *vt, int n)
+ * not (ties: lowest job id). While the least one's window is full, or its
+ * island's budget is, nobody else on its island is fed: the queued tasks
+ * keep the devices busy, and a completion feeds it (else a tenant of small
+ * share would get a slot every time one of its computations finished).
+ * xi[i]: fj[i]'s island in il, or -1. -1 when none. */
+static int feed_pick(const sched_feed_job_t *fj, vtime_t *const *vt, const int *xi,
+                     const island_load_t *il, int n)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
@@ -98,10 +180,88 @@ static int feed_pick(const sched_feed_job_t *fj, vtime_t *const *vt, int n)
         for (int k = 0; k < n && least; k++)
             least = k == i || !vt[k] || fj[k].undispatched <= 0 ||
                     fj[k].island != fj[i].island || vt[k]->v >= vt[i]->v;
-        if (least && (best < 0 || vt[i]->v < vt[best]->v))
+        if (least && (best < 0 || vt[i]->v < vt[best]->v) && feed_fits(il, xi[i], &fj[i]))
             best = i;
     }
     return best;
+}
+
+double sched_feed_budget_next(double budget_us, double idle)
+{
+    if (idle > FEED_IDLE_HIGH)
+        budget_us *= 1.25;
+    else if (idle < FEED_IDLE_LOW)
+        budget_us *= 0.9;
+    if (budget_us < SCHED_FEED_BUDGET_MIN_US)
+        budget_us = SCHED_FEED_BUDGET_MIN_US;
+    return budget_us > SCHED_FEED_BUDGET_MAX_US ? SCHED_FEED_BUDGET_MAX_US : budget_us;
+}
+
+/* Island xi's budget for this pass: adjusted when it had work to feed and
+ * FEED_ADJUST_TASKS host tasks finished since the last adjustment. */
+static double feed_budget(store_t *st, const round_t *r, int xi)
+{
+    island_feed_t *f = &island_feed[xi];
+    int64_t idle, span;
+    int ntasks;
+    if (f->budget_us <= 0) {
+        f->budget_us = FEED_BUDGET_INIT_US;
+        f->since_us = util_wall_us();
+    }
+    if (!f->backlogged || util_mono_us() - f->looked_us < FEED_LOOK_US)
+        return f->budget_us;
+    f->looked_us = util_mono_us();
+    if (store_sched_island_idle(st, r->island_id[xi], f->since_us, &idle, &span, &ntasks) == 0 &&
+        ntasks >= FEED_ADJUST_TASKS) {
+        double w = f->span_us > 0 ? FEED_AVG_NEW : 1.0;
+        f->idle_us += w * ((double)idle - f->idle_us);
+        f->span_us += w * ((double)span - f->span_us);
+        f->budget_us = sched_feed_budget_next(f->budget_us,
+                                              f->span_us > 0 ? f->idle_us / f->span_us : 0.0);
+        f->since_us = util_wall_us();
+        f->backlogged = 0;
+    }
+    return f->budget_us;
+}
+
+/* Each island's load from its live shared jobs (xi[i] set), with its
+ * budget. */
+static void feed_load(store_t *st, const round_t *r, const sched_feed_job_t *fj, int n,
+                      int *xi, island_load_t *il)
+{
+    memset(il, 0, sizeof *il * 16);
+    for (int i = 0; i < n; i++) {
+        xi[i] = sched_round_island(r, fj[i].island);
+        if (xi[i] < 0)
+            continue;
+        if (fj[i].undispatched > 0)
+            island_feed[xi[i]].backlogged = 1;
+        il[xi[i]].us += fj[i].inflight * feed_comp_us(&fj[i]);
+        il[xi[i]].n += fj[i].inflight;
+        if (il[xi[i]].budget == 0)
+            il[xi[i]].budget = feed_budget(st, r, xi[i]);
+    }
+}
+
+/* Publishes the islands' budgets and loads after a pass. */
+static void feed_gauges(const round_t *r, const island_load_t *il)
+{
+    pthread_mutex_lock(&gauge_mu);
+    for (int k = 0; k < r->n && k < 16; k++)
+        gauges[k] = (feed_gauge_t){island_feed[k].budget_us, il[k].us, il[k].n};
+    pthread_mutex_unlock(&gauge_mu);
+}
+
+int sched_feed_gauge(int island, double *budget_s, double *inflight_s)
+{
+    if (island < 0 || island >= 16)
+        return -1;
+    pthread_mutex_lock(&gauge_mu);
+    feed_gauge_t g = gauges[island];
+    pthread_mutex_unlock(&gauge_mu);
+    *budget_s = g.budget_us / 1e6;
+    *inflight_s = g.inflight_us / 1e6;
+    return g.inflight;
 }
 
 /* What dispatching a computation of nshards shards costs fj's tenant in
@@ -111,8 +271,7 @@ static int feed_pick(const sched_feed_job_t *fj, vtime_t *const *vt, int n)
  * computations, follows shares when jobs' computations cost differently. */
 static double feed_cost(const sched_feed_job_t *fj, int nshards)
 {
-    double per = fj->shard_us > 0 ? fj->shard_us : FEED_DEFAULT_SHARD_US;
-    return (double)nshards * per / (double)(fj->share > 0 ? fj->share : 1);
+    return (double)nshards * feed_comp_us(fj) / (double)(fj->share > 0 ? fj->share : 1);
 }
 
 /* One feed pass over the live shared jobs, all its dispatches in one
@@ -126,6 +285,8 @@ int sched_feed_shared(store_t *st, round_t *r)
 {
     static sched_feed_job_t fj[FEED_MAX];
     vtime_t *vt[FEED_MAX];
+    int xi[FEED_MAX];
+    island_load_t il[16];
     int n = store_sched_feed_jobs(st, fj, FEED_MAX), fed = 0;
     double vstart = INFINITY;
     for (int i = 0; i < nvtimes; i++)
@@ -146,8 +307,9 @@ int sched_feed_shared(store_t *st, round_t *r)
              * computations) per computation. */
             sched_plan_keep(fj[i].id);
         }
+    feed_load(st, r, fj, n, xi, il);
     int i, began = 0;
-    while (n > 0 && (i = feed_pick(fj, vt, n)) >= 0) {
+    while (n > 0 && (i = feed_pick(fj, vt, xi, il, n)) >= 0) {
         plan_entry_t *pe = sched_plan_get(st, fj[i].id);
         if (!pe) {
             fj[i].undispatched = 0;
@@ -163,11 +325,17 @@ int sched_feed_shared(store_t *st, round_t *r)
             goto fail;
         fj[i].undispatched--;
         fj[i].inflight++;
+        if (xi[i] >= 0) {
+            il[xi[i]].us += feed_comp_us(&fj[i]);
+            il[xi[i]].n++;
+        }
         vt[i]->v += feed_cost(&fj[i], pe->plan->comps[c].nshards);
         fed++;
     }
     if (began && store_commit(st) != 0)
         goto fail;
+    if (n >= 0)
+        feed_gauges(r, il);
     return n < 0 ? -1 : fed;
 fail:
     store_rollback(st);

@@ -194,6 +194,17 @@ int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job,
 /* One feed pass over the live shared jobs: computations dispatched, or -1
  * on a store error. */
 int sched_feed_shared(store_t *st, round_t *r);
+/* An island's lookahead budget (µs of expected device time dispatched and
+ * not finished) stays within these bounds. */
+#define SCHED_FEED_BUDGET_MIN_US 500.0
+#define SCHED_FEED_BUDGET_MAX_US 64000.0
+/* The next budget when the island's devices were idle this fraction of
+ * their time lately (store_sched_island_idle, averaged). Pure. */
+double sched_feed_budget_next(double budget_us, double idle);
+/* Island i of sched_cfg (any thread): its budget and what was in flight
+ * after the last feed pass, in seconds; returns the computations in
+ * flight, or -1 for no such island. */
+int sched_feed_gauge(int island, double *budget_s, double *inflight_s);
 
 /* ---- the admission round (sched_admit.c) ---- */
 

@@ -2,7 +2,7 @@
  * allocation attempts, admission rounds and the pass latency histogram.
  * Reads the scheduler thread's counters (scheduler.c, sched_admit.c; any
  * thread may). */
-#include "scheduler.h"
+#include "sched_internal.h"
 
 #include "util.h"
 
@@ -57,9 +57,36 @@ static size_t metrics_pass(char *buf, size_t len, size_t cap)
                         (unsigned long)count, (double)sum_us / 1e6, (unsigned long)count);
 }
 
+/* The shared jobs' lookahead per island (sched_feed.c): each island's
+ * three figures are read together (one feed pass's), then written family
+ * by family, as the text format wants each family's samples in one group. */
+static size_t metrics_feed(char *buf, size_t len, size_t cap)
+{
+    static const char *const fam[3][2] = {
+        {"atoll_feed_budget_seconds", "An island's lookahead for shared jobs: expected device"
+                                      " time it lets be dispatched and not finished."},
+        {"atoll_feed_inflight_seconds", "Expected device time of the shared jobs' computations"
+                                        " dispatched and not finished, after the last feed."},
+        {"atoll_feed_inflight", "Shared jobs' computations dispatched and not finished on an"
+                                " island, after the last feed."}};
+    double v[16][3];
+    int n = sched_cfg.nislands < 16 ? sched_cfg.nislands : 16;
+    for (int i = 0; i < n; i++)
+        v[i][2] = sched_feed_gauge(i, &v[i][0], &v[i][1]);
+    for (int f = 0; f < 3; f++) {
+        len = util_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s gauge\n", fam[f][0], fam[f][1],
+                           fam[f][0]);
+        for (int i = 0; i < n; i++)
+            len = util_appendf(buf, len, cap, "%s{island=\"%s\"} %.*f\n", fam[f][0],
+                               sched_cfg.islands[i].name, f == 2 ? 0 : 6, v[i][f]);
+    }
+    return len;
+}
+
 size_t sched_metrics(char *buf, size_t len, size_t cap)
 {
     len = metrics_allocations(buf, len, cap);
     len = metrics_rounds(buf, len, cap);
+    len = metrics_feed(buf, len, cap);
     return metrics_pass(buf, len, cap);
 }

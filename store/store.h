@@ -374,6 +374,17 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap);
  * job's slice. Count, or -1. */
 int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64_t *island,
                               int64_t **devices);
+/* How starved an island's shared devices were lately, from the workers'
+ * own stamps (one clock per worker, so no skew between hosts): over the
+ * island's newest STORE_IDLE_TASKS host tasks of shared jobs that
+ * succeeded after since_us (wall clock), each worker's gaps between one
+ * task's end and the next one's inputs ready (*idle_us: its devices were
+ * not computing) and its first start to its last end (*span_us), summed
+ * over workers; *ntasks how many tasks.
+ * 0, or -1 on a store error. */
+#define STORE_IDLE_TASKS 64
+int store_sched_island_idle(store_t *st, int64_t island, int64_t since_us, int64_t *idle_us,
+                            int64_t *span_us, int *ntasks);
 
 /* A running job a higher-priority one may evict (DESIGN Part D). */
 typedef struct sched_victim {

@@ -678,6 +678,76 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
     return n;
 }
 
+typedef struct idle_row {
+    int64_t worker, start, ready, end;
+} idle_row_t;
+
+static int idle_row_cmp(const void *a, const void *b)
+{
+    const idle_row_t *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* Sums, per worker, the gaps in rows sorted by (worker, start): from the
+ * end of every earlier task to a task's inputs ready, its devices were not
+ * computing (no task there yet, the worker's hand-off between tasks, its
+ * inputs on their way): the complement of device busy time as the
+ * accounting counts it (finished_us - inputs_ready_us). */
+static void idle_sum(const idle_row_t *rw, int n, int64_t *idle_us, int64_t *span_us)
+{
+    *idle_us = *span_us = 0;
+    for (int i = 0; i < n;) {
+        int64_t first = rw[i].start, end = rw[i].end;
+        int k = i + 1;
+        for (; k < n && rw[k].worker == rw[i].worker; k++) {
+            if (rw[k].ready > end)
+                *idle_us += rw[k].ready - end;
+            if (rw[k].end > end)
+                end = rw[k].end;
+        }
+        *span_us += end - first;
+        i = k;
+    }
+}
+
+int store_sched_island_idle(store_t *st, int64_t island, int64_t since_us, int64_t *idle_us,
+                            int64_t *span_us, int *ntasks)
+{
+    static const char sql[] =
+        /* Newest first through host_tasks_by_finish, back to since_us. */
+        "SELECT h.worker_id, h.started_us, h.inputs_ready_us, h.finished_us FROM host_tasks h"
+        " JOIN jobs j ON j.id = h.job_id"
+        " WHERE h.finished_us > ?2 AND h.island_id = ?1 AND h.state = 'succeeded'"
+        " AND j.shared = 1 AND h.finished_us >= h.inputs_ready_us"
+        " AND h.inputs_ready_us >= h.started_us"
+        " ORDER BY h.finished_us DESC LIMIT ?3";
+    idle_row_t rw[STORE_IDLE_TASKS];
+    int n = 0, step = SQLITE_DONE;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    *idle_us = *span_us = 0;
+    *ntasks = 0;
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, island);
+    sqlite3_bind_int64(s, 2, since_us);
+    sqlite3_bind_int(s, 3, STORE_IDLE_TASKS);
+    while (n < STORE_IDLE_TASKS && (step = sqlite3_step(s)) == SQLITE_ROW) {
+        rw[n].worker = sqlite3_column_int64(s, 0);
+        rw[n].start = sqlite3_column_int64(s, 1);
+        rw[n].ready = sqlite3_column_int64(s, 2);
+        rw[n++].end = sqlite3_column_int64(s, 3);
+    }
+    sqlite3_reset(s);
+    if (step != SQLITE_ROW && step != SQLITE_DONE)
+        return -1;
+    qsort(rw, (size_t)n, sizeof *rw, idle_row_cmp);
+    idle_sum(rw, n, idle_us, span_us);
+    *ntasks = n;
+    return 0;
+}
+
 int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64_t *island,
                               int64_t **devices)
 {

@@ -6,7 +6,8 @@
  * jobs hold and never with an exclusive one; their computations are
  * interleaved by the scheduler, one island sequence number each, in
  * proportion to their tenants' shares; cancelling one leaves the others
- * running and right. */
+ * running and right; what is dispatched and not finished on the island
+ * stays within its lookahead budget, however many shared jobs there are. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -251,6 +252,73 @@ static void test_device_time_not_count(void **state)
     T_CHECK(right, "chains of unequal cost computed wrong values");
 }
 
+/* The island's feed gauges from one /metrics answer (one pass's). */
+typedef struct feed_look {
+    double budget_s, inflight_s, inflight;
+} feed_look_t;
+
+static double metric_in(const char *body, const char *name)
+{
+    const char *p = body ? strstr(body, name) : NULL;
+    return p ? strtod(p + strlen(name), NULL) : -1.0;
+}
+
+static int feed_look(feed_look_t *l)
+{
+    hx_resp_t r;
+    if (hx_request(&itest_client, "GET", "/metrics", NULL, 0, &r) != 0)
+        return -1;
+    int ok = r.status == 200;
+    l->budget_s = metric_in(r.body, "atoll_feed_budget_seconds{island=\"west\"} ");
+    l->inflight_s = metric_in(r.body, "atoll_feed_inflight_seconds{island=\"west\"} ");
+    l->inflight = metric_in(r.body, "atoll_feed_inflight{island=\"west\"} ");
+    hx_resp_clear(&r);
+    return ok && l->budget_s >= 0 && l->inflight_s >= 0 && l->inflight >= 0 ? 0 : -1;
+}
+
+/* Within the budget: beyond one computation in flight, the expected device
+ * time in flight is at most the budget, plus two computations' worth for
+ * the jobs' costs as measured since those were dispatched (a loaded
+ * machine's slow computations raise them). */
+static int feed_within(const feed_look_t *l)
+{
+    return l->inflight <= 1 || l->inflight_s <= l->budget_s + 2 * l->inflight_s / l->inflight;
+}
+
+/* Eight shared chains of 20 ms computations on the island. A per-job
+ * window alone let each have up to four computations dispatched (32 in
+ * flight, 640 ms ahead of a newcomer); the island's budget (at most
+ * SCHED_FEED_BUDGET_MAX_US, 64 ms) bounds them all together. Once the
+ * jobs' costs are measured (the first computations went out at the
+ * default 1 ms estimate) and that first batch is gone, every look is
+ * within the budget. */
+static void test_island_lookahead(void **state)
+{
+    (void)state;
+    enum { JOBS = 8 };
+    char *doc = chain_doc("ahead", 200, 20000, 1);     /* cancelled when looked at */
+    for (int i = 0; i < JOBS; i++)
+        submit_as(&itest_client, doc);
+    free(doc);
+    feed_look_t l = {0};
+    int settled = 0, looks = 0, bad = 0;
+    for (int64_t end = hx_now_ms() + 30000; !settled && hx_now_ms() < end; hx_sleep_ms(20))
+        settled = feed_look(&l) == 0 && l.inflight >= 1 && l.inflight_s / l.inflight > 0.010 &&
+                  feed_within(&l);
+    T_CHECK(settled, "the feed never kept within its budget: %.0f computations, %.1f ms in"
+            " flight, budget %.1f ms", l.inflight, l.inflight_s * 1e3, l.budget_s * 1e3);
+    for (; looks < 50; looks++, hx_sleep_ms(20)) {
+        T_CHECK(feed_look(&l) == 0, "no feed gauges in /metrics");
+        T_CHECK(l.budget_s <= 0.064 + 1e-9, "budget %.1f ms over its bound", l.budget_s * 1e3);
+        if (!feed_within(&l)) {
+            bad++;
+            fprintf(stderr, "over budget: %.0f computations, %.1f ms in flight, budget %.1f ms\n",
+                    l.inflight, l.inflight_s * 1e3, l.budget_s * 1e3);
+        }
+    }
+    T_CHECK(bad == 0, "%d of %d looks over the island's budget", bad, looks);
+}
+
 static void test_bad_field(void **state)
 {
     (void)state;
@@ -290,6 +358,7 @@ int main(void)
         cmocka_unit_test_teardown(test_interleaved, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_shares_and_cancel, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_device_time_not_count, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_island_lookahead, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_bad_field, itest_cancel_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

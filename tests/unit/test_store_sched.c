@@ -2,7 +2,8 @@
  * job still in the state the scheduler read: on a real SQLite file, a job
  * that ended or was cancelled between the scheduler's read and its
  * transaction is left as it is (store.h: terminal states never move), and
- * an allocation is written only on the workers the scheduler saw. */
+ * an allocation is written only on the workers the scheduler saw; an
+ * island's idle time is read from its shared jobs' host tasks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "compiler.h"
 #include "store.h"
 #include "support_store.h"
+#include "util.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
 
@@ -126,6 +129,61 @@ static void test_allocate_checks_worker(void **state)
     expect_job(f->st, job, "allocated", 0);
 }
 
+/* A host task of job on worker w, then (through a second connection, as
+ * a report would have left it) succeeded with the given stamps. */
+static void add_done_task(store_t *st, sqlite3 *db, int64_t job, int64_t w, int64_t start,
+                          int64_t ready, int64_t end)
+{
+    static int seq;
+    sched_task_t t = {job, 0, 0, store_island_id(st, "west"), w, ++seq, "[0]", 1, 0,
+                      "[0]", "{}"};
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(store_sched_add_task(st, &t), 0);
+    assert_int_equal(store_commit(st), 0);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "UPDATE host_tasks SET state = 'succeeded', started_us = %lld,"
+             " inputs_ready_us = %lld, finished_us = %lld WHERE seq = %d",
+             (long long)start, (long long)ready, (long long)end, seq);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+}
+
+/* The island's idle time for the feed's lookahead: per worker, the gaps
+ * between one task's end (the latest so far) and the next one's inputs
+ * ready; tasks of exclusive jobs and those that finished before `since`
+ * do not count. */
+static void test_island_idle(void **state)
+{
+    fixture_t *f = *state;
+    static const char shared_doc[] =
+        "{\"sharing\": \"shared\", \"slices\": {\"s\": {\"shape\": [2]}},"
+        " \"computations\": [{\"name\": \"a\", \"slice\": \"s\", \"ops\": [{\"op\":"
+        " \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
+    int64_t sj = support_store_submit(f->st, shared_doc, islands, 1), xj = submit(f->st);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->d.db, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    int64_t b = util_wall_us() - 1000000;
+    add_done_task(f->st, db, sj, 1, b, b, b + 1000);
+    add_done_task(f->st, db, sj, 1, b + 1000, b + 1500, b + 3000);    /* 500 idle */
+    add_done_task(f->st, db, sj, 1, b + 3200, b + 3300, b + 4000);    /* 300 idle */
+    add_done_task(f->st, db, sj, 2, b, b + 100, b + 2000);
+    add_done_task(f->st, db, sj, 2, b + 1500, b + 1600, b + 2500);    /* overlaps: none */
+    add_done_task(f->st, db, xj, 1, b + 5000, b + 9000, b + 9500);    /* exclusive job */
+    int64_t idle = -1, span = -1;
+    int n = -1;
+    int64_t island = store_island_id(f->st, "west");
+    assert_int_equal(store_sched_island_idle(f->st, island, b - 1, &idle, &span, &n), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(idle, 800);
+    assert_int_equal(span, 4000 + 2500);
+    assert_int_equal(store_sched_island_idle(f->st, island, b + 2500, &idle, &span, &n), 0);
+    assert_int_equal(n, 2);                     /* worker 1's last two */
+    assert_int_equal(idle, 300);
+    assert_int_equal(span, 3000);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -135,6 +193,7 @@ int main(void)
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_fail_only_queued, setup,
                                         support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_island_idle, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup,
                                         support_store_teardown),
     };
