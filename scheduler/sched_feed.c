@@ -66,6 +66,25 @@
  * the average's mean is what the devices' busy fraction is. */
 #define FEED_AVG_NEW 0.2
 
+/* How often a live shared job's measured cost is read again (µs). A pass
+ * runs after every report, and reading each job's last 16 host tasks in
+ * every pass was a fifth of the scheduler's CPU under bench_share; costs
+ * that lag by this much change no decision that matters. */
+#define FEED_COST_US 20000
+
+/* A live shared job's device time per shard as last read (store_sched_
+ * shard_us), kept in job id order like the feed's jobs. Scheduler thread
+ * only. */
+typedef struct feed_cost {
+    int64_t job;
+    int attempt;
+    double shard_us;
+    int64_t read_us;            /* monotonic; 0: never read */
+} feed_cost_t;
+
+static feed_cost_t costs[FEED_MAX];
+static int ncosts;
+
 typedef struct island_feed {
     double budget_us;           /* 0: not used yet */
     double idle_us, span_us;    /* moving averages of the looks (FEED_AVG_NEW) */
@@ -138,6 +157,33 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
     }
     free(devices);
     return rc;
+}
+
+/* Sets fj[i].shard_us for the n live shared jobs (by id) from the cache,
+ * reading those older than FEED_COST_US (or new, or of a new attempt)
+ * again; forgets jobs no longer live. */
+static void feed_costs(store_t *st, sched_feed_job_t *fj, int n)
+{
+    static feed_cost_t next[FEED_MAX];
+    int64_t now = util_mono_us();
+    for (int i = 0, k = 0; i < n; i++) {
+        while (k < ncosts && costs[k].job < fj[i].id)
+            k++;
+        feed_cost_t c = {fj[i].id, fj[i].attempt, 0, 0};
+        if (k < ncosts && costs[k].job == fj[i].id && costs[k].attempt == fj[i].attempt)
+            c = costs[k];
+        if (c.read_us == 0 || now - c.read_us >= FEED_COST_US) {
+            double us = store_sched_shard_us(st, fj[i].id, fj[i].attempt);
+            if (us >= 0) {
+                c.shard_us = us;
+                c.read_us = now;
+            }
+        }
+        fj[i].shard_us = c.shard_us;
+        next[i] = c;
+    }
+    ncosts = n > 0 ? n : 0;
+    memcpy(costs, next, sizeof *next * (size_t)ncosts);
 }
 
 /* Per island during a feed pass: what is in flight (expected device time
@@ -288,6 +334,7 @@ int sched_feed_shared(store_t *st, round_t *r)
     int xi[FEED_MAX];
     island_load_t il[16];
     int n = store_sched_feed_jobs(st, fj, FEED_MAX), fed = 0;
+    feed_costs(st, fj, n);
     double vstart = INFINITY;
     for (int i = 0; i < nvtimes; i++)
         if (vtimes[i].active && vtimes[i].v < vstart)

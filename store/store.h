@@ -365,11 +365,14 @@ typedef struct sched_feed_job {
     int64_t share;              /* the tenant's share; 1 without a tenant */
     int64_t island;             /* the island of its first slice */
     int inflight, undispatched;
-    double shard_us;            /* device time per shard of its latest finished
-                                 * host tasks (workers' own busy time); 0: none yet */
+    double shard_us;            /* left 0 here: the feed sets it (store_sched_shard_us) */
 } sched_feed_job_t;
 /* Up to cap live shared jobs, by id. Count or -1. */
 int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap);
+/* A job attempt's device time per shard over its last 16 finished host
+ * tasks (the workers' own busy time): 0 when none finished, -1 on a store
+ * error. */
+double store_sched_shard_us(store_t *st, int64_t job, int attempt);
 /* The island id and device indexes (shard order, *devices malloc'd) of a
  * job's slice. Count, or -1. */
 int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64_t *island,

@@ -99,7 +99,9 @@ int store_sched_tenants(store_t *st, sched_tenant_t **out, int *n)
         t->used = 0;
     }
     sqlite3_reset(s);
-    if (tenants_usage(st, *out, *n) == 0)
+    /* Nothing queued (most passes under a stream of reports): no usage to
+     * rank by, and the scan of every held device is saved. */
+    if (*n == 0 || tenants_usage(st, *out, *n) == 0)
         return 0;
 fail:
     sqlite3_reset(s);
@@ -649,13 +651,7 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NOT NULL"
         "  AND c.state IN ('waiting', 'dispatched')),"
         " j.comps_total - j.comps_done,"
-        " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id),"
-        /* Device time per shard over its last 16 finished host tasks of
-         * this attempt (index host_tasks_by_job, newest first). */
-        " (SELECT SUM((h.finished_us - h.inputs_ready_us) * h.nshards) * 1.0 / SUM(h.nshards)"
-        "  FROM (SELECT finished_us, inputs_ready_us, nshards FROM host_tasks"
-        "        WHERE job_id = j.id AND attempt = j.attempt AND state = 'succeeded'"
-        "        AND finished_us >= inputs_ready_us ORDER BY comp_idx DESC LIMIT 16) h)"
+        " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id)"
         " FROM jobs j LEFT JOIN tenants t ON t.id = j.tenant_id"
         " WHERE j.shared = 1 AND j.state IN ('allocated', 'running') ORDER BY j.id LIMIT ?1";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -671,7 +667,7 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         out[n].inflight = sqlite3_column_int(s, 4);
         out[n].undispatched = sqlite3_column_int(s, 5) - out[n].inflight;
         out[n].island = sqlite3_column_int64(s, 6);
-        out[n].shard_us = sqlite3_column_double(s, 7);     /* NULL reads 0 */
+        out[n].shard_us = 0;
         n++;
     }
     sqlite3_reset(s);
@@ -746,6 +742,26 @@ int store_sched_island_idle(store_t *st, int64_t island, int64_t since_us, int64
     idle_sum(rw, n, idle_us, span_us);
     *ntasks = n;
     return 0;
+}
+
+double store_sched_shard_us(store_t *st, int64_t job, int attempt)
+{
+    static const char sql[] =
+        /* Newest first through host_tasks_by_job. */
+        "SELECT SUM((h.finished_us - h.inputs_ready_us) * h.nshards) * 1.0 / SUM(h.nshards)"
+        " FROM (SELECT finished_us, inputs_ready_us, nshards FROM host_tasks"
+        "       WHERE job_id = ?1 AND attempt = ?2 AND state = 'succeeded'"
+        "       AND finished_us >= inputs_ready_us ORDER BY comp_idx DESC LIMIT 16) h";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    double us = -1;
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, attempt);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        us = sqlite3_column_double(s, 0);       /* NULL (none finished) reads 0 */
+    sqlite3_reset(s);
+    return us;
 }
 
 int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64_t *island,
