@@ -160,8 +160,8 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
 }
 
 /* Sets fj[i].shard_us for the n live shared jobs (by id) from the cache,
- * reading those older than FEED_COST_US (or new, or of a new attempt)
- * again; forgets jobs no longer live. */
+ * reading those older than FEED_COST_US (or new, of a new attempt, or not
+ * measured yet) again; forgets jobs no longer live. */
 static void feed_costs(store_t *st, sched_feed_job_t *fj, int n)
 {
     static feed_cost_t next[FEED_MAX];
@@ -172,7 +172,9 @@ static void feed_costs(store_t *st, sched_feed_job_t *fj, int n)
         feed_cost_t c = {fj[i].id, fj[i].attempt, 0, 0};
         if (k < ncosts && costs[k].job == fj[i].id && costs[k].attempt == fj[i].attempt)
             c = costs[k];
-        if (c.read_us == 0 || now - c.read_us >= FEED_COST_US) {
+        /* A job with nothing measured yet is read again in every pass:
+         * its first finished task should count at once. */
+        if (c.read_us == 0 || c.shard_us <= 0 || now - c.read_us >= FEED_COST_US) {
             double us = store_sched_shard_us(st, fj[i].id, fj[i].attempt);
             if (us >= 0) {
                 c.shard_us = us;
@@ -271,15 +273,27 @@ static double feed_budget(store_t *st, const round_t *r, int xi)
 }
 
 /* Each island's load from its live shared jobs (xi[i] set), with its
- * budget. */
-static void feed_load(store_t *st, const round_t *r, const sched_feed_job_t *fj, int n,
-                      int *xi, island_load_t *il)
+ * budget. A job with no finished host task yet is costed like the
+ * island's most expensive measured job (at least FEED_DEFAULT_SHARD_US):
+ * its first computations may be long, and costed low they would slip past
+ * the budget (a 1 ms guess let 20 ms computations pile up four deep). */
+static void feed_load(store_t *st, const round_t *r, sched_feed_job_t *fj, int n, int *xi,
+                      island_load_t *il)
 {
-    memset(il, 0, sizeof *il * 16);
+    double most[16];
+    for (int k = 0; k < 16; k++)
+        most[k] = FEED_DEFAULT_SHARD_US;
     for (int i = 0; i < n; i++) {
         xi[i] = sched_round_island(r, fj[i].island);
+        if (xi[i] >= 0 && fj[i].shard_us > most[xi[i]])
+            most[xi[i]] = fj[i].shard_us;
+    }
+    memset(il, 0, sizeof *il * 16);
+    for (int i = 0; i < n; i++) {
         if (xi[i] < 0)
             continue;
+        if (fj[i].shard_us <= 0)
+            fj[i].shard_us = most[xi[i]];
         if (fj[i].undispatched > 0)
             island_feed[xi[i]].backlogged = 1;
         il[xi[i]].us += fj[i].inflight * feed_comp_us(&fj[i]);
