@@ -43,8 +43,9 @@
  * a report is slow (bench_share, 2 cores: with a window of 2 the devices
  * were 66-79 % busy, with 4, 82-91 %). */
 #define SHARED_WINDOW 4
-/* Assumed device time per shard of a job none of whose host tasks has
- * finished yet (µs); its own measurements replace it after the first. */
+/* The least device time per shard assumed for a job none of whose host
+ * tasks has finished yet (µs; feed_load); its own measurements replace it
+ * after the first. */
 #define FEED_DEFAULT_SHARD_US 1000.0
 #define FEED_MAX 256
 #define VT_MAX 1024
@@ -79,7 +80,7 @@ typedef struct feed_cost {
     int64_t job;
     int attempt;
     double shard_us;
-    int64_t read_us;            /* monotonic; 0: never read */
+    int64_t read_us;            /* monotonic, of the last read */
 } feed_cost_t;
 
 static feed_cost_t costs[FEED_MAX];
@@ -174,7 +175,7 @@ static void feed_costs(store_t *st, sched_feed_job_t *fj, int n)
             c = costs[k];
         /* A job with nothing measured yet is read again in every pass:
          * its first finished task should count at once. */
-        if (c.read_us == 0 || c.shard_us <= 0 || now - c.read_us >= FEED_COST_US) {
+        if (c.shard_us <= 0 || now - c.read_us >= FEED_COST_US) {
             double us = store_sched_shard_us(st, fj[i].id, fj[i].attempt);
             if (us >= 0) {
                 c.shard_us = us;
@@ -195,19 +196,12 @@ typedef struct island_load {
     int n;
 } island_load_t;
 
-/* The expected device time of one computation of fj on a device: its
- * measured time per shard, FEED_DEFAULT_SHARD_US before any. */
-static double feed_comp_us(const sched_feed_job_t *fj)
-{
-    return fj->shard_us > 0 ? fj->shard_us : FEED_DEFAULT_SHARD_US;
-}
-
 /* Does the island's budget let one more computation of fj go? An island
  * with nothing in flight always takes one (a computation longer than the
  * budget must still run). */
 static int feed_fits(const island_load_t *il, int xi, const sched_feed_job_t *fj)
 {
-    return xi < 0 || il[xi].n == 0 || il[xi].us + feed_comp_us(fj) <= il[xi].budget;
+    return xi < 0 || il[xi].n == 0 || il[xi].us + fj->shard_us <= il[xi].budget;
 }
 
 /* The live shared job to feed next: work left, room in its window, and
@@ -273,10 +267,12 @@ static double feed_budget(store_t *st, const round_t *r, int xi)
 }
 
 /* Each island's load from its live shared jobs (xi[i] set), with its
- * budget. A job with no finished host task yet is costed like the
- * island's most expensive measured job (at least FEED_DEFAULT_SHARD_US):
- * its first computations may be long, and costed low they would slip past
- * the budget (a 1 ms guess let 20 ms computations pile up four deep). */
+ * budget. Every fj[i].shard_us is > 0 after it (the expected device time
+ * of one of its computations on a device): a job with no finished host
+ * task yet is costed like its island's most expensive measured job (at
+ * least FEED_DEFAULT_SHARD_US): its first computations may be long, and
+ * costed low they would slip past the budget (a 1 ms guess let 20 ms
+ * computations pile up four deep). */
 static void feed_load(store_t *st, const round_t *r, sched_feed_job_t *fj, int n, int *xi,
                       island_load_t *il)
 {
@@ -290,13 +286,13 @@ static void feed_load(store_t *st, const round_t *r, sched_feed_job_t *fj, int n
     }
     memset(il, 0, sizeof *il * 16);
     for (int i = 0; i < n; i++) {
+        if (fj[i].shard_us <= 0)
+            fj[i].shard_us = xi[i] >= 0 ? most[xi[i]] : FEED_DEFAULT_SHARD_US;
         if (xi[i] < 0)
             continue;
-        if (fj[i].shard_us <= 0)
-            fj[i].shard_us = most[xi[i]];
         if (fj[i].undispatched > 0)
             island_feed[xi[i]].backlogged = 1;
-        il[xi[i]].us += fj[i].inflight * feed_comp_us(&fj[i]);
+        il[xi[i]].us += fj[i].inflight * fj[i].shard_us;
         il[xi[i]].n += fj[i].inflight;
         if (il[xi[i]].budget == 0)
             il[xi[i]].budget = feed_budget(st, r, xi[i]);
@@ -325,13 +321,12 @@ int sched_feed_gauge(int island, double *budget_s, double *inflight_s)
 }
 
 /* What dispatching a computation of nshards shards costs fj's tenant in
- * virtual time: its expected device time (shards x the job's measured
- * device time per shard, FEED_DEFAULT_SHARD_US until a host task of it
- * finished) over the tenant's share. So device time, not the count of
+ * virtual time: its expected device time (shards x the job's device time
+ * per shard as feed_load set it) over the tenant's share. So device time, not the count of
  * computations, follows shares when jobs' computations cost differently. */
 static double feed_cost(const sched_feed_job_t *fj, int nshards)
 {
-    return (double)nshards * feed_comp_us(fj) / (double)(fj->share > 0 ? fj->share : 1);
+    return (double)nshards * fj->shard_us / (double)(fj->share > 0 ? fj->share : 1);
 }
 
 /* One feed pass over the live shared jobs, all its dispatches in one
@@ -387,7 +382,7 @@ int sched_feed_shared(store_t *st, round_t *r)
         fj[i].undispatched--;
         fj[i].inflight++;
         if (xi[i] >= 0) {
-            il[xi[i]].us += feed_comp_us(&fj[i]);
+            il[xi[i]].us += fj[i].shard_us;
             il[xi[i]].n++;
         }
         vt[i]->v += feed_cost(&fj[i], pe->plan->comps[c].nshards);
