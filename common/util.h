@@ -10,6 +10,17 @@ int64_t util_wall_us(void);
 /* Monotonic microseconds (CLOCK_MONOTONIC): for durations and deadlines. */
 int64_t util_mono_us(void);
 
+/* A hint inside a spin-wait loop (x86 pause, arm yield): the spinning
+ * core backs off for its sibling hyper-thread and the memory bus. */
+static inline void util_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
 /* Appends printf-formatted text to buf (capacity cap, cap > 0) at len and
  * returns the new length; text that does not fit is cut, and the result is
  * then cap - 1 (buf stays NUL-terminated), so calls can be chained. */

@@ -96,7 +96,7 @@ static int resolve(const char *addr, int passive, struct sockaddr_in *sa)
 /* ---- the address port ---- */
 
 /* Binds data_addr, the plain TCP socket that hands out our worker address;
- * it joins the progress thread's epoll set. */
+ * it joins both of the progress thread's epoll sets. */
 int dp_listen_on(dplane_t *dp, const char *listen_addr, const char *advertise_host)
 {
     struct sockaddr_in sa;
@@ -116,7 +116,8 @@ int dp_listen_on(dplane_t *dp, const char *listen_addr, const char *advertise_ho
         return -1;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = dp->listen_fd};
-    if (epoll_ctl(dp->epfd, EPOLL_CTL_ADD, dp->listen_fd, &ev) != 0)
+    if (epoll_ctl(dp->epfd, EPOLL_CTL_ADD, dp->listen_fd, &ev) != 0 ||
+        epoll_ctl(dp->epfd_unarmed, EPOLL_CTL_ADD, dp->listen_fd, &ev) != 0)
         return -1;
     char host[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &sa.sin_addr, host, sizeof host);
@@ -161,7 +162,7 @@ static void close_later_locked(dplane_t *dp, ucp_ep_h ep)
     /* else: leaked until ucp_worker_destroy, which frees every endpoint */
 }
 
-/* UCX error handler (progress thread): the endpoint is dead. A server
+/* UCX error handler (under prog_mu): the endpoint is dead. A server
  * endpoint frees its slot and its unclaimed frames; a client endpoint is
  * forgotten, so the next send makes a new one. */
 static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -292,7 +293,7 @@ static void peer_drop(dplane_t *dp, const char *addr, ucp_ep_h ep)
         }
     }
     pthread_mutex_unlock(&dp->mu);
-    ucp_worker_signal(dp->worker);
+    dp_wake(dp);
 }
 
 /* One posted send. Owned by the sending thread until it gives up on the
@@ -303,7 +304,8 @@ static void peer_drop(dplane_t *dp, const char *addr, ucp_ep_h ep)
 struct send_wait {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int done, abandoned;
+    atomic_int done;               /* written under mu; polled without it */
+    int abandoned;
     ucs_status_t status;
     uint32_t ack;                  /* a pool send: the receiver's DPLANE_ACK_* */
     dplane_t *dp;
@@ -356,7 +358,7 @@ static void abandoned_unlink_locked(dplane_t *dp, send_wait_t *w)
         }
 }
 
-/* Completes w (progress thread): wakes its sender, or frees it when the
+/* Completes w (under prog_mu): wakes its sender, or frees it when the
  * sender gave up on it (with req, the UCX request, when there is one). */
 static void send_complete(send_wait_t *w, void *req, ucs_status_t status)
 {
@@ -414,12 +416,26 @@ static int send_abandon(dplane_t *dp, send_wait_t *w)
     return !done;
 }
 
-/* Waits for a posted send. Every second of waiting the peer's data_addr
- * is probed: a dead peer, or the timeout, closes the endpoint and gives up
- * on the send (UCS_ERR_CANCELED, *abandoned = 1). Else its status. */
+/* Progresses the worker while w is not done, for DPLANE_POLL_US at most
+ * (dp_poll): a send's completion, or a peer's read of our pool, is then
+ * handled in this thread. */
+static void send_poll(dplane_t *dp, send_wait_t *w)
+{
+    int64_t end = util_mono_us() + DPLANE_POLL_US;
+    dp_poll_enter(dp);
+    while (!atomic_load(&w->done) && util_mono_us() < end)
+        dp_poll(dp);
+    dp_poll_leave(dp, !atomic_load(&w->done));
+}
+
+/* Waits for a posted send, polling first (send_poll). Every second of
+ * waiting the peer's data_addr is probed: a dead peer, or the timeout,
+ * closes the endpoint and gives up on the send (UCS_ERR_CANCELED,
+ * *abandoned = 1). Else its status. */
 static ucs_status_t send_wait(dplane_t *dp, send_wait_t *w, const char *addr, ucp_ep_h ep,
                               int *abandoned)
 {
+    send_poll(dp, w);
     int64_t deadline = util_mono_us() + DPLANE_SEND_TIMEOUT_US;
     int64_t probe_at = util_mono_us() + 1000000;
     pthread_mutex_lock(&w->mu);
@@ -476,7 +492,7 @@ static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const t
         st = UCS_PTR_STATUS(r);
     } else if (r) {
         atomic_fetch_add(&dp->inflight, 1);
-        ucp_worker_signal(dp->worker);     /* the progress thread may sleep */
+        dp_wake(dp);                       /* the progress thread may sleep */
         st = send_wait(dp, w, addr, ep, &abandoned);
         atomic_fetch_sub(&dp->inflight, 1);
         if (!abandoned)
@@ -597,7 +613,7 @@ static int send_rma_once(dplane_t *dp, const char *addr, const dplane_hdr_t *h,
     ucs_status_t st = UCS_PTR_IS_ERR(r) ? UCS_PTR_STATUS(r) : UCS_OK;
     if (st == UCS_OK) {
         if (r)                     /* still to progress: the progress thread may sleep */
-            ucp_worker_signal(dp->worker);
+            dp_wake(dp);
         st = send_wait(dp, w, addr, ep, &abandoned);
     }
     atomic_fetch_sub(&dp->inflight, 1);

@@ -20,12 +20,16 @@
  * worker does not run are dropped or kept, bounded, as unclaimed (see
  * mbox.h).
  *
- * Threads: one progress thread drives the UCX worker (handlers run there);
- * it progresses while there is work (and, with enough cores, for
- * DPLANE_SPIN_US after), then arms the worker and sleeps in epoll, so an
- * idle worker costs ~0 CPU and a busy one wakes in microseconds. Senders
- * call dplane_send() from any thread and block in it until their payload
- * is no longer needed; the owner (main.c) starts and stops the dplane.
+ * Threads: a runner waiting in the mailbox for a message progresses the
+ * UCX worker itself for up to DPLANE_POLL_US (mbox_set_poller), so
+ * the message is received by the thread that wants it, with no wake-up on
+ * the way. Otherwise one progress thread drives the worker: it progresses
+ * while there is work (and, with enough cores, for DPLANE_SPIN_US after),
+ * then arms the worker and sleeps in epoll (unarmed while takers poll), so
+ * an idle worker costs ~0 CPU. Handlers run in whichever thread
+ * progresses, one at a time. Senders call dplane_send() from any thread and
+ * block in it until their payload is no longer needed; the owner (main.c)
+ * starts and stops the dplane.
  *
  * The frame header's layout and codec: dplane_frame.h (included here). The
  * implementation's files and what they share: dplane_int.h. */
@@ -55,6 +59,18 @@
  * computations got slower by a fifth). */
 #define DPLANE_SPIN_US 50
 #define DPLANE_SPIN_MIN_CPUS 8
+/* A runner waiting for a message (mbox_set_poller) or for its send to
+ * complete progresses the UCX worker itself this long before it sleeps:
+ * the handler then runs in the thread that waits. Below
+ * DPLANE_SPIN_MIN_CPUS it yields the core between polls. (Measured on 2
+ * cores: 50 us ended most waits of a ping-pong before the answer came;
+ * a budget that halved after each such wait and doubled after each
+ * answered one kept chained computations as they were but lost most of
+ * the collectives' gain.) */
+#define DPLANE_POLL_US 200
+/* While runners poll, the progress thread sleeps unarmed and looks again
+ * this often (dplane_progress.c, "waiters that progress"). */
+#define DPLANE_UNARMED_MS 1
 _Static_assert(DPLANE_MAX_CONNS < MBOX_MAX_ORIGINS, "connection slots are mailbox origins");
 
 /* What the data plane refused (worker-local; heartbeat figures). */
@@ -79,7 +95,9 @@ typedef struct shmpool shmpool_t;
 shmpool_t *dplane_pool_new(dplane_transport_t tr, size_t keep_bytes);
 
 /* Listens on listen_addr ("127.0.0.1:0" picks a free port) and starts the
- * progress thread. Frames go into mb (borrowed; must outlive the dplane).
+ * progress thread. Frames go into mb (borrowed; must outlive the dplane),
+ * whose takers then progress the dplane while they wait (mb's poller is
+ * set here and cleared by dplane_stop; no take may be in progress).
  * advertise_host, when not NULL/"", replaces the bound host in the
  * reported address (for wildcard binds). pool (borrowed, may be NULL;
  * made by dplane_pool_new with the same tr, must outlive the dplane):
@@ -89,7 +107,7 @@ shmpool_t *dplane_pool_new(dplane_transport_t tr, size_t keep_bytes);
 dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb,
                        dplane_transport_t tr, shmpool_t *pool);
 /* Closes every endpoint and the listener, joins the progress thread,
- * frees. No thread may be inside dplane_send(). */
+ * frees. No thread may be inside dplane_send() or taking from mb. */
 void dplane_stop(dplane_t *dp);
 /* "127.0.0.1:40123": the address peers use to reach this worker. */
 const char *dplane_addr(const dplane_t *dp);

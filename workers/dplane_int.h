@@ -16,10 +16,12 @@
  * one endpoint per peer address (dp->peers), made from the peer's UCX
  * worker address.
  *
- * Threads: only the progress thread progresses the UCX worker (until
- * dplane_stop() has joined it), so every UCX callback (the active-message
- * handler, receive and send completions, endpoint errors) runs there; it
- * alone writes origins, parked and nparked. Runner threads call
+ * Threads: the UCX worker is progressed by the progress thread and by
+ * takers waiting in the mailbox (mbox_set_poller), one at a time: whoever
+ * holds prog_mu (until dplane_stop() has joined the progress thread), so
+ * every UCX callback (the active-message handler, receive and send
+ * completions, endpoint errors) runs under prog_mu, and only its holder
+ * writes origins, parked, nparked and rkeys. Runner threads call
  * dplane_send() and block in it. The owner's thread starts and stops.
  *
  * Locks: dp->mu guards peers, origins and norigins, closing and nclosing,
@@ -112,6 +114,15 @@ struct dplane {
     atomic_int stopping;
     atomic_int inflight;           /* sends and fetches not complete yet */
     int64_t spin_us;               /* polling after the last event (see dplane.h) */
+    /* Takers that progress (dplane_progress.c): prog_mu is held by whoever
+     * progresses the worker or touches the receive path's state; pollers:
+     * takers polling now; unarmed: the progress thread sleeps unarmed;
+     * yield_polls: pollers yield the core between polls (small hosts). */
+    pthread_mutex_t prog_mu;
+    atomic_int pollers, unarmed;
+    int yield_polls;
+    int wake_fd;                   /* eventfd: dp_wake() */
+    int epfd_unarmed;              /* the unarmed sleep's: wake_fd, listen_fd */
     pthread_mutex_t mu;
     dp_peer_t *peers;
     dp_origin_t origins[DPLANE_MAX_CONNS];
@@ -123,7 +134,7 @@ struct dplane {
     send_wait_t *abandoned;        /* sends given up on; see send_abandon() */
     send_wait_t *rma_waits;        /* pool sends waiting for their ACK, by cookie */
     uint64_t rma_cookie;           /* next cookie (random start), under mu */
-    dp_rkey_t rkeys[DPLANE_RKEY_CACHE];   /* progress thread only */
+    dp_rkey_t rkeys[DPLANE_RKEY_CACHE];   /* under prog_mu */
     int rkey_next;                 /* round-robin victim */
     atomic_llong refused, bad_frames, accept_errors;
     atomic_llong pool_reads;       /* payloads read from a sender's pool block */
@@ -134,7 +145,7 @@ struct dplane {
 void dp_put_u32(uint8_t *p, uint32_t v);
 uint32_t dp_get_u32(const uint8_t *p);
 
-/* dplane_rx.c, progress thread only. */
+/* dplane_rx.c, under prog_mu. */
 /* The UCX active-message handler (registered by dplane_start(), arg: the
  * dplane): decodes, gates, and copies, fetches or parks the frame. */
 ucs_status_t dp_am_recv(void *arg, const void *header, size_t header_length, void *data,
@@ -148,9 +159,20 @@ ucs_status_t dp_am_rma(void *arg, const void *header, size_t header_length, void
 /* Forgets the unpacked keys of origin (its slot is recycled or stopping). */
 void dp_rkeys_drop(dplane_t *dp, int origin);
 
-/* dplane.c, progress thread: the handler of ACKs to our pool sends. */
+/* dplane.c, under prog_mu: the handler of ACKs to our pool sends. */
 ucs_status_t dp_am_ack(void *arg, const void *header, size_t header_length, void *data,
                        size_t length, const ucp_am_recv_param_t *param);
+
+/* dplane_progress.c: wakes the progress thread (any thread; armed or
+ * unarmed sleep alike). */
+void dp_wake(dplane_t *dp);
+/* dplane_progress.c: a waiting runner's progress (ctx: the dplane), as
+ * mb's poller (mbox.h): enter before polling, dp_poll (progress once if
+ * nobody else is; never blocks) while waiting for DPLANE_POLL_US at most,
+ * leave when done; need: this or another waiter sleeps now. */
+void dp_poll_enter(void *ctx);
+void dp_poll(void *ctx);
+void dp_poll_leave(void *ctx, int need);
 
 /* dplane_progress.c: which shared memory and processes this process
  * sees: a hash of the boot id and of its IPC, PID and mount namespaces.

@@ -1,13 +1,16 @@
-/* dplane_progress.c - the data plane's UCX context and worker, its
- * progress thread and wake-ups, and its start and stop (dplane_int.h).
+/* dplane_progress.c - the data plane's UCX context and worker, the
+ * waiters that progress it, its progress thread and wake-ups, and its
+ * start and stop (dplane_int.h).
  *
- * The progress thread is the only one that progresses the UCX worker while
- * the dplane runs: it answers the address port (dp_addr_answer), retries
- * parked frames, closes the endpoints queued for closing (dp->closing:
- * peers gone, sends given up on) and expires unclaimed frames about once a
- * second. It spins only right after events, then arms the worker and
- * sleeps in epoll on the worker's event fd and the listening socket;
- * senders wake it with ucp_worker_signal() after posting.
+ * Runners waiting for a message or a send progress the UCX worker
+ * themselves for a while ("waiters that progress" below). Otherwise the
+ * progress thread does: it also answers the address port
+ * (dp_addr_answer), retries parked frames, closes the endpoints queued for
+ * closing (dp->closing: peers gone, sends given up on) and expires
+ * unclaimed frames about once a second. It spins only right after events,
+ * then arms the worker and sleeps in epoll on the worker's event fd, the
+ * listening socket and its wake-up eventfd (dp_wake: senders after
+ * posting, waiters handing progress back, stop).
  *
  * Start: UCX, then the listening socket, then the thread; a failure frees
  * what was made. Stop: the mailbox is shut down, the thread joined, and
@@ -15,15 +18,83 @@
  * parked frames, closes every endpoint, waits for the fetches and sends
  * still in flight, and frees everything the dplane owns. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include "dplane_int.h"
 #include "util.h"
+
+/* ---- wake-ups ---- */
+
+void dp_wake(dplane_t *dp)
+{
+    uint64_t one = 1;
+    /* A full counter (never, in practice) is a pending wake-up anyway. */
+    ssize_t n = write(dp->wake_fd, &one, sizeof one);
+    (void)n;
+}
+
+/* Empties the wake-up counter after a sleep. */
+static void wake_drain(dplane_t *dp)
+{
+    uint64_t v;
+    ssize_t n = read(dp->wake_fd, &v, sizeof v);
+    (void)n;
+}
+
+/* ---- waiters that progress (dplane_int.h, dp_poll) ----
+ *
+ * A runner waiting for a message (mbox_set_poller) or for its send
+ * progresses the worker itself for DPLANE_POLL_US at most (dplane.h):
+ * the handler then runs in the waiting thread, with no wake-up between
+ * the wire and the waiter. While waiters poll, the progress thread sleeps
+ * without arming the worker: an armed worker would wake it for every
+ * message the waiters receive anyway, and on a 2-core host those wake-ups
+ * cost 40 of the 45 us a message took. Unarmed, it looks every
+ * DPLANE_UNARMED_MS and arms at the first look with nobody polling (so a
+ * peer's rendezvous or pool send, which needs our progress, waits about
+ * that long at worst when no runner here waits), and the last waiter to
+ * stop polling wakes it at once when somebody here still needs progress
+ * (a waiter going to sleep, a send or fetch in flight). The pairs of
+ * atomics (pollers, then unarmed; unarmed, then pollers) are sequentially
+ * consistent, so one of the two always sees the other. */
+void dp_poll_enter(void *ctx)
+{
+    dplane_t *dp = ctx;
+    atomic_fetch_add(&dp->pollers, 1);
+}
+
+void dp_poll(void *ctx)
+{
+    dplane_t *dp = ctx;
+    unsigned n = 0;
+    if (pthread_mutex_trylock(&dp->prog_mu) == 0) {
+        n = ucp_worker_progress(dp->worker);
+        pthread_mutex_unlock(&dp->prog_mu);
+    }
+    if (n)
+        return;
+    /* With fewer cores than busy threads, give the core to whoever holds
+     * it from the peer that must answer. */
+    if (dp->yield_polls)
+        sched_yield();
+    else
+        util_cpu_relax();
+}
+
+void dp_poll_leave(void *ctx, int need)
+{
+    dplane_t *dp = ctx;
+    if (atomic_fetch_sub(&dp->pollers, 1) == 1 && atomic_load(&dp->unarmed) &&
+        (need || atomic_load(&dp->inflight) > 0))
+        dp_wake(dp);
+}
 
 /* ---- the progress thread ---- */
 
@@ -48,26 +119,67 @@ static void close_pending(dplane_t *dp)
     }
 }
 
+/* One pass of the progress thread's work on UCX, under prog_mu: progress,
+ * parked frames, endpoints to close, expiry. How many events; *parked:
+ * whether frames are still parked. */
+static unsigned progress_pass(dplane_t *dp, int64_t now, int64_t *last_expire, int *parked)
+{
+    pthread_mutex_lock(&dp->prog_mu);
+    unsigned n = ucp_worker_progress(dp->worker);
+    if (dp->nparked)
+        n += (unsigned)dp_parked_retry(dp);
+    *parked = dp->nparked > 0;
+    if (dp->nclosing) {            /* racy read; close_pending locks */
+        close_pending(dp);
+        n++;
+    }
+    pthread_mutex_unlock(&dp->prog_mu);
+    if (now - *last_expire > 1000000) {
+        mbox_expire(dp->mb);
+        *last_expire = now;
+    }
+    return n;
+}
+
+/* Sleeps until an event or timeout_ms: unarmed while waiters poll (they
+ * progress; only dp_wake and the address port wake us), else with the
+ * worker armed (UCX's events too). */
+static void progress_sleep(dplane_t *dp, int timeout_ms)
+{
+    struct epoll_event ev;
+    int64_t end = util_mono_us() + (int64_t)timeout_ms * 1000;
+    /* While waiters poll: ticks of DPLANE_UNARMED_MS that do nothing (the
+     * waiters progress), until a wake-up, the address port, the pass's own
+     * timeout, or a tick with no waiter polling: then arm. */
+    atomic_store(&dp->unarmed, 1);
+    while (atomic_load(&dp->pollers) > 0) {
+        int64_t left_ms = (end - util_mono_us() + 999) / 1000;
+        if (left_ms <= 0 || epoll_wait(dp->epfd_unarmed, &ev, 1,
+                                       left_ms < DPLANE_UNARMED_MS ? (int)left_ms
+                                                                   : DPLANE_UNARMED_MS) != 0) {
+            atomic_store(&dp->unarmed, 0);
+            wake_drain(dp);
+            return;
+        }
+    }
+    atomic_store(&dp->unarmed, 0);
+    int64_t left_ms = (end - util_mono_us() + 999) / 1000;
+    if (left_ms > 0 && ucp_worker_arm(dp->worker) == UCS_OK)
+        epoll_wait(dp->epfd, &ev, 1, (int)left_ms);
+    wake_drain(dp);
+}
+
 static void *progress_main(void *arg)
 {
     dplane_t *dp = arg;
     int64_t last_event = util_mono_us(), last_expire = last_event, last_accept = last_event;
     while (!atomic_load(&dp->stopping)) {
-        unsigned n = ucp_worker_progress(dp->worker);
         int64_t now = util_mono_us();      /* one clock read per pass */
+        int parked;
+        unsigned n = progress_pass(dp, now, &last_expire, &parked);
         if (now - last_accept > 1000) {    /* also after every wake-up */
             dp_addr_answer(dp);
             last_accept = now;
-        }
-        if (dp->nparked)
-            n += (unsigned)dp_parked_retry(dp);
-        if (dp->nclosing) {        /* racy read; close_pending locks */
-            close_pending(dp);
-            n++;
-        }
-        if (now - last_expire > 1000000) {
-            mbox_expire(dp->mb);
-            last_expire = now;
         }
         /* Spin only right after events, never for operations in flight: on
          * a host with fewer cores than busy threads a spinning progress
@@ -79,16 +191,10 @@ static void *progress_main(void *arg)
         }
         if (now - last_event < dp->spin_us)
             continue;
-        ucs_status_t st = ucp_worker_arm(dp->worker);
-        if (st == UCS_ERR_BUSY)
-            continue;
-        struct epoll_event ev;
         /* Parked frames are retried every few ms; operations in flight
          * get a 10 ms safety tick (their completions wake us anyway); else
          * a 1 s tick for expiring unclaimed frames. */
-        int timeout_ms = dp->nparked ? 2 : atomic_load(&dp->inflight) > 0 ? 10 : 1000;
-        if (st == UCS_OK)
-            epoll_wait(dp->epfd, &ev, 1, timeout_ms);
+        progress_sleep(dp, parked ? 2 : atomic_load(&dp->inflight) > 0 ? 10 : 1000);
         last_event = util_mono_us();
         last_accept = 0;
     }
@@ -202,9 +308,17 @@ static int ucx_init(dplane_t *dp, dplane_transport_t tr)
         ucp_worker_set_am_recv_handler(dp->worker, &ha) != UCS_OK ||
         ucp_worker_get_efd(dp->worker, &efd) != UCS_OK)
         return -1;
+    /* Two sleeps (progress_sleep): armed, on UCX's events too; unarmed,
+     * while takers progress, on wake-ups and the address port only (the
+     * port is added to both by dp_listen_on). */
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = efd};
-    if ((dp->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-        epoll_ctl(dp->epfd, EPOLL_CTL_ADD, efd, &ev) != 0)
+    struct epoll_event wev = {.events = EPOLLIN};
+    if ((dp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+        (dp->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        (dp->epfd_unarmed = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        epoll_ctl(dp->epfd, EPOLL_CTL_ADD, efd, &ev) != 0 ||
+        epoll_ctl(dp->epfd, EPOLL_CTL_ADD, dp->wake_fd, &wev) != 0 ||
+        epoll_ctl(dp->epfd_unarmed, EPOLL_CTL_ADD, dp->wake_fd, &wev) != 0)
         return -1;
     if ((st = ucp_worker_get_address(dp->worker, &dp->ucx_addr, &dp->ucx_addr_len)) != UCS_OK) {
         log_error("dplane: ucp_worker_get_address: %s", ucs_status_string(st));
@@ -231,6 +345,11 @@ static void dplane_free(dplane_t *dp)
         ucp_cleanup(dp->ctx);
     if (dp->epfd >= 0)
         close(dp->epfd);
+    if (dp->epfd_unarmed >= 0)
+        close(dp->epfd_unarmed);
+    if (dp->wake_fd >= 0)
+        close(dp->wake_fd);
+    pthread_mutex_destroy(&dp->prog_mu);
     pthread_mutex_destroy(&dp->mu);
     free(dp);
 }
@@ -247,16 +366,22 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
     /* Cookies start at a random point: an ACK cannot be forged blindly. */
     if (getrandom(&dp->rma_cookie, sizeof dp->rma_cookie, 0) != sizeof dp->rma_cookie)
         dp->rma_cookie = (uint64_t)util_wall_us() * 2654435761u;
-    dp->epfd = -1;
+    dp->epfd = dp->epfd_unarmed = dp->wake_fd = -1;
     dp->listen_fd = -1;
-    dp->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    dp->spin_us = ncpu >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
+    dp->yield_polls = ncpu < DPLANE_SPIN_MIN_CPUS;
     pthread_mutex_init(&dp->mu, NULL);
+    pthread_mutex_init(&dp->prog_mu, NULL);
     if (ucx_init(dp, tr) != 0 || dp_listen_on(dp, listen_addr, advertise_host) != 0)
         goto fail;
     if (pthread_create(&dp->progress_thread, NULL, progress_main, dp) != 0) {
         log_error("dplane: cannot start the progress thread");
         goto fail;
     }
+    mbox_poller_t poller = {.ctx = dp, .spin_us = DPLANE_POLL_US, .enter = dp_poll_enter,
+                            .poll = dp_poll, .leave = dp_poll_leave};
+    mbox_set_poller(mb, &poller);
     return dp;
 fail:
     dplane_free(dp);
@@ -282,8 +407,9 @@ void dplane_stop(dplane_t *dp)
         return;
     /* The owner stops the mailbox too, but may do so only after this. */
     mbox_shutdown(dp->mb);
+    mbox_set_poller(dp->mb, NULL);
     atomic_store(&dp->stopping, 1);
-    ucp_worker_signal(dp->worker);
+    dp_wake(dp);
     pthread_join(dp->progress_thread, NULL);
     /* From here this thread is the only one in UCX. */
     while (dp->parked) {

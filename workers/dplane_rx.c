@@ -1,5 +1,6 @@
 /* dplane_rx.c - the data plane's receive path (dplane_int.h): frames from
- * peers into the mailbox. Everything here runs on the progress thread.
+ * peers into the mailbox. Everything here runs under dp->prog_mu: in the
+ * progress thread, or in a taker that progresses while it waits.
  *
  * Origins: a message's sender is known by its reply endpoint (UCX's
  * endpoint to that peer, made by wire-up). Each distinct one gets a slot
@@ -113,7 +114,7 @@ static void rx_done(void *req, ucs_status_t status, size_t length, void *user)
         ucp_request_free(req);
 }
 
-/* ---- the receiver's cache of senders' block keys (progress thread) ---- */
+/* ---- the receiver's cache of senders' block keys (under prog_mu) ---- */
 
 void dp_rkeys_drop(dplane_t *dp, int origin)
 {
@@ -274,7 +275,7 @@ static rx_fate_t rx_offer(dplane_t *dp, const dplane_hdr_t *h, int origin, void 
     return rx_take(dp, h, origin, a, data, rndv, rma);
 }
 
-/* UCX active-message handler (progress thread). Returns UCS_INPROGRESS
+/* UCX active-message handler (under prog_mu). Returns UCS_INPROGRESS
  * when UCX must keep data (a parked frame, or a fetch started), else
  * UCS_OK (data unused after this; a declined rendezvous completes its
  * sender with success, so a stale frame never fails a peer). */
@@ -304,7 +305,7 @@ ucs_status_t dp_am_recv(void *arg, const void *header, size_t header_length, voi
         return f == RX_TAKEN && rndv ? UCS_INPROGRESS : UCS_OK;
     *pk = (dp_park_t){.h = h, .origin = origin, .data = data, .rndv = rndv,
                       .deadline_us = deadline, .next = dp->parked};
-    dp->parked = pk;               /* progress thread only: no lock needed */
+    dp->parked = pk;               /* under prog_mu: no other lock needed */
     dp->nparked++;
     return UCS_INPROGRESS;
 }
@@ -344,7 +345,7 @@ ucs_status_t dp_am_rma(void *arg, const void *header, size_t header_length, void
     return UCS_OK;                 /* nothing of UCX's is kept: the header was copied */
 }
 
-/* Offers every parked frame again (progress thread). Returns how many
+/* Offers every parked frame again (progress thread, under prog_mu). Returns how many
  * left the list. */
 int dp_parked_retry(dplane_t *dp)
 {

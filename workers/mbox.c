@@ -2,13 +2,16 @@
  *
  * A fixed-size chained hash table under one mutex, and one condition
  * variable broadcast on every change that could satisfy a waiter (put,
- * cancel, shutdown). Waiters re-check their own tag after each wakeup, so a
- * spurious or foreign wakeup costs one lookup. The number of concurrent
- * waiters is at most the device count, so a broadcast is cheap. */
+ * cancel, shutdown) while any waiter sleeps. Waiters re-check their own
+ * tag after each wakeup, so a spurious or foreign wakeup costs one lookup.
+ * The number of concurrent waiters is at most the device count, so a
+ * broadcast is cheap. Each such change also moves a generation counter,
+ * which polling takers (mbox_set_poller) watch without the lock. */
 #include "mbox.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -65,7 +68,30 @@ struct mbox {
     int64_t origin_bytes[MBOX_MAX_ORIGINS];
     int64_t unclaimed_bytes;
     mbox_guard_stats_t gs;
+    /* Takers that drive the data plane (mbox_set_poller). gen counts the
+     * changes a waiter could be waiting for (every wake_locked), so a
+     * polling taker looks at the table again only when it moved. sleepers:
+     * takers in pthread_cond_timedwait now. */
+    mbox_poller_t poller;
+    atomic_uint gen;
+    int sleepers;
 };
+
+/* Something a waiter may wait for changed: polling takers see gen move,
+ * sleeping ones are woken. Holds mu. */
+static void wake_locked(mbox_t *mb)
+{
+    atomic_fetch_add_explicit(&mb->gen, 1, memory_order_release);
+    if (mb->sleepers)
+        pthread_cond_broadcast(&mb->cv);
+}
+
+void mbox_set_poller(mbox_t *mb, const mbox_poller_t *p)
+{
+    pthread_mutex_lock(&mb->mu);
+    mb->poller = p ? *p : (mbox_poller_t){0};
+    pthread_mutex_unlock(&mb->mu);
+}
 
 /* Reports a message arriving (sign +1) or leaving (-1). Holds mu. */
 static void acct_locked(mbox_t *mb, const tensor_t *t, int sign)
@@ -181,7 +207,7 @@ int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t)
     *p = m;
     mb->count++;
     acct_locked(mb, t, +1);
-    pthread_cond_broadcast(&mb->cv);
+    wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);
     return 0;
 }
@@ -206,7 +232,7 @@ static void unclaim_locked(mbox_t *mb, mbox_msg_t *m)
         mb->ulast = m->uprev;
     m->origin = 0;
     m->uprev = m->unext = NULL;
-    pthread_cond_broadcast(&mb->cv);   /* room for a waiting admit */
+    wake_locked(mb);   /* room for a waiting admit */
 }
 
 /* Unlinks and returns the first message with this tag, or NULL. Holds mu. */
@@ -227,12 +253,65 @@ static tensor_t *remove_locked(mbox_t *mb, const mbox_tag_t *tag)
     return NULL;
 }
 
+/* A take's polling (mbox_set_poller). spin_end: 0 before polling began,
+ * else when it ends; polling: between the poller's enter and leave. */
+typedef struct take_poll {
+    mbox_poller_t p;
+    int64_t spin_end;
+    int polling;
+} take_poll_t;
+
+/* Polls the data plane until the mailbox changes, spin_end passes or the
+ * mailbox stops. Without mu. */
+static void poll_until_change(mbox_t *mb, const mbox_poller_t *p, unsigned gen,
+                              int64_t spin_end)
+{
+    while (atomic_load_explicit(&mb->gen, memory_order_acquire) == gen) {
+        p->poll(p->ctx);
+        if (util_mono_us() >= spin_end)
+            return;
+    }
+}
+
+/* The next step of a take's polling, for a taker whose message is not
+ * there: begin (once per take), poll until the table moves, or give up
+ * (leave, saying this taker sleeps: the data plane's own thread must
+ * progress for it). Holds mu on entry and return, but drops it around the
+ * poller's calls, whose progress may put. Returns 1 after a step (the
+ * caller looks at the table again), 0 when the taker should sleep. */
+static int take_poll_step(mbox_t *mb, take_poll_t *tp, int64_t now, int64_t deadline)
+{
+    if (!tp->polling && tp->spin_end == 0 && mb->poller.poll && mb->poller.spin_us > 0) {
+        tp->p = mb->poller;
+        tp->spin_end = now + tp->p.spin_us < deadline ? now + tp->p.spin_us : deadline;
+        tp->polling = 1;
+        pthread_mutex_unlock(&mb->mu);
+        tp->p.enter(tp->p.ctx);
+        pthread_mutex_lock(&mb->mu);
+        return 1;
+    }
+    if (!tp->polling)
+        return 0;
+    if (now < tp->spin_end) {
+        unsigned gen = atomic_load_explicit(&mb->gen, memory_order_relaxed);
+        pthread_mutex_unlock(&mb->mu);
+        poll_until_change(mb, &tp->p, gen, tp->spin_end);
+    } else {
+        tp->polling = 0;
+        pthread_mutex_unlock(&mb->mu);
+        tp->p.leave(tp->p.ctx, 1);
+    }
+    pthread_mutex_lock(&mb->mu);
+    return 1;
+}
+
 mbox_status_t mbox_take(mbox_t *mb, const mbox_tag_t *tag, int64_t deadline_mono_us,
                         tensor_t **out)
 {
     struct timespec ts = {.tv_sec = (time_t)(deadline_mono_us / 1000000),
                           .tv_nsec = (long)(deadline_mono_us % 1000000) * 1000};
     mbox_status_t st = MBOX_TIMEOUT;
+    take_poll_t tp = {0};
     *out = NULL;
     pthread_mutex_lock(&mb->mu);
     for (;;) {
@@ -249,13 +328,21 @@ mbox_status_t mbox_take(mbox_t *mb, const mbox_tag_t *tag, int64_t deadline_mono
             st = MBOX_OK;
             break;
         }
-        if (util_mono_us() >= deadline_mono_us)
+        int64_t now = util_mono_us();
+        if (now >= deadline_mono_us)
             break;
+        if (take_poll_step(mb, &tp, now, deadline_mono_us))
+            continue;
+        mb->sleepers++;
         int rc = pthread_cond_timedwait(&mb->cv, &mb->mu, &ts);
+        mb->sleepers--;
         if (rc != 0 && rc != ETIMEDOUT && rc != EINTR)
             break;
     }
+    int others_sleep = mb->sleepers > 0;
     pthread_mutex_unlock(&mb->mu);
+    if (tp.polling)
+        tp.p.leave(tp.p.ctx, others_sleep);
     return st;
 }
 
@@ -304,7 +391,7 @@ void mbox_cancel_job(mbox_t *mb, int64_t job, int32_t max_attempt)
         }
     }
     drop_locked(mb, job, max_attempt);
-    pthread_cond_broadcast(&mb->cv);
+    wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);
 }
 
@@ -328,7 +415,7 @@ void mbox_shutdown(mbox_t *mb)
 {
     pthread_mutex_lock(&mb->mu);
     mb->stopped = 1;
-    pthread_cond_broadcast(&mb->cv);
+    wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);
 }
 
@@ -470,7 +557,7 @@ int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t 
         else
             discard_locked(mb, m, &mb->gs.dropped);
     }
-    pthread_cond_broadcast(&mb->cv);
+    wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);
     return 0;
 }
@@ -550,7 +637,7 @@ void mbox_unreserve(mbox_t *mb, int origin, int64_t nbytes)
     pthread_mutex_lock(&mb->mu);
     mb->origin_bytes[origin] -= nbytes;
     mb->unclaimed_bytes -= nbytes;
-    pthread_cond_broadcast(&mb->cv);
+    wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);
 }
 
@@ -587,7 +674,7 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, tens
             *(bad_key ? &mb->gs.bad_key : &mb->gs.dropped) += 1;
             mb->gs.dropped_bytes += bytes;
         }
-        pthread_cond_broadcast(&mb->cv);
+        wake_locked(mb);
         pthread_mutex_unlock(&mb->mu);
         free(m);
         tensor_free(t);
@@ -600,7 +687,7 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, tens
     if (network_dup_locked(mb, tag, key)) {
         mb->gs.dropped++;
         mb->gs.dropped_bytes += bytes;
-        pthread_cond_broadcast(&mb->cv);
+        wake_locked(mb);
         pthread_mutex_unlock(&mb->mu);
         free(m);
         tensor_free(t);
@@ -629,7 +716,7 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, tens
     *p = m;
     mb->count++;
     acct_locked(mb, t, +1);
-    pthread_cond_broadcast(&mb->cv);
+    wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);
     return 0;
 }

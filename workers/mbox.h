@@ -53,9 +53,31 @@ void mbox_free(mbox_t *mb);
 int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t);
 
 /* Removes the message with this tag, waiting until deadline_mono_us
- * (util_mono_us() clock) for it. Sets *out (caller frees) on MBOX_OK. */
+ * (util_mono_us() clock) for it. Sets *out (caller frees) on MBOX_OK.
+ * With a poller set, a taker whose message is not there polls first (see
+ * mbox_set_poller), then sleeps. */
 mbox_status_t mbox_take(mbox_t *mb, const mbox_tag_t *tag, int64_t deadline_mono_us,
                         tensor_t **out);
+
+/* Takers that drive the data plane. A message from a peer reaches the
+ * mailbox when the data plane is progressed; if only its own thread did
+ * that, each message would cost two wake-ups (that thread, then the
+ * taker). With a poller, a taker whose message is not there calls
+ * enter(ctx), then poll(ctx) (progress once; never blocks, never calls
+ * back into the mailbox's taking side) until the mailbox changes, for at
+ * most spin_us, before it sleeps: the message is received by the thread
+ * that wants it. leave(ctx, need) ends the polling; need: a taker sleeps
+ * now (this one or another), so somebody else must progress for it. None
+ * is called with the mailbox's lock held. p == NULL (or spin_us 0) turns
+ * polling off. Set it while no take is in progress. */
+typedef struct mbox_poller {
+    void *ctx;
+    int64_t spin_us;
+    void (*enter)(void *ctx);
+    void (*poll)(void *ctx);
+    void (*leave)(void *ctx, int need);
+} mbox_poller_t;
+void mbox_set_poller(mbox_t *mb, const mbox_poller_t *p);
 
 /* Marks attempts 0..max_attempt of job cancelled: their kept messages are
  * freed, their waiters wake with MBOX_CANCELLED, and later puts for them are

@@ -7,6 +7,8 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "../../workers/mbox.c"
@@ -378,6 +380,194 @@ static void test_network_duplicate_dropped(void **state)
     mbox_free(mb);
 }
 
+/* ---- takers that progress the data plane (mbox_set_poller) ---- */
+
+typedef struct fake_plane {     /* stands in for the data plane */
+    mbox_t *mb;
+    mbox_tag_t tag;
+    int put_on_poll;            /* the poll that "receives" tag; 0: none */
+    atomic_int polls, enters, leaves, last_need;
+    pthread_t poller;           /* the thread that last polled */
+} fake_plane_t;
+
+static void fake_enter(void *ctx)
+{
+    fake_plane_t *f = ctx;
+    atomic_fetch_add(&f->enters, 1);
+}
+
+/* Like a UCX handler run by progress: the message is put from inside the
+ * poll, in the polling taker's own thread. */
+static void fake_poll(void *ctx)
+{
+    fake_plane_t *f = ctx;
+    f->poller = pthread_self();
+    if (atomic_fetch_add(&f->polls, 1) + 1 == f->put_on_poll)
+        mbox_put(f->mb, &f->tag, scalar(11.0f));
+}
+
+static void fake_leave(void *ctx, int need)
+{
+    fake_plane_t *f = ctx;
+    atomic_store(&f->last_need, need);
+    atomic_fetch_add(&f->leaves, 1);
+}
+
+static void set_fake(mbox_t *mb, fake_plane_t *f, int64_t spin_us)
+{
+    mbox_poller_t p = {.ctx = f, .spin_us = spin_us, .enter = fake_enter, .poll = fake_poll,
+                       .leave = fake_leave};
+    mbox_set_poller(mb, &p);
+}
+
+/* Whether a taker sleeps in mb (a mbox_t *). */
+static int someone_sleeps(void *arg)
+{
+    mbox_t *mb = arg;
+    pthread_mutex_lock(&mb->mu);
+    int n = mb->sleepers;
+    pthread_mutex_unlock(&mb->mu);
+    return n > 0;
+}
+
+/* Waits (bounded) until cond(arg) holds; fails the test otherwise. */
+static void wait_until(int (*cond)(void *), void *arg)
+{
+    int64_t end = util_mono_us() + 20000000;
+    while (!cond(arg)) {
+        assert_true(util_mono_us() < end);
+        sched_yield();
+    }
+}
+
+/* A taker whose message is not there polls, and the message its poll
+ * receives is taken at once: no sleep, one enter and one leave, and the
+ * leave says nobody needs progress. */
+static void test_poller_receives_in_taker(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 1, 0, 1), .put_on_poll = 3};
+    set_fake(mb, &f, 10000000);    /* 10 s: only the message ends the polling */
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(20000), &got), MBOX_OK);
+    assert_true(got && got->data[0] == 11.0f);
+    tensor_free(got);
+    assert_int_equal(atomic_load(&f.polls), 3);
+    assert_true(pthread_equal(f.poller, pthread_self()));
+    assert_int_equal(atomic_load(&f.enters), 1);
+    assert_int_equal(atomic_load(&f.leaves), 1);
+    assert_int_equal(atomic_load(&f.last_need), 0);
+    /* A message already there: no polling at all. */
+    assert_int_equal(mbox_put(mb, &f.tag, scalar(1.0f)), 0);
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(1000), &got), MBOX_OK);
+    tensor_free(got);
+    assert_int_equal(atomic_load(&f.enters), 1);
+    mbox_free(mb);
+}
+
+static int left_once(void *arg)
+{
+    return atomic_load(&((fake_plane_t *)arg)->leaves) == 1;
+}
+
+static void *late_put_main(void *arg)
+{
+    fake_plane_t *f = arg;
+    wait_until(left_once, f);      /* the taker gave up polling */
+    wait_until(someone_sleeps, f->mb);
+    mbox_put(f->mb, &f->tag, scalar(12.0f));
+    return NULL;
+}
+
+/* A taker that polls past spin_us stops polling, says it needs progress
+ * (leave with need), sleeps, and is woken by a put from elsewhere. */
+static void test_poller_gives_up_then_sleeps(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 2, 0, 1)};
+    set_fake(mb, &f, 2000);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, late_put_main, &f), 0);
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(20000), &got), MBOX_OK);
+    pthread_join(th, NULL);
+    assert_true(got && got->data[0] == 12.0f);
+    tensor_free(got);
+    assert_true(atomic_load(&f.polls) >= 1);
+    assert_int_equal(atomic_load(&f.enters), 1);
+    assert_int_equal(atomic_load(&f.leaves), 1);
+    assert_int_equal(atomic_load(&f.last_need), 1);
+    mbox_free(mb);
+}
+
+typedef struct sleeper {
+    mbox_t *mb;
+    mbox_tag_t tag;
+    mbox_status_t st;
+} sleeper_t;
+
+static void *sleeper_main(void *arg)
+{
+    sleeper_t *s = arg;
+    tensor_t *got = NULL;
+    s->st = mbox_take(s->mb, &s->tag, in_ms(20000), &got);
+    tensor_free(got);
+    return NULL;
+}
+
+/* A taker that got its message still says progress is needed when another
+ * taker sleeps: that one's message must come from somebody. */
+static void test_poller_leave_needs_for_sleepers(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 3, 0, 1), .put_on_poll = 0};
+    set_fake(mb, &f, 1000);
+    sleeper_t s = {.mb = mb, .tag = tag_of(4, 0, 3, 1, 0)};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, sleeper_main, &s), 0);
+    wait_until(someone_sleeps, mb);     /* it polled, gave up, sleeps */
+    assert_int_equal(atomic_load(&f.last_need), 1);
+    atomic_store(&f.polls, 0);
+    f.put_on_poll = 2;             /* now our take's message comes on its 2nd poll */
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(20000), &got), MBOX_OK);
+    tensor_free(got);
+    assert_int_equal(atomic_load(&f.leaves), 2);
+    assert_int_equal(atomic_load(&f.last_need), 1);
+    assert_int_equal(mbox_put(mb, &s.tag, scalar(3.0f)), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(s.st, MBOX_OK);
+    mbox_free(mb);
+}
+
+/* spin_us 0 turns polling off; a deadline inside the spin ends it. */
+static void test_poller_off_and_deadline(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 4, 0, 1)};
+    set_fake(mb, &f, 0);
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(20), &got), MBOX_TIMEOUT);
+    assert_int_equal(atomic_load(&f.polls), 0);
+    assert_int_equal(atomic_load(&f.enters), 0);
+    set_fake(mb, &f, 10000000);
+    int64_t t0 = util_mono_us();
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(30), &got), MBOX_TIMEOUT);
+    assert_true(util_mono_us() - t0 < 5000000);
+    assert_true(atomic_load(&f.polls) > 0);
+    assert_int_equal(atomic_load(&f.enters), 1);
+    assert_int_equal(atomic_load(&f.leaves), 1);
+    mbox_set_poller(mb, NULL);
+    atomic_store(&f.polls, 0);
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(20), &got), MBOX_TIMEOUT);
+    assert_int_equal(atomic_load(&f.polls), 0);
+    mbox_free(mb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +582,10 @@ int main(void)
         cmocka_unit_test(test_gate),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_network_duplicate_dropped),
+        cmocka_unit_test(test_poller_receives_in_taker),
+        cmocka_unit_test(test_poller_gives_up_then_sleeps),
+        cmocka_unit_test(test_poller_leave_needs_for_sleepers),
+        cmocka_unit_test(test_poller_off_and_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

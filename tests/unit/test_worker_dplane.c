@@ -175,7 +175,7 @@ static void raw_am_send(pair_t *p, unsigned id, const void *hdr, size_t hdr_len,
     void *r = ucp_am_send_nbx(ep, id, hdr, hdr_len, payload, len, &prm);
     assert_false(UCS_PTR_IS_ERR(r));
     if (r) {
-        ucp_worker_signal(p->a->worker);
+        dp_wake(p->a);
         int abandoned = 0;
         assert_int_equal(send_wait(p->a, w, dplane_addr(p->b), ep, &abandoned), UCS_OK);
         ucp_request_free(r);
@@ -221,6 +221,77 @@ static void test_loopback_send(void **state)
     tensor_free(small);
     tensor_free(big);
     tensor_free(sc);
+}
+
+typedef struct echo {
+    pair_t *p;
+    int n, rc;
+} echo_t;
+
+/* b's side of a ping-pong: takes ping i, sends it back as pong i, until
+ * b's mailbox is shut down. */
+static void *echo_main(void *arg)
+{
+    echo_t *e = arg;
+    for (int i = 0; i < e->n && e->rc == 0; i++) {
+        mbox_tag_t ping = {.job = 21, .op = i, .dst = 1}, pong = {.job = 22, .op = i};
+        tensor_t *got = NULL;
+        mbox_status_t st = mbox_take(e->p->mb_b, &ping, in_ms(20000), &got);
+        if (st != MBOX_OK || dplane_send(e->p->b, dplane_addr(e->p->a), &pong, &KEY, got) != 0)
+            e->rc = st == MBOX_STOPPED ? 1 : -1;
+        tensor_free(got);
+    }
+    return NULL;
+}
+
+static pthread_t counted_thread;
+static atomic_int puts_in_thread;
+
+/* Accounting hook: runs in the thread that puts (the one that progressed
+ * UCX and so ran the handler). */
+static void count_puts(void *ctx, int64_t dobjects, int64_t dbytes)
+{
+    (void)ctx;
+    (void)dbytes;
+    if (dobjects > 0 && pthread_equal(pthread_self(), counted_thread))
+        atomic_fetch_add(&puts_in_thread, 1);
+}
+
+/* A taker waiting for a frame receives it itself (it progresses UCX while
+ * it waits, mbox_set_poller): over a ping-pong, pongs are put into a's
+ * mailbox by the taking thread, not only by a's progress thread; every
+ * value comes back exact. */
+static void test_taker_receives_itself(void **state)
+{
+    pair_t *p = *state;
+    /* Rounds until one pong was received by the taker, at most ROUNDS:
+     * most are on an idle host, and a take polls for DPLANE_POLL_US
+     * before it sleeps, so even a loaded one gets some. */
+    enum { ROUNDS = 5000 };
+    counted_thread = pthread_self();
+    atomic_store(&puts_in_thread, 0);
+    mbox_set_accounting(p->mb_a, count_puts, NULL);
+    echo_t e = {.p = p, .n = ROUNDS};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, echo_main, &e), 0);
+    int ok = 1;
+    for (int i = 0; ok && i < ROUNDS && atomic_load(&puts_in_thread) == 0; i++) {
+        int64_t dims[1] = {3};
+        tensor_t *t = iota(1, dims), *got = NULL;
+        t->data[0] = (float)i;
+        mbox_tag_t ping = {.job = 21, .op = i, .dst = 1}, pong = {.job = 22, .op = i};
+        ok = dplane_send(p->a, dplane_addr(p->b), &ping, &KEY, t) == 0 &&
+             mbox_take(p->mb_a, &pong, in_ms(20000), &got) == MBOX_OK;
+        if (ok)
+            assert_same_tensor(got, t);
+        tensor_free(t);
+        tensor_free(got);
+    }
+    mbox_shutdown(p->mb_b);        /* the echo's next take ends */
+    pthread_join(th, NULL);
+    assert_true(ok);
+    assert_true(atomic_load(&puts_in_thread) > 0);
+    mbox_set_accounting(p->mb_a, NULL, NULL);
 }
 
 /* A send to one's own address is a mailbox put of a copy. */
@@ -696,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_parse_addr),
         cmocka_unit_test_setup_teardown(test_loopback_send, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_self_send_is_local, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(test_taker_receives_itself, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_garbage_connection, pair_setup, pair_teardown),
         cmocka_unit_test(test_unreachable_peer),
         cmocka_unit_test_setup_teardown(test_shm_4mib_integrity, pair_setup, pair_teardown),
