@@ -23,7 +23,6 @@
 #include "store.h"
 #include "util.h"
 
-#define MAX_ISLANDS 16
 /* Poll answers, job documents and report batches are built and freed as
  * blocks of hundreds of KiB, on several threads' arenas: with glibc's
  * defaults each came from a fresh mmap or a regrown heap (sysmalloc and
@@ -38,8 +37,8 @@ typedef struct options {
     char host[64];
     int port;
     const char *db;
-    island_desc_t islands[MAX_ISLANDS];
-    char island_names[MAX_ISLANDS][NAME_MAX_LEN];
+    island_desc_t islands[SCHED_MAX_ISLANDS];
+    char island_names[SCHED_MAX_ISLANDS][NAME_MAX_LEN];
     int nislands;
     const char *dispatch;
     const char *durability;             /* group (default), commit or none */
@@ -142,7 +141,7 @@ static int parse_island(options_t *o, const char *text)
               c == '_' || c == '-'))
             return fail_flag("--island", text, "names use letters, digits, '_' and '-'");
     }
-    if (o->nislands == MAX_ISLANDS)
+    if (o->nislands == SCHED_MAX_ISLANDS)
         return fail_flag("--island", text, "too many islands (at most 16)");
     island_desc_t *d = &o->islands[o->nislands];
     if (mesh_shape_parse(eq + 1, &d->shape) != 0 || shape_numel(&d->shape) > 4096)

@@ -188,7 +188,7 @@ void sched_admit(store_t *st)
         qs[i].fair = (double)ts[i].used / (double)ts[i].share;
         qs[i].last_prio = INT64_MAX;
     }
-    int blocked[16] = {0};
+    int blocked[SCHED_MAX_ISLANDS] = {0};
     tenant_q_t *q;
     while ((q = tq_pick(st, qs, nt))) {
         int rc = admit_job(st, &r, &q->page[q->next++], &q->t.used, blocked);

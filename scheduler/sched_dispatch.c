@@ -275,7 +275,7 @@ static int sequential_waits(const job_plan_t *plan, const alloc_placement_t *pl,
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                        const json_t *doc, round_t *r, const alloc_placement_t *pl)
 {
-    int waiting[16] = {0}, ndev = 0;
+    int waiting[SCHED_MAX_ISLANDS] = {0}, ndev = 0;
     for (int s = 0; s < plan->nslices; s++)
         ndev += pl[s].nshards;
     int64_t *isl = malloc(sizeof *isl * (size_t)ndev), *dev = malloc(sizeof *dev * (size_t)ndev);

@@ -95,7 +95,7 @@ typedef struct island_feed {
 } island_feed_t;
 
 /* Scheduler thread only (like vtimes). */
-static island_feed_t island_feed[16];
+static island_feed_t island_feed[SCHED_MAX_ISLANDS];
 /* What /metrics shows of each island's budget and of what is in flight
  * after the last feed pass: written here, read by any thread, under
  * gauge_mu so that a reader sees the three of one pass together. */
@@ -103,7 +103,7 @@ typedef struct feed_gauge {
     double budget_us, inflight_us;
     int inflight;
 } feed_gauge_t;
-static feed_gauge_t gauges[16];
+static feed_gauge_t gauges[SCHED_MAX_ISLANDS];
 static pthread_mutex_t gauge_mu = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct vtime {
@@ -250,9 +250,10 @@ static double feed_budget(store_t *st, const round_t *r, int xi)
         f->budget_us = FEED_BUDGET_INIT_US;
         f->since_us = util_wall_us();
     }
-    if (!f->backlogged || util_mono_us() - f->looked_us < FEED_LOOK_US)
+    int64_t now = util_mono_us();
+    if (!f->backlogged || now - f->looked_us < FEED_LOOK_US)
         return f->budget_us;
-    f->looked_us = util_mono_us();
+    f->looked_us = now;
     if (store_sched_island_idle(st, r->island_id[xi], f->since_us, &idle, &span, &ntasks) == 0 &&
         ntasks >= FEED_ADJUST_TASKS) {
         double w = f->span_us > 0 ? FEED_AVG_NEW : 1.0;
@@ -276,15 +277,15 @@ static double feed_budget(store_t *st, const round_t *r, int xi)
 static void feed_load(store_t *st, const round_t *r, sched_feed_job_t *fj, int n, int *xi,
                       island_load_t *il)
 {
-    double most[16];
-    for (int k = 0; k < 16; k++)
+    double most[SCHED_MAX_ISLANDS];
+    for (int k = 0; k < SCHED_MAX_ISLANDS; k++)
         most[k] = FEED_DEFAULT_SHARD_US;
     for (int i = 0; i < n; i++) {
         xi[i] = sched_round_island(r, fj[i].island);
         if (xi[i] >= 0 && fj[i].shard_us > most[xi[i]])
             most[xi[i]] = fj[i].shard_us;
     }
-    memset(il, 0, sizeof *il * 16);
+    memset(il, 0, sizeof *il * SCHED_MAX_ISLANDS);
     for (int i = 0; i < n; i++) {
         if (fj[i].shard_us <= 0)
             fj[i].shard_us = xi[i] >= 0 ? most[xi[i]] : FEED_DEFAULT_SHARD_US;
@@ -303,14 +304,14 @@ static void feed_load(store_t *st, const round_t *r, sched_feed_job_t *fj, int n
 static void feed_gauges(const round_t *r, const island_load_t *il)
 {
     pthread_mutex_lock(&gauge_mu);
-    for (int k = 0; k < r->n && k < 16; k++)
+    for (int k = 0; k < r->n && k < SCHED_MAX_ISLANDS; k++)
         gauges[k] = (feed_gauge_t){island_feed[k].budget_us, il[k].us, il[k].n};
     pthread_mutex_unlock(&gauge_mu);
 }
 
 int sched_feed_gauge(int island, double *budget_s, double *inflight_s)
 {
-    if (island < 0 || island >= 16)
+    if (island < 0 || island >= SCHED_MAX_ISLANDS)
         return -1;
     pthread_mutex_lock(&gauge_mu);
     feed_gauge_t g = gauges[island];
@@ -341,7 +342,7 @@ int sched_feed_shared(store_t *st, round_t *r)
     static sched_feed_job_t fj[FEED_MAX];
     vtime_t *vt[FEED_MAX];
     int xi[FEED_MAX];
-    island_load_t il[16];
+    island_load_t il[SCHED_MAX_ISLANDS];
     int n = store_sched_feed_jobs(st, fj, FEED_MAX), fed = 0;
     feed_costs(st, fj, n);
     double vstart = INFINITY;

@@ -115,9 +115,9 @@ extern sched_config_t sched_cfg;
  * shared jobs). Placements and evictions made in the round update both. */
 typedef struct round {
     int n;
-    int64_t island_id[16];
-    alloc_island_t *isl[16];
-    sched_dev_t *devs[16];
+    int64_t island_id[SCHED_MAX_ISLANDS];
+    alloc_island_t *isl[SCHED_MAX_ISLANDS];
+    sched_dev_t *devs[SCHED_MAX_ISLANDS];
 } round_t;
 
 /* Reads the islands of sched_cfg and their devices from the store into r

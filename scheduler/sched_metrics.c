@@ -69,8 +69,8 @@ static size_t metrics_feed(char *buf, size_t len, size_t cap)
                                         " dispatched and not finished, after the last feed."},
         {"atoll_feed_inflight", "Shared jobs' computations dispatched and not finished on an"
                                 " island, after the last feed."}};
-    double v[16][3];
-    int n = sched_cfg.nislands < 16 ? sched_cfg.nislands : 16;
+    double v[SCHED_MAX_ISLANDS][3];
+    int n = sched_cfg.nislands < SCHED_MAX_ISLANDS ? sched_cfg.nislands : SCHED_MAX_ISLANDS;
     for (int i = 0; i < n; i++)
         v[i][2] = sched_feed_gauge(i, &v[i][0], &v[i][1]);
     for (int f = 0; f < 3; f++) {

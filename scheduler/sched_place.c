@@ -33,7 +33,7 @@ int sched_round_island(const round_t *r, int64_t island_id)
 int sched_round_load(store_t *st, round_t *r)
 {
     memset(r, 0, sizeof *r);
-    for (int i = 0; i < sched_cfg.nislands && i < 16; i++) {
+    for (int i = 0; i < sched_cfg.nislands && i < SCHED_MAX_ISLANDS; i++) {
         const island_desc_t *d = &sched_cfg.islands[i];
         int64_t n = shape_numel(&d->shape);
         r->island_id[i] = store_island_id(st, d->name);
@@ -124,7 +124,7 @@ int sched_place_shared(const round_t *r, const alloc_request_t *reqs, int nreq,
             if (r->devs[i][d].shared > maxload && !r->devs[i][d].job)
                 maxload = r->devs[i][d].shared;
     for (int load = 0; load <= maxload && a == ALLOC_ENOSPACE; load++) {
-        alloc_island_t *tmp[16] = {0};
+        alloc_island_t *tmp[SCHED_MAX_ISLANDS] = {0};
         int ok = 1;
         for (int i = 0; i < r->n && ok; i++) {
             if (!(tmp[i] = alloc_island_new(alloc_island_name(r->isl[i]),

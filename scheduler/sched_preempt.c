@@ -68,8 +68,8 @@ static int chosen_has(const victims_t *vs, const int *chosen, int k, int64_t id)
 static int fits_without(const round_t *r, const victims_t *vs, const int *chosen, int k,
                         const alloc_request_t *reqs, int nreq, int shared_gang)
 {
-    alloc_island_t *tmp[16] = {0};
-    int *gone[16] = {0};            /* chosen shared holders per device */
+    alloc_island_t *tmp[SCHED_MAX_ISLANDS] = {0};
+    int *gone[SCHED_MAX_ISLANDS] = {0};            /* chosen shared holders per device */
     alloc_placement_t pl[64];
     int rc = -1;
     for (int i = 0; i < r->n; i++)

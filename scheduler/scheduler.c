@@ -110,9 +110,9 @@ int sched_start(const sched_config_t *cfg)
 /* Reads only the islands of sched_cfg, set before any other thread asked. */
 int sched_ever_fits(const job_plan_t *plan)
 {
-    alloc_island_t *isl[16] = {0};
+    alloc_island_t *isl[SCHED_MAX_ISLANDS] = {0};
     alloc_request_t reqs[64];
-    int n = sched_cfg.nislands < 16 ? sched_cfg.nislands : 16, fits = -1;
+    int n = sched_cfg.nislands < SCHED_MAX_ISLANDS ? sched_cfg.nislands : SCHED_MAX_ISLANDS, fits = -1;
     for (int i = 0; i < n; i++)
         if (!(isl[i] = alloc_island_new(sched_cfg.islands[i].name, &sched_cfg.islands[i].shape)))
             goto cleanup;

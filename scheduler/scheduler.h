@@ -19,9 +19,12 @@
 
 #include "compiler.h"
 
+/* Islands one controller schedules, at most (atolld refuses more). */
+#define SCHED_MAX_ISLANDS 16
+
 typedef struct sched_config {
     const island_desc_t *islands;   /* borrowed; must outlive the scheduler */
-    int nislands;
+    int nislands;                   /* 1..SCHED_MAX_ISLANDS */
     int64_t lease_us;               /* worker heartbeat lease */
     int sequential;                 /* 1: --dispatch sequential */
     void (*on_dispatch)(void);      /* called after host tasks became pending */

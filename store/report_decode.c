@@ -106,8 +106,10 @@ int report_validate(const json_t *body, const char **state, err_t *e)
             ok |= strcmp(key, allowed[i]) == 0;
         if (!ok)
             return err_set(e, 400, key, "unknown field '%s'", key);
-        if (strstr(key, "_us") && !json_is_integer(v))
-            return err_set(e, 400, key, "%s must be an integer (unix microseconds)", key);
+        if (strstr(key, "_us") && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                                   json_integer_value(v) > REPORT_TIME_MAX_US))
+            return err_set(e, 400, key, "%s must be an integer (unix microseconds, 0..2^52)",
+                           key);
     }
     *state = json_string_value(json_object_get(body, "state"));
     if (!*state || (strcmp(*state, "succeeded") != 0 && strcmp(*state, "failed") != 0 &&

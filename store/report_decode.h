@@ -47,9 +47,15 @@ int report_outputs_check(const json_t *body, err_t *e);
  * shard count): 0, or 400 naming "outputs.NAME". */
 int report_output_shards(const char *name, const json_t *arr, int nshards, err_t *e);
 
-/* The report's fields: only known ones, *_us integers, a state of
- * succeeded/failed/cancelled (*state points into body), error a string,
- * unreachable_peer a data address. 0 or 400. */
+/* The largest stamp a report may carry (unix µs, 2^52: the year 2112).
+ * Bounded so that the controller's arithmetic on stamps (busy times, the
+ * feed's sums of idle gaps over 64 tasks) cannot overflow. */
+#define REPORT_TIME_MAX_US ((int64_t)1 << 52)
+
+/* The report's fields: only known ones, *_us integers in
+ * 0..REPORT_TIME_MAX_US, a state of succeeded/failed/cancelled (*state
+ * points into body), error a string, unreachable_peer a data address. 0 or
+ * 400. */
 int report_validate(const json_t *body, const char **state, err_t *e);
 
 /* One decoded output {"shape": [..], "sum": number|null, "values_f32"?:

@@ -354,7 +354,11 @@ static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *
     int64_t t2 = json_time(body, "finished_us");
     sqlite3_stmt *s;
     int64_t busy = t2 > t1 ? t2 - t1 : 0;
-    if (task_busy(st, rep, r, busy) != 0 || store_usage_add(st, r->job, busy * r->nshards) != 0 ||
+    /* Stamps are at most REPORT_TIME_MAX_US, shards up to a worker's 4096
+     * devices: the product saturates rather than overflow. */
+    int64_t dev_us = r->nshards > 0 && busy > INT64_MAX / r->nshards ? INT64_MAX
+                                                                      : busy * r->nshards;
+    if (task_busy(st, rep, r, busy) != 0 || store_usage_add(st, r->job, dev_us) != 0 ||
         !(s = store_stmt(st, comp_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);

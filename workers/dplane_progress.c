@@ -40,12 +40,16 @@ void dp_wake(dplane_t *dp)
     (void)n;
 }
 
-/* Empties the wake-up counter after a sleep. */
-static void wake_drain(dplane_t *dp)
+/* Empties the wake-up counter when a sleep (epoll_wait's answer r, ev)
+ * ended on it; another readiness leaves it for the next sleep, which then
+ * returns at once and drains it. */
+static void wake_drain(dplane_t *dp, int r, const struct epoll_event *ev)
 {
     uint64_t v;
-    ssize_t n = read(dp->wake_fd, &v, sizeof v);
-    (void)n;
+    if (r == 1 && ev->data.fd == dp->wake_fd) {
+        ssize_t n = read(dp->wake_fd, &v, sizeof v);
+        (void)n;
+    }
 }
 
 /* ---- waiters that progress (dplane_int.h, dp_poll) ----
@@ -154,19 +158,22 @@ static void progress_sleep(dplane_t *dp, int timeout_ms)
     atomic_store(&dp->unarmed, 1);
     while (atomic_load(&dp->pollers) > 0) {
         int64_t left_ms = (end - util_mono_us() + 999) / 1000;
-        if (left_ms <= 0 || epoll_wait(dp->epfd_unarmed, &ev, 1,
-                                       left_ms < DPLANE_UNARMED_MS ? (int)left_ms
-                                                                   : DPLANE_UNARMED_MS) != 0) {
+        int r = left_ms <= 0 ? 0
+                             : epoll_wait(dp->epfd_unarmed, &ev, 1,
+                                          left_ms < DPLANE_UNARMED_MS ? (int)left_ms
+                                                                      : DPLANE_UNARMED_MS);
+        if (left_ms <= 0 || r != 0) {
             atomic_store(&dp->unarmed, 0);
-            wake_drain(dp);
+            wake_drain(dp, r, &ev);
             return;
         }
     }
     atomic_store(&dp->unarmed, 0);
     int64_t left_ms = (end - util_mono_us() + 999) / 1000;
+    int r = 0;
     if (left_ms > 0 && ucp_worker_arm(dp->worker) == UCS_OK)
-        epoll_wait(dp->epfd, &ev, 1, (int)left_ms);
-    wake_drain(dp);
+        r = epoll_wait(dp->epfd, &ev, 1, (int)left_ms);
+    wake_drain(dp, r, &ev);
 }
 
 static void *progress_main(void *arg)
@@ -313,7 +320,9 @@ static int ucx_init(dplane_t *dp, dplane_transport_t tr)
      * port is added to both by dp_listen_on). */
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = efd};
     struct epoll_event wev = {.events = EPOLLIN};
-    if ((dp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+    if ((dp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0)
+        wev.data.fd = dp->wake_fd;
+    if (dp->wake_fd < 0 ||
         (dp->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
         (dp->epfd_unarmed = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
         epoll_ctl(dp->epfd, EPOLL_CTL_ADD, efd, &ev) != 0 ||

@@ -174,6 +174,9 @@ static void check_report(const json_t *body)
             k++;
         if (k == sizeof known / sizeof known[0])
             abort();
+        if (strstr(key, "_us") && (json_integer_value(v) < 0 ||
+                                   json_integer_value(v) > REPORT_TIME_MAX_US))
+            abort();               /* an accepted stamp is in range */
     }
     json_object_foreach((json_t *)json_object_get(body, "outputs"), key, v)
         check_output_array(key, v);

@@ -656,6 +656,9 @@ static void test_worker_protocol(void **state)
         {"{'state':'failed','error':42}", "error"},
         {"{'state':'succeeded','started_us':'now'}", "started_us"},
         {"{'state':'succeeded','started_us':1.5}", "started_us"},
+        /* stamps out of range (the controller sums their differences) */
+        {"{'state':'succeeded','started_us':-1}", "started_us"},
+        {"{'state':'succeeded','finished_us':9223372036854775807}", "finished_us"},
         {"{'state':'succeeded','colour':'red'}", "colour"},
         {"{'state':'succeeded','outputs':[]}", "outputs"},
         /* a tensor per output, not an array of one per shard (before host tasks) */
