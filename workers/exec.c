@@ -50,6 +50,9 @@ typedef struct qent {
 
 typedef struct device {
     qent_t *queue;              /* sorted by increasing seq */
+    qent_t *tail;               /* its last entry (NULL when empty): a job's
+                                 * tasks arrive in seq order, so enqueueing
+                                 * one is O(1), not a walk past all of them */
 } device_t;
 
 struct exec {
@@ -146,12 +149,17 @@ static hnode_t *find_runnable(const exec_t *ex)
 static void unqueue(exec_t *ex, hnode_t *h)
 {
     for (int l = 0; l < h->t->nlocal; l++) {
-        qent_t **p = &ex->dev[h->t->devices[l]].queue;
-        while (*p && (*p)->h != h)
+        device_t *dv = &ex->dev[h->t->devices[l]];
+        qent_t **p = &dv->queue, *prev = NULL;
+        while (*p && (*p)->h != h) {
+            prev = *p;
             p = &(*p)->next;
+        }
         if (*p) {
             qent_t *q = *p;
             *p = q->next;
+            if (dv->tail == q)
+                dv->tail = prev;
             free(q);
         }
     }
@@ -277,12 +285,17 @@ static int enqueue_locked(exec_t *ex, hnode_t *h)
         return -1;
     }
     for (int l = 0; l < t->nlocal; l++) {
-        qent_t **p = &ex->dev[t->devices[l]].queue;
+        device_t *dv = &ex->dev[t->devices[l]];
+        qent_t **p = &dv->queue;
+        if (dv->tail && dv->tail->h->t->seq <= t->seq)
+            p = &dv->tail->next;
         while (*p && (*p)->h->t->seq <= t->seq)
             p = &(*p)->next;
         ents[l]->h = h;
         ents[l]->next = *p;
         *p = ents[l];
+        if (!ents[l]->next)
+            dv->tail = ents[l];
     }
     free(ents);
     ex->nhosts++;

@@ -18,6 +18,12 @@
 #include "util.h"
 
 #define MBOX_BUCKETS 1024u  /* power of two */
+/* Declared tasks and remembered ended ones are found by hash, not by
+ * scanning: a worker holds every task of a job at once (a 1,000-computation
+ * chain declares 5,000 here), and every frame, declaration and end looks
+ * one up. Powers of two. */
+#define MBOX_TASK_BUCKETS 4096u
+#define MBOX_ENDED_BUCKETS 1024u
 
 typedef struct mbox_msg {
     mbox_tag_t tag;
@@ -37,6 +43,7 @@ typedef struct mbox_task {  /* a declared task (see mbox_expect) */
     int32_t attempt, comp, shard, npeers;
     int refs;
     mbox_key_t key;         /* the attempt's data-plane key */
+    struct mbox_task *hnext;  /* next in its hash chain */
 } mbox_task_t;
 
 typedef struct mbox_cancel {
@@ -57,12 +64,14 @@ struct mbox {
     int cancel_next;
     mbox_acct_fn acct;      /* may be NULL */
     void *acct_ctx;
-    /* The gate. tasks: declared tasks (ntasks used of cap_tasks). ended: ring
-     * of recently ended ones. ufirst/ulast: unclaimed frames, oldest first;
-     * their bytes (plus reservations) per origin and in all. */
-    mbox_task_t *tasks;
-    int ntasks, cap_tasks;
+    /* The gate. tasks: declared tasks, hash chains of owned nodes. ended:
+     * ring of recently ended ones (nended used, next write at ended_next
+     * once full), indexed by ended_bucket through their hnext. ufirst/ulast:
+     * unclaimed frames, oldest first; their bytes (plus reservations) per
+     * origin and in all. */
+    mbox_task_t *tasks[MBOX_TASK_BUCKETS];
     mbox_task_t ended[MBOX_ENDED_MEMORY];
+    mbox_task_t *ended_bucket[MBOX_ENDED_BUCKETS];
     int nended, ended_next;
     mbox_msg_t *ufirst, *ulast;
     int64_t origin_bytes[MBOX_MAX_ORIGINS];
@@ -165,13 +174,18 @@ void mbox_free(mbox_t *mb)
             m = next;
         }
     }
-    free(mb->tasks);
+    for (unsigned b = 0; b < MBOX_TASK_BUCKETS; b++) {
+        for (mbox_task_t *k = mb->tasks[b], *next; k; k = next) {
+            next = k->hnext;
+            free(k);
+        }
+    }
     pthread_mutex_destroy(&mb->mu);
     pthread_cond_destroy(&mb->cv);
     free(mb);
 }
 
-static int ended_locked(const mbox_t *mb, const mbox_tag_t *tag);
+static int ended_locked(mbox_t *mb, const mbox_tag_t *tag);
 
 /* Caller holds mu. */
 static int cancelled_locked(const mbox_t *mb, int64_t job, int32_t attempt)
@@ -460,26 +474,77 @@ static void discard_locked(mbox_t *mb, mbox_msg_t *m, int64_t *counter)
     free(m);
 }
 
+static unsigned task_hash(int64_t job, int32_t attempt, int32_t comp, int32_t shard)
+{
+    uint64_t f[4] = {(uint64_t)job, (uint32_t)attempt, (uint32_t)comp, (uint32_t)shard};
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 4; i++) {
+        h ^= f[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return (unsigned)h;
+}
+
+static int task_is(const mbox_task_t *k, int64_t job, int32_t attempt, int32_t comp,
+                   int32_t shard)
+{
+    return k->job == job && k->attempt == attempt && k->comp == comp && k->shard == shard;
+}
+
+/* The link that points at the declared task, or at the NULL ending its
+ * chain when there is none. Holds mu. */
+static mbox_task_t **task_link_locked(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp,
+                                      int32_t shard)
+{
+    mbox_task_t **p = &mb->tasks[task_hash(job, attempt, comp, shard) & (MBOX_TASK_BUCKETS - 1)];
+    while (*p && !task_is(*p, job, attempt, comp, shard))
+        p = &(*p)->hnext;
+    return p;
+}
+
 static mbox_task_t *task_find_locked(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp,
                                      int32_t shard)
 {
-    for (int i = 0; i < mb->ntasks; i++) {
-        mbox_task_t *k = &mb->tasks[i];
-        if (k->job == job && k->attempt == attempt && k->comp == comp && k->shard == shard)
-            return k;
-    }
-    return NULL;
+    return *task_link_locked(mb, job, attempt, comp, shard);
 }
 
-static int ended_locked(const mbox_t *mb, const mbox_tag_t *tag)
+static mbox_task_t **ended_chain(mbox_t *mb, const mbox_task_t *k)
 {
-    for (int i = 0; i < mb->nended; i++) {
-        const mbox_task_t *k = &mb->ended[i];
-        if (k->job == tag->job && k->attempt == tag->attempt && k->comp == tag->comp &&
-            k->shard == tag->dst)
+    return &mb->ended_bucket[task_hash(k->job, k->attempt, k->comp, k->shard) &
+                             (MBOX_ENDED_BUCKETS - 1)];
+}
+
+static int ended_locked(mbox_t *mb, const mbox_tag_t *tag)
+{
+    mbox_task_t probe = {.job = tag->job, .attempt = tag->attempt, .comp = tag->comp,
+                         .shard = tag->dst};
+    for (const mbox_task_t *k = *ended_chain(mb, &probe); k; k = k->hnext)
+        if (task_is(k, tag->job, tag->attempt, tag->comp, tag->dst))
             return 1;
-    }
     return 0;
+}
+
+/* Remembers an ended task in the ring, forgetting the oldest once it is
+ * full. Holds mu. */
+static void ended_add_locked(mbox_t *mb, const mbox_task_t *gone)
+{
+    mbox_task_t *slot;
+    if (mb->nended < MBOX_ENDED_MEMORY) {
+        slot = &mb->ended[mb->nended++];
+    } else {
+        slot = &mb->ended[mb->ended_next];
+        mb->ended_next = (mb->ended_next + 1) % MBOX_ENDED_MEMORY;
+        mbox_task_t **p = ended_chain(mb, slot);
+        while (*p && *p != slot)
+            p = &(*p)->hnext;
+        if (*p)
+            *p = slot->hnext;
+    }
+    *slot = *gone;
+    mbox_task_t **chain = ended_chain(mb, slot);
+    slot->hnext = *chain;
+    *chain = slot;
 }
 
 /* Frees unclaimed frames past their time. Holds mu. */
@@ -526,21 +591,15 @@ int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t 
                 int32_t npeers, const mbox_key_t *key)
 {
     pthread_mutex_lock(&mb->mu);
-    mbox_task_t *k = task_find_locked(mb, job, attempt, comp, shard);
-    if (!k && mb->ntasks == mb->cap_tasks) {
-        int cap = mb->cap_tasks ? 2 * mb->cap_tasks : 16;
-        mbox_task_t *nt = realloc(mb->tasks, (size_t)cap * sizeof *nt);
-        if (!nt) {
+    mbox_task_t **link = task_link_locked(mb, job, attempt, comp, shard), *k = *link;
+    if (!k) {
+        if (!(k = malloc(sizeof *k))) {
             pthread_mutex_unlock(&mb->mu);
             return -1;
         }
-        mb->tasks = nt;
-        mb->cap_tasks = cap;
-    }
-    if (!k) {
-        k = &mb->tasks[mb->ntasks++];
         *k = (mbox_task_t){.job = job, .attempt = attempt, .comp = comp, .shard = shard,
                            .npeers = npeers, .key = *key};
+        *link = k;              /* appended: link is its chain's ending NULL */
     }
     k->refs++;
     /* Early frames for this task become its own (a bad source or key is
@@ -565,19 +624,14 @@ int mbox_expect(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t 
 void mbox_task_done(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int32_t shard)
 {
     pthread_mutex_lock(&mb->mu);
-    mbox_task_t *k = task_find_locked(mb, job, attempt, comp, shard);
+    mbox_task_t **link = task_link_locked(mb, job, attempt, comp, shard), *k = *link;
     if (k && --k->refs <= 0) {
-        mbox_task_t gone = *k;
-        *k = mb->tasks[--mb->ntasks];
-        if (mb->nended < MBOX_ENDED_MEMORY) {
-            mb->ended[mb->nended++] = gone;
-        } else {
-            mb->ended[mb->ended_next] = gone;
-            mb->ended_next = (mb->ended_next + 1) % MBOX_ENDED_MEMORY;
-        }
+        *link = k->hnext;
+        ended_add_locked(mb, k);
+        free(k);
         /* What is still kept for it is garbage (duplicates, forgeries). */
         mbox_tag_t probe = {.job = job, .attempt = attempt, .comp = comp, .dst = shard};
-        for (unsigned b = 0; b < MBOX_BUCKETS; b++) {
+        for (unsigned b = 0; mb->count > 0 && b < MBOX_BUCKETS; b++) {
             for (mbox_msg_t *m = mb->bucket[b], *next; m; m = next) {
                 next = m->next;
                 probe.src = m->tag.src;

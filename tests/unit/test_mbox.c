@@ -319,6 +319,49 @@ static void test_gate(void **state)
     mbox_free(mb);
 }
 
+/* Many tasks at once (a worker holds a whole job: 5,000 declared shards
+ * for a 1,000-computation chain), so the gate finds them by hash: each is
+ * its own, ending one forgets it, and the ended ring remembers exactly the
+ * last MBOX_ENDED_MEMORY ended (an older one is forgotten, and so no longer
+ * refused: a frame for it waits unclaimed). A task declared twice ends at
+ * its second end. */
+static mbox_tag_t comp_tag(int comp, int dst)
+{
+    mbox_tag_t t = {.job = 9, .attempt = 0, .comp = comp, .op = 1, .src = 1, .dst = dst};
+    return t;
+}
+
+static void test_many_tasks_and_ended_ring(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    mbox_t *mb = mbox_new();
+    for (int c = 0; c < N; c++)
+        assert_int_equal(mbox_expect(mb, 9, 0, c, c % 4, 4, &K), 0);
+    assert_int_equal(mbox_expect(mb, 9, 0, 0, 0, 4, &K), 0);      /* twice */
+    for (int c = 0; c < N; c++) {
+        mbox_tag_t t = comp_tag(c, c % 4);
+        assert_int_equal(mbox_admit(mb, &t, &K, 1, 4, 0), MBOX_ADMIT_TASK);
+        mbox_tag_t other_shard = comp_tag(c, (c + 1) % 4);
+        assert_int_equal(mbox_admit(mb, &other_shard, &K, 1, 4, 0), MBOX_ADMIT_UNCLAIMED);
+        mbox_unreserve(mb, 1, 4);
+    }
+    for (int c = 0; c < N; c++)
+        mbox_task_done(mb, 9, 0, c, c % 4);
+    mbox_tag_t first = comp_tag(0, 0);
+    assert_int_equal(mbox_admit(mb, &first, &K, 1, 4, 0), MBOX_ADMIT_TASK);  /* one ref left */
+    mbox_task_done(mb, 9, 0, 0, 0);
+    for (int c = 1; c < N; c++) {
+        mbox_tag_t t = comp_tag(c, c % 4);
+        mbox_admit_t want = c >= N - MBOX_ENDED_MEMORY + 1 ? MBOX_ADMIT_DROP : MBOX_ADMIT_UNCLAIMED;
+        assert_int_equal(mbox_admit(mb, &t, &K, 1, 4, 0), want);
+        if (want == MBOX_ADMIT_UNCLAIMED)
+            mbox_unreserve(mb, 1, 4);
+    }
+    assert_int_equal(mbox_admit(mb, &first, &K, 1, 4, 0), MBOX_ADMIT_DROP);  /* ended last */
+    mbox_free(mb);
+}
+
 /* Keys (issue 12): a frame whose key is not its attempt's is dropped and
  * counted as bad_key, whether it comes after the task was declared, before
  * (kept unclaimed beside the real one with the same tag, then dropped
@@ -580,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_many_and_duplicates),
         cmocka_unit_test(test_concurrent_takers),
         cmocka_unit_test(test_gate),
+        cmocka_unit_test(test_many_tasks_and_ended_ring),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_network_duplicate_dropped),
         cmocka_unit_test(test_poller_receives_in_taker),
