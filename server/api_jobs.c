@@ -142,13 +142,16 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
         job_refused(rc, id, &lim, resp);
         goto cleanup;
     }
-    /* 201 promises the job is on disk; a replay (200) waits too, in case
-     * its first answer was lost to a failed sync. The scheduler is woken
-     * after the sync, so its pass does not add WAL pages to this round. */
-    int synced = store_durable();
+    /* The scheduler is woken at once: its pass (allocation, dispatch)
+     * overlaps the sync instead of waiting for it. Nothing is lost by a
+     * job that runs before it is on disk: only power loss can drop the
+     * WAL's tail, and then the job's rows, its allocation and its tasks go
+     * together, and its client, which never got the 201, submits again.
+     * 201 promises the job is on disk; a replay (200) waits too, in case
+     * its first answer was lost to a failed sync. */
     if (rc == STORE_OK)
         api_sched_notify();
-    if (synced != 0) {
+    if (store_durable() != 0) {
         http_problem(resp, 503, NULL, "job %ld was stored but the disk refused to sync it;"
                      " retry with the same Idempotency-Key", (long)id);
         goto cleanup;
