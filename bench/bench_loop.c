@@ -5,6 +5,8 @@
  *   loop.jobs_per_s.serial       tiny jobs submitted and waited to success
  *                                one after another by one client
  *   loop.jobs_per_s.clients8     the same with 8 concurrent clients
+ *   loop.jobs_per_s.*.stage.*    where a tiny job's time went, stage by
+ *                                stage (print_stages)
  *   loop.chain64.comps_per_s     one job of 64 chained computations:
  *                                64 / (finished - created), server clocks
  * A tiny job is a [2,2] slice with fill + all_reduce. Clients follow a job
@@ -43,8 +45,8 @@ static const char tiny_doc_q[] =
 static char *tiny_doc;            /* hx_text_q(tiny_doc_q), set once in main */
 static const char *bench_url;
 
-/* Runs one tiny job to success. 0 or -1 (reason printed). */
-static int bench_one(hx_client_t *cl)
+/* Runs one tiny job to success; *out_id its id. 0 or -1 (reason printed). */
+static int bench_one(hx_client_t *cl, int64_t *out_id)
 {
     int64_t id;
     int status = hx_job_submit(cl, tiny_doc, &id, NULL);
@@ -53,6 +55,7 @@ static int bench_one(hx_client_t *cl)
         hx_client_print_last(cl);
         return -1;
     }
+    *out_id = id;
     json_t *job = NULL;
     int rc = hx_job_wait(cl, id, 20000, BENCH_POLL_MS, &job);
     if (rc != 0 || strcmp(hx_job_state(job), "succeeded") != 0) {
@@ -69,6 +72,7 @@ typedef struct phase {
     atomic_int done;              /* jobs that succeeded */
     atomic_int failed;
     int64_t deadline_ms;
+    int64_t ids[BENCH_JOBS];      /* the jobs that succeeded, done of them */
 } phase_t;
 
 static void *bench_client(void *arg)
@@ -80,20 +84,97 @@ static void *bench_client(void *arg)
         return NULL;
     }
     while (hx_now_ms() < ph->deadline_ms && atomic_fetch_add(&ph->started, 1) < BENCH_JOBS) {
-        if (bench_one(&cl) != 0) {
+        int64_t id = 0;
+        if (bench_one(&cl, &id) != 0) {
             atomic_fetch_add(&ph->failed, 1);
             break;
         }
-        atomic_fetch_add(&ph->done, 1);
+        ph->ids[atomic_fetch_add(&ph->done, 1)] = id;
     }
     hx_client_cleanup(&cl);
     return NULL;
 }
 
-/* Runs a phase with n client threads; prints jobs/s under `name`. 0 or -1. */
+/* Where a tiny job's time goes, from the server's and workers' stamps of
+ * each job (read after the phase, so the reads do not slow it): medians
+ * and p90 in microseconds of each stage, printed as
+ * loop.stage.NAME_us.p50 / .p90:
+ *   allocated   submission (created) -> allocated (the scheduler's pass)
+ *   dispatched  allocated -> its computation dispatched (host tasks written)
+ *   started     dispatched -> its first shard started on a worker (the
+ *               parked poll woken, the lease, the answer, the compile)
+ *   all_started first shard started -> the last one's inputs ready (the
+ *               other worker's lease and start)
+ *   ran         inputs ready -> the last shard finished (the collective)
+ *   reported    last shard finished -> job finished (report and apply) */
+enum { ST_ALLOC, ST_DISP, ST_START, ST_ALL, ST_RAN, ST_REP, ST__N };
+static const char *const stage_names[ST__N] = {"allocated", "dispatched", "started",
+                                               "all_started", "ran", "reported"};
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t stamp(const json_t *times, const char *key)
+{
+    return json_integer_value(json_object_get(times, key));
+}
+
+/* The stages of job id into st[ST__N]; 0, or -1 when a stamp is missing. */
+static int job_stages(hx_client_t *cl, int64_t id, int64_t st[ST__N])
+{
+    json_t *job = hx_job_get(cl, id);
+    const json_t *jt = json_object_get(job, "times_us");
+    const json_t *ct = json_object_get(json_array_get(json_object_get(job, "computations"), 0),
+                                       "times_us");
+    int64_t t[7] = {stamp(jt, "created"), stamp(jt, "allocated"), stamp(ct, "dispatched"),
+                    stamp(ct, "started"), stamp(ct, "inputs_ready"), stamp(ct, "finished"),
+                    stamp(jt, "finished")};
+    json_decref(job);
+    for (int i = 0; i < 7; i++)
+        if (t[i] <= 0)
+            return -1;
+    for (int i = 0; i < ST__N; i++)
+        st[i] = t[i + 1] - t[i];
+    return 0;
+}
+
+static void print_stages(const char *name, const int64_t *ids, int n)
+{
+    hx_client_t cl;
+    int64_t *v[ST__N] = {0};
+    int k = 0, ok = hx_client_init(&cl, bench_url) == 0;
+    for (int s = 0; ok && s < ST__N; s++)
+        ok = (v[s] = malloc(sizeof *v[s] * (size_t)n)) != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        int64_t st[ST__N];
+        if (job_stages(&cl, ids[i], st) != 0)
+            continue;
+        for (int s = 0; s < ST__N; s++)
+            v[s][k] = st[s];
+        k++;
+    }
+    for (int s = 0; ok && k > 0 && s < ST__N; s++) {
+        qsort(v[s], (size_t)k, sizeof *v[s], cmp_i64);
+        printf("%s.stage.%s_us.p50 %" PRId64 "\n", name, stage_names[s], v[s][k / 2]);
+        printf("%s.stage.%s_us.p90 %" PRId64 "\n", name, stage_names[s], v[s][k * 9 / 10]);
+    }
+    if (ok)
+        hx_client_cleanup(&cl);
+    for (int s = 0; s < ST__N; s++)
+        free(v[s]);
+    fflush(stdout);
+}
+
+/* Runs a phase with n client threads; prints jobs/s under `name`, then
+ * where the time went (print_stages). 0 or -1. */
 static int bench_jobs_phase(const char *name, int n)
 {
-    phase_t ph = {.deadline_ms = hx_now_ms() + BENCH_PHASE_MS};
+    static phase_t ph;            /* ids: too large for the stack */
+    memset(&ph, 0, sizeof ph);
+    ph.deadline_ms = hx_now_ms() + BENCH_PHASE_MS;
     pthread_t th[BENCH_CLIENTS];
     int nthreads = 0;
     int64_t t0 = hx_now_ms();
@@ -113,6 +194,7 @@ static int bench_jobs_phase(const char *name, int n)
     printf("%s.jobs %d\n", name, done);
     printf("%s.mean_latency_ms %.2f\n", name, (double)ms * n / done);
     fflush(stdout);
+    print_stages(name, ph.ids, done);
     return 0;
 }
 
@@ -254,7 +336,8 @@ int main(int argc, char **argv)
         if (hx_worker_start(&c, "west", 4) != 0)
             goto cleanup;
     bench_url = c.url;
-    if (bench_one(&cl) != 0)        /* warm-up, and a check that it works */
+    int64_t warm_id;
+    if (bench_one(&cl, &warm_id) != 0)        /* warm-up, and a check that it works */
         goto cleanup;
     if (parked > 0) {
         int64_t long_job = bench_park_job(&cl);
