@@ -30,6 +30,8 @@
 #endif
 
 #define BENCH_ELEMS ((4 << 20) / 4)
+/* Round trips at most (op tags are int32, and N + 200 must not overflow). */
+#define BENCH_MAX_ROUNDS 10000000
 
 #ifdef DPLANE_SPIN_US              /* the UCX data plane */
 #define BENCH_IMPL "ucx"
@@ -264,8 +266,9 @@ static int bw_take(dplane_t *dp, mbox_t *mb, const char *peer)
 
 static int two_procs(int argc, char **argv)
 {
-    if (argc < 5 || atoi(argv[4]) < 1) {
-        fprintf(stderr, "usage: bench_dplane ping|echo LISTEN PEER N [tcp]\n");
+    if (argc < 5 || atoi(argv[4]) < 1 || atoi(argv[4]) > BENCH_MAX_ROUNDS) {
+        fprintf(stderr, "usage: bench_dplane ping|echo LISTEN PEER N [tcp] (N 1..%d)\n",
+                BENCH_MAX_ROUNDS);
         return 2;
     }
     int pinger = strcmp(argv[1], "ping") == 0, n = atoi(argv[4]), rc = 1;
@@ -312,7 +315,7 @@ int main(int argc, char **argv)
 #endif
     int rounds = argc > 1 ? atoi(argv[1]) : 200;
     int idle_s = argc > 2 ? atoi(argv[2]) : 10;
-    if (rounds < 1)
+    if (rounds < 1 || rounds > BENCH_MAX_ROUNDS / 50)
         rounds = 200;
     if (idle_s < 0)
         idle_s = 10;

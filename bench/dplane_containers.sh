@@ -48,9 +48,9 @@ for side in echo ping; do
     "${podman[@]}" run -d --name "$tag-$side" --network "$net" --no-healthcheck \
         --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc" -v "$bin:/bench:ro" --entrypoint sleep "$image" infinity >/dev/null
 done
-ip() { "${podman[@]}" inspect -f "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$1"; }
-ip_echo=$(ip "$tag-echo")
-ip_ping=$(ip "$tag-ping")
+addr_of() { "${podman[@]}" inspect -f "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$1"; }
+ip_echo=$(addr_of "$tag-echo")
+ip_ping=$(addr_of "$tag-ping")
 pair "two containers, one podman network ($ip_ping -> $ip_echo):" \
     "${podman[*]} exec $tag-echo /bench/bench_dplane echo 0.0.0.0:7070 $ip_ping:7070 $n" \
     "${podman[*]} exec $tag-ping /bench/bench_dplane ping 0.0.0.0:7070 $ip_echo:7070 $n"

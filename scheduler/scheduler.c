@@ -112,7 +112,8 @@ int sched_ever_fits(const job_plan_t *plan)
 {
     alloc_island_t *isl[SCHED_MAX_ISLANDS] = {0};
     alloc_request_t reqs[64];
-    int n = sched_cfg.nislands < SCHED_MAX_ISLANDS ? sched_cfg.nislands : SCHED_MAX_ISLANDS, fits = -1;
+    int n = sched_cfg.nislands < SCHED_MAX_ISLANDS ? sched_cfg.nislands : SCHED_MAX_ISLANDS;
+    int fits = -1;
     for (int i = 0; i < n; i++)
         if (!(isl[i] = alloc_island_new(sched_cfg.islands[i].name, &sched_cfg.islands[i].shape)))
             goto cleanup;

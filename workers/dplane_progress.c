@@ -318,12 +318,11 @@ static int ucx_init(dplane_t *dp, dplane_transport_t tr)
     /* Two sleeps (progress_sleep): armed, on UCX's events too; unarmed,
      * while takers progress, on wake-ups and the address port only (the
      * port is added to both by dp_listen_on). */
+    if ((dp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+        return -1;
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = efd};
-    struct epoll_event wev = {.events = EPOLLIN};
-    if ((dp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0)
-        wev.data.fd = dp->wake_fd;
-    if (dp->wake_fd < 0 ||
-        (dp->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+    struct epoll_event wev = {.events = EPOLLIN, .data.fd = dp->wake_fd};
+    if ((dp->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
         (dp->epfd_unarmed = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
         epoll_ctl(dp->epfd, EPOLL_CTL_ADD, efd, &ev) != 0 ||
         epoll_ctl(dp->epfd, EPOLL_CTL_ADD, dp->wake_fd, &wev) != 0 ||

@@ -123,18 +123,24 @@ static int tag_equal(const mbox_tag_t *a, const mbox_tag_t *b)
            a->op == b->op && a->src == b->src && a->dst == b->dst;
 }
 
-static unsigned tag_hash(const mbox_tag_t *t)
+/* FNV-1a over n fields (not struct bytes: padding is undefined), with a
+ * shift so that the high bits of the job id reach the low bits. */
+static unsigned fields_hash(const uint64_t *f, int n)
 {
-    /* FNV-1a over the fields (not the struct bytes: padding is undefined). */
-    uint64_t f[6] = {(uint64_t)t->job, (uint32_t)t->attempt, (uint32_t)t->comp,
-                     (uint32_t)t->op, (uint32_t)t->src, (uint32_t)t->dst};
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < n; i++) {
         h ^= f[i];
         h *= 1099511628211ull;
         h ^= h >> 29;
     }
-    return (unsigned)(h & (MBOX_BUCKETS - 1));
+    return (unsigned)h;
+}
+
+static unsigned tag_hash(const mbox_tag_t *t)
+{
+    uint64_t f[6] = {(uint64_t)t->job, (uint32_t)t->attempt, (uint32_t)t->comp,
+                     (uint32_t)t->op, (uint32_t)t->src, (uint32_t)t->dst};
+    return fields_hash(f, 6) & (MBOX_BUCKETS - 1);
 }
 
 mbox_t *mbox_new(void)
@@ -477,13 +483,7 @@ static void discard_locked(mbox_t *mb, mbox_msg_t *m, int64_t *counter)
 static unsigned task_hash(int64_t job, int32_t attempt, int32_t comp, int32_t shard)
 {
     uint64_t f[4] = {(uint64_t)job, (uint32_t)attempt, (uint32_t)comp, (uint32_t)shard};
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 4; i++) {
-        h ^= f[i];
-        h *= 1099511628211ull;
-        h ^= h >> 29;
-    }
-    return (unsigned)h;
+    return fields_hash(f, 4);
 }
 
 static int task_is(const mbox_task_t *k, int64_t job, int32_t attempt, int32_t comp,
@@ -517,9 +517,9 @@ static mbox_task_t **ended_chain(mbox_t *mb, const mbox_task_t *k)
 
 static int ended_locked(mbox_t *mb, const mbox_tag_t *tag)
 {
-    mbox_task_t probe = {.job = tag->job, .attempt = tag->attempt, .comp = tag->comp,
-                         .shard = tag->dst};
-    for (const mbox_task_t *k = *ended_chain(mb, &probe); k; k = k->hnext)
+    const mbox_task_t key = {.job = tag->job, .attempt = tag->attempt, .comp = tag->comp,
+                             .shard = tag->dst};
+    for (const mbox_task_t *k = *ended_chain(mb, &key); k; k = k->hnext)
         if (task_is(k, tag->job, tag->attempt, tag->comp, tag->dst))
             return 1;
     return 0;

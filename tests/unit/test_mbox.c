@@ -231,7 +231,7 @@ static void *taker_main(void *arg)
 {
     taker_t *t = arg;
     tensor_t *got = NULL;
-    t->st = mbox_take(t->mb, &t->tag, in_ms(5000), &got);
+    t->st = mbox_take(t->mb, &t->tag, in_ms(20000), &got);
     t->value = got ? got->data[0] : -1.0f;
     tensor_free(got);
     return NULL;
@@ -545,21 +545,6 @@ static void test_poller_gives_up_then_sleeps(void **state)
     mbox_free(mb);
 }
 
-typedef struct sleeper {
-    mbox_t *mb;
-    mbox_tag_t tag;
-    mbox_status_t st;
-} sleeper_t;
-
-static void *sleeper_main(void *arg)
-{
-    sleeper_t *s = arg;
-    tensor_t *got = NULL;
-    s->st = mbox_take(s->mb, &s->tag, in_ms(20000), &got);
-    tensor_free(got);
-    return NULL;
-}
-
 /* A taker that got its message still says progress is needed when another
  * taker sleeps: that one's message must come from somebody. */
 static void test_poller_leave_needs_for_sleepers(void **state)
@@ -568,9 +553,9 @@ static void test_poller_leave_needs_for_sleepers(void **state)
     mbox_t *mb = mbox_new();
     fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 3, 0, 1), .put_on_poll = 0};
     set_fake(mb, &f, 1000);
-    sleeper_t s = {.mb = mb, .tag = tag_of(4, 0, 3, 1, 0)};
+    taker_t s = {.mb = mb, .tag = tag_of(4, 0, 3, 1, 0)};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, sleeper_main, &s), 0);
+    assert_int_equal(pthread_create(&th, NULL, taker_main, &s), 0);
     wait_until(someone_sleeps, mb);     /* it polled, gave up, sleeps */
     assert_int_equal(atomic_load(&f.last_need), 1);
     atomic_store(&f.polls, 0);
@@ -583,6 +568,7 @@ static void test_poller_leave_needs_for_sleepers(void **state)
     assert_int_equal(mbox_put(mb, &s.tag, scalar(3.0f)), 0);
     pthread_join(th, NULL);
     assert_int_equal(s.st, MBOX_OK);
+    assert_true(s.value == 3.0f);
     mbox_free(mb);
 }
 
