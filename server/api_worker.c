@@ -501,14 +501,10 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 400, "wait_ms", "wait_ms must be 0..%d", POLL_WAIT_MAX_MS);
         return;
     }
-    /* ack: the "lease" of the last answer the worker received (absent:
-     * no redelivery of answers lost on the way). */
+    /* ack: the "lease" of the last answer the worker received (0 before
+     * any); the answer holds what was leased to it after that. */
     const char *a = http_query(req, "ack");
-    int64_t ack = a ? api_parse_id(a) : -1;     /* api_parse_id: 0 when not digits */
-    if (a && ack == 0 && strcmp(a, "0") != 0) {
-        http_problem(resp, 400, "ack", "ack must be a lease id (an integer >= 0)");
-        return;
-    }
+    int64_t ack = a ? api_parse_id(a) : 0;      /* api_parse_id: 0 when not digits */
     store_t *st = api_store(resp);
     int live = 0;
     int64_t until = req->first_us + wait_ms * 1000;    /* monotonic end of the long poll */
@@ -517,6 +513,12 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     if (req->runs == 0) {
         if (!worker_auth(req, resp, st, id, 0, &live))
             return;
+        /* After the credentials, and only for a live worker (an unknown one
+         * is 404 below): a stranger learns nothing of the protocol. */
+        if (live && (!a || (ack == 0 && strcmp(a, "0") != 0))) {
+            http_problem(resp, 400, "ack", "ack must be a lease id (an integer >= 0)");
+            return;
+        }
         if (live && lease_renew(st, id, NULL) != STORE_OK) {
             http_problem(resp, 503, NULL, "lease not renewed; retry");
             return;
@@ -531,7 +533,7 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
                 atomic_fetch_add(&poll_parks, 1);
             } else
                 http_json(resp, 200, json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
-                                               (json_int_t)(ack > 0 ? ack : 0)));
+                                               (json_int_t)ack));
             return;
         }
     }

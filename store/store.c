@@ -117,6 +117,22 @@ static int store_on_commit(void *arg)
 }
 
 uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns); }
+
+/* Lease ids (host_tasks.leased_at) only grow, even if the wall clock steps
+ * back. Drawn inside write transactions, which take turns, so a larger id
+ * is never committed before a smaller one: a worker that acknowledged id L
+ * has received every row of its leased at or before L (store_poll.c). */
+static _Atomic int64_t store_last_lease;
+
+int64_t store_lease_id(void)
+{
+    int64_t now = util_wall_us(), last = atomic_load(&store_last_lease);
+    while (1) {
+        int64_t id = now > last ? now : last + 1;
+        if (atomic_compare_exchange_weak(&store_last_lease, &last, id))
+            return id;
+    }
+}
 static uint32_t watch_slot(int64_t id) { return (uint32_t)((uint64_t)id % STORE_WATCH_SLOTS); }
 
 /* Both terms only grow, so the sum moves whenever either does. */
@@ -129,7 +145,7 @@ uint64_t store_poll_gen(int64_t worker) { return watch_read(&store_worker_watch,
 uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); }
 
 /* What a worker's poll answers (store_poll.c's probe) depends on: its host
- * tasks becoming pending (dispatch, release, requeue) or cancelled, a job
+ * tasks becoming leased (dispatch, release) or cancelled, a job
  * it holds leased tasks of ending or moving to a new attempt (they must be
  * aborted), a worker's state, and a lost predecessor's tasks. These TEMP
  * triggers (per connection, nothing in the schema) note in the
@@ -144,7 +160,7 @@ uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); 
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
     " BEGIN SELECT atoll_kick_worker(NEW.worker_id); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_state AFTER UPDATE OF state ON main.host_tasks" \
-    " WHEN NEW.state IN ('pending', 'cancelled') BEGIN SELECT atoll_kick_worker(NEW.worker_id);" \
+    " WHEN NEW.state IN ('leased', 'cancelled') BEGIN SELECT atoll_kick_worker(NEW.worker_id);" \
     " SELECT atoll_kick_all() WHERE NEW.error = 'worker lost'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_job AFTER UPDATE OF state, attempt ON main.jobs" \
     " WHEN NEW.state IN ('succeeded', 'failed', 'cancelled') OR NEW.attempt <> OLD.attempt" \

@@ -24,9 +24,9 @@
  *   (new)      -> queued     store_job_create: a submission (store_jobs.c)
  *   queued     -> allocated  store_sched_mark_allocated: admission, devices
  *                            taken and the PLACEMENT stored (store_sched.c)
- *   allocated  -> running    the poll that first leases one of the attempt's
- *                            host tasks (store_progress_started, called in
- *                            the poll's transaction, store_progress.c)
+ *   allocated  -> running    the dispatch of the attempt's first computation,
+ *                            whose host tasks go to their workers at once
+ *                            (store_sched_set_comp, store_sched.c)
  *   allocated|running -> succeeded
  *                            the report that completes the last computation
  *                            (comp_succeeded, store_progress.c)
@@ -48,11 +48,12 @@
  *
  * So a job's state changes in three places: the user's requests
  * (store_jobs.c); the scheduler side, admission and worker loss,
- * preemption, restart (store_sched.c); the workers' side, the first lease
- * and the reports (store_progress.c).
+ * preemption, restart, the first dispatch (store_sched.c); the workers'
+ * side, the reports (store_progress.c).
  * Ending is always store_job_finish (store_jobs.c): it frees the job's
- * devices and cancels its blocked and pending tasks; leased ones stay
- * leased until their worker reports or the poll has it abort them.
+ * devices and cancels its blocked tasks; leased ones stay leased until
+ * their worker reports, the poll has it abort them, or the poll finds it
+ * never received them.
  * Requeueing is always job_requeue (store_sched.c). succeeded, failed and
  * cancelled are terminal: a job holds devices only while allocated or
  * running, and reports move only the job's current attempt while it is
@@ -62,24 +63,27 @@
  *
  * Host tasks (host_tasks.state), one per computation, attempt and worker:
  *
- *   (new)      -> pending | blocked
- *                            store_sched_add_task at dispatch; blocked only
- *                            in sequential dispatch (store_sched.c)
- *   blocked    -> pending    its computation's producers all succeeded and
+ *   (new)      -> leased | blocked
+ *                            store_sched_add_task at dispatch, leased under
+ *                            a lease id of the dispatch transaction (its
+ *                            worker's polls deliver it until it acknowledges
+ *                            that id; store_poll.c reads, writes nothing);
+ *                            blocked only in sequential dispatch
+ *   blocked    -> leased     its computation's producers all succeeded and
  *                            no earlier-numbered computation of the job on
  *                            its island still waits for its own: released
  *                            in seq order (comp_succeeded, store_progress.c)
- *   pending    -> leased     a poll by its worker (poll_lease, store_poll.c);
- *                            an answer lost on the way is delivered again,
- *                            still leased
  *   leased     -> succeeded | failed | cancelled
  *                            its worker's report, once: only the live worker
  *                            holding the lease (fencing; report_apply,
  *                            store_progress.c)
- *   blocked|pending -> cancelled
- *                            its job ended (store_job_finish, store_jobs.c)
+ *   blocked    -> cancelled  its job ended (store_job_finish, store_jobs.c)
  *                            or was requeued (job_requeue, store_sched.c)
- *   blocked|pending|leased -> cancelled ('worker lost')
+ *   leased     -> cancelled ('never delivered')
+ *                            its attempt went stale before its worker
+ *                            acknowledged its lease id: that worker's next
+ *                            poll settles it (poll_settle, store_poll.c)
+ *   blocked|leased -> cancelled ('worker lost')
  *                            store_worker_lost (store_sched.c)
  *   leased     -> cancelled ('abandoned ...')
  *                            its abort went unanswered for a lease period
@@ -153,7 +157,7 @@ uint64_t store_write_transactions(void);
 int store_state_is_terminal(const char *state);
 /* A generation that moves after a write transaction committed through
  * store_commit() becomes visible if it changed what worker `worker`'s poll
- * may answer (its tasks pending or cancelled, a job it holds leased tasks
+ * may answer (its tasks leased or cancelled, a job it holds leased tasks
  * of ended or requeued, any worker's state; store.c STORE_WATCH_SQL). A
  * poll that notes it before reading and finds it unchanged later needs no
  * new read. Another worker's tasks do not move it (rarely, a worker
@@ -290,18 +294,18 @@ typedef struct worker_renew {
     worker_stats_t ws;
 } worker_renew_t;
 int store_worker_renew(store_t *st, const worker_renew_t *r, int n);
-/* Leases every pending host task of the worker (seq order) and lists the
- * stale attempts it must abort. *out (malloc'd JSON text, *len bytes; the
- * caller frees it) = {"jobs":[{"job", "attempt", "key", "placement",
- * "tasks": [TASK...]}...], "cancel":[{"job": J, "attempt": A}, ...],
- * "lease": L}: the tasks grouped by job attempt, each group's placement
- * once; L the newest lease id in the answer (else ack, or 0).
- * ack >= 0: the lease id of the last answer the worker received; tasks
- * leased in later answers (lost on the way) are delivered again. ack < 0:
- * no redelivery (at most once).
- * *any = 1 when either list is non-empty. A read first:
- * when there is nothing to lease, mark or name, it answers without a write
- * transaction. */
+/* The worker's host tasks leased after `ack` (>= 0: the lease id of the
+ * last answer it received, so everything up to it arrived), of live job
+ * attempts, in seq order, and the stale attempts it must abort. *out
+ * (malloc'd JSON text, *len bytes; the caller frees it) = {"jobs":[{"job",
+ * "attempt", "key", "placement", "tasks": [TASK...]}...], "cancel":[{"job":
+ * J, "attempt": A}, ...], "lease": L}: the tasks grouped by job attempt,
+ * each group's placement once; L the newest lease id in the answer (else
+ * ack). An answer lost on the way is delivered again: the worker's next
+ * poll still acknowledges the older id. Delivery is a read (the dispatch
+ * leased the tasks); only stale attempts take a write transaction (naming
+ * them, or settling tasks of theirs the worker never received).
+ * *any = 1 when either list is non-empty. */
 int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
                       int *any);
 /* Applies a host task's completion report; STORE_CONFLICT when the task is
@@ -309,7 +313,7 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size
  * e.g. an output array whose length is not the task's shard count). */
 /* *effects gets STORE_FX_* bits telling the caller whom to wake. */
 #define STORE_FX_JOB_ENDED 1        /* devices were freed: wake the scheduler */
-#define STORE_FX_TASKS_READY 2      /* blocked tasks became pending: wake pollers */
+#define STORE_FX_TASKS_READY 2      /* blocked tasks became leased: wake pollers */
 #define STORE_FX_FEED 4             /* a shared job progressed: wake the scheduler's feed */
 int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         int *effects, err_t *e);
@@ -456,6 +460,9 @@ int store_sched_set_reason(store_t *st, int64_t job, const char *reason);
 int64_t store_sched_take_seq(store_t *st, int64_t island, int count);
 int store_sched_add_slice(store_t *st, int64_t job, const char *name, int64_t island,
                           const shape_t *shape, const int64_t *devices, int n);
+/* Computation `comp` gets its island and seq, and is dispatched unless it
+ * waits (sequential dispatch); a dispatch moves the job allocated ->
+ * running (its host tasks are on their way). 0 or -1. */
 int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
                          int dispatched);
 /* One host task: computation `comp` of the job attempt for one worker,

@@ -5,9 +5,10 @@
 #include "store.h"
 
 /* Ends a job (succeeded/failed/cancelled) inside the caller's transaction:
- * sets state, error, finished_at; frees its devices; cancels its tasks that
- * no worker holds; marks unfinished computations. Leased tasks stay leased
- * until their worker reports (it is told through the poll's cancel list). */
+ * sets state, error, finished_at; frees its devices; cancels its blocked
+ * tasks; marks unfinished computations. Leased tasks stay leased until their
+ * worker reports (it is told through the poll's cancel list) or its poll
+ * shows it never received them (store_poll.c). */
 int store_job_finish(store_t *st, int64_t job, const char *state, const char *error);
 /* RFC 3339 UTC text with microseconds for a Unix-microsecond time, or JSON
  * null when t is 0 / SQL NULL. New reference. */
@@ -33,10 +34,11 @@ const char *store_vfs_name(void);
  * -1 on error. A read; inside the caller's transaction when it has one. */
 int store_worker_is_live(store_t *st, int64_t worker);
 
-/* store_progress.c, inside the poll's transaction: the jobs of the host
- * tasks just leased to worker under lease_id (their leased_at) move
- * allocated -> running (started_at = lease_id's time). 0 or -1. */
-int store_progress_started(store_t *st, int64_t worker, int64_t lease_id);
+/* store.c: a new lease id (host_tasks.leased_at) for host tasks made
+ * deliverable in the caller's write transaction; ids grow in commit order
+ * (the write transactions take turns), which is what lets a worker's `ack`
+ * name everything it received (store_poll.c). */
+int64_t store_lease_id(void);
 
 /* store_tenants.c: adds a succeeded host task's device time to its
  * job's tenant (0 for none) in tenant_usage. 0 or -1. */

@@ -455,8 +455,7 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
     static const char dev_sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
     static const char hold_sql[] = "DELETE FROM device_holds WHERE job_id = ?";
     static const char task_sql[] =
-        "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?"
-        " AND state IN ('blocked','pending')";
+        "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ? AND state = 'blocked'";
     static const char comp_sql[] =
         "UPDATE computations SET state = ?2 WHERE job_id = ?1 AND state NOT IN ('succeeded')";
     int64_t now = util_wall_us();

@@ -1,12 +1,13 @@
 /* store_poll.c - task delivery to workers (docs/worker-protocol.md, "Life
- * of a worker"): a worker's poll leases its pending host tasks in seq order
- * (a job's first lease moves it allocated -> running through
- * store_progress_started), redelivers those
- * leased in answers it never received, and names the stale attempts it
- * must abort. A read first: an idle worker's poll takes no write lock. */
+ * of a worker"). The dispatch already leased a worker's host tasks, each
+ * under a lease id (store_lease_id); a poll delivers those leased after the
+ * id the worker acknowledges (`ack`, the newest it received), in seq order,
+ * with a read: so an answer lost on the way comes again, and a worker's
+ * poll never waits for the write lock or writes. Only stale attempts take
+ * a write transaction: naming those the worker must abort, and settling
+ * their tasks it never received. */
 #include "store_internal.h"
 
-#include <stdatomic.h>
 #include <string.h>
 
 #include "util.h"
@@ -96,44 +97,55 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
     return arr;
 }
 
-/* The read before a poll's write transaction: 1 when the poll has
- * something to do (tasks to lease, stale leases to name or mark, an
- * earlier registration of the same process whose jobs to name; the same
- * conditions as store_worker_poll and poll_cancels, a little wider), 0 when
- * not, PROBE_GONE when the worker is not live, -1 on error. One
- * statement: one snapshot, no transaction to open. */
+/* Delivery: host tasks leased to worker ?1 after the lease id it
+ * acknowledged (?2), of their job's live attempt and not named for abort,
+ * while the worker is live (a parked long poll may outlive its lease, and
+ * a fenced worker must get nothing; losing a worker cancels its leased
+ * tasks in the same transaction, so one statement sees both or neither).
+ * A task of a stale attempt is never delivered: its attempt is named in
+ * "cancel" instead. */
+#define POLL_DELIVER_WHERE                                                                 \
+    " t.worker_id = ?1"                                                                    \
+    " AND t.state = 'leased' AND t.leased_at > ?2 AND t.abort_sent_at IS NULL"           \
+    " AND j.attempt = t.attempt AND j.state IN ('allocated', 'running')"                 \
+    " AND EXISTS (SELECT 1 FROM workers w WHERE w.id = ?1 AND w.state = 'live')"
+/* A task of worker ?1 still leased although its attempt is stale. */
+#define POLL_STALE(t)                                                                      \
+    " EXISTS (SELECT 1 FROM jobs j WHERE j.id = " t ".job_id"                             \
+    " AND (j.state IN ('succeeded','failed','cancelled') OR " t ".attempt < j.attempt))"
+
+/* What a poll must do: POLL_DELIVER (tasks to hand over), POLL_STALE
+ * (stale attempts to name or settle, or an earlier registration of the same
+ * process whose jobs to name; the same conditions as poll_cancels, a little
+ * wider), or neither (0); PROBE_GONE when the worker is not live, -1 on
+ * error. One statement: one snapshot, no transaction to open. */
+#define POLL_DELIVER 1
+#define POLL_STALE_ANY 2
 #define PROBE_GONE (-2)
-/* Redelivery: host tasks leased to worker ?1 in a poll answer newer than
- * the last one it acknowledged (?3), still of their job's live attempt.
- * Such an answer was lost on the way (the worker polls one at a time, so
- * an answer it has not acknowledged by its next poll never arrived). */
-#define POLL_RESEND_ROWS                                                                  \
-    "SELECT r.id FROM host_tasks r JOIN jobs rj ON rj.id = r.job_id WHERE r.worker_id = ?1" \
-    " AND r.state = 'leased' AND r.leased_at > ?3 AND r.abort_sent_at IS NULL"             \
-    " AND rj.attempt = r.attempt AND rj.state IN ('allocated', 'running')"
 static int poll_probe(store_t *st, int64_t worker, int64_t ack)
 {
     static const char sql[] =
         "SELECT (SELECT state = 'live' FROM workers WHERE id = ?1),"
-        " EXISTS (SELECT 1 FROM host_tasks WHERE worker_id = ?1 AND state = 'pending')"
-        " OR EXISTS (SELECT 1 FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        "  WHERE t.worker_id = ?1 AND t.state = 'leased'"
-        "  AND (j.state IN ('succeeded','failed','cancelled') OR t.attempt < j.attempt))"
+        " EXISTS (SELECT 1 FROM host_tasks t JOIN jobs j ON j.id = t.job_id WHERE"
+        POLL_DELIVER_WHERE "),"
+        " EXISTS (SELECT 1 FROM host_tasks t WHERE t.worker_id = ?1 AND t.state = 'leased'"
+        "  AND" POLL_STALE("t") ")"
         " OR EXISTS (SELECT 1 FROM host_tasks t WHERE t.state = 'cancelled' AND t.error = 'worker lost'"
-        "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?2)"
+        "  AND (t.abort_sent_at IS NULL OR t.abort_sent_at > ?3)"
         "  AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
         "   WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
-        "   AND g.data_addr = me.data_addr))"
-        " OR (?3 >= 0 AND EXISTS (" POLL_RESEND_ROWS "))";
+        "   AND g.data_addr = me.data_addr))";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, worker);
-    sqlite3_bind_int64(s, 2, util_wall_us() - PRED_ABORT_US);
-    sqlite3_bind_int64(s, 3, ack);
+    sqlite3_bind_int64(s, 2, ack);
+    sqlite3_bind_int64(s, 3, util_wall_us() - PRED_ABORT_US);
     int rc = -1;
     if (sqlite3_step(s) == SQLITE_ROW)
-        rc = sqlite3_column_int(s, 0) != 1 ? PROBE_GONE : sqlite3_column_int(s, 1) != 0;
+        rc = sqlite3_column_int(s, 0) != 1 ? PROBE_GONE
+           : (sqlite3_column_int(s, 1) ? POLL_DELIVER : 0) |
+             (sqlite3_column_int(s, 2) ? POLL_STALE_ANY : 0);
     sqlite3_reset(s);
     return rc;
 }
@@ -207,35 +219,27 @@ static int poll_task_text(poll_group_t *g, sqlite3_stmt *s)
     return g->tasks.failed ? -1 : 0;
 }
 
-/* Reads the worker's pending host tasks, and with ack >= 0 those leased
- * in answers after `ack` that it never received (POLL_RESEND_ROWS), into
- * groups by (job, attempt) in seq order, each with its attempt's placement
- * (a pending row is always of its job's current attempt: a requeue
- * cancels the others). *resent_max: the newest lease among the
- * redelivered rows (0 if none). Returns the number of tasks, or -1. */
+/* Reads the tasks to deliver (POLL_DELIVER_WHERE) into groups by (job,
+ * attempt) in seq order, each with its attempt's placement. *lease: the
+ * newest lease id among them, if newer. Returns the number of tasks, or
+ * -1. One statement, so one snapshot even outside a transaction. */
 static int poll_read(store_t *st, int64_t worker, int64_t ack, poll_groups_t *gs,
-                     int64_t *resent_max)
+                     int64_t *lease)
 {
     static const char sql[] =
-        "SELECT t.id, p.payload, t.job_id, t.attempt, j.placement, t.state, t.leased_at"
+        "SELECT t.id, p.payload, t.job_id, t.attempt, j.placement, t.leased_at"
         " FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        " JOIN host_task_payloads p ON p.task_id = t.id WHERE t.worker_id = ?1"
-        /* The state list lets the index (worker_id, state) find the rows:
-         * without it a poll read every host task the worker ever ran. */
-        " AND t.state IN ('pending', 'leased')"
-        " AND (t.state = 'pending' OR (?3 >= 0 AND t.id IN (" POLL_RESEND_ROWS ")))"
+        " JOIN host_task_payloads p ON p.task_id = t.id WHERE" POLL_DELIVER_WHERE
         " ORDER BY t.seq, t.id";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, worker);
-    sqlite3_bind_int64(s, 3, ack);
+    sqlite3_bind_int64(s, 2, ack);
     int n = 0;
-    *resent_max = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
-        if (strcmp((const char *)sqlite3_column_text(s, 5), "leased") == 0 &&
-            sqlite3_column_int64(s, 6) > *resent_max)
-            *resent_max = sqlite3_column_int64(s, 6);
+        if (sqlite3_column_int64(s, 5) > *lease)
+            *lease = sqlite3_column_int64(s, 5);
         poll_group_t *g = poll_group(gs, sqlite3_column_int64(s, 2),
                                      sqlite3_column_int64(s, 3), s, 4);
         if (!g || poll_task_text(g, s) != 0) {
@@ -249,12 +253,13 @@ static int poll_read(store_t *st, int64_t worker, int64_t ack, poll_groups_t *gs
 }
 
 /* The answer (docs/worker-protocol.md): {"jobs": [{"job", "attempt",
- * "key", "placement", "tasks"}], "cancel": cancels, "lease": lease}.
+ * "key", "placement", "tasks"}], "cancel": cancels (NULL: []), "lease":
+ * lease}.
  * malloc'd text (length in *len), or NULL on OOM. */
 static char *poll_answer(const poll_groups_t *gs, const json_t *cancels, int64_t lease,
                          size_t *len)
 {
-    char *cancel_text = json_dumps(cancels, JSON_COMPACT);
+    char *cancel_text = cancels ? json_dumps(cancels, JSON_COMPACT) : NULL;
     store_buf_t b = store_buf_new(4096);
     store_buf_printf(&b, "{\"jobs\":[");
     for (int i = 0; i < gs->n; i++) {
@@ -269,7 +274,7 @@ static char *poll_answer(const poll_groups_t *gs, const json_t *cancels, int64_t
     }
     store_buf_printf(&b, "],\"cancel\":%s,\"lease\":%lld}", cancel_text ? cancel_text : "[]",
                      (long long)lease);
-    int failed = b.failed || !cancel_text;
+    int failed = b.failed || (cancels && !cancel_text);
     free(cancel_text);
     if (failed) {
         free(b.p);
@@ -279,63 +284,53 @@ static char *poll_answer(const poll_groups_t *gs, const json_t *cancels, int64_t
     return b.p;
 }
 
-/* Lease ids (leased_at) only grow, even if the wall clock steps back:
- * the worker acknowledges the newest it received. */
-static _Atomic int64_t poll_last_lease;
-
-static int64_t poll_lease_id(void)
+/* Inside the poll's write transaction: the worker's tasks of stale
+ * attempts leased after its ack never reached it (everything it received
+ * is at or before the ack), so they end here, 'cancelled', rather than
+ * being named to a worker that cannot report them. 0 or -1. */
+static int poll_settle(store_t *st, int64_t worker, int64_t ack)
 {
-    int64_t now = util_wall_us(), last = atomic_load(&poll_last_lease);
-    while (1) {
-        int64_t id = now > last ? now : last + 1;
-        if (atomic_compare_exchange_weak(&poll_last_lease, &last, id))
-            return id;
-    }
+    static const char sql[] =
+        "UPDATE host_tasks SET state = 'cancelled', error = 'never delivered'"
+        " WHERE worker_id = ?1 AND state = 'leased' AND leased_at > ?2 AND"
+        POLL_STALE("host_tasks");
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, worker);
+    sqlite3_bind_int64(s, 2, ack);
+    return store_step_done(s);
 }
 
-/* The poll's write: leases pending host tasks, redelivers unacknowledged
- * ones, names aborts; the answer's "lease" is the newest lease id in it. */
-static int poll_lease(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
+/* Builds the answer from the groups read (cancels NULL: none); *any when it
+ * holds anything. */
+static int poll_finish(poll_groups_t *gs, const json_t *cancels, int64_t lease, char **out,
+                       size_t *len, int *any)
+{
+    *any = gs->n > 0 || json_array_size(cancels) > 0;
+    *out = poll_answer(gs, cancels, lease, len);
+    return *out ? STORE_OK : STORE_ERR;
+}
+
+/* A poll with stale attempts: settles and names them, and delivers, in one
+ * write transaction. */
+static int poll_stale(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
                       int *any)
 {
-    static const char lease_sql[] =
-        "UPDATE host_tasks SET state = 'leased', leased_at = ?2 WHERE worker_id = ?1"
-        " AND state = 'pending'";
-    *any = 0;
-    int rc = STORE_ERR, n = 0;
+    int rc = STORE_ERR;
+    int64_t lease = ack;
     poll_groups_t gs = {NULL, 0, 0};
     json_t *cancels = NULL;
     if (store_begin(st) != 0)
         goto fail;
-    /* Checked inside the transaction: a parked long poll may outlive its
-     * worker's lease, and a fenced worker must get nothing. */
     int live = store_worker_is_live(st, worker);
     if (live <= 0) {
         rc = live == 0 ? STORE_NOTFOUND : STORE_ERR;
         goto fail;
     }
-    int64_t resent_max = 0, lease = ack > 0 ? ack : 0;
-    if ((n = poll_read(st, worker, ack, &gs, &resent_max)) < 0)
-        goto fail;
-    if (resent_max > lease)
-        lease = resent_max;
-    sqlite3_stmt *s;
-    if (n > 0) {
-        int64_t now = poll_lease_id();
-        if (!(s = store_stmt(st, lease_sql)))
-            goto fail;
-        sqlite3_bind_int64(s, 1, worker);
-        sqlite3_bind_int64(s, 2, now);
-        if (store_step_done(s) != 0)
-            goto fail;
-        if (sqlite3_changes(store_db(st)) > 0)    /* pending rows leased: a new lease id */
-            lease = now;
-        if (store_progress_started(st, worker, now) != 0)
-            goto fail;
-    }
-    cancels = poll_cancels(st, worker);
-    *any = n > 0 || json_array_size(cancels) > 0;
-    if (!cancels || !(*out = poll_answer(&gs, cancels, lease, len)))
+    if (poll_settle(st, worker, ack) != 0 || !(cancels = poll_cancels(st, worker)) ||
+        poll_read(st, worker, ack, &gs, &lease) < 0 ||
+        poll_finish(&gs, cancels, lease, out, len, any) != STORE_OK)
         goto fail;
     if (store_commit(st) != 0) {
         free(*out);
@@ -361,18 +356,14 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size
     int work = poll_probe(st, worker, ack);
     if (work < 0)
         return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
-    if (work == 0) {
-        /* Nothing: no write transaction (an idle worker's poll costs reads). */
-        store_buf_t b = store_buf_new(64);
-        store_buf_printf(&b, "{\"jobs\":[],\"cancel\":[],\"lease\":%lld}",
-                         (long long)(ack > 0 ? ack : 0));
-        if (b.failed) {
-            free(b.p);
-            return STORE_ERR;
-        }
-        *out = b.p;
-        *len = b.len;
-        return STORE_OK;
-    }
-    return poll_lease(st, worker, ack, out, len, any);
+    if (work & POLL_STALE_ANY)
+        return poll_stale(st, worker, ack, out, len, any);
+    /* Delivery, or nothing: a read, no transaction (one statement). */
+    poll_groups_t gs = {NULL, 0, 0};
+    int64_t lease = ack;
+    int rc = STORE_ERR;
+    if (!(work & POLL_DELIVER) || poll_read(st, worker, ack, &gs, &lease) >= 0)
+        rc = poll_finish(&gs, NULL, lease, out, len, any);
+    poll_groups_free(&gs);
+    return rc;
 }

@@ -1,6 +1,6 @@
 /* store_progress.c - the workers' side of the job state machine
- * (docs/worker-protocol.md): a job starts running when a poll first leases
- * one of its host tasks, and moves on as reports come. A report is where a
+ * (docs/worker-protocol.md): a job, running since its first dispatch
+ * (store_sched.c), moves on as reports come. A report is where a
  * host task leaves 'leased' (once: fencing), a computation reaches
  * succeeded, and a job reaches succeeded, failed, or a new attempt (an
  * unreachable peer); one report or a batch, each in its own savepoint.
@@ -15,20 +15,6 @@
 #include <string.h>
 
 #include "util.h"
-
-int store_progress_started(store_t *st, int64_t worker, int64_t lease_id)
-{
-    static const char sql[] =
-        "UPDATE jobs SET state = 'running', started_at = ?1 WHERE state = 'allocated' AND id IN"
-        " (SELECT job_id FROM host_tasks WHERE worker_id = ?2 AND state = 'leased'"
-        "  AND leased_at = ?1)";     /* (worker_id, state): the worker's leased rows only */
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, lease_id);
-    sqlite3_bind_int64(s, 2, worker);
-    return store_step_done(s);
-}
 
 static int64_t json_time(const json_t *body, const char *key)
 {
@@ -235,8 +221,8 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     " AND e.state = 'waiting' AND e.island_id = " c ".island_id AND e.seq < " c ".seq"     \
     " AND e.deps_left > 0)"
     static const char unblock_sql[] =
-        "UPDATE host_tasks SET state = 'pending', dispatched_at = ?3 WHERE job_id = ?1"
-        " AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
+        "UPDATE host_tasks SET state = 'leased', dispatched_at = ?3, leased_at = ?4"
+        " WHERE job_id = ?1 AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
         " (SELECT c.idx FROM computations c WHERE c.job_id = ?1 AND " COMP_RELEASED("c") ")";
     static const char disp_sql[] =
         "UPDATE computations AS c SET state = 'dispatched', dispatched_at = ?2 WHERE c.job_id = ?1"
@@ -281,6 +267,7 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->attempt);
     sqlite3_bind_int64(s, 3, now);
+    sqlite3_bind_int64(s, 4, store_lease_id());    /* one id for all: one release */
     if (store_step_done(s) != 0)
         return -1;
     if (sqlite3_changes(store_db(st)) > 0)

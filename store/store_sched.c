@@ -220,6 +220,8 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
         "UPDATE computations SET island_id = ?3, seq = ?4,"
         " state = CASE WHEN ?5 THEN 'dispatched' ELSE 'waiting' END,"
         " dispatched_at = CASE WHEN ?5 THEN ?6 END WHERE job_id = ?1 AND idx = ?2";
+    static const char job_sql[] =
+        "UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1 AND state = 'allocated'";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
@@ -229,6 +231,12 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
     sqlite3_bind_int64(s, 4, seq);
     sqlite3_bind_int(s, 5, dispatched);
     sqlite3_bind_int64(s, 6, util_wall_us());
+    if (store_step_done(s) != 0)
+        return -1;
+    if (!dispatched || !(s = store_stmt(st, job_sql)))
+        return dispatched ? -1 : 0;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, util_wall_us());
     return store_step_done(s);
 }
 
@@ -236,7 +244,7 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
 {
     static const char sql[] =
         "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id, worker_id, seq, shards,"
-        " nshards, state, devices, dispatched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+        " nshards, state, devices, dispatched_at, leased_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)";
     static const char payload_sql[] =
         "INSERT INTO host_task_payloads(task_id, payload) VALUES (?, ?)";
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -250,10 +258,14 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
     sqlite3_bind_int64(s, 6, t->seq);
     sqlite3_bind_text(s, 7, t->shards, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 8, t->nshards);
-    sqlite3_bind_text(s, 9, t->blocked ? "blocked" : "pending", -1, SQLITE_STATIC);
+    /* Not blocked: leased at once, under a lease id of this transaction;
+     * the worker's next poll reads it (store_poll.c), with no write. */
+    sqlite3_bind_text(s, 9, t->blocked ? "blocked" : "leased", -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 10, t->devices, -1, SQLITE_STATIC);
-    if (!t->blocked)
+    if (!t->blocked) {
         sqlite3_bind_int64(s, 11, util_wall_us());
+        sqlite3_bind_int64(s, 12, store_lease_id());
+    }
     if (store_step_done(s) != 0 || !(s = store_stmt(st, payload_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, sqlite3_last_insert_rowid(store_db(st)));
@@ -361,8 +373,7 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
         " placement = NULL WHERE id = ?1",
         "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
         "DELETE FROM device_holds WHERE job_id = ?1",
-        "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?1"
-        " AND state IN ('blocked','pending')",
+        "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?1 AND state = 'blocked'",
         "DELETE FROM outputs WHERE job_id = ?1",
         "DELETE FROM slices WHERE job_id = ?1",
         "UPDATE computations SET state = 'waiting', island_id = NULL, seq = NULL, shards_done = 0,"
@@ -472,7 +483,7 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
     static const char w_sql[] = "UPDATE workers SET state = 'gone' WHERE id = ?";
     static const char t_sql[] =
         "UPDATE host_tasks SET state = 'cancelled', error = 'worker lost' WHERE worker_id = ?"
-        " AND state IN ('pending','leased','blocked')";
+        " AND state IN ('leased','blocked')";
     /* In batches: each job handled frees its devices, so the query finds
      * only the rest; it ends when no live job holds a device of the worker. */
     enum { BATCH = 256 };

@@ -624,6 +624,9 @@ static void test_worker_protocol(void **state)
         expect_fault("GET", path, NULL, 0, 400, "wait_ms");
     }
     expect_fault("GET", "/v1/workers/999999/tasks?wait_ms=0", NULL, 0, 404, "id");
+    /* A live worker's poll names what it received: without ack, 400. */
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=0", wid);
+    expect_fault("GET", path, NULL, 0, 400, "ack");
     expect_fault("GET", "/v1/workers/x/tasks", NULL, 0, 404, "id");
 
     /* A real job on fake: two shards, both on this "worker", so one host
@@ -633,7 +636,7 @@ static void test_worker_protocol(void **state)
                                "{'op':'shard_index','out':'i'}],'outputs':['i']}]}");
     json_t *group = NULL;
     int64_t t0 = hx_now_ms();
-    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=500", wid);
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=500&ack=0", wid);
     while (!group && hx_now_ms() - t0 < 10000) {
         T_CHECK(hx_request_h(&itest_client, "GET", path, NULL, 0, worker_hdrs, &r) == 0 &&
                     r.status == 200, "poll failed");

@@ -239,7 +239,7 @@ static void test_own_secret_works(void **state)
     char path[128];
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/heartbeat", att_id);
     T_CHECK(wcall("POST", path, "{}", att_secret, NULL) == 200, "own heartbeat refused");
-    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=0", att_id);
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=0&ack=0", att_id);
     T_CHECK(wcall("GET", path, NULL, att_secret, NULL) == 200, "own poll refused");
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks/99999999", att_id);
     T_CHECK(wcall("POST", path, "{\"state\":\"cancelled\"}", att_secret, NULL) == 404,

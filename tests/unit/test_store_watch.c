@@ -1,7 +1,7 @@
 /* test_store_watch.c - the poll watch (store.c, STORE_WATCH_SQL) on a real
  * SQLite file: a committed write moves the generation of exactly the
- * parked requests whose answer it can change. A host task made pending for
- * worker A moves A's poll generation and not B's; a report's writes move
+ * parked requests whose answer it can change. A host task written or
+ * released (leased) for worker A moves A's poll generation and not B's; a report's writes move
  * nothing; a rolled-back transaction moves nothing; a job's end moves the
  * generation of the workers holding its leased tasks and the job wait
  * generation of that job (not another's); a worker's state change moves
@@ -77,30 +77,36 @@ static void test_task_moves_its_worker_only(void **state)
     fixture_t *f = *state;
     assert_true(f->a % 4096 != f->b % 4096);
     uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen(f->job);
-    int64_t t = add_task(f, f->a, "pending");
+    int64_t t = add_task(f, f->a, "blocked");
     assert_true(store_poll_gen(f->a) != a0);
     assert_true(store_poll_gen(f->b) == b0);
     assert_true(store_job_gen(f->job) == j0);
 
-    /* A lease and a report: nothing a parked poll must look at again. */
+    /* Released (sequential dispatch): leased, so its worker's poll must
+     * look again; nobody else's. */
     uint64_t a1 = store_poll_gen(f->a);
-    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'leased' WHERE id = %lld", (long long)t);
+    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'leased', leased_at = 7 WHERE id = %lld",
+              (long long)t);
+    assert_true(store_poll_gen(f->a) != a1);
+    assert_true(store_poll_gen(f->b) == b0);
+
+    /* A report: nothing a parked poll must look at again. */
+    uint64_t a2 = store_poll_gen(f->a);
     write_sql(f->st, 1, "UPDATE host_tasks SET state = 'succeeded', finished_us = 5"
               " WHERE id = %lld", (long long)t);
-    assert_true(store_poll_gen(f->a) == a1);
+    assert_true(store_poll_gen(f->a) == a2);
     assert_true(store_poll_gen(f->b) == b0);
 
     /* Rolled back: nothing was committed, nothing moves. */
     write_sql(f->st, 0,
-              "UPDATE host_tasks SET state = 'pending' WHERE id = %lld", (long long)t);
-    assert_true(store_poll_gen(f->a) == a1);
+              "UPDATE host_tasks SET state = 'leased' WHERE id = %lld", (long long)t);
+    assert_true(store_poll_gen(f->a) == a2);
 }
 
 static void test_job_end_moves_holders(void **state)
 {
     fixture_t *f = *state;
-    int64_t t = add_task(f, f->a, "pending");
-    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'leased' WHERE id = %lld", (long long)t);
+    add_task(f, f->a, "leased");
     int64_t other = support_store_submit(f->st, job_doc, islands, 1);
     uint64_t a0 = store_poll_gen(f->a), b0 = store_poll_gen(f->b), j0 = store_job_gen(f->job);
     uint64_t o0 = store_job_gen(other);
