@@ -70,8 +70,9 @@ static int task_full_values(const job_plan_t *plan, const comp_t *cp, json_t *ba
 }
 
 /* What every host task of computation c has in common (TASK of
- * docs/worker-protocol.md without "task", "shards" and "devices"); new
- * reference, or NULL. O(computation size), never O(shards). */
+ * docs/worker-protocol.md without "task", "shards" and "devices"), stored
+ * once per computation; new reference, or NULL. O(computation size),
+ * never O(shards) or O(workers). */
 static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_job_t *job,
                          int c, int64_t seq)
 {
@@ -111,33 +112,31 @@ static int shard_ref_cmp(const void *a, const void *b)
     return (x->shard > y->shard) - (x->shard < y->shard);
 }
 
-/* Writes one host task from refs[0..n-1] (one worker's shards, increasing)
- * with base's fields (base gets "shards" and "devices" set). 0 or -1. */
+/* Writes one host task from refs[0..n-1] (one worker's shards,
+ * increasing): its row carries only the shards and their local devices;
+ * what all of the computation's host tasks share is stored once
+ * (store_sched_add_comp_payload). 0 or -1. */
 static int add_host_task(store_t *st, const sched_job_t *job, int c, int64_t island, int64_t seq,
-                         int blocked, json_t *base, const shard_ref_t *refs, int n)
+                         int blocked, const shard_ref_t *refs, int n)
 {
     json_t *shards = json_array(), *devices = json_array();
-    char *shards_txt = NULL, *devices_txt = NULL, *text = NULL;
+    char *shards_txt = NULL, *devices_txt = NULL;
     int rc = -1;
     for (int i = 0; shards && devices && i < n; i++)
         if (json_array_append_new(shards, json_integer(refs[i].shard)) != 0 ||
             json_array_append_new(devices, json_integer(refs[i].local)) != 0)
             goto cleanup;
     if (!shards || !devices || !(shards_txt = json_dumps(shards, JSON_COMPACT)) ||
-        !(devices_txt = json_dumps(devices, JSON_COMPACT)) ||
-        json_object_set(base, "shards", shards) != 0 ||
-        json_object_set(base, "devices", devices) != 0 ||
-        !(text = json_dumps(base, JSON_COMPACT)))
+        !(devices_txt = json_dumps(devices, JSON_COMPACT)))
         goto cleanup;
     sched_task_t task = {job->id, job->attempt, c, island, refs[0].worker, seq,
-                         shards_txt, n, blocked, devices_txt, text};
+                         shards_txt, n, blocked, devices_txt};
     rc = store_sched_add_task(st, &task);
 cleanup:
     json_decref(shards);
     json_decref(devices);
     free(shards_txt);
     free(devices_txt);
-    free(text);
     return rc;
 }
 
@@ -156,7 +155,8 @@ int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *p
         return -1;
     shard_ref_t *refs = malloc(sizeof *refs * (size_t)p->nshards);
     json_t *base = task_base(plan, doc, job, c, seq);
-    int rc = refs && base ? 0 : -1;
+    char *text = base ? json_dumps(base, JSON_COMPACT) : NULL;
+    int rc = refs && text ? store_sched_add_comp_payload(st, job->id, job->attempt, c, text) : -1;
     for (int k = 0; rc == 0 && k < p->nshards; k++) {
         const sched_dev_t *dv = &r->devs[p->island][p->devices[k]];
         refs[k] = (shard_ref_t){dv->worker, k, dv->local};
@@ -166,9 +166,10 @@ int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *p
     for (int i = 0, j; rc == 0 && i < p->nshards; i = j) {
         for (j = i + 1; j < p->nshards && refs[j].worker == refs[i].worker; j++)
             ;
-        rc = add_host_task(st, job, c, island, seq, blocked, base, &refs[i], j - i);
+        rc = add_host_task(st, job, c, island, seq, blocked, &refs[i], j - i);
     }
     json_decref(base);
+    free(text);
     free(refs);
     return rc;
 }

@@ -475,9 +475,14 @@ typedef struct sched_task {
     int nshards;                /* >= 1 */
     int blocked;                /* sequential dispatch: waits for producers */
     const char *devices;        /* JSON array of the shards' worker-local devices */
-    const char *payload;        /* TASK JSON text, without "task" */
 } sched_task_t;
 int store_sched_add_task(store_t *st, const sched_task_t *t);
+/* What every host task of computation `comp` of the job attempt shares:
+ * the TASK JSON text without "task", "shards" and "devices" (borrowed),
+ * written once per computation; a poll splices each task's own fields in
+ * (store_poll.c). 0 or -1. */
+int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp,
+                                 const char *payload);
 /* Marks the job allocated (devices held by it: devices.job_id, or for a
  * shared job device_holds rows; pending_reason cleared) and stores the
  * attempt's placement (PLACEMENT JSON text, borrowed). Device i is

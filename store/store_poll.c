@@ -203,18 +203,23 @@ static poll_group_t *poll_group(poll_groups_t *gs, int64_t job, int64_t attempt,
     return g;
 }
 
-/* Appends the task of row s to g: its stored payload (a JSON object, the
- * TASK without "task") with "task": id put first. The id is only known
- * once the row exists, so it joins the payload here rather than in the
- * stored text. 0, or -1 (a payload that is not an object, or OOM). */
+/* Appends the task of row s to g: its computation's stored payload (a
+ * JSON object, the TASK without "task", "shards" and "devices", one per
+ * computation) with the row's own "task", "shards" and "devices" put
+ * first. The task's own fields are only known per row, so they join the
+ * shared text here rather than being stored with a copy of it. 0, or -1
+ * (a payload that is not an object, or OOM). */
 static int poll_task_text(poll_group_t *g, sqlite3_stmt *s)
 {
     const char *pay = (const char *)sqlite3_column_text(s, 1);
+    const char *shards = (const char *)sqlite3_column_text(s, 6);
+    const char *devices = (const char *)sqlite3_column_text(s, 7);
     int n = sqlite3_column_bytes(s, 1);
-    if (!pay || n < 2 || pay[0] != '{' || pay[n - 1] != '}')
+    if (!pay || !shards || !devices || n < 2 || pay[0] != '{' || pay[n - 1] != '}')
         return -1;
-    store_buf_printf(&g->tasks, "%s{\"task\":%lld%s", g->tasks.len ? "," : "",
-                     (long long)sqlite3_column_int64(s, 0), n > 2 ? "," : "");
+    store_buf_printf(&g->tasks, "%s{\"task\":%lld,\"shards\":%s,\"devices\":%s%s",
+                     g->tasks.len ? "," : "", (long long)sqlite3_column_int64(s, 0), shards,
+                     devices, n > 2 ? "," : "");
     store_buf_put(&g->tasks, pay + 1, (size_t)n - 1);
     return g->tasks.failed ? -1 : 0;
 }
@@ -227,9 +232,10 @@ static int poll_read(store_t *st, int64_t worker, int64_t ack, poll_groups_t *gs
                      int64_t *lease)
 {
     static const char sql[] =
-        "SELECT t.id, p.payload, t.job_id, t.attempt, j.placement, t.leased_at"
-        " FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        " JOIN host_task_payloads p ON p.task_id = t.id WHERE" POLL_DELIVER_WHERE
+        "SELECT t.id, p.payload, t.job_id, t.attempt, j.placement, t.leased_at, t.shards,"
+        " t.devices FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " JOIN comp_payloads p ON p.job_id = t.job_id AND p.attempt = t.attempt"
+        " AND p.comp_idx = t.comp_idx WHERE" POLL_DELIVER_WHERE
         " ORDER BY t.seq, t.id";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)

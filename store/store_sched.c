@@ -245,8 +245,6 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
     static const char sql[] =
         "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id, worker_id, seq, shards,"
         " nshards, state, devices, dispatched_at, leased_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)";
-    static const char payload_sql[] =
-        "INSERT INTO host_task_payloads(task_id, payload) VALUES (?, ?)";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
@@ -266,10 +264,21 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
         sqlite3_bind_int64(s, 11, util_wall_us());
         sqlite3_bind_int64(s, 12, store_lease_id());
     }
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, payload_sql)))
+    return store_step_done(s);
+}
+
+int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp,
+                                 const char *payload)
+{
+    static const char sql[] =
+        "INSERT INTO comp_payloads(job_id, attempt, comp_idx, payload) VALUES (?, ?, ?, ?)";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
         return -1;
-    sqlite3_bind_int64(s, 1, sqlite3_last_insert_rowid(store_db(st)));
-    sqlite3_bind_text(s, 2, t->payload, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, attempt);
+    sqlite3_bind_int(s, 3, comp);
+    sqlite3_bind_text(s, 4, payload, -1, SQLITE_STATIC);
     return store_step_done(s);
 }
 

@@ -6,7 +6,9 @@
  * job_docs: the job must still answer its document, and the jobs row must
  * no longer carry it (every report rewrote it there). Version 18 moved
  * host task payloads into host_task_payloads and their devices into a
- * column: an old host task keeps both. Also the store's
+ * column, and version 21 keeps one payload per computation (comp_payloads)
+ * without the task's shards and devices: an old host task keeps its
+ * devices, and its computation the rest of its payload. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
 #include <setjmp.h>
@@ -124,11 +126,14 @@ static void test_old_job_keeps_its_document(void **state)
     assert_int_equal(column_exists(st, "host_tasks", "payload"), 0);
     sqlite3_stmt *s = NULL;
     assert_int_equal(sqlite3_prepare_v2(store_db(st),
-        "SELECT t.devices, p.payload FROM host_tasks t JOIN host_task_payloads p"
-        " ON p.task_id = t.id WHERE t.id = 7", -1, &s, NULL), SQLITE_OK);
+        "SELECT t.devices, p.payload FROM host_tasks t JOIN comp_payloads p"
+        " ON p.job_id = t.job_id AND p.attempt = t.attempt AND p.comp_idx = t.comp_idx"
+        " WHERE t.id = 7", -1, &s, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_step(s), SQLITE_ROW);
     assert_string_equal((const char *)sqlite3_column_text(s, 0), "[2,3]");
-    assert_string_equal((const char *)sqlite3_column_text(s, 1), old_payload);
+    /* Version 21: the computation's shared text, without the task's own
+     * shards and devices (those stay in the row). */
+    assert_string_equal((const char *)sqlite3_column_text(s, 1), "{\"job\":1,\"comp\":0}");
     sqlite3_finalize(s);
     json_decref(job);
     json_decref(doc);

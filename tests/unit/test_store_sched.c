@@ -135,8 +135,7 @@ static void add_done_task(store_t *st, sqlite3 *db, int64_t job, int64_t w, int6
                           int64_t ready, int64_t end)
 {
     static int seq;
-    sched_task_t t = {job, 0, 0, store_island_id(st, "west"), w, ++seq, "[0]", 1, 0,
-                      "[0]", "{}"};
+    sched_task_t t = {job, 0, 0, store_island_id(st, "west"), w, ++seq, "[0]", 1, 0, "[0]"};
     assert_int_equal(store_begin(st), 0);
     assert_int_equal(store_sched_add_task(st, &t), 0);
     assert_int_equal(store_commit(st), 0);
