@@ -29,8 +29,12 @@
 /* A whole-argument collective over a slice on at least this many worker
  * processes goes through the slice's root process (exec_coll.c, "Relay"):
  * 2 (P - 1) messages and connections instead of P (P - 1). Below it every
- * pair exchanges directly, one step fewer. */
-#define EXEC_RELAY_MIN_PROCS_DEFAULT 16
+ * pair exchanges directly, one step fewer. From 4 processes the fewer
+ * messages (and wake-ups) win (bench_pathways grid, 2-core VM: fused
+ * all_reduce steps 1.2-1.9x at 4 processes, 2-3x at 8; README). Every
+ * process of a slice must decide alike, so this is a build constant, not a
+ * per-worker option: a slice's workers run one build. */
+#define EXEC_RELAY_MIN_PROCS_DEFAULT 4
 
 /* How collectives ran (for tests and logs). */
 typedef struct exec_counters {
