@@ -96,6 +96,11 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         atomic_fetch_add(&sched_successes, 1);
         sched_round_take(r, pl, plan->nslices, job->id, plan->shared);
         int rc = sched_dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
+        /* Its workers' parked polls answer now, not after the rest of the
+         * round (the next heads' reads, the feed), and so do those of the
+         * workers of jobs it preempted (they must abort). */
+        if (rc == 1 && sched_cfg.on_dispatch)
+            sched_cfg.on_dispatch();
         alloc_placements_release(pl, plan->nslices);
         if (rc == 1)
             *used += plan_devices(plan);
@@ -178,7 +183,7 @@ void sched_admit(store_t *st)
 {
     sched_tenant_t *ts = NULL;
     tenant_q_t *qs = NULL;
-    int nt = 0, dispatched = 0, complete = 0;
+    int nt = 0, complete = 0, fed = 0;
     round_t r;
     if (sched_round_load(st, &r) != 0 || store_sched_tenants(st, &ts, &nt) != 0 ||
         !(qs = calloc((size_t)(nt > 0 ? nt : 1), sizeof *qs)))
@@ -194,14 +199,11 @@ void sched_admit(store_t *st)
         int rc = admit_job(st, &r, &q->page[q->next++], &q->t.used, blocked);
         if (rc < 0)
             break;
-        dispatched += rc;
         if (rc == 0 && ++q->waits >= SCHED_LOOKAHEAD)
             q->done = 1;
     }
     complete = q == NULL;
-    int fed = sched_feed_shared(st, &r);
-    if (fed > 0)
-        dispatched += fed;
+    fed = sched_feed_shared(st, &r);
 cleanup:
     /* A round stopped early (store error) keeps unseen plans too: their
      * jobs may still be queued. */
@@ -210,8 +212,8 @@ cleanup:
     sched_round_free(&r);
     free(qs);
     free(ts);
-    if (dispatched && sched_cfg.on_dispatch)
-        sched_cfg.on_dispatch();
+    if (fed > 0 && sched_cfg.on_dispatch)
+        sched_cfg.on_dispatch();    /* admissions woke their workers already */
 }
 
 void sched_counters(uint64_t *attempts, uint64_t *successes)
