@@ -114,7 +114,7 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
     " EXISTS (SELECT 1 FROM jobs j WHERE j.id = " t ".job_id"                             \
     " AND (j.state IN ('succeeded','failed','cancelled') OR " t ".attempt < j.attempt))"
 
-/* What a poll must do: POLL_DELIVER (tasks to hand over), POLL_STALE
+/* What a poll must do: POLL_DELIVER (tasks to hand over), POLL_STALE_ANY
  * (stale attempts to name or settle, or an earlier registration of the same
  * process whose jobs to name; the same conditions as poll_cancels, a little
  * wider), or neither (0); PROBE_GONE when the worker is not live, -1 on

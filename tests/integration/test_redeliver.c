@@ -1,9 +1,9 @@
 /* test_redeliver.c - a poll answer lost on the way does not lose its tasks.
  *
- * Dispatch leases host tasks and polls deliver them. Before, an answer that timed out in the worker's
- * client (or broke on the wire) left its tasks leased to a worker that
- * never saw them: the job hung, holding its devices (found with 512 sim
- * workers on 2 cores, bench_scale). Now the worker sends `ack`, the
+ * Dispatch leases host tasks and polls deliver them. Before, an answer
+ * that timed out in the worker's client (or broke on the wire) left its
+ * tasks leased to a worker that never saw them: the job hung, holding its
+ * devices (found with 512 sim workers on 2 cores, bench_scale). Now the worker sends `ack`, the
  * "lease" of the last answer it took in, and tasks leased in a later
  * answer come again. The test plays the worker over HTTP: it polls, drops
  * the answer, polls again with the old ack and gets the same task; with
