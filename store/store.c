@@ -124,6 +124,26 @@ uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns);
  * has received every row of its leased at or before L (store_poll.c). */
 static _Atomic int64_t store_last_lease;
 
+/* Lease ids continue from the newest one stored, not from the wall clock
+ * alone: a worker that acknowledged an id issued before a restart must
+ * still be handed what is leased after it, even if the clock stepped back
+ * meanwhile (index host_tasks_by_lease: one b-tree probe). 0 or -1. */
+static int lease_seed(store_t *st)
+{
+    sqlite3_stmt *s = store_stmt(st, "SELECT MAX(leased_at) FROM host_tasks");
+    if (!s)
+        return -1;
+    int rc = sqlite3_step(s);
+    int64_t newest = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW)
+        return -1;
+    int64_t last = atomic_load(&store_last_lease);
+    while (newest > last && !atomic_compare_exchange_weak(&store_last_lease, &last, newest))
+        ;
+    return 0;
+}
+
 int64_t store_lease_id(void)
 {
     int64_t now = util_wall_us(), last = atomic_load(&store_last_lease);
@@ -673,6 +693,11 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
             store_rollback(st);
             return -1;
         }
+    }
+    if (lease_seed(st) != 0) {
+        store_rollback(st);
+        return err_set(e, -1, "db", "cannot read the newest lease id: %s",
+                       sqlite3_errmsg(st->db)), -1;
     }
     return store_commit(st) == 0 ? 0 : (err_set(e, -1, "db", "commit failed"), -1);
 }
