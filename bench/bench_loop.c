@@ -102,9 +102,9 @@ static void *bench_client(void *arg)
  *   allocated   submission (created) -> allocated (the scheduler's pass)
  *   dispatched  allocated -> its computation dispatched (host tasks written)
  *   started     dispatched -> its first shard started on a worker (the
- *               parked poll woken, the lease, the answer, the compile)
+ *               parked poll woken, its read, the answer, the compile)
  *   all_started first shard started -> the last one's inputs ready (the
- *               other worker's lease and start)
+ *               other worker's poll and start)
  *   ran         inputs ready -> the last shard finished (the collective)
  *   reported    last shard finished -> job finished (report and apply) */
 enum { ST_ALLOC, ST_DISP, ST_START, ST_ALL, ST_RAN, ST_REP, ST__N };

@@ -229,14 +229,19 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
     sqlite3_bind_int(s, 2, comp);
     sqlite3_bind_int64(s, 3, island);
     sqlite3_bind_int64(s, 4, seq);
+    int64_t now = util_wall_us();
     sqlite3_bind_int(s, 5, dispatched);
-    sqlite3_bind_int64(s, 6, util_wall_us());
+    sqlite3_bind_int64(s, 6, now);
     if (store_step_done(s) != 0)
         return -1;
-    if (!dispatched || !(s = store_stmt(st, job_sql)))
-        return dispatched ? -1 : 0;
+    if (!dispatched)
+        return 0;
+    /* A no-op after the job's first dispatch (its row is no longer
+     * 'allocated'): one primary-key probe per computation. */
+    if (!(s = store_stmt(st, job_sql)))
+        return -1;
     sqlite3_bind_int64(s, 1, job);
-    sqlite3_bind_int64(s, 2, util_wall_us());
+    sqlite3_bind_int64(s, 2, now);
     return store_step_done(s);
 }
 

@@ -119,6 +119,24 @@ static inline json_t *itest_wait_state(int64_t id, const char *want)
     return job;
 }
 
+/* Polls until the job is in state `want` (terminal or not) with attempt
+ * `attempt` (-1: any); the job (caller decrefs), or NULL after timeout_ms. */
+static inline json_t *itest_wait_in_state(int64_t id, const char *want, int attempt,
+                                          int timeout_ms)
+{
+    int64_t deadline = hx_now_ms() + timeout_ms;
+    for (;;) {
+        json_t *job = hx_job_get(&itest_client, id);
+        if (job && strcmp(hx_job_state(job), want) == 0 &&
+            (attempt < 0 || json_integer_value(json_object_get(job, "attempt")) == attempt))
+            return job;
+        json_decref(job);
+        if (hx_now_ms() >= deadline)
+            return NULL;
+        hx_sleep_ms(ITEST_POLL_MS);
+    }
+}
+
 /* Submit + wait for success; returns the job object (caller decrefs). */
 static inline json_t *itest_run_ok(const char *doc_q, int64_t *id_out)
 {

@@ -101,23 +101,6 @@ static int wait_log(const char *path, const char *needle, int want, int timeout_
     return 0;
 }
 
-/* Polls until the job is in state `want` with attempt `attempt` (-1: any);
- * the job (caller decrefs) or NULL. */
-static json_t *wait_state(int64_t id, const char *want, int attempt, int timeout_ms)
-{
-    int64_t deadline = hx_now_ms() + timeout_ms;
-    for (;;) {
-        json_t *job = hx_job_get(&itest_client, id);
-        if (job && strcmp(hx_job_state(job), want) == 0 &&
-            (attempt < 0 || json_integer_value(json_object_get(job, "attempt")) == attempt))
-            return job;
-        json_decref(job);
-        if (hx_now_ms() >= deadline)
-            return NULL;
-        hx_sleep_ms(ITEST_POLL_MS);
-    }
-}
-
 /* The single live worker's id, or -1 when there is not exactly one. */
 static int64_t only_live_worker(void)
 {
@@ -216,7 +199,7 @@ static void test_requeue_same_worker(void **state)
     /* 1. Attempt 1 placed on the same (stopped) worker and dispatched to it
      * (running), attempt 0 still leased to it. Fails on the old code:
      * "queued", waiting for attempt 0. */
-    job = wait_state(id, "running", 1, WAIT_MS);
+    job = itest_wait_in_state(id, "running", 1, WAIT_MS);
     int64_t t_alloc = hx_now_ms();
     if (!job) {
         json_t *now = hx_job_get(&itest_client, id);
@@ -236,7 +219,7 @@ static void test_requeue_same_worker(void **state)
     /* 2. The worker resumes: attempt 0 aborted, attempt 1 runs. */
     int64_t t_cont = hx_now_ms();
     T_CHECK(kill(at.worker.pid, SIGCONT) == 0, "SIGCONT failed");
-    job = wait_state(id, "succeeded", -1, LEASE_MS);
+    job = itest_wait_in_state(id, "succeeded", -1, LEASE_MS);
     int64_t t_done = hx_now_ms();
     T_CHECK(job != NULL, "job %" PRId64 " did not succeed on attempt 1 (logs in %s)", id, at.dir);
     T_CHECK(json_integer_value(json_object_get(job, "attempt")) == 1, "not attempt 1");

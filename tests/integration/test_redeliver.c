@@ -80,21 +80,6 @@ static int64_t only_task(const json_t *ans)
     return json_integer_value(json_object_get(json_array_get(tasks, 0), "task"));
 }
 
-/* Waits until the job is running: dispatched, its task leased. 1 or 0. */
-static int wait_running(int64_t job)
-{
-    int64_t deadline = hx_now_ms() + ITEST_JOB_TIMEOUT_MS;
-    while (hx_now_ms() < deadline) {
-        json_t *j = hx_job_get(&itest_client, job);
-        int running = j && strcmp(hx_job_state(j), "running") == 0;
-        json_decref(j);
-        if (running)
-            return 1;
-        hx_sleep_ms(ITEST_POLL_MS);
-    }
-    return 0;
-}
-
 /* Whether the answer's "cancel" names job. */
 static int names_job(const json_t *ans, int64_t job)
 {
@@ -179,7 +164,9 @@ static void test_lost_answer_redelivered(void **state)
      * its ack), so it is settled, not named, and the worker is not asked
      * to abort what it never had. */
     int64_t job2 = itest_submit(job_q);
-    T_CHECK(wait_running(job2), "job %" PRId64 " was not dispatched", job2);
+    json_t *j2 = itest_wait_in_state(job2, "running", -1, ITEST_JOB_TIMEOUT_MS);
+    T_CHECK(j2 != NULL, "job %" PRId64 " was not dispatched", job2);  /* running: leased */
+    json_decref(j2);
     snprintf(path, sizeof path, "/v1/jobs/%" PRId64, job2);
     T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0 && r.status == 200,
             "cancel answered %ld", r.status);
