@@ -8,7 +8,8 @@
  * What it pins: exact chained results across processes, one packed message
  * per process pair and op, the fold-order rule (bits of the per-shard
  * runtime), a forged pack of the wrong size failing the task without being
- * read, attempt-exact cancel, gang order of overlapping tasks, malformed
+ * read, attempt-exact cancel, gang order of overlapping tasks, a runner
+ * that claims a task waking the next (no deadlock between procs), malformed
  * groups reported failed, and the relay through the root (large slices)
  * giving the direct exchange's bits with 2 (P - 1) messages. */
 #include <setjmp.h>
@@ -107,6 +108,8 @@ static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
 
 /* exec_cfg_t.relay_min_procs of the procs cluster_new() starts (0: default). */
 static int test_relay_min;
+/* exec_cfg_t.sim of the procs cluster_new() starts: `compute` sleeps. */
+static int test_sim;
 
 static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeout_ms)
 {
@@ -119,7 +122,7 @@ static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeo
         return -1;
     exec_cfg_t cfg = {.ndevices = ndev, .peer_timeout_us = timeout_ms * 1000, .store = p->st,
                       .ring_min_bytes = ring_min_bytes, .relay_min_procs = test_relay_min,
-                      .self_addr = dplane_addr(p->dp)};
+                      .sim = test_sim, .self_addr = dplane_addr(p->dp)};
     p->ex = exec_start(&cfg, p->mb, p->dp, sink_fn, &p->sink);
     return p->ex ? 0 : -1;
 }
@@ -596,6 +599,76 @@ static void test_gang_order_overlapping(void **state)
     cluster_free(c);
 }
 
+/* ---- a runner that claims a task wakes the next (exec.c, wake_one) ----
+ *
+ * Two procs of 4 devices, island [2,4] (proc q: row q). Each proc first
+ * runs a 300 ms blocker on all its devices; behind it, jobs 62 and 63 each
+ * hold a [2,2] slice (columns 0-1 and 2-3) with an all_reduce between the
+ * procs, on local devices chosen so that the procs' first runnable task
+ * differs: proc 0 has 62 on devices 0-1 and 63 on 2-3, proc 1 the reverse.
+ * When the blocker ends both become runnable at once and the runner that
+ * ended it takes the first. Unless it wakes another runner for the second,
+ * proc 0 runs only 62 and proc 1 only 63, each waiting for the other's half:
+ * a deadlock until the peer timeout fails them. */
+static json_t *box_placement(const cluster_t *c, int orow, int ocol, int brows, int bcols)
+{
+    json_t *p = placement(c, 2, 4);
+    json_t *a = json_object_get(json_object_get(p, "slices"), "a");
+    json_object_set_new(a, "origin", json_pack("[i,i]", orow, ocol));
+    json_object_set_new(a, "box", json_pack("[i,i]", brows, bcols));
+    return p;
+}
+
+/* Proc q's part of job `job` on the given box, shards s0, s0+1, ... on
+ * local devices d0, d0+1, ... (n of each). */
+static void submit_on(cluster_t *c, int q, int64_t job, int64_t seq, const int box[4], int s0,
+                      int d0, int n, json_t *ops)
+{
+    json_t *t = host_task(c, job * 10 + q, job, 0, 0, seq, box[2], box[3], q, ops, NULL, NULL);
+    json_t *shards = json_array(), *devs = json_array();
+    for (int k = 0; k < n; k++) {
+        json_array_append_new(shards, json_integer(s0 + k));
+        json_array_append_new(devs, json_integer(d0 + k));
+    }
+    json_object_set_new(t, "shards", shards);
+    json_object_set_new(t, "devices", devs);
+    json_t *g = group(job, 0, box_placement(c, box[0], box[1], box[2], box[3]), json_pack("[o]", t));
+    assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+    json_decref(g);
+}
+
+static void test_claim_wakes_next(void **state)
+{
+    (void)state;
+    test_sim = 1;
+    cluster_t *c = cluster_new(2, 4, 0, 20000);
+    test_sim = 0;
+    static const int row[2][4] = {{0, 0, 1, 4}, {1, 0, 1, 4}};
+    static const int left[4] = {0, 0, 2, 2}, right[4] = {0, 2, 2, 2};
+    for (int q = 0; q < 2; q++)
+        submit_on(c, q, 60 + q, 1, row[q], 0, 0, 4,
+                  json_pack("[{s:s,s:s}, {s:s,s:s,s:i}]", "op", "shard_index", "out", "y", "op",
+                            "compute", "out", "b", "us", 300000));
+    for (int q = 0; q < 2; q++)
+        for (int job = 62; job <= 63; job++) {
+            /* [2,2] slice: shards 0-1 in row 0 (proc 0), 2-3 in row 1. */
+            int first_here = (job == 62) == (q == 0);
+            submit_on(c, q, job, job - 60, job == 62 ? left : right, 2 * q, first_here ? 0 : 2,
+                      2, json_pack("[{s:s,s:s},{s:s,s:s,s:[s],s:s}]", "op", "shard_index", "out",
+                                   "i", "op", "all_reduce", "out", "y", "args", "i", "reduce",
+                                   "sum"));
+        }
+    for (int q = 0; q < 2; q++) {
+        assert_int_equal(sink_wait(&c->p[q].sink, 3), 3);
+        for (int job = 62; job <= 63; job++) {
+            const json_t *b = sink_find(&c->p[q].sink, job * 10 + q);
+            assert_string_equal(state_of(b), "succeeded");
+            assert_true(out_value(b, 0, 0) == 6.0f);      /* 0 + 1 + 2 + 3 */
+        }
+    }
+    cluster_free(c);
+}
+
 /* ---- malformed groups and tasks ---- */
 
 /* gang_run() announces a process's end only after what it wrote before
@@ -699,6 +772,7 @@ int main(void)
         cmocka_unit_test(test_forged_pack_fails_task),
         cmocka_unit_test(test_cancel_is_attempt_exact),
         cmocka_unit_test(test_gang_order_overlapping),
+        cmocka_unit_test(test_claim_wakes_next),
         cmocka_unit_test(test_malformed_reported_failed),
         cmocka_unit_test(test_gang_output_before_end),
         cmocka_unit_test(test_relay_same_bits),
