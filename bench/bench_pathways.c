@@ -189,13 +189,6 @@ static double result_value(hx_client_t *cl, int64_t id, const char *key)
     return x;
 }
 
-static int64_t ctime_of(const json_t *job, int comp, const char *name)
-{
-    json_t *c = json_array_get(json_object_get(job, "computations"), (size_t)comp);
-    json_t *v = json_object_get(json_object_get(c, "times_us"), name);
-    return json_is_integer(v) ? json_integer_value(v) : -1;
-}
-
 static int64_t cbusy_of(const json_t *job, int comp)
 {
     json_t *c = json_array_get(json_object_get(job, "computations"), (size_t)comp);
@@ -307,19 +300,21 @@ static int start_grid_cluster(hx_cluster_t *c, int pi, int sequential)
 static void profile_chained(const char *tag, const json_t *job, int n)
 {
     int64_t created = hx_job_time_us(job, "created"), finished = hx_job_time_us(job, "finished");
-    int64_t c0_disp = ctime_of(job, 0, "dispatched"), c0_start = ctime_of(job, 0, "started");
-    int64_t last_fin = ctime_of(job, n - 1, "finished");
+    int64_t c0_disp = hx_comp_time_us(job, 0, "dispatched");
+    int64_t c0_start = hx_comp_time_us(job, 0, "started");
+    int64_t last_fin = hx_comp_time_us(job, n - 1, "finished");
     double exec = 0, handoff = 0, rep_to_disp = 0, disp_to_start = 0;
     for (int k = 0; k < n; k++) {
-        exec += (double)(ctime_of(job, k, "finished") - ctime_of(job, k, "inputs_ready"));
+        exec += (double)(hx_comp_time_us(job, k, "finished") -
+                         hx_comp_time_us(job, k, "inputs_ready"));
         if (k == 0)
             continue;
-        int64_t prev_fin = ctime_of(job, k - 1, "finished");
-        handoff += (double)(ctime_of(job, k, "inputs_ready") - prev_fin);
-        int64_t d = ctime_of(job, k, "dispatched");
+        int64_t prev_fin = hx_comp_time_us(job, k - 1, "finished");
+        handoff += (double)(hx_comp_time_us(job, k, "inputs_ready") - prev_fin);
+        int64_t d = hx_comp_time_us(job, k, "dispatched");
         if (d > prev_fin) {   /* sequential: the controller unblocked it */
             rep_to_disp += (double)(d - prev_fin);
-            disp_to_start += (double)(ctime_of(job, k, "started") - d);
+            disp_to_start += (double)(hx_comp_time_us(job, k, "started") - d);
         }
     }
     printf("profile.%s.total_us_per_comp %.1f\n", tag, (double)(finished - created) / n);
@@ -350,7 +345,7 @@ static void sweep_utilization(hx_client_t *cl, int di)
         if (run_case(cl, M_CHAINED, di, SWEEP_STEPS, us_list[i], &job) < 0)
             return;
         int n = SWEEP_STEPS, D = grid_d[di];
-        int64_t wall = ctime_of(job, n - 1, "finished") - ctime_of(job, 0, "started");
+        int64_t wall = hx_comp_time_us(job, n - 1, "finished") - hx_comp_time_us(job, 0, "started");
         int64_t busy = 0;
         for (int k = 0; k < n; k++)
             busy += cbusy_of(job, k);
@@ -416,14 +411,14 @@ static int64_t best_of(hx_client_t *cl, const char *doc_q, int64_t (*f)(const js
 
 static int64_t comp0_span(const json_t *job)
 {
-    return ctime_of(job, 0, "finished") - ctime_of(job, 0, "started");
+    return hx_comp_time_us(job, 0, "finished") - hx_comp_time_us(job, 0, "started");
 }
 
 /* Edge: consumer's inputs ready minus producer start (fill time is taken
  * off by the caller). */
 static int64_t edge_span(const json_t *job)
 {
-    return ctime_of(job, 1, "inputs_ready") - ctime_of(job, 0, "started");
+    return hx_comp_time_us(job, 1, "inputs_ready") - hx_comp_time_us(job, 0, "started");
 }
 
 static int run_bandwidths(void)

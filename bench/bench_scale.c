@@ -10,7 +10,8 @@
  *      shows every device free; atolld's RSS then;
  *   2. chained: one job of CHAIN computations (scalar all_reduce + add,
  *      each consuming the previous) on the whole island; microseconds per
- *      computation from the server's started/finished stamps;
+ *      computation from the server's started/finished stamps, and where
+ *      they went (chain_profile);
  *   3. mixed: JOBS jobs (fill + all_reduce sum) cycling through slice sizes
  *      1, 2, 4, ... devices up to the whole island, submitted back to back
  *      and all checked exactly (every shard's sum); jobs/s from the first
@@ -113,9 +114,10 @@ static char *chain_doc(const char *shape)
     return d;
 }
 
-/* Waits for a job; 0 when it succeeded, with its server stamps. */
+/* Waits for a job; 0 when it succeeded, with its server stamps (and the
+ * job itself in *out, a new reference, when out is not NULL). */
 static int job_done(hx_client_t *cl, int64_t id, int64_t *created, int64_t *started,
-                    int64_t *finished)
+                    int64_t *finished, json_t **out)
 {
     json_t *job = NULL;
     int rc = hx_job_wait(cl, id, JOB_TIMEOUT_MS, 20, &job);
@@ -129,8 +131,28 @@ static int job_done(hx_client_t *cl, int64_t id, int64_t *created, int64_t *star
     *created = hx_job_time_us(job, "created");
     *started = hx_job_time_us(job, "started");
     *finished = hx_job_time_us(job, "finished");
-    json_decref(job);
+    if (out)
+        *out = job;
+    else
+        json_decref(job);
     return 0;
+}
+
+/* Where the chain's time went (bench_pathways' profile, same names): the
+ * first computation's start after the job's, the chain itself per
+ * computation (first start to last finish: collectives and hand-offs,
+ * which the workers drive), and the controller's tail after the last
+ * computation finished (applying the workers' reports: CHAIN x workers of
+ * them). */
+static void chain_profile(const json_t *job)
+{
+    int64_t c0_start = hx_comp_time_us(job, 0, "started");
+    int64_t last_fin = hx_comp_time_us(job, CHAIN - 1, "finished");
+    printf("chain_whole_island_start_to_first_comp_ms %.1f\n",
+           (double)(c0_start - hx_job_time_us(job, "started")) / 1000.0);
+    printf("chain_whole_island_chain_us_per_comp %.0f\n", (double)(last_fin - c0_start) / CHAIN);
+    printf("chain_whole_island_controller_tail_ms %.1f\n",
+           (double)(hx_job_time_us(job, "finished") - last_fin) / 1000.0);
 }
 
 static int run_chain(hx_client_t *cl, const char *shape, long ndev)
@@ -139,7 +161,8 @@ static int run_chain(hx_client_t *cl, const char *shape, long ndev)
     int64_t id = 0, c0, s0, f0;
     int st = doc ? hx_job_submit(cl, doc, &id, NULL) : -1;
     free(doc);
-    if (st != 201 || job_done(cl, id, &c0, &s0, &f0) != 0)
+    json_t *job = NULL;
+    if (st != 201 || job_done(cl, id, &c0, &s0, &f0, &job) != 0)
         return -1;
     json_t *res = hx_job_result(cl, id);
     char key[16];
@@ -151,6 +174,8 @@ static int run_chain(hx_client_t *cl, const char *shape, long ndev)
     printf("chain_whole_island_devices %ld\n", ndev);
     printf("chain_whole_island_us_per_computation %.0f\n", (double)(f0 - s0) / CHAIN);
     printf("chain_whole_island_submit_to_done_ms %.1f\n", (double)(f0 - c0) / 1000.0);
+    chain_profile(job);
+    json_decref(job);
     if (got != want) {
         fprintf(stderr, "chain: last shard holds %g, expected %g\n", got, want);
         return -1;
@@ -189,7 +214,7 @@ static int run_mixed(hx_client_t *cl, int njobs, int rows_log, int cols_log)
     int wrong = 0;
     for (int j = 0; j < njobs && hx_now_ms() < bench_deadline; j++) {
         int64_t c0, s0, f0;
-        if (job_done(cl, ids[j], &c0, &s0, &f0) != 0) {
+        if (job_done(cl, ids[j], &c0, &s0, &f0, NULL) != 0) {
             rc = -1;
             goto cleanup;
         }

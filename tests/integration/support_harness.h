@@ -181,6 +181,9 @@ json_t *hx_job_part(hx_client_t *cl, int64_t id, const char *part);
 /* A job timestamp in Unix µs: times_us.NAME ("created", "allocated",
  * "started", "finished"), or NAME_us at the top level; -1 when absent. */
 int64_t hx_job_time_us(const json_t *job, const char *name);
+/* computations[comp].times_us.NAME of a job ("dispatched", "started",
+ * "inputs_ready", "finished"); -1 when absent. */
+int64_t hx_comp_time_us(const json_t *job, int comp, const char *name);
 /* outputs[key][shard] of a result object (borrowed) or NULL. */
 json_t *hx_result_shard(const json_t *result, const char *key, int shard);
 

@@ -215,6 +215,13 @@ int64_t hx_job_time_us(const json_t *job, const char *name)
     return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
+int64_t hx_comp_time_us(const json_t *job, int comp, const char *name)
+{
+    json_t *c = json_array_get(json_object_get(job, "computations"), (size_t)comp);
+    json_t *v = json_object_get(json_object_get(c, "times_us"), name);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
 json_t *hx_result_shard(const json_t *result, const char *key, int shard)
 {
     json_t *arr = json_object_get(json_object_get(result, "outputs"), key);
