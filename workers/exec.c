@@ -18,7 +18,7 @@
  * runners sleep on one condition variable and cost nothing.
  *
  * Locking: one mutex guards every queue and hnode; `work_cv` wakes runners
- * (see wake_one), `idle_cv` tells
+ * (one at a time, see wake_one; all of them at stop), `idle_cv` tells
  * exec_drain() that a task ended. Invariant: an hnode is in the queue of
  * each of its devices from submission until its runner (or a cancel or
  * stop, for one not running) takes it out, and is freed by whoever did. */
@@ -418,7 +418,7 @@ int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
         return 0;
     pthread_mutex_lock(&ex->mu);
     int32_t held = cancel_locked(ex, job, attempt, &removed);
-    pthread_cond_broadcast(&ex->work_cv);
+    wake_one(ex);                  /* tasks behind the removed ones may run now */
     pthread_cond_broadcast(&ex->idle_cv);
     pthread_mutex_unlock(&ex->mu);
     int fresh = held >= 0 && !mbox_is_cancelled(ex->env.mb, job, attempt);

@@ -568,6 +568,27 @@ static void test_cancel_is_attempt_exact(void **state)
 
 /* ---- gang order: overlapping tasks submitted out of seq order ---- */
 
+/* y = the sum of shard_index over the slice (a [1,4] or [2,2] slice: 6). */
+static json_t *index_sum_ops(void)
+{
+    return json_pack("[{s:s,s:s},{s:s,s:s,s:[s],s:s}]", "op", "shard_index", "out", "i", "op",
+                     "all_reduce", "out", "y", "args", "i", "reduce", "sum");
+}
+
+/* Both procs of c reported nreports tasks, among them jobs job0 and
+ * job0 + 1 (task ids job * 10 + proc) succeeded with y = 0 + 1 + 2 + 3. */
+static void assert_pair_sums(cluster_t *c, int nreports, int job0)
+{
+    for (int q = 0; q < 2; q++) {
+        assert_int_equal(sink_wait(&c->p[q].sink, nreports), nreports);
+        for (int job = job0; job <= job0 + 1; job++) {
+            const json_t *b = sink_find(&c->p[q].sink, job * 10 + q);
+            assert_string_equal(state_of(b), "succeeded");
+            assert_true(out_value(b, 0, 0) == 6.0f);
+        }
+    }
+}
+
 static void test_gang_order_overlapping(void **state)
 {
     (void)state;
@@ -578,9 +599,7 @@ static void test_gang_order_overlapping(void **state)
     for (int q = 0; q < 2; q++)
         for (int x = 0; x < 2; x++) {
             int job = (q == 0) == (x == 0) ? 30 : 31;
-            json_t *ops = json_pack("[{s:s,s:s},{s:s,s:s,s:[s],s:s}]", "op", "shard_index",
-                                    "out", "i", "op", "all_reduce", "out", "y", "args", "i",
-                                    "reduce", "sum");
+            json_t *ops = index_sum_ops();
             json_t *g = group(job, 0, placement(c, 1, 4),
                               json_pack("[o]", host_task(c, job * 10 + q, job, 0, 0,
                                                          job == 30 ? 6 : 5, 1, 4, q, ops, NULL,
@@ -588,14 +607,7 @@ static void test_gang_order_overlapping(void **state)
             exec_submit(c->p[q].ex, g);
             json_decref(g);
         }
-    for (int q = 0; q < 2; q++) {
-        assert_int_equal(sink_wait(&c->p[q].sink, 2), 2);
-        for (int job = 30; job <= 31; job++) {
-            const json_t *b = sink_find(&c->p[q].sink, job * 10 + q);
-            assert_string_equal(state_of(b), "succeeded");
-            assert_true(out_value(b, 0, 0) == 6.0f);      /* 0 + 1 + 2 + 3 */
-        }
-    }
+    assert_pair_sums(c, 2, 30);
     cluster_free(c);
 }
 
@@ -654,18 +666,9 @@ static void test_claim_wakes_next(void **state)
             /* [2,2] slice: shards 0-1 in row 0 (proc 0), 2-3 in row 1. */
             int first_here = (job == 62) == (q == 0);
             submit_on(c, q, job, job - 60, job == 62 ? left : right, 2 * q, first_here ? 0 : 2,
-                      2, json_pack("[{s:s,s:s},{s:s,s:s,s:[s],s:s}]", "op", "shard_index", "out",
-                                   "i", "op", "all_reduce", "out", "y", "args", "i", "reduce",
-                                   "sum"));
+                      2, index_sum_ops());
         }
-    for (int q = 0; q < 2; q++) {
-        assert_int_equal(sink_wait(&c->p[q].sink, 3), 3);
-        for (int job = 62; job <= 63; job++) {
-            const json_t *b = sink_find(&c->p[q].sink, job * 10 + q);
-            assert_string_equal(state_of(b), "succeeded");
-            assert_true(out_value(b, 0, 0) == 6.0f);      /* 0 + 1 + 2 + 3 */
-        }
-    }
+    assert_pair_sums(c, 3, 62);
     cluster_free(c);
 }
 
