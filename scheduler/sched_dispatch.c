@@ -240,7 +240,16 @@ static char *placement_text(const job_plan_t *plan, round_t *r, const alloc_plac
         if (!e || json_object_set_new(slices, plan->slices[s].name, e) != 0)
             goto cleanup;
     }
-    json_t *all = slices && procs ? json_pack("{s:O, s:O}", "procs", procs, "slices", slices) : NULL;
+    /* Only an exclusive job under parallel dispatch has every computation's
+     * host tasks on its workers from the start, and nothing of the
+     * controller's waits for a single report of it but the job's end: its
+     * workers may hold reports while more of the attempt runs there
+     * (workers/wreport.h). A sequential job's consumers are released by
+     * their producers' reports, a shared job's fed by them. */
+    int hold = !sched_cfg.sequential && !plan->shared;
+    json_t *all = slices && procs ? json_pack("{s:O, s:O, s:b}", "procs", procs, "slices", slices,
+                                              "hold_reports", hold)
+                                  : NULL;
     text = all ? json_dumps(all, JSON_COMPACT) : NULL;
     json_decref(all);
 cleanup:

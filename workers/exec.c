@@ -73,11 +73,31 @@ struct exec {
     pthread_t *threads;
 };
 
-static void report(exec_t *ex, int64_t id, json_t *body)
+static void report(exec_t *ex, int64_t id, json_t *body, int hold)
 {
     if (!body)
         log_error("task %lld: out of memory building its report", (long long)id);
-    ex->report_fn(ex->report_ctx, id, body);
+    ex->report_fn(ex->report_ctx, id, body, hold);
+}
+
+/* Whether h's report may wait (exec_report_fn): it succeeded, its attempt
+ * allows holding, and the next task in line on one of its devices is of
+ * the same attempt, so another report of the attempt will follow from
+ * here. Its job cannot end before that one is sent. Holds mu; h is
+ * running, so it heads each of its devices' queues. */
+static int report_may_hold(const exec_t *ex, const hnode_t *h, const json_t *body)
+{
+    const wtask_t *t = h->t;
+    const char *state = json_string_value(json_object_get(body, "state"));
+    if (!t->place->hold_reports || !state || strcmp(state, "succeeded") != 0)
+        return 0;
+    for (int l = 0; l < t->nlocal; l++) {
+        const qent_t *q = ex->dev[t->devices[l]].queue;
+        const qent_t *next = q && q->h == h ? q->next : NULL;
+        if (next && next->h->t->job == t->job && next->h->t->attempt == t->attempt)
+            return 1;
+    }
+    return 0;
 }
 
 /* npeers bound of the mailbox gate for a task: shard ids (edges) and proc
@@ -209,7 +229,10 @@ static void *runner_main(void *arg)
             log_start(h->t);
         json_t *body = exec_run_task(&ex->env, h->t);
         task_done(ex, h->t);
-        report(ex, h->t->id, body);
+        pthread_mutex_lock(&ex->mu);
+        int hold = report_may_hold(ex, h, body);
+        pthread_mutex_unlock(&ex->mu);
+        report(ex, h->t->id, body, hold);
 
         pthread_mutex_lock(&ex->mu);
         unqueue(ex, h);
@@ -321,8 +344,20 @@ static int enqueue_locked(exec_t *ex, hnode_t *h)
     return 0;
 }
 
-/* Parses and queues one TASK of a group. Reports it failed when it cannot. */
-static void submit_task(exec_t *ex, const json_t *tj, wplace_t *place, const char *group_err)
+/* Reports task `id` failed (when its id is known) and frees what was made
+ * of it. */
+static void reject_task(exec_t *ex, int64_t id, hnode_t *h, wtask_t *t, const char *err)
+{
+    log_warn("rejecting task %lld: %s", (long long)id, err);
+    free(h);
+    wtask_free(t);
+    if (id >= 0)
+        report(ex, id, exec_report_failed(err), 0);
+}
+
+/* Parses one TASK of a group into a node ready to queue (its mailbox
+ * gates open). NULL when it cannot be, after reporting it failed. */
+static hnode_t *task_prepare(exec_t *ex, const json_t *tj, wplace_t *place, const char *group_err)
 {
     char err[256];
     int64_t id = -1;
@@ -331,32 +366,44 @@ static void submit_task(exec_t *ex, const json_t *tj, wplace_t *place, const cha
     if (group_err) {
         json_t *idj = json_object_get(tj, "task");
         id = json_is_integer(idj) && json_integer_value(idj) >= 0 ? json_integer_value(idj) : -1;
-        snprintf(err, sizeof err, "%s", group_err);
-        goto reject;
+        reject_task(ex, id, NULL, NULL, group_err);
+        return NULL;
     }
-    if (wtask_parse(tj, place, ex->ndev, &t, &id, err, sizeof err) != 0)
-        goto reject;
+    if (wtask_parse(tj, place, ex->ndev, &t, &id, err, sizeof err) != 0) {
+        reject_task(ex, id, NULL, t, err);
+        return NULL;
+    }
     if (!(h = calloc(1, sizeof *h)) || task_expect(ex, t) != 0) {
-        snprintf(err, sizeof err, "out of memory");
-        goto reject;
+        reject_task(ex, id, h, t, "out of memory");
+        return NULL;
     }
     /* Leftover messages of this job's earlier (failed) attempts are stale. */
     if (t->attempt > 0)
         mbox_drop_job(ex->env.mb, t->job, t->attempt - 1);
     h->t = t;
+    return h;
+}
+
+/* Queues a group's prepared tasks (n, NULL entries skipped) under one hold
+ * of mu, so that no runner sees part of a group: a task's report may wait
+ * while the next task of its attempt is queued behind it
+ * (report_may_hold), and a chain's first task could otherwise end before
+ * its second was queued. A task that cannot be queued is reported failed. */
+static void enqueue_group(exec_t *ex, hnode_t **hs, size_t n)
+{
+    size_t nfailed = 0;
     pthread_mutex_lock(&ex->mu);
-    int rc = ex->stopping ? -1 : enqueue_locked(ex, h);
+    int stopping = ex->stopping;
+    for (size_t i = 0; i < n; i++) {
+        if (hs[i] && (stopping || enqueue_locked(ex, hs[i]) != 0))
+            hs[nfailed++] = hs[i];      /* compacted: the failed ones first */
+    }
     pthread_mutex_unlock(&ex->mu);
-    if (rc == 0)
-        return;
-    task_done(ex, t);
-    snprintf(err, sizeof err, ex->stopping ? "worker shutting down" : "out of memory");
-reject:
-    log_warn("rejecting task %lld: %s", (long long)id, err);
-    free(h);
-    wtask_free(t);
-    if (id >= 0)
-        report(ex, id, exec_report_failed(err));
+    for (size_t i = 0; i < nfailed; i++) {
+        task_done(ex, hs[i]->t);
+        reject_task(ex, hs[i]->t->id, hs[i], hs[i]->t,
+                    stopping ? "worker shutting down" : "out of memory");
+    }
 }
 
 int exec_submit(exec_t *ex, const json_t *group)
@@ -370,17 +417,25 @@ int exec_submit(exec_t *ex, const json_t *group)
         wplace_set_key(place, json_object_get(group, "key"), err, sizeof err) != 0)
         group_err = err;
     size_t i, n = json_array_size(tasks);
+    hnode_t **hs = calloc(n ? n : 1, sizeof *hs);
+    if (!hs && !group_err)
+        group_err = "out of memory";
     const json_t *tj;
     json_array_foreach(tasks, i, tj) {
+        hnode_t *h;
         /* A task must belong to its group: the placement is the attempt's. */
         if (!group_err && (!json_equal(json_object_get(tj, "job"), json_object_get(group, "job")) ||
                            !json_equal(json_object_get(tj, "attempt"),
-                                       json_object_get(group, "attempt")))) {
-            submit_task(ex, tj, NULL, "task's job or attempt differs from its group's");
-            continue;
-        }
-        submit_task(ex, tj, place, group_err);
+                                       json_object_get(group, "attempt"))))
+            h = task_prepare(ex, tj, NULL, "task's job or attempt differs from its group's");
+        else
+            h = task_prepare(ex, tj, place, group_err);
+        if (hs)
+            hs[i] = h;
     }
+    if (hs)
+        enqueue_group(ex, hs, n);
+    free(hs);
     wplace_unref(place);
     return (int)n;
 }
@@ -431,7 +486,7 @@ int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
         hnode_t *h = removed;
         removed = h->next_removed;
         task_done(ex, h->t);
-        report(ex, h->t->id, exec_report_cancelled());
+        report(ex, h->t->id, exec_report_cancelled(), 0);
         wtask_free(h->t);
         free(h);
         fresh++;
@@ -517,7 +572,7 @@ void exec_stop(exec_t *ex)
         hnode_t *h = left;
         left = h->next_removed;
         task_done(ex, h->t);
-        report(ex, h->t->id, exec_report_failed("worker shutting down"));
+        report(ex, h->t->id, exec_report_failed("worker shutting down"), 0);
         wtask_free(h->t);
         free(h);
     }

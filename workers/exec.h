@@ -23,7 +23,11 @@
 #include "mbox.h"
 #include "ostore.h"
 
-typedef void (*exec_report_fn)(void *ctx, int64_t task_id, json_t *body);
+/* hold: 1 when the report may wait (the task succeeded, its placement says
+ * "hold_reports", and a later task of the same job attempt is queued here
+ * on one of its devices), so that a chain's reports leave in batches; 0
+ * when it should go at once. */
+typedef void (*exec_report_fn)(void *ctx, int64_t task_id, json_t *body, int hold);
 
 typedef struct exec_cfg {
     int ndevices;

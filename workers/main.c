@@ -335,7 +335,7 @@ static int run_opts(worker_t *w)
 /* Starts reporter, executor and heartbeat. Returns 0 or -1. */
 static int worker_run_threads(worker_t *w)
 {
-    if (!(w->wr = wreport_start(w->wc)) || run_opts(w) != 0 ||
+    if (!(w->wr = wreport_start(w->wc, w->o.report_hold_ms)) || run_opts(w) != 0 ||
         !(w->run.log = w->rl = runlog_start(w->wc)))
         return -1;
     exec_cfg_t cfg = {.ndevices = w->o.devices,

@@ -123,6 +123,11 @@ static int set_ring_min_kb(wopts_t *o, const char *v)
     return parse_int(v, 0, 1024 * 1024, &o->ring_min_kb);
 }
 
+static int set_report_hold_ms(wopts_t *o, const char *v)
+{
+    return parse_int(v, 0, 3600 * 1000, &o->report_hold_ms);
+}
+
 static int set_token(wopts_t *o, const char *v)
 {
     if (strlen(v) < 16 || strlen(v) > 200 || strpbrk(v, " \r\n"))
@@ -184,6 +189,8 @@ static const wopt_t wopt_table[] = {
     {"store-cap-mb", "ATOLL_STORE_CAP_MB", set_store_cap_mb, "an integer from 1 to 1048576"},
     {"data-transport", "ATOLL_DATA_TRANSPORT", set_data_transport, "auto or tcp"},
     {"ring-min-kb", "ATOLL_RING_MIN_KB", set_ring_min_kb, "an integer from 0 to 1048576"},
+    {"report-hold-ms", "ATOLL_REPORT_HOLD_MS", set_report_hold_ms,
+     "an integer from 0 to 3600000"},
     {"token", "ATOLL_TOKEN", set_token, "16 to 200 characters without spaces"},
     {"ca-file", "ATOLL_CA_FILE", set_ca_file, "a PEM file path"},
     {"run-as", "ATOLL_RUN_AS", set_run_as, "a user name or uid"},
@@ -221,6 +228,9 @@ const char *wopts_usage(void)
            "  --ring-min-kb KB        ATOLL_RING_MIN_KB  an all_reduce of >= KB KiB per shard sums in\n"
            "                                             ring order, chunk c from member c on\n"
            "                                             (default 64; 0: always position order)\n"
+           "  --report-hold-ms MS     ATOLL_REPORT_HOLD_MS  longest a succeeded report waits while\n"
+           "                                             more of its job runs here, to leave with\n"
+           "                                             the next ones in one request (default 10)\n"
            "  --token TOKEN           ATOLL_TOKEN        bearer token when atolld requires tokens\n"
            "  --ca-file FILE          ATOLL_CA_FILE      CA to trust for an https:// controller\n"
            "  --run-as USER           ATOLL_RUN_AS       user that runs users' programs (\"run\"\n"
@@ -252,6 +262,7 @@ static void wopts_defaults(wopts_t *o)
     o->store_cap_mb = 1024;
     o->data_transport = DPLANE_AUTO;
     o->ring_min_kb = 64;
+    o->report_hold_ms = 10;
     o->log_level = LOG_INFO;
 }
 

@@ -26,6 +26,8 @@ typedef struct wopts {
                                            DPLANE_TCP */
     int ring_min_kb;            /* an all_reduce of at least this many KiB per shard
                                    sums in ring order (exec_env.h); default 64; 0: never */
+    int report_hold_ms;         /* longest a held report waits (wreport.h); default 10;
+                                   0: every report leaves at once */
     const char *token;          /* bearer token (the controller's worker token); NULL = none */
     const char *ca_file;        /* PEM CA bundle to trust for an https:// controller */
     const char *run_as;         /* user for users' programs (DESIGN Part F); NULL: this

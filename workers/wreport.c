@@ -29,15 +29,20 @@ typedef struct rnode {
     json_t *body;               /* owned */
     int last_word;              /* the failure sent for a refused report:
                                  * if it is refused too, nothing follows */
+    int hold;                   /* may wait (wreport_push_held) */
+    int64_t queued_us;          /* util_mono_us() when pushed */
     struct rnode *next;
 } rnode_t;
 
 struct wreport {
     wclient_t *wc;              /* borrowed */
+    int64_t hold_us;            /* longest a held report waits */
     pthread_t thread;
-    pthread_mutex_t mu;         /* guards head, tail */
-    pthread_cond_t cv;
+    pthread_mutex_t mu;         /* guards head, tail, nqueued, nprompt */
+    pthread_cond_t cv;          /* CLOCK_MONOTONIC */
     rnode_t *head, *tail;       /* FIFO */
+    int nqueued;                /* nodes in the FIFO */
+    int nprompt;                /* of which not held: the queue goes now */
     atomic_int stopping;        /* set by wreport_stop: drain then exit */
     atomic_int give_up;         /* set when the drain deadline passed */
 };
@@ -49,7 +54,7 @@ struct wreport {
 /* {"reports":[ ... ]} around the reports. */
 #define WREPORT_ENVELOPE_BYTES 16
 
-static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word);
+static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word, int hold);
 
 /* A report the controller refused for its content can never be accepted,
  * and its job would wait for it forever: the task is reported failed
@@ -62,7 +67,7 @@ static void fail_refused(wreport_t *wr, int64_t task, int last_word, int status,
     char msg[512];
     snprintf(msg, sizeof msg, "the controller refused this task's report (%d: %.400s)",
              status, detail ? detail : "");
-    push_node(wr, task, json_pack("{s:s, s:s}", "state", "failed", "error", msg), 1);
+    push_node(wr, task, json_pack("{s:s, s:s}", "state", "failed", "error", msg), 1, 0);
 }
 
 /* The tasks of one request body, in order. */
@@ -108,7 +113,7 @@ static int resend_under_cap(wreport_t *wr, const char *body, size_t len, const b
             log_error("out of memory: %zu reports dropped", m->count - i);
             break;
         }
-        *n = (rnode_t){m->task[i], json_incref(r), m->last_word[i], NULL};
+        *n = (rnode_t){m->task[i], json_incref(r), m->last_word[i], 0, 0, NULL};
         json_object_del(r, "task");     /* report_text adds it again */
         *tail = n;
         tail = &n->next;
@@ -239,22 +244,55 @@ static void send_list(wreport_t *wr, rnode_t *list)
     free(buf);
 }
 
+/* Whether the queue leaves now: something in it may not wait, a full
+ * batch is there, the oldest held report waited hold_us, or the reporter
+ * stops. Holds mu. */
+static int send_due(const wreport_t *wr, int64_t now)
+{
+    return wr->head && (wr->nprompt > 0 || wr->nqueued >= WREPORT_BATCH_MAX ||
+                        now - wr->head->queued_us >= wr->hold_us ||
+                        atomic_load(&wr->stopping));
+}
+
+/* Sleeps until send_due may have changed: a push, a stop, or the oldest
+ * held report's deadline. Holds mu. */
+static void wait_due(wreport_t *wr)
+{
+    if (!wr->head) {
+        pthread_cond_wait(&wr->cv, &wr->mu);
+        return;
+    }
+    int64_t at = wr->head->queued_us + wr->hold_us;
+    struct timespec ts = {.tv_sec = (time_t)(at / 1000000), .tv_nsec = (long)(at % 1000000) * 1000};
+    pthread_cond_timedwait(&wr->cv, &wr->mu, &ts);
+}
+
+/* Takes up to WREPORT_BATCH_MAX nodes off the head of the queue. Holds mu. */
+static rnode_t *take_batch(wreport_t *wr)
+{
+    rnode_t *list = wr->head, **cut = &list;
+    for (int k = 0; k < WREPORT_BATCH_MAX && *cut; k++) {
+        wr->nqueued--;
+        wr->nprompt -= !(*cut)->hold;
+        cut = &(*cut)->next;
+    }
+    wr->head = *cut;                    /* the rest stays queued */
+    *cut = NULL;
+    if (!wr->head)
+        wr->tail = NULL;
+    return list;
+}
+
 static void *report_main(void *arg)
 {
     wreport_t *wr = arg;
     pthread_mutex_lock(&wr->mu);
     for (;;) {
-        while (!wr->head && !atomic_load(&wr->stopping))
-            pthread_cond_wait(&wr->cv, &wr->mu);
+        while (!send_due(wr, util_mono_us()) && !atomic_load(&wr->stopping))
+            wait_due(wr);
         if (!wr->head || atomic_load(&wr->give_up))
             break;                      /* drained, or out of time */
-        rnode_t *list = wr->head, **cut = &list;
-        for (int k = 0; k < WREPORT_BATCH_MAX && *cut; k++)
-            cut = &(*cut)->next;
-        wr->head = *cut;                /* the rest stays queued */
-        *cut = NULL;
-        if (!wr->head)
-            wr->tail = NULL;
+        rnode_t *list = take_batch(wr);
         pthread_mutex_unlock(&wr->mu);
         send_list(wr, list);
         pthread_mutex_lock(&wr->mu);
@@ -263,14 +301,20 @@ static void *report_main(void *arg)
     return NULL;
 }
 
-wreport_t *wreport_start(wclient_t *wc)
+wreport_t *wreport_start(wclient_t *wc, int64_t hold_ms)
 {
     wreport_t *wr = calloc(1, sizeof *wr);
-    if (!wr)
+    pthread_condattr_t ca;
+    if (!wr || pthread_condattr_init(&ca) != 0) {
+        free(wr);
         return NULL;
+    }
     wr->wc = wc;
+    wr->hold_us = hold_ms * 1000;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&wr->mu, NULL);
-    pthread_cond_init(&wr->cv, NULL);
+    pthread_cond_init(&wr->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&wr->thread, NULL, report_main, wr) != 0) {
         pthread_mutex_destroy(&wr->mu);
         pthread_cond_destroy(&wr->cv);
@@ -280,7 +324,7 @@ wreport_t *wreport_start(wclient_t *wc)
     return wr;
 }
 
-static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word)
+static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word, int hold)
 {
     if (!body)
         return;
@@ -290,28 +334,30 @@ static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word)
         json_decref(body);
         return;
     }
-    n->task = task;
-    n->body = body;
-    n->last_word = last_word;
-    n->next = NULL;
+    *n = (rnode_t){task, body, last_word, hold, util_mono_us(), NULL};
     pthread_mutex_lock(&wr->mu);
     if (wr->tail)
         wr->tail->next = n;
     else
         wr->head = n;
     wr->tail = n;
-    pthread_cond_signal(&wr->cv);
+    wr->nqueued++;
+    wr->nprompt += !hold;
+    /* A held report changes nothing for the thread unless it fills a
+     * batch or is the first (the thread then sleeps to its deadline). */
+    if (!hold || wr->nqueued == 1 || wr->nqueued >= WREPORT_BATCH_MAX)
+        pthread_cond_signal(&wr->cv);
     pthread_mutex_unlock(&wr->mu);
 }
 
 void wreport_push(wreport_t *wr, int64_t task, json_t *body)
 {
-    push_node(wr, task, body, 0);
+    push_node(wr, task, body, 0, 0);
 }
 
-void wreport_exec_fn(void *ctx, int64_t task, json_t *body)
+void wreport_exec_fn(void *ctx, int64_t task, json_t *body, int hold)
 {
-    wreport_push(ctx, task, body);
+    push_node(ctx, task, body, 0, hold);
 }
 
 void wreport_stop(wreport_t *wr, int64_t timeout_ms)

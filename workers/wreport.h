@@ -11,6 +11,15 @@
  * a "failed" report of its task naming the refusal, so its job ends
  * instead of waiting for a report that can never be accepted.
  *
+ * Holding: a report the executor marks as one that may wait (a succeeded
+ * task whose attempt says "hold_reports" and which has a later task of the
+ * attempt queued here: exec_report_fn) stays queued until a report that
+ * may not wait arrives, WREPORT_BATCH_MAX are queued, or it waited
+ * hold_ms. A chain of computations so costs one request per batch, not one
+ * per computation, while the last report of an attempt here, every
+ * failure and every cancellation go at once (the queue stays in order, so
+ * they take what is held with them).
+ *
  * Ownership: wreport_push() takes the body reference. */
 #ifndef ATOLL_WREPORT_H
 #define ATOLL_WREPORT_H
@@ -22,12 +31,15 @@
 
 typedef struct wreport wreport_t;
 
-/* wc is borrowed and must outlive the reporter. NULL on failure. */
-wreport_t *wreport_start(wclient_t *wc);
-/* Queues a report (body: new reference, taken; NULL is ignored). */
+/* wc is borrowed and must outlive the reporter; hold_ms: how long a held
+ * report may wait (0: none waits). NULL on failure. */
+wreport_t *wreport_start(wclient_t *wc, int64_t hold_ms);
+/* Queues a report to send at once (body: new reference, taken; NULL is
+ * ignored). */
 void wreport_push(wreport_t *wr, int64_t task, json_t *body);
-/* exec_report_fn adapter (ctx: the wreport_t). */
-void wreport_exec_fn(void *ctx, int64_t task, json_t *body);
+/* exec_report_fn adapter (ctx: the wreport_t): queues the report, held
+ * when `hold`. */
+void wreport_exec_fn(void *ctx, int64_t task, json_t *body, int hold);
 /* Sends what is queued for at most timeout_ms, then stops the thread and
  * frees; undelivered reports are logged and dropped. */
 void wreport_stop(wreport_t *wr, int64_t timeout_ms);

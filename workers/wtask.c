@@ -211,6 +211,7 @@ int wplace_parse(const json_t *j, const char *self_addr, wplace_t **out, char *e
     if (parse_procs(json_object_get(j, "procs"), p, err, errlen) != 0 ||
         parse_slices(json_object_get(j, "slices"), p, err, errlen) != 0)
         goto fail;
+    p->hold_reports = json_is_true(json_object_get(j, "hold_reports"));
     for (int i = 0; i < p->nprocs && p->self < 0; i++)
         if (self_addr && strcmp(p->procs[i].addr, self_addr) == 0)
             p->self = i;

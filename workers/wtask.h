@@ -56,6 +56,8 @@ typedef struct wplace {
     wplace_slice_t *slices;
     int self;                          /* this worker's proc id, or -1 */
     mbox_key_t key;                    /* the attempt's data-plane key (the group's "key") */
+    int hold_reports;                  /* "hold_reports": succeeded reports may wait while
+                                          more of the attempt runs here (wreport.h) */
 } wplace_t;
 
 /* Parses a PLACEMENT; self_addr is this worker's data address (its proc is

@@ -137,6 +137,25 @@ static inline json_t *itest_wait_in_state(int64_t id, const char *want, int atte
     }
 }
 
+/* Polls until computation `comp` of the job is in state `want`; the job
+ * (caller decrefs), or NULL after timeout_ms. */
+static inline json_t *itest_wait_comp_state(int64_t id, int comp, const char *want,
+                                            int timeout_ms)
+{
+    int64_t deadline = hx_now_ms() + timeout_ms;
+    for (;;) {
+        json_t *job = hx_job_get(&itest_client, id);
+        json_t *c = json_array_get(json_object_get(job, "computations"), (size_t)comp);
+        const char *st = json_string_value(json_object_get(c, "state"));
+        if (st && strcmp(st, want) == 0)
+            return job;
+        json_decref(job);
+        if (hx_now_ms() >= deadline)
+            return NULL;
+        hx_sleep_ms(ITEST_POLL_MS);
+    }
+}
+
 /* Submit + wait for success; returns the job object (caller decrefs). */
 static inline json_t *itest_run_ok(const char *doc_q, int64_t *id_out)
 {

@@ -518,15 +518,17 @@ static int report_ok(int64_t wid, int64_t task, const char *body_q)
 
 /* The poll's group for the fake job: {job, attempt 0, placement, tasks}
  * with one host task of both shards, and the placement of this worker
- * (127.0.0.1:9, devices 0..1 of fake) and slice s (the whole island). */
+ * (127.0.0.1:9, devices 0..1 of fake) and slice s (the whole island), an
+ * exclusive job under parallel dispatch: its reports may be held. */
 static void check_host_group(const json_t *g, int64_t job)
 {
     json_t *tasks = json_object_get(g, "tasks"), *t = json_array_get(tasks, 0);
     json_t *pl = json_object_get(g, "placement");
-    json_t *want_pl = json_pack("{s:[{s:s, s:s, s:i, s:i}], s:{s:{s:s, s:[i], s:[i], s:[i]}}}",
+    json_t *want_pl = json_pack("{s:[{s:s, s:s, s:i, s:i}], s:{s:{s:s, s:[i], s:[i], s:[i]}},"
+                                " s:b}",
                                 "procs", "addr", "127.0.0.1:9", "island", "fake", "first", 0,
                                 "count", 2, "slices", "s", "island", "fake", "mesh", 2,
-                                "origin", 0, "box", 2);
+                                "origin", 0, "box", 2, "hold_reports", 1);
     int pl_ok = json_equal(pl, want_pl);
     json_decref(want_pl);
     T_CHECK(json_integer_value(json_object_get(g, "job")) == job &&

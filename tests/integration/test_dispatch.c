@@ -381,6 +381,40 @@ static void test_sequential_released_in_seq_order(void **state)
     json_decref(res);
 }
 
+/* a, then b1..b3 (10 s each, no inputs: released with a), then c, which
+ * waits for a: all on the same devices. */
+static const char seq_hold_doc[] =
+    "{'name':'seqhold','slices':{'a':{'shape':[2,2]}},'computations':["
+    "{'name':'a','slice':'a','ops':[{'op':'shard_index','out':'i'},"
+    "{'op':'all_reduce','out':'x','args':['i'],'reduce':'sum'}],'outputs':['x']},"
+    "{'name':'b1','slice':'a','ops':[{'op':'compute','out':'w','us':10000000}]},"
+    "{'name':'b2','slice':'a','ops':[{'op':'compute','out':'w','us':10000000}]},"
+    "{'name':'b3','slice':'a','ops':[{'op':'compute','out':'w','us':10000000}]},"
+    "{'name':'c','slice':'a','ops':[{'op':'input','out':'x','from':'a.x'},"
+    "{'op':'scale','out':'y','args':['x'],'factor':2.0}],'outputs':['y']}]}";
+
+/* Under sequential dispatch a consumer is released by its producer's
+ * report, so no report is held (workers/wreport.h): c is released soon
+ * after a ends, while b1 still computes. Held (a worker holds a report
+ * while a later task of the job is queued there: b1), a's report would
+ * leave with b3's, 30 s later. */
+static void test_sequential_reports_not_held(void **state)
+{
+    (void)state;
+    int64_t id = itest_submit(seq_hold_doc);
+    json_t *job = itest_wait_comp_state(id, 4, "dispatched", 20000);
+    int seen = job != NULL;
+    json_decref(job);
+    T_CHECK(seen, "c of job %" PRId64 " not released within 20 s of a's end", id);
+    hx_resp_t r;
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0, "DELETE %s", path);
+    int status = r.status;
+    hx_resp_clear(&r);
+    T_CHECK(status / 100 == 2, "cancel answered %d", status);
+}
+
 static void test_sequential_results_equal_parallel(void **state)
 {
     (void)state;
@@ -482,10 +516,14 @@ static int setup_sequential(void **state)
 {
     (void)state;
     static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}};
-    /* Children inherit the environment: atolld reads ATOLL_DISPATCH. */
+    /* Children inherit the environment: atolld reads ATOLL_DISPATCH, the
+     * workers ATOLL_REPORT_HOLD_MS: a report held by mistake would wait
+     * ten minutes (test_sequential_reports_not_held). */
     setenv("ATOLL_DISPATCH", "sequential", 1);
+    setenv("ATOLL_REPORT_HOLD_MS", "600000", 1);
     int rc = itest_start(isl, 1);
     unsetenv("ATOLL_DISPATCH");
+    unsetenv("ATOLL_REPORT_HOLD_MS");
     return rc;
 }
 
@@ -523,6 +561,7 @@ int main(void)
                                   itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_sequential_results_equal_parallel, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_sequential_released_in_seq_order, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_sequential_reports_not_held, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_sequential_store_drained_after_success,
                                   itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_sequential_store_drained_after_cancel,

@@ -16,8 +16,16 @@
  * learns the cap from the 413 ("max_body") and sends the batch again
  * under it: its tasks used to fail, refused "the whole batch".
  *
- * Cluster: main=4 with one 4-device worker, spare=1 for a played worker;
- * atolld at --max-body 65536 (64 KiB), so both cases happen at small
+ * A worker holds the succeeded reports of an exclusive job while more of
+ * it is queued there, and sends them with the attempt's last one there: a
+ * chain costs one request per worker, and the job still ends as soon as
+ * its last computation does. A shared job's reports are never held: the
+ * scheduler feeds its next computations on them.
+ *
+ * Cluster: main=4 with one 4-device worker, spare=1 for a played worker,
+ * hold=2 with two 1-device sim workers that would hold a report for 10
+ * minutes (--report-hold-ms), so that any report held by mistake shows;
+ * atolld at --max-body 65536 (64 KiB), so the cap cases happen at small
  * sizes (values travel as base64 f32: 5.3 bytes per element). */
 #include <math.h>
 #include <setjmp.h>
@@ -42,11 +50,16 @@ static json_int_t atoll_rep_cap(void)
 static int group_setup(void **state)
 {
     (void)state;
-    static const char *const islands[] = {"main=4", "spare=1"};
+    static const char *const islands[] = {"main=4", "spare=1", "hold=2"};
     static const char *const extra[] = {"--max-body", REP_CAP, NULL};
-    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 2, extra) != 0 ||
+    static const char *const holding[] = {"--backend", "sim", "--report-hold-ms", "600000",
+                                          NULL};
+    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 3, extra) != 0 ||
         hx_worker_start(&itest_cluster, "main", 4) != 0)
         return -1;
+    for (int w = 0; w < 2; w++)
+        if (hx_worker_start_args(&itest_cluster, "hold", 1, holding, 15000, 0) != 0)
+            return -1;
     return hx_client_init(&itest_client, itest_cluster.url);
 }
 
@@ -177,7 +190,7 @@ static void test_refused_report_fails_task(void **state)
                                "'island':'spare'}},'computations':[{'name':'c','slice':'s',"
                                "'ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}");
     int64_t task = poll_one_task(wc);
-    wreport_t *wr = wreport_start(wc);
+    wreport_t *wr = wreport_start(wc, 0);
     T_CHECK(wr != NULL, "reporter did not start");
     wreport_push(wr, task, json_pack("{s:s, s:[]}", "state", "succeeded", "outputs"));
     json_t *j = itest_wait_state(job, "failed");
@@ -194,6 +207,71 @@ static void test_refused_report_fails_task(void **state)
 
 /* The cap workers batch by is in the registration answer (a played
  * worker on the spare island; it never polls, nothing runs there). */
+/* ---- held reports (island hold) ---- */
+
+#define HOLD_CHAIN 8
+
+/* A chain of n computations of `us` µs each on the hold island's [2]
+ * slice (both workers), exclusive or shared. */
+static int64_t hold_submit(int n, int64_t us, int shared)
+{
+    char *doc = hx_compute_chain_doc("hold", n, us, shared, "hold", 2, 0);
+    int64_t id = -1;
+    T_CHECK(doc != NULL, "out of memory");
+    int status = hx_job_submit(&itest_client, doc, &id, NULL);
+    free(doc);
+    T_CHECK(status == 201, "submit returned %d", status);
+    return id;
+}
+
+/* An exclusive chain: each worker holds its reports until its last task
+ * of the job, which takes them all in one request; the job succeeds long
+ * before any hold (10 minutes) could expire, with every result stored. */
+static void test_held_reports_leave_together(void **state)
+{
+    (void)state;
+    double req0 = hx_metric(&itest_client, "atoll_worker_report_requests_total");
+    double items0 = hx_metric(&itest_client, "atoll_worker_report_items_total");
+    int64_t id = hold_submit(HOLD_CHAIN, 0, 0);
+    json_decref(itest_wait_state(id, "succeeded"));
+    double req = hx_metric(&itest_client, "atoll_worker_report_requests_total") - req0;
+    double items = hx_metric(&itest_client, "atoll_worker_report_items_total") - items0;
+    T_CHECK(items == 2 * HOLD_CHAIN, "%g report items, want %d", items, 2 * HOLD_CHAIN);
+    T_CHECK(req == 2, "%g report requests for %d computations on 2 workers, want 2", req,
+            HOLD_CHAIN);
+    json_t *res = hx_job_result(&itest_client, id);
+    for (int c = 0; c < HOLD_CHAIN; c++) {
+        char key[16];
+        snprintf(key, sizeof key, "c%d.b", c);
+        for (int k = 0; k < 2; k++)
+            T_CHECK(json_is_array(json_object_get(hx_result_shard(res, key, k), "shape")),
+                    "no result for shard %d of %s", k, key);
+    }
+    json_decref(res);
+}
+
+/* A shared chain of 4 computations of 10 s, all four dispatched at once
+ * (the feed's window). The scheduler feeds a shared job on its reports,
+ * so each is sent at once: the first computation is seen succeeded after
+ * about 10 s. Held, its report would leave with the fourth one's, after
+ * 40 s. */
+static void test_shared_reports_not_held(void **state)
+{
+    (void)state;
+    int64_t id = hold_submit(4, 10000000, 1);
+    json_t *job = itest_wait_comp_state(id, 0, "succeeded", 25000);
+    int seen = job != NULL;
+    json_decref(job);
+    T_CHECK(seen, "computation 0 of shared job %" PRId64 " not seen succeeded within 25 s", id);
+    char path[64];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0, "DELETE %s", path);
+    int status = r.status;
+    hx_resp_clear(&r);
+    T_CHECK(status / 100 == 2, "cancel answered %d", status);
+}
+
 static void test_register_says_cap(void **state)
 {
     (void)state;
@@ -258,6 +336,8 @@ int main(void)
         cmocka_unit_test_teardown(test_batches_fit_the_cap, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_oversize_report_keeps_sums, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_refused_report_fails_task, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_held_reports_leave_together, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_shared_reports_not_held, itest_cancel_leftovers),
         cmocka_unit_test(test_register_says_cap),
     };
     const struct CMUnitTest restart[] = {

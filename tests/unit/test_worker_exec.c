@@ -38,6 +38,7 @@ typedef struct sink {
     int n;
     int64_t task[MAX_REPORTS];
     json_t *body[MAX_REPORTS];
+    int hold[MAX_REPORTS];              /* exec_report_fn's hold */
 } sink_t;
 
 typedef struct proc {
@@ -53,12 +54,13 @@ typedef struct cluster {
     proc_t p[MAX_PROCS];
 } cluster_t;
 
-static void sink_fn(void *ctx, int64_t task, json_t *body)
+static void sink_fn(void *ctx, int64_t task, json_t *body, int hold)
 {
     sink_t *s = ctx;
     pthread_mutex_lock(&s->mu);
     if (s->n < MAX_REPORTS) {
         s->task[s->n] = task;
+        s->hold[s->n] = hold;
         s->body[s->n++] = body;
     } else {
         json_decref(body);
@@ -728,6 +730,67 @@ static void test_gang_output_before_end(void **state)
     }
 }
 
+/* ---- which reports may wait (exec_report_fn's hold) ---- */
+
+/* Proc q's task k of job `job` on the [1,2] slice of two 1-device procs,
+ * with index_sum_ops (or ops, stolen, when not NULL); task id job * 10 +
+ * k * 2 + q. */
+static json_t *pair_task(const cluster_t *c, int64_t job, int k, int64_t seq, int q,
+                         json_t *ops)
+{
+    return host_task(c, job * 10 + k * 2 + q, job, 0, k, seq, 1, 2, q,
+                     ops ? ops : index_sum_ops(), NULL, NULL);
+}
+
+/* Submits job's ntasks tasks (seqs seq0, seq0 + 1, ...) to proc q, under a
+ * placement with "hold_reports" = hold; task k_bad (or -1) does not compile. */
+static void submit_pair_job(cluster_t *c, int q, int64_t job, int ntasks, int64_t seq0, int hold,
+                            int k_bad)
+{
+    json_t *place = placement(c, 1, 2), *tasks = json_array();
+    json_object_set_new(place, "hold_reports", json_boolean(hold));
+    for (int k = 0; k < ntasks; k++)
+        json_array_append_new(tasks, pair_task(c, job, k, seq0 + k, q,
+                                               k == k_bad ? json_pack("[{s:s,s:s}]", "op",
+                                                                      "nosuch", "out", "y")
+                                                          : NULL));
+    json_t *g = group(job, 0, place, tasks);
+    assert_int_equal(exec_submit(c->p[q].ex, g), ntasks);
+    json_decref(g);
+}
+
+/* A succeeded report may wait only while a later task of the same attempt
+ * is queued on one of its devices and its placement allows it; a failed
+ * one, the last of an attempt here, one followed by another job's task and
+ * one of an attempt without "hold_reports" go at once. Proc 0 gets every
+ * task before proc 1 gets any, so its first (a collective with proc 1)
+ * cannot end before all of its queue is there. */
+static void test_report_hold_marks(void **state)
+{
+    (void)state;
+    cluster_t *c = cluster_new(2, 1, 0, 20000);
+    for (int q = 0; q < 2; q++) {
+        submit_pair_job(c, q, 50, 3, 1, 1, -1);     /* seqs 1-3: hold, hold, last */
+        submit_pair_job(c, q, 51, 1, 4, 1, -1);     /* seq 4: alone */
+        submit_pair_job(c, q, 52, 2, 5, 0, -1);     /* seqs 5-6: not allowed */
+        submit_pair_job(c, q, 53, 2, 7, 1, 0);      /* seq 7 fails; 8 is the last */
+    }
+    static const struct { int64_t task; int hold; const char *state; } want[] = {
+        {500, 1, "succeeded"}, {502, 1, "succeeded"}, {504, 0, "succeeded"},
+        {510, 0, "succeeded"}, {520, 0, "succeeded"}, {522, 0, "succeeded"},
+        {530, 0, "failed"}, {532, 0, "succeeded"}};
+    size_t n = sizeof want / sizeof want[0];
+    for (int q = 0; q < 2; q++)
+        assert_int_equal(sink_wait(&c->p[q].sink, (int)n), (int)n);
+    sink_t *s = &c->p[0].sink;
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(s->task[i], want[i].task);
+        assert_string_equal(state_of(s->body[i]), want[i].state);
+        assert_int_equal(s->hold[i], want[i].hold);
+    }
+    cluster_free(c);
+}
+
 static void test_malformed_reported_failed(void **state)
 {
     (void)state;
@@ -777,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_gang_order_overlapping),
         cmocka_unit_test(test_claim_wakes_next),
         cmocka_unit_test(test_malformed_reported_failed),
+        cmocka_unit_test(test_report_hold_marks),
         cmocka_unit_test(test_gang_output_before_end),
         cmocka_unit_test(test_relay_same_bits),
     };

@@ -46,16 +46,18 @@ static void test_flags_and_defaults(void **state)
     assert_int_equal(o.store_cap_mb, 1024);
     assert_int_equal(o.data_transport, DPLANE_AUTO);
     assert_int_equal(o.ring_min_kb, 64);
+    assert_int_equal(o.report_hold_ms, 10);
 }
 
 static void expect_error(int argc, const char **argv, const char *needle);
 
-/* Data-plane flags: store cap, transport, ring threshold (flag or env). */
+/* Data-plane and report flags: store cap, transport, ring threshold, report
+ * hold (flag or env). */
 static void test_dataplane_flags(void **state)
 {
     (void)state;
     static const char *const env[] = {"ATOLL_STORE_CAP_MB", "32", "ATOLL_DATA_TRANSPORT", "tcp",
-                                      NULL};
+                                      "ATOLL_REPORT_HOLD_MS", "0", NULL};
     fake_env = env;
     const char *argv[] = {"atoll-worker", "--controller", "http://c:1", "--island", "w",
                           "--devices", "1", "--ring-min-kb", "0"};
@@ -65,11 +67,14 @@ static void test_dataplane_flags(void **state)
     assert_int_equal(o.store_cap_mb, 32);
     assert_int_equal(o.data_transport, DPLANE_TCP);
     assert_int_equal(o.ring_min_kb, 0);
+    assert_int_equal(o.report_hold_ms, 0);
     fake_env = NULL;
     const char *bad1[] = {"atoll-worker", "--data-transport", "udp"};
     expect_error(3, bad1, "--data-transport");
     const char *bad2[] = {"atoll-worker", "--store-cap-mb", "0"};
     expect_error(3, bad2, "--store-cap-mb");
+    const char *bad3[] = {"atoll-worker", "--report-hold-ms", "-1"};
+    expect_error(3, bad3, "--report-hold-ms");
 }
 
 static void test_env_and_override(void **state)
