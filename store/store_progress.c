@@ -7,6 +7,7 @@
  * Batches that arrive together share one write transaction (combining,
  * below). */
 #include "store_internal.h"
+#include "report_acc.h"
 #include "report_decode.h"
 
 #include <pthread.h>
@@ -74,50 +75,33 @@ static int task_refusal(store_t *st, int64_t task)
     return found ? STORE_CONFLICT : STORE_NOTFOUND;
 }
 
-/* The job's state and attempt into r. 0 or -1. */
-static int task_job(store_t *st, task_row_t *r)
-{
-    static const char sql[] = "SELECT state, attempt FROM jobs WHERE id = ?";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, r->job);
-    int rc = -1;
-    if (sqlite3_step(s) == SQLITE_ROW) {
-        snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 0));
-        r->job_attempt = sqlite3_column_int64(s, 1);
-        rc = 0;
-    }
-    sqlite3_reset(s);
-    return rc;
-}
-
-/* Fencing and marking in one statement: the task leaves 'leased' for
- * `state` (with the report's times and error) only while it is leased to
- * `worker`, once; a worker whose lease expired is gone (its tasks were
- * cancelled when it was lost), and one that re-registered has a new id, so
- * a result of the old lease can never count, nor count twice. The caller
- * checked that `worker` is live. On STORE_OK r holds the row and its job's
- * state; else STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR, r empty. */
+/* Fencing and marking: the task leaves 'leased' for `state` (with the
+ * report's times and error) only while it is leased to `worker`, once; a
+ * worker whose lease expired is gone (its tasks were cancelled when it was
+ * lost), and one that re-registered has a new id, so a result of the old
+ * lease can never count, nor count twice. The read and the write are one
+ * step: the caller's write transaction holds the lock between them. (Two
+ * plain statements, not an UPDATE ... RETURNING: SQLite buffers RETURNING
+ * rows in a temporary table, which cost more than the whole UPDATE.) The
+ * caller checked that `worker` is live. On STORE_OK r holds the row and
+ * its job's state; else STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR, r
+ * empty. */
 static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *body,
                      const char *state, const char *msg, task_row_t *r)
 {
-    static const char sql[] =
+    static const char read_sql[] =
+        "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
+        " j.state, j.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.id = ?1 AND t.worker_id = ?2 AND t.state = 'leased'";
+    static const char mark_sql[] =
         "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
-        " finished_us = ?5, error = ?6 WHERE id = ?1 AND worker_id = ?7 AND state = 'leased'"
-        " RETURNING job_id, attempt, comp_idx, island_id, nshards, shards, devices";
+        " finished_us = ?5, error = ?6 WHERE id = ?1";
     memset(r, 0, sizeof *r);
-    sqlite3_stmt *s = store_stmt(st, sql);
+    sqlite3_stmt *s = store_stmt(st, read_sql);
     if (!s)
         return STORE_ERR;
     sqlite3_bind_int64(s, 1, task);
-    sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
-    sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
-    sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
-    if (msg)
-        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 7, worker);
+    sqlite3_bind_int64(s, 2, worker);
     int step = sqlite3_step(s), rc = STORE_ERR;
     if (step == SQLITE_ROW) {
         r->job = sqlite3_column_int64(s, 0);
@@ -126,6 +110,8 @@ static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *bo
         r->island = sqlite3_column_int64(s, 3);
         r->nshards = sqlite3_column_int(s, 4);
         const char *dev = (const char *)sqlite3_column_text(s, 6);
+        snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 7));
+        r->job_attempt = sqlite3_column_int64(s, 8);
         if (task_shards(r, (const char *)sqlite3_column_text(s, 5)) == 0 &&
             (r->devices_txt = strdup(dev ? dev : "[]")))
             rc = STORE_OK;
@@ -133,8 +119,18 @@ static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *bo
     sqlite3_reset(s);
     if (step == SQLITE_DONE)
         return task_refusal(st, task);
-    if (rc == STORE_OK && task_job(st, r) != 0)
+    if (rc == STORE_OK && (s = store_stmt(st, mark_sql))) {
+        sqlite3_bind_int64(s, 1, task);
+        sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
+        sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
+        sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
+        if (msg)
+            sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
+        rc = store_step_done(s) == 0 ? STORE_OK : STORE_ERR;
+    } else {
         rc = STORE_ERR;
+    }
     if (rc != STORE_OK)
         task_row_clear(r);
     return rc;
@@ -302,38 +298,25 @@ static int reporter_load(store_t *st, int64_t worker, reporter_t *rep)
     return step == SQLITE_ROW || step == SQLITE_DONE ? 0 : -1;
 }
 
-/* Adds busy_us to the device of each of the task's shards: the task's
- * devices column lists the worker-local devices of its shards, so their
- * island indexes are the reporter's first device plus those. O(task),
- * never O(slice): the reporter is live (fenced), so its block is
- * current. */
-static int task_busy(store_t *st, const reporter_t *rep, const task_row_t *r, int64_t busy_us)
-{
-    static const char sql[] =
-        "UPDATE devices SET busy_us = busy_us + ?1 WHERE island_id = ?2 AND idx IN"
-        " (SELECT ?3 + value FROM json_each(?4))";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, busy_us);
-    sqlite3_bind_int64(s, 2, r->island);
-    sqlite3_bind_int64(s, 3, rep->first_device);
-    sqlite3_bind_text(s, 4, r->devices_txt, -1, SQLITE_STATIC);
-    return store_step_done(s);
-}
-
 /* Records a succeeded host task: outputs, timings, device busy time (each
  * of its shards' devices was busy for the task's inputs-ready-to-finished
- * time), and the computation's progress (nshards more shards done). */
+ * time; summed into acc, written at the transaction's end), and the
+ * computation's progress (nshards more shards done). The task's devices
+ * column lists the worker-local devices of its shards, so their island
+ * indexes are the reporter's first device plus those: O(task), never
+ * O(slice); the reporter is live (fenced), so its block is current. */
 static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *r,
-                          const json_t *body, int *effects, err_t *e)
+                          const json_t *body, report_acc_t *acc, int *effects, err_t *e)
 {
     static const char comp_sql[] =
         "UPDATE computations SET shards_done = shards_done + ?6,"
         " started_at = MIN(COALESCE(started_at, ?3), ?3),"
         " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"
         " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"
-        " WHERE job_id = ?1 AND idx = ?2 RETURNING shards_done = shards_total";
+        " WHERE job_id = ?1 AND idx = ?2";
+    /* Read back apart, not RETURNING (see task_take). */
+    static const char done_sql[] =
+        "SELECT shards_done = shards_total FROM computations WHERE job_id = ?1 AND idx = ?2";
     int rc = report_outputs(st, r, body, e);
     if (rc != 0)
         return rc;
@@ -345,7 +328,8 @@ static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *
      * devices: the product saturates rather than overflow. */
     int64_t dev_us = r->nshards > 0 && busy > INT64_MAX / r->nshards ? INT64_MAX
                                                                       : busy * r->nshards;
-    if (task_busy(st, rep, r, busy) != 0 || store_usage_add(st, r->job, dev_us) != 0 ||
+    if (report_acc_add(acc, r->island, rep->first_device, r->devices_txt, busy, r->job,
+                       dev_us) != 0 ||
         !(s = store_stmt(st, comp_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
@@ -354,6 +338,10 @@ static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *
     sqlite3_bind_int64(s, 4, t1);
     sqlite3_bind_int64(s, 5, t2);
     sqlite3_bind_int(s, 6, r->nshards);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    sqlite3_bind_int64(s, 2, r->comp);
     int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
     sqlite3_reset(s);
     return comp_done ? comp_succeeded(st, r, effects) : 0;
@@ -423,7 +411,7 @@ static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const j
  * 400 for a malformed output, else a store failure). On failure the caller
  * undoes what this wrote. */
 static int report_apply(store_t *st, const reporter_t *rep, int64_t task, const json_t *body,
-                        const char *state, int *effects, err_t *e)
+                        const char *state, report_acc_t *acc, int *effects, err_t *e)
 {
     if (!rep->live)
         return task_refusal(st, task);  /* fenced: see task_take */
@@ -437,7 +425,7 @@ static int report_apply(store_t *st, const reporter_t *rep, int64_t task, const 
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
     if (live && strcmp(state, "succeeded") == 0) {
         /* A 400 from a malformed output leaves e->status set for the caller. */
-        if (host_succeeded(st, rep, &r, body, effects, e) != 0)
+        if (host_succeeded(st, rep, &r, body, acc, effects, e) != 0)
             goto out;
     } else if (live && strcmp(state, "failed") == 0) {
         if (host_failed(st, &r, rep->id, body, msg) != 0)
@@ -460,12 +448,14 @@ int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t 
     if (store_begin(st) != 0)
         return err_set(e, 503, "", "store busy"), STORE_ERR;
     reporter_t rep;
+    report_acc_t acc = REPORT_ACC_INIT;
     int rc = reporter_load(st, worker, &rep) == 0
-                 ? report_apply(st, &rep, task, body, state, effects, e) : STORE_ERR;
-    if (rc == STORE_OK && store_commit(st) != 0)
+                 ? report_apply(st, &rep, task, body, state, &acc, effects, e) : STORE_ERR;
+    if (rc == STORE_OK && (report_acc_flush(st, &acc) != 0 || store_commit(st) != 0))
         rc = STORE_ERR;
     if (rc != STORE_OK)
         store_rollback(st);
+    report_acc_free(&acc);
     return rc;
 }
 
@@ -484,7 +474,7 @@ static int status_of(int rc, const err_t *e)
  * its own savepoint, its answer appended to res. STORE_OK, or STORE_ERR
  * when the store failed (the transaction must then be rolled back). */
 static int batch_items(store_t *st, int64_t worker, const json_t *reports, json_t *res,
-                       int *effects)
+                       report_acc_t *acc, int *effects)
 {
     size_t i;
     json_t *item;
@@ -506,7 +496,10 @@ static int batch_items(store_t *st, int64_t worker, const json_t *reports, json_
                 return STORE_ERR;
             }
             int fx = 0;
-            rc = report_apply(st, &rep, task, body, state, &fx, &e);
+            report_acc_mark(acc);
+            rc = report_apply(st, &rep, task, body, state, acc, &fx, &e);
+            if (rc != STORE_OK)
+                report_acc_undo(acc);       /* its savepoint is rolled back */
             /* A store failure (not a refusal) fails the whole transaction:
              * nothing is committed and the workers send again. */
             int store_failed = rc == STORE_ERR && e.status < 400;
@@ -554,11 +547,15 @@ static report_req_t *comb_head;         /* guarded by comb_mu: FIFO of waiting r
 static void combine_apply(store_t *st, report_req_t *list)
 {
     report_req_t *r;
+    report_acc_t acc = REPORT_ACC_INIT;
     int ok = store_begin(st) == 0;
     for (r = list; ok && r; r = r->next) {
         r->results = json_array();
-        ok = r->results && batch_items(st, r->worker, r->reports, r->results, &r->effects) == STORE_OK;
+        ok = r->results &&
+             batch_items(st, r->worker, r->reports, r->results, &acc, &r->effects) == STORE_OK;
     }
+    ok = ok && report_acc_flush(st, &acc) == 0;
+    report_acc_free(&acc);
     if (ok && store_commit(st) == 0) {
         for (r = list; r; r = r->next)
             r->rc = STORE_OK;

@@ -5,7 +5,11 @@
  * lost or answered twice, and nobody waits forever; after
  * store_reports_stop a batch still applies, on its caller's connection.
  * The items name tasks that do not exist, so each answer is a 404 of its
- * own task id: what is checked is who gets which answer. */
+ * own task id: what is checked is who gets which answer.
+ *
+ * The device time of a transaction's reports is summed and written at its
+ * end (report_acc.c): per device and per job, without what a report whose
+ * savepoint was rolled back added. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "report_acc.h"
 #include "support_store.h"
 #include "util.h"
 
@@ -90,6 +95,53 @@ static void *sender_main(void *arg)
     return NULL;
 }
 
+/* One integer from a one-row, one-column query. */
+static int64_t query_int(store_t *st, const char *sql)
+{
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(st), sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+static int64_t busy_of(store_t *st, int idx)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT busy_us FROM devices WHERE idx = %d AND island_id ="
+             " (SELECT id FROM islands WHERE name = 'west')", idx);
+    return query_int(st, sql);
+}
+
+static void test_acc_sums_and_undo(void **state)
+{
+    fixture_t *f = *state;
+    store_t *st = f->st;
+    int64_t isl = query_int(st, "SELECT id FROM islands WHERE name = 'west'");
+    int64_t used0 = query_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
+    report_acc_t a = REPORT_ACC_INIT;
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", 5, 99, 10), 0);
+    report_acc_mark(&a);
+    assert_int_equal(report_acc_add(&a, isl, 4, "[1,2]", 7, 99, 14), 0);
+    report_acc_undo(&a);                /* that report's savepoint rolled back */
+    report_acc_mark(&a);
+    assert_int_equal(report_acc_add(&a, isl, 4, "[1]", 3, 99, 3), 0);
+    assert_int_equal(report_acc_add(&a, isl, 0, "[0,x]", 1000, 99, 1000), -1);
+    assert_int_equal(report_acc_add(&a, isl, 0, "0", 1000, 99, 1000), -1);
+    assert_int_equal(report_acc_flush(st, &a), 0);
+    assert_int_equal(store_commit(st), 0);
+    report_acc_free(&a);
+    /* The worker's block starts at island device 4: local 0 -> 4, 1 -> 5. */
+    assert_int_equal(busy_of(st, 4), 5);
+    assert_int_equal(busy_of(st, 5), 8);
+    assert_int_equal(busy_of(st, 6), 0);
+    assert_int_equal(busy_of(st, 0), 0);
+    assert_int_equal(query_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage") - used0,
+                     13);
+}
+
 static void test_concurrent_batches(void **state)
 {
     fixture_t *f = *state;
@@ -115,6 +167,7 @@ int main(void)
     log_setup("test_store_reports", LOG_WARN, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_batches, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_acc_sums_and_undo, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,125 @@
+/* report_acc.c - see report_acc.h. */
+#include "report_acc.h"
+
+#include <stdlib.h>
+
+#include "store_internal.h"
+
+/* Grows *arr (of *cap elements of size sz) to hold one more than n. */
+static int grow(void **arr, size_t *cap, size_t n, size_t sz)
+{
+    if (n < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : 16;
+    void *p = realloc(*arr, want * sz);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = want;
+    return 0;
+}
+
+int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *devices_txt,
+                   int64_t us, int64_t job, int64_t job_us)
+{
+    size_t n0 = a->ndev;
+    const char *p = devices_txt;
+    if (!p || *p++ != '[')
+        return -1;
+    while (*p && *p != ']') {
+        char *end;
+        long long d = strtoll(p, &end, 10);
+        if (end == p || d < 0 || grow((void **)&a->dev, &a->capdev, a->ndev, sizeof *a->dev))
+            goto fail;
+        a->dev[a->ndev++] = (report_acc_dev_t){island, first + d, us};
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (*p != ']' || grow((void **)&a->job, &a->capjob, a->njob, sizeof *a->job))
+        goto fail;
+    a->job[a->njob++] = (report_acc_job_t){job, job_us};
+    return 0;
+fail:
+    a->ndev = n0;
+    return -1;
+}
+
+void report_acc_mark(report_acc_t *a)
+{
+    a->mark_dev = a->ndev;
+    a->mark_job = a->njob;
+}
+
+void report_acc_undo(report_acc_t *a)
+{
+    a->ndev = a->mark_dev;
+    a->njob = a->mark_job;
+}
+
+static int dev_cmp(const void *x, const void *y)
+{
+    const report_acc_dev_t *a = x, *b = y;
+    if (a->island != b->island)
+        return a->island < b->island ? -1 : 1;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int job_cmp(const void *x, const void *y)
+{
+    const report_acc_job_t *a = x, *b = y;
+    return a->job < b->job ? -1 : a->job > b->job;
+}
+
+/* Adds, saturating: stamps are bounded (REPORT_TIME_MAX_US), but a device
+ * may appear in many reports. */
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+static int flush_devices(store_t *st, report_acc_t *a)
+{
+    static const char sql[] =
+        "UPDATE devices SET busy_us = busy_us + ?3 WHERE island_id = ?1 AND idx = ?2";
+    qsort(a->dev, a->ndev, sizeof *a->dev, dev_cmp);
+    for (size_t i = 0; i < a->ndev;) {
+        report_acc_dev_t sum = a->dev[i];
+        for (i++; i < a->ndev && a->dev[i].island == sum.island && a->dev[i].idx == sum.idx; i++)
+            sum.us = sat_add(sum.us, a->dev[i].us);
+        sqlite3_stmt *s = store_stmt(st, sql);
+        if (!s)
+            return -1;
+        sqlite3_bind_int64(s, 1, sum.island);
+        sqlite3_bind_int64(s, 2, sum.idx);
+        sqlite3_bind_int64(s, 3, sum.us);
+        if (store_step_done(s) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int flush_jobs(store_t *st, report_acc_t *a)
+{
+    qsort(a->job, a->njob, sizeof *a->job, job_cmp);
+    for (size_t i = 0; i < a->njob;) {
+        report_acc_job_t sum = a->job[i];
+        for (i++; i < a->njob && a->job[i].job == sum.job; i++)
+            sum.us = sat_add(sum.us, a->job[i].us);
+        if (store_usage_add(st, sum.job, sum.us) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int report_acc_flush(store_t *st, report_acc_t *a)
+{
+    int rc = flush_devices(st, a) == 0 && flush_jobs(st, a) == 0 ? 0 : -1;
+    a->ndev = a->njob = a->mark_dev = a->mark_job = 0;
+    return rc;
+}
+
+void report_acc_free(report_acc_t *a)
+{
+    free(a->dev);
+    free(a->job);
+    *a = (report_acc_t)REPORT_ACC_INIT;
+}
