@@ -1,9 +1,11 @@
 /* bench_reports.c - the controller's cost per host-task report, alone.
  *
- *   bench_reports [COMPUTATIONS [BATCH]]     (defaults 1000 and 1)
+ *   bench_reports [COMPUTATIONS [BATCH [DEVICES]]]   (defaults 1000, 1, 1)
  *
- * Runs the atolld of $ATOLL_BIN_DIR (default build/bin) with island d=1x4
- * and no worker process: this bench plays 4 workers of 1 device over HTTP
+ * Runs the atolld of $ATOLL_BIN_DIR (default build/bin) with island
+ * d=4xDEVICES and no worker process: this bench plays 4 workers of DEVICES
+ * devices (one island row each; each report then brings one scalar output
+ * tensor per device) over HTTP
  * (registration, polls, reports), so nothing else competes for the CPU and
  * what is measured is atolld's own work. One job of COMPUTATIONS chained
  * computations (4 host tasks each, one per played worker) is submitted;
@@ -35,6 +37,7 @@ typedef struct played {
     int64_t *tasks;             /* owned: its task ids, in lease order */
     size_t ntasks, cap;
     int batch;
+    int devices;
     int failed;
     const char *url;
 } played_t;
@@ -42,8 +45,8 @@ typedef struct played {
 static int played_register(hx_client_t *cl, played_t *w, int i)
 {
     char body[160];
-    snprintf(body, sizeof body, "{\"island\":\"d\",\"devices\":1,\"data_addr\":\"127.0.0.1:%d\"}",
-             i + 1);
+    snprintf(body, sizeof body, "{\"island\":\"d\",\"devices\":%d,\"data_addr\":"
+             "\"127.0.0.1:%d\"}", w->devices, i + 1);
     hx_resp_t r;
     if (hx_request(cl, "POST", "/v1/workers", body, strlen(body), &r) != 0 || r.status != 201) {
         hx_resp_clear(&r);
@@ -98,14 +101,20 @@ static int played_lease(hx_client_t *cl, played_t *w, size_t want)
     return w->ntasks == want ? 0 : -1;
 }
 
-/* One report item: succeeded, one scalar shard of value 0. */
-static void report_item(char *buf, size_t n, int64_t task)
+/* One report item: succeeded, output b (hx_compute_chain_doc's) with one
+ * scalar of value 0 per shard (ndev). Returns its length. */
+static size_t report_item(char *buf, size_t n, int64_t task, int ndev)
 {
-    snprintf(buf, n,
-             "{\"task\":%" PRId64 ",\"state\":\"succeeded\",\"started_us\":1,"
-             "\"inputs_ready_us\":2,\"finished_us\":3,\"outputs\":{\"x\":[{\"shape\":[],"
-             "\"sum\":0,\"values_f32\":\"AAAAAA==\"}]}}",
-             task);
+    size_t len = (size_t)snprintf(buf, n,
+                                  "{\"task\":%" PRId64 ",\"state\":\"succeeded\",\"started_us\":1,"
+                                  "\"inputs_ready_us\":2,\"finished_us\":3,\"outputs\":{\"b\":[",
+                                  task);
+    for (int d = 0; d < ndev && len < n; d++)
+        len += (size_t)snprintf(buf + len, n - len, "%s{\"shape\":[],\"sum\":0,"
+                                "\"values_f32\":\"AAAAAA==\"}", d ? "," : "");
+    if (len < n)
+        len += (size_t)snprintf(buf + len, n - len, "]}}");
+    return len;
 }
 
 static void *played_report(void *arg)
@@ -117,13 +126,13 @@ static void *played_report(void *arg)
         return NULL;
     }
     const char *hdrs[] = {w->hdr, NULL};
-    size_t cap = (size_t)w->batch * 256 + 64;
-    char *body = malloc(cap), item[256], path[96];
+    size_t icap = 256 + (size_t)w->devices * 64, cap = (size_t)w->batch * icap + 64;
+    char *body = malloc(cap), *item = malloc(icap), path[96];
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/reports", w->id);
-    for (size_t i = 0; body && i < w->ntasks && !w->failed; i += (size_t)w->batch) {
+    for (size_t i = 0; body && item && i < w->ntasks && !w->failed; i += (size_t)w->batch) {
         size_t len = (size_t)snprintf(body, cap, "{\"reports\":[");
         for (size_t k = i; k < w->ntasks && k < i + (size_t)w->batch; k++) {
-            report_item(item, sizeof item, w->tasks[k]);
+            report_item(item, icap, w->tasks[k], w->devices);
             len += (size_t)snprintf(body + len, cap - len, "%s%s", k > i ? "," : "", item);
         }
         len += (size_t)snprintf(body + len, cap - len, "]}");
@@ -132,9 +141,10 @@ static void *played_report(void *arg)
             w->failed = 1;
         hx_resp_clear(&r);
     }
-    if (!body)
+    if (!body || !item)
         w->failed = 1;
     free(body);
+    free(item);
     hx_client_cleanup(&cl);
     return NULL;
 }
@@ -162,18 +172,24 @@ static int64_t proc_cpu_us(pid_t pid)
 int main(int argc, char **argv)
 {
     int ncomps = argc > 1 ? atoi(argv[1]) : 1000, batch = argc > 2 ? atoi(argv[2]) : 1;
-    if (ncomps < 1 || ncomps > 1024 || batch < 1 || batch > 256) {
-        fprintf(stderr, "usage: bench_reports [COMPUTATIONS (1..1024) [BATCH (1..256)]]\n");
+    int ndev = argc > 3 ? atoi(argv[3]) : 1;
+    if (ncomps < 1 || ncomps > 1024 || batch < 1 || batch > 256 || ndev < 1 || ndev > 16) {
+        fprintf(stderr, "usage: bench_reports [COMPUTATIONS (1..1024) [BATCH (1..256)"
+                " [DEVICES (1..16)]]]\n");
         return 2;
     }
-    static const char *const islands[] = {"d=1x4"};
+    char island[32];
+    snprintf(island, sizeof island, "d=%dx%d", WORKERS, ndev);
+    const char *const islands[] = {island};
     hx_cluster_t c;
     hx_client_t cl;
     played_t w[WORKERS];
     pthread_t th[WORKERS];
-    char *doc = hx_compute_chain_doc("reports", ncomps, 0, 0, "d", WORKERS, 0);
+    char *doc = hx_compute_chain_doc("reports", ncomps, 0, 0, "d", WORKERS, ndev > 1 ? ndev : 0);
     int rc = 1;
     memset(w, 0, sizeof w);
+    for (int i = 0; i < WORKERS; i++)
+        w[i].devices = ndev;
     if (!doc || hx_init() != 0 || hx_cluster_start(&c, islands, 1) != 0)
         return 1;
     if (hx_client_init(&cl, c.url) != 0)
@@ -210,7 +226,8 @@ int main(int argc, char **argv)
     json_t *j = NULL;
     hx_job_wait(&cl, job, DEADLINE_MS, 10, &j);
     long items = (long)ncomps * WORKERS;
-    printf("reports.computations %d\nreports.batch %d\nreports.items %ld\n", ncomps, batch, items);
+    printf("reports.computations %d\nreports.batch %d\nreports.devices_per_worker %d\n"
+           "reports.items %ld\n", ncomps, batch, ndev, items);
     printf("reports.atolld_cpu_us_per_item %.1f\n", (double)cpu / (double)items);
     printf("reports.items_per_s %.0f\n", ms > 0 ? (double)items * 1000.0 / (double)ms : 0.0);
     printf("reports.job_state %s\n", j ? hx_job_state(j) : "?");

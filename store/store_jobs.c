@@ -527,33 +527,95 @@ int store_job_cancel(store_t *st, int64_t id, char state_out[16])
     return STORE_OK;
 }
 
-/* One shard's entry of the result: {"shard","shape","sum","values"?}. */
-static json_t *result_shard(sqlite3_stmt *s, int64_t max_values)
+/* One shard's entry of the result, {"shard","shape","sum","values"?}, from
+ * entry m of an outputs row's meta (schema/023_task_outputs.sql) and its
+ * nv values at vals (unaligned: read by memcpy); values listed up to
+ * max_values. New reference, or NULL when m is malformed or on OOM. */
+static json_t *result_shard(const json_t *m, const unsigned char *vals, json_int_t nv,
+                            int64_t max_values)
 {
-    json_t *e = json_object();
-    json_object_set_new(e, "shard", json_integer(sqlite3_column_int64(s, 2)));
-    json_object_set_new(e, "shape", store_col_json(s, 3));
-    json_object_set_new(e, "sum", sqlite3_column_type(s, 4) == SQLITE_NULL
-                                      ? json_null() : json_real(sqlite3_column_double(s, 4)));
-    const float *vals = sqlite3_column_blob(s, 5);
-    int bytes = sqlite3_column_bytes(s, 5);
-    if (vals && bytes / (int)sizeof(float) <= max_values) {
-        json_t *arr = json_array();
-        /* JSON has no NaN or infinity: such elements are null. */
-        for (int i = 0; i < bytes / (int)sizeof(float); i++)
-            json_array_append_new(arr, isfinite(vals[i]) ? json_real(vals[i]) : json_null());
-        json_object_set_new(e, "values", arr);
+    json_t *sum = json_array_get(m, 2);
+    json_t *e = json_pack("{s:O, s:O, s:o}", "shard", json_array_get(m, 0), "shape",
+                          json_array_get(m, 1), "sum",
+                          json_is_number(sum) ? json_real(json_number_value(sum)) : json_null());
+    if (!e || nv == 0 || nv > max_values)
+        return e;
+    json_t *arr = json_array();
+    /* JSON has no NaN or infinity: such elements are null. */
+    for (json_int_t i = 0; arr && i < nv; i++) {
+        float v;
+        memcpy(&v, vals + (size_t)i * sizeof v, sizeof v);
+        json_array_append_new(arr, isfinite(v) ? json_real(v) : json_null());
     }
+    json_object_set_new(e, "values", arr);
     return e;
+}
+
+/* Appends the shards of the outputs row at s (columns 2: meta, 3: vals)
+ * to arr. 0, or -1 when the row does not add up (its values overrun) or
+ * on OOM. */
+static int result_row(sqlite3_stmt *s, int64_t max_values, json_t *arr)
+{
+    json_t *meta = store_col_json(s, 2), *m;
+    const unsigned char *vals = sqlite3_column_blob(s, 3);
+    json_int_t nfloats = sqlite3_column_bytes(s, 3) / (json_int_t)sizeof(float), off = 0;
+    size_t i;
+    int rc = json_is_array(meta) ? 0 : -1;
+    json_array_foreach(meta, i, m) {
+        json_int_t nv = json_integer_value(json_array_get(m, 3));
+        json_t *e = nv >= 0 && nv <= nfloats - off
+                        ? result_shard(m, vals + (size_t)off * sizeof(float), nv, max_values)
+                        : NULL;
+        if (!e || json_array_append_new(arr, e) != 0) {
+            rc = -1;
+            break;
+        }
+        off += nv;
+    }
+    json_decref(meta);
+    return rc;
+}
+
+static int shard_cmp(const void *a, const void *b)
+{
+    json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "shard"));
+    json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "shard"));
+    return x < y ? -1 : x > y;
+}
+
+/* Puts arr's entries in shard order. Rows come in their first shard's
+ * order and each row's shards increase, so arr is sorted unless two
+ * workers' shard sets interleave. 0 or -1 (OOM). */
+static int result_sort(json_t *arr)
+{
+    size_t n = json_array_size(arr), i;
+    for (i = 1; i < n && shard_cmp(&(json_t *){json_array_get(arr, i - 1)},
+                                   &(json_t *){json_array_get(arr, i)}) < 0; i++)
+        ;
+    if (i >= n)
+        return 0;
+    json_t **es = malloc(sizeof *es * n);
+    if (!es)
+        return -1;
+    for (i = 0; i < n; i++)
+        es[i] = json_incref(json_array_get(arr, i));
+    qsort(es, n, sizeof *es, shard_cmp);
+    json_array_clear(arr);
+    int rc = 0;
+    for (i = 0; i < n; i++)
+        if (json_array_append_new(arr, es[i]) != 0)
+            rc = -1;
+    free(es);
+    return rc;
 }
 
 int store_job_result(store_t *st, int64_t id, int64_t max_values, json_t **out,
                      char state_out[16])
 {
     static const char sql[] =
-        "SELECT c.name, o.value, o.shard, o.shape, o.sum, o.vals FROM outputs o"
+        "SELECT c.name, o.value, o.meta, o.vals FROM outputs o"
         " JOIN computations c ON c.job_id = o.job_id AND c.idx = o.comp_idx"
-        " WHERE o.job_id = ? ORDER BY o.comp_idx, o.value, o.shard";
+        " WHERE o.job_id = ? ORDER BY o.comp_idx, o.value, o.shard0";
     int rc = job_state(st, id, state_out);
     if (rc != STORE_OK)
         return rc;
@@ -567,17 +629,25 @@ int store_job_result(store_t *st, int64_t id, int64_t max_values, json_t **out,
         return STORE_ERR;
     }
     sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    int ok = 1;
+    while (ok && sqlite3_step(s) == SQLITE_ROW) {
         char key[2 * NAME_MAX_LEN + 2];
         snprintf(key, sizeof key, "%s.%s", sqlite3_column_text(s, 0), sqlite3_column_text(s, 1));
         json_t *arr = json_object_get(outputs, key);   /* borrowed */
-        if (!arr) {
-            arr = json_array();
-            json_object_set_new(outputs, key, arr);
-        }
-        json_array_append_new(arr, result_shard(s, max_values));
+        if (!arr && (!(arr = json_array()) || json_object_set_new(outputs, key, arr) != 0))
+            ok = 0;
+        ok = ok && result_row(s, max_values, arr) == 0;
     }
     sqlite3_reset(s);
+    const char *key;
+    json_t *arr;
+    json_object_foreach(outputs, key, arr)
+        ok = ok && result_sort(arr) == 0;
+    if (!ok) {
+        json_decref(res);
+        json_decref(outputs);
+        return STORE_ERR;
+    }
     json_object_set_new(res, "id", json_integer(id));
     json_object_set_new(res, "outputs", outputs);
     *out = res;

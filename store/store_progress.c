@@ -136,45 +136,68 @@ static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *bo
     return rc;
 }
 
-/* Validates tensor o, shard `shard` of output `name` (element `index` of
- * its array; report_output_decode), and stores it as that shard's output.
- * Returns 0, 400 (e filled) or -1. */
-static int report_tensor(store_t *st, const task_row_t *r, const char *name, int index,
-                         json_t *o, err_t *e)
+/* Appends shard i's entry of an outputs row's meta (schema/023_task_
+ * outputs.sql: [shard, shape, sum or null, nvals]) for out, and its
+ * values, when listed, to vals. */
+static void output_meta(store_buf_t *meta, store_buf_t *vals, int64_t shard,
+                        const report_output_t *out)
+{
+    store_buf_printf(meta, "%s[%lld,[", meta->len > 1 ? "," : "", (long long)shard);
+    for (int d = 0; d < out->shape.rank; d++)
+        store_buf_printf(meta, "%s%lld", d ? "," : "", (long long)out->shape.dim[d]);
+    /* 17 digits: the double comes back bit for bit. */
+    if (out->has_sum)
+        store_buf_printf(meta, "],%.17g,", out->sum);
+    else
+        store_buf_printf(meta, "],null,");
+    store_buf_printf(meta, "%lld]", (long long)(out->values ? out->numel : 0));
+    if (out->values)
+        store_buf_put(vals, (const char *)out->values, sizeof *out->values * (size_t)out->numel);
+}
+
+/* Validates output `name` of the report (arr: one tensor per shard of the
+ * task, in its shards' order; report_output_decode checks each) and stores
+ * it as one row for all the task's shards. Returns 0, 400 (e filled) or
+ * -1. */
+static int report_output_row(store_t *st, const task_row_t *r, const char *name,
+                             const json_t *arr, err_t *e)
 {
     static const char sql[] =
-        "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard, shape, sum, vals)"
-        " VALUES (?,?,?,?,?,?,?)";
-    report_output_t out;
-    int rc = report_output_decode(name, index, o, &out, e);
-    if (rc != 0) {
+        "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard0, meta, vals)"
+        " VALUES (?,?,?,?,?,?)";
+    store_buf_t meta = store_buf_new(32 * (size_t)r->nshards + 8), vals = store_buf_new(64);
+    int rc = 0;
+    store_buf_put(&meta, "[", 1);
+    for (int i = 0; rc == 0 && i < r->nshards; i++) {
+        report_output_t out;
+        rc = report_output_decode(name, i, json_array_get(arr, (size_t)i), &out, e);
+        if (rc == 0)
+            output_meta(&meta, &vals, r->shards[i], &out);
         report_output_clear(&out);
-        return rc;
     }
-    rc = -1;
-    char *shape_txt = json_dumps(json_object_get(o, "shape"), JSON_COMPACT);
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (shape_txt && s) {
+    store_buf_put(&meta, "]", 1);
+    sqlite3_stmt *s = NULL;
+    if (rc == 0 && (meta.failed || vals.failed || !(s = store_stmt(st, sql))))
+        rc = -1;
+    if (rc == 0) {
         sqlite3_bind_int64(s, 1, r->job);
         sqlite3_bind_int64(s, 2, r->comp);
         sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 4, r->shards[index]);
-        sqlite3_bind_text(s, 5, shape_txt, -1, SQLITE_STATIC);
-        if (out.has_sum)
-            sqlite3_bind_double(s, 6, out.sum);
-        if (out.values)
-            sqlite3_bind_blob(s, 7, out.values, (int)(sizeof *out.values * (size_t)out.numel),
-                              SQLITE_STATIC);
+        sqlite3_bind_int64(s, 4, r->shards[0]);
+        sqlite3_bind_text(s, 5, meta.p, (int)meta.len, SQLITE_STATIC);
+        if (vals.len)
+            sqlite3_bind_blob(s, 6, vals.p, (int)vals.len, SQLITE_STATIC);
         rc = store_step_done(s);
     }
-    free(shape_txt);
-    report_output_clear(&out);
+    free(meta.p);
+    free(vals.p);
     return rc;
 }
 
 /* Stores the report's outputs: each an array with one tensor per shard of
- * the task, in the order of its shards (one outputs row per shard, as
- * GET /v1/jobs/{id}/result reads them). Returns 0, 400 (e filled) or -1. */
+ * the task, in the order of its shards, one row per output (GET
+ * /v1/jobs/{id}/result splits it per shard). Returns 0, 400 (e filled) or
+ * -1. */
 static int report_outputs(store_t *st, const task_row_t *r, const json_t *body, err_t *e)
 {
     json_t *outputs = json_object_get(body, "outputs"), *arr;
@@ -183,8 +206,8 @@ static int report_outputs(store_t *st, const task_row_t *r, const json_t *body, 
     const char *name;
     json_object_foreach(outputs, name, arr) {
         int rc = report_output_shards(name, arr, r->nshards, e);
-        for (int i = 0; rc == 0 && i < r->nshards; i++)
-            rc = report_tensor(st, r, name, i, json_array_get(arr, (size_t)i), e);
+        if (rc == 0)
+            rc = report_output_row(st, r, name, arr, e);
         if (rc != 0)
             return rc;
     }

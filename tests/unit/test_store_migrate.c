@@ -8,7 +8,11 @@
  * host task payloads into host_task_payloads and their devices into a
  * column, and version 21 keeps one payload per computation (comp_payloads)
  * without the task's shards and devices: an old host task keeps its
- * devices, and its computation the rest of its payload. Also the store's
+ * devices, and its computation the rest of its payload. Version 23 keeps
+ * one outputs row per host task and output: a succeeded job's per-shard
+ * rows answer the same result, values and all 17 digits of each sum
+ * included; rows whose shard sets interleave (two workers' blocks) are
+ * answered in shard order. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
 #include <setjmp.h>
@@ -140,6 +144,107 @@ static void test_old_job_keeps_its_document(void **state)
     json_decref(want);
 }
 
+/* Adds to the old database at path a succeeded job whose computation "a"
+ * has output v on 2 shards in old per-shard rows: shard 0 with values
+ * 1.5, -2, 0.1 (f32), shard 1 without values and with a null sum, and
+ * shard 0 of output w. Returns the job's id. */
+static int64_t add_old_outputs(const char *path)
+{
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+        "INSERT INTO jobs(name, state, priority, max_retries, doc, comps_total, created_at)"
+        " VALUES ('done', 'succeeded', 0, 0, '{}', 1, 1)", NULL, NULL, NULL), SQLITE_OK);
+    int64_t id = sqlite3_last_insert_rowid(db);
+    char sql[256];
+    snprintf(sql, sizeof sql, "INSERT INTO computations(job_id, idx, name, slice, state,"
+             " shards_total) VALUES (%lld, 0, 'a', 's', 'succeeded', 2)", (long long)id);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    static const float vals[3] = {1.5f, -2.0f, 0.1f};
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db,
+        "INSERT INTO outputs(job_id, comp_idx, value, shard, shape, sum, vals)"
+        " VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6)", -1, &s, NULL), SQLITE_OK);
+    for (int row = 0; row < 3; row++) {
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_text(s, 2, row < 2 ? "v" : "w", -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, 3, row == 1);
+        sqlite3_bind_text(s, 4, "[3]", -1, SQLITE_STATIC);
+        if (row != 1)
+            sqlite3_bind_double(s, 5, 0.1 + 0.2);
+        if (row != 1)
+            sqlite3_bind_blob(s, 6, vals, sizeof vals, SQLITE_STATIC);
+        assert_int_equal(sqlite3_step(s), SQLITE_DONE);
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+    }
+    sqlite3_finalize(s);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    return id;
+}
+
+/* An old database with add_old_outputs' job, migrated and opened: the
+ * store of this thread, the job's id in *id. */
+static store_t *migrated_with_outputs(fixture_t *f, int64_t *id)
+{
+    make_old_db(f->d.db);
+    *id = add_old_outputs(f->d.db);
+    err_t e = {0};
+    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
+    store_t *st = store_thread();
+    assert_non_null(st);
+    return st;
+}
+
+static void test_old_outputs_answer_the_same(void **state)
+{
+    int64_t id;
+    store_t *st = migrated_with_outputs(*state, &id);
+    json_t *res = NULL;
+    char state_out[16];
+    assert_int_equal(store_job_result(st, id, 4096, &res, state_out), STORE_OK);
+    json_t *want = json_pack("{s:I, s:{s:[{s:i, s:[i], s:f, s:[f,f,f]}, {s:i, s:[i], s:n}],"
+                             " s:[{s:i, s:[i], s:f, s:[f,f,f]}]}}", "id", (json_int_t)id,
+                             "outputs", "a.v", "shard", 0, "shape", 3, "sum", 0.1 + 0.2,
+                             "values", 1.5, -2.0, (double)0.1f, "shard", 1, "shape", 3, "sum",
+                             "a.w", "shard", 0, "shape", 3, "sum", 0.1 + 0.2, "values", 1.5,
+                             -2.0, (double)0.1f);
+    assert_non_null(want);
+    if (!json_equal(res, want)) {
+        char *got = json_dumps(res, JSON_COMPACT | JSON_SORT_KEYS);
+        fprintf(stderr, "got %s\n", got ? got : "?");
+        free(got);
+    }
+    assert_true(json_equal(res, want));
+    json_decref(want);
+    json_decref(res);
+}
+
+static void test_interleaved_rows_in_shard_order(void **state)
+{
+    int64_t id;
+    store_t *st = migrated_with_outputs(*state, &id);
+    /* Output u of two host tasks: shards 0 and 2, then 1 and 3. */
+    char sql[512];
+    snprintf(sql, sizeof sql, "INSERT INTO outputs(job_id, comp_idx, value, shard0, meta, vals)"
+             " VALUES (%lld, 0, 'u', 0, '[[0,[],0,0],[2,[],2,0]]', NULL),"
+             " (%lld, 0, 'u', 1, '[[1,[],1,0],[3,[],3,0]]', NULL)", (long long)id,
+             (long long)id);
+    assert_int_equal(sqlite3_exec(store_db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+    json_t *res = NULL;
+    char state_out[16];
+    assert_int_equal(store_job_result(st, id, 4096, &res, state_out), STORE_OK);
+    json_t *u = json_object_get(json_object_get(res, "outputs"), "a.u");
+    assert_int_equal(json_array_size(u), 4);
+    for (int k = 0; k < 4; k++) {
+        json_t *t = json_array_get(u, (size_t)k);
+        assert_int_equal(json_integer_value(json_object_get(t, "shard")), k);
+        assert_true(json_number_value(json_object_get(t, "sum")) == k);
+    }
+    json_decref(res);
+}
+
 static void test_write_transactions_take_turns(void **state)
 {
     fixture_t *f = *state;
@@ -161,6 +266,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_old_job_keeps_its_document, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_old_outputs_answer_the_same, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_interleaved_rows_in_shard_order, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_write_transactions_take_turns, setup,
                                         support_store_teardown),
