@@ -80,7 +80,8 @@ static int flush_devices(store_t *st, report_acc_t *a)
 {
     static const char sql[] =
         "UPDATE devices SET busy_us = busy_us + ?3 WHERE island_id = ?1 AND idx = ?2";
-    qsort(a->dev, a->ndev, sizeof *a->dev, dev_cmp);
+    if (a->ndev > 1)                    /* none: dev may be NULL, which qsort may not take */
+        qsort(a->dev, a->ndev, sizeof *a->dev, dev_cmp);
     for (size_t i = 0; i < a->ndev;) {
         report_acc_dev_t sum = a->dev[i];
         for (i++; i < a->ndev && a->dev[i].island == sum.island && a->dev[i].idx == sum.idx; i++)
@@ -99,7 +100,8 @@ static int flush_devices(store_t *st, report_acc_t *a)
 
 static int flush_jobs(store_t *st, report_acc_t *a)
 {
-    qsort(a->job, a->njob, sizeof *a->job, job_cmp);
+    if (a->njob > 1)
+        qsort(a->job, a->njob, sizeof *a->job, job_cmp);
     for (size_t i = 0; i < a->njob;) {
         report_acc_job_t sum = a->job[i];
         for (i++; i < a->njob && a->job[i].job == sum.job; i++)

@@ -29,7 +29,7 @@ typedef struct rnode {
     json_t *body;               /* owned */
     int last_word;              /* the failure sent for a refused report:
                                  * if it is refused too, nothing follows */
-    int hold;                   /* may wait (wreport_push_held) */
+    int hold;                   /* may wait (wreport_exec_fn's hold) */
     int64_t queued_us;          /* util_mono_us() when pushed */
     struct rnode *next;
 } rnode_t;
