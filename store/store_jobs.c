@@ -576,10 +576,14 @@ static int result_row(sqlite3_stmt *s, int64_t max_values, json_t *arr)
     return rc;
 }
 
+static json_int_t shard_of(const json_t *e)
+{
+    return json_integer_value(json_object_get(e, "shard"));
+}
+
 static int shard_cmp(const void *a, const void *b)
 {
-    json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "shard"));
-    json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "shard"));
+    json_int_t x = shard_of(*(json_t *const *)a), y = shard_of(*(json_t *const *)b);
     return x < y ? -1 : x > y;
 }
 
@@ -589,8 +593,8 @@ static int shard_cmp(const void *a, const void *b)
 static int result_sort(json_t *arr)
 {
     size_t n = json_array_size(arr), i;
-    for (i = 1; i < n && shard_cmp(&(json_t *){json_array_get(arr, i - 1)},
-                                   &(json_t *){json_array_get(arr, i)}) < 0; i++)
+    for (i = 1; i < n && shard_of(json_array_get(arr, i - 1)) < shard_of(json_array_get(arr, i));
+         i++)
         ;
     if (i >= n)
         return 0;

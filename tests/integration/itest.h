@@ -156,6 +156,18 @@ static inline json_t *itest_wait_comp_state(int64_t id, int comp, const char *wa
     }
 }
 
+/* DELETE /v1/jobs/{id}; fails the test unless it answered 2xx. */
+static inline void itest_cancel(int64_t id)
+{
+    char path[64];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0, "DELETE %s", path);
+    int status = r.status;
+    hx_resp_clear(&r);
+    T_CHECK(status / 100 == 2, "DELETE %s answered %d", path, status);
+}
+
 /* Submit + wait for success; returns the job object (caller decrefs). */
 static inline json_t *itest_run_ok(const char *doc_q, int64_t *id_out)
 {

@@ -194,13 +194,7 @@ static void cancel_running_then_drained(void)
     json_decref(job);
     T_CHECK(running, "job %" PRId64 " did not start running", id);
     hx_sleep_ms(300);   /* let the producer shards allocate their buffers */
-    char path[64];
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
-    hx_resp_t r;
-    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0, "DELETE failed");
-    long status = r.status;
-    hx_resp_clear(&r);
-    T_CHECK(status == 200 || status == 202, "DELETE answered %ld", status);
+    itest_cancel(id);
     json_decref(itest_wait_state(id, "cancelled"));
     check_store_drained("a cancellation");
 }
@@ -406,13 +400,7 @@ static void test_sequential_reports_not_held(void **state)
     int seen = job != NULL;
     json_decref(job);
     T_CHECK(seen, "c of job %" PRId64 " not released within 20 s of a's end", id);
-    hx_resp_t r;
-    char path[64];
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
-    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0, "DELETE %s", path);
-    int status = r.status;
-    hx_resp_clear(&r);
-    T_CHECK(status / 100 == 2, "cancel answered %d", status);
+    itest_cancel(id);
 }
 
 static void test_sequential_results_equal_parallel(void **state)

@@ -263,13 +263,7 @@ static void test_shared_reports_not_held(void **state)
     int seen = job != NULL;
     json_decref(job);
     T_CHECK(seen, "computation 0 of shared job %" PRId64 " not seen succeeded within 25 s", id);
-    char path[64];
-    hx_resp_t r;
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
-    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0, "DELETE %s", path);
-    int status = r.status;
-    hx_resp_clear(&r);
-    T_CHECK(status / 100 == 2, "cancel answered %d", status);
+    itest_cancel(id);
 }
 
 static void test_register_says_cap(void **state)
