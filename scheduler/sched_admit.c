@@ -23,6 +23,10 @@ static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 /* Writes the job's pending_reason only when it differs from the one this
  * thread last wrote: a job waiting round after round for the same reason
  * costs no write (and no WAL growth). */
+/* A job allocated in this round has chunks left to dispatch
+ * (sched_dispatch_job returned 1). Scheduler thread only. */
+static int sched_more_pending;
+
 static void set_reason(store_t *st, plan_entry_t *pe, const char *reason)
 {
     if (pe->reason && strcmp(pe->reason, reason) == 0)
@@ -95,7 +99,9 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
     if (a == ALLOC_OK) {
         atomic_fetch_add(&sched_successes, 1);
         sched_round_take(r, pl, plan->nslices, job->id, plan->shared);
-        int rc = sched_dispatch_job(st, job, plan, doc, r, pl) == 0 ? 1 : -1;
+        int d = sched_dispatch_job(st, job, plan, doc, r, pl), rc = d >= 0 ? 1 : -1;
+        if (d == 1)
+            sched_more_pending = 1;
         /* Its workers' parked polls answer now, not after the rest of the
          * round (the next heads' reads, the feed), and so do those of the
          * workers of jobs it preempted (they must abort). */
@@ -183,9 +189,17 @@ void sched_admit(store_t *st)
 {
     sched_tenant_t *ts = NULL;
     tenant_q_t *qs = NULL;
-    int nt = 0, complete = 0, fed = 0;
+    int nt = 0, complete = 0, fed = 0, wrote = 0, left = 0;
     round_t r;
-    if (sched_round_load(st, &r) != 0 || store_sched_tenants(st, &ts, &nt) != 0 ||
+    if (sched_round_load(st, &r) != 0)
+        goto cleanup;
+    /* Jobs in mid-dispatch first: their workers are running the chunks
+     * already written and wait for the next. Their workers' polls answer
+     * now, not after the round. */
+    left = sched_dispatch_more(st, &r, &wrote);
+    if (wrote > 0 && sched_cfg.on_dispatch)
+        sched_cfg.on_dispatch();
+    if (left < 0 || store_sched_tenants(st, &ts, &nt) != 0 ||
         !(qs = calloc((size_t)(nt > 0 ? nt : 1), sizeof *qs)))
         goto cleanup;
     for (int i = 0; i < nt; i++) {
@@ -214,6 +228,11 @@ cleanup:
     free(ts);
     if (fed > 0 && sched_cfg.on_dispatch)
         sched_cfg.on_dispatch();    /* admissions woke their workers already */
+    /* Chunks left, or a first one written in this round: another pass at
+     * once, not at the next report or tick. */
+    if (left > 0 || sched_more_pending)
+        sched_notify();
+    sched_more_pending = 0;
 }
 
 void sched_counters(uint64_t *attempts, uint64_t *successes)

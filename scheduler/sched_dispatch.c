@@ -140,18 +140,18 @@ cleanup:
     return rc;
 }
 
-/* Writes computation c's host tasks: its shards grouped by the worker
- * holding their devices, one row per worker; blocked: they wait (sequential
- * dispatch) until store_progress.c releases them. 0 or -1. */
+/* Writes computation c's island sequence number seq (reserved by the
+ * caller) and host tasks: its shards grouped by the worker holding their
+ * devices, one row per worker; blocked: they wait (sequential dispatch)
+ * until store_progress.c releases them. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                         const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
-                        int blocked)
+                        int64_t seq, int blocked)
 {
     const comp_t *cp = &plan->comps[c];
     const alloc_placement_t *p = &pl[cp->slice];
     int64_t island = r->island_id[p->island];
-    int64_t seq = store_sched_take_seq(st, island, 1);
-    if (seq < 0 || store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
+    if (store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
         return -1;
     shard_ref_t *refs = malloc(sizeof *refs * (size_t)p->nshards);
     json_t *base = task_base(plan, doc, job, c, seq);
@@ -278,14 +278,81 @@ static int sequential_waits(const job_plan_t *plan, const alloc_placement_t *pl,
     return waiting[island];
 }
 
-/* Writes the allocation, the placement and every host task of the job in
+/* Dispatches the computations at positions [from, to) of the job's
+ * topological order, inside the caller's transaction. Each island's
+ * sequence numbers for them are reserved at once and handed out in that
+ * order. 0 or -1. */
+static int dispatch_range(store_t *st, const sched_job_t *job, const job_plan_t *plan,
+                          const json_t *doc, round_t *r, const alloc_placement_t *pl, int from,
+                          int to)
+{
+    int count[SCHED_MAX_ISLANDS] = {0}, waiting[SCHED_MAX_ISLANDS] = {0};
+    int64_t seq[SCHED_MAX_ISLANDS];
+    for (int t = from; t < to; t++)
+        count[pl[plan->comps[plan->topo[t]].slice].island]++;
+    for (int i = 0; i < r->n; i++)
+        if (count[i] > 0 && (seq[i] = store_sched_take_seq(st, r->island_id[i], count[i])) < 0)
+            return -1;
+    for (int t = from; t < to; t++) {
+        int c = plan->topo[t], i = pl[plan->comps[c].slice].island;
+        if (sched_dispatch_comp(st, job, plan, doc, r, pl, c, seq[i]++,
+                                sequential_waits(plan, pl, c, waiting)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Host tasks per computation of each slice (the distinct workers holding
+ * its devices), into out[plan->nslices]. */
+static void slice_tasks(const job_plan_t *plan, const round_t *r, const alloc_placement_t *pl,
+                        int *out)
+{
+    for (int s = 0; s < plan->nslices; s++) {
+        const sched_dev_t *devs = r->devs[pl[s].island];
+        out[s] = 0;
+        /* Shards run in increasing island index and a worker's devices are
+         * one range of indexes, so its shards are consecutive: count the
+         * changes (were they not, this only overcounts a budget). */
+        for (int k = 0; k < pl[s].nshards; k++)
+            if (k == 0 || devs[pl[s].devices[k]].worker != devs[pl[s].devices[k - 1]].worker)
+                out[s]++;
+    }
+}
+
+/* Where the chunk that starts at position from ends: computations until
+ * budget host tasks, at least one. */
+static int chunk_end(const job_plan_t *plan, const int *tasks, int from, int64_t budget)
+{
+    int t = from;
+    do
+        budget -= tasks[plan->comps[plan->topo[t++]].slice];
+    while (t < plan->ncomps && budget > 0);
+    return t;
+}
+
+/* Host tasks of the job's chunk starting at position from: as many as
+ * it already has dispatched (chunks double), within the bounds. */
+static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, int from)
+{
+    int64_t done = 0;
+    for (int t = 0; t < from; t++)
+        done += tasks[plan->comps[plan->topo[t]].slice];
+    return done < SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS
+         : done > SCHED_CHUNK_MAX_TASKS ? SCHED_CHUNK_MAX_TASKS : done;
+}
+
+/* Writes the allocation, the placement and the job's first host tasks in
  * one transaction. Sequence numbers follow the job's topological order, so
  * on each island every device meets the job's computations in the same
- * order. Rows written: O(computations x workers). */
+ * order. An exclusive job under parallel dispatch gets its first chunk
+ * now and the rest from sched_dispatch_more; under sequential dispatch
+ * every computation is written now (blocked ones are released by reports);
+ * a shared job's are fed later (sched_feed_shared). Rows written: O(chunk
+ * computations x workers). */
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                        const json_t *doc, round_t *r, const alloc_placement_t *pl)
 {
-    int waiting[SCHED_MAX_ISLANDS] = {0}, ndev = 0;
+    int ndev = 0, tasks[64], end = 0;
     for (int s = 0; s < plan->nslices; s++)
         ndev += pl[s].nshards;
     int64_t *isl = malloc(sizeof *isl * (size_t)ndev), *dev = malloc(sizeof *dev * (size_t)ndev);
@@ -308,21 +375,23 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
     if (store_sched_mark_allocated(st, job->id, plan->shared, isl, dev, wrk, ndev,
                                    placement) != 0)
         goto fail;
-    /* A shared job's computations are dispatched later, interleaved with
-     * the other shared jobs' by tenant share (sched_feed_shared). */
-    for (int t = 0; !plan->shared && t < plan->ncomps; t++)
-        if (sched_dispatch_comp(st, job, plan, doc, r, pl, plan->topo[t],
-                                sequential_waits(plan, pl, plan->topo[t], waiting)) != 0)
+    if (!plan->shared) {
+        slice_tasks(plan, r, pl, tasks);
+        end = sched_cfg.sequential ? plan->ncomps
+                                   : chunk_end(plan, tasks, 0, SCHED_CHUNK_FIRST_TASKS);
+        if (dispatch_range(st, job, plan, doc, r, pl, 0, end) != 0 ||
+            store_sched_set_dispatch_next(st, job->id, end < plan->ncomps ? end : -1) != 0)
             goto fail;
+    }
     if (store_commit(st) != 0)
         goto fail;
     free(isl);
     free(dev);
     free(wrk);
     free(placement);
-    log_info("job %ld allocated: %d devices, %d computations dispatched", (long)job->id, ndev,
-             plan->ncomps);
-    return 0;
+    log_info("job %ld allocated: %d devices, %d of %d computations dispatched", (long)job->id,
+             ndev, end, plan->ncomps);
+    return !plan->shared && end < plan->ncomps;
 fail:
     store_rollback(st);
     free(isl);
@@ -330,5 +399,75 @@ fail:
     free(wrk);
     free(placement);
     log_error("job %ld: allocation could not be written; will retry", (long)job->id);
+    return -1;
+}
+
+/* The next chunk of one job in mid-dispatch, inside the caller's
+ * transaction: its slices' devices as allocated (the slices rows), its
+ * computations from m->next on. 1 when more are left after it, 0 when it
+ * was the last, -1 on error. */
+static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const plan_entry_t *pe)
+{
+    const job_plan_t *plan = pe->plan;
+    alloc_placement_t pl[64];
+    int tasks[64], rc = -1, s;
+    memset(pl, 0, sizeof pl);
+    for (s = 0; s < plan->nslices; s++) {
+        int64_t island = 0;
+        int n = store_sched_slice_devices(st, m->id, plan->slices[s].name, &island,
+                                          &pl[s].devices);
+        pl[s].island = sched_round_island(r, island);
+        pl[s].nshards = n;
+        if (n != shape_numel(&plan->slices[s].shape) || pl[s].island < 0)
+            goto cleanup;
+    }
+    slice_tasks(plan, r, pl, tasks);
+    int end = chunk_end(plan, tasks, m->next, chunk_budget(plan, tasks, m->next));
+    sched_job_t job = {m->id, m->attempt, 0, 0, 0};
+    if (dispatch_range(st, &job, plan, pe->doc, r, pl, m->next, end) != 0 ||
+        store_sched_set_dispatch_next(st, m->id, end < plan->ncomps ? end : -1) != 0)
+        goto cleanup;
+    rc = end < plan->ncomps;
+cleanup:
+    for (int i = 0; i < plan->nslices; i++)
+        free(pl[i].devices);
+    return rc;
+}
+
+int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
+{
+    sched_more_t m[SCHED_MORE_MAX];
+    plan_entry_t *pe[SCHED_MORE_MAX];
+    int n = store_sched_dispatching(st, m, SCHED_MORE_MAX), left = 0;
+    *wrote = 0;
+    if (n <= 0)
+        return n;
+    /* Plans first, outside the transaction (a plan that no longer compiles
+     * fails its job in a transaction of its own). */
+    for (int i = 0; i < n; i++)
+        pe[i] = sched_plan_get(st, m[i].id);
+    if (store_begin(st) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        /* Still this attempt, still where the list said (a cancel, a
+         * report or a lost worker may have ended it since). */
+        int next = store_sched_dispatch_next(st, m[i].id, m[i].attempt);
+        if (next == -2)
+            goto fail;
+        if (next != m[i].next || !pe[i])
+            continue;
+        int more = dispatch_chunk(st, r, &m[i], pe[i]);
+        if (more < 0)
+            goto fail;
+        left += more;
+        (*wrote)++;
+    }
+    if (store_commit(st) != 0)
+        goto fail;
+    return left;
+fail:
+    store_rollback(st);
+    *wrote = 0;
+    log_error("dispatch of the next chunks could not be written; will retry");
     return -1;
 }

@@ -154,7 +154,8 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
         pl[cp->slice].devices = devices;
         pl[cp->slice].nshards = n;
         sched_job_t job = {fj->id, fj->attempt, fj->tenant, 0, 0};
-        rc = sched_dispatch_comp(st, &job, plan, pe->doc, r, pl, c, 0);
+        int64_t seq = store_sched_take_seq(st, island, 1);
+        rc = seq < 0 ? -1 : sched_dispatch_comp(st, &job, plan, pe->doc, r, pl, c, seq, 0);
     }
     free(devices);
     return rc;

@@ -10,7 +10,8 @@
  *   sched_place.c     the round (the cluster as the allocator sees it) and
  *                     placement on it: exclusive, shared, why not
  *   sched_preempt.c   victims: the fewest lower-priority jobs that make room
- *   sched_dispatch.c  a placed job's allocation, placement and host tasks
+ *   sched_dispatch.c  a placed job's allocation, placement and host tasks,
+ *                     in chunks (sched_dispatch_more continues them)
  *   sched_feed.c      shared jobs' computations, one by one, by stride
  *   sched_plans.c     compiled plans of queued jobs, cached across rounds
  *   sched_metrics.c   the /metrics families (any thread)
@@ -46,10 +47,13 @@
  *
  * What one round writes. Per job placed, one transaction: its slices, its
  * devices (held exclusively, or as shared holds), queued -> allocated with
- * its PLACEMENT, and for an exclusive job every computation's island and
- * sequence number and all its host tasks (pending; blocked in sequential
- * dispatch until their producers succeed). Per computation fed (a shared
- * job), one transaction: its sequence number and host tasks. Per evicted
+ * its PLACEMENT, and for an exclusive job its first chunk of computations
+ * (islands, sequence numbers, host tasks: pending) or, in sequential
+ * dispatch, all of them (blocked until their producers succeed). At the
+ * start of each round, one transaction for every exclusive job in
+ * mid-dispatch: its next chunk (sched_dispatch_more). Per feed pass (the
+ * shared jobs), one transaction: the computations fed, with their
+ * sequence numbers and host tasks. Per evicted
  * victim, one transaction (store_sched_preempt: requeued). A waiting job's
  * pending_reason only when it changed; a queued job whose document no
  * longer compiles is failed (store_sched_fail). Placements and evictions
@@ -73,8 +77,9 @@
  * grows (store_sched_take_seq, inside the dispatch transaction). A
  * computation gets one number on the island of its slice at the moment it
  * is dispatched, and all its host tasks carry it; an exclusive job's
- * computations are numbered in its topological order at allocation, a
- * shared job's one by one, in the same order, by the feed. Every worker
+ * computations are numbered in its topological order chunk by chunk
+ * (each chunk's numbers reserved at once), a shared job's one by one, in
+ * the same order, by the feed. Every worker
  * runs the host tasks of each device in increasing seq and starts one only
  * when every lower-seq task on all its devices has ended
  * (docs/worker-protocol.md, workers/exec.h). Since numbers are taken on
@@ -86,9 +91,10 @@
  * however shared jobs are interleaved. A requeued job's new attempt gets
  * new numbers (its old ones are cleared with its computations). The
  * argument needs every task to reach its workers before a later-numbered
- * one on the same devices starts: true in parallel dispatch (all of an
- * exclusive job's tasks are pending at once) and for shared jobs (never
- * blocked). Sequential dispatch hands a blocked computation's tasks out
+ * one on the same devices starts: true in parallel dispatch (an exclusive
+ * job's tasks are pending from the moment their chunk commits, chunks
+ * commit in number order, and a poll hands out all of a worker's pending
+ * tasks in number order) and for shared jobs (never blocked). Sequential dispatch hands a blocked computation's tasks out
  * only when its producers succeeded, and every later-numbered computation
  * of the job on that island waits with it (sequential_waits,
  * sched_dispatch.c; released in seq order by store_progress.c), so a
@@ -140,13 +146,14 @@ int sched_touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const 
 
 /* ---- the plan cache (sched_plans.c) ---- */
 
-/* Compiled plans of queued jobs and of live shared jobs still being fed,
- * kept across admission rounds so that a long queue is not re-read and
- * re-compiled every round, nor a shared job's document for every
- * computation fed. A plan depends only on the job document (never changed
- * once accepted) and the islands (fixed for the life of atolld), so an
- * entry stays valid until its job leaves the queue or has nothing left to
- * feed; entries not seen in a round are dropped after it. Sorted by job
+/* Compiled plans of queued jobs, of live shared jobs still being fed and
+ * of exclusive jobs in mid-dispatch, kept across admission rounds so
+ * that a long queue is not re-read and re-compiled every round, nor a
+ * job's document for every computation fed or chunk written. A plan
+ * depends only on the job document (never changed once accepted) and the
+ * islands (fixed for the life of atolld), so an entry stays valid until
+ * its job leaves the queue or has nothing left to feed or dispatch;
+ * entries not seen in a round are dropped after it. Sorted by job
  * id; owned by the scheduler thread alone. */
 typedef struct plan_entry {
     int64_t id;
@@ -171,15 +178,35 @@ void sched_plans_free_all(void);
 
 /* ---- dispatch (sched_dispatch.c), inside the caller's transaction or its own ---- */
 
-/* Writes computation c's island sequence number and host tasks (inside the
- * caller's transaction), blocked (sequential dispatch) or pending. 0 or -1. */
+/* An exclusive job's dispatch in chunks (parallel dispatch): its first
+ * chunk is written with its allocation, up to SCHED_CHUNK_FIRST_TASKS host
+ * tasks (at least one computation), so its first computations reach the
+ * workers without waiting for the rest; each later chunk, one per pass,
+ * has as many host tasks as all the job's earlier ones (they double, so
+ * they stay ahead of execution whenever writing a computation costs less
+ * than running it), at most SCHED_CHUNK_MAX_TASKS. Up to SCHED_MORE_MAX
+ * jobs in mid-dispatch advance per pass. */
+#define SCHED_CHUNK_FIRST_TASKS 32
+#define SCHED_CHUNK_MAX_TASKS 4096
+#define SCHED_MORE_MAX 64
+
+/* Writes computation c's island sequence number seq (reserved by the
+ * caller: store_sched_take_seq) and host tasks, inside the caller's
+ * transaction, blocked (sequential dispatch) or pending. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                         const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
-                        int blocked);
-/* Writes the job's allocation, placement and (exclusive jobs) every host
- * task in one transaction of its own. 0 or -1 (rolled back, logged). */
+                        int64_t seq, int blocked);
+/* Writes the job's allocation, placement and (exclusive jobs) its first
+ * chunk of host tasks, or all of them under sequential dispatch, in one
+ * transaction of its own. 1 when chunks are left (sched_dispatch_more),
+ * 0 when not, -1 on error (rolled back, logged). */
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                        const json_t *doc, round_t *r, const alloc_placement_t *pl);
+/* Writes the next chunk of every job in mid-dispatch (jobs.dispatch_next),
+ * in one transaction of its own; *wrote: how many jobs got one. Returns
+ * how many still have computations left (the caller runs another pass
+ * soon), or -1 on a store error (rolled back, logged). */
+int sched_dispatch_more(store_t *st, round_t *r, int *wrote);
 
 /* ---- preemption (sched_preempt.c) ---- */
 

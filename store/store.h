@@ -492,6 +492,27 @@ int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp
 int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
                                const int64_t *devices, const int64_t *workers, int n,
                                const char *placement);
+/* An exclusive job with computations left to dispatch (jobs.dispatch_next,
+ * schema/024_dispatch_chunks.sql): its attempt and the position, in its
+ * topological order, of the next computation to dispatch. Only the
+ * scheduler sets dispatch_next (at allocation and per chunk); a job
+ * leaving allocated/running (finished, cancelled, requeued) clears it
+ * (store_job_finish, job_requeue), so it is non-NULL only while the
+ * attempt that set it is live. */
+typedef struct sched_more {
+    int64_t id;
+    int attempt;
+    int next;
+} sched_more_t;
+/* Sets (next >= 0) or clears (next < 0) the job's dispatch_next, inside the
+ * caller's transaction. 0 or -1. */
+int store_sched_set_dispatch_next(store_t *st, int64_t job, int next);
+/* Up to cap jobs with computations left to dispatch, by id. Count or -1. */
+int store_sched_dispatching(store_t *st, sched_more_t *out, int cap);
+/* The job attempt's dispatch_next now (inside the caller's transaction: it
+ * may have ended since store_sched_dispatching read it); -1 when nothing is
+ * left to dispatch for that attempt, -2 on error. */
+int store_sched_dispatch_next(store_t *st, int64_t job, int attempt);
 /* Fails a queued job that can no longer be compiled or placed. 0 done; 1
  * when it is no longer queued (cancelled meanwhile: nothing done); -1. */
 int store_sched_fail(store_t *st, int64_t job, const char *why);

@@ -451,7 +451,7 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
 {
     static const char job_sql[] =
         "UPDATE jobs SET state = ?2, error = COALESCE(?3, error), finished_at = ?4,"
-        " pending_reason = NULL WHERE id = ?1";
+        " pending_reason = NULL, dispatch_next = NULL WHERE id = ?1";
     static const char dev_sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
     static const char hold_sql[] = "DELETE FROM device_holds WHERE job_id = ?";
     static const char task_sql[] =

@@ -332,6 +332,52 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64
     return 0;
 }
 
+int store_sched_set_dispatch_next(store_t *st, int64_t job, int next)
+{
+    static const char sql[] = "UPDATE jobs SET dispatch_next = ?2 WHERE id = ?1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    if (next >= 0)
+        sqlite3_bind_int(s, 2, next);
+    return store_step_done(s);
+}
+
+int store_sched_dispatching(store_t *st, sched_more_t *out, int cap)
+{
+    /* Through the partial index jobs_dispatching: only jobs in mid-dispatch. */
+    static const char sql[] =
+        "SELECT id, attempt, dispatch_next FROM jobs WHERE dispatch_next IS NOT NULL"
+        " ORDER BY id LIMIT ?1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    int n = 0;
+    if (!s)
+        return -1;
+    sqlite3_bind_int(s, 1, cap);
+    while (n < cap && sqlite3_step(s) == SQLITE_ROW)
+        out[n++] = (sched_more_t){sqlite3_column_int64(s, 0), sqlite3_column_int(s, 1),
+                                  sqlite3_column_int(s, 2)};
+    sqlite3_reset(s);
+    return n;
+}
+
+int store_sched_dispatch_next(store_t *st, int64_t job, int attempt)
+{
+    static const char sql[] =
+        "SELECT dispatch_next FROM jobs WHERE id = ?1 AND attempt = ?2"
+        " AND dispatch_next IS NOT NULL";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -2;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, attempt);
+    int rc = sqlite3_step(s);
+    int next = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : rc == SQLITE_DONE ? -1 : -2;
+    sqlite3_reset(s);
+    return next;
+}
+
 /* 1 when the job is in state a or b now (in the caller's transaction),
  * 0 when not or gone, -1 on error. The scheduler acts on what it read
  * before its transaction; a report, a cancel or a lost worker may have
@@ -384,7 +430,7 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
         " restarts = restarts + (?3 = 0), preemptions = preemptions + (?3 = 2), comps_done = 0,"
         " allocated_at = NULL, started_at = NULL,"
         " pending_reason = CASE ?3 WHEN 2 THEN 'preempted' ELSE 'requeued' END, error = ?2,"
-        " placement = NULL WHERE id = ?1",
+        " placement = NULL, dispatch_next = NULL WHERE id = ?1",
         "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
         "DELETE FROM device_holds WHERE job_id = ?1",
         "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?1 AND state = 'blocked'",

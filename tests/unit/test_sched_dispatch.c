@@ -1,0 +1,213 @@
+/* test_sched_dispatch.c - an exclusive job's dispatch in chunks
+ * (scheduler/sched_dispatch.c), on a real SQLite file and a real round: a
+ * long chain's allocation writes only its first chunk, each later pass the
+ * next (doubling), with sequence numbers that keep following the job's
+ * topological order across chunks; sequential dispatch still writes every
+ * computation at once; a job that ended or was requeued between chunks
+ * gets nothing more. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+#include "support_store.h"
+
+/* One worker holds all of west, so every computation of a [2,2] slice is
+ * one host task: chunks are counted in computations. */
+static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
+
+/* A chain of CHAIN computations: c0 fills 1, each next one scales its
+ * predecessor's value by 1. Chunks: 32 host tasks first, then as many as
+ * already dispatched: [0,32) [32,64) [64,100). */
+#define CHAIN 100
+
+typedef struct fixture {
+    support_store_t d;          /* first: support_store_teardown */
+    store_t *st;
+    int64_t job;
+} fixture_t;
+
+/* The chain's document (malloc'd JSON text). */
+static char *chain_doc(void)
+{
+    json_t *comps = json_array();
+    for (int k = 0; k < CHAIN; k++) {
+        char name[16], from[24];
+        snprintf(name, sizeof name, "c%d", k);
+        snprintf(from, sizeof from, "c%d.x", k - 1);
+        json_t *ops = k == 0 ? json_pack("[{s:s, s:s, s:[], s:f}]", "op", "fill", "out", "x",
+                                         "shape", "value", 1.0)
+                             : json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:[s], s:f}]", "op",
+                                         "input", "out", "p", "from", from, "op", "scale", "out",
+                                         "x", "args", "p", "factor", 1.0);
+        json_array_append_new(comps, json_pack("{s:s, s:s, s:o, s:[s]}", "name", name, "slice",
+                                               "s", "ops", ops, "outputs", "x"));
+    }
+    json_t *doc = json_pack("{s:s, s:{s:{s:[i,i]}}, s:o}", "name", "chain", "slices", "s",
+                            "shape", 2, 2, "computations", comps);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    assert_non_null(text);
+    return text;
+}
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->st = support_store_open(&f->d, islands, 1);
+    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL};
+    support_store_register(f->st, "west", "127.0.0.1:1", 4);
+    char *doc = chain_doc();
+    f->job = support_store_submit(f->st, doc, islands, 1);
+    free(doc);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    sched_plans_free_all();
+    return support_store_teardown(state);
+}
+
+/* Places the job on west as an admission round would and writes its
+ * allocation; sched_dispatch_job's answer. */
+static int allocate(fixture_t *f)
+{
+    round_t r;
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    plan_entry_t *pe = sched_plan_get(f->st, f->job);
+    assert_non_null(pe);
+    alloc_request_t req = {pe->plan->slices[0].shape, NULL};
+    alloc_placement_t pl[1];
+    assert_int_equal(alloc_gang(r.isl, r.n, &req, 1, pl), ALLOC_OK);
+    sched_round_take(&r, pl, 1, f->job, 0);
+    sched_job_t job = {f->job, 0, 0, 0, 0};
+    int rc = sched_dispatch_job(f->st, &job, pe->plan, pe->doc, &r, pl);
+    alloc_placements_release(pl, 1);
+    sched_round_free(&r);
+    return rc;
+}
+
+/* One continuation pass; returns jobs still left, *wrote as given back. */
+static int more(fixture_t *f, int *wrote)
+{
+    round_t r;
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    int left = sched_dispatch_more(f->st, &r, wrote);
+    sched_round_free(&r);
+    return left;
+}
+
+/* How many of the job's computations have a sequence number, and whether
+ * their numbers increase with their index (the chain's topological order). */
+static int dispatched(fixture_t *f, int *in_order)
+{
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(f->st),
+                                        "SELECT idx, seq FROM computations WHERE job_id = ?"
+                                        " AND seq IS NOT NULL ORDER BY idx", -1, &s, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(s, 1, f->job);
+    int n = 0;
+    int64_t last = -1;
+    *in_order = 1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t seq = sqlite3_column_int64(s, 1);
+        if (sqlite3_column_int(s, 0) != n || seq <= last)
+            *in_order = 0;
+        last = seq;
+        n++;
+    }
+    sqlite3_finalize(s);
+    return n;
+}
+
+/* The allocation writes the first 32 computations; each pass the next
+ * chunk, twice as large as the first, then the rest; the numbers follow
+ * the chain across chunks. */
+static void test_chunks_double(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0, in_order = 0;
+    assert_int_equal(allocate(f), 1);
+    assert_int_equal(dispatched(f, &in_order), 32);
+    assert_int_equal(more(f, &wrote), 1);
+    assert_int_equal(wrote, 1);
+    assert_int_equal(dispatched(f, &in_order), 64);
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(dispatched(f, &in_order), CHAIN);
+    assert_true(in_order);
+    /* Nothing left: a further pass writes nothing. */
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(wrote, 0);
+    assert_int_equal(dispatched(f, &in_order), CHAIN);
+}
+
+/* Sequential dispatch releases blocked computations from reports in seq
+ * order (store_progress.c): all of them are written at allocation. */
+static void test_sequential_writes_all(void **state)
+{
+    fixture_t *f = *state;
+    int in_order = 0, wrote = 0;
+    sched_cfg.sequential = 1;
+    int rc = allocate(f);
+    sched_cfg.sequential = 0;
+    assert_int_equal(rc, 0);
+    assert_int_equal(dispatched(f, &in_order), CHAIN);
+    assert_true(in_order);
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(wrote, 0);
+}
+
+/* A job cancelled between two chunks gets no more host tasks. */
+static void test_cancelled_job_not_continued(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0, in_order = 0;
+    char was[16];
+    assert_int_equal(allocate(f), 1);
+    assert_int_equal(store_job_cancel(f->st, f->job, was), STORE_OK);
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(wrote, 0);
+    /* The cancel cleared the seq numbers of the computations it ended. */
+    assert_true(dispatched(f, &in_order) <= 32);
+    sched_more_t m[1];
+    assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
+}
+
+/* A job requeued between two chunks (here preempted) is not continued
+ * under its old attempt: its new attempt starts from its first chunk. */
+static void test_requeued_job_not_continued(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    assert_int_equal(allocate(f), 1);
+    assert_int_equal(store_sched_preempt(f->st, f->job, 999, 5), 0);
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(wrote, 0);
+    sched_more_t m[1];
+    assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
+    assert_int_equal(store_sched_dispatch_next(f->st, f->job, 0), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_chunks_double, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sequential_writes_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancelled_job_not_continued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_requeued_job_not_continued, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
