@@ -59,6 +59,12 @@ typedef struct worker {
     pthread_t hb_thread;
     int hb_started;
     atomic_int hb_stop;
+    /* The heartbeat thread sleeps on hb_cv (CLOCK_MONOTONIC) until its
+     * next beat or hb_stop, set under hb_mu: one wake-up per beat, not one
+     * every few milliseconds (512 sim workers on one host made that tens
+     * of thousands of wake-ups a second). */
+    pthread_mutex_t hb_mu;
+    pthread_cond_t hb_cv;
 } worker_t;
 
 static void install_signals(void)
@@ -105,11 +111,22 @@ static json_t *heartbeat_body(worker_t *w)
                      (json_int_t)g.mb.bad_key);
 }
 
+/* Sleeps ms on hb_cv; returns early once hb_stop is set. */
+static void heartbeat_sleep(worker_t *w, int ms)
+{
+    int64_t end = util_mono_us() + (int64_t)ms * 1000;
+    struct timespec ts = {.tv_sec = (time_t)(end / 1000000), .tv_nsec = (long)(end % 1000000) * 1000};
+    pthread_mutex_lock(&w->hb_mu);
+    while (!atomic_load(&w->hb_stop) && util_mono_us() < end)
+        pthread_cond_timedwait(&w->hb_cv, &w->hb_mu, &ts);
+    pthread_mutex_unlock(&w->hb_mu);
+}
+
 static void *heartbeat_main(void *arg)
 {
     worker_t *w = arg;
     while (!atomic_load(&w->hb_stop)) {
-        sleep_unless(wclient_lease_ms(w->wc) / 3, &w->hb_stop);
+        heartbeat_sleep(w, wclient_lease_ms(w->wc) / 3);
         if (atomic_load(&w->hb_stop))
             break;
         int64_t id = wclient_id(w->wc);
@@ -346,8 +363,20 @@ static int worker_run_threads(worker_t *w)
                       .self_addr = dplane_addr(w->dp), .run = &w->run};
     if (!(w->ex = exec_start(&cfg, w->mb, w->dp, wreport_exec_fn, w->wr)))
         return -1;
-    if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0)
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
         return -1;
+    int cv_rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+                pthread_cond_init(&w->hb_cv, &ca) != 0;
+    pthread_condattr_destroy(&ca);
+    if (cv_rc)
+        return -1;
+    pthread_mutex_init(&w->hb_mu, NULL);
+    if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0) {
+        pthread_cond_destroy(&w->hb_cv);
+        pthread_mutex_destroy(&w->hb_mu);
+        return -1;
+    }
     w->hb_started = 1;
     return 0;
 }
@@ -365,8 +394,13 @@ static void worker_close(worker_t *w, int registered)
     runlog_stop(w->rl);
     wreport_stop(w->wr, 5000);
     if (w->hb_started) {
+        pthread_mutex_lock(&w->hb_mu);
         atomic_store(&w->hb_stop, 1);
+        pthread_cond_broadcast(&w->hb_cv);
+        pthread_mutex_unlock(&w->hb_mu);
         pthread_join(w->hb_thread, NULL);
+        pthread_cond_destroy(&w->hb_cv);
+        pthread_mutex_destroy(&w->hb_mu);
     }
     if (registered && wclient_leave(w->wc, wclient_id(w->wc)) / 100 != 2)
         log_warn("could not leave the controller cleanly");

@@ -216,7 +216,8 @@ static void send_batch(runlog_t *rl, json_t *events, chunk_t *ch, int nch)
     }
 }
 
-/* Waits on cv for at most RUNLOG_TICK_MS (caller holds mu). */
+/* Waits on cv for at most RUNLOG_TICK_MS (caller holds mu): a flush's
+ * wait, which checks its own deadline. */
 static void tick_wait(pthread_cond_t *cv, pthread_mutex_t *mu)
 {
     struct timespec ts;
@@ -241,7 +242,10 @@ static void *runlog_main(void *arg)
         if (!ev && nch == 0) {
             if (rl->stopping)
                 break;
-            tick_wait(&rl->cv, &rl->mu);
+            /* Every change (output, an event, a flush, the stop) signals
+             * cv under mu, and take_batch looked under mu: no timeout
+             * needed, so an idle worker's log thread never wakes. */
+            pthread_cond_wait(&rl->cv, &rl->mu);
             continue;
         }
         rl->inflight = 1;
