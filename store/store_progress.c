@@ -220,9 +220,9 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
 {
     static const char comp_sql[] =
         "UPDATE computations SET state = 'succeeded' WHERE job_id = ? AND idx = ?";
-    static const char job_sql[] =
-        "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?"
-        " RETURNING comps_done = comps_total, shared";
+    /* Read back apart, not RETURNING (see task_take). */
+    static const char job_sql[] = "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?";
+    static const char done_sql[] = "SELECT comps_done = comps_total, shared FROM jobs WHERE id = ?";
     /* Only computations still waiting (sequential dispatch) have anything
      * to unblock: with parallel dispatch none are, and the producers JSON
      * of the job's other computations is never parsed (a chain of n
@@ -253,6 +253,9 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->comp);
     if (store_step_done(s) != 0 || !(s = store_stmt(st, job_sql)))
+        return -1;
+    sqlite3_bind_int64(s, 1, r->job);
+    if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     int row = sqlite3_step(s) == SQLITE_ROW;

@@ -12,7 +12,9 @@
  * one outputs row per host task and output: a succeeded job's per-shard
  * rows answer the same result, values and all 17 digits of each sum
  * included; rows whose shard sets interleave (two workers' blocks) are
- * answered in shard order. Also the store's
+ * answered in shard order. Version 25 rebuilt host_tasks (its state check
+ * as comparisons): the old host task keeps its fields and a state outside
+ * the list is still refused. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
 #include <setjmp.h>
@@ -139,6 +141,22 @@ static void test_old_job_keeps_its_document(void **state)
      * shards and devices (those stay in the row). */
     assert_string_equal((const char *)sqlite3_column_text(s, 1), "{\"job\":1,\"comp\":0}");
     sqlite3_finalize(s);
+    /* Version 25 rebuilt host_tasks: the row is there as it was, and its
+     * state is still checked. */
+    assert_int_equal(sqlite3_prepare_v2(store_db(st),
+        "SELECT job_id, seq, shards, nshards, state FROM host_tasks WHERE id = 7", -1, &s, NULL),
+        SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int64(s, 0), id);
+    assert_int_equal(sqlite3_column_int(s, 1), 1);
+    assert_string_equal((const char *)sqlite3_column_text(s, 2), "[0,1]");
+    assert_int_equal(sqlite3_column_int(s, 3), 2);
+    assert_string_equal((const char *)sqlite3_column_text(s, 4), "succeeded");
+    sqlite3_finalize(s);
+    assert_int_equal(sqlite3_exec(store_db(st), "UPDATE host_tasks SET state = 'leased' WHERE id = 7",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(store_db(st), "UPDATE host_tasks SET state = 'lost' WHERE id = 7",
+                                  NULL, NULL, NULL), SQLITE_CONSTRAINT);
     json_decref(job);
     json_decref(doc);
     json_decref(want);
