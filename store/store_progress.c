@@ -223,13 +223,15 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     /* Read back apart, not RETURNING (see task_take). */
     static const char job_sql[] = "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?";
     static const char done_sql[] = "SELECT comps_done = comps_total, shared FROM jobs WHERE id = ?";
-    /* Only computations still waiting (sequential dispatch) have anything
-     * to unblock: with parallel dispatch none are, and the producers JSON
-     * of the job's other computations is never parsed (a chain of n
-     * computations would otherwise cost n^2 of it). */
+    /* Only computations waiting with a seq (sequential dispatch: blocked)
+     * have anything to unblock: with parallel dispatch none are (those of
+     * an exclusive job whose chunk is not written yet wait without a seq),
+     * and the producers JSON of the job's other computations is never
+     * parsed (a chain of n computations would otherwise cost n^2 of it). */
     static const char deps_sql[] =
         "UPDATE computations SET deps_left = deps_left - 1 WHERE job_id = ?1"
-        " AND state = 'waiting' AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
+        " AND state = 'waiting' AND seq IS NOT NULL"
+        " AND EXISTS (SELECT 1 FROM json_each(producers) WHERE value = ?2)";
     /* Released in seq order on each island: a computation whose producers
      * are done still waits while an earlier-numbered one of the job on its
      * island waits for its own (the scheduler blocked it for that:
