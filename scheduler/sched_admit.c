@@ -20,13 +20,13 @@
 
 static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 
-/* Writes the job's pending_reason only when it differs from the one this
- * thread last wrote: a job waiting round after round for the same reason
- * costs no write (and no WAL growth). */
 /* A job allocated in this round has chunks left to dispatch
  * (sched_dispatch_job returned 1). Scheduler thread only. */
 static int sched_more_pending;
 
+/* Writes the job's pending_reason only when it differs from the one this
+ * thread last wrote: a job waiting round after round for the same reason
+ * costs no write (and no WAL growth). */
 static void set_reason(store_t *st, plan_entry_t *pe, const char *reason)
 {
     if (pe->reason && strcmp(pe->reason, reason) == 0)

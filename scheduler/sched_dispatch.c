@@ -405,7 +405,9 @@ fail:
 /* The next chunk of one job in mid-dispatch, inside the caller's
  * transaction: its slices' devices as allocated (the slices rows), its
  * computations from m->next on. 1 when more are left after it, 0 when it
- * was the last, -1 on error. */
+ * was the last (or the job could not go on: its allocation is not what
+ * its plan needs, so it fails rather than hold the others' chunks up),
+ * -1 on a store error. */
 static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const plan_entry_t *pe)
 {
     const job_plan_t *plan = pe->plan;
@@ -418,8 +420,15 @@ static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const 
                                           &pl[s].devices);
         pl[s].island = sched_round_island(r, island);
         pl[s].nshards = n;
-        if (n != shape_numel(&plan->slices[s].shape) || pl[s].island < 0)
+        if (n < 0)
             goto cleanup;
+        if (n != shape_numel(&plan->slices[s].shape) || pl[s].island < 0) {
+            log_error("job %ld: slice %s is not allocated as its plan needs; failing it",
+                      (long)m->id, plan->slices[s].name);
+            rc = store_sched_fail_dispatch(st, m->id, "its allocation could not be read back")
+                 == 0 ? 0 : -1;
+            goto cleanup;
+        }
     }
     slice_tasks(plan, r, pl, tasks);
     int end = chunk_end(plan, tasks, m->next, chunk_budget(plan, tasks, m->next));

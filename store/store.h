@@ -509,6 +509,9 @@ typedef struct sched_more {
 int store_sched_set_dispatch_next(store_t *st, int64_t job, int next);
 /* Up to cap jobs with computations left to dispatch, by id. Count or -1. */
 int store_sched_dispatching(store_t *st, sched_more_t *out, int cap);
+/* Fails a live job whose next chunk cannot be written (its allocation is
+ * not what its plan needs), inside the caller's transaction. 0 or -1. */
+int store_sched_fail_dispatch(store_t *st, int64_t job, const char *why);
 /* The job attempt's dispatch_next now (inside the caller's transaction: it
  * may have ended since store_sched_dispatching read it); -1 when nothing is
  * left to dispatch for that attempt, -2 on error. */

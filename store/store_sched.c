@@ -362,6 +362,11 @@ int store_sched_dispatching(store_t *st, sched_more_t *out, int cap)
     return n;
 }
 
+int store_sched_fail_dispatch(store_t *st, int64_t job, const char *why)
+{
+    return store_job_finish(st, job, "failed", why);
+}
+
 int store_sched_dispatch_next(store_t *st, int64_t job, int attempt)
 {
     static const char sql[] =

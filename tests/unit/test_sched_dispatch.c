@@ -4,7 +4,7 @@
  * next (doubling), with sequence numbers that keep following the job's
  * topological order across chunks; sequential dispatch still writes every
  * computation at once; a job that ended or was requeued between chunks
- * gets nothing more. */
+ * gets nothing more; one whose allocation no longer reads back fails. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -201,6 +201,27 @@ static void test_requeued_job_not_continued(void **state)
     assert_int_equal(store_sched_dispatch_next(f->st, f->job, 0), -1);
 }
 
+/* A job whose allocation no longer reads back as its plan needs (here its
+ * slice row is gone) fails with a reason instead of holding up every other
+ * job's next chunk (one transaction writes them all). */
+static void test_unreadable_allocation_fails_job(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    assert_int_equal(allocate(f), 1);
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE slices SET devices = '[0]' WHERE job_id = %lld",
+             (long long)f->job);
+    assert_int_equal(sqlite3_exec(store_db(f->st), sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(more(f, &wrote), 0);
+    json_t *job = store_job_json(f->st, f->job);
+    assert_non_null(job);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "failed");
+    json_decref(job);
+    sched_more_t m[1];
+    assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +229,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sequential_writes_all, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancelled_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requeued_job_not_continued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unreadable_allocation_fails_job, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
