@@ -162,6 +162,7 @@ static uint64_t watch_read(watch_gen_t *g, int64_t id)
 }
 
 uint64_t store_poll_gen(int64_t worker) { return watch_read(&store_worker_watch, worker); }
+uint64_t store_workers_gen(void) { return atomic_load(&store_worker_watch.all); }
 uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); }
 
 /* What a worker's poll answers (store_poll.c's probe) depends on: its host
@@ -183,7 +184,7 @@ uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); 
     " WHEN NEW.state IN ('leased', 'cancelled') BEGIN SELECT atoll_kick_worker(NEW.worker_id);" \
     " SELECT atoll_kick_all() WHERE NEW.error = 'worker lost'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_job AFTER UPDATE OF state, attempt ON main.jobs" \
-    " WHEN NEW.state IN ('succeeded', 'failed', 'cancelled') OR NEW.attempt <> OLD.attempt" \
+    " WHEN " STORE_JOB_ENDED("NEW.state") " OR NEW.attempt <> OLD.attempt" \
     " BEGIN SELECT atoll_kick_job(NEW.id);" \
     " SELECT atoll_kick_worker(worker_id) FROM main.host_tasks" \
     "  WHERE job_id = NEW.id AND state = 'leased'; END;" \
@@ -672,8 +673,10 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
         return err_set(e, -1, "db", "database path too long"), -1;
     snprintf(store_path, sizeof store_path, "%s", path);
     /* This thread's connection watches once the schema exists (a process
-     * may open a new database, e.g. one per unit test). */
+     * may open a new database, e.g. one per unit test, whose workers are
+     * not the last one's: store_workers_gen moves). */
     atomic_store(&store_schema_ready, 0);
+    atomic_fetch_add(&store_worker_watch.all, 1);
     store_t *st = store_thread();
     if (!st)
         return err_set(e, -1, "db", "cannot open database %s", path), -1;

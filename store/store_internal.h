@@ -4,6 +4,13 @@
 
 #include "store.h"
 
+/* SQL: the job state column `col` is terminal. Comparisons, not
+ * `IN ('succeeded','failed','cancelled')`: SQLite evaluates a constant IN
+ * list of more than two values through an ephemeral table built on every
+ * run of the statement (polls, the poll watch's trigger). */
+#define STORE_JOB_ENDED(col) \
+    "(" col " = 'succeeded' OR " col " = 'failed' OR " col " = 'cancelled')"
+
 /* Ends a job (succeeded/failed/cancelled) inside the caller's transaction:
  * sets state, error, finished_at; frees its devices; cancels its blocked
  * tasks; marks unfinished computations. Leased tasks stay leased until their
@@ -34,6 +41,11 @@ const char *store_vfs_name(void);
  * -1 on error. A read; inside the caller's transaction when it has one. */
 int store_worker_is_live(store_t *st, int64_t worker);
 
+/* store.c: a generation that moves after every commit that changed a
+ * worker's state (the poll watch's all-workers count, STORE_WATCH_SQL) and
+ * whenever a database is opened (store_global_init); store_worker.c's
+ * credential cache is valid while it stands still. */
+uint64_t store_workers_gen(void);
 /* store.c: a new lease id (host_tasks.leased_at) for host tasks made
  * deliverable in the caller's write transaction; ids grow in commit order
  * (the write transactions take turns), which is what lets a worker's `ack`

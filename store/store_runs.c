@@ -1,7 +1,7 @@
 /* store_runs.c - users' programs' processes and output (DESIGN.md Part F;
  * schema/014_run.sql). Workers write (store_run_*_put), the public API
  * reads (store_run_log_read, store_run_processes). */
-#include "store.h"
+#include "store_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -208,7 +208,7 @@ int store_run_log_read(store_t *st, const store_run_key_t *k, int64_t after_id, 
 int store_run_proc_ended(store_t *st, const store_run_key_t *k)
 {
     static const char sql[] =
-        "SELECT p.state != 'running' OR j.state IN ('succeeded','failed','cancelled')"
+        "SELECT p.state != 'running' OR " STORE_JOB_ENDED("j.state")
         " OR j.attempt > ?4 FROM jobs j LEFT JOIN run_procs p ON p.job_id = j.id"
         " AND p.attempt = ?4 AND p.comp_idx = ?2 AND p.process = ?3 WHERE j.id = ?1";
     sqlite3_stmt *s = store_stmt(st, sql);

@@ -728,7 +728,10 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         "  AND c.state IN ('waiting', 'dispatched')),"
         " j.comps_total - j.comps_done,"
         " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id)"
-        " FROM jobs j LEFT JOIN tenants t ON t.id = j.tenant_id"
+        /* Through jobs_shared_live (schema 013), which the planner passed
+         * over for jobs_by_state: every live job read, then sorted in a
+         * temporary b-tree, on every pass. */
+        " FROM jobs j INDEXED BY jobs_shared_live LEFT JOIN tenants t ON t.id = j.tenant_id"
         " WHERE j.shared = 1 AND j.state IN ('allocated', 'running') ORDER BY j.id LIMIT ?1";
     sqlite3_stmt *s = store_stmt(st, sql);
     int n = 0;
