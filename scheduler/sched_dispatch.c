@@ -402,33 +402,49 @@ fail:
     return -1;
 }
 
+int sched_slice_read(store_t *st, const round_t *r, int64_t job, const job_plan_t *plan, int s,
+                     alloc_placement_t *p)
+{
+    int64_t island = 0;
+    int n = store_sched_slice_devices(st, job, plan->slices[s].name, &island, &p->devices);
+    p->nshards = n;
+    p->island = sched_round_island(r, island);
+    if (n < 0)
+        return -1;
+    /* Read back from the file: each index must name a device of the island
+     * before it indexes the round's device array. */
+    if (n != shape_numel(&plan->slices[s].shape) || p->island < 0)
+        return 1;
+    for (int k = 0; k < n; k++)
+        if (p->devices[k] < 0 || p->devices[k] >= alloc_island_size(r->isl[p->island]))
+            return 1;
+    return 0;
+}
+
 /* The next chunk of one job in mid-dispatch, inside the caller's
  * transaction: its slices' devices as allocated (the slices rows), its
  * computations from m->next on. 1 when more are left after it, 0 when it
- * was the last (or the job could not go on: its allocation is not what
- * its plan needs, so it fails rather than hold the others' chunks up),
- * -1 on a store error. */
+ * was the last (or the job could not go on: its allocation or position is
+ * not what its plan needs, so it fails rather than hold the others'
+ * chunks up), -1 on a store error. */
 static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const plan_entry_t *pe)
 {
     const job_plan_t *plan = pe->plan;
     alloc_placement_t pl[64];
-    int tasks[64], rc = -1, s;
+    int tasks[64], rc = -1, bad = m->next < 1 || m->next >= plan->ncomps;
     memset(pl, 0, sizeof pl);
-    for (s = 0; s < plan->nslices; s++) {
-        int64_t island = 0;
-        int n = store_sched_slice_devices(st, m->id, plan->slices[s].name, &island,
-                                          &pl[s].devices);
-        pl[s].island = sched_round_island(r, island);
-        pl[s].nshards = n;
-        if (n < 0)
+    for (int s = 0; !bad && s < plan->nslices; s++) {
+        int k = sched_slice_read(st, r, m->id, plan, s, &pl[s]);
+        if (k < 0)
             goto cleanup;
-        if (n != shape_numel(&plan->slices[s].shape) || pl[s].island < 0) {
-            log_error("job %ld: slice %s is not allocated as its plan needs; failing it",
-                      (long)m->id, plan->slices[s].name);
-            rc = store_sched_fail_dispatch(st, m->id, "its allocation could not be read back")
-                 == 0 ? 0 : -1;
-            goto cleanup;
-        }
+        bad = k;
+    }
+    if (bad) {
+        log_error("job %ld: its allocation or dispatch position does not read back as its plan"
+                  " needs; failing it", (long)m->id);
+        rc = store_sched_fail_dispatch(st, m->id, "its allocation could not be read back") == 0
+                 ? 0 : -1;
+        goto cleanup;
     }
     slice_tasks(plan, r, pl, tasks);
     int end = chunk_end(plan, tasks, m->next, chunk_budget(plan, tasks, m->next));

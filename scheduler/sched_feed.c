@@ -144,21 +144,15 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
     const job_plan_t *plan = pe->plan;
     const comp_t *cp = &plan->comps[c];
     alloc_placement_t pl[64];
-    int64_t island = 0, *devices = NULL;
-    int n = store_sched_slice_devices(st, fj->id, plan->slices[cp->slice].name, &island,
-                                      &devices);
-    int rc = -1;
     memset(pl, 0, sizeof pl);
-    pl[cp->slice].island = sched_round_island(r, island);
-    if (n > 0 && n == cp->nshards && pl[cp->slice].island >= 0) {
-        pl[cp->slice].devices = devices;
-        pl[cp->slice].nshards = n;
+    int rc = sched_slice_read(st, r, fj->id, plan, cp->slice, &pl[cp->slice]);
+    if (rc == 0) {
         sched_job_t job = {fj->id, fj->attempt, fj->tenant, 0, 0};
-        int64_t seq = store_sched_take_seq(st, island, 1);
+        int64_t seq = store_sched_take_seq(st, r->island_id[pl[cp->slice].island], 1);
         rc = seq < 0 ? -1 : sched_dispatch_comp(st, &job, plan, pe->doc, r, pl, c, seq, 0);
     }
-    free(devices);
-    return rc;
+    free(pl[cp->slice].devices);
+    return rc == 0 ? 0 : -1;
 }
 
 /* Sets fj[i].shard_us for the n live shared jobs (by id) from the cache,

@@ -202,6 +202,12 @@ int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *p
  * 0 when not, -1 on error (rolled back, logged). */
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                        const json_t *doc, round_t *r, const alloc_placement_t *pl);
+/* Reads slice s of a live job's allocation back (its slices row) into p:
+ * island (the round's index) and devices (malloc'd; the caller frees).
+ * 0 when it is what the plan needs and every device index is on the
+ * island, 1 when not, -1 on a store error. */
+int sched_slice_read(store_t *st, const round_t *r, int64_t job, const job_plan_t *plan, int s,
+                     alloc_placement_t *p);
 /* Writes the next chunk of every job in mid-dispatch (jobs.dispatch_next),
  * in one transaction of its own; *wrote: how many jobs got one. Returns
  * how many still have computations left (the caller runs another pass

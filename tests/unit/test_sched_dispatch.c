@@ -222,6 +222,25 @@ static void test_unreadable_allocation_fails_job(void **state)
     assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
 }
 
+/* A dispatch position read back from the file past the plan's end (or a
+ * device index off the island) is refused before it indexes anything: the
+ * job fails. */
+static void test_position_off_plan_fails_job(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    assert_int_equal(allocate(f), 1);
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET dispatch_next = %d WHERE id = %lld", CHAIN + 7,
+             (long long)f->job);
+    assert_int_equal(sqlite3_exec(store_db(f->st), sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(more(f, &wrote), 0);
+    json_t *job = store_job_json(f->st, f->job);
+    assert_non_null(job);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "failed");
+    json_decref(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +249,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancelled_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requeued_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_allocation_fails_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_position_off_plan_fails_job, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
