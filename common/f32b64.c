@@ -60,3 +60,35 @@ int f32b64_decode(const char *text, size_t len, float *out, int64_t n)
     free(raw);
     return rc;
 }
+
+char *f32b64_bytes_encode(const void *p, size_t n)
+{
+    if (n > SIZE_MAX / 2)
+        return NULL;
+    char *text = malloc(BASE64_ENCODE_RAW_LENGTH(n) + 1);
+    if (!text)
+        return NULL;
+    base64_encode_raw(text, n, p);
+    text[BASE64_ENCODE_RAW_LENGTH(n)] = '\0';
+    return text;
+}
+
+void *f32b64_bytes_decode(const char *text, size_t len, size_t max, size_t *n)
+{
+    /* Padded base64: a multiple of 4 characters, at most max's encoding. */
+    if (len == 0 || len % 4 != 0 || max > SIZE_MAX / 2 || len > BASE64_ENCODE_RAW_LENGTH(max))
+        return NULL;
+    uint8_t *raw = malloc(BASE64_DECODE_LENGTH(len) + 1);
+    struct base64_decode_ctx ctx;
+    size_t got = 0;
+    if (!raw)
+        return NULL;
+    base64_decode_init(&ctx);
+    if (!base64_decode_update(&ctx, &got, raw, len, text) || !base64_decode_final(&ctx) ||
+        got == 0 || got > max) {
+        free(raw);
+        return NULL;
+    }
+    *n = got;
+    return raw;
+}

@@ -16,4 +16,13 @@ char *f32b64_encode(const float *v, int64_t n);
  * valid base64 of exactly 4n bytes. */
 int f32b64_decode(const char *text, size_t len, float *out, int64_t n);
 
+/* The same encoding for raw bytes (a worker's UCX address in its
+ * registration and in the controller's peer directory). encode: n bytes
+ * as a NUL-terminated string (caller frees), NULL on OOM. decode: text
+ * (len bytes) into a malloc'd buffer of *n bytes (caller frees); NULL when
+ * it is not valid base64 of 1..max bytes (the length is checked before
+ * anything is allocated) or on OOM. */
+char *f32b64_bytes_encode(const void *p, size_t n);
+void *f32b64_bytes_decode(const char *text, size_t len, size_t max, size_t *n);
+
 #endif

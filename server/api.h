@@ -86,6 +86,7 @@ void api_worker_report_counts(uint64_t *requests, uint64_t *items);
 void api_worker_report(http_req_t *req, http_resp_t *resp);
 void api_worker_report_batch(http_req_t *req, http_resp_t *resp);
 void api_worker_leave(http_req_t *req, http_resp_t *resp);
+void api_worker_peer(http_req_t *req, http_resp_t *resp);
 /* api_tenants.c (admin) */
 void api_tenants_create(http_req_t *req, http_resp_t *resp);
 void api_tenants_list(http_req_t *req, http_resp_t *resp);

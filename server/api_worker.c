@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "f32b64.h"
 #include "report_decode.h"
 #include "store.h"
 #include "util.h"
@@ -34,6 +35,9 @@
 /* The book is written every lease/5: a renewal reaches the store within a
  * fifth of a lease (plus one call's delay) of the worker's call. */
 #define LEASE_FLUSHES_PER_LEASE 5
+/* A UCX worker address's bytes at most (the worker's DPLANE_UCX_ADDR_MAX;
+ * ~215 bytes seen with shared memory and TCP). */
+#define WORKER_UCX_ADDR_MAX 8192
 
 /* Polls that parked (had nothing to answer yet) and polls' reads of the
  * store, for /metrics: a parked poll reads again only when store_poll_gen
@@ -281,10 +285,35 @@ static int data_addr_ok(const char *addr)
     return port >= 1 && port <= 65535;
 }
 
+/* ucx_address (optional): base64 of 1..WORKER_UCX_ADDR_MAX bytes, handed
+ * as is to the peers that ask for it (api_worker_peer); decoded here only
+ * to refuse what no peer could use. *out: borrowed from body, NULL when
+ * absent. 1 when acceptable, else 0 with a 400 in resp. */
+static int ucx_address_ok(const json_t *body, const char **out, http_resp_t *resp)
+{
+    json_t *v = json_object_get(body, "ucx_address");
+    *out = NULL;
+    if (!v)
+        return 1;
+    size_t n = 0;
+    void *raw = json_is_string(v) ? f32b64_bytes_decode(json_string_value(v),
+                                                        json_string_length(v),
+                                                        WORKER_UCX_ADDR_MAX, &n)
+                                  : NULL;
+    if (!raw) {
+        http_problem(resp, 400, "ucx_address",
+                     "ucx_address must be base64 (padded) of 1 to %d bytes", WORKER_UCX_ADDR_MAX);
+        return 0;
+    }
+    free(raw);
+    *out = json_string_value(v);
+    return 1;
+}
+
 void api_worker_register(http_req_t *req, http_resp_t *resp)
 {
     static const char *const allowed[] = {"island", "devices", "backend", "data_addr", "host",
-                                          "pid", NULL};
+                                          "pid", "ucx_address", NULL};
     json_t *body = api_body_json(req, resp), *out = NULL;
     char secret[64] = "", secret_hash[AUTH_HASH_HEX_LEN];
     if (!body)
@@ -311,6 +340,8 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 400, "data_addr", "data_addr must be host:port (port 1..65535)");
         goto cleanup;
     }
+    if (!ucx_address_ok(body, &reg.ucx_address, resp))
+        goto cleanup;
     if (!*reg.backend)
         reg.backend = "cpu";
     if (strcmp(reg.backend, "cpu") != 0 && strcmp(reg.backend, "sim") != 0) {
@@ -654,6 +685,34 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
     http_json(resp, 200, json_pack("{s:o}", "results", results));
 cleanup:
     json_decref(body);
+}
+
+/* GET /v1/workers/{id}/peers?addr=HOST:PORT: the data-plane directory. A
+ * worker about to send to a peer it has no endpoint for asks here for the
+ * UCX address the peer registered (the placement names peers by data_addr
+ * only). Any live worker may ask: the same bytes are no secret (UCX
+ * exchanges them in its own wire-up), and no job or tenant is named. */
+void api_worker_peer(http_req_t *req, http_resp_t *resp)
+{
+    store_t *st;
+    const char *addr = http_query(req, "addr");
+    char *ucx = NULL;
+    int64_t peer = 0;
+    if (!api_worker_caller(req, resp, &st))
+        return;
+    if (!addr || strlen(addr) > 63 || !data_addr_ok(addr)) {
+        http_problem(resp, 400, "addr", "addr must be a data_addr (host:port)");
+        return;
+    }
+    int rc = store_worker_peer(st, addr, &peer, &ucx);
+    if (rc == STORE_NOTFOUND)
+        http_problem(resp, 404, "addr", "no live worker with a UCX address at %.64s", addr);
+    else if (rc != STORE_OK)
+        http_problem(resp, 503, NULL, "directory not readable; retry");
+    else
+        http_json(resp, 200, json_pack("{s:s,s:I,s:s}", "addr", addr, "worker", (json_int_t)peer,
+                                       "ucx_address", ucx));
+    free(ucx);
 }
 
 void api_worker_leave(http_req_t *req, http_resp_t *resp)

@@ -73,8 +73,8 @@ int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us
 {
     static const char ins_sql[] =
         "INSERT INTO workers(island_id, first_device, ndevices, data_addr, host, pid, backend,"
-        " state, epoch, registered_at, heartbeat_at, secret_hash)"
-        " VALUES (?,?,?,?,?,?,?,'live',(SELECT COALESCE(MAX(epoch),0)+1 FROM workers),?,?,?)";
+        " state, epoch, registered_at, heartbeat_at, secret_hash, ucx_address)"
+        " VALUES (?,?,?,?,?,?,?,'live',(SELECT COALESCE(MAX(epoch),0)+1 FROM workers),?,?,?,?)";
     static const char dev_sql[] =
         "UPDATE devices SET worker_id = ?1, local = idx - ?2"
         " WHERE island_id = ?3 AND idx >= ?2 AND idx < ?2 + ?4";
@@ -107,6 +107,8 @@ int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us
     sqlite3_bind_int64(s, 9, now);
     if (reg->secret_hash)
         sqlite3_bind_text(s, 10, reg->secret_hash, -1, SQLITE_STATIC);
+    if (reg->ucx_address && *reg->ucx_address)
+        sqlite3_bind_text(s, 11, reg->ucx_address, -1, SQLITE_STATIC);
     if (store_step_done(s) != 0)
         goto fail;
     int64_t id = sqlite3_last_insert_rowid(store_db(st));
@@ -268,6 +270,27 @@ int store_worker_secret(store_t *st, int64_t worker, char hash[65], int *live)
         pthread_mutex_unlock(&secret_mu);
     }
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
+}
+
+int store_worker_peer(store_t *st, const char *data_addr, int64_t *peer, char **ucx_address)
+{
+    /* The newest live worker at that address: a worker that restarted on
+     * the same port registered again under a new id. */
+    static const char sql[] =
+        "SELECT id, ucx_address FROM workers WHERE data_addr = ? AND state = 'live'"
+        " AND ucx_address IS NOT NULL ORDER BY id DESC LIMIT 1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_text(s, 1, data_addr, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s), out = rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
+    if (rc == SQLITE_ROW) {
+        *peer = sqlite3_column_int64(s, 0);
+        *ucx_address = strdup((const char *)sqlite3_column_text(s, 1));
+        out = *ucx_address ? STORE_OK : STORE_ERR;
+    }
+    sqlite3_reset(s);
+    return out;
 }
 
 int store_worker_renew(store_t *st, const worker_renew_t *r, int n)

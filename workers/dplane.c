@@ -1,14 +1,18 @@
 /* dplane.c - the data plane's addresses, endpoints to peers, and sends
  * (dplane.h; what the dplane files share: dplane_int.h).
  *
- * Addresses: a peer's UCX worker address comes from its data_addr: a
- * plain TCP listener that answers every connection with u32 "ATDA" | u32
- * length | the address, then closes. It never reads a byte from its
- * clients, so nothing sent to data_addr is parsed at all. (UCX 1.13's own
- * client-server listener aborts the process on junk at its port: tested,
- * so it is not used.) The progress thread answers (dp_addr_answer); a
- * sender fetches a peer's address once, outside every lock, and makes its
- * endpoint (peer_ep).
+ * Addresses: a peer's UCX worker address comes from the owner's resolver
+ * (atoll-worker: the controller's directory) or, without one, from the
+ * peer's data_addr: a plain TCP listener that answers every connection
+ * with u32 "ATDA" | u32 length | the address, then closes. It never reads
+ * a byte from its clients, so nothing sent to data_addr is parsed at all.
+ * (UCX 1.13's own client-server listener aborts the process on junk at its
+ * port: tested, so it is not used.) The progress thread answers
+ * (dp_addr_answer); a sender resolves a peer's address once, outside every
+ * lock, and makes its endpoint (peer_ep). Why a directory: the 511 peers of
+ * a 512-process collective's root all asked the root's port at once while
+ * its progress thread was busy wiring them up (2 cores), and every fetch
+ * timed out (bench_scale 512).
  *
  * Endpoints that fail (peer gone, connection reset) are closed by the
  * progress thread (dp->closing); a sender whose endpoint failed makes a new
@@ -42,19 +46,17 @@
 #include "dplane_int.h"
 #include "util.h"
 
-/* A send still incomplete after this long closes its endpoint (which
- * completes it with an error). */
+/* dplane_send(): a send still incomplete after this long closes its
+ * endpoint (which completes it with an error). */
 #define DPLANE_SEND_TIMEOUT_US ((int64_t)60 * 1000000)
 /* Address answers: magic "ATDA" (then the length, at most
  * DPLANE_UCX_ADDR_MAX). */
 #define DPLANE_ADDR_MAGIC 0x41544441u
-/* Connections answered per progress pass (a flood cannot starve UCX). */
-#define DPLANE_ACCEPTS_PER_PASS 64
-/* Fetching a peer's worker address: connect and read within this. A live
- * peer's progress thread answers in microseconds; one that does not within
- * a second is treated as gone (a send fails, and exec_io_send() retries it
- * with backoff up to --peer-timeout-ms), so a frozen peer costs a runner
- * about this long, not more. */
+/* Fetching a peer's worker address from its port (no resolver): connect
+ * and read within this. A live peer's progress thread answers in
+ * microseconds; one that does not within a second is treated as gone (a
+ * send fails, and exec_io_send() retries it with backoff up to
+ * --peer-timeout-ms). Also the liveness probe's connect timeout. */
 #define DPLANE_FETCH_TIMEOUT_MS 1000
 
 /* ---- addresses ---- */
@@ -261,7 +263,12 @@ static ucp_ep_h peer_ep(dplane_t *dp, const char *addr)
     ep = p->ep;
     pthread_mutex_unlock(&dp->mu);
     size_t len = 0;
-    void *remote = ep ? NULL : fetch_peer_address(addr, &len);
+    void *remote = ep ? NULL : dp->resolve ? dp->resolve(dp->resolve_ctx, addr, &len)
+                                           : fetch_peer_address(addr, &len);
+    if (remote && (len == 0 || len > DPLANE_UCX_ADDR_MAX)) {
+        free(remote);
+        remote = NULL;
+    }
     if (remote) {
         ucp_ep_params_t prm = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
                                .address = remote};
@@ -384,14 +391,26 @@ static void send_done(void *req, ucs_status_t status, void *user)
     send_complete(user, req, status);
 }
 
-/* Whether something accepts connections at addr (a live worker's
- * data_addr does, a dead one's refuses at once). */
+/* Whether the peer at addr may be alive: its data_addr accepts (the
+ * kernel completes the handshake for a live process, however busy or
+ * stopped) or does not answer within DPLANE_FETCH_TIMEOUT_MS (a full
+ * backlog: a live process that has not accepted yet). Dead: refused or
+ * unreachable. No byte is read: a peer starved of CPU is still alive (the
+ * send's own timeout bounds how long it is waited for). */
 static int peer_alive(const char *addr)
 {
-    size_t len;
-    void *a = fetch_peer_address(addr, &len);
-    free(a);
-    return a != NULL;
+    struct sockaddr_in sa;
+    if (resolve(addr, 0, &sa) != 0)
+        return 0;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1;                  /* our own trouble says nothing of the peer */
+    struct timeval tv = {DPLANE_FETCH_TIMEOUT_MS / 1000, (DPLANE_FETCH_TIMEOUT_MS % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);   /* bounds connect() */
+    int alive = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ||
+                (errno != ECONNREFUSED && errno != EHOSTUNREACH && errno != ENETUNREACH);
+    close(fd);
+    return alive;
 }
 
 /* Gives up on w after its endpoint was closed: 1 if w is now the
@@ -429,14 +448,13 @@ static void send_poll(dplane_t *dp, send_wait_t *w)
 }
 
 /* Waits for a posted send, polling first (send_poll). Every second of
- * waiting the peer's data_addr is probed: a dead peer, or the timeout,
- * closes the endpoint and gives up on the send (UCS_ERR_CANCELED,
- * *abandoned = 1). Else its status. */
+ * waiting the peer's data_addr is probed: a dead peer, or the deadline
+ * (monotonic us), closes the endpoint and gives up on the send
+ * (UCS_ERR_CANCELED, *abandoned = 1). Else its status. */
 static ucs_status_t send_wait(dplane_t *dp, send_wait_t *w, const char *addr, ucp_ep_h ep,
-                              int *abandoned)
+                              int64_t deadline, int *abandoned)
 {
     send_poll(dp, w);
-    int64_t deadline = util_mono_us() + DPLANE_SEND_TIMEOUT_US;
     int64_t probe_at = util_mono_us() + 1000000;
     pthread_mutex_lock(&w->mu);
     while (!w->done) {
@@ -469,7 +487,8 @@ static ucs_status_t send_wait(dplane_t *dp, send_wait_t *w, const char *addr, uc
 }
 
 /* One send on the endpoint to addr. 0, or -1 (the endpoint is dropped). */
-static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const tensor_t *t)
+static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const tensor_t *t,
+                     int64_t deadline)
 {
     ucp_ep_h ep = peer_ep(dp, addr);
     if (!ep)
@@ -493,7 +512,7 @@ static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const t
     } else if (r) {
         atomic_fetch_add(&dp->inflight, 1);
         dp_wake(dp);                       /* the progress thread may sleep */
-        st = send_wait(dp, w, addr, ep, &abandoned);
+        st = send_wait(dp, w, addr, ep, deadline, &abandoned);
         atomic_fetch_sub(&dp->inflight, 1);
         if (!abandoned)
             ucp_request_free(r);
@@ -587,7 +606,7 @@ static int rma_header(dplane_t *dp, send_wait_t *w, const dplane_hdr_t *h, const
  * peer cannot read our pool: send plainly), or -1 (the endpoint is
  * dropped). */
 static int send_rma_once(dplane_t *dp, const char *addr, const dplane_hdr_t *h,
-                         const tensor_t *t, const shmpool_ref_t *ref)
+                         const tensor_t *t, const shmpool_ref_t *ref, int64_t deadline)
 {
     ucp_ep_h ep = peer_ep(dp, addr);
     send_wait_t *w = ep ? send_wait_new(dp) : NULL;
@@ -614,7 +633,7 @@ static int send_rma_once(dplane_t *dp, const char *addr, const dplane_hdr_t *h,
     if (st == UCS_OK) {
         if (r)                     /* still to progress: the progress thread may sleep */
             dp_wake(dp);
-        st = send_wait(dp, w, addr, ep, &abandoned);
+        st = send_wait(dp, w, addr, ep, deadline, &abandoned);
     }
     atomic_fetch_sub(&dp->inflight, 1);
     if (st != UCS_OK || abandoned) {
@@ -655,6 +674,12 @@ static int peer_rma(dplane_t *dp, const char *addr, int set_no)
 int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbox_key_t *key,
                 const tensor_t *t)
 {
+    return dplane_send_until(dp, addr, tag, key, t, util_mono_us() + DPLANE_SEND_TIMEOUT_US);
+}
+
+int dplane_send_until(dplane_t *dp, const char *addr, const mbox_tag_t *tag,
+                      const mbox_key_t *key, const tensor_t *t, int64_t deadline_mono_us)
+{
     if (strcmp(addr, dp->addr) == 0) {
         tensor_t *copy = tensor_clone(t);
         if (!copy)
@@ -670,11 +695,13 @@ int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbo
     int pooled = dp->pool && h.nbytes >= SHMPOOL_MIN_BYTES &&
                  shmpool_find(dp->pool, t->data, (size_t)h.nbytes, &ref) == 0;
     for (int i = 0; i < 2; i++) {
-        int rc = pooled && peer_rma(dp, addr, 0) ? send_rma_once(dp, addr, &h, t, &ref) : 1;
+        int rc = pooled && peer_rma(dp, addr, 0)
+                     ? send_rma_once(dp, addr, &h, t, &ref, deadline_mono_us)
+                     : 1;
         if (rc == 1 && pooled)
             peer_rma(dp, addr, 1);
         if (rc == 1)
-            rc = send_once(dp, addr, hdr, t);
+            rc = send_once(dp, addr, hdr, t, deadline_mono_us);
         if (rc == 0)
             return 0;
     }

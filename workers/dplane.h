@@ -1,15 +1,20 @@
 /* dplane.h - the data plane: tagged tensors between workers, over UCX.
  *
- * Each worker runs one UCX worker (ucp). Its data_addr ("host:port", what
- * the controller hands peers; DESIGN Part E) is a plain TCP port of ours
- * that answers every connection with "ATDA" | u32 length | the UCX worker
- * address, and closes without reading a byte (UCX 1.13's own sockaddr
- * listener aborts the process on junk, so it is not exposed). A peer
- * fetches that address once and makes a UCX endpoint to it; UCX picks the
- * transports per peer at run time: shared memory (sysv/posix, CMA
- * single-copy for large messages) to same-host peers, TCP to others, RDMA
- * (verbs) when the machine has it and UCX_TLS allows it. No Atoll code is
- * per transport (docs/operations.md, "Data plane").
+ * Each worker runs one UCX worker (ucp). Peers are named by data_addr
+ * ("host:port", what the controller hands peers; DESIGN Part E): a plain
+ * TCP port of ours that answers every connection with "ATDA" | u32 length
+ * | the UCX worker address, and closes without reading a byte (UCX 1.13's
+ * own sockaddr listener aborts the process on junk, so it is not exposed).
+ * A sender learns a peer's UCX address once, from the owner's resolver
+ * (atoll-worker: the controller's directory, where every worker registers
+ * its address) or, with none set, from the peer's port, and makes one UCX
+ * endpoint to it. The port also tells a live peer (it accepts) from a dead
+ * one (it refuses): the kernel accepts for a live process even while that
+ * process is too busy to answer. UCX picks the transports per peer at run
+ * time: shared memory (sysv/posix, CMA single-copy for large messages) to
+ * same-host peers, TCP to others, RDMA (verbs) when the machine has it and
+ * UCX_TLS allows it. No Atoll code is per transport (docs/operations.md,
+ * "Data plane").
  *
  * A message is one UCX active message: the frame header (dplane_frame.h)
  * as the AM header, the payload (numel f32 values, little-endian) as its
@@ -44,6 +49,8 @@
 #include "tensor.h"
 
 #define DPLANE_ADDR_MAX 64
+/* A UCX worker address's bytes at most (~215 seen: shared memory, TCP). */
+#define DPLANE_UCX_ADDR_MAX 8192
 /* Peers connected to one worker at a time (each peer keeps one endpoint
  * per worker, so a few hundred leaves room for large clusters); more are
  * rejected. Must stay below MBOX_MAX_ORIGINS (a connection's slot is its
@@ -111,6 +118,20 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
 void dplane_stop(dplane_t *dp);
 /* "127.0.0.1:40123": the address peers use to reach this worker. */
 const char *dplane_addr(const dplane_t *dp);
+/* Our UCX worker address: *len bytes, borrowed until dplane_stop(). */
+const void *dplane_ucx_address(const dplane_t *dp, size_t *len);
+
+/* Where peers' UCX worker addresses come from: fn answers the address of
+ * the peer at data_addr `addr` (malloc'd, 1..DPLANE_UCX_ADDR_MAX bytes in
+ * *len; the dplane frees it), or NULL when it does not know a live one
+ * (the send then fails like one to a dead peer). Called from sending
+ * threads, outside the dplane's locks, once per peer endpoint made. */
+typedef void *(*dplane_resolve_fn)(void *ctx, const char *addr, size_t *len);
+/* Sets the resolver; before the first send (senders read it unlocked).
+ * Without one, the peer's own port is asked (one TCP exchange, given up
+ * after a second: fine for a few peers, not for hundreds asking one busy
+ * peer at once). */
+void dplane_set_resolver(dplane_t *dp, dplane_resolve_fn fn, void *ctx);
 
 /* Sends a copy of t (borrowed) tagged tag, with key (its attempt's), to
  * the worker at addr. Blocks until t's memory is no longer needed (the
@@ -119,6 +140,12 @@ const char *dplane_addr(const dplane_t *dp);
  * cannot be reached (one fresh endpoint is tried after a failed one). */
 int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbox_key_t *key,
                 const tensor_t *t);
+/* The same, giving up on a send still incomplete at deadline_mono_us
+ * (util_mono_us() clock) instead of after a minute: a runner bounds a
+ * send to a live but stopped peer by its peer timeout, as it does its
+ * receives. */
+int dplane_send_until(dplane_t *dp, const char *addr, const mbox_tag_t *tag,
+                      const mbox_key_t *key, const tensor_t *t, int64_t deadline_mono_us);
 
 void dplane_guard_stats(dplane_t *dp, dplane_guard_stats_t *out);
 

@@ -60,8 +60,11 @@ enum { DPLANE_ACK_OK = 0, DPLANE_ACK_NO_RMA = 1, DPLANE_ACK_FAILED = 2 };
 /* Unpacked remote keys kept by the receiver, by (origin, block id). */
 #define DPLANE_RKEY_CACHE 256
 #define DPLANE_MAX_CLOSING 4096
-/* Address answers: at most this many address bytes. */
-#define DPLANE_UCX_ADDR_MAX 8192
+/* The progress thread's longest sleep while sends are in flight and
+ * nothing happens (dplane_progress.c). */
+#define DPLANE_INFLIGHT_TICK_MAX_MS 200
+/* Connections answered per progress pass (a flood cannot starve UCX). */
+#define DPLANE_ACCEPTS_PER_PASS 64
 
 typedef struct dp_peer {           /* the endpoint to one peer address */
     char addr[DPLANE_ADDR_MAX];
@@ -106,6 +109,8 @@ struct dplane {
     ucp_context_h ctx;             /* owned only when pool is NULL */
     ucp_worker_h worker;
     int listen_fd;                 /* data_addr: answers with our worker address */
+    dplane_resolve_fn resolve;     /* peers' worker addresses (NULL: their data_addr) */
+    void *resolve_ctx;
     ucp_address_t *ucx_addr;       /* ours, ucx_addr_len bytes (UCX's) */
     size_t ucx_addr_len;
     int epfd;

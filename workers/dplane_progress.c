@@ -147,8 +147,12 @@ static unsigned progress_pass(dplane_t *dp, int64_t now, int64_t *last_expire, i
 
 /* Sleeps until an event or timeout_ms: unarmed while waiters poll (they
  * progress; only dp_wake and the address port wake us), else with the
- * worker armed (UCX's events too). */
-static void progress_sleep(dplane_t *dp, int timeout_ms)
+ * worker armed (UCX's events too). Returns 0 when it slept to the
+ * timeout, else SLEEP_WOKEN, with SLEEP_PORT when it ended on the address
+ * port (connections waiting). *busy: how many sleeps in a row found UCX
+ * unable to arm (the caller zeroes it after a pass that did something). */
+enum { SLEEP_WOKEN = 1, SLEEP_PORT = 2 };
+static int progress_sleep(dplane_t *dp, int timeout_ms, int *busy)
 {
     struct epoll_event ev;
     int64_t end = util_mono_us() + (int64_t)timeout_ms * 1000;
@@ -165,27 +169,50 @@ static void progress_sleep(dplane_t *dp, int timeout_ms)
         if (left_ms <= 0 || r != 0) {
             atomic_store(&dp->unarmed, 0);
             wake_drain(dp, r, &ev);
-            return;
+            return r <= 0 ? 0 : ev.data.fd == dp->listen_fd ? SLEEP_WOKEN | SLEEP_PORT : SLEEP_WOKEN;
         }
     }
     atomic_store(&dp->unarmed, 0);
     int64_t left_ms = (end - util_mono_us() + 999) / 1000;
     int r = 0;
-    if (left_ms > 0 && ucp_worker_arm(dp->worker) == UCS_OK)
+    if (left_ms <= 0)
+        return 0;
+    if (ucp_worker_arm(dp->worker) == UCS_OK) {
+        *busy = 0;
         r = epoll_wait(dp->epfd, &ev, 1, (int)left_ms);
+    } else if (++*busy == 1) {
+        return SLEEP_WOKEN;        /* events came meanwhile: progress at once */
+    } else {
+        /* UCX stays busy although progressing found nothing to do: work
+         * that waits on a peer (sends into its full shared-memory FIFO,
+         * which keep UCX from arming). Progressing again at once would
+         * spin: 511 senders to one slow root spinning so took the cores
+         * the root needed (bench_scale 512). Sleep the tick unarmed
+         * instead (a wake-up or the port still end it). */
+        r = epoll_wait(dp->epfd_unarmed, &ev, 1,
+                       left_ms < DPLANE_INFLIGHT_TICK_MAX_MS ? (int)left_ms
+                                                             : DPLANE_INFLIGHT_TICK_MAX_MS);
+    }
     wake_drain(dp, r, &ev);
+    return r <= 0 ? 0 : ev.data.fd == dp->listen_fd ? SLEEP_WOKEN | SLEEP_PORT : SLEEP_WOKEN;
 }
 
 static void *progress_main(void *arg)
 {
     dplane_t *dp = arg;
     int64_t last_event = util_mono_us(), last_expire = last_event, last_accept = last_event;
+    int accept_due = 0, quiet = 0, busy = 0;
     while (!atomic_load(&dp->stopping)) {
         int64_t now = util_mono_us();      /* one clock read per pass */
         int parked;
         unsigned n = progress_pass(dp, now, &last_expire, &parked);
-        if (now - last_accept > 1000) {    /* also after every wake-up */
-            dp_addr_answer(dp);
+        /* The port is answered when a sleep ended on it, while the last
+         * answer took a full batch, and once a second whatever epoll said
+         * (not on every wake-up: an accept4() that finds nothing, in each
+         * of 512 workers' progress threads, was a tenth of a 2-core
+         * machine's time in bench_scale 512). */
+        if (accept_due || now - last_accept > 1000000) {
+            accept_due = dp_addr_answer(dp) == DPLANE_ACCEPTS_PER_PASS;
             last_accept = now;
         }
         /* Spin only right after events, never for operations in flight: on
@@ -194,16 +221,25 @@ static void *progress_main(void *arg)
          * answer; UCX wakes us when their replies come. */
         if (n) {
             last_event = now;
+            quiet = busy = 0;
             continue;
         }
         if (now - last_event < dp->spin_us)
             continue;
-        /* Parked frames are retried every few ms; operations in flight
-         * get a 10 ms safety tick (their completions wake us anyway); else
-         * a 1 s tick for expiring unclaimed frames. */
-        progress_sleep(dp, parked ? 2 : atomic_load(&dp->inflight) > 0 ? 10 : 1000);
+        /* Parked frames are retried every few ms. Operations in flight get
+         * a safety tick (their completions wake us anyway) of 10 ms,
+         * doubling up to DPLANE_INFLIGHT_TICK_MAX_MS while sleeps end on
+         * nothing: 511 senders waiting seconds on one busy root (512
+         * workers on 2 cores, bench_scale 512) would otherwise wake 51,000
+         * times a second between them, at tens of microseconds a wake-up
+         * on a virtual machine. Else a 1 s tick for expiring unclaimed
+         * frames. */
+        int tick = parked ? 2 : atomic_load(&dp->inflight) > 0 ? 10 << quiet : 1000;
+        int slept = progress_sleep(dp, tick > DPLANE_INFLIGHT_TICK_MAX_MS && !parked
+                                           ? DPLANE_INFLIGHT_TICK_MAX_MS : tick, &busy);
+        accept_due = (slept & SLEEP_PORT) != 0;
+        quiet = slept ? 0 : quiet < 5 ? quiet + 1 : quiet;
         last_event = util_mono_us();
-        last_accept = 0;
     }
     return NULL;
 }
@@ -442,6 +478,18 @@ void dplane_stop(dplane_t *dp)
         ucp_worker_progress(dp->worker);
     dp_rkeys_drop(dp, 0);
     dplane_free(dp);
+}
+
+const void *dplane_ucx_address(const dplane_t *dp, size_t *len)
+{
+    *len = dp->ucx_addr_len;
+    return dp->ucx_addr;
+}
+
+void dplane_set_resolver(dplane_t *dp, dplane_resolve_fn fn, void *ctx)
+{
+    dp->resolve = fn;
+    dp->resolve_ctx = ctx;
 }
 
 const char *dplane_addr(const dplane_t *dp)

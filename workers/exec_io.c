@@ -59,7 +59,7 @@ int exec_io_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_t
     int64_t t0 = util_mono_us(), deadline = t0 + r->env->peer_timeout_us;
     long backoff_ms = 50;
     for (;;) {
-        if (dplane_send(r->env->dp, to, tag, &r->t->place->key, v) == 0)
+        if (dplane_send_until(r->env->dp, to, tag, &r->t->place->key, v, deadline) == 0)
             return 0;
         if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
             r->cancelled = 1;

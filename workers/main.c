@@ -24,6 +24,7 @@
 
 #include "dplane.h"
 #include "exec.h"
+#include "f32b64.h"
 #include "mbox.h"
 #include "ostore.h"
 #include "runlog.h"
@@ -289,6 +290,12 @@ static void poll_loop(worker_t *w)
     json_decref(ans);
 }
 
+/* The dplane's resolver: the peer's address from the controller. */
+static void *peer_resolve(void *ctx, const char *addr, size_t *len)
+{
+    return wclient_peer_address(ctx, addr, DPLANE_UCX_ADDR_MAX, len);
+}
+
 /* Brings up mailbox, data plane and client. Returns 0 or -1. */
 static int worker_open(worker_t *w)
 {
@@ -307,11 +314,20 @@ static int worker_open(worker_t *w)
     if (!(w->dp = dplane_start(w->o.data_listen, w->o.data_advertise, w->mb,
                                w->o.data_transport, w->pool)))
         return -1;
+    size_t ucx_len;
+    const void *ucx = dplane_ucx_address(w->dp, &ucx_len);
+    char *ucx_b64 = f32b64_bytes_encode(ucx, ucx_len);
     wclient_reg_req_t req = {.island = w->o.island, .devices = w->o.devices,
-                             .backend = w->o.backend, .data_addr = dplane_addr(w->dp)};
-    if (!(w->wc = wclient_new(w->o.controller, &req)) ||
-        wclient_set_auth(w->wc, w->o.token, w->o.ca_file) != 0)
+                             .backend = w->o.backend, .data_addr = dplane_addr(w->dp),
+                             .ucx_address = ucx_b64};
+    w->wc = ucx_b64 ? wclient_new(w->o.controller, &req) : NULL;
+    free(ucx_b64);
+    if (!w->wc || wclient_set_auth(w->wc, w->o.token, w->o.ca_file) != 0)
         return -1;
+    /* Peers' UCX addresses come from the controller's directory (every
+     * worker registers its own): no peer's port is asked by hundreds at
+     * once. */
+    dplane_set_resolver(w->dp, peer_resolve, w->wc);
     return 0;
 }
 

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "f32b64.h"
 #include "util.h"
 
 /* Largest controller answer we accept: a poll may carry many tasks, each
@@ -53,6 +54,7 @@ struct wclient {
     char *island;               /* owned copies of the registration request */
     char *backend;
     char *data_addr;
+    char *ucx_address;          /* NULL: registered without one */
     int devices;
     pthread_mutex_t mu;         /* guards id, lease_ms, max_body, secret */
     int64_t id;
@@ -110,7 +112,9 @@ wclient_t *wclient_new(const char *base_url, const wclient_reg_req_t *req)
     wc->island = strdup(req->island);
     wc->backend = strdup(req->backend);
     wc->data_addr = strdup(req->data_addr);
-    if (!wc->base || !wc->island || !wc->backend || !wc->data_addr) {
+    wc->ucx_address = req->ucx_address ? strdup(req->ucx_address) : NULL;
+    if (!wc->base || !wc->island || !wc->backend || !wc->data_addr ||
+        (req->ucx_address && !wc->ucx_address)) {
         wclient_free(wc);
         return NULL;
     }
@@ -156,6 +160,7 @@ void wclient_free(wclient_t *wc)
     free(wc->island);
     free(wc->backend);
     free(wc->data_addr);
+    free(wc->ucx_address);
     free(wc->auth_header);
     free(wc->ca_file);
     memset(wc->secret, 0, sizeof wc->secret);
@@ -346,6 +351,29 @@ int wclient_worker_post(wclient_t *wc, const char *path_fmt_id, const json_t *bo
     return call_as_raw(wc, id, "POST", path, body, raw ? &rb : NULL, timeout_ms, NULL, resp);
 }
 
+void *wclient_peer_address(wclient_t *wc, const char *addr, size_t max, size_t *len)
+{
+    char path[256];
+    int64_t id = wclient_id(wc);
+    /* addr is host:port of [A-Za-z0-9.:_[]-] (atolld checked it at the
+     * peer's registration); anything else is refused here rather than
+     * escaped, as atolld would refuse it. */
+    if (id < 1 || strlen(addr) > 63 || strspn(addr, "abcdefghijklmnopqrstuvwxyz"
+                                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:_-")
+                                             != strlen(addr))
+        return NULL;
+    snprintf(path, sizeof path, "/v1/workers/%lld/peers?addr=%s", (long long)id, addr);
+    json_t *ans = NULL;
+    void *out = NULL;
+    if (call_as(wc, id, "GET", path, NULL, 5000, NULL, &ans) == 200) {
+        const json_t *u = json_object_get(ans, "ucx_address");
+        if (json_is_string(u))
+            out = f32b64_bytes_decode(json_string_value(u), json_string_length(u), max, len);
+    }
+    json_decref(ans);
+    return out;
+}
+
 const char *wclient_problem_detail(const json_t *resp)
 {
     const char *d = json_string_value(json_object_get(resp, "detail"));
@@ -372,6 +400,11 @@ int wclient_register(wclient_t *wc, json_t **resp)
                              "devices", wc->devices, "backend", wc->backend,
                              "data_addr", wc->data_addr, "host", host,
                              "pid", (json_int_t)getpid());
+    if (body && wc->ucx_address &&
+        json_object_set_new(body, "ucx_address", json_string(wc->ucx_address)) != 0) {
+        json_decref(body);
+        body = NULL;
+    }
     if (!body)
         return -1;
     json_t *ans = NULL;

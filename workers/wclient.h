@@ -23,6 +23,7 @@ typedef struct wclient_reg_req {
     int devices;
     const char *backend;
     const char *data_addr;
+    const char *ucx_address;    /* base64 of the data plane's UCX worker address; NULL: none */
 } wclient_reg_req_t;
 
 typedef struct wclient wclient_t;
@@ -82,6 +83,13 @@ int wclient_leave(wclient_t *wc, int64_t id);
  * Returns the HTTP status, -1 when unregistered or unreachable. */
 int wclient_worker_post(wclient_t *wc, const char *path_fmt_id, const json_t *body,
                         const void *raw, size_t rawlen, long timeout_ms, json_t **resp);
+
+/* The data-plane directory (GET /v1/workers/{id}/peers?addr=, as the
+ * current registration): the UCX worker address the live worker at
+ * data_addr `addr` registered, decoded (malloc'd, *len bytes, 1..max;
+ * caller frees). NULL when unregistered, unknown there, unreachable or
+ * not a valid address. Any thread. */
+void *wclient_peer_address(wclient_t *wc, const char *addr, size_t max, size_t *len);
 
 /* Sleeps *delay_ms (in small steps, returning early once *stop is set,
  * stop may be NULL), then doubles *delay_ms up to 5000. Returns non-zero

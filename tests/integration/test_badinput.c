@@ -431,6 +431,38 @@ static void test_islands(void **state)
 
 /* ---- worker protocol ---- */
 
+/* The data-plane directory, asked by worker wid (registered at
+ * 127.0.0.1:9 with the address "ABC", base64 QUJD): its own entry comes
+ * back as registered; a bad or unknown addr, or a caller without its
+ * credential, gets a problem naming the field. */
+static void check_directory(int64_t wid)
+{
+    char path[160];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers?addr=127.0.0.1:9", wid);
+    T_CHECK(hx_request_h(&itest_client, "GET", path, NULL, 0, worker_hdrs, &r) == 0 &&
+                r.status == 200, "the directory did not answer for 127.0.0.1:9 (%ld)", r.status);
+    const char *ucx = json_string_value(json_object_get(r.json, "ucx_address"));
+    int64_t who = json_integer_value(json_object_get(r.json, "worker"));
+    int ok = ucx && strcmp(ucx, "QUJD") == 0 && who == wid;
+    hx_resp_clear(&r);
+    T_CHECK(ok, "the directory answered another address or worker for 127.0.0.1:9");
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers?addr=127.0.0.1:8", wid);
+    expect_fault("GET", path, NULL, 0, 404, "addr");
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers", wid);
+    expect_fault("GET", path, NULL, 0, 400, "addr");
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers?addr=a%%20b:1", wid);
+    expect_fault("GET", path, NULL, 0, 400, "addr");
+    /* A caller that is not a live worker: 409, as for its logs and procs. */
+    expect_fault("GET", "/v1/workers/999999/peers?addr=127.0.0.1:9", NULL, 0, 409, "id");
+    /* Without the worker's own credential: refused before any lookup. */
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers?addr=127.0.0.1:9", wid);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0, "transport failure");
+    long st = r.status;
+    hx_resp_clear(&r);
+    T_CHECK(st == 401 || st == 403, "the directory answered %ld without a credential", st);
+}
+
 static const char *const bad_registrations[][2] = {
     {"", "body"},
     {"[]", "body"},
@@ -449,6 +481,11 @@ static const char *const bad_registrations[][2] = {
     {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','pid':'1'}", "pid"},
     {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','colour':1}", "colour"},
     {"{'island':7,'devices':2,'data_addr':'127.0.0.1:1'}", "island"},
+    /* The UCX address peers are handed: base64 (padded) of 1..8192 bytes. */
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','ucx_address':7}", "ucx_address"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','ucx_address':''}", "ucx_address"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','ucx_address':'QUJ'}", "ucx_address"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','ucx_address':'QU*D'}", "ucx_address"},
 };
 
 static void test_worker_register(void **state)
@@ -472,6 +509,11 @@ static void test_worker_register(void **state)
                         "", 0, "");
     expect_fault("POST", "/v1/workers", name, strlen(name), 400, "island");
     free(name);
+    /* 8,193 bytes of address (10,924 base64 characters): one past the cap. */
+    char *ucx = repeat("{\"island\":\"fake\",\"devices\":2,\"data_addr\":\"h:1\",\"ucx_address\":\"",
+                       "QUJD", 2731, "\"}", "", 0, "");
+    expect_fault("POST", "/v1/workers", ucx, strlen(ucx), 400, "ucx_address");
+    free(ucx);
     /* Nothing above registered a worker on fake: its devices are still down. */
     hx_resp_t r;
     T_CHECK(hx_request(&itest_client, "GET", "/v1/islands/fake", NULL, 0, &r) == 0 &&
@@ -594,7 +636,8 @@ static void test_worker_protocol(void **state)
 {
     (void)state;
     hx_resp_t r;
-    char *doc = hx_text_q("{'island':'fake','devices':2,'data_addr':'127.0.0.1:9','host':'t'}");
+    char *doc = hx_text_q("{'island':'fake','devices':2,'data_addr':'127.0.0.1:9','host':'t',"
+                          "'ucx_address':'QUJD'}");
     T_CHECK(doc != NULL, "out of memory");
     T_CHECK(hx_request(&itest_client, "POST", "/v1/workers", doc, strlen(doc), &r) == 0,
             "register failed at transport level");
@@ -630,6 +673,8 @@ static void test_worker_protocol(void **state)
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/tasks?wait_ms=0", wid);
     expect_fault("GET", path, NULL, 0, 400, "ack");
     expect_fault("GET", "/v1/workers/x/tasks", NULL, 0, 404, "id");
+
+    check_directory(wid);
 
     /* A real job on fake: two shards, both on this "worker", so one host
      * task covering shards [0, 1], in a group with the job's placement. */

@@ -181,7 +181,7 @@ static int64_t poll_one_task(wclient_t *wc)
 static void test_refused_report_fails_task(void **state)
 {
     (void)state;
-    wclient_reg_req_t req = {"spare", 1, "sim", "127.0.0.1:1"};
+    wclient_reg_req_t req = {"spare", 1, "sim", "127.0.0.1:1", NULL};
     wclient_t *wc = wclient_new(itest_cluster.url, &req);
     T_CHECK(wc != NULL, "out of memory");
     int st = wclient_register(wc, NULL);

@@ -4,7 +4,9 @@
  * transaction is left as it is (store.h: terminal states never move), and
  * an allocation is written only on the workers the scheduler saw; an
  * island's idle time is read from its shared jobs' host tasks; lease ids
- * keep growing across a restart. */
+ * keep growing across a restart; the data-plane directory answers the
+ * newest live worker at an address, and nothing for one gone or without a
+ * UCX address. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -225,6 +227,50 @@ static void test_island_idle(void **state)
     sqlite3_close(db);
 }
 
+/* Registers a 1-device worker at addr with UCX address ucx (NULL: none). */
+static int64_t register_at(store_t *st, const char *addr, const char *ucx)
+{
+    worker_reg_t reg = {"west", "sim", addr, "localhost", 1, 1, "00", ucx};
+    json_t *out = NULL;
+    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
+    int64_t id = json_integer_value(json_object_get(out, "id"));
+    json_decref(out);
+    return id;
+}
+
+static void expect_peer(store_t *st, const char *addr, int64_t want_id, const char *want_ucx)
+{
+    int64_t id = 0;
+    char *ucx = NULL;
+    int rc = store_worker_peer(st, addr, &id, &ucx);
+    if (!want_ucx) {
+        assert_int_equal(rc, STORE_NOTFOUND);
+        assert_null(ucx);
+        return;
+    }
+    assert_int_equal(rc, STORE_OK);
+    assert_int_equal(id, want_id);
+    assert_string_equal(ucx, want_ucx);
+    free(ucx);
+}
+
+static void test_peer_directory(void **state)
+{
+    fixture_t *f = *state;
+    int64_t a = register_at(f->st, "127.0.0.1:7", "QUJD");
+    register_at(f->st, "127.0.0.1:8", NULL);
+    expect_peer(f->st, "127.0.0.1:7", a, "QUJD");
+    expect_peer(f->st, "127.0.0.1:8", 0, NULL);     /* registered without one */
+    expect_peer(f->st, "127.0.0.1:9", 0, NULL);     /* nobody there */
+    /* A worker restarted on the same port: the new registration answers. */
+    int64_t b = register_at(f->st, "127.0.0.1:7", "REVG");
+    expect_peer(f->st, "127.0.0.1:7", b, "REVG");
+    assert_int_equal(store_worker_leave(f->st, b), STORE_OK);
+    expect_peer(f->st, "127.0.0.1:7", a, "QUJD");
+    assert_int_equal(store_worker_leave(f->st, a), STORE_OK);
+    expect_peer(f->st, "127.0.0.1:7", 0, NULL);     /* gone: never a dead peer's address */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +285,7 @@ int main(void)
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup,
                                         support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_directory, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

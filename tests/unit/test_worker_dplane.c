@@ -177,7 +177,8 @@ static void raw_am_send(pair_t *p, unsigned id, const void *hdr, size_t hdr_len,
     if (r) {
         dp_wake(p->a);
         int abandoned = 0;
-        assert_int_equal(send_wait(p->a, w, dplane_addr(p->b), ep, &abandoned), UCS_OK);
+        int64_t deadline = util_mono_us() + DPLANE_SEND_TIMEOUT_US;
+        assert_int_equal(send_wait(p->a, w, dplane_addr(p->b), ep, deadline, &abandoned), UCS_OK);
         ucp_request_free(r);
     }
     send_wait_free(w);
