@@ -63,6 +63,9 @@ enum { DPLANE_ACK_OK = 0, DPLANE_ACK_NO_RMA = 1, DPLANE_ACK_FAILED = 2 };
 /* The progress thread's longest sleep while sends are in flight and
  * nothing happens (dplane_progress.c). */
 #define DPLANE_INFLIGHT_TICK_MAX_MS 200
+/* How long the progress thread progresses on while UCX refuses to arm
+ * with nothing to do, before it naps (dplane_progress.c). */
+#define DPLANE_BUSY_SPIN_US 2000
 /* Connections answered per progress pass (a flood cannot starve UCX). */
 #define DPLANE_ACCEPTS_PER_PASS 64
 

@@ -149,10 +149,11 @@ static unsigned progress_pass(dplane_t *dp, int64_t now, int64_t *last_expire, i
  * progress; only dp_wake and the address port wake us), else with the
  * worker armed (UCX's events too). Returns 0 when it slept to the
  * timeout, else SLEEP_WOKEN, with SLEEP_PORT when it ended on the address
- * port (connections waiting). *busy: how many sleeps in a row found UCX
- * unable to arm (the caller zeroes it after a pass that did something). */
+ * port (connections waiting). *busy_since: when UCX first refused to arm
+ * in a row of such sleeps, 0 when it did not (the caller zeroes it after a
+ * pass that did something). */
 enum { SLEEP_WOKEN = 1, SLEEP_PORT = 2 };
-static int progress_sleep(dplane_t *dp, int timeout_ms, int *busy)
+static int progress_sleep(dplane_t *dp, int timeout_ms, int64_t *busy_since)
 {
     struct epoll_event ev;
     int64_t end = util_mono_us() + (int64_t)timeout_ms * 1000;
@@ -177,21 +178,28 @@ static int progress_sleep(dplane_t *dp, int timeout_ms, int *busy)
     int r = 0;
     if (left_ms <= 0)
         return 0;
+    int64_t now = util_mono_us();
     if (ucp_worker_arm(dp->worker) == UCS_OK) {
-        *busy = 0;
+        *busy_since = 0;
         r = epoll_wait(dp->epfd, &ev, 1, (int)left_ms);
-    } else if (++*busy == 1) {
-        return SLEEP_WOKEN;        /* events came meanwhile: progress at once */
+    } else if (!*busy_since || now - *busy_since < DPLANE_BUSY_SPIN_US) {
+        if (!*busy_since)
+            *busy_since = now;
+        return SLEEP_WOKEN;        /* events, or work about to complete: progress at once */
     } else {
-        /* UCX stays busy although progressing found nothing to do: work
-         * that waits on a peer (sends into its full shared-memory FIFO,
-         * which keep UCX from arming). Progressing again at once would
-         * spin: 511 senders to one slow root spinning so took the cores
-         * the root needed (bench_scale 512). Sleep the tick unarmed
-         * instead (a wake-up or the port still end it). */
-        r = epoll_wait(dp->epfd_unarmed, &ev, 1,
-                       left_ms < DPLANE_INFLIGHT_TICK_MAX_MS ? (int)left_ms
-                                                             : DPLANE_INFLIGHT_TICK_MAX_MS);
+        /* UCX has stayed busy for DPLANE_BUSY_SPIN_US although progressing
+         * found nothing to do: work that waits on a peer (sends into its
+         * full shared-memory FIFO keep UCX from arming). Progressing on
+         * would spin: 511 senders to one slow root spinning so took the
+         * cores the root needed (bench_scale 512: 800 runnable threads).
+         * Sleep unarmed instead, 1 ms and doubling with the time already
+         * waited, up to DPLANE_INFLIGHT_TICK_MAX_MS (a wake-up or the port
+         * still end it). */
+        int64_t waited_ms = (now - *busy_since) / 1000;
+        int nap = waited_ms < 1 ? 1 : waited_ms > DPLANE_INFLIGHT_TICK_MAX_MS
+                                          ? DPLANE_INFLIGHT_TICK_MAX_MS
+                                          : (int)waited_ms;
+        r = epoll_wait(dp->epfd_unarmed, &ev, 1, left_ms < nap ? (int)left_ms : nap);
     }
     wake_drain(dp, r, &ev);
     return r <= 0 ? 0 : ev.data.fd == dp->listen_fd ? SLEEP_WOKEN | SLEEP_PORT : SLEEP_WOKEN;
@@ -201,7 +209,8 @@ static void *progress_main(void *arg)
 {
     dplane_t *dp = arg;
     int64_t last_event = util_mono_us(), last_expire = last_event, last_accept = last_event;
-    int accept_due = 0, quiet = 0, busy = 0;
+    int64_t busy_since = 0;
+    int accept_due = 0, quiet = 0;
     while (!atomic_load(&dp->stopping)) {
         int64_t now = util_mono_us();      /* one clock read per pass */
         int parked;
@@ -221,7 +230,8 @@ static void *progress_main(void *arg)
          * answer; UCX wakes us when their replies come. */
         if (n) {
             last_event = now;
-            quiet = busy = 0;
+            quiet = 0;
+            busy_since = 0;
             continue;
         }
         if (now - last_event < dp->spin_us)
@@ -236,7 +246,7 @@ static void *progress_main(void *arg)
          * frames. */
         int tick = parked ? 2 : atomic_load(&dp->inflight) > 0 ? 10 << quiet : 1000;
         int slept = progress_sleep(dp, tick > DPLANE_INFLIGHT_TICK_MAX_MS && !parked
-                                           ? DPLANE_INFLIGHT_TICK_MAX_MS : tick, &busy);
+                                           ? DPLANE_INFLIGHT_TICK_MAX_MS : tick, &busy_since);
         accept_due = (slept & SLEEP_PORT) != 0;
         quiet = slept ? 0 : quiet < 5 ? quiet + 1 : quiet;
         last_event = util_mono_us();
