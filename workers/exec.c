@@ -228,6 +228,8 @@ static void *runner_main(void *arg)
         if (log_enabled(LOG_DEBUG))
             log_start(h->t);
         json_t *body = exec_run_task(&ex->env, h->t);
+        log_debug("task %lld ended: %s", (long long)h->t->id,
+                  json_string_value(json_object_get(body, "state")) ?: "?");
         task_done(ex, h->t);
         pthread_mutex_lock(&ex->mu);
         int hold = report_may_hold(ex, h, body);
@@ -397,6 +399,10 @@ static void enqueue_group(exec_t *ex, hnode_t **hs, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (hs[i] && (stopping || enqueue_locked(ex, hs[i]) != 0))
             hs[nfailed++] = hs[i];      /* compacted: the failed ones first */
+        else if (hs[i] && log_enabled(LOG_DEBUG))
+            log_debug("task %lld queued (job %lld attempt %d seq %lld, %d device(s))",
+                      (long long)hs[i]->t->id, (long long)hs[i]->t->job, (int)hs[i]->t->attempt,
+                      (long long)hs[i]->t->seq, hs[i]->t->nlocal);
     }
     pthread_mutex_unlock(&ex->mu);
     for (size_t i = 0; i < nfailed; i++) {

@@ -234,6 +234,9 @@ static int handle_poll(worker_t *w, const json_t *ans)
     const json_t *cancel = json_object_get(ans, "cancel");
     size_t i;
     const json_t *v;
+    log_debug("poll: %zu group(s), %zu cancel(s), lease %lld",
+              json_array_size(json_object_get(ans, "jobs")), json_array_size(cancel),
+              (long long)json_integer_value(json_object_get(ans, "lease")));
     int news = submit_groups(w, json_object_get(ans, "jobs"));
     json_array_foreach(cancel, i, v)
         news += apply_cancel(w, v);
