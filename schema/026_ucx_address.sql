@@ -7,3 +7,7 @@
 -- from this column. Base64 (RFC 4648, padded) of 1..8192 bytes; NULL for a
 -- worker that registered without one (a peer's lookup of it is 404).
 ALTER TABLE workers ADD COLUMN ucx_address TEXT;
+-- Peers look workers up by data_addr (the directory, and a report's
+-- unreachable peer): newest first, without a scan of every registration
+-- the cluster has seen.
+CREATE INDEX workers_by_data_addr ON workers(data_addr, id);
