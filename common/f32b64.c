@@ -22,15 +22,10 @@ char *f32b64_encode(const float *v, int64_t n)
         return NULL;
     size_t bytes = (size_t)n * 4;
     uint8_t *raw = malloc(bytes ? bytes : 1);
-    char *text = malloc(BASE64_ENCODE_RAW_LENGTH(bytes) + 1);
-    if (!raw || !text) {
-        free(raw);
-        free(text);
+    if (!raw)
         return NULL;
-    }
     to_le(v, n, raw);
-    base64_encode_raw(text, bytes, raw);
-    text[BASE64_ENCODE_RAW_LENGTH(bytes)] = '\0';
+    char *text = f32b64_bytes_encode(raw, bytes);
     free(raw);
     return text;
 }
@@ -40,25 +35,22 @@ int f32b64_decode(const char *text, size_t len, float *out, int64_t n)
     /* The exact encoded length first: nothing is allocated for a lie. */
     if (n < 0 || n > (int64_t)(SIZE_MAX / 8) || len != BASE64_ENCODE_RAW_LENGTH((size_t)n * 4))
         return -1;
-    size_t want = (size_t)n * 4, got = 0;
-    uint8_t *raw = malloc(BASE64_DECODE_LENGTH(len) + 1);
-    struct base64_decode_ctx ctx;
-    int rc = -1;
-    if (!raw)
+    if (n == 0)
+        return 0;
+    size_t got = 0;
+    uint8_t *raw = f32b64_bytes_decode(text, len, (size_t)n * 4, &got);
+    if (!raw || got != (size_t)n * 4) {
+        free(raw);
         return -1;
-    base64_decode_init(&ctx);
-    if (base64_decode_update(&ctx, &got, raw, len, text) && base64_decode_final(&ctx) &&
-        got == want) {
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t u = 0;
-            for (int b = 0; b < 4; b++)
-                u |= (uint32_t)raw[4 * i + b] << (8 * b);
-            memcpy(&out[i], &u, 4);
-        }
-        rc = 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = 0;
+        for (int b = 0; b < 4; b++)
+            u |= (uint32_t)raw[4 * i + b] << (8 * b);
+        memcpy(&out[i], &u, 4);
     }
     free(raw);
-    return rc;
+    return 0;
 }
 
 char *f32b64_bytes_encode(const void *p, size_t n)

@@ -153,6 +153,15 @@ static unsigned progress_pass(dplane_t *dp, int64_t now, int64_t *last_expire, i
  * in a row of such sleeps, 0 when it did not (the caller zeroes it after a
  * pass that did something). */
 enum { SLEEP_WOKEN = 1, SLEEP_PORT = 2 };
+
+/* What ended a sleep (epoll_wait's answer r, ev), the wake-up counter
+ * drained when it was that. */
+static int sleep_ended(dplane_t *dp, int r, const struct epoll_event *ev)
+{
+    wake_drain(dp, r, ev);
+    return r <= 0 ? 0 : ev->data.fd == dp->listen_fd ? SLEEP_WOKEN | SLEEP_PORT : SLEEP_WOKEN;
+}
+
 static int progress_sleep(dplane_t *dp, int timeout_ms, int64_t *busy_since)
 {
     struct epoll_event ev;
@@ -169,8 +178,7 @@ static int progress_sleep(dplane_t *dp, int timeout_ms, int64_t *busy_since)
                                                                       : DPLANE_UNARMED_MS);
         if (left_ms <= 0 || r != 0) {
             atomic_store(&dp->unarmed, 0);
-            wake_drain(dp, r, &ev);
-            return r <= 0 ? 0 : ev.data.fd == dp->listen_fd ? SLEEP_WOKEN | SLEEP_PORT : SLEEP_WOKEN;
+            return sleep_ended(dp, r, &ev);
         }
     }
     atomic_store(&dp->unarmed, 0);
@@ -201,8 +209,7 @@ static int progress_sleep(dplane_t *dp, int timeout_ms, int64_t *busy_since)
                                           : (int)waited_ms;
         r = epoll_wait(dp->epfd_unarmed, &ev, 1, left_ms < nap ? (int)left_ms : nap);
     }
-    wake_drain(dp, r, &ev);
-    return r <= 0 ? 0 : ev.data.fd == dp->listen_fd ? SLEEP_WOKEN | SLEEP_PORT : SLEEP_WOKEN;
+    return sleep_ended(dp, r, &ev);
 }
 
 static void *progress_main(void *arg)

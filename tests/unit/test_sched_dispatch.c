@@ -201,17 +201,11 @@ static void test_requeued_job_not_continued(void **state)
     assert_int_equal(store_sched_dispatch_next(f->st, f->job, 0), -1);
 }
 
-/* A job whose allocation no longer reads back as its plan needs (here its
- * slice row is gone) fails with a reason instead of holding up every other
- * job's next chunk (one transaction writes them all). */
-static void test_unreadable_allocation_fails_job(void **state)
+/* Runs sql on the file under a job allocated and in mid-dispatch, then a
+ * chunk pass: the job has failed, and nothing is left in mid-dispatch. */
+static void corrupt_then_expect_failed(fixture_t *f, const char *sql)
 {
-    fixture_t *f = *state;
     int wrote = 0;
-    assert_int_equal(allocate(f), 1);
-    char sql[96];
-    snprintf(sql, sizeof sql, "UPDATE slices SET devices = '[0]' WHERE job_id = %lld",
-             (long long)f->job);
     assert_int_equal(sqlite3_exec(store_db(f->st), sql, NULL, NULL, NULL), SQLITE_OK);
     assert_int_equal(more(f, &wrote), 0);
     json_t *job = store_job_json(f->st, f->job);
@@ -222,23 +216,30 @@ static void test_unreadable_allocation_fails_job(void **state)
     assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
 }
 
+/* A job whose allocation no longer reads back as its plan needs (here its
+ * slice row names one device) fails with a reason instead of holding up
+ * every other job's next chunk (one transaction writes them all). */
+static void test_unreadable_allocation_fails_job(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(allocate(f), 1);
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE slices SET devices = '[0]' WHERE job_id = %lld",
+             (long long)f->job);
+    corrupt_then_expect_failed(f, sql);
+}
+
 /* A dispatch position read back from the file past the plan's end (or a
  * device index off the island) is refused before it indexes anything: the
  * job fails. */
 static void test_position_off_plan_fails_job(void **state)
 {
     fixture_t *f = *state;
-    int wrote = 0;
     assert_int_equal(allocate(f), 1);
     char sql[96];
     snprintf(sql, sizeof sql, "UPDATE jobs SET dispatch_next = %d WHERE id = %lld", CHAIN + 7,
              (long long)f->job);
-    assert_int_equal(sqlite3_exec(store_db(f->st), sql, NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(more(f, &wrote), 0);
-    json_t *job = store_job_json(f->st, f->job);
-    assert_non_null(job);
-    assert_string_equal(json_string_value(json_object_get(job, "state")), "failed");
-    json_decref(job);
+    corrupt_then_expect_failed(f, sql);
 }
 
 int main(void)
