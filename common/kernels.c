@@ -7,12 +7,18 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "util.h"
+
 #ifdef ATOLL_HAVE_BLAS
 #include <cblas.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <unistd.h>
 #endif
 
 /* Nanoseconds on CLOCK_MONOTONIC (whole-µs rounding could end a spin early). */
@@ -49,31 +55,93 @@ void kernel_matmul_naive(const float *a, const float *b, float *c, int64_t m, in
 }
 
 #ifdef ATOLL_HAVE_BLAS
+/* OpenBLAS is loaded here, on the first matmul, not linked: a linked
+ * OpenBLAS starts its thread pool in its constructor, before main() can say
+ * anything, and each pool thread spins on sched_yield for ~0.1 s. That was
+ * 125 of a sim worker's 200 ms of start-up CPU (2 cores), so most of the
+ * 512-worker island's registration time; loading it at start still cost
+ * ~10 ms a worker. Loaded after OPENBLAS_NUM_THREADS=1
+ * (kernel_blas_prepare), it starts no pool. blas_sgemm and blas_error are
+ * set once (blas_once) and never change. */
+typedef void blas_sgemm_fn(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
+                           const enum CBLAS_TRANSPOSE, const blasint, const blasint,
+                           const blasint, const float, const float *, const blasint,
+                           const float *, const blasint, const float, float *, const blasint);
+_Static_assert(__builtin_types_compatible_p(__typeof__(cblas_sgemm), blas_sgemm_fn),
+               "blas_sgemm_fn is cblas_sgemm's type");
+typedef void blas_threads_fn(int);
+_Static_assert(__builtin_types_compatible_p(__typeof__(openblas_set_num_threads),
+                                            blas_threads_fn),
+               "blas_threads_fn is openblas_set_num_threads' type");
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static blas_sgemm_fn *blas_sgemm;
+static char blas_error[256];        /* why blas_load() failed */
 
-static void blas_setup(void)
+static void blas_load(void)
 {
-    openblas_set_num_threads(1);
+    /* The library the header came from (its full path, not whichever
+     * libopenblas.so.0 the system's alternatives point at). */
+    void *h = dlopen(ATOLL_BLAS_LIB, RTLD_LAZY | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(blas_error, sizeof blas_error, "%s", e ? e : ATOLL_BLAS_LIB);
+        log_error("kernels: cannot load OpenBLAS: %s", blas_error);
+        return;
+    }
+    blas_threads_fn *set_threads = (blas_threads_fn *)dlsym(h, "openblas_set_num_threads");
+    blas_sgemm_fn *f = (blas_sgemm_fn *)dlsym(h, "cblas_sgemm");
+    if (!f || !set_threads) {
+        snprintf(blas_error, sizeof blas_error, "%s lacks cblas_sgemm", ATOLL_BLAS_LIB);
+        log_error("kernels: %s", blas_error);
+        dlclose(h);
+        return;
+    }
+    /* Each device has its own executor thread already; in a process that
+     * did not prepare, the pool exists: use one thread of it. */
+    set_threads(1);
+    blas_sgemm = f;                 /* h stays open for the process */
 }
 #endif
 
-void kernel_matmul_blas(const float *a, const float *b, float *c, int64_t m, int64_t k,
-                        int64_t n)
+int kernel_blas_prepare(char *err, size_t errlen)
 {
 #ifdef ATOLL_HAVE_BLAS
-    pthread_once(&blas_once, blas_setup);
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 0) != 0) {
+        snprintf(err, errlen, "setenv: out of memory");
+        return -1;
+    }
+    if (access(ATOLL_BLAS_LIB, R_OK) != 0) {
+        snprintf(err, errlen, "%s: %s", ATOLL_BLAS_LIB, strerror(errno));
+        return -1;
+    }
+#else
+    (void)err;
+    (void)errlen;
+#endif
+    return 0;
+}
+
+int kernel_matmul_blas(const float *a, const float *b, float *c, int64_t m, int64_t k,
+                       int64_t n)
+{
+#ifdef ATOLL_HAVE_BLAS
+    pthread_once(&blas_once, blas_load);
+    if (!blas_sgemm)
+        return -1;      /* the naive loop's bits would differ from peers' */
     /* Dims are <= TENSOR_MAX_ELEMS (2^24), so they fit an int. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a,
-                (int)k, b, (int)n, 0.0f, c, (int)n);
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a,
+               (int)k, b, (int)n, 0.0f, c, (int)n);
 #else
     kernel_matmul_naive(a, b, c, m, k, n);
 #endif
+    return 0;
 }
 
 int kernel_have_blas(void)
 {
 #ifdef ATOLL_HAVE_BLAS
-    return 1;
+    pthread_once(&blas_once, blas_load);
+    return blas_sgemm != NULL;
 #else
     return 0;
 #endif
@@ -134,8 +202,7 @@ static int k_matmul(const tensor_t *a, const tensor_t *b, tensor_t *out)
     if (sa->rank != 2 || sb->rank != 2 || so->rank != 2 || sa->dim[1] != sb->dim[0] ||
         so->dim[0] != sa->dim[0] || so->dim[1] != sb->dim[1])
         return -1;
-    kernel_matmul_blas(a->data, b->data, out->data, sa->dim[0], sa->dim[1], sb->dim[1]);
-    return 0;
+    return kernel_matmul_blas(a->data, b->data, out->data, sa->dim[0], sa->dim[1], sb->dim[1]);
 }
 
 static int k_transpose(const tensor_t *a, tensor_t *out)

@@ -25,6 +25,7 @@
 #include "dplane.h"
 #include "exec.h"
 #include "f32b64.h"
+#include "kernels.h"
 #include "mbox.h"
 #include "ostore.h"
 #include "runlog.h"
@@ -463,6 +464,11 @@ int main(int argc, char **argv)
         return 0;
     }
     log_setup("atoll-worker", w.o.log_level, w.o.log_json);
+    /* Before any thread starts: it sets the environment. */
+    if (kernel_blas_prepare(err, sizeof err) != 0) {
+        log_error("OpenBLAS is missing (matmuls would differ from peers'): %s", err);
+        return 1;
+    }
     util_malloc_keep(WORKER_MMAP_MIN, WORKER_TRIM_MIN);
     install_signals();
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -153,6 +154,47 @@ static void test_matmul_transpose_reshape(void **state)
     tensor_free(b);
 }
 
+/* Threads of this process, from /proc/self/status; -1 if unreadable. */
+static int threads_of_self(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* After kernel_blas_prepare() (as atoll-worker's main() calls it), the
+ * first matmul loads BLAS (when built with it) without a thread pool. First
+ * in main(): nothing else has loaded BLAS in this process yet. A linked
+ * OpenBLAS would have started its pool before main() (one thread fewer
+ * than the CPUs). */
+static void test_blas_prepare_no_pool(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    unsetenv("OPENBLAS_NUM_THREADS");
+    assert_int_equal(threads_of_self(), 1);
+    if (kernel_blas_prepare(err, sizeof err) != 0)
+        fail_msg("kernel_blas_prepare: %s", err);
+#ifdef ATOLL_TEST_EXPECT_BLAS
+    assert_string_equal(getenv("OPENBLAS_NUM_THREADS"), "1");
+    assert_int_equal(kernel_have_blas(), 1);
+#endif
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4];
+    assert_int_equal(kernel_matmul_blas(a, b, c, 2, 2, 2), 0);
+    assert_true(c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50);
+    assert_int_equal(threads_of_self(), 1);
+    /* A variable the operator set is the operator's: kept. */
+    setenv("OPENBLAS_NUM_THREADS", "3", 1);
+    assert_int_equal(kernel_blas_prepare(err, sizeof err), 0);
+    assert_string_equal(getenv("OPENBLAS_NUM_THREADS"), "3");
+}
+
 /* The BLAS path and the naive loop agree on a non-square product. */
 static void test_matmul_blas_vs_naive(void **state)
 {
@@ -167,7 +209,7 @@ static void test_matmul_blas_vs_naive(void **state)
     for (int64_t i = 0; i < k * n; i++)
         b[i] = (float)((seed = seed * 1103515245u + 12345u) >> 16 & 0xff) / 64.0f - 2.0f;
     kernel_matmul_naive(a, b, c1, m, k, n);
-    kernel_matmul_blas(a, b, c2, m, k, n);
+    assert_int_equal(kernel_matmul_blas(a, b, c2, m, k, n), 0);
     /* Spot-check the naive result against a direct dot product too. */
     double dot = 0;
     for (int64_t p = 0; p < k; p++)
@@ -238,6 +280,7 @@ static void test_compute_and_non_kernels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_blas_prepare_no_pool),
         cmocka_unit_test(test_sources),
         cmocka_unit_test(test_binary),
         cmocka_unit_test(test_unary),
