@@ -11,7 +11,7 @@
  * endpoint to it. The port also tells a live peer (it accepts) from a dead
  * one (it refuses): the kernel accepts for a live process even while that
  * process is too busy to answer. UCX picks the transports per peer at run
- * time: shared memory (sysv/posix, CMA single-copy for large messages) to
+ * time: shared memory (posix, CMA single-copy for large messages) to
  * same-host peers, TCP to others, RDMA (verbs) when the machine has it and
  * UCX_TLS allows it. No Atoll code is per transport (docs/operations.md,
  * "Data plane").
