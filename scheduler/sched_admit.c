@@ -23,6 +23,11 @@ static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 /* A job allocated in this round has chunks left to dispatch
  * (sched_dispatch_job returned 1). Scheduler thread only. */
 static int sched_more_pending;
+/* Devices held per tenant between rounds (store_sched_tenants); scheduler
+ * thread only, emptied by sched_admit_free when it ends. */
+static store_usage_t sched_usage;
+
+void sched_admit_free(void) { store_usage_free(&sched_usage); }
 
 /* Writes the job's pending_reason only when it differs from the one this
  * thread last wrote: a job waiting round after round for the same reason
@@ -199,7 +204,7 @@ void sched_admit(store_t *st)
     left = sched_dispatch_more(st, &r, &wrote);
     if (wrote > 0 && sched_cfg.on_dispatch)
         sched_cfg.on_dispatch();
-    if (left < 0 || store_sched_tenants(st, &ts, &nt) != 0 ||
+    if (left < 0 || store_sched_tenants(st, &sched_usage, &ts, &nt) != 0 ||
         !(qs = calloc((size_t)(nt > 0 ? nt : 1), sizeof *qs)))
         goto cleanup;
     for (int i = 0; i < nt; i++) {

@@ -130,6 +130,13 @@ typedef struct round {
  * (r is always left fit for sched_round_free). 0 or -1. */
 int sched_round_load(store_t *st, round_t *r);
 void sched_round_free(round_t *r);
+/* The devices sched_round_load keeps between rounds (re-read only after
+ * store_devices_gen() moved): how many reads it made, and freeing them
+ * when the scheduler thread ends. */
+uint64_t sched_round_device_reads(void);
+void sched_round_cache_free(void);
+/* Frees what sched_admit keeps between rounds (the tenants' usage). */
+void sched_admit_free(void);
 /* The round's index of the island with store id island_id, or -1. */
 int sched_round_island(const round_t *r, int64_t island_id);
 /* Records a placement made in this round in r. */

@@ -30,19 +30,74 @@ int sched_round_island(const round_t *r, int64_t island_id)
     return -1;
 }
 
+/* The scheduler's mirror of each island's devices as store_sched_devices
+ * last read them, with the store_devices_gen() noted before that read: a
+ * pass re-reads an island only when the generation moved. Reading 2,048
+ * devices (with their workers and shared holds) was 1-2 ms, most of a
+ * pass at that scale, although most passes follow a report, which changes
+ * none of it. A stale mirror costs nothing but a failed allocation: every
+ * write of one re-checks the devices in its own transaction. Scheduler
+ * thread only (and single-threaded unit tests); owns devs, freed by
+ * sched_round_cache_free. */
+typedef struct dev_mirror {
+    int valid;
+    uint64_t gen;
+    int64_t island_id;
+    int64_t n;
+    sched_dev_t *devs;
+} dev_mirror_t;
+
+static dev_mirror_t mirrors[SCHED_MAX_ISLANDS];
+static uint64_t mirror_reads;
+
+void sched_round_cache_free(void)
+{
+    for (int i = 0; i < SCHED_MAX_ISLANDS; i++) {
+        free(mirrors[i].devs);
+        memset(&mirrors[i], 0, sizeof mirrors[i]);
+    }
+}
+
+uint64_t sched_round_device_reads(void) { return mirror_reads; }
+
+/* Island i of sched_cfg (n devices) as of now into m: read again only when
+ * a change was committed since the last read. 0 or -1 (m then invalid). */
+static int mirror_refresh(store_t *st, dev_mirror_t *m, const island_desc_t *d, int64_t n)
+{
+    uint64_t gen = store_devices_gen();
+    if (m->valid && m->gen == gen && m->n == n)
+        return 0;
+    m->valid = 0;
+    if (m->n != n || !m->devs) {
+        free(m->devs);
+        m->n = 0;
+        if (!(m->devs = calloc((size_t)n, sizeof(sched_dev_t))))
+            return -1;
+        m->n = n;
+    }
+    m->island_id = store_island_id(st, d->name);
+    if (m->island_id < 0 || store_sched_devices(st, m->island_id, m->devs, n) != 0)
+        return -1;
+    mirror_reads++;
+    m->gen = gen;
+    m->valid = 1;
+    return 0;
+}
+
 int sched_round_load(store_t *st, round_t *r)
 {
     memset(r, 0, sizeof *r);
     for (int i = 0; i < sched_cfg.nislands && i < SCHED_MAX_ISLANDS; i++) {
         const island_desc_t *d = &sched_cfg.islands[i];
         int64_t n = shape_numel(&d->shape);
-        r->island_id[i] = store_island_id(st, d->name);
+        dev_mirror_t *m = &mirrors[i];
         r->isl[i] = alloc_island_new(d->name, &d->shape);
-        r->devs[i] = calloc((size_t)n, sizeof(sched_dev_t));
+        r->devs[i] = malloc((size_t)n * sizeof(sched_dev_t));
         r->n = i + 1;
-        if (r->island_id[i] < 0 || !r->isl[i] || !r->devs[i] ||
-            store_sched_devices(st, r->island_id[i], r->devs[i], n) != 0)
+        if (!r->isl[i] || !r->devs[i] || mirror_refresh(st, m, d, n) != 0)
             return -1;
+        r->island_id[i] = m->island_id;
+        memcpy(r->devs[i], m->devs, (size_t)n * sizeof(sched_dev_t));
         for (int64_t k = 0; k < n; k++) {
             const sched_dev_t *dv = &r->devs[i][k];
             alloc_island_set(r->isl[i], k, dv->worker == 0 ? ALLOC_DOWN

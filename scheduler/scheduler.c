@@ -17,6 +17,11 @@
  * wake-up that never came (every change that can admit a job wakes the
  * thread; no condition opens with time alone since aborts are per attempt). */
 #define SCHED_ADMIT_EVERY_TICKS 5
+/* The lease check runs at most every this many µs (or a tenth of the
+ * lease, if shorter), not on every wake-up: each reads every live
+ * worker's heartbeat (512 rows at 2,048 devices) and a pass follows every
+ * report. A lost worker is then noticed within the lease plus this. */
+#define SCHED_EXPIRE_US 50000
 
 static _Atomic uint64_t sched_rounds, sched_round_us, sched_round_max_us;   /* for /metrics */
 /* Upper bounds (µs) of the scheduler-pass histogram's buckets; the seconds
@@ -56,6 +61,9 @@ static void *sched_main(void *arg)
     /* Recovery after a restart (store_sched_recover) already ran in main(),
      * before the API opened. */
     int ticks = 0;
+    int64_t expire_every = sched_cfg.lease_us / 10 < SCHED_EXPIRE_US ? sched_cfg.lease_us / 10
+                                                                      : SCHED_EXPIRE_US;
+    int64_t expired_at = 0;
     pthread_mutex_lock(&sched_mu);
     while (sched_running) {
         if (!sched_wake) {
@@ -75,7 +83,11 @@ static void *sched_main(void *arg)
             woke = 1;
         }
         pthread_mutex_unlock(&sched_mu);
-        if (store_sched_expire(st, sched_cfg.lease_us) > 0) {
+        int64_t now = util_mono_us();
+        int expire = now - expired_at >= expire_every;
+        if (expire)
+            expired_at = now;
+        if (expire && store_sched_expire(st, sched_cfg.lease_us) > 0) {
             woke = 1;
             if (sched_cfg.on_dispatch)
                 sched_cfg.on_dispatch();   /* pollers learn about aborted jobs */
@@ -91,6 +103,8 @@ static void *sched_main(void *arg)
     }
     pthread_mutex_unlock(&sched_mu);
     sched_plans_free_all();
+    sched_round_cache_free();
+    sched_admit_free();
     store_thread_close();
     return NULL;
 }

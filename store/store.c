@@ -43,6 +43,7 @@ typedef struct kick_set {
 struct store {
     sqlite3 *db;
     kick_set_t kick_workers, kick_jobs;
+    int kick_devices;           /* the transaction changed what store_sched_devices reads */
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
@@ -69,6 +70,11 @@ typedef struct watch_gen {
     _Atomic uint64_t slot[STORE_WATCH_SLOTS];
 } watch_gen_t;
 static watch_gen_t store_worker_watch, store_job_watch;
+/* Moves after a commit that changed what the scheduler's device mirror
+ * holds (store_devices_gen): devices' holder, worker or local number,
+ * device_holds rows, a worker's registration or state. Reports (busy_us),
+ * heartbeats and everything else leave it alone. */
+static _Atomic uint64_t store_devices_watch;
 /* Set once the schema is migrated: connections opened later install the
  * poll watch at once (the first one, after migrating). */
 static _Atomic int store_schema_ready;
@@ -164,6 +170,7 @@ static uint64_t watch_read(watch_gen_t *g, int64_t id)
 uint64_t store_poll_gen(int64_t worker) { return watch_read(&store_worker_watch, worker); }
 uint64_t store_workers_gen(void) { return atomic_load(&store_worker_watch.all); }
 uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); }
+uint64_t store_devices_gen(void) { return atomic_load(&store_devices_watch); }
 
 /* What a worker's poll answers (store_poll.c's probe) depends on: its host
  * tasks becoming leased (dispatch, release) or cancelled, a job
@@ -176,7 +183,10 @@ uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); 
  * then moves their generations. A spurious kick (a rolled-back savepoint)
  * costs a parked poll one probe; a missed one would delay a worker by its
  * poll wait, so every column the probe reads that can make it true is
- * watched here. A job's end or new attempt also moves its job slot. */
+ * watched here. A job's end or new attempt also moves its job slot.
+ * The watch_dev_* triggers mark a transaction that changed a column
+ * store_sched_devices reads (only those columns: a report's busy_us
+ * update must not invalidate the scheduler's mirror). */
 #define STORE_WATCH_SQL \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
     " BEGIN SELECT atoll_kick_worker(NEW.worker_id); END;" \
@@ -189,7 +199,21 @@ uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); 
     " SELECT atoll_kick_worker(worker_id) FROM main.host_tasks" \
     "  WHERE job_id = NEW.id AND state = 'leased'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_worker AFTER UPDATE OF state ON main.workers" \
-    " BEGIN SELECT atoll_kick_all(); END;"
+    " BEGIN SELECT atoll_kick_all(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_new AFTER INSERT ON main.devices" \
+    " BEGIN SELECT atoll_kick_devices(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_set AFTER UPDATE OF job_id, worker_id, local" \
+    " ON main.devices BEGIN SELECT atoll_kick_devices(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_gone AFTER DELETE ON main.devices" \
+    " BEGIN SELECT atoll_kick_devices(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_hold_new AFTER INSERT ON main.device_holds" \
+    " BEGIN SELECT atoll_kick_devices(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_hold_gone AFTER DELETE ON main.device_holds" \
+    " BEGIN SELECT atoll_kick_devices(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_worker_new AFTER INSERT ON main.workers" \
+    " BEGIN SELECT atoll_kick_devices(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_worker AFTER UPDATE OF state, data_addr," \
+    " first_device, ndevices ON main.workers BEGIN SELECT atoll_kick_devices(); END;"
 
 /* atoll_kick_worker(id), atoll_kick_job(id): the parked requests of that
  * id may answer otherwise; atoll_kick_all(): every worker's. The user data
@@ -205,6 +229,16 @@ static void store_kick_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         k->all = 1;
     else if (i == k->n)
         k->slot[k->n++] = slot;
+    sqlite3_result_null(ctx);
+}
+
+/* atoll_kick_devices(): the transaction changed the devices' holders or
+ * workers. The user data is the connection's flag. */
+static void store_kick_devices_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    (void)argv;
+    *(int *)sqlite3_user_data(ctx) = 1;
     sqlite3_result_null(ctx);
 }
 
@@ -228,7 +262,9 @@ static int store_watch(store_t *st)
         sqlite3_create_function(st->db, "atoll_kick_all", 0, SQLITE_UTF8, &st->kick_workers,
                                 store_kick_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(st->db, "atoll_kick_job", 1, SQLITE_UTF8, &st->kick_jobs,
-                                store_kick_fn, NULL, NULL) != SQLITE_OK)
+                                store_kick_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_devices", 0, SQLITE_UTF8, &st->kick_devices,
+                                store_kick_devices_fn, NULL, NULL) != SQLITE_OK)
         return -1;
     return store_exec(st, STORE_WATCH_SQL);
 }
@@ -397,6 +433,9 @@ int store_commit(store_t *st)
     if (rc == 0) {
         kick_apply(&store_worker_watch, &st->kick_workers);
         kick_apply(&store_job_watch, &st->kick_jobs);
+        if (st->kick_devices)
+            atomic_fetch_add(&store_devices_watch, 1);
+        st->kick_devices = 0;
     }
     return rc;
 }
@@ -406,6 +445,7 @@ void store_rollback(store_t *st)
         store_exec(st, "ROLLBACK");
     memset(&st->kick_workers, 0, sizeof st->kick_workers);
     memset(&st->kick_jobs, 0, sizeof st->kick_jobs);
+    st->kick_devices = 0;
     store_write_end(st);
 }
 
@@ -677,6 +717,7 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
      * not the last one's: store_workers_gen moves). */
     atomic_store(&store_schema_ready, 0);
     atomic_fetch_add(&store_worker_watch.all, 1);
+    atomic_fetch_add(&store_devices_watch, 1);
     store_t *st = store_thread();
     if (!st)
         return err_set(e, -1, "db", "cannot open database %s", path), -1;

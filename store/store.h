@@ -167,6 +167,14 @@ uint64_t store_poll_gen(int64_t worker);
  * (rarely, another job sharing its slot): a parked GET /v1/jobs/{id}?wait_ms
  * looks again only then. */
 uint64_t store_job_gen(int64_t job);
+/* Moves after a commit through store_commit() that changed what
+ * store_sched_devices reads (a device's exclusive job, worker or local
+ * number; a shared hold; a worker registered, lost or moved), and when a
+ * database is opened (store_global_init). Read before store_sched_devices,
+ * unchanged later: the devices read are still current, except for writes
+ * committed since and not yet counted, which every allocation re-checks
+ * in its own transaction anyway. */
+uint64_t store_devices_gen(void);
 /* One nested unit inside a transaction: store_savepoint() then either
  * store_release() (keep) or store_rollback_to() (undo just this unit). */
 int store_savepoint(store_t *st);
@@ -446,9 +454,25 @@ typedef struct sched_tenant {
     int64_t share;              /* >= 1 */
     int64_t used;               /* devices its jobs hold now */
 } sched_tenant_t;
+/* Devices held per tenant as store_sched_tenants last read them, reused
+ * while store_devices_gen() has not moved. Owned by the caller (one per
+ * thread that calls; zero-initialised before first use), emptied by
+ * store_usage_free. */
+typedef struct store_usage_row {
+    int64_t tenant, devices;
+} store_usage_row_t;
+typedef struct store_usage {
+    int valid;
+    uint64_t gen;
+    int n, cap;
+    store_usage_row_t *rows;    /* owned */
+} store_usage_t;
+void store_usage_free(store_usage_t *u);
 /* Every tenant with at least one queued job (malloc'd array in *out, the
- * caller frees): O(tenants + held devices), never O(queue). 0 or -1. */
-int store_sched_tenants(store_t *st, sched_tenant_t **out, int *n);
+ * caller frees), with the devices it holds from u (read again only when
+ * store_devices_gen() moved): O(tenants), O(held devices) after a change,
+ * never O(queue). 0 or -1. */
+int store_sched_tenants(store_t *st, store_usage_t *u, sched_tenant_t **out, int *n);
 /* Up to cap queued jobs of one tenant (0: without a tenant) that come after
  * (after_prio, after_id) in its queue order (priority desc, then id); pass
  * after_id 0 and after_prio > any priority for its head. Jobs whose previous

@@ -45,30 +45,66 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
     return 0;
 }
 
-/* Devices held per tenant, set into the tenants of ts[0..n-1]. Jobs without
- * a tenant count as using none (fair share ranks them first among equal
- * priorities, as before per-tenant queues). */
-static int tenants_usage(store_t *st, sched_tenant_t *ts, int n)
+void store_usage_free(store_usage_t *u)
+{
+    free(u->rows);
+    memset(u, 0, sizeof *u);
+}
+
+/* Reads the devices held per tenant into u, unless nothing that moves it
+ * was committed since the last read (store_devices_gen: devices' holders
+ * and shared holds; a job's tenant never changes). Scanning every held
+ * device and joining its job was most of a pass at 2,048 devices. */
+static int usage_refresh(store_t *st, store_usage_t *u)
 {
     static const char sql[] =
         "SELECT j.tenant_id, COUNT(*) FROM (SELECT job_id FROM devices WHERE job_id IS NOT NULL"
         " UNION ALL SELECT job_id FROM device_holds) d JOIN jobs j ON j.id = d.job_id"
         " WHERE j.tenant_id IS NOT NULL GROUP BY j.tenant_id";
+    uint64_t gen = store_devices_gen();
+    if (u->valid && u->gen == gen)
+        return 0;
+    u->valid = 0;
+    u->n = 0;
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(s, 0);
-        for (int i = 0; i < n; i++)
-            if (ts[i].id == id)
-                ts[i].used = sqlite3_column_int64(s, 1);
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        if (u->n == u->cap) {
+            int ncap = u->cap ? u->cap * 2 : 16;
+            store_usage_row_t *p = realloc(u->rows, sizeof *p * (size_t)ncap);
+            if (!p)
+                break;
+            u->rows = p;
+            u->cap = ncap;
+        }
+        u->rows[u->n].tenant = sqlite3_column_int64(s, 0);
+        u->rows[u->n++].devices = sqlite3_column_int64(s, 1);
     }
     sqlite3_reset(s);
+    if (step != SQLITE_DONE)
+        return -1;
+    u->gen = gen;
+    u->valid = 1;
     return 0;
 }
 
+/* Devices held per tenant, set into the tenants of ts[0..n-1]. Jobs without
+ * a tenant count as using none (fair share ranks them first among equal
+ * priorities, as before per-tenant queues). */
+static int tenants_usage(store_t *st, store_usage_t *u, sched_tenant_t *ts, int n)
+{
+    if (usage_refresh(st, u) != 0)
+        return -1;
+    for (int r = 0; r < u->n; r++)
+        for (int i = 0; i < n; i++)
+            if (ts[i].id == u->rows[r].tenant)
+                ts[i].used = u->rows[r].devices;
+    return 0;
+}
 
-int store_sched_tenants(store_t *st, sched_tenant_t **out, int *n)
+int store_sched_tenants(store_t *st, store_usage_t *u, sched_tenant_t **out, int *n)
 {
     /* One probe of the partial queue index per tenant; row 0 first: the
      * jobs without a tenant (admin, auth off). */
@@ -101,7 +137,7 @@ int store_sched_tenants(store_t *st, sched_tenant_t **out, int *n)
     sqlite3_reset(s);
     /* Nothing queued (most passes under a stream of reports): no usage to
      * rank by, and the scan of every held device is saved. */
-    if (*n == 0 || tenants_usage(st, *out, *n) == 0)
+    if (*n == 0 || tenants_usage(st, u, *out, *n) == 0)
         return 0;
 fail:
     sqlite3_reset(s);

@@ -1,0 +1,178 @@
+/* test_sched_round.c - what the scheduler keeps between rounds
+ * (sched_place.c's device mirror, the tenants' usage in store_sched.c), on
+ * a real SQLite file: a round reads the island's devices again only after
+ * a commit changed a device's holder, a shared hold or a worker (counted
+ * by sched_round_device_reads); a report's busy time or a heartbeat does
+ * not make it read; and whatever changed is what the next round and the
+ * next tenants' read see. Those writes go through store_begin/store_commit
+ * like every writer in atolld. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+#include "support_store.h"
+
+static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
+
+typedef struct fixture {
+    support_store_t d;          /* first: support_store_teardown */
+    store_t *st;
+    int64_t worker;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->st = support_store_open(&f->d, islands, 1);
+    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL};
+    f->worker = support_store_register(f->st, "west", "127.0.0.1:1", 4);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    sched_round_cache_free();
+    return support_store_teardown(state);
+}
+
+/* One write transaction of `sql` (no parameters), as atolld's writers do. */
+static void write_sql(fixture_t *f, const char *sql)
+{
+    assert_int_equal(store_begin(f->st), 0);
+    char *err = NULL;
+    if (sqlite3_exec(store_db(f->st), sql, NULL, NULL, &err) != SQLITE_OK)
+        fail_msg("%s: %s", sql, err ? err : "?");
+    assert_int_equal(store_commit(f->st), 0);
+}
+
+/* Loads a round; device k's allocator state and exclusive job. */
+static void round_device(fixture_t *f, int k, int64_t *job, int64_t *worker)
+{
+    round_t r;
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(r.n, 1);
+    *job = r.devs[0][k].job;
+    *worker = r.devs[0][k].worker;
+    sched_round_free(&r);
+}
+
+static void test_mirror_reads_only_after_device_changes(void **state)
+{
+    fixture_t *f = *state;
+    int64_t job, worker;
+    round_device(f, 0, &job, &worker);
+    uint64_t reads = sched_round_device_reads();
+    assert_int_equal(worker, f->worker);
+    assert_int_equal(job, 0);
+
+    /* Nothing changed: the mirror answers. */
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(sched_round_device_reads(), reads);
+
+    /* A report's device time and a heartbeat change other columns. */
+    write_sql(f, "UPDATE devices SET busy_us = busy_us + 5 WHERE idx = 0");
+    write_sql(f, "UPDATE workers SET heartbeat_at = heartbeat_at + 1");
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(sched_round_device_reads(), reads);
+
+    /* An exclusive holder: read again, and seen. A job row is needed for
+     * the foreign key; its document does not matter here. */
+    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                 " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
+    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 2");
+    round_device(f, 2, &job, &worker);
+    assert_int_equal(sched_round_device_reads(), reads + 1);
+    assert_int_equal(job, 77);
+
+    /* Released, then the worker gone: each read again and seen. */
+    write_sql(f, "UPDATE devices SET job_id = NULL WHERE idx = 2");
+    round_device(f, 2, &job, &worker);
+    assert_int_equal(job, 0);
+    assert_int_equal(sched_round_device_reads(), reads + 2);
+    write_sql(f, "UPDATE workers SET state = 'gone'");
+    round_device(f, 2, &job, &worker);
+    assert_int_equal(worker, 0);
+    assert_int_equal(sched_round_device_reads(), reads + 3);
+
+    /* A rolled-back change moves nothing. */
+    assert_int_equal(store_begin(f->st), 0);
+    assert_int_equal(sqlite3_exec(store_db(f->st), "UPDATE devices SET job_id = 77", NULL,
+                                  NULL, NULL), SQLITE_OK);
+    store_rollback(f->st);
+    round_device(f, 1, &job, &worker);
+    assert_int_equal(job, 0);
+    assert_int_equal(sched_round_device_reads(), reads + 3);
+}
+
+/* A shared hold is what makes a device busy for exclusive jobs. */
+static void test_mirror_sees_shared_holds(void **state)
+{
+    fixture_t *f = *state;
+    round_t r;
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(r.devs[0][3].shared, 0);
+    sched_round_free(&r);
+    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                 " created_at) VALUES (78, 'y', 'running', 0, 0, 1, 0)");
+    write_sql(f, "INSERT INTO device_holds (island_id, idx, job_id)"
+                 " SELECT island_id, 3, 78 FROM devices WHERE idx = 3");
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(r.devs[0][3].shared, 1);
+    sched_round_free(&r);
+    write_sql(f, "DELETE FROM device_holds");
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(r.devs[0][3].shared, 0);
+    sched_round_free(&r);
+}
+
+/* Devices held per tenant follow the commits that move them. */
+static void test_tenant_usage_follows_holders(void **state)
+{
+    fixture_t *f = *state;
+    store_usage_t u = {0};
+    sched_tenant_t *ts = NULL;
+    int n = 0;
+    write_sql(f, "INSERT INTO tenants (id, name, token_hash, share, created_at)"
+                 " VALUES (5, 't', 'th', 1, 0)");
+    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                 " created_at, tenant_id) VALUES (80, 'q', 'queued', 0, 0, 1, 0, 5),"
+                 " (81, 'r', 'running', 0, 0, 1, 0, 5)");
+    assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(ts[0].id, 5);
+    assert_int_equal(ts[0].used, 0);
+    free(ts);
+
+    write_sql(f, "UPDATE devices SET job_id = 81 WHERE idx < 2");
+    assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
+    assert_int_equal(ts[0].used, 2);
+    free(ts);
+
+    write_sql(f, "UPDATE devices SET job_id = NULL WHERE idx = 0");
+    assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
+    assert_int_equal(ts[0].used, 1);
+    free(ts);
+    store_usage_free(&u);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_mirror_reads_only_after_device_changes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_mirror_sees_shared_holds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
