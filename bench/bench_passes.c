@@ -156,12 +156,12 @@ static int play_worker(hx_client_t *cl, int w, int64_t job)
             return -1;
         }
         p->ack = json_integer_value(json_object_get(r.json, "lease"));
-        char *body = NULL;
-        size_t len = 0, cap = 0;
-        int rc = 0;
+        size_t cap = 4096, len = 0;
+        char *body = malloc(cap);
+        int rc = body ? 0 : -1;
         size_t i, k;
         json_t *g, *t;
-        if (report_add(&body, &len, &cap, 0, 0) == 0)     /* sizes the buffer */
+        if (body)
             len = (size_t)snprintf(body, cap, "{\"reports\":[");
         json_array_foreach(json_object_get(r.json, "jobs"), i, g) {
             *got(w, json_integer_value(json_object_get(g, "job"))) = 1;
@@ -170,14 +170,14 @@ static int play_worker(hx_client_t *cl, int w, int64_t job)
                                  json_array_size(json_object_get(t, "shards")));
         }
         hx_resp_clear(&r);
-        if (rc == 0 && body && len > 12) {
+        if (rc == 0 && len > 12) {
             snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/reports", p->id);
             len += (size_t)snprintf(body + len, cap - len, "]}");
             rc = hx_request_h(cl, "POST", path, body, len, hdrs, &r) != 0 || r.status != 200;
             hx_resp_clear(&r);
         }
         free(body);
-        if (rc != 0 || !body)
+        if (rc != 0)
             return -1;
     }
     return *got(w, job) ? 0 : -1;

@@ -61,8 +61,8 @@ void kernel_matmul_naive(const float *a, const float *b, float *c, int64_t m, in
  * 125 of a sim worker's 200 ms of start-up CPU (2 cores), so most of the
  * 512-worker island's registration time; loading it at start still cost
  * ~10 ms a worker. Loaded after OPENBLAS_NUM_THREADS=1
- * (kernel_blas_prepare), it starts no pool. blas_sgemm and blas_error are
- * set once (blas_once) and never change. */
+ * (kernel_blas_prepare), it starts no pool. blas_sgemm is set once
+ * (blas_once) and never changes; NULL when the load failed (logged). */
 typedef void blas_sgemm_fn(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
                            const enum CBLAS_TRANSPOSE, const blasint, const blasint,
                            const blasint, const float, const float *, const blasint,
@@ -75,7 +75,6 @@ _Static_assert(__builtin_types_compatible_p(__typeof__(openblas_set_num_threads)
                "blas_threads_fn is openblas_set_num_threads' type");
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static blas_sgemm_fn *blas_sgemm;
-static char blas_error[256];        /* why blas_load() failed */
 
 static void blas_load(void)
 {
@@ -84,15 +83,13 @@ static void blas_load(void)
     void *h = dlopen(ATOLL_BLAS_LIB, RTLD_LAZY | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        snprintf(blas_error, sizeof blas_error, "%s", e ? e : ATOLL_BLAS_LIB);
-        log_error("kernels: cannot load OpenBLAS: %s", blas_error);
+        log_error("kernels: cannot load OpenBLAS: %s", e ? e : ATOLL_BLAS_LIB);
         return;
     }
     blas_threads_fn *set_threads = (blas_threads_fn *)dlsym(h, "openblas_set_num_threads");
     blas_sgemm_fn *f = (blas_sgemm_fn *)dlsym(h, "cblas_sgemm");
     if (!f || !set_threads) {
-        snprintf(blas_error, sizeof blas_error, "%s lacks cblas_sgemm", ATOLL_BLAS_LIB);
-        log_error("kernels: %s", blas_error);
+        log_error("kernels: %s lacks cblas_sgemm or openblas_set_num_threads", ATOLL_BLAS_LIB);
         dlclose(h);
         return;
     }

@@ -78,6 +78,28 @@ static inline int64_t support_store_register(store_t *st, const char *island, co
     return id;
 }
 
+/* The fixture of tests on a store with one worker on the first island: the
+ * database (first member: support_store_teardown frees it), this thread's
+ * connection and the worker's id. */
+typedef struct support_worker_fixture {
+    support_store_t d;
+    store_t *st;
+    int64_t worker;
+} support_worker_fixture_t;
+
+/* Opens a store on islands[0..n) and registers a sim worker of ndev
+ * devices (data address 127.0.0.1:1) on islands[0]; calloc'd, caller's
+ * (support_store_teardown). */
+static inline support_worker_fixture_t *support_worker_fixture(const island_desc_t *islands,
+                                                                int n, int ndev)
+{
+    support_worker_fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->st = support_store_open(&f->d, islands, n);
+    f->worker = support_store_register(f->st, islands[0].name, "127.0.0.1:1", ndev);
+    return f;
+}
+
 /* Closes this thread's connection and the sync thread, then removes the
  * database files and the directory `dir`. */
 static inline void support_store_remove(const char *dir)

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "kernels.h"
+#include "support_proc.h"
 
 static shape_t shp(int rank, int64_t d0, int64_t d1, int64_t d2)
 {
@@ -154,18 +155,10 @@ static void test_matmul_transpose_reshape(void **state)
     tensor_free(b);
 }
 
-/* Threads of this process, from /proc/self/status; -1 if unreadable. */
-static int threads_of_self(void)
+/* Threads of this process; -1 if unreadable. */
+static long long threads_of_self(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    int n = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %d", &n) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return n;
+    return support_proc_value("/proc/self/status", "Threads: %lld");
 }
 
 /* After kernel_blas_prepare() (as atoll-worker's main() calls it), the

@@ -32,18 +32,11 @@ static const island_desc_t islands[] = {{"west", {2, {2, 4, 0, 0}}}};
 #define THREADS 6
 #define ROUNDS 150
 
-typedef struct fixture {
-    support_store_t d;          /* first: support_store_teardown */
-    store_t *st;
-    int64_t worker;
-} fixture_t;
+typedef support_worker_fixture_t fixture_t;
 
 static int setup(void **state)
 {
-    fixture_t *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->st = support_store_open(&f->d, islands, 1);
-    f->worker = support_store_register(f->st, "west", "127.0.0.1:1", 8);
+    fixture_t *f = support_worker_fixture(islands, 1, 8);
     *state = f;
     return 0;
 }

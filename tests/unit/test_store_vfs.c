@@ -19,20 +19,13 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "support_proc.h"
 #include "support_store.h"
 
 /* Write system calls of this process so far (/proc/self/io), or -1. */
 static long long write_calls(void)
 {
-    FILE *f = fopen("/proc/self/io", "r");
-    char line[128];
-    long long v = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "syscw: %lld", &v) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return v;
+    return support_proc_value("/proc/self/io", "syscw: %lld");
 }
 
 static sqlite3 *open_db(const char *path, const char *vfs)
