@@ -348,6 +348,10 @@ static int open_store(const options_t *o)
     if (requeued > 0)
         log_warn("recovery: %d allocated/running job(s) from before the restart requeued",
                  requeued);
+    if (store_ckpt_start() != 0) {
+        fprintf(stderr, "atolld: cannot start the checkpointer thread\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -439,6 +443,7 @@ int main(int argc, char **argv)
     api_runs_stop();     /* and log follows */
     http_stop();
     store_reports_stop();
+    store_ckpt_stop();
     store_thread_close();
     store_sync_close();
     log_info("stopped cleanly");

@@ -155,9 +155,12 @@ void api_healthz(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, "db", "database not answering");
 }
 
-/* The store's own families: write transactions and group-commit rounds. */
+/* The store's own families: write transactions, group-commit rounds and
+ * checkpoints. */
 static size_t metrics_store(char *buf, size_t len, size_t cap)
 {
+    uint64_t runs, frames, forced;
+    store_ckpt_counts(&runs, &frames, &forced);
     return util_appendf(buf, len, cap,
                         "# HELP atoll_store_write_transactions_total SQLite write"
                         " transactions committed.\n"
@@ -170,9 +173,22 @@ static size_t metrics_store(char *buf, size_t len, size_t cap)
                         "# HELP atoll_store_sync_waits_total Writes acknowledged only after a"
                         " sync round (submits, cancels, tenant changes).\n"
                         "# TYPE atoll_store_sync_waits_total counter\n"
-                        "atoll_store_sync_waits_total %lu\n",
+                        "atoll_store_sync_waits_total %lu\n"
+                        "# HELP atoll_store_checkpoints_total WAL checkpoints run by the"
+                        " checkpointer thread (none inside a commit).\n"
+                        "# TYPE atoll_store_checkpoints_total counter\n"
+                        "atoll_store_checkpoints_total %lu\n"
+                        "# HELP atoll_store_checkpoint_frames_total WAL frames copied into"
+                        " the database by checkpoints.\n"
+                        "# TYPE atoll_store_checkpoint_frames_total counter\n"
+                        "atoll_store_checkpoint_frames_total %lu\n"
+                        "# HELP atoll_store_checkpoints_forced_total RESTART checkpoints (the"
+                        " WAL outgrew what passive ones kept up with).\n"
+                        "# TYPE atoll_store_checkpoints_forced_total counter\n"
+                        "atoll_store_checkpoints_forced_total %lu\n",
                         (unsigned long)store_write_transactions(),
-                        (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits());
+                        (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits(),
+                        (unsigned long)runs, (unsigned long)frames, (unsigned long)forced);
 }
 
 /* The workers' data-plane drop counters (summed from their heartbeats). */

@@ -315,6 +315,10 @@ static store_t *store_open(const char *path)
         : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;" STORE_TEMP_PRAGMA;
     if (store_exec(st, pragmas) != 0)
         goto fail;
+    /* Instead of auto-checkpointing: no COMMIT checkpoints (store_ckpt.c).
+     * Set after the pragmas, since PRAGMA wal_autocheckpoint would replace
+     * it. */
+    sqlite3_wal_hook(st->db, store_ckpt_hook, NULL);
     return st;
 fail:
     store_close(st);

@@ -220,6 +220,16 @@ uint64_t store_sync_waits(void);
 /* Closes the WAL descriptor (shutdown). */
 void store_sync_close(void);
 
+/* ---- WAL checkpoints (store_ckpt.c) ---- */
+/* Starts the checkpointer thread (after store_global_init): from then on
+ * the WAL is folded into the database off every writer's path. Without
+ * it nothing checkpoints before exit. 0 or -1; idempotent. */
+int store_ckpt_start(void);
+/* Stops and joins it (shutdown, before the last connection closes). */
+void store_ckpt_stop(void);
+/* For /metrics and tests: checkpoints run, frames copied, RESTART ones. */
+void store_ckpt_counts(uint64_t *runs, uint64_t *frames, uint64_t *forced);
+
 /* ---- jobs (store_jobs.c) ---- */
 /* What a submission brings besides its plan. Strings are borrowed. */
 typedef struct store_job_new {
@@ -382,6 +392,7 @@ typedef struct sched_feed_job {
     int64_t share;              /* the tenant's share; 1 without a tenant */
     int64_t island;             /* the island of its first slice */
     int inflight, undispatched;
+    int fresh;                  /* none of its computations finished yet */
     double shard_us;            /* left 0 here: the feed sets it (store_sched_shard_us) */
 } sched_feed_job_t;
 /* Up to cap live shared jobs, by id. Count or -1. */

@@ -36,6 +36,14 @@ int store_job_retry(store_t *st, int64_t job, const char *why);
  * default) when it could not be. */
 const char *store_vfs_name(void);
 
+/* WAL pages past which a commit asks the checkpointer for a checkpoint
+ * (SQLite's own default threshold), and past which it forces one. */
+#define STORE_CKPT_PAGES 1000
+#define STORE_CKPT_FORCE_PAGES 16000
+/* Every connection's sqlite3_wal_hook (store_ckpt.c): it replaces
+ * auto-checkpointing, so no COMMIT checkpoints. Returns SQLITE_OK. */
+int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages);
+
 /* store_worker.c: 1 when the worker is live (registered, lease not
  * expired), 0 when not (fenced: store_poll.c and store_progress.c refuse it),
  * -1 on error. A read; inside the caller's transaction when it has one. */

@@ -814,7 +814,7 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         " (SELECT COUNT(*) FROM computations c WHERE c.job_id = j.id AND c.seq IS NOT NULL"
         "  AND c.state IN ('waiting', 'dispatched')),"
         " j.comps_total - j.comps_done,"
-        " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id)"
+        " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id), j.comps_done = 0"
         /* Through jobs_shared_live (schema 013), which the planner passed
          * over for jobs_by_state: every live job read, then sorted in a
          * temporary b-tree, on every pass. */
@@ -833,6 +833,7 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         out[n].inflight = sqlite3_column_int(s, 4);
         out[n].undispatched = sqlite3_column_int(s, 5) - out[n].inflight;
         out[n].island = sqlite3_column_int64(s, 6);
+        out[n].fresh = sqlite3_column_int(s, 7);
         out[n].shard_us = 0;
         n++;
     }

@@ -457,7 +457,9 @@ int hx_cluster_stop(hx_cluster_t *c)
         int st = proc_stop(&c->atolld, SIGTERM, STOP_GRACE_MS);
         unclean += !proc_clean_exit(&c->atolld, st);
     }
-    if (unclean)
+    /* ATOLL_KEEP_RUN=1 keeps every run's directory (its store, logs) for
+     * a look afterwards, e.g. at a benchmark's host tasks. */
+    if (unclean || getenv("ATOLL_KEEP_RUN"))
         c->keep_dir = 1;
     if (c->dir[0]) {
         if (c->keep_dir)
