@@ -11,9 +11,12 @@
  * a window where all are backlogged: printed with its ratio to tenant 1's
  * against the share ratio, and the devices' busy fraction (device time of
  * all over 16 devices x the window), and the island's lookahead budget the
- * feed settled on (/metrics). Then a one-computation shared job of
- * the admin is submitted while the chains run: its submission -> started.
- * Everything is cancelled at the end. Exits 1 when a request fails. */
+ * feed settled on (/metrics). Then NEWCOMERS one-computation shared jobs
+ * of the admin are submitted one after the other (each after the last
+ * ended, 50 ms apart) while the chains run: their submission -> started
+ * (first leased) and -> started on the devices, p50/p90/max, and the mean
+ * of each step between. Everything is cancelled at the end. Exits 1 when a
+ * request fails. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,30 +28,81 @@
 #define WORKER "worker-token-bench-share-012345"
 #define CHAIN 1000
 #define MAX_CHAINS 8         /* per tenant */
+#define NEWCOMERS 12
 
 static char *chain_doc(const char *name, int n, int64_t us)
 {
     return hx_compute_chain_doc(name, n, us, 1, NULL, 4, 4);
 }
 
-/* Where the interactive job's wait went: its stamps in order (job:
+/* Where an interactive job's wait went: its stamps in order (job:
  * created, allocated; its computation: dispatched; job: started = first
- * leased by a poll; computation: started and finished on the worker). */
-static void interactive_steps(const json_t *job)
+ * leased by a poll; computation: started and finished on the worker). 0,
+ * or -1 when one is missing. */
+#define STEPS 6
+static int interactive_stamps(const json_t *job, int64_t t[STEPS])
 {
     const json_t *ct = json_object_get(json_array_get(json_object_get(job, "computations"), 0),
                                        "times_us");
-    int64_t t[6] = {hx_job_time_us(job, "created"), hx_job_time_us(job, "allocated"),
-                    json_integer_value(json_object_get(ct, "dispatched")),
-                    hx_job_time_us(job, "started"),
-                    json_integer_value(json_object_get(ct, "started")),
-                    json_integer_value(json_object_get(ct, "finished"))};
+    t[0] = hx_job_time_us(job, "created");
+    t[1] = hx_job_time_us(job, "allocated");
+    t[2] = json_integer_value(json_object_get(ct, "dispatched"));
+    t[3] = hx_job_time_us(job, "started");
+    t[4] = json_integer_value(json_object_get(ct, "started"));
+    t[5] = json_integer_value(json_object_get(ct, "finished"));
+    for (int i = 0; i < STEPS; i++)
+        if (t[i] <= 0)
+            return -1;
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* p50, p90 and max (ms) of n durations (µs), which it sorts. */
+static void print_spread(const char *name, int64_t *us, int n)
+{
+    qsort(us, (size_t)n, sizeof *us, cmp_i64);
+    printf("%s_ms p50 %.2f p90 %.2f max %.2f (%d jobs)\n", name, (double)us[n / 2] / 1e3,
+           (double)us[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1] / 1e3, (double)us[n - 1] / 1e3,
+           n);
+}
+
+/* NEWCOMERS tiny shared jobs of the admin, one at a time, among the
+ * chains. Returns 0, or -1 when one failed. */
+static int interactive(hx_client_t *admin)
+{
     static const char *const names[] = {"created_to_allocated", "allocated_to_dispatched",
                                         "dispatched_to_leased", "leased_to_worker_start",
                                         "worker_start_to_finished"};
-    for (int i = 0; i < 5; i++)
-        printf("interactive.%s_ms %.2f\n", names[i], (double)(t[i + 1] - t[i]) / 1000.0);
-    printf("interactive_submit_to_device_start_ms %.2f\n", (double)(t[4] - t[0]) / 1000.0);
+    char *tiny = chain_doc("tiny", 1, 100);
+    int64_t started[NEWCOMERS], on_dev[NEWCOMERS], sum[STEPS - 1] = {0};
+    int n = 0, rc = tiny ? 0 : -1;
+    for (; !rc && n < NEWCOMERS; n++) {
+        int64_t id, t[STEPS];
+        json_t *tj = NULL;
+        rc = hx_job_submit(admin, tiny, &id, NULL) == 201 &&
+             hx_job_wait(admin, id, 30000, 2, &tj) == 0 && interactive_stamps(tj, t) == 0 ? 0 : -1;
+        json_decref(tj);
+        if (rc)
+            break;
+        started[n] = t[3] - t[0];
+        on_dev[n] = t[4] - t[0];
+        for (int i = 0; i < STEPS - 1; i++)
+            sum[i] += t[i + 1] - t[i];
+        hx_sleep_ms(50);
+    }
+    free(tiny);
+    if (n == 0)
+        return -1;
+    for (int i = 0; i < STEPS - 1; i++)
+        printf("interactive.%s_ms mean %.2f\n", names[i], (double)sum[i] / n / 1e3);
+    print_spread("interactive_submit_to_started", started, n);
+    print_spread("interactive_submit_to_device_start", on_dev, n);
+    return rc;
 }
 
 static int make_tenant(hx_client_t *admin, const char *name, int share, hx_client_t *cl,
@@ -129,22 +183,9 @@ int main(int argc, char **argv)
     printf("feed.budget_ms %.2f\nfeed.inflight_computations %.0f\n",
            hx_metric(&admin, "atoll_feed_budget_seconds{island=\"west\"}") * 1e3,
            hx_metric(&admin, "atoll_feed_inflight{island=\"west\"}"));
-    /* Interactive latency: a tiny shared job among the chains. */
-    char *tiny = chain_doc("tiny", 1, 100);
-    int64_t tid;
-    json_t *tj = NULL;
-    if (tiny && hx_job_submit(&admin, tiny, &tid, NULL) == 201 &&
-        hx_job_wait(&admin, tid, 30000, 2, &tj) == 0) {
-        printf("interactive_submit_to_started_ms %.2f\n",
-               (double)(hx_job_time_us(tj, "started") - hx_job_time_us(tj, "created")) / 1000.0);
-        printf("interactive_submit_to_finished_ms %.2f\n",
-               (double)(hx_job_time_us(tj, "finished") - hx_job_time_us(tj, "created")) / 1000.0);
-        interactive_steps(tj);
-    } else {
+    /* Interactive latency: tiny shared jobs among the chains. */
+    if (interactive(&admin) != 0)
         rc = 1;
-    }
-    json_decref(tj);
-    free(tiny);
     /* The scheduler's passes so far (admission and feed, woken by every
      * finished computation of a shared job). */
     double passes = hx_metric(&admin, "atoll_scheduler_pass_seconds_count");

@@ -23,6 +23,10 @@ static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 /* A job allocated in this round has chunks left to dispatch
  * (sched_dispatch_job returned 1). Scheduler thread only. */
 static int sched_more_pending;
+/* A job was preempted in this round: its evictions are recorded in the
+ * round too, but a round that took this rare path reads the island again
+ * rather than keep its view (sched_round_keep). Scheduler thread only. */
+static int sched_round_evicted;
 /* Devices held per tenant between rounds (store_sched_tenants); scheduler
  * thread only, emptied by sched_admit_free when it ends. */
 static store_usage_t sched_usage;
@@ -96,6 +100,7 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         int p = sched_try_preempt(st, r, job, reqs, plan->nslices, plan->shared);
         if (p < 0)
             return -1;
+        sched_round_evicted |= p == 1;
         if (p == 1)
             a = plan->shared ? sched_place_shared(r, reqs, plan->nslices, pl)
                              : alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
@@ -223,6 +228,10 @@ void sched_admit(store_t *st)
     }
     complete = q == NULL;
     fed = sched_feed_shared(st, &r);
+    /* Every device change of this round is in r and committed: it is the
+     * next round's view unless someone else changed devices meanwhile. */
+    if (complete && fed >= 0 && !sched_round_evicted)
+        sched_round_keep(st, &r);
 cleanup:
     /* A round stopped early (store error) keeps unseen plans too: their
      * jobs may still be queued. */
@@ -238,6 +247,7 @@ cleanup:
     if (left > 0 || sched_more_pending)
         sched_notify();
     sched_more_pending = 0;
+    sched_round_evicted = 0;
 }
 
 void sched_counters(uint64_t *attempts, uint64_t *successes)

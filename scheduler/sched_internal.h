@@ -124,6 +124,7 @@ typedef struct round {
     int64_t island_id[SCHED_MAX_ISLANDS];
     alloc_island_t *isl[SCHED_MAX_ISLANDS];
     sched_dev_t *devs[SCHED_MAX_ISLANDS];
+    uint64_t own_commits;       /* store_devices_commits() when it was loaded */
 } round_t;
 
 /* Reads the islands of sched_cfg and their devices from the store into r
@@ -135,6 +136,10 @@ void sched_round_free(round_t *r);
  * when the scheduler thread ends. */
 uint64_t sched_round_device_reads(void);
 void sched_round_cache_free(void);
+/* After a round whose every device change was recorded in r (placements,
+ * evictions) and committed: r's devices become the mirror, without a
+ * read, if nobody else changed devices since it was loaded. */
+void sched_round_keep(store_t *st, const round_t *r);
 /* Frees what sched_admit keeps between rounds (the tenants' usage). */
 void sched_admit_free(void);
 /* The round's index of the island with store id island_id, or -1. */

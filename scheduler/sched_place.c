@@ -87,6 +87,7 @@ static int mirror_refresh(store_t *st, dev_mirror_t *m, const island_desc_t *d, 
 int sched_round_load(store_t *st, round_t *r)
 {
     memset(r, 0, sizeof *r);
+    r->own_commits = store_devices_commits(st);
     for (int i = 0; i < sched_cfg.nislands && i < SCHED_MAX_ISLANDS; i++) {
         const island_desc_t *d = &sched_cfg.islands[i];
         int64_t n = shape_numel(&d->shape);
@@ -105,6 +106,28 @@ int sched_round_load(store_t *st, round_t *r)
         }
     }
     return 0;
+}
+
+/* The round's own commits moved the generation by `own` since it was
+ * loaded; if the generation moved by exactly that since an island's
+ * mirror was read, nobody else changed devices (a commit counts only
+ * after it is visible) and the round's view, which recorded each of its
+ * changes, is what a read would return now. Every allocation of a round
+ * used to be followed by a read of the whole island in the next pass
+ * (2,048 devices: 0.3 ms, 17 % of the scheduler's CPU under
+ * bench_passes). Another writer's commit moves the generation past
+ * `own`, and its island is read again. */
+void sched_round_keep(store_t *st, const round_t *r)
+{
+    uint64_t own = store_devices_commits(st) - r->own_commits, gen = store_devices_gen();
+    for (int i = 0; i < r->n && own > 0; i++) {
+        dev_mirror_t *m = &mirrors[i];
+        int64_t n = alloc_island_size(r->isl[i]);
+        if (!m->valid || m->n != n || m->island_id != r->island_id[i] || gen - m->gen != own)
+            continue;
+        memcpy(m->devs, r->devs[i], (size_t)n * sizeof(sched_dev_t));
+        m->gen = gen;
+    }
 }
 
 /* Describes why a job cannot be placed now, for the dashboard and the

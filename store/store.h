@@ -175,6 +175,10 @@ uint64_t store_job_gen(int64_t job);
  * committed since and not yet counted, which every allocation re-checks
  * in its own transaction anyway. */
 uint64_t store_devices_gen(void);
+/* How many of st's own commits moved store_devices_gen (each by one): a
+ * thread that knows what its commits changed can tell whether anyone
+ * else's did (the scheduler's round mirror, sched_place.c). */
+uint64_t store_devices_commits(const store_t *st);
 /* One nested unit inside a transaction: store_savepoint() then either
  * store_release() (keep) or store_rollback_to() (undo just this unit). */
 int store_savepoint(store_t *st);

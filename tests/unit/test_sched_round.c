@@ -3,9 +3,11 @@
  * a real SQLite file: a round reads the island's devices again only after
  * a commit changed a device's holder, a shared hold or a worker (counted
  * by sched_round_device_reads); a report's busy time or a heartbeat does
- * not make it read; and whatever changed is what the next round and the
- * next tenants' read see. Those writes go through store_begin/store_commit
- * like every writer in atolld. */
+ * not make it read; a round that recorded its own committed change keeps
+ * its view without a read unless another connection committed a change
+ * too; and whatever changed is what the next round and the next tenants'
+ * read see. Those writes go through store_begin/store_commit like every
+ * writer in atolld. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +111,62 @@ static void test_mirror_reads_only_after_device_changes(void **state)
     assert_int_equal(sched_round_device_reads(), reads + 3);
 }
 
+/* Another thread's connection, as the report applier or an API handler
+ * would write: one transaction of sql. */
+static void *other_writer(void *sql)
+{
+    store_t *st = store_thread();
+    int ok = st && store_begin(st) == 0;
+    ok = ok && sqlite3_exec(store_db(st), sql, NULL, NULL, NULL) == SQLITE_OK;
+    ok = ok && store_commit(st) == 0;
+    store_thread_close();
+    return ok ? sql : NULL;
+}
+
+static void write_elsewhere(const char *sql)
+{
+    pthread_t t;
+    void *ok = NULL;
+    assert_int_equal(pthread_create(&t, NULL, other_writer, (void *)sql), 0);
+    assert_int_equal(pthread_join(t, &ok), 0);
+    assert_non_null(ok);
+}
+
+/* A round that places a job commits the placement and records it in its
+ * view (sched_round_take): kept, the next round reads nothing, and sees
+ * it. A change another connection committed meanwhile makes the round's
+ * view stale: not kept, read again, both seen. */
+static void test_round_keeps_its_own_changes(void **state)
+{
+    fixture_t *f = *state;
+    round_t r;
+    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                 " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
+                 " (79, 'z', 'running', 0, 0, 1, 0)");
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    uint64_t reads = sched_round_device_reads();
+    r.devs[0][1].job = 77;
+    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 1");
+    sched_round_keep(f->st, &r);
+    sched_round_free(&r);
+    int64_t job, worker;
+    round_device(f, 1, &job, &worker);
+    assert_int_equal(job, 77);
+    assert_int_equal(sched_round_device_reads(), reads);
+
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    r.devs[0][2].job = 77;
+    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 2");
+    write_elsewhere("UPDATE devices SET job_id = 79 WHERE idx = 0");
+    sched_round_keep(f->st, &r);
+    sched_round_free(&r);
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 79);
+    assert_int_equal(sched_round_device_reads(), reads + 1);
+    round_device(f, 2, &job, &worker);
+    assert_int_equal(job, 77);
+}
+
 /* A shared hold is what makes a device busy for exclusive jobs. */
 static void test_mirror_sees_shared_holds(void **state)
 {
@@ -165,6 +224,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mirror_reads_only_after_device_changes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_mirror_sees_shared_holds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
