@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 /* Per-tenant queues: in one round the scheduler stops reading further down
  * a tenant's queue once this many of its jobs waited (were not placed), so
  * a round costs O(tenants x SCHED_LOOKAHEAD + jobs placed + islands),
@@ -17,6 +19,13 @@
 #define SCHED_LOOKAHEAD 16
 /* Jobs read from one tenant's queue per index probe. */
 #define SCHED_PAGE 8
+/* A round stops placing jobs once it has run this long (µs) and placed
+ * one, and another round follows at once: a queue of jobs that the
+ * island's release let in was placed in one round of 5-25 ms (bench_passes,
+ * 2,048 devices), and for that long no report was fed on, no newcomer
+ * admitted. The next round starts again from the queues' heads, so the
+ * order is the same as one long round's. */
+#define SCHED_ROUND_ADMIT_US 500
 
 static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 
@@ -199,7 +208,10 @@ void sched_admit(store_t *st)
 {
     sched_tenant_t *ts = NULL;
     tenant_q_t *qs = NULL;
-    int nt = 0, complete = 0, fed = 0, wrote = 0, left = 0;
+    int nt = 0, complete = 0, yielded = 0, fed = 0, wrote = 0, left = 0;
+    int64_t t0 = util_mono_us();
+    int64_t admit_us = sched_cfg.round_admit_us > 0 ? sched_cfg.round_admit_us
+                                                    : SCHED_ROUND_ADMIT_US;
     round_t r;
     if (sched_round_load(st, &r) != 0)
         goto cleanup;
@@ -223,6 +235,10 @@ void sched_admit(store_t *st)
         int rc = admit_job(st, &r, &q->page[q->next++], &q->t.used, blocked);
         if (rc < 0)
             break;
+        if (rc == 1 && util_mono_us() - t0 >= admit_us) {
+            yielded = 1;
+            break;
+        }
         if (rc == 0 && ++q->waits >= SCHED_LOOKAHEAD)
             q->done = 1;
     }
@@ -230,7 +246,7 @@ void sched_admit(store_t *st)
     fed = sched_feed_shared(st, &r);
     /* Every device change of this round is in r and committed: it is the
      * next round's view unless someone else changed devices meanwhile. */
-    if (complete && fed >= 0 && !sched_round_evicted)
+    if ((complete || yielded) && fed >= 0 && !sched_round_evicted)
         sched_round_keep(st, &r);
 cleanup:
     /* A round stopped early (store error) keeps unseen plans too: their
@@ -242,9 +258,9 @@ cleanup:
     free(ts);
     if (fed > 0 && sched_cfg.on_dispatch)
         sched_cfg.on_dispatch();    /* admissions woke their workers already */
-    /* Chunks left, or a first one written in this round: another pass at
-     * once, not at the next report or tick. */
-    if (left > 0 || sched_more_pending)
+    /* Chunks left, a first one written in this round, or jobs left to
+     * place: another pass at once, not at the next report or tick. */
+    if (left > 0 || sched_more_pending || yielded)
         sched_notify();
     sched_more_pending = 0;
     sched_round_evicted = 0;

@@ -135,6 +135,9 @@ void sched_round_free(round_t *r);
  * store_devices_gen() moved): how many reads it made, and freeing them
  * when the scheduler thread ends. */
 uint64_t sched_round_device_reads(void);
+/* Of the refreshes, those that read only the devices that changed
+ * (store_devlog_since), not the whole island. */
+uint64_t sched_round_device_patches(void);
 void sched_round_cache_free(void);
 /* After a round whose every device change was recorded in r (placements,
  * evictions) and committed: r's devices become the mirror, without a

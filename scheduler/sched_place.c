@@ -48,7 +48,11 @@ typedef struct dev_mirror {
 } dev_mirror_t;
 
 static dev_mirror_t mirrors[SCHED_MAX_ISLANDS];
-static uint64_t mirror_reads;
+static uint64_t mirror_reads, mirror_patches;
+/* At most this many changed devices are read one by one (store_devlog_
+ * since); more, and the whole island is read (the point reads would cost
+ * about as much). */
+#define MIRROR_PATCH_MAX 128
 
 void sched_round_cache_free(void)
 {
@@ -59,6 +63,7 @@ void sched_round_cache_free(void)
 }
 
 uint64_t sched_round_device_reads(void) { return mirror_reads; }
+uint64_t sched_round_device_patches(void) { return mirror_patches; }
 
 /* Island i of sched_cfg (n devices) as of now into m: read again only when
  * a change was committed since the last read. 0 or -1 (m then invalid). */
@@ -67,6 +72,18 @@ static int mirror_refresh(store_t *st, dev_mirror_t *m, const island_desc_t *d, 
     uint64_t gen = store_devices_gen();
     if (m->valid && m->gen == gen && m->n == n)
         return 0;
+    if (m->valid && m->n == n) {
+        /* Only the devices that changed since, when they are few: a job's
+         * end on a big island no longer costs a read of all of it. */
+        int64_t idx[MIRROR_PATCH_MAX];
+        uint64_t upto;
+        int k = store_devlog_since(m->gen, m->island_id, idx, MIRROR_PATCH_MAX, &upto);
+        if (k >= 0 && store_sched_devices_patch(st, m->island_id, m->devs, n, idx, k) == 0) {
+            m->gen = upto;
+            mirror_patches++;
+            return 0;
+        }
+    }
     m->valid = 0;
     if (m->n != n || !m->devs) {
         free(m->devs);

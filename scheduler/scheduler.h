@@ -28,6 +28,8 @@ typedef struct sched_config {
     int64_t lease_us;               /* worker heartbeat lease */
     int sequential;                 /* 1: --dispatch sequential */
     void (*on_dispatch)(void);      /* called after host tasks became pending */
+    int64_t round_admit_us;         /* a round stops placing jobs past this (µs) once it
+                                     * placed one; 0: SCHED_ROUND_ADMIT_US (sched_admit.c) */
 } sched_config_t;
 
 int sched_start(const sched_config_t *cfg);

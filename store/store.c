@@ -44,6 +44,7 @@ struct store {
     sqlite3 *db;
     kick_set_t kick_workers, kick_jobs;
     int kick_devices;           /* the transaction changed what store_sched_devices reads */
+    store_devchg_t devchg;      /* which devices (store_devlog.c) */
     uint64_t device_commits;    /* commits of this connection that moved store_devices_gen */
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
@@ -71,11 +72,6 @@ typedef struct watch_gen {
     _Atomic uint64_t slot[STORE_WATCH_SLOTS];
 } watch_gen_t;
 static watch_gen_t store_worker_watch, store_job_watch;
-/* Moves after a commit that changed what the scheduler's device mirror
- * holds (store_devices_gen): devices' holder, worker or local number,
- * device_holds rows, a worker's registration or state. Reports (busy_us),
- * heartbeats and everything else leave it alone. */
-static _Atomic uint64_t store_devices_watch;
 /* Set once the schema is migrated: connections opened later install the
  * poll watch at once (the first one, after migrating). */
 static _Atomic int store_schema_ready;
@@ -171,7 +167,6 @@ static uint64_t watch_read(watch_gen_t *g, int64_t id)
 uint64_t store_poll_gen(int64_t worker) { return watch_read(&store_worker_watch, worker); }
 uint64_t store_workers_gen(void) { return atomic_load(&store_worker_watch.all); }
 uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); }
-uint64_t store_devices_gen(void) { return atomic_load(&store_devices_watch); }
 uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
 
 /* What a worker's poll answers (store_poll.c's probe) depends on: its host
@@ -203,15 +198,15 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_worker AFTER UPDATE OF state ON main.workers" \
     " BEGIN SELECT atoll_kick_all(); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_new AFTER INSERT ON main.devices" \
-    " BEGIN SELECT atoll_kick_devices(); END;" \
+    " BEGIN SELECT atoll_kick_devices(NEW.island_id, NEW.idx); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_set AFTER UPDATE OF job_id, worker_id, local" \
-    " ON main.devices BEGIN SELECT atoll_kick_devices(); END;" \
+    " ON main.devices BEGIN SELECT atoll_kick_devices(NEW.island_id, NEW.idx); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_gone AFTER DELETE ON main.devices" \
-    " BEGIN SELECT atoll_kick_devices(); END;" \
+    " BEGIN SELECT atoll_kick_devices(OLD.island_id, OLD.idx); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_hold_new AFTER INSERT ON main.device_holds" \
-    " BEGIN SELECT atoll_kick_devices(); END;" \
+    " BEGIN SELECT atoll_kick_devices(NEW.island_id, NEW.idx); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_hold_gone AFTER DELETE ON main.device_holds" \
-    " BEGIN SELECT atoll_kick_devices(); END;" \
+    " BEGIN SELECT atoll_kick_devices(OLD.island_id, OLD.idx); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_worker_new AFTER INSERT ON main.workers" \
     " BEGIN SELECT atoll_kick_devices(); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_worker AFTER UPDATE OF state, data_addr," \
@@ -234,13 +229,16 @@ static void store_kick_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_null(ctx);
 }
 
-/* atoll_kick_devices(): the transaction changed the devices' holders or
- * workers. The user data is the connection's flag. */
+/* atoll_kick_devices(island, idx): the transaction changed that device's
+ * holder, shared holds, worker or local number; atoll_kick_devices():
+ * something of every device's (a worker registered, left, moved). The
+ * user data is the connection. */
 static void store_kick_devices_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    (void)argc;
-    (void)argv;
-    *(int *)sqlite3_user_data(ctx) = 1;
+    store_t *st = sqlite3_user_data(ctx);
+    st->kick_devices = 1;
+    store_devlog_note(&st->devchg, argc == 2 ? sqlite3_value_int64(argv[0]) : 0,
+                      argc == 2 ? sqlite3_value_int64(argv[1]) : -1);
     sqlite3_result_null(ctx);
 }
 
@@ -265,7 +263,9 @@ static int store_watch(store_t *st)
                                 store_kick_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(st->db, "atoll_kick_job", 1, SQLITE_UTF8, &st->kick_jobs,
                                 store_kick_fn, NULL, NULL) != SQLITE_OK ||
-        sqlite3_create_function(st->db, "atoll_kick_devices", 0, SQLITE_UTF8, &st->kick_devices,
+        sqlite3_create_function(st->db, "atoll_kick_devices", 0, SQLITE_UTF8, st,
+                                store_kick_devices_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_devices", 2, SQLITE_UTF8, st,
                                 store_kick_devices_fn, NULL, NULL) != SQLITE_OK)
         return -1;
     return store_exec(st, STORE_WATCH_SQL);
@@ -453,8 +453,11 @@ int store_commit(store_t *st)
     if (rc == 0) {
         kick_apply(&store_worker_watch, &st->kick_workers);
         kick_apply(&store_job_watch, &st->kick_jobs);
+        /* The generation (store_devices_gen) moves after the commit is
+         * visible: what changed devices, a worker's registration or state.
+         * Reports (busy_us), heartbeats and everything else leave it. */
         if (st->kick_devices) {
-            atomic_fetch_add(&store_devices_watch, 1);
+            store_devlog_publish(&st->devchg);
             st->device_commits++;
         }
         st->kick_devices = 0;
@@ -467,6 +470,7 @@ void store_rollback(store_t *st)
         store_exec(st, "ROLLBACK");
     memset(&st->kick_workers, 0, sizeof st->kick_workers);
     memset(&st->kick_jobs, 0, sizeof st->kick_jobs);
+    memset(&st->devchg, 0, sizeof st->devchg);
     st->kick_devices = 0;
     store_write_end(st);
 }
@@ -739,7 +743,7 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
      * not the last one's: store_workers_gen moves). */
     atomic_store(&store_schema_ready, 0);
     atomic_fetch_add(&store_worker_watch.all, 1);
-    atomic_fetch_add(&store_devices_watch, 1);
+    store_devlog_publish(NULL);
     store_t *st = store_thread();
     if (!st)
         return err_set(e, -1, "db", "cannot open database %s", path), -1;

@@ -175,6 +175,13 @@ uint64_t store_job_gen(int64_t job);
  * committed since and not yet counted, which every allocation re-checks
  * in its own transaction anyway. */
 uint64_t store_devices_gen(void);
+/* The devices of island whose holder, shared holds, worker or local
+ * number changed in the generations (since, *upto], *upto being the
+ * generation now, into idx[0..cap) (distinct): their count, or -1 when
+ * that is unknown or not worth it (a change that was not one device's, a
+ * database opened, more than cap devices, or so long ago that the record
+ * is gone): then read everything. store_devlog.c. */
+int store_devlog_since(uint64_t since, int64_t island, int64_t *idx, int cap, uint64_t *upto);
 /* How many of st's own commits moved store_devices_gen (each by one): a
  * thread that knows what its commits changed can tell whether anyone
  * else's did (the scheduler's round mirror, sched_place.c). */
@@ -453,6 +460,11 @@ typedef struct sched_dev {
 } sched_dev_t;
 /* Fills devs[0..n-1] for the island (n = its device count). */
 int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t n);
+/* Reads again devs[idx[i]] for the k devices idx[0..k) of the island
+ * (store_devlog_since's answer), as store_sched_devices would fill them.
+ * 0 or -1. */
+int store_sched_devices_patch(store_t *st, int64_t island, sched_dev_t *devs, int64_t n,
+                              const int64_t *idx, int k);
 
 typedef struct sched_job {
     int64_t id;
@@ -486,7 +498,8 @@ void store_usage_free(store_usage_t *u);
 /* Every tenant with at least one queued job (malloc'd array in *out, the
  * caller frees), with the devices it holds from u (read again only when
  * store_devices_gen() moved): O(tenants), O(held devices) after a change,
- * never O(queue). 0 or -1. */
+ * never O(queue). A lone tenant without a quota gets used = 0: nothing
+ * ranks or caps it. 0 or -1. */
 int store_sched_tenants(store_t *st, store_usage_t *u, sched_tenant_t **out, int *n);
 /* Up to cap queued jobs of one tenant (0: without a tenant) that come after
  * (after_prio, after_id) in its queue order (priority desc, then id); pass

@@ -44,6 +44,22 @@ const char *store_vfs_name(void);
  * auto-checkpointing, so no COMMIT checkpoints. Returns SQLITE_OK. */
 int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages);
 
+/* store_devlog.c: the devices a connection's transaction changed (the
+ * TEMP triggers name them: store.c), published with the generation its
+ * commit moves. Cleared by store_devlog_publish and on rollback. */
+#define STORE_DEVCHG_MAX 256
+typedef struct store_devchg {
+    int all;                    /* not one device's change, or too many */
+    int n;
+    int64_t dev[STORE_DEVCHG_MAX][2];   /* island id, device index */
+} store_devchg_t;
+/* Notes one device (idx < 0: everything). */
+void store_devlog_note(store_devchg_t *c, int64_t island, int64_t idx);
+/* After a commit that changed devices (c: its changes; NULL: everything):
+ * moves store_devices_gen() by one and records what changed with it.
+ * Returns the new generation; empties c. */
+uint64_t store_devlog_publish(store_devchg_t *c);
+
 /* store_worker.c: 1 when the worker is live (registered, lease not
  * expired), 0 when not (fenced: store_poll.c and store_progress.c refuse it),
  * -1 on error. A read; inside the caller's transaction when it has one. */

@@ -5,6 +5,7 @@
 #define SUPPORT_STORE_H
 
 #include <jansson.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -44,6 +45,17 @@ static inline store_t *support_store_open(support_store_t *d, const island_desc_
     store_t *st = store_thread();
     assert_non_null(st);
     return st;
+}
+
+/* One integer from a one-row, one-column query on st's connection. */
+static inline int64_t support_store_int(store_t *st, const char *sql)
+{
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(st), sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
 }
 
 /* Submits the job document `doc` as POST /v1/jobs would; its id. */

@@ -65,7 +65,7 @@ static int setup(void **state)
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->st = support_store_open(&f->d, islands, 1);
-    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL};
+    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0};
     support_store_register(f->st, "west", "127.0.0.1:1", 4);
     char *doc = chain_doc();
     f->job = support_store_submit(f->st, doc, islands, 1);

@@ -5,8 +5,9 @@
  * by sched_round_device_reads); a report's busy time or a heartbeat does
  * not make it read; a round that recorded its own committed change keeps
  * its view without a read unless another connection committed a change
- * too; and whatever changed is what the next round and the next tenants'
- * read see. Those writes go through store_begin/store_commit like every
+ * too; a round past its time places no more jobs, and the next one goes
+ * on from there; and whatever changed is what the next round and the next
+ * tenants' read see. Those writes go through store_begin/store_commit like every
  * writer in atolld. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "sched_internal.h"
+#include "store_internal.h"
 #include "support_store.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
@@ -31,7 +33,7 @@ typedef support_worker_fixture_t fixture_t;
 static int setup(void **state)
 {
     fixture_t *f = support_worker_fixture(islands, 1, 4);
-    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL};
+    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0};
     *state = f;
     return 0;
 }
@@ -39,6 +41,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     sched_round_cache_free();
+    sched_plans_free_all();
+    sched_admit_free();
     return support_store_teardown(state);
 }
 
@@ -63,43 +67,53 @@ static void round_device(fixture_t *f, int k, int64_t *job, int64_t *worker)
     sched_round_free(&r);
 }
 
+/* Refreshes of the mirror so far: whole-island reads and patches. */
+static uint64_t refreshes(void)
+{
+    return sched_round_device_reads() + sched_round_device_patches();
+}
+
 static void test_mirror_reads_only_after_device_changes(void **state)
 {
     fixture_t *f = *state;
     int64_t job, worker;
     round_device(f, 0, &job, &worker);
-    uint64_t reads = sched_round_device_reads();
+    uint64_t reads = refreshes(), full = sched_round_device_reads();
     assert_int_equal(worker, f->worker);
     assert_int_equal(job, 0);
 
     /* Nothing changed: the mirror answers. */
     round_device(f, 0, &job, &worker);
-    assert_int_equal(sched_round_device_reads(), reads);
+    assert_int_equal(refreshes(), reads);
 
     /* A report's device time and a heartbeat change other columns. */
     write_sql(f, "UPDATE devices SET busy_us = busy_us + 5 WHERE idx = 0");
     write_sql(f, "UPDATE workers SET heartbeat_at = heartbeat_at + 1");
     round_device(f, 0, &job, &worker);
-    assert_int_equal(sched_round_device_reads(), reads);
+    assert_int_equal(refreshes(), reads);
 
-    /* An exclusive holder: read again, and seen. A job row is needed for
-     * the foreign key; its document does not matter here. */
+    /* An exclusive holder: that device read again (not the island), and
+     * seen. A job row is needed for the foreign key; its document does not
+     * matter here. */
     write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
                  " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
     write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 2");
     round_device(f, 2, &job, &worker);
-    assert_int_equal(sched_round_device_reads(), reads + 1);
+    assert_int_equal(refreshes(), reads + 1);
+    assert_int_equal(sched_round_device_reads(), full);
     assert_int_equal(job, 77);
 
-    /* Released, then the worker gone: each read again and seen. */
+    /* Released, then the worker gone (every device of it: the island is
+     * read whole): each read again and seen. */
     write_sql(f, "UPDATE devices SET job_id = NULL WHERE idx = 2");
     round_device(f, 2, &job, &worker);
     assert_int_equal(job, 0);
-    assert_int_equal(sched_round_device_reads(), reads + 2);
+    assert_int_equal(refreshes(), reads + 2);
     write_sql(f, "UPDATE workers SET state = 'gone'");
     round_device(f, 2, &job, &worker);
     assert_int_equal(worker, 0);
-    assert_int_equal(sched_round_device_reads(), reads + 3);
+    assert_int_equal(refreshes(), reads + 3);
+    assert_int_equal(sched_round_device_reads(), full + 1);
 
     /* A rolled-back change moves nothing. */
     assert_int_equal(store_begin(f->st), 0);
@@ -108,7 +122,7 @@ static void test_mirror_reads_only_after_device_changes(void **state)
     store_rollback(f->st);
     round_device(f, 1, &job, &worker);
     assert_int_equal(job, 0);
-    assert_int_equal(sched_round_device_reads(), reads + 3);
+    assert_int_equal(refreshes(), reads + 3);
 }
 
 /* Another thread's connection, as the report applier or an API handler
@@ -144,7 +158,7 @@ static void test_round_keeps_its_own_changes(void **state)
                  " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
                  " (79, 'z', 'running', 0, 0, 1, 0)");
     assert_int_equal(sched_round_load(f->st, &r), 0);
-    uint64_t reads = sched_round_device_reads();
+    uint64_t reads = refreshes();
     r.devs[0][1].job = 77;
     write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 1");
     sched_round_keep(f->st, &r);
@@ -152,7 +166,7 @@ static void test_round_keeps_its_own_changes(void **state)
     int64_t job, worker;
     round_device(f, 1, &job, &worker);
     assert_int_equal(job, 77);
-    assert_int_equal(sched_round_device_reads(), reads);
+    assert_int_equal(refreshes(), reads);
 
     assert_int_equal(sched_round_load(f->st, &r), 0);
     r.devs[0][2].job = 77;
@@ -162,9 +176,81 @@ static void test_round_keeps_its_own_changes(void **state)
     sched_round_free(&r);
     round_device(f, 0, &job, &worker);
     assert_int_equal(job, 79);
-    assert_int_equal(sched_round_device_reads(), reads + 1);
+    assert_int_equal(refreshes(), reads + 1);
     round_device(f, 2, &job, &worker);
     assert_int_equal(job, 77);
+}
+
+/* The record of changed devices: a commit's devices, by island, distinct;
+ * "everything" for a worker's change; -1 past the caller's cap, and once
+ * the ring no longer holds all of the range asked for. */
+static void test_devlog_names_changed_devices(void **state)
+{
+    fixture_t *f = *state;
+    int64_t isl = store_island_id(f->st, "west"), idx[8];
+    uint64_t g0 = store_devices_gen(), upto = 0;
+    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                 " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
+    assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 0);
+    assert_int_equal(upto, g0);
+    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 1");
+    assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 1);
+    assert_int_equal(idx[0], 1);
+    assert_int_equal(upto, g0 + 1);
+    write_sql(f, "INSERT INTO device_holds (island_id, idx, job_id)"
+                 " SELECT island_id, 3, 77 FROM devices WHERE idx = 3");
+    write_sql(f, "UPDATE devices SET job_id = NULL WHERE idx = 1");
+    assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 2);
+    assert_true((idx[0] == 1 && idx[1] == 3) || (idx[0] == 3 && idx[1] == 1));
+    assert_int_equal(store_devlog_since(g0 + 2, isl, idx, 8, &upto), 1);
+    assert_int_equal(store_devlog_since(g0, isl, idx, 1, &upto), -1);
+    assert_int_equal(store_devlog_since(g0, isl + 1000, idx, 8, &upto), 0);
+    uint64_t g1 = store_devices_gen();
+    write_sql(f, "UPDATE workers SET state = 'gone'");
+    assert_int_equal(store_devlog_since(g1, isl, idx, 8, &upto), -1);
+
+    /* One device per generation until the ring has dropped g2's. */
+    uint64_t g2 = store_devices_gen();
+    store_devchg_t c = {0};
+    store_devlog_note(&c, isl, 0);
+    store_devlog_publish(&c);
+    assert_int_equal(store_devlog_since(g2, isl, idx, 8, &upto), 1);
+    for (int i = 0; i < 20000; i++) {
+        store_devlog_note(&c, isl + 1000, 0);
+        store_devlog_publish(&c);
+    }
+    assert_int_equal(store_devlog_since(g2, isl, idx, 8, &upto), -1);
+    assert_int_equal(store_devlog_since(store_devices_gen() - 5, isl, idx, 8, &upto), 0);
+}
+
+/* Jobs placed (allocated, or running once their tasks were leased). */
+static int jobs_allocated(fixture_t *f)
+{
+    return (int)support_store_int(f->st, "SELECT COUNT(*) FROM jobs"
+                                         " WHERE state IN ('allocated', 'running')");
+}
+
+/* With a round's time for placing jobs at 1 µs, each round places one of
+ * the two queued jobs that fit (the oldest first), and the next round the
+ * other: a long queue is placed over short rounds, not in one. */
+static void test_round_stops_placing_past_its_time(void **state)
+{
+    fixture_t *f = *state;
+    int64_t a = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    sched_cfg.round_admit_us = 1;
+    sched_admit(f->st);
+    int first = jobs_allocated(f);
+    json_t *ja = store_job_json(f->st, a);
+    const char *sa = json_string_value(json_object_get(ja, "state"));
+    int oldest = sa && (strcmp(sa, "allocated") == 0 || strcmp(sa, "running") == 0);
+    json_decref(ja);
+    sched_admit(f->st);
+    int second = jobs_allocated(f);
+    sched_cfg.round_admit_us = 0;
+    assert_int_equal(first, 1);
+    assert_true(oldest);
+    assert_int_equal(second, 2);
 }
 
 /* A shared hold is what makes a device busy for exclusive jobs. */
@@ -196,12 +282,12 @@ static void test_tenant_usage_follows_holders(void **state)
     sched_tenant_t *ts = NULL;
     int n = 0;
     write_sql(f, "INSERT INTO tenants (id, name, token_hash, share, created_at)"
-                 " VALUES (5, 't', 'th', 1, 0)");
+                 " VALUES (5, 't', 'th', 1, 0), (6, 'u', 'th6', 1, 0)");
     write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
                  " created_at, tenant_id) VALUES (80, 'q', 'queued', 0, 0, 1, 0, 5),"
-                 " (81, 'r', 'running', 0, 0, 1, 0, 5)");
+                 " (81, 'r', 'running', 0, 0, 1, 0, 5), (82, 's', 'queued', 0, 0, 1, 0, 6)");
     assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
-    assert_int_equal(n, 1);
+    assert_int_equal(n, 2);
     assert_int_equal(ts[0].id, 5);
     assert_int_equal(ts[0].used, 0);
     free(ts);
@@ -225,6 +311,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_mirror_sees_shared_holds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,31 +88,21 @@ static void *sender_main(void *arg)
     return NULL;
 }
 
-/* One integer from a one-row, one-column query. */
-static int64_t query_int(store_t *st, const char *sql)
-{
-    sqlite3_stmt *s = NULL;
-    assert_int_equal(sqlite3_prepare_v2(store_db(st), sql, -1, &s, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
 
 static int64_t busy_of(store_t *st, int idx)
 {
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT busy_us FROM devices WHERE idx = %d AND island_id ="
              " (SELECT id FROM islands WHERE name = 'west')", idx);
-    return query_int(st, sql);
+    return support_store_int(st, sql);
 }
 
 static void test_acc_sums_and_undo(void **state)
 {
     fixture_t *f = *state;
     store_t *st = f->st;
-    int64_t isl = query_int(st, "SELECT id FROM islands WHERE name = 'west'");
-    int64_t used0 = query_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
+    int64_t isl = support_store_int(st, "SELECT id FROM islands WHERE name = 'west'");
+    int64_t used0 = support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
     report_acc_t a = REPORT_ACC_INIT;
     assert_int_equal(store_begin(st), 0);
     assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", 5, 99, 10), 0);
@@ -131,7 +121,7 @@ static void test_acc_sums_and_undo(void **state)
     assert_int_equal(busy_of(st, 5), 8);
     assert_int_equal(busy_of(st, 6), 0);
     assert_int_equal(busy_of(st, 0), 0);
-    assert_int_equal(query_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage") - used0,
+    assert_int_equal(support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage") - used0,
                      13);
 }
 

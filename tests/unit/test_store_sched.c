@@ -102,13 +102,17 @@ static int64_t register_worker(store_t *st)
     return support_store_register(st, "west", "127.0.0.1:1", 4);
 }
 
-/* Tries to allocate devices 0 and 1 of west to the job, as on worker w. */
-static int allocate(store_t *st, int64_t job, int shared, int64_t w)
+/* Tries to allocate devices dev[0..n) of west to the job, as on worker w. */
+static int allocate_devs(store_t *st, int64_t job, int shared, int64_t w, const int64_t *dev,
+                         int n)
 {
-    int64_t isl[2], dev[2] = {0, 1}, wrk[2] = {w, w};
-    isl[0] = isl[1] = store_island_id(st, "west");
+    int64_t isl[4], wrk[4];
+    for (int i = 0; i < n; i++) {
+        isl[i] = store_island_id(st, "west");
+        wrk[i] = w;
+    }
     assert_int_equal(store_begin(st), 0);
-    int rc = store_sched_mark_allocated(st, job, shared, isl, dev, wrk, 2, "{}");
+    int rc = store_sched_mark_allocated(st, job, shared, isl, dev, wrk, n, "{}");
     if (rc == 0)
         assert_int_equal(store_commit(st), 0);
     else
@@ -119,6 +123,44 @@ static int allocate(store_t *st, int64_t job, int shared, int64_t w)
 /* The allocation is written only while each device is on the worker the
  * round saw: host tasks for a worker that left or was replaced meanwhile
  * would never run, and the job would wait for ever. */
+static int allocate(store_t *st, int64_t job, int shared, int64_t w)
+{
+    static const int64_t dev[2] = {0, 1};
+    return allocate_devs(st, job, shared, w, dev, 2);
+}
+
+/* Holders (an exclusive job, shared holds) of west's device idx. */
+static int holders(store_t *st, int idx)
+{
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT COUNT(*) FROM devices WHERE idx = %d AND job_id IS NOT NULL) +"
+             " (SELECT COUNT(*) FROM device_holds WHERE idx = %d)", idx, idx);
+    return (int)support_store_int(st, sql);
+}
+
+/* An allocation takes its devices only if no exclusive job holds any of
+ * them, and, for an exclusive one, no shared job either; all or nothing,
+ * whether its devices are one run of indexes or several. */
+static void test_allocate_checks_holders(void **state)
+{
+    fixture_t *f = *state;
+    int64_t a = submit(f->st), b = submit(f->st), c = submit(f->st), d = submit(f->st);
+    int64_t w = register_worker(f->st);
+    static const int64_t d02[2] = {0, 2}, d3[1] = {3}, d23[2] = {2, 3}, d13[2] = {1, 3};
+    assert_int_equal(allocate_devs(f->st, a, 0, w, d02, 2), 0);     /* two runs */
+    assert_int_equal(holders(f->st, 0) + holders(f->st, 2), 2);
+    assert_int_equal(allocate_devs(f->st, b, 0, w, d23, 2), -1);    /* 2 is a's */
+    assert_int_equal(allocate_devs(f->st, b, 1, w, d23, 2), -1);    /* shared: still a's */
+    assert_int_equal(holders(f->st, 3), 0);                         /* nothing half-done */
+    assert_int_equal(allocate_devs(f->st, c, 1, w, d3, 1), 0);      /* a shared hold on 3 */
+    assert_int_equal(allocate_devs(f->st, d, 1, w, d13, 2), 0);     /* shared joins it */
+    assert_int_equal(holders(f->st, 3), 2);
+    assert_int_equal(allocate_devs(f->st, b, 0, w, d13, 2), -1);    /* exclusive: held */
+    expect_job(f->st, b, "queued", 0);
+    assert_int_equal(holders(f->st, 1), 1);
+}
+
 static void test_allocate_checks_worker(void **state)
 {
     fixture_t *f = *state;
@@ -282,6 +324,8 @@ int main(void)
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_island_idle, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_lease_ids_survive_restart, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_allocate_checks_holders, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup,
                                         support_store_teardown),
