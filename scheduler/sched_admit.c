@@ -26,6 +26,11 @@
  * admitted. The next round starts again from the queues' heads, so the
  * order is the same as one long round's. */
 #define SCHED_ROUND_ADMIT_US 500
+/* After this many rounds in a row stopped that way, the next one runs to
+ * the end of the queues: only a round that saw every queue head drops
+ * the cached plans of jobs that left them (sched_plans_sweep), and under
+ * a steady stream of placements every round could stop early. */
+#define SCHED_ROUNDS_CUT_MAX 32
 
 static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 
@@ -36,11 +41,17 @@ static int sched_more_pending;
  * round too, but a round that took this rare path reads the island again
  * rather than keep its view (sched_round_keep). Scheduler thread only. */
 static int sched_round_evicted;
+/* Rounds stopped by SCHED_ROUND_ADMIT_US in a row. Scheduler thread only. */
+static int sched_rounds_cut;
 /* Devices held per tenant between rounds (store_sched_tenants); scheduler
  * thread only, emptied by sched_admit_free when it ends. */
 static store_usage_t sched_usage;
 
-void sched_admit_free(void) { store_usage_free(&sched_usage); }
+void sched_admit_free(void)
+{
+    store_usage_free(&sched_usage);
+    sched_rounds_cut = 0;
+}
 
 /* Writes the job's pending_reason only when it differs from the one this
  * thread last wrote: a job waiting round after round for the same reason
@@ -210,8 +221,9 @@ void sched_admit(store_t *st)
     tenant_q_t *qs = NULL;
     int nt = 0, complete = 0, yielded = 0, fed = 0, wrote = 0, left = 0;
     int64_t t0 = util_mono_us();
-    int64_t admit_us = sched_cfg.round_admit_us > 0 ? sched_cfg.round_admit_us
-                                                    : SCHED_ROUND_ADMIT_US;
+    int64_t admit_us = sched_rounds_cut >= SCHED_ROUNDS_CUT_MAX ? INT64_MAX
+                       : sched_cfg.round_admit_us > 0 ? sched_cfg.round_admit_us
+                                                      : SCHED_ROUND_ADMIT_US;
     round_t r;
     if (sched_round_load(st, &r) != 0)
         goto cleanup;
@@ -243,6 +255,7 @@ void sched_admit(store_t *st)
             q->done = 1;
     }
     complete = q == NULL;
+    sched_rounds_cut = yielded ? sched_rounds_cut + 1 : 0;
     fed = sched_feed_shared(st, &r);
     /* Every device change of this round is in r and committed: it is the
      * next round's view unless someone else changed devices meanwhile. */

@@ -143,7 +143,8 @@ void sched_round_cache_free(void);
  * evictions) and committed: r's devices become the mirror, without a
  * read, if nobody else changed devices since it was loaded. */
 void sched_round_keep(store_t *st, const round_t *r);
-/* Frees what sched_admit keeps between rounds (the tenants' usage). */
+/* Frees and resets what sched_admit keeps between rounds (the tenants' usage,
+ * the count of rounds cut short in a row). */
 void sched_admit_free(void);
 /* The round's index of the island with store id island_id, or -1. */
 int sched_round_island(const round_t *r, int64_t island_id);

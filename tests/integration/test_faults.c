@@ -6,7 +6,8 @@
  *    job holding it is retried on the other worker (or fails naming the
  *    worker when max_retries is 0); its polls, heartbeats and reports are
  *    refused while gone; after SIGCONT it registers again and its devices
- *    come back free.
+ *    come back free. lease_shared: the same for two shared jobs holding
+ *    the same devices (DESIGN Part D): both go back and succeed, right.
  * 2. chaos (bounded, loopback): one island 2x4 covered by four workers of
  *    two devices, lease 1 s. A driver thread submits a few hundred small
  *    jobs with known results, each with an Idempotency-Key and retried on
@@ -244,6 +245,52 @@ static void test_lease_retry(void **state)
     double s1 = json_number_value(json_object_get(z1, "sum"));
     json_decref(res);
     T_CHECK(z0 && z1 && s0 == 1.0 && s1 == 1.0, "retried job's result is wrong (%g, %g)", s0, s1);
+    check_back(pid, old);
+}
+
+/* Two shared jobs on the whole island, so both hold every device: the
+ * worker holding device 0 is stopped past its lease; both attempts end,
+ * both go back to the queue (nothing fits on the two devices left), run
+ * again once the worker is back, and succeed with the right sums (0 + 1 +
+ * 2 + 3 on every shard); every device is free again after. */
+static void test_lease_shared(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{'name':'%s','sharing':'shared','max_retries':1,'slices':{'s':{'shape':[2,2]}},"
+        "'computations':[{'name':'c','slice':'s','ops':["
+        "{'op':'compute','out':'b','us':1500000},"
+        "{'op':'shard_index','out':'i'},"
+        "{'op':'all_reduce','out':'z','args':['i'],'reduce':'sum'}],'outputs':['z']}]}";
+    char text[512];
+    int64_t ids[2];
+    for (int j = 0; j < 2; j++) {
+        snprintf(text, sizeof text, doc, j ? "shared-b" : "shared-a");
+        ids[j] = itest_submit(text);
+    }
+    json_t *job = wait_job_state(ids[0], "running", 10000), *other =
+                                                              wait_job_state(ids[1], "running", 10000);
+    T_CHECK(job && other, "shared jobs %" PRId64 " and %" PRId64 " never ran together", ids[0],
+            ids[1]);
+    json_decref(other);
+    hx_proc_t *w = holder_of(slice_device0(job, "s"));
+    pid_t pid = w ? w->pid : 0;
+    int64_t old = stop_holder_past_lease(ids[0], job, 2);
+    json_decref(job);
+    for (int j = 0; j < 2; j++) {
+        job = itest_wait_state(ids[j], "succeeded");
+        int64_t retries = json_integer_value(json_object_get(job, "retries"));
+        json_decref(job);
+        T_CHECK(retries == 1, "shared job %" PRId64 ": retries %" PRId64 ", expected 1", ids[j],
+                retries);
+        json_t *res = hx_job_result(&itest_client, ids[j]);
+        for (int k = 0; k < 4; k++) {
+            double sum = json_number_value(json_object_get(hx_result_shard(res, "c.z", k), "sum"));
+            T_CHECK(sum == 6.0, "shared job %" PRId64 " shard %d: sum %g, expected 6", ids[j], k,
+                    sum);
+        }
+        json_decref(res);
+    }
     check_back(pid, old);
 }
 
@@ -654,6 +701,7 @@ int main(void)
     const struct CMUnitTest lease[] = {
         cmocka_unit_test_teardown(test_lease_retry, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_lease_fail, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_lease_shared, itest_cancel_leftovers),
     };
     const struct CMUnitTest chaos[] = {
         cmocka_unit_test(test_chaos),

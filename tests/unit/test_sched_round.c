@@ -253,6 +253,35 @@ static void test_round_stops_placing_past_its_time(void **state)
     assert_int_equal(second, 2);
 }
 
+/* A stream of placements cannot stop every round early: after 32 rounds
+ * in a row stopped by their time, the next one places every job that fits
+ * (and so sweeps the plans of jobs that left the queues). Island 8x16, one
+ * worker of 128 devices, 40 jobs of 2 devices. */
+static const island_desc_t wide[] = {{"wide", {2, {8, 16, 0, 0}}}};
+
+static int setup_wide(void **state)
+{
+    fixture_t *f = support_worker_fixture(wide, 1, 128);
+    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 1};
+    *state = f;
+    return 0;
+}
+
+static void test_rounds_cut_short_at_most_32_in_a_row(void **state)
+{
+    fixture_t *f = *state;
+    for (int i = 0; i < 40; i++)
+        support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, wide, 1);
+    for (int i = 0; i < 32; i++)
+        sched_admit(f->st);
+    int cut = jobs_allocated(f);
+    sched_admit(f->st);
+    int all = jobs_allocated(f);
+    sched_cfg.round_admit_us = 0;
+    assert_int_equal(cut, 32);
+    assert_int_equal(all, 40);
+}
+
 /* A shared hold is what makes a device busy for exclusive jobs. */
 static void test_mirror_sees_shared_holds(void **state)
 {
@@ -313,6 +342,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rounds_cut_short_at_most_32_in_a_row, setup_wide,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
