@@ -114,22 +114,21 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         return 0;
     }
     alloc_placement_t pl[64];
-    int a = plan->shared ? sched_place_shared(r, reqs, plan->nslices, pl)
-                         : alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+    sched_gang_t g = {reqs, plan->nslices, plan->shared, pe->dev_bytes};
+    int by_memory, a = sched_place(r, &g, pl, &by_memory);
     if (a == ALLOC_ENOSPACE) {
-        int p = sched_try_preempt(st, r, job, reqs, plan->nslices, plan->shared);
+        int p = sched_try_preempt(st, r, job, &g);
         if (p < 0)
             return -1;
         sched_round_evicted |= p == 1;
         if (p == 1)
-            a = plan->shared ? sched_place_shared(r, reqs, plan->nslices, pl)
-                             : alloc_gang(r->isl, r->n, reqs, plan->nslices, pl);
+            a = sched_place(r, &g, pl, &by_memory);
     }
     atomic_fetch_add(&sched_attempts, 1);
     if (a == ALLOC_OK) {
         atomic_fetch_add(&sched_successes, 1);
-        sched_round_take(r, pl, plan->nslices, job->id, plan->shared);
-        int d = sched_dispatch_job(st, job, plan, doc, r, pl), rc = d >= 0 ? 1 : -1;
+        sched_round_take(r, pl, &g, job->id);
+        int d = sched_dispatch_job(st, job, plan, doc, r, pl, g.bytes), rc = d >= 0 ? 1 : -1;
         if (d == 1)
             sched_more_pending = 1;
         /* Its workers' parked polls answer now, not after the rest of the
@@ -146,7 +145,10 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         return rc;
     }
     char reason[512];
-    sched_pending_reason(r, plan, reqs, reason, sizeof reason);
+    if (by_memory)
+        sched_memory_reason(r, &g, reason, sizeof reason);
+    else
+        sched_pending_reason(r, plan, reqs, reason, sizeof reason);
     set_reason(st, pe, reason);
     for (int s = 0; s < plan->nslices; s++)
         for (int i = 0; i < r->n; i++)

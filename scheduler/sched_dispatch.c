@@ -350,30 +350,27 @@ static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, int from)
  * a shared job's are fed later (sched_feed_shared). Rows written: O(chunk
  * computations x workers). */
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
-                       const json_t *doc, round_t *r, const alloc_placement_t *pl)
+                       const json_t *doc, round_t *r, const alloc_placement_t *pl,
+                       int64_t bytes)
 {
     int ndev = 0, tasks[64], end = 0;
     for (int s = 0; s < plan->nslices; s++)
         ndev += pl[s].nshards;
-    int64_t *isl = malloc(sizeof *isl * (size_t)ndev), *dev = malloc(sizeof *dev * (size_t)ndev);
-    int64_t *wrk = malloc(sizeof *wrk * (size_t)ndev);
+    store_mark_t *m = malloc(sizeof *m * (size_t)(ndev > 0 ? ndev : 1));
     char *placement = placement_text(plan, r, pl, ndev);
-    if (!isl || !dev || !wrk || !placement || store_begin(st) != 0)
+    if (!m || !placement || store_begin(st) != 0)
         goto fail;
     ndev = 0;
     for (int s = 0; s < plan->nslices; s++) {
         int64_t island = r->island_id[pl[s].island];
-        for (int k = 0; k < pl[s].nshards; k++) {
-            isl[ndev] = island;
-            wrk[ndev] = r->devs[pl[s].island][pl[s].devices[k]].worker;
-            dev[ndev++] = pl[s].devices[k];
-        }
+        for (int k = 0; k < pl[s].nshards; k++)
+            m[ndev++] = (store_mark_t){island, pl[s].devices[k],
+                                       r->devs[pl[s].island][pl[s].devices[k]].worker};
         if (store_sched_add_slice(st, job->id, plan->slices[s].name, island, &plan->slices[s].shape,
                                   pl[s].devices, pl[s].nshards) != 0)
             goto fail;
     }
-    if (store_sched_mark_allocated(st, job->id, plan->shared, isl, dev, wrk, ndev,
-                                   placement) != 0)
+    if (store_sched_mark_allocated(st, job->id, plan->shared, bytes, m, ndev, placement) != 0)
         goto fail;
     if (!plan->shared) {
         slice_tasks(plan, r, pl, tasks);
@@ -385,18 +382,14 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
     }
     if (store_commit(st) != 0)
         goto fail;
-    free(isl);
-    free(dev);
-    free(wrk);
+    free(m);
     free(placement);
     log_info("job %ld allocated: %d devices, %d of %d computations dispatched", (long)job->id,
              ndev, end, plan->ncomps);
     return !plan->shared && end < plan->ncomps;
 fail:
     store_rollback(st);
-    free(isl);
-    free(dev);
-    free(wrk);
+    free(m);
     free(placement);
     log_error("job %ld: allocation could not be written; will retry", (long)job->id);
     return -1;

@@ -148,12 +148,35 @@ void sched_round_keep(store_t *st, const round_t *r);
 void sched_admit_free(void);
 /* The round's index of the island with store id island_id, or -1. */
 int sched_round_island(const round_t *r, int64_t island_id);
-/* Records a placement made in this round in r. */
-void sched_round_take(round_t *r, const alloc_placement_t *pl, int n, int64_t job, int shared);
-/* Places a shared job's gang, least-loaded devices first, on copies of the
- * round's islands: ALLOC_OK with pl filled, ALLOC_ENOSPACE or ALLOC_ENOMEM. */
-int sched_place_shared(const round_t *r, const alloc_request_t *reqs, int nreq,
-                       alloc_placement_t *pl);
+/* What a job asks of a round: its slices (reqs[0..nreq), borrowed),
+ * whether it shares devices, and for a shared one the memory its hold
+ * takes on each device (plan_entry_t.dev_bytes). */
+typedef struct sched_gang {
+    const alloc_request_t *reqs;
+    int nreq;
+    int shared;
+    int64_t bytes;
+} sched_gang_t;
+/* Records a placement of job's gang made in this round in r. */
+void sched_round_take(round_t *r, const alloc_placement_t *pl, const sched_gang_t *g,
+                      int64_t job);
+/* May a shared job taking `need` bytes per device join the shared jobs on
+ * dv? Their holds and need within the device's memory (none reported yet:
+ * no bound). Devices no one holds take any job: alone on them, a shared
+ * job is bounded as an exclusive one is, by the worker's store. */
+static inline int sched_dev_fits(const sched_dev_t *dv, int64_t held, int64_t need)
+{
+    return dv->cap_bytes == 0 || held + need <= dv->cap_bytes;
+}
+/* Places the gang on copies of the round's islands: an exclusive one on
+ * free devices; a shared one on devices no exclusive job holds, least
+ * loaded first, beside other shared jobs only where its memory fits.
+ * ALLOC_OK with pl filled, ALLOC_ENOSPACE or ALLOC_ENOMEM; on
+ * ALLOC_ENOSPACE, *by_memory says whether memory alone kept a shared gang
+ * out (it would fit otherwise). */
+int sched_place(const round_t *r, const sched_gang_t *g, alloc_placement_t *pl, int *by_memory);
+/* A shared gang kept out by memory alone: why, into buf (len bytes). */
+void sched_memory_reason(const round_t *r, const sched_gang_t *g, char *buf, size_t len);
 /* Why the job's slices cannot be placed now, into buf (len bytes). */
 void sched_pending_reason(round_t *r, const job_plan_t *plan, const alloc_request_t *reqs,
                           char *buf, size_t len);
@@ -177,7 +200,15 @@ typedef struct plan_entry {
     job_plan_t *plan;           /* owned */
     int seen;                   /* looked up in the current round */
     char *reason;               /* owned; the pending_reason last written, or NULL */
+    int64_t dev_bytes;          /* the memory it takes on each device (sched_plan_bytes) */
 } plan_entry_t;
+
+/* The memory a job is expected to take on each of its devices at once:
+ * of its computations, the largest sum of the per-shard values one
+ * defines (float32). A device runs one computation of a job at a time (in
+ * seq order), and a computation's values all live at most until it ends.
+ * Values of a user's program whose shapes are not declared count nothing. */
+int64_t sched_plan_bytes(const job_plan_t *plan);
 
 /* The job's entry, compiling it on first sight (borrowed until the next
  * sched_plans_sweep); NULL when the job cannot be planned now (a document
@@ -217,7 +248,8 @@ int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *p
  * transaction of its own. 1 when chunks are left (sched_dispatch_more),
  * 0 when not, -1 on error (rolled back, logged). */
 int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *plan,
-                       const json_t *doc, round_t *r, const alloc_placement_t *pl);
+                       const json_t *doc, round_t *r, const alloc_placement_t *pl,
+                       int64_t bytes);
 /* Reads slice s of a live job's allocation back (its slices row) into p:
  * island (the round's index) and devices (malloc'd; the caller frees).
  * 0 when it is what the plan needs and every device index is on the
@@ -235,8 +267,7 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote);
 /* Evicts the fewest lower-priority preemptible jobs that make room for
  * job's gang (requeued in the store, freed in r). 1 when room was made,
  * 0 when none can be, -1 on a store error. */
-int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job,
-                      const alloc_request_t *reqs, int nreq, int shared_gang);
+int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job, const sched_gang_t *g);
 
 /* ---- the shared jobs' feed (sched_feed.c) ---- */
 

@@ -207,11 +207,13 @@ int sched_touches_blocked(const alloc_request_t *reqs, int n, round_t *r, const 
 /* Places a shared job's gang on devices no exclusive job holds, least
  * loaded first: the gang is tried with only unheld devices free, then also
  * those held by at most 1 shared job, 2, ...; the first bound at which it
- * fits wins (so it lands on the least-loaded feasible devices). Works on
- * copies of the round's islands. ALLOC_OK with pl filled, ALLOC_ENOSPACE
- * or ALLOC_ENOMEM. */
-int sched_place_shared(const round_t *r, const alloc_request_t *reqs, int nreq,
-                       alloc_placement_t *pl)
+ * fits wins (so it lands on the least-loaded feasible devices). A held
+ * device is a candidate only where the gang's memory fits beside its
+ * holds, unless `memory` is 0. Works on copies of the round's islands.
+ * ALLOC_OK with pl filled, ALLOC_ENOSPACE or ALLOC_ENOMEM; *kept counts
+ * the candidates memory kept out. */
+static int place_shared(const round_t *r, const sched_gang_t *g, alloc_placement_t *pl,
+                        int memory, int *kept)
 {
     int maxload = 0, a = ALLOC_ENOSPACE;
     for (int i = 0; i < r->n; i++)
@@ -232,26 +234,84 @@ int sched_place_shared(const round_t *r, const alloc_request_t *reqs, int nreq,
                 alloc_state_t s0 = alloc_island_get(r->isl[i], d);
                 int shareable = s0 == ALLOC_BUSY && !dv->job && dv->shared > 0 &&
                                 dv->shared <= load;
+                if (shareable && memory && !sched_dev_fits(dv, dv->held_bytes, g->bytes)) {
+                    shareable = 0;
+                    ++*kept;
+                }
                 alloc_island_set(tmp[i], d, shareable ? ALLOC_FREE : s0);
             }
         }
-        a = ok ? alloc_gang(tmp, r->n, reqs, nreq, pl) : ALLOC_ENOMEM;
+        a = ok ? alloc_gang(tmp, r->n, g->reqs, g->nreq, pl) : ALLOC_ENOMEM;
         for (int i = 0; i < r->n; i++)
             alloc_island_free(tmp[i]);
     }
     return a;
 }
 
-/* Records a placement made in this round in r (see above). */
-void sched_round_take(round_t *r, const alloc_placement_t *pl, int n, int64_t job, int shared)
+int sched_place(const round_t *r, const sched_gang_t *g, alloc_placement_t *pl, int *by_memory)
 {
-    for (int s = 0; s < n; s++)
+    int kept = 0, a;
+    *by_memory = 0;
+    if (!g->shared)
+        return alloc_gang(r->isl, r->n, g->reqs, g->nreq, pl);
+    a = place_shared(r, g, pl, 1, &kept);
+    if (a == ALLOC_ENOSPACE && kept > 0) {
+        /* Would it fit if memory were no bound? Then memory is the reason. */
+        int b = place_shared(r, g, pl, 0, &kept);
+        if (b == ALLOC_OK)
+            alloc_placements_release(pl, g->nreq);
+        *by_memory = b == ALLOC_OK;
+        a = b == ALLOC_ENOMEM ? b : a;
+    }
+    return a;
+}
+
+/* n bytes as "1.5 MiB" (or KiB, or bytes) into buf. */
+static const char *bytes_text(int64_t n, char *buf, size_t len)
+{
+    if (n >= 1024 * 1024)
+        snprintf(buf, len, "%.1f MiB", (double)n / (1024.0 * 1024.0));
+    else if (n >= 1024)
+        snprintf(buf, len, "%.1f KiB", (double)n / 1024.0);
+    else
+        snprintf(buf, len, "%lld bytes", (long long)n);
+    return buf;
+}
+
+void sched_memory_reason(const round_t *r, const sched_gang_t *g, char *buf, size_t len)
+{
+    /* The most memory left on any device it could share, and that
+     * device's memory: what the user needs to see to judge the wait. */
+    int64_t best = -1, cap = 0;
+    for (int i = 0; i < r->n; i++)
+        for (int64_t d = 0; d < alloc_island_size(r->isl[i]); d++) {
+            const sched_dev_t *dv = &r->devs[i][d];
+            if (dv->worker && !dv->job && dv->shared > 0 && dv->cap_bytes > 0 &&
+                dv->cap_bytes - dv->held_bytes > best) {
+                best = dv->cap_bytes - dv->held_bytes;
+                cap = dv->cap_bytes;
+            }
+        }
+    char need[32], left[32], all[32];
+    snprintf(buf, len, "waiting for device memory: needs %s on each device beside the shared"
+             " jobs there; the most any shared device has left is %s of %s (its worker's object"
+             " store cap over its devices)", bytes_text(g->bytes, need, sizeof need),
+             bytes_text(best > 0 ? best : 0, left, sizeof left), bytes_text(cap, all, sizeof all));
+}
+
+/* Records a placement made in this round in r (see above). */
+void sched_round_take(round_t *r, const alloc_placement_t *pl, const sched_gang_t *g,
+                      int64_t job)
+{
+    for (int s = 0; s < g->nreq; s++)
         for (int k = 0; k < pl[s].nshards; k++) {
             sched_dev_t *dv = &r->devs[pl[s].island][pl[s].devices[k]];
-            if (shared)
+            if (g->shared) {
                 dv->shared++;
-            else
+                dv->held_bytes += g->bytes;
+            } else {
                 dv->job = job;
+            }
             alloc_island_set(r->isl[pl[s].island], pl[s].devices[k], ALLOC_BUSY);
         }
 }

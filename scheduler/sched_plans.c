@@ -42,7 +42,7 @@ plan_entry_t *sched_plan_get(store_t *st, int64_t id)
         return &plans[k];
     }
     err_t e = {0};
-    plan_entry_t pe = {id, store_sched_job_doc(st, id), NULL, 1, NULL};
+    plan_entry_t pe = {.id = id, .doc = store_sched_job_doc(st, id), .seen = 1};
     if (!pe.doc ||
         compiler_job(pe.doc, sched_cfg.islands, sched_cfg.nislands, &pe.plan, &e) != 0) {
         char why[400];
@@ -53,6 +53,7 @@ plan_entry_t *sched_plan_get(store_t *st, int64_t id)
         plan_entry_free(&pe);
         return NULL;
     }
+    pe.dev_bytes = sched_plan_bytes(pe.plan);
     if (nplans == plans_cap) {
         int cap = plans_cap ? plans_cap * 2 : 64;
         plan_entry_t *p = realloc(plans, sizeof *p * (size_t)cap);
@@ -67,6 +68,21 @@ plan_entry_t *sched_plan_get(store_t *st, int64_t id)
     plans[k] = pe;
     nplans++;
     return &plans[k];
+}
+
+int64_t sched_plan_bytes(const job_plan_t *plan)
+{
+    int64_t most = 0;
+    for (int c = 0; c < plan->ncomps; c++) {
+        const comp_t *comp = &plan->comps[c];
+        int64_t sum = 0;
+        for (int i = 0; i < comp->nops; i++)
+            if (comp->ops[i].shape.rank >= 0)
+                sum += shape_numel(&comp->ops[i].shape) * (int64_t)sizeof(float);
+        if (sum > most)
+            most = sum;
+    }
+    return most;
 }
 
 void sched_plan_keep(int64_t id)

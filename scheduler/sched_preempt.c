@@ -63,21 +63,27 @@ static int chosen_has(const victims_t *vs, const int *chosen, int k, int64_t id)
 /* Would the gang fit if the chosen victims' devices were free? The round's
  * islands are copied (they include this round's placements), the victims'
  * devices freed in the copies: an exclusive victim's devices, and a shared
- * device when all its holders are chosen (or always, for a shared gang:
- * it may join them there); nothing in r changes. 1, 0, or -1 (OOM). */
+ * device when all its holders are chosen or, for a shared gang, when its
+ * memory fits beside the holders left (it may join them there: the rule
+ * sched_place follows); nothing in r changes. 1, 0, or -1 (OOM). */
 static int fits_without(const round_t *r, const victims_t *vs, const int *chosen, int k,
-                        const alloc_request_t *reqs, int nreq, int shared_gang)
+                        const sched_gang_t *g)
 {
     alloc_island_t *tmp[SCHED_MAX_ISLANDS] = {0};
     int *gone[SCHED_MAX_ISLANDS] = {0};            /* chosen shared holders per device */
+    int64_t *gone_bytes[SCHED_MAX_ISLANDS] = {0};  /* and the memory they hold there */
     alloc_placement_t pl[64];
     int rc = -1;
     for (int i = 0; i < r->n; i++)
-        if (!(gone[i] = calloc((size_t)alloc_island_size(r->isl[i]) + 1, sizeof(int))))
+        if (!(gone[i] = calloc((size_t)alloc_island_size(r->isl[i]) + 1, sizeof(int))) ||
+            !(gone_bytes[i] = calloc((size_t)alloc_island_size(r->isl[i]) + 1, sizeof(int64_t))))
             goto cleanup;
     for (int c = 0; c < k; c++)
-        for (int h = 0; h < vs->nheld[chosen[c]]; h++)
-            gone[vs->held[chosen[c]][2 * h]][vs->held[chosen[c]][2 * h + 1]]++;
+        for (int h = 0; h < vs->nheld[chosen[c]]; h++) {
+            int i = vs->held[chosen[c]][2 * h], d = vs->held[chosen[c]][2 * h + 1];
+            gone[i][d]++;
+            gone_bytes[i][d] += vs->v[chosen[c]].bytes;
+        }
     for (int i = 0; i < r->n; i++) {
         int64_t n = alloc_island_size(r->isl[i]);
         if (!(tmp[i] = alloc_island_new(alloc_island_name(r->isl[i]),
@@ -86,18 +92,22 @@ static int fits_without(const round_t *r, const victims_t *vs, const int *chosen
         for (int64_t d = 0; d < n; d++) {
             const sched_dev_t *dv = &r->devs[i][d];
             int freed = dv->job ? chosen_has(vs, chosen, k, dv->job)
-                                : dv->shared > 0 && (shared_gang || gone[i][d] >= dv->shared);
+                      : dv->shared == 0 ? 0
+                      : gone[i][d] >= dv->shared ||
+                        (g->shared && sched_dev_fits(dv, dv->held_bytes - gone_bytes[i][d],
+                                                     g->bytes));
             alloc_island_set(tmp[i], d, freed ? ALLOC_FREE : alloc_island_get(r->isl[i], d));
         }
     }
-    int a = alloc_gang(tmp, r->n, reqs, nreq, pl);
+    int a = alloc_gang(tmp, r->n, g->reqs, g->nreq, pl);
     if (a == ALLOC_OK)
-        alloc_placements_release(pl, nreq);
+        alloc_placements_release(pl, g->nreq);
     rc = a == ALLOC_OK ? 1 : a == ALLOC_ENOSPACE ? 0 : -1;
 cleanup:
     for (int i = 0; i < r->n; i++) {
         alloc_island_free(tmp[i]);
         free(gone[i]);
+        free(gone_bytes[i]);
     }
     return rc;
 }
@@ -115,6 +125,7 @@ static void round_evict(round_t *r, const victims_t *vs, int c)
             }
     for (int h = 0; h < vs->nheld[c]; h++) {
         sched_dev_t *dv = &r->devs[vs->held[c][2 * h]][vs->held[c][2 * h + 1]];
+        dv->held_bytes -= dv->shared > 0 ? vs->v[c].bytes : 0;
         if (dv->shared > 0 && --dv->shared == 0 && !dv->job)
             alloc_island_set(r->isl[vs->held[c][2 * h]], vs->held[c][2 * h + 1], ALLOC_FREE);
     }
@@ -123,19 +134,19 @@ static void round_evict(round_t *r, const victims_t *vs, int c)
 /* The fewest of vs (lowest priority first) whose eviction lets the gang
  * fit, into chosen. Count (0: none does), or -1 on OOM. */
 static int choose_victims(const round_t *r, const victims_t *vs, int *chosen,
-                          const alloc_request_t *reqs, int nreq, int shared_gang)
+                          const sched_gang_t *g)
 {
     int k = 0, fit = 0;
     for (int i = 0; i < vs->n && fit == 0; i++) {
         chosen[k++] = i;
-        fit = fits_without(r, vs, chosen, k, reqs, nreq, shared_gang);
+        fit = fits_without(r, vs, chosen, k, g);
     }
     if (fit != 1)
         return fit < 0 ? -1 : 0;
     for (int c = k - 1; c >= 0 && k > 1; c--) {    /* spare the unnecessary */
         int save = chosen[c];
         memmove(&chosen[c], &chosen[c + 1], sizeof *chosen * (size_t)(k - c - 1));
-        if (fits_without(r, vs, chosen, k - 1, reqs, nreq, shared_gang) == 1) {
+        if (fits_without(r, vs, chosen, k - 1, g) == 1) {
             k--;
             continue;
         }
@@ -147,13 +158,13 @@ static int choose_victims(const round_t *r, const victims_t *vs, int *chosen,
 
 /* A job that cannot be placed evicts the fewest, lowest-priority
  * preemptible jobs of lower priority that make room, exclusive or shared
- * (a shared gang never evicts shared jobs only to join their devices):
+ * (a shared gang evicts shared jobs only to make room in the devices'
+ * memory, never to join devices it could join as they are):
  * candidates are added lowest priority first until the gang fits, then any
  * whose eviction turns out unnecessary is kept. The evicted jobs are
  * requeued (store) and their devices freed in the round. 1 when room was
  * made, 0 when none can be, -1 on a store error. */
-int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job,
-                      const alloc_request_t *reqs, int nreq, int shared_gang)
+int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job, const sched_gang_t *g)
 {
     victims_t vs = {.n = 0};
     int chosen[PREEMPT_CANDIDATES], rc = -1;
@@ -165,7 +176,7 @@ int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job,
             vs.n++;
             goto cleanup;
         }
-    int k = choose_victims(r, &vs, chosen, reqs, nreq, shared_gang);
+    int k = choose_victims(r, &vs, chosen, g);
     if (k <= 0) {
         rc = k;
         goto cleanup;

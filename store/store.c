@@ -43,7 +43,6 @@ typedef struct kick_set {
 struct store {
     sqlite3 *db;
     kick_set_t kick_workers, kick_jobs;
-    int kick_devices;           /* the transaction changed what store_sched_devices reads */
     store_devchg_t devchg;      /* which devices (store_devlog.c) */
     uint64_t device_commits;    /* commits of this connection that moved store_devices_gen */
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
@@ -210,7 +209,10 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_worker_new AFTER INSERT ON main.workers" \
     " BEGIN SELECT atoll_kick_devices(); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_worker AFTER UPDATE OF state, data_addr," \
-    " first_device, ndevices ON main.workers BEGIN SELECT atoll_kick_devices(); END;"
+    " first_device, ndevices ON main.workers BEGIN SELECT atoll_kick_devices(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_memory AFTER UPDATE OF store_cap_bytes" \
+    " ON main.workers WHEN OLD.store_cap_bytes IS NOT NEW.store_cap_bytes" \
+    " BEGIN SELECT atoll_kick_devices(); END;"
 
 /* atoll_kick_worker(id), atoll_kick_job(id): the parked requests of that
  * id may answer otherwise; atoll_kick_all(): every worker's. The user data
@@ -236,7 +238,6 @@ static void store_kick_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 static void store_kick_devices_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     store_t *st = sqlite3_user_data(ctx);
-    st->kick_devices = 1;
     store_devlog_note(&st->devchg, argc == 2 ? sqlite3_value_int64(argv[0]) : 0,
                       argc == 2 ? sqlite3_value_int64(argv[1]) : -1);
     sqlite3_result_null(ctx);
@@ -456,11 +457,10 @@ int store_commit(store_t *st)
         /* The generation (store_devices_gen) moves after the commit is
          * visible: what changed devices, a worker's registration or state.
          * Reports (busy_us), heartbeats and everything else leave it. */
-        if (st->kick_devices) {
+        if (store_devlog_pending(&st->devchg)) {
             store_devlog_publish(&st->devchg);
             st->device_commits++;
         }
-        st->kick_devices = 0;
     }
     return rc;
 }
@@ -470,8 +470,7 @@ void store_rollback(store_t *st)
         store_exec(st, "ROLLBACK");
     memset(&st->kick_workers, 0, sizeof st->kick_workers);
     memset(&st->kick_jobs, 0, sizeof st->kick_jobs);
-    memset(&st->devchg, 0, sizeof st->devchg);
-    st->kick_devices = 0;
+    store_devlog_clear(&st->devchg);
     store_write_end(st);
 }
 

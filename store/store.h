@@ -433,6 +433,7 @@ typedef struct sched_victim {
     int64_t job;
     int64_t priority;
     int shared;                 /* holds its devices beside others (device_holds) */
+    int64_t bytes;              /* shared: the memory its hold takes on each device */
 } sched_victim_t;
 /* Up to cap preemptible jobs holding devices with priority below `below`,
  * exclusive and shared, lowest priority first, then the most recently
@@ -456,6 +457,9 @@ typedef struct sched_dev {
     int count;                  /* the worker's device count */
     int64_t job;                /* 0 = not held by an exclusive job */
     int shared;                 /* shared jobs holding it (device_holds) */
+    int64_t held_bytes;         /* the memory their holds take (device_holds.bytes) */
+    int64_t cap_bytes;          /* the device's memory: its worker's object store cap
+                                   over its devices; 0 = not reported yet (no bound) */
     char addr[64];              /* the worker's data_addr */
 } sched_dev_t;
 /* Fills devs[0..n-1] for the island (n = its device count). */
@@ -540,15 +544,18 @@ int store_sched_add_task(store_t *st, const sched_task_t *t);
  * (store_poll.c). 0 or -1. */
 int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp,
                                  const char *payload);
+/* One device of an allocation: where, and the worker the round saw. */
+typedef struct store_mark {
+    int64_t island, idx, worker;
+} store_mark_t;
 /* Marks the job allocated (devices held by it: devices.job_id, or for a
- * shared job device_holds rows; pending_reason cleared) and stores the
- * attempt's placement (PLACEMENT JSON text, borrowed). Device i is
- * (islands[i], devices[i]) on worker workers[i], as the round read it. -1
+ * shared job device_holds rows of `bytes` each; pending_reason cleared)
+ * and stores the attempt's placement (PLACEMENT JSON text, borrowed). The
+ * devices are m[0..n), as the round read them; m is sorted in place. -1
  * when a device is no longer available to it or no longer on that worker
  * (the caller rolls back; the job is tried again next round). */
-int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
-                               const int64_t *devices, const int64_t *workers, int n,
-                               const char *placement);
+int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t bytes,
+                               store_mark_t *m, int n, const char *placement);
 /* An exclusive job with computations left to dispatch (jobs.dispatch_next,
  * schema/024_dispatch_chunks.sql): its attempt and the position, in its
  * topological order, of the next computation to dispatch. Only the

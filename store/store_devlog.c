@@ -24,7 +24,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <string.h>
 
 #define DEVLOG_CAP 16384
 
@@ -60,7 +59,7 @@ static void devlog_put(uint64_t gen, int64_t island, int64_t idx)
     devlog_n++;
 }
 
-uint64_t store_devlog_publish(store_devchg_t *c)
+void store_devlog_publish(store_devchg_t *c)
 {
     pthread_mutex_lock(&devlog_mu);
     uint64_t gen = atomic_load(&devlog_gen) + 1;
@@ -72,8 +71,7 @@ uint64_t store_devlog_publish(store_devchg_t *c)
     atomic_store(&devlog_gen, gen);
     pthread_mutex_unlock(&devlog_mu);
     if (c)
-        memset(c, 0, sizeof *c);
-    return gen;
+        store_devlog_clear(c);
 }
 
 uint64_t store_devices_gen(void) { return atomic_load(&devlog_gen); }

@@ -55,10 +55,15 @@ typedef struct store_devchg {
 } store_devchg_t;
 /* Notes one device (idx < 0: everything). */
 void store_devlog_note(store_devchg_t *c, int64_t island, int64_t idx);
+/* Whether c noted anything (the transaction changed what
+ * store_sched_devices reads). */
+static inline int store_devlog_pending(const store_devchg_t *c) { return c->all || c->n > 0; }
+/* Forgets what c noted (a rollback). */
+static inline void store_devlog_clear(store_devchg_t *c) { c->all = c->n = 0; }
 /* After a commit that changed devices (c: its changes; NULL: everything):
- * moves store_devices_gen() by one and records what changed with it.
- * Returns the new generation; empties c. */
-uint64_t store_devlog_publish(store_devchg_t *c);
+ * moves store_devices_gen() by one and records what changed with it;
+ * empties c. */
+void store_devlog_publish(store_devchg_t *c);
 
 /* store_worker.c: 1 when the worker is live (registered, lease not
  * expired), 0 when not (fenced: store_poll.c and store_progress.c refuse it),

@@ -12,7 +12,7 @@
 
 /* A live worker of the island, for store_sched_devices. */
 typedef struct live_worker {
-    int64_t id, first;
+    int64_t id, first, cap_bytes;
     int count;
     char addr[64];
 } live_worker_t;
@@ -23,25 +23,52 @@ static int live_worker_cmp(const void *key, const void *elem)
     return (id > other) - (id < other);
 }
 
+/* Columns c.. of a row of live workers (id, data_addr, first_device,
+ * ndevices, store_cap_bytes) into w. */
+static void live_worker_read(sqlite3_stmt *s, int c, live_worker_t *w)
+{
+    const char *addr = (const char *)sqlite3_column_text(s, c + 1);
+    w->id = sqlite3_column_int64(s, c);
+    snprintf(w->addr, sizeof w->addr, "%s", addr ? addr : "");
+    w->first = sqlite3_column_int64(s, c + 2);
+    w->count = sqlite3_column_int(s, c + 3);
+    w->cap_bytes = sqlite3_column_int64(s, c + 4);
+}
+
+/* Device d as on live worker w (NULL: none) with the rest of its state. A
+ * device's memory is its share of the worker's object store: the store
+ * is one per process, and every device of it runs its shards out of it. */
+static void dev_fill(sched_dev_t *d, const live_worker_t *w, int local, int64_t job,
+                     int shared, int64_t held_bytes)
+{
+    memset(d, 0, sizeof *d);
+    if (w) {
+        d->worker = w->id;
+        d->local = local;
+        d->first = w->first;
+        d->count = w->count;
+        d->cap_bytes = w->count > 0 ? w->cap_bytes / w->count : 0;
+        memcpy(d->addr, w->addr, sizeof d->addr);
+    }
+    d->job = job;
+    d->shared = shared;
+    d->held_bytes = held_bytes;
+}
+
 /* The island's live workers, sorted by id, into ws (cap entries). Their
  * count, or -1. */
 static int live_workers(store_t *st, int64_t island, live_worker_t *ws, int64_t cap)
 {
     static const char sql[] =
-        "SELECT id, data_addr, first_device, ndevices FROM workers"
+        "SELECT id, data_addr, first_device, ndevices, store_cap_bytes FROM workers"
         " WHERE island_id = ? AND state = 'live' ORDER BY id";
     sqlite3_stmt *s = store_stmt(st, sql);
     int n = 0, step;
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, island);
-    while ((step = sqlite3_step(s)) == SQLITE_ROW && n < cap) {
-        const char *addr = (const char *)sqlite3_column_text(s, 1);
-        ws[n].id = sqlite3_column_int64(s, 0);
-        snprintf(ws[n].addr, sizeof ws[n].addr, "%s", addr ? addr : "");
-        ws[n].first = sqlite3_column_int64(s, 2);
-        ws[n++].count = sqlite3_column_int(s, 3);
-    }
+    while ((step = sqlite3_step(s)) == SQLITE_ROW && n < cap)
+        live_worker_read(s, 0, &ws[n++]);
     sqlite3_reset(s);
     return step == SQLITE_ROW || step == SQLITE_DONE ? n : -1;
 }
@@ -54,7 +81,7 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
     static const char dev_sql[] =
         "SELECT idx, worker_id, local, job_id FROM devices WHERE island_id = ?";
     static const char hold_sql[] =
-        "SELECT idx, COUNT(*) FROM device_holds WHERE island_id = ? GROUP BY idx";
+        "SELECT idx, COUNT(*), SUM(bytes) FROM device_holds WHERE island_id = ? GROUP BY idx";
     live_worker_t *ws = malloc(sizeof *ws * (size_t)(n > 0 ? n : 1));
     int nw = ws ? live_workers(st, island, ws, n) : -1, rc = -1, step = SQLITE_DONE;
     sqlite3_stmt *s = nw < 0 ? NULL : store_stmt(st, dev_sql);
@@ -71,14 +98,7 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
          * (poll_cancels), which leaves new work of the same job alone. */
         const live_worker_t *w = wid ? bsearch(&wid, ws, (size_t)nw, sizeof *ws,
                                                live_worker_cmp) : NULL;
-        if (w) {
-            devs[i].worker = w->id;
-            devs[i].local = sqlite3_column_int(s, 2);
-            devs[i].first = w->first;
-            devs[i].count = w->count;
-            memcpy(devs[i].addr, w->addr, sizeof devs[i].addr);
-        }
-        devs[i].job = sqlite3_column_int64(s, 3);
+        dev_fill(&devs[i], w, sqlite3_column_int(s, 2), sqlite3_column_int64(s, 3), 0, 0);
     }
     sqlite3_reset(s);
     if (step != SQLITE_DONE || !(s = store_stmt(st, hold_sql)))
@@ -86,8 +106,10 @@ int store_sched_devices(store_t *st, int64_t island, sched_dev_t *devs, int64_t 
     sqlite3_bind_int64(s, 1, island);
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         int64_t i = sqlite3_column_int64(s, 0);
-        if (i >= 0 && i < n)
+        if (i >= 0 && i < n) {
             devs[i].shared = sqlite3_column_int(s, 1);
+            devs[i].held_bytes = sqlite3_column_int64(s, 2);
+        }
     }
     sqlite3_reset(s);
     rc = step == SQLITE_DONE ? 0 : -1;
@@ -102,10 +124,11 @@ int store_sched_devices_patch(store_t *st, int64_t island, sched_dev_t *devs, in
     /* A point read per device (its row, its worker if live, its holds):
      * 2-4 µs each, against 0.3 ms for the whole of a 2,048-device island. */
     static const char sql[] =
-        "SELECT d.local, d.job_id, w.id, w.data_addr, w.first_device, w.ndevices,"
-        " (SELECT COUNT(*) FROM device_holds h WHERE h.island_id = d.island_id"
-        "  AND h.idx = d.idx)"
-        " FROM devices d LEFT JOIN workers w ON w.id = d.worker_id AND w.state = 'live'"
+        "SELECT d.local, d.job_id, h.n, h.bytes,"
+        " w.id, w.data_addr, w.first_device, w.ndevices, w.store_cap_bytes"
+        " FROM devices d LEFT JOIN workers w ON w.id = d.worker_id AND w.state = 'live',"
+        " (SELECT COUNT(*) AS n, COALESCE(SUM(bytes), 0) AS bytes FROM device_holds"
+        "  WHERE island_id = ?1 AND idx = ?2) h"
         " WHERE d.island_id = ?1 AND d.idx = ?2";
     for (int i = 0; i < k; i++) {
         if (idx[i] < 0 || idx[i] >= n)
@@ -115,20 +138,16 @@ int store_sched_devices_patch(store_t *st, int64_t island, sched_dev_t *devs, in
             return -1;
         sqlite3_bind_int64(s, 1, island);
         sqlite3_bind_int64(s, 2, idx[i]);
-        sched_dev_t *d = &devs[idx[i]];
-        memset(d, 0, sizeof *d);
         int step = sqlite3_step(s);
+        memset(&devs[idx[i]], 0, sizeof devs[idx[i]]);
         if (step == SQLITE_ROW) {
-            if (sqlite3_column_type(s, 2) != SQLITE_NULL) {
-                const char *addr = (const char *)sqlite3_column_text(s, 3);
-                d->worker = sqlite3_column_int64(s, 2);
-                d->local = sqlite3_column_int(s, 0);
-                d->first = sqlite3_column_int64(s, 4);
-                d->count = sqlite3_column_int(s, 5);
-                snprintf(d->addr, sizeof d->addr, "%s", addr ? addr : "");
-            }
-            d->job = sqlite3_column_int64(s, 1);
-            d->shared = sqlite3_column_int(s, 6);
+            live_worker_t w;
+            int live = sqlite3_column_type(s, 4) != SQLITE_NULL;
+            if (live)
+                live_worker_read(s, 4, &w);
+            dev_fill(&devs[idx[i]], live ? &w : NULL, sqlite3_column_int(s, 0),
+                     sqlite3_column_int64(s, 1), sqlite3_column_int(s, 2),
+                     sqlite3_column_int64(s, 3));
         }
         sqlite3_reset(s);
         if (step != SQLITE_ROW && step != SQLITE_DONE)
@@ -417,77 +436,82 @@ int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp
     return store_step_done(s);
 }
 
-/* One device of an allocation: where, and the worker the round saw. */
-typedef struct mark {
-    int64_t island, idx, worker;
-} mark_t;
-
 static int mark_cmp(const void *a, const void *b)
 {
-    const mark_t *x = a, *y = b;
+    const store_mark_t *x = a, *y = b;
     if (x->island != y->island)
         return x->island < y->island ? -1 : 1;
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
+/* sql with the run m[0..n) bound: ?1 its island, ?2 and ?3 its first and
+ * last index, ?4 (if sql has it) `extra`. NULL on error. */
+static sqlite3_stmt *marks_stmt(store_t *st, const char *sql, const store_mark_t *m, int n,
+                                int64_t extra)
+{
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (s) {
+        sqlite3_bind_int64(s, 1, m[0].island);
+        sqlite3_bind_int64(s, 2, m[0].idx);
+        sqlite3_bind_int64(s, 3, m[n - 1].idx);
+        if (sqlite3_bind_parameter_count(s) >= 4)
+            sqlite3_bind_int64(s, 4, extra);
+    }
+    return s;
+}
+
 /* Are devices m[0..n) (one island, consecutive indexes) each on the worker
  * the round saw and held by no exclusive job, and, for an exclusive
- * allocation, by no shared one either? A range scan and a range count. */
-static int marks_free(store_t *st, const mark_t *m, int n, int shared)
+ * allocation, by no shared one either? A range scan and a range count.
+ * Memory is not checked again here: only the scheduler thread adds holds,
+ * so the round's view can only overstate what the holds take. */
+static int marks_free(store_t *st, const store_mark_t *m, int n, int shared)
 {
     static const char dev_sql[] =
         "SELECT idx, worker_id, job_id FROM devices WHERE island_id = ?1"
         " AND idx BETWEEN ?2 AND ?3 ORDER BY idx";
     static const char hold_sql[] =
         "SELECT COUNT(*) FROM device_holds WHERE island_id = ?1 AND idx BETWEEN ?2 AND ?3";
-    sqlite3_stmt *s = store_stmt(st, dev_sql);
+    sqlite3_stmt *s = marks_stmt(st, dev_sql, m, n, 0);
     int k = 0, ok = s != NULL;
-    if (!ok)
-        return 0;
-    sqlite3_bind_int64(s, 1, m[0].island);
-    sqlite3_bind_int64(s, 2, m[0].idx);
-    sqlite3_bind_int64(s, 3, m[n - 1].idx);
     while (ok && sqlite3_step(s) == SQLITE_ROW) {
         ok = k < n && sqlite3_column_int64(s, 0) == m[k].idx &&
              sqlite3_column_int64(s, 1) == m[k].worker && sqlite3_column_type(s, 2) == SQLITE_NULL;
         k++;
     }
-    sqlite3_reset(s);
+    if (s)
+        sqlite3_reset(s);
     if (!ok || k != n || shared)
         return ok && k == n;
-    if (!(s = store_stmt(st, hold_sql)))
+    if (!(s = marks_stmt(st, hold_sql, m, n, 0)))
         return 0;
-    sqlite3_bind_int64(s, 1, m[0].island);
-    sqlite3_bind_int64(s, 2, m[0].idx);
-    sqlite3_bind_int64(s, 3, m[n - 1].idx);
     ok = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int64(s, 0) == 0;
     sqlite3_reset(s);
     return ok;
 }
 
 /* Holds devices m[0..n) (one island, consecutive indexes, checked by
- * marks_free) for job: one statement per run. 0 or -1. */
-static int marks_take(store_t *st, int64_t job, const mark_t *m, int n, int shared)
+ * marks_free) for job, a shared hold taking `bytes` of each: one
+ * statement per run. 0 or -1. */
+static int marks_take(store_t *st, int64_t job, const store_mark_t *m, int n, int shared,
+                      int64_t bytes)
 {
     static const char dev_sql[] =
-        "UPDATE devices SET job_id = ?1 WHERE island_id = ?2 AND idx BETWEEN ?3 AND ?4"
+        "UPDATE devices SET job_id = ?4 WHERE island_id = ?1 AND idx BETWEEN ?2 AND ?3"
         " AND job_id IS NULL";
     static const char hold_sql[] =
-        "INSERT INTO device_holds (island_id, idx, job_id) SELECT island_id, idx, ?1"
-        " FROM devices WHERE island_id = ?2 AND idx BETWEEN ?3 AND ?4 AND job_id IS NULL";
-    sqlite3_stmt *s = store_stmt(st, shared ? hold_sql : dev_sql);
+        "INSERT INTO device_holds (island_id, idx, job_id, bytes) SELECT island_id, idx, ?4, ?5"
+        " FROM devices WHERE island_id = ?1 AND idx BETWEEN ?2 AND ?3 AND job_id IS NULL";
+    sqlite3_stmt *s = marks_stmt(st, shared ? hold_sql : dev_sql, m, n, job);
     if (!s)
         return -1;
-    sqlite3_bind_int64(s, 1, job);
-    sqlite3_bind_int64(s, 2, m[0].island);
-    sqlite3_bind_int64(s, 3, m[0].idx);
-    sqlite3_bind_int64(s, 4, m[n - 1].idx);
+    if (shared)
+        sqlite3_bind_int64(s, 5, bytes);
     return store_step_done(s) == 0 && sqlite3_changes(store_db(st)) == n ? 0 : -1;
 }
 
-int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64_t *islands,
-                               const int64_t *devices, const int64_t *workers, int n,
-                               const char *placement)
+int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t bytes,
+                               store_mark_t *m, int n, const char *placement)
 {
     /* Each device still on the worker the round saw (its host tasks and the
      * placement name that worker: one that left or was lost meanwhile would
@@ -502,32 +526,24 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, const int64
     static const char job_sql[] =
         "UPDATE jobs SET state = 'allocated', allocated_at = ?2, pending_reason = NULL,"
         " placement = ?3 WHERE id = ?1 AND state = 'queued'";
-    mark_t *m = malloc(sizeof *m * (size_t)(n > 0 ? n : 1));
     sqlite3_stmt *s;
-    int rc = -1;
-    if (!m)
-        return -1;
-    for (int i = 0; i < n; i++)
-        m[i] = (mark_t){islands[i], devices[i], workers[i]};
     qsort(m, (size_t)n, sizeof *m, mark_cmp);
     for (int i = 0, k; i < n; i = k) {
         for (k = i + 1; k < n && m[k].island == m[i].island && m[k].idx == m[k - 1].idx + 1; k++)
             ;
-        if (!marks_free(st, &m[i], k - i, shared) || marks_take(st, job, &m[i], k - i, shared) != 0)
-            goto cleanup;
+        if (!marks_free(st, &m[i], k - i, shared) ||
+            marks_take(st, job, &m[i], k - i, shared, bytes) != 0)
+            return -1;
     }
     if (!(s = store_stmt(st, job_sql)))
-        goto cleanup;
+        return -1;
     sqlite3_bind_int64(s, 1, job);
     sqlite3_bind_int64(s, 2, util_wall_us());
     sqlite3_bind_text(s, 3, placement, -1, SQLITE_STATIC);
     if (store_step_done(s) != 0 || sqlite3_changes(store_db(st)) != 1)
-        goto cleanup;
+        return -1;
     store_event(st, job, "allocated", "%d devices allocated", n);
-    rc = 0;
-cleanup:
-    free(m);
-    return rc;
+    return 0;
 }
 
 int store_sched_set_dispatch_next(store_t *st, int64_t job, int next)
@@ -662,7 +678,9 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
 int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap)
 {
     static const char sql[] =
-        "SELECT id, priority, shared FROM jobs WHERE preemptible = 1 AND priority < ?1"
+        "SELECT id, priority, shared,"
+        " (SELECT bytes FROM device_holds h WHERE h.job_id = jobs.id LIMIT 1)"
+        " FROM jobs WHERE preemptible = 1 AND priority < ?1"
         " AND state IN ('allocated', 'running')"
         " ORDER BY priority, allocated_at DESC, id DESC"
         " LIMIT ?2";
@@ -676,6 +694,7 @@ int store_sched_victims(store_t *st, int64_t below, sched_victim_t *out, int cap
         out[n].job = sqlite3_column_int64(s, 0);
         out[n].priority = sqlite3_column_int64(s, 1);
         out[n].shared = sqlite3_column_int(s, 2) != 0;
+        out[n].bytes = sqlite3_column_int64(s, 3);      /* NULL (no hold): 0 */
         n++;
     }
     sqlite3_reset(s);

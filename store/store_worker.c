@@ -161,7 +161,8 @@ static void stats_bind(sqlite3_stmt *s, const worker_stats_t *ws)
         sqlite3_bind_int64(s, i + 2, v[i]);
 }
 
-int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws)
+/* Writes a worker's figures (inside the caller's transaction). 0 or -1. */
+static int stats_put(store_t *st, int64_t worker, const worker_stats_t *ws)
 {
     static const char sql[] =
         "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4,"
@@ -169,10 +170,24 @@ int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws
         " dplane_bad_frames = ?8, dplane_bad_key = ?9 WHERE id = ?1 AND state = 'live'";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
-        return STORE_ERR;
+        return -1;
     sqlite3_bind_int64(s, 1, worker);
     stats_bind(s, ws);
-    return store_step_done(s) == 0 ? STORE_OK : STORE_ERR;
+    return store_step_done(s);
+}
+
+int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws)
+{
+    /* In a transaction of its own: a changed store cap changes the
+     * devices' memory, which the scheduler learns at the commit (the
+     * watch_dev_memory trigger, store.c). */
+    if (store_begin(st) != 0)
+        return STORE_ERR;
+    if (stats_put(st, worker, ws) != 0) {
+        store_rollback(st);
+        return STORE_ERR;
+    }
+    return store_commit(st) == 0 ? STORE_OK : STORE_ERR;
 }
 
 int store_dplane_totals(store_t *st, int64_t out[STORE_DPLANE_TOTALS])
@@ -297,10 +312,6 @@ int store_worker_renew(store_t *st, const worker_renew_t *r, int n)
 {
     static const char hb_sql[] =
         "UPDATE workers SET heartbeat_at = MAX(heartbeat_at, ?2) WHERE id = ?1 AND state = 'live'";
-    static const char stats_sql[] =
-        "UPDATE workers SET store_objects = ?2, store_bytes = ?3, store_cap_bytes = ?4,"
-        " dplane_dropped = ?5, dplane_dropped_bytes = ?6, dplane_refused = ?7,"
-        " dplane_bad_frames = ?8, dplane_bad_key = ?9 WHERE id = ?1 AND state = 'live'";
     if (n == 0)
         return STORE_OK;
     if (store_begin(st) != 0)
@@ -313,13 +324,7 @@ int store_worker_renew(store_t *st, const worker_renew_t *r, int n)
         sqlite3_bind_int64(s, 2, r[i].heard_at);
         if (store_step_done(s) != 0)
             goto fail;
-        if (!r[i].has_stats)
-            continue;
-        if (!(s = store_stmt(st, stats_sql)))
-            goto fail;
-        sqlite3_bind_int64(s, 1, r[i].id);
-        stats_bind(s, &r[i].ws);
-        if (store_step_done(s) != 0)
+        if (r[i].has_stats && stats_put(st, r[i].id, &r[i].ws) != 0)
             goto fail;
     }
     return store_commit(st) == 0 ? STORE_OK : STORE_ERR;

@@ -9,7 +9,8 @@
  * running and right; what is dispatched and not finished on the island
  * stays within its lookahead budget, however many shared jobs there are,
  * except for a newcomer's first computation, which does not wait for
- * room in it. */
+ * room in it; a shared job joins others only where its memory fits
+ * beside theirs (the worker's store cap over its devices). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,9 @@
 
 #define ADMIN_TOKEN "admin-token-sharing-0123456789"
 #define WORKER_TOKEN "worker-token-sharing-0123456789"
+/* The worker's object store: 2 MiB for each of its 4 devices. */
+#define STORE_CAP_MB 8
+#define STORE_CAP_MB_TEXT "8"
 
 /* A shared chain of n computations on the whole island, each `us` µs of
  * compute and an all_reduce of the shard index plus the previous value. */
@@ -367,6 +371,104 @@ static void test_newcomer_over_budget(void **state)
     T_CHECK(right, "the chain or the newcomer computed wrong values");
 }
 
+/* A shared job of one computation on the whole island: `us` of compute,
+ * then a fill of n floats per shard and their sum (n on every shard). */
+static char *memory_doc(const char *name, int64_t us, int64_t n)
+{
+    json_t *doc = json_pack(
+        "{s:s, s:s, s:{s:{s:[i,i], s:s}}, s:[{s:s, s:s, s:[{s:s, s:s, s:I}, {s:s, s:s, s:[I],"
+        " s:f}, {s:s, s:s, s:[s]}], s:[s]}]}",
+        "name", name, "sharing", "shared", "slices", "s", "shape", 2, 2, "island", "west",
+        "computations", "name", "c", "slice", "s", "ops", "op", "compute", "out", "b", "us",
+        (json_int_t)us, "op", "fill", "out", "x", "shape", (json_int_t)n, "value", 1.0, "op",
+        "reduce_sum", "out", "z", "args", "x", "outputs", "z");
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    return text;
+}
+
+/* Every shard of the job's c.z holds want. */
+static int sum_right(hx_client_t *cl, int64_t id, double want)
+{
+    char path[64];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%lld/result", (long long)id);
+    int ok = hx_request(cl, "GET", path, NULL, 0, &r) == 0 && r.status == 200;
+    for (int k = 0; ok && k < 4; k++) {
+        json_t *vals = json_object_get(hx_result_shard(r.json, "c.z", k), "values");
+        ok = json_number_value(json_array_get(vals, 0)) == want;
+    }
+    hx_resp_clear(&r);
+    return ok;
+}
+
+/* The worker's store cap as /v1/workers shows it (what its heartbeats
+ * reported), or -1. */
+static int64_t worker_cap(void)
+{
+    hx_resp_t r;
+    int64_t cap = -1;
+    if (hx_request(&itest_client, "GET", "/v1/workers", NULL, 0, &r) == 0 && r.status == 200)
+        cap = json_integer_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(r.json, "workers"), 0), "store"),
+            "cap_bytes"));
+    hx_resp_clear(&r);
+    return cap;
+}
+
+/* Device memory: the worker's 8 MiB store is 2 MiB per device. A shared
+ * job taking 1 MiB of each device runs for 2 s; a small shared job joins
+ * it at once, a second 1 MiB one does not fit beside it: it waits, its
+ * pending_reason naming device memory, and is allocated only once the
+ * first has ended. All three right. */
+static void test_memory_bounds_sharing(void **state)
+{
+    (void)state;
+    int64_t cap = -1;
+    for (int64_t end = hx_now_ms() + 30000; cap != STORE_CAP_MB * 1024 * 1024 &&
+                                            hx_now_ms() < end; hx_sleep_ms(50))
+        cap = worker_cap();
+    T_CHECK(cap == STORE_CAP_MB * 1024 * 1024, "the worker's store cap never showed (%lld)",
+            (long long)cap);
+    char *d1 = memory_doc("big1", 2000000, 262144), *d2 = memory_doc("big2", 1000, 262144);
+    char *ds = chain_doc("small", 1, 1000, 1);
+    int64_t b1 = submit_as(&itest_client, d1);
+    json_t *j = NULL;
+    T_CHECK(hx_job_wait_leave(&itest_client, b1, "queued", 20000, ITEST_POLL_MS, &j) == 0,
+            "the first big job was never allocated");
+    json_decref(j);
+    int64_t sm = submit_as(&itest_client, ds), b2 = submit_as(&itest_client, d2);
+    char reason[512] = "";
+    for (int64_t end = hx_now_ms() + 20000; !reason[0] && hx_now_ms() < end;
+         hx_sleep_ms(ITEST_POLL_MS)) {
+        json_t *job = hx_job_get(&itest_client, b2);
+        const char *why = json_string_value(json_object_get(job, "pending_reason"));
+        if (why && strstr(why, "device memory"))
+            snprintf(reason, sizeof reason, "%s", why);
+        else if (job && strcmp(hx_job_state(job), "queued") != 0)
+            snprintf(reason, sizeof reason, "(left the queue: %s)", hx_job_state(job));
+        json_decref(job);
+    }
+    json_t *f1 = wait_done(&itest_client, b1, "succeeded");
+    json_t *fs = wait_done(&itest_client, sm, "succeeded");
+    json_t *f2 = wait_done(&itest_client, b2, "succeeded");
+    int64_t b1_end = hx_job_time_us(f1, "finished");
+    int64_t sm_alloc = hx_job_time_us(fs, "allocated"), b2_alloc = hx_job_time_us(f2, "allocated");
+    int right = sum_right(&itest_client, b1, 262144.0) && sum_right(&itest_client, b2, 262144.0) &&
+                chain_right(&itest_client, sm, 1);
+    json_decref(f1);
+    json_decref(fs);
+    json_decref(f2);
+    free(d1);
+    free(d2);
+    free(ds);
+    T_CHECK(strstr(reason, "device memory") != NULL,
+            "the second big job should wait for device memory (reason: %s)", reason);
+    T_CHECK(sm_alloc < b1_end, "the small shared job should join the first big one");
+    T_CHECK(b2_alloc >= b1_end, "the second big job must wait until the first ends");
+    T_CHECK(right, "jobs bounded by memory computed wrong values");
+}
+
 static void test_bad_field(void **state)
 {
     (void)state;
@@ -381,7 +483,8 @@ static int group_setup(void **state)
     static const char *const islands[] = {"west=2x2"};
     static const char *const extra[] = {"--admin-token", ADMIN_TOKEN, "--worker-token",
                                         WORKER_TOKEN, NULL};
-    static const char *const wextra[] = {"--token", WORKER_TOKEN, "--backend", "sim", NULL};
+    static const char *const wextra[] = {"--token", WORKER_TOKEN, "--backend", "sim",
+                                         "--store-cap-mb", STORE_CAP_MB_TEXT, NULL};
     if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 1, extra) != 0)
         return -1;
     if (hx_worker_start_args(&itest_cluster, "west", 4, wextra, 15000, 0) != 0 ||
@@ -408,6 +511,7 @@ int main(void)
         cmocka_unit_test_teardown(test_device_time_not_count, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_island_lookahead, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_newcomer_over_budget, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_memory_bounds_sharing, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_bad_field, itest_cancel_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -47,6 +47,18 @@ static inline store_t *support_store_open(support_store_t *d, const island_desc_
     return st;
 }
 
+/* Runs sql (no parameters) in one write transaction, committed, as
+ * atolld's writers do (store_begin/store_commit: the watches and the
+ * device log see it). */
+static inline void support_store_write(store_t *st, const char *sql)
+{
+    assert_int_equal(store_begin(st), 0);
+    char *err = NULL;
+    if (sqlite3_exec(store_db(st), sql, NULL, NULL, &err) != SQLITE_OK)
+        fail_msg("%s: %s", sql, err ? err : "?");
+    assert_int_equal(store_commit(st), 0);
+}
+
 /* One integer from a one-row, one-column query on st's connection. */
 static inline int64_t support_store_int(store_t *st, const char *sql)
 {

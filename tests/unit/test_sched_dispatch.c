@@ -90,10 +90,12 @@ static int allocate(fixture_t *f)
     assert_non_null(pe);
     alloc_request_t req = {pe->plan->slices[0].shape, NULL};
     alloc_placement_t pl[1];
-    assert_int_equal(alloc_gang(r.isl, r.n, &req, 1, pl), ALLOC_OK);
-    sched_round_take(&r, pl, 1, f->job, 0);
+    sched_gang_t g = {&req, 1, 0, 0};
+    int by_memory;
+    assert_int_equal(sched_place(&r, &g, pl, &by_memory), ALLOC_OK);
+    sched_round_take(&r, pl, &g, f->job);
     sched_job_t job = {f->job, 0, 0, 0, 0};
-    int rc = sched_dispatch_job(f->st, &job, pe->plan, pe->doc, &r, pl);
+    int rc = sched_dispatch_job(f->st, &job, pe->plan, pe->doc, &r, pl, 0);
     alloc_placements_release(pl, 1);
     sched_round_free(&r);
     return rc;

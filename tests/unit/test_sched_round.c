@@ -46,16 +46,6 @@ static int teardown(void **state)
     return support_store_teardown(state);
 }
 
-/* One write transaction of `sql` (no parameters), as atolld's writers do. */
-static void write_sql(fixture_t *f, const char *sql)
-{
-    assert_int_equal(store_begin(f->st), 0);
-    char *err = NULL;
-    if (sqlite3_exec(store_db(f->st), sql, NULL, NULL, &err) != SQLITE_OK)
-        fail_msg("%s: %s", sql, err ? err : "?");
-    assert_int_equal(store_commit(f->st), 0);
-}
-
 /* Loads a round; device k's allocator state and exclusive job. */
 static void round_device(fixture_t *f, int k, int64_t *job, int64_t *worker)
 {
@@ -87,17 +77,18 @@ static void test_mirror_reads_only_after_device_changes(void **state)
     assert_int_equal(refreshes(), reads);
 
     /* A report's device time and a heartbeat change other columns. */
-    write_sql(f, "UPDATE devices SET busy_us = busy_us + 5 WHERE idx = 0");
-    write_sql(f, "UPDATE workers SET heartbeat_at = heartbeat_at + 1");
+    support_store_write(f->st, "UPDATE devices SET busy_us = busy_us + 5 WHERE idx = 0");
+    support_store_write(f->st, "UPDATE workers SET heartbeat_at = heartbeat_at + 1");
     round_device(f, 0, &job, &worker);
     assert_int_equal(refreshes(), reads);
 
     /* An exclusive holder: that device read again (not the island), and
      * seen. A job row is needed for the foreign key; its document does not
      * matter here. */
-    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
-                 " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
-    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 2");
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
+    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 2");
     round_device(f, 2, &job, &worker);
     assert_int_equal(refreshes(), reads + 1);
     assert_int_equal(sched_round_device_reads(), full);
@@ -105,11 +96,11 @@ static void test_mirror_reads_only_after_device_changes(void **state)
 
     /* Released, then the worker gone (every device of it: the island is
      * read whole): each read again and seen. */
-    write_sql(f, "UPDATE devices SET job_id = NULL WHERE idx = 2");
+    support_store_write(f->st, "UPDATE devices SET job_id = NULL WHERE idx = 2");
     round_device(f, 2, &job, &worker);
     assert_int_equal(job, 0);
     assert_int_equal(refreshes(), reads + 2);
-    write_sql(f, "UPDATE workers SET state = 'gone'");
+    support_store_write(f->st, "UPDATE workers SET state = 'gone'");
     round_device(f, 2, &job, &worker);
     assert_int_equal(worker, 0);
     assert_int_equal(refreshes(), reads + 3);
@@ -154,13 +145,14 @@ static void test_round_keeps_its_own_changes(void **state)
 {
     fixture_t *f = *state;
     round_t r;
-    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
-                 " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
-                 " (79, 'z', 'running', 0, 0, 1, 0)");
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
+                        " (79, 'z', 'running', 0, 0, 1, 0)");
     assert_int_equal(sched_round_load(f->st, &r), 0);
     uint64_t reads = refreshes();
     r.devs[0][1].job = 77;
-    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 1");
+    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 1");
     sched_round_keep(f->st, &r);
     sched_round_free(&r);
     int64_t job, worker;
@@ -170,7 +162,7 @@ static void test_round_keeps_its_own_changes(void **state)
 
     assert_int_equal(sched_round_load(f->st, &r), 0);
     r.devs[0][2].job = 77;
-    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 2");
+    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 2");
     write_elsewhere("UPDATE devices SET job_id = 79 WHERE idx = 0");
     sched_round_keep(f->st, &r);
     sched_round_free(&r);
@@ -189,24 +181,25 @@ static void test_devlog_names_changed_devices(void **state)
     fixture_t *f = *state;
     int64_t isl = store_island_id(f->st, "west"), idx[8];
     uint64_t g0 = store_devices_gen(), upto = 0;
-    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
-                 " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
     assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 0);
     assert_int_equal(upto, g0);
-    write_sql(f, "UPDATE devices SET job_id = 77 WHERE idx = 1");
+    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 1");
     assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 1);
     assert_int_equal(idx[0], 1);
     assert_int_equal(upto, g0 + 1);
-    write_sql(f, "INSERT INTO device_holds (island_id, idx, job_id)"
-                 " SELECT island_id, 3, 77 FROM devices WHERE idx = 3");
-    write_sql(f, "UPDATE devices SET job_id = NULL WHERE idx = 1");
+    support_store_write(f->st, "INSERT INTO device_holds (island_id, idx, job_id)"
+                        " SELECT island_id, 3, 77 FROM devices WHERE idx = 3");
+    support_store_write(f->st, "UPDATE devices SET job_id = NULL WHERE idx = 1");
     assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 2);
     assert_true((idx[0] == 1 && idx[1] == 3) || (idx[0] == 3 && idx[1] == 1));
     assert_int_equal(store_devlog_since(g0 + 2, isl, idx, 8, &upto), 1);
     assert_int_equal(store_devlog_since(g0, isl, idx, 1, &upto), -1);
     assert_int_equal(store_devlog_since(g0, isl + 1000, idx, 8, &upto), 0);
     uint64_t g1 = store_devices_gen();
-    write_sql(f, "UPDATE workers SET state = 'gone'");
+    support_store_write(f->st, "UPDATE workers SET state = 'gone'");
     assert_int_equal(store_devlog_since(g1, isl, idx, 8, &upto), -1);
 
     /* One device per generation until the ring has dropped g2's. */
@@ -282,27 +275,6 @@ static void test_rounds_cut_short_at_most_32_in_a_row(void **state)
     assert_int_equal(all, 40);
 }
 
-/* A shared hold is what makes a device busy for exclusive jobs. */
-static void test_mirror_sees_shared_holds(void **state)
-{
-    fixture_t *f = *state;
-    round_t r;
-    assert_int_equal(sched_round_load(f->st, &r), 0);
-    assert_int_equal(r.devs[0][3].shared, 0);
-    sched_round_free(&r);
-    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
-                 " created_at) VALUES (78, 'y', 'running', 0, 0, 1, 0)");
-    write_sql(f, "INSERT INTO device_holds (island_id, idx, job_id)"
-                 " SELECT island_id, 3, 78 FROM devices WHERE idx = 3");
-    assert_int_equal(sched_round_load(f->st, &r), 0);
-    assert_int_equal(r.devs[0][3].shared, 1);
-    sched_round_free(&r);
-    write_sql(f, "DELETE FROM device_holds");
-    assert_int_equal(sched_round_load(f->st, &r), 0);
-    assert_int_equal(r.devs[0][3].shared, 0);
-    sched_round_free(&r);
-}
-
 /* Devices held per tenant follow the commits that move them. */
 static void test_tenant_usage_follows_holders(void **state)
 {
@@ -310,23 +282,24 @@ static void test_tenant_usage_follows_holders(void **state)
     store_usage_t u = {0};
     sched_tenant_t *ts = NULL;
     int n = 0;
-    write_sql(f, "INSERT INTO tenants (id, name, token_hash, share, created_at)"
-                 " VALUES (5, 't', 'th', 1, 0), (6, 'u', 'th6', 1, 0)");
-    write_sql(f, "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
-                 " created_at, tenant_id) VALUES (80, 'q', 'queued', 0, 0, 1, 0, 5),"
-                 " (81, 'r', 'running', 0, 0, 1, 0, 5), (82, 's', 'queued', 0, 0, 1, 0, 6)");
+    support_store_write(f->st, "INSERT INTO tenants (id, name, token_hash, share, created_at)"
+                        " VALUES (5, 't', 'th', 1, 0), (6, 'u', 'th6', 1, 0)");
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at, tenant_id) VALUES (80, 'q', 'queued', 0, 0, 1, 0, 5),"
+                        " (81, 'r', 'running', 0, 0, 1, 0, 5), (82, 's', 'queued', 0, 0, 1, 0, 6)");
     assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
     assert_int_equal(n, 2);
     assert_int_equal(ts[0].id, 5);
     assert_int_equal(ts[0].used, 0);
     free(ts);
 
-    write_sql(f, "UPDATE devices SET job_id = 81 WHERE idx < 2");
+    support_store_write(f->st, "UPDATE devices SET job_id = 81 WHERE idx < 2");
     assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
     assert_int_equal(ts[0].used, 2);
     free(ts);
 
-    write_sql(f, "UPDATE devices SET job_id = NULL WHERE idx = 0");
+    support_store_write(f->st, "UPDATE devices SET job_id = NULL WHERE idx = 0");
     assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
     assert_int_equal(ts[0].used, 1);
     free(ts);
@@ -338,7 +311,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_mirror_reads_only_after_device_changes, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_mirror_sees_shared_holds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, teardown),

@@ -106,13 +106,11 @@ static int64_t register_worker(store_t *st)
 static int allocate_devs(store_t *st, int64_t job, int shared, int64_t w, const int64_t *dev,
                          int n)
 {
-    int64_t isl[4], wrk[4];
-    for (int i = 0; i < n; i++) {
-        isl[i] = store_island_id(st, "west");
-        wrk[i] = w;
-    }
+    store_mark_t m[4];
+    for (int i = 0; i < n; i++)
+        m[i] = (store_mark_t){store_island_id(st, "west"), dev[i], w};
     assert_int_equal(store_begin(st), 0);
-    int rc = store_sched_mark_allocated(st, job, shared, isl, dev, wrk, n, "{}");
+    int rc = store_sched_mark_allocated(st, job, shared, shared ? 1000 : 0, m, n, "{}");
     if (rc == 0)
         assert_int_equal(store_commit(st), 0);
     else
