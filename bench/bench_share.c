@@ -119,6 +119,35 @@ static int make_tenant(hx_client_t *admin, const char *name, int share, hx_clien
     return ok ? 0 : -1;
 }
 
+/* The scheduler's passes so far (admission and feed, woken by every
+ * finished computation of a shared job), from one scrape: their mean and
+ * how many took longer than 1, 2.5, 5, 10 and 25 ms. The long ones are
+ * what starve the devices (and so grow the island's lookahead, which
+ * newcomers wait behind). 0 or -1. */
+static int pass_figures(hx_client_t *admin)
+{
+    static const char *const le[] = {"0.001", "0.0025", "0.005", "0.01", "0.025"};
+    hx_resp_t r;
+    if (hx_request(admin, "GET", "/metrics", NULL, 0, &r) != 0 || r.status != 200 || !r.body) {
+        hx_resp_clear(&r);
+        return -1;
+    }
+    double passes = hx_metric_in(r.body, "atoll_scheduler_pass_seconds_count");
+    double pass_s = hx_metric_in(r.body, "atoll_scheduler_pass_seconds_sum");
+    if (passes > 0) {
+        printf("scheduler.passes %.0f\nscheduler.mean_pass_us %.1f\nscheduler.passes_over_ms",
+               passes, pass_s / passes * 1e6);
+        for (size_t b = 0; b < sizeof le / sizeof le[0]; b++) {
+            char name[96];
+            snprintf(name, sizeof name, "atoll_scheduler_pass_seconds_bucket{le=\"%s\"}", le[b]);
+            printf(" %g:%.0f", atof(le[b]) * 1e3, passes - hx_metric_in(r.body, name));
+        }
+        printf("\n");
+    }
+    hx_resp_clear(&r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t us = argc > 1 ? atoll(argv[1]) : 2000;
@@ -186,13 +215,8 @@ int main(int argc, char **argv)
     /* Interactive latency: tiny shared jobs among the chains. */
     if (interactive(&admin) != 0)
         rc = 1;
-    /* The scheduler's passes so far (admission and feed, woken by every
-     * finished computation of a shared job). */
-    double passes = hx_metric(&admin, "atoll_scheduler_pass_seconds_count");
-    double pass_s = hx_metric(&admin, "atoll_scheduler_pass_seconds_sum");
-    if (passes > 0)
-        printf("scheduler.passes %.0f\nscheduler.mean_pass_us %.1f\n", passes,
-               pass_s / passes * 1e6);
+    if (pass_figures(&admin) != 0)
+        rc = 1;
     for (int k = 0; k < 4 * chains; k++) {
         snprintf(path, sizeof path, "/v1/jobs/%" PRId64, ids[k]);
         if (hx_request(&admin, "DELETE", path, NULL, 0, &r) == 0)

@@ -211,8 +211,10 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_worker AFTER UPDATE OF state, data_addr," \
     " first_device, ndevices ON main.workers BEGIN SELECT atoll_kick_devices(); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_memory AFTER UPDATE OF store_cap_bytes" \
-    " ON main.workers WHEN OLD.store_cap_bytes IS NOT NEW.store_cap_bytes" \
-    " BEGIN SELECT atoll_kick_devices(); END;"
+    " ON main.workers WHEN OLD.store_cap_bytes IS NOT NEW.store_cap_bytes BEGIN" \
+    " SELECT atoll_kick_devices(d.island_id, d.idx) FROM main.devices d" \
+    "  WHERE d.island_id = NEW.island_id AND d.idx BETWEEN NEW.first_device" \
+    "  AND NEW.first_device + NEW.ndevices - 1 AND d.worker_id = NEW.id; END;"
 
 /* atoll_kick_worker(id), atoll_kick_job(id): the parked requests of that
  * id may answer otherwise; atoll_kick_all(): every worker's. The user data

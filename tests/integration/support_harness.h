@@ -138,6 +138,8 @@ void hx_resp_clear(hx_resp_t *r);
 /* The value of the unlabelled sample `name` in GET /metrics, or -1 when it
  * is absent or the request failed. */
 double hx_metric(hx_client_t *cl, const char *name);
+/* The same, in the text of one /metrics answer (figures read together). */
+double hx_metric_in(const char *text, const char *name);
 /* Prints the client's last request and response to stderr. */
 void hx_client_print_last(const hx_client_t *cl);
 

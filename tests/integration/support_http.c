@@ -207,21 +207,26 @@ void hx_client_print_last(const hx_client_t *cl)
     fprintf(stderr, "  last request : %s\n  last response: %s\n", cl->last_req, cl->last_resp);
 }
 
+double hx_metric_in(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *line = text; line && *line;) {
+        if (strncmp(line, name, n) == 0 && line[n] == ' ')
+            return strtod(line + n + 1, NULL);
+        line = strchr(line, '\n');
+        line = line ? line + 1 : NULL;
+    }
+    return -1;
+}
+
 double hx_metric(hx_client_t *cl, const char *name)
 {
     hx_resp_t r;
     double v = -1;
     if (hx_request(cl, "GET", "/metrics", NULL, 0, &r) != 0)
         return -1;
-    size_t n = strlen(name);
-    for (const char *line = r.body; r.status == 200 && line && *line;) {
-        if (strncmp(line, name, n) == 0 && line[n] == ' ') {
-            v = strtod(line + n + 1, NULL);
-            break;
-        }
-        line = strchr(line, '\n');
-        line = line ? line + 1 : NULL;
-    }
+    if (r.status == 200 && r.body)
+        v = hx_metric_in(r.body, name);
     hx_resp_clear(&r);
     return v;
 }
