@@ -53,7 +53,9 @@ static int ckpt_kicked;         /* guarded by ckpt_mu */
  * every commit after a checkpoint that writers outran kicked another (30
  * a second under bench_loop, each with its fsyncs). */
 static _Atomic int ckpt_next = STORE_CKPT_PAGES;
-static int ckpt_done_last;      /* checkpointer thread only: frames copied as of its last run */
+/* Checkpointer thread only: the WAL's frames and those copied as of its
+ * last run. */
+static int ckpt_log_last, ckpt_done_last;
 static _Atomic uint64_t ckpt_runs, ckpt_frames, ckpt_forced;
 
 int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages)
@@ -70,6 +72,22 @@ int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages)
     }
     pthread_mutex_unlock(&ckpt_mu);
     return SQLITE_OK;
+}
+
+/* Of `done` (the WAL's frames copied so far, this run's and earlier
+ * ones'), those this run copied. Once a run copied every frame, the next
+ * writer starts the WAL over and `done` counts from its beginning again:
+ * unless the WAL is as it was (nothing written since), every frame done
+ * now is new. Otherwise the WAL cannot have started over (only a
+ * complete checkpoint lets it), and the new ones are those past the last
+ * run's. A WAL that started over and grew to exactly its old size, all of
+ * it copied, reads as unchanged: a miscount of one run's frames, in a
+ * metric. */
+static int ckpt_fresh(int log, int done)
+{
+    if (ckpt_done_last == ckpt_log_last)
+        return log == ckpt_log_last && done == ckpt_done_last ? 0 : done;
+    return done > ckpt_done_last ? done - ckpt_done_last : 0;
 }
 
 /* One checkpoint on the thread's connection; the forced kind when the
@@ -89,11 +107,8 @@ static void ckpt_once(sqlite3 *db)
     atomic_fetch_add(&ckpt_runs, 1);
     if (log < 0 || done < 0)
         return;         /* not in WAL mode (SQLite says -1): nothing to follow */
-    /* done counts the WAL's frames copied so far, this run's and earlier
-     * ones' (until the WAL starts over). */
-    int fresh = done >= ckpt_done_last ? done - ckpt_done_last : done;
-    if (fresh > 0)
-        atomic_fetch_add(&ckpt_frames, (uint64_t)fresh);
+    atomic_fetch_add(&ckpt_frames, (uint64_t)ckpt_fresh(log, done));
+    ckpt_log_last = log;
     ckpt_done_last = done;
     atomic_store(&ckpt_next, done >= log ? STORE_CKPT_PAGES : log + STORE_CKPT_PAGES);
 }
