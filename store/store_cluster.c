@@ -114,7 +114,11 @@ static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
         "   AND s.island_id = d.island_id"
         "   AND EXISTS (SELECT 1 FROM json_each(s.devices) WHERE value = d.idx)), "
         DEVICE_UP_SQL ", (SELECT json_group_array(h.job_id) FROM device_holds h"
-        "  WHERE h.island_id = d.island_id AND h.idx = d.idx)"
+        "  WHERE h.island_id = d.island_id AND h.idx = d.idx),"
+        " (SELECT SUM(h.bytes) FROM device_holds h WHERE h.island_id = d.island_id"
+        "  AND h.idx = d.idx),"
+        " (SELECT w.store_cap_bytes / w.ndevices FROM workers w WHERE w.id = d.worker_id"
+        "  AND w.state = 'live' AND w.ndevices > 0 AND w.store_cap_bytes > 0)"
         " FROM devices d WHERE d.island_id = ?1 ORDER BY d.idx";
     json_t *devs = json_array();
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -139,12 +143,19 @@ static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
         json_object_set_new(d, "busy_us", json_integer(busy));
         json_object_set_new(d, "idle_us", json_integer(idle_of(up, busy)));
         store_set_text_or_null(d, "slice", s, 7);
-        /* Shared devices (DESIGN Part D): every job holding it. */
+        /* Shared devices (DESIGN Part D): every job holding it, and the
+         * memory their holds take of the device's (its worker's store cap
+         * over its devices, once reported): what a shared job waiting for
+         * memory waits on. */
         json_t *holders = store_col_json(s, 9);
-        if (json_array_size(holders) > 0)
+        if (json_array_size(holders) > 0) {
             json_object_set_new(d, "jobs", holders);
-        else
+            store_set_int_or_null(d, "held_bytes", s, 10);
+        } else {
             json_decref(holders);
+        }
+        if (sqlite3_column_type(s, 11) != SQLITE_NULL)
+            store_set_int_or_null(d, "memory_bytes", s, 11);
         json_array_append_new(devs, d);
         acct.busy_us += busy;
         acct.up_us += up;

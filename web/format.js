@@ -32,4 +32,11 @@ export function fmtClock(us) {
   var d = new Date(us / 1000);
   return d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
 }
+/* n bytes as "1.5 MiB" (or KiB, or B). */
+export function fmtBytes(n) {
+  if (n >= 1048576) return (n / 1048576).toFixed(1) + " MiB";
+  if (n >= 1024) return (n / 1024).toFixed(1) + " KiB";
+  return n + " B";
+}
+
 export function shapeText(shape) { return Array.isArray(shape) ? shape.join("×") : "?"; }

@@ -9,7 +9,7 @@
  * data-holders and data-shared (shared devices). */
 import { S, jobName } from "./state.js";
 import { $, el, has } from "./dom.js";
-import { jobColour, shapeText } from "./format.js";
+import { fmtBytes, jobColour, shapeText } from "./format.js";
 
 const DEVICE_STATES = ["free", "allocated", "down"];
 
@@ -183,6 +183,13 @@ function deviceLines(c) {
     lines.push(["slice", "slice " + (d.slice || "?")]);
   }
   if (d.tenant === "other") lines.push(["tenant", "held by another tenant's job"]);
+  /* Device memory (its worker's store cap over its devices) and what
+   * shared jobs' holds take of it: what a shared job waiting for memory
+   * waits on. */
+  if (has(d.memory_bytes)) {
+    lines.push(["memory", (has(d.held_bytes) ? fmtBytes(d.held_bytes) + " of " : "") +
+                fmtBytes(d.memory_bytes) + (has(d.held_bytes) ? " held by shared jobs" : "")]);
+  }
   return lines;
 }
 

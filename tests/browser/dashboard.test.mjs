@@ -327,11 +327,16 @@ async function main() {
       return ok.length === 8 ? ok.map((c) => c.dataset.index) : null;
     }, [String(sa.body.id), String(sb.body.id)]));
     await page.hover(`.device[data-island="east"][data-index="${sharedCells[0]}"]`);
-    const shareTip = await until("the tooltip names both holders", 5, () => dom(() => {
-      const t = document.getElementById("tooltip"); return !t.hidden && /shared by/.test(t.textContent) && t.textContent;
+    const shareTip = await until("the tooltip names both holders and their memory", 5, () => dom(() => {
+      const t = document.getElementById("tooltip");
+      return !t.hidden && /shared by/.test(t.textContent) && /held by shared jobs/.test(t.textContent) && t.textContent;
     }));
     check(shareTip.includes(`job ${sa.body.id}`) && shareTip.includes(`job ${sb.body.id}`),
           `the shared device's tooltip should name jobs ${sa.body.id} and ${sb.body.id}: ${shareTip}`);
+    // Each hold job's one computation defines four scalars (16 bytes, 32 for
+    // both); the workers' default 1024 MiB store over 4 devices is 256 MiB each.
+    check(shareTip.includes("32 B of 256.0 MiB held by shared jobs"),
+          `the shared device's tooltip should show its memory: ${shareTip}`);
     await shot("shared");
     for (const id of [sa.body.id, sb.body.id])
       check((await api("/v1/jobs/" + id, { method: "DELETE" })).status === 200, `cancel shared job ${id}`);

@@ -108,6 +108,20 @@ static int comp_seqs(const json_t *job, int64_t *seq, int cap)
     return n;
 }
 
+/* The worker's store cap as /v1/workers shows it (what its heartbeats
+ * reported), or -1. */
+static int64_t worker_cap(void)
+{
+    hx_resp_t r;
+    int64_t cap = -1;
+    if (hx_request(&itest_client, "GET", "/v1/workers", NULL, 0, &r) == 0 && r.status == 200)
+        cap = json_integer_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(r.json, "workers"), 0), "store"),
+            "cap_bytes"));
+    hx_resp_clear(&r);
+    return cap;
+}
+
 /* Two shared jobs on the whole island at once; an exclusive one waits for
  * both; the devices name both holders; results right. */
 static void test_shared_placement(void **state)
@@ -124,12 +138,17 @@ static void test_shared_placement(void **state)
     json_decref(jb);
     int64_t e = submit_as(&itest_client, ex);
     hx_resp_t r;
-    int both = 0;
+    int both = 0, memory = 0;
     if (hx_request(&itest_client, "GET", "/v1/islands/west", NULL, 0, &r) == 0) {
         json_t *d;
         size_t i;
-        json_array_foreach(json_object_get(r.json, "devices"), i, d)
+        json_array_foreach(json_object_get(r.json, "devices"), i, d) {
             both += json_array_size(json_object_get(d, "jobs")) == 2;
+            /* Each chain's largest computation defines 5 scalars. */
+            memory += json_integer_value(json_object_get(d, "held_bytes")) == 2 * 5 * 4 &&
+                      json_integer_value(json_object_get(d, "memory_bytes")) ==
+                          STORE_CAP_MB * 1024 * 1024 / 4;
+        }
     }
     hx_resp_clear(&r);
     json_t *fa = wait_done(&itest_client, a, "succeeded"), *fb = wait_done(&itest_client, b,
@@ -146,6 +165,8 @@ static void test_shared_placement(void **state)
     free(sb);
     free(ex);
     T_CHECK(both == 4, "every device should name both shared jobs (%d did)", both);
+    T_CHECK(memory == 4, "every device should show both jobs' memory and its own (%d did)",
+            memory);
     T_CHECK(e_alloc >= last, "the exclusive job must wait until no shared job holds a device");
     T_CHECK(right, "shared chains computed wrong values");
 }
@@ -402,20 +423,6 @@ static int sum_right(hx_client_t *cl, int64_t id, double want)
     return ok;
 }
 
-/* The worker's store cap as /v1/workers shows it (what its heartbeats
- * reported), or -1. */
-static int64_t worker_cap(void)
-{
-    hx_resp_t r;
-    int64_t cap = -1;
-    if (hx_request(&itest_client, "GET", "/v1/workers", NULL, 0, &r) == 0 && r.status == 200)
-        cap = json_integer_value(json_object_get(
-            json_object_get(json_array_get(json_object_get(r.json, "workers"), 0), "store"),
-            "cap_bytes"));
-    hx_resp_clear(&r);
-    return cap;
-}
-
 /* Device memory: the worker's 8 MiB store is 2 MiB per device. A shared
  * job taking 1 MiB of each device runs for 2 s; a small shared job joins
  * it at once, a second 1 MiB one does not fit beside it: it waits, its
@@ -424,12 +431,6 @@ static int64_t worker_cap(void)
 static void test_memory_bounds_sharing(void **state)
 {
     (void)state;
-    int64_t cap = -1;
-    for (int64_t end = hx_now_ms() + 30000; cap != STORE_CAP_MB * 1024 * 1024 &&
-                                            hx_now_ms() < end; hx_sleep_ms(50))
-        cap = worker_cap();
-    T_CHECK(cap == STORE_CAP_MB * 1024 * 1024, "the worker's store cap never showed (%lld)",
-            (long long)cap);
     char *d1 = memory_doc("big1", 2000000, 262144), *d2 = memory_doc("big2", 1000, 262144);
     char *ds = chain_doc("small", 1, 1000, 1);
     int64_t b1 = submit_as(&itest_client, d1);
@@ -491,6 +492,17 @@ static int group_setup(void **state)
         hx_client_init(&itest_client, itest_cluster.url) != 0 ||
         hx_client_set_auth(&itest_client, ADMIN_TOKEN, NULL) != 0) {
         hx_cluster_stop(&itest_cluster);
+        return -1;
+    }
+    /* Device memory is known once the worker's first heartbeat reported
+     * its store cap: every test runs with it. */
+    int64_t cap = -1;
+    for (int64_t end = hx_now_ms() + 30000; cap != STORE_CAP_MB * 1024 * 1024 &&
+                                            hx_now_ms() < end; hx_sleep_ms(50))
+        cap = worker_cap();
+    if (cap != STORE_CAP_MB * 1024 * 1024) {
+        fprintf(stderr, "the worker's store cap never showed (%lld)\n", (long long)cap);
+        itest_stop();
         return -1;
     }
     return 0;
