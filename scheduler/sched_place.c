@@ -280,11 +280,17 @@ static const char *bytes_text(int64_t n, char *buf, size_t len)
 
 void sched_memory_reason(const round_t *r, const sched_gang_t *g, char *buf, size_t len)
 {
-    /* The most memory left on any device it could share, and that
-     * device's memory: what the user needs to see to judge the wait. */
+    /* The most memory left on any device it could share (on an island its
+     * slices may use), and that device's memory: what the user needs to
+     * see to judge the wait. */
     int64_t best = -1, cap = 0;
+    int usable[SCHED_MAX_ISLANDS] = {0};
+    for (int s = 0; s < g->nreq; s++)
+        for (int i = 0; i < r->n; i++)
+            usable[i] |= !g->reqs[s].island ||
+                         strcmp(g->reqs[s].island, alloc_island_name(r->isl[i])) == 0;
     for (int i = 0; i < r->n; i++)
-        for (int64_t d = 0; d < alloc_island_size(r->isl[i]); d++) {
+        for (int64_t d = 0; usable[i] && d < alloc_island_size(r->isl[i]); d++) {
             const sched_dev_t *dv = &r->devs[i][d];
             if (dv->worker && !dv->job && dv->shared > 0 && dv->cap_bytes > 0 &&
                 dv->cap_bytes - dv->held_bytes > best) {

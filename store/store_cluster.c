@@ -113,13 +113,15 @@ static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
         " d.busy_us, (SELECT s.name FROM slices s WHERE s.job_id = " HOLDER_SQL
         "   AND s.island_id = d.island_id"
         "   AND EXISTS (SELECT 1 FROM json_each(s.devices) WHERE value = d.idx)), "
-        DEVICE_UP_SQL ", (SELECT json_group_array(h.job_id) FROM device_holds h"
-        "  WHERE h.island_id = d.island_id AND h.idx = d.idx),"
-        " (SELECT SUM(h.bytes) FROM device_holds h WHERE h.island_id = d.island_id"
-        "  AND h.idx = d.idx),"
-        " (SELECT w.store_cap_bytes / w.ndevices FROM workers w WHERE w.id = d.worker_id"
-        "  AND w.state = 'live' AND w.ndevices > 0 AND w.store_cap_bytes > 0)"
-        " FROM devices d WHERE d.island_id = ?1 ORDER BY d.idx";
+        DEVICE_UP_SQL ", h.jobs, h.bytes,"
+        " CASE WHEN lw.ndevices > 0 AND lw.store_cap_bytes > 0"
+        "  THEN lw.store_cap_bytes / lw.ndevices END"
+        /* The island's shared holds grouped once, not two lookups per device. */
+        " FROM devices d LEFT JOIN (SELECT idx, json_group_array(job_id) AS jobs,"
+        "  SUM(bytes) AS bytes FROM device_holds WHERE island_id = ?1 GROUP BY idx) h"
+        "  ON h.idx = d.idx"
+        " LEFT JOIN workers lw ON lw.id = d.worker_id AND lw.state = 'live'"
+        " WHERE d.island_id = ?1 ORDER BY d.idx";
     json_t *devs = json_array();
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!devs || !s)
@@ -147,7 +149,7 @@ static json_t *island_devices(store_t *st, int64_t island_id, json_t *isl)
          * memory their holds take of the device's (its worker's store cap
          * over its devices, once reported): what a shared job waiting for
          * memory waits on. */
-        json_t *holders = store_col_json(s, 9);
+        json_t *holders = store_col_json(s, 9);     /* NULL: no holds */
         if (json_array_size(holders) > 0) {
             json_object_set_new(d, "jobs", holders);
             store_set_int_or_null(d, "held_bytes", s, 10);

@@ -8,7 +8,8 @@
  * its eviction does make room.
  *
  * The island west=2x2 is one worker of 4 devices whose store cap is set to
- * 4,000 bytes: 1,000 per device. */
+ * 4,000 bytes: 1,000 per device; east=2 has no worker unless a test adds
+ * one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,7 +26,7 @@
 #include "store_internal.h"
 #include "support_store.h"
 
-static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
+static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}, {"east", {1, {2, 0, 0, 0}}}};
 static const alloc_request_t whole = {{2, {2, 2, 0, 0}}, "west"};
 
 typedef support_worker_fixture_t fixture_t;
@@ -38,7 +39,7 @@ static void set_cap(fixture_t *f, int64_t cap)
 }
 
 /* A running shared job `id` of priority prio, holding devices [lo, hi] of
- * west with `bytes` each. */
+ * both islands with `bytes` each. */
 static void hold(fixture_t *f, int id, int prio, int preemptible, int lo, int hi, int bytes)
 {
     char sql[512];
@@ -54,8 +55,8 @@ static void hold(fixture_t *f, int id, int prio, int preemptible, int lo, int hi
 
 static int setup(void **state)
 {
-    fixture_t *f = support_worker_fixture(islands, 1, 4);
-    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0};
+    fixture_t *f = support_worker_fixture(islands, 2, 4);
+    sched_cfg = (sched_config_t){islands, 2, 60 * 1000000LL, 0, NULL, 0};
     set_cap(f, 4000);
     *state = f;
     return 0;
@@ -152,6 +153,22 @@ static void test_shared_job_joins_only_where_memory_fits(void **state)
     assert_int_equal(place(f, 5000, &by_memory, NULL, 0), ALLOC_OK);
 }
 
+/* The reason names what is left on the islands the job may use: a roomier
+ * shared device on another island is not its to take. */
+static void test_memory_reason_names_its_islands(void **state)
+{
+    fixture_t *f = *state;
+    char reason[512] = "";
+    int by_memory = -1;
+    int64_t east = support_store_register(f->st, "east", "127.0.0.1:2", 2);
+    worker_stats_t ws = {.cap_bytes = 20000};
+    assert_int_equal(store_worker_set_stats(f->st, east, &ws), STORE_OK);
+    hold(f, 70, 0, 0, 0, 3, 600);       /* east's two devices too: 9,400 bytes left there */
+    assert_int_equal(place(f, 401, &by_memory, reason, sizeof reason), ALLOC_ENOSPACE);
+    assert_int_equal(by_memory, 1);
+    assert_non_null(strstr(reason, "400 bytes of 1000 bytes"));
+}
+
 /* A placement recorded in the round adds its bytes to its devices, so the
  * next job of the same round sees them. */
 static void test_round_take_adds_memory(void **state)
@@ -238,7 +255,7 @@ static void test_plan_bytes(void **state)
         "{\"op\":\"input\",\"out\":\"p\",\"from\":\"a.y\"},"
         "{\"op\":\"reduce_sum\",\"out\":\"q\",\"args\":[\"p\"]}],"
         "\"outputs\":[\"q\"]}]}",
-        islands, 1);
+        islands, 2);
     plan_entry_t *pe = sched_plan_get(f->st, id);
     assert_non_null(pe);
     assert_int_equal(pe->dev_bytes, 2 * 256 * 4);
@@ -251,6 +268,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_round_sees_device_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_job_joins_only_where_memory_fits, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_memory_reason_names_its_islands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_take_adds_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preemption_makes_room_in_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_bytes, setup, teardown),
