@@ -140,36 +140,45 @@ cleanup:
     return rc;
 }
 
-/* Writes computation c's island sequence number seq (reserved by the
- * caller) and host tasks: its shards grouped by the worker holding their
- * devices, one row per worker; blocked: they wait (sequential dispatch)
- * until store_progress.c releases them. 0 or -1. */
+/* Writes computation c's host tasks, the lo-th to before the hi-th of
+ * them (hi < 0: to the last), inside the caller's transaction: its shards
+ * grouped by the worker holding their devices, one row per worker, the
+ * rows in the order of their workers' ids (the same order every time: the
+ * slice's devices are read back from the allocation). With lo = 0 it
+ * first writes the computation's island sequence number seq (reserved by
+ * the caller) and the payload its host tasks share; later parts carry the
+ * seq written then. blocked: the tasks wait (sequential dispatch) until
+ * store_progress.c releases them. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                         const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
-                        int64_t seq, int blocked)
+                        int64_t seq, int blocked, int lo, int hi)
 {
     const comp_t *cp = &plan->comps[c];
     const alloc_placement_t *p = &pl[cp->slice];
     int64_t island = r->island_id[p->island];
-    if (store_sched_set_comp(st, job->id, c, island, seq, !blocked) != 0)
+    int rc = 0;
+    if (lo == 0) {
+        json_t *base = task_base(plan, doc, job, c, seq);
+        char *text = base ? json_dumps(base, JSON_COMPACT) : NULL;
+        rc = text && store_sched_set_comp(st, job->id, c, island, seq, !blocked) == 0
+                 ? store_sched_add_comp_payload(st, job->id, job->attempt, c, text) : -1;
+        json_decref(base);
+        free(text);
+    }
+    shard_ref_t *refs = rc == 0 ? malloc(sizeof *refs * (size_t)p->nshards) : NULL;
+    if (!refs)
         return -1;
-    shard_ref_t *refs = malloc(sizeof *refs * (size_t)p->nshards);
-    json_t *base = task_base(plan, doc, job, c, seq);
-    char *text = base ? json_dumps(base, JSON_COMPACT) : NULL;
-    int rc = refs && text ? store_sched_add_comp_payload(st, job->id, job->attempt, c, text) : -1;
-    for (int k = 0; rc == 0 && k < p->nshards; k++) {
+    for (int k = 0; k < p->nshards; k++) {
         const sched_dev_t *dv = &r->devs[p->island][p->devices[k]];
         refs[k] = (shard_ref_t){dv->worker, k, dv->local};
     }
-    if (rc == 0)
-        qsort(refs, (size_t)p->nshards, sizeof *refs, shard_ref_cmp);
-    for (int i = 0, j; rc == 0 && i < p->nshards; i = j) {
+    qsort(refs, (size_t)p->nshards, sizeof *refs, shard_ref_cmp);
+    for (int i = 0, j, g = 0; rc == 0 && i < p->nshards && (hi < 0 || g < hi); i = j, g++) {
         for (j = i + 1; j < p->nshards && refs[j].worker == refs[i].worker; j++)
             ;
-        rc = add_host_task(st, job, c, island, seq, blocked, &refs[i], j - i);
+        if (g >= lo)
+            rc = add_host_task(st, job, c, island, seq, blocked, &refs[i], j - i);
     }
-    json_decref(base);
-    free(text);
     free(refs);
     return rc;
 }
@@ -189,37 +198,50 @@ static int proc_ref_cmp(const void *a, const void *b)
     return (x->dev->first > y->dev->first) - (x->dev->first < y->dev->first);
 }
 
-/* The "procs" of the placement: every worker holding a device of one of
- * the job's slices, once, sorted by (island name, first device). New
- * reference, or NULL. */
-static json_t *placement_procs(const job_plan_t *plan, round_t *r, const alloc_placement_t *pl,
-                               int ndev)
+/* The "procs" of the placement as JSON text: every worker holding a
+ * device of one of the job's slices, once, sorted by (island name, first
+ * device). Written by hand, not through jansson: 512 workers' entries cost
+ * ~1 ms of the whole-island allocation that way. Addresses and island
+ * names need no escaping (api_worker.c's data_addr_ok, the island name
+ * rules); one that would is refused rather than written. malloc'd, or
+ * NULL. */
+static char *placement_procs(const job_plan_t *plan, round_t *r, const alloc_placement_t *pl,
+                             int ndev)
 {
     proc_ref_t *ps = malloc(sizeof *ps * (size_t)(ndev > 0 ? ndev : 1));
-    json_t *arr = json_array();
+    size_t cap = 2, len = 0;
+    char *t = NULL;
     int n = 0;
-    if (!ps || !arr)
-        goto fail;
+    if (!ps)
+        return NULL;
     for (int s = 0; s < plan->nslices; s++)
-        for (int k = 0; k < pl[s].nshards; k++)
-            ps[n++] = (proc_ref_t){alloc_island_name(r->isl[pl[s].island]),
-                                   &r->devs[pl[s].island][pl[s].devices[k]]};
+        for (int k = 0; k < pl[s].nshards; k++) {
+            ps[n] = (proc_ref_t){alloc_island_name(r->isl[pl[s].island]),
+                                 &r->devs[pl[s].island][pl[s].devices[k]]};
+            cap += strlen(ps[n].island) + strlen(ps[n].dev->addr) + 80;
+            n++;
+        }
     qsort(ps, (size_t)n, sizeof *ps, proc_ref_cmp);
+    if (!(t = malloc(cap)))
+        goto cleanup;
+    t[len++] = '[';
     for (int i = 0; i < n; i++) {
         if (i > 0 && ps[i].dev->worker == ps[i - 1].dev->worker)
             continue;   /* same worker: same island and first, so adjacent */
-        json_t *e = json_pack("{s:s, s:s, s:I, s:i}", "addr", ps[i].dev->addr,
-                              "island", ps[i].island, "first", (json_int_t)ps[i].dev->first,
-                              "count", ps[i].dev->count);
-        if (!e || json_array_append_new(arr, e) != 0)
-            goto fail;
+        if (strpbrk(ps[i].dev->addr, "\"\\") || strpbrk(ps[i].island, "\"\\")) {
+            free(t);
+            t = NULL;
+            goto cleanup;
+        }
+        len += (size_t)snprintf(t + len, cap - len,
+                                "%s{\"addr\":\"%s\",\"island\":\"%s\",\"first\":%lld,\"count\":%d}",
+                                len > 1 ? "," : "", ps[i].dev->addr, ps[i].island,
+                                (long long)ps[i].dev->first, ps[i].dev->count);
     }
+    memcpy(t + len, "]", 2);
+cleanup:
     free(ps);
-    return arr;
-fail:
-    free(ps);
-    json_decref(arr);
-    return NULL;
+    return t;
 }
 
 /* The PLACEMENT JSON text of the job attempt (docs/worker-protocol.md):
@@ -227,8 +249,8 @@ fail:
 static char *placement_text(const job_plan_t *plan, round_t *r, const alloc_placement_t *pl,
                             int ndev)
 {
-    json_t *slices = json_object(), *procs = placement_procs(plan, r, pl, ndev);
-    char *text = NULL;
+    json_t *slices = json_object();
+    char *procs = placement_procs(plan, r, pl, ndev), *stext = NULL, *text = NULL;
     for (int s = 0; slices && s < plan->nslices; s++) {
         const alloc_placement_t *p = &pl[s];
         json_t *origin = json_array();
@@ -247,14 +269,16 @@ static char *placement_text(const job_plan_t *plan, round_t *r, const alloc_plac
      * (workers/wreport.h). A sequential job's consumers are released by
      * their producers' reports, a shared job's fed by them. */
     int hold = !sched_cfg.sequential && !plan->shared;
-    json_t *all = slices && procs ? json_pack("{s:O, s:O, s:b}", "procs", procs, "slices", slices,
-                                              "hold_reports", hold)
-                                  : NULL;
-    text = all ? json_dumps(all, JSON_COMPACT) : NULL;
-    json_decref(all);
+    if (!slices || !procs || !(stext = json_dumps(slices, JSON_COMPACT)))
+        goto cleanup;
+    size_t cap = strlen(procs) + strlen(stext) + 64;
+    if ((text = malloc(cap)))
+        snprintf(text, cap, "{\"procs\":%s,\"slices\":%s,\"hold_reports\":%s}", procs, stext,
+                 hold ? "true" : "false");
 cleanup:
     json_decref(slices);
-    json_decref(procs);
+    free(procs);
+    free(stext);
     return text;
 }
 
@@ -278,30 +302,6 @@ static int sequential_waits(const job_plan_t *plan, const alloc_placement_t *pl,
     return waiting[island];
 }
 
-/* Dispatches the computations at positions [from, to) of the job's
- * topological order, inside the caller's transaction. Each island's
- * sequence numbers for them are reserved at once and handed out in that
- * order. 0 or -1. */
-static int dispatch_range(store_t *st, const sched_job_t *job, const job_plan_t *plan,
-                          const json_t *doc, round_t *r, const alloc_placement_t *pl, int from,
-                          int to)
-{
-    int count[SCHED_MAX_ISLANDS] = {0}, waiting[SCHED_MAX_ISLANDS] = {0};
-    int64_t seq[SCHED_MAX_ISLANDS];
-    for (int t = from; t < to; t++)
-        count[pl[plan->comps[plan->topo[t]].slice].island]++;
-    for (int i = 0; i < r->n; i++)
-        if (count[i] > 0 && (seq[i] = store_sched_take_seq(st, r->island_id[i], count[i])) < 0)
-            return -1;
-    for (int t = from; t < to; t++) {
-        int c = plan->topo[t], i = pl[plan->comps[c].slice].island;
-        if (sched_dispatch_comp(st, job, plan, doc, r, pl, c, seq[i]++,
-                                sequential_waits(plan, pl, c, waiting)) != 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* Host tasks per computation of each slice (the distinct workers holding
  * its devices), into out[plan->nslices]. */
 static void slice_tasks(const job_plan_t *plan, const round_t *r, const alloc_placement_t *pl,
@@ -319,26 +319,83 @@ static void slice_tasks(const job_plan_t *plan, const round_t *r, const alloc_pl
     }
 }
 
-/* Where the chunk that starts at position from ends: computations until
- * budget host tasks, at least one. */
-static int chunk_end(const job_plan_t *plan, const int *tasks, int from, int64_t budget)
+/* A position in a job's dispatch: the computation at position t of its
+ * topological order, of whose host tasks the first `part` are written. */
+typedef struct dpos {
+    int t;
+    int part;
+} dpos_t;
+
+static int comp_tasks(const job_plan_t *plan, const int *tasks, int t)
 {
-    int t = from;
-    do
-        budget -= tasks[plan->comps[plan->topo[t++]].slice];
-    while (t < plan->ncomps && budget > 0);
-    return t;
+    return tasks[plan->comps[plan->topo[t]].slice];
 }
 
-/* Host tasks of the job's chunk starting at position from: as many as
- * it already has dispatched (chunks double), within the bounds. */
-static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, int from)
+/* Where the chunk that starts at from ends: budget host tasks (at least
+ * one) later, or at the job's end ({ncomps, 0}). A computation's host
+ * tasks may be split between chunks: a whole-island gang's 512 rows
+ * written in one pass kept every other job waiting for 3-10 ms. */
+static dpos_t chunk_end(const job_plan_t *plan, const int *tasks, dpos_t from, int64_t budget)
 {
-    int64_t done = 0;
-    for (int t = 0; t < from; t++)
-        done += tasks[plan->comps[plan->topo[t]].slice];
+    dpos_t e = from;
+    if (budget < 1)
+        budget = 1;
+    while (e.t < plan->ncomps && budget > 0) {
+        int left = comp_tasks(plan, tasks, e.t) - e.part;
+        if (left > budget) {
+            e.part += (int)budget;
+            break;
+        }
+        budget -= left;
+        e = (dpos_t){e.t + 1, 0};
+    }
+    return e;
+}
+
+/* Host tasks of the job's chunk starting at from: as many as it already
+ * has dispatched (chunks double), within the bounds. */
+static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, dpos_t from)
+{
+    int64_t done = from.part;
+    for (int t = 0; t < from.t; t++)
+        done += comp_tasks(plan, tasks, t);
     return done < SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS
          : done > SCHED_CHUNK_MAX_TASKS ? SCHED_CHUNK_MAX_TASKS : done;
+}
+
+/* Dispatches the job's host tasks from position from to before position
+ * to, inside the caller's transaction. Each island's sequence numbers for
+ * the computations whose first host task is among them are reserved at
+ * once and handed out in topological order; a computation begun in an
+ * earlier chunk keeps its own (from_seq). 0 or -1. */
+static int dispatch_range(store_t *st, const sched_job_t *job, const job_plan_t *plan,
+                          const json_t *doc, round_t *r, const alloc_placement_t *pl,
+                          dpos_t from, dpos_t to, int64_t from_seq)
+{
+    int count[SCHED_MAX_ISLANDS] = {0}, waiting[SCHED_MAX_ISLANDS] = {0};
+    int64_t seq[SCHED_MAX_ISLANDS];
+    int last = to.part > 0 ? to.t : to.t - 1;     /* the last position touched */
+    for (int t = from.part > 0 ? from.t + 1 : from.t; t <= last; t++)
+        count[pl[plan->comps[plan->topo[t]].slice].island]++;
+    for (int i = 0; i < r->n; i++)
+        if (count[i] > 0 && (seq[i] = store_sched_take_seq(st, r->island_id[i], count[i])) < 0)
+            return -1;
+    for (int t = from.t; t <= last; t++) {
+        int c = plan->topo[t], i = pl[plan->comps[c].slice].island;
+        int lo = t == from.t ? from.part : 0, hi = t == to.t ? to.part : -1;
+        int64_t q = lo > 0 ? from_seq : seq[i]++;
+        if (sched_dispatch_comp(st, job, plan, doc, r, pl, c, q,
+                                sequential_waits(plan, pl, c, waiting), lo, hi) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Records where the job's dispatch stands after a chunk that ended at e:
+ * the computation that e is in (or none left). */
+static int set_position(store_t *st, const job_plan_t *plan, int64_t job, dpos_t e)
+{
+    return store_sched_set_dispatch_next(st, job, e.t < plan->ncomps ? e.t : -1);
 }
 
 /* Writes the allocation, the placement and the job's first host tasks in
@@ -353,7 +410,8 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
                        const json_t *doc, round_t *r, const alloc_placement_t *pl,
                        int64_t bytes)
 {
-    int ndev = 0, tasks[64], end = 0;
+    int ndev = 0, tasks[64];
+    dpos_t end = {0, 0};
     for (int s = 0; s < plan->nslices; s++)
         ndev += pl[s].nshards;
     store_mark_t *m = malloc(sizeof *m * (size_t)(ndev > 0 ? ndev : 1));
@@ -374,19 +432,20 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
         goto fail;
     if (!plan->shared) {
         slice_tasks(plan, r, pl, tasks);
-        end = sched_cfg.sequential ? plan->ncomps
-                                   : chunk_end(plan, tasks, 0, SCHED_CHUNK_FIRST_TASKS);
-        if (dispatch_range(st, job, plan, doc, r, pl, 0, end) != 0 ||
-            store_sched_set_dispatch_next(st, job->id, end < plan->ncomps ? end : -1) != 0)
+        end = sched_cfg.sequential ? (dpos_t){plan->ncomps, 0}
+                                   : chunk_end(plan, tasks, end, SCHED_CHUNK_FIRST_TASKS);
+        if (dispatch_range(st, job, plan, doc, r, pl, (dpos_t){0, 0}, end, 0) != 0 ||
+            set_position(st, plan, job->id, end) != 0)
             goto fail;
     }
     if (store_commit(st) != 0)
         goto fail;
     free(m);
     free(placement);
-    log_info("job %ld allocated: %d devices, %d of %d computations dispatched", (long)job->id,
-             ndev, end, plan->ncomps);
-    return !plan->shared && end < plan->ncomps;
+    log_info("job %ld allocated: %d devices, %d of %d computations dispatched in full",
+             (long)job->id,
+             ndev, end.t, plan->ncomps);
+    return !plan->shared && end.t < plan->ncomps;
 fail:
     store_rollback(st);
     free(m);
@@ -416,21 +475,32 @@ int sched_slice_read(store_t *st, const round_t *r, int64_t job, const job_plan_
 
 /* The next chunk of one job in mid-dispatch, inside the caller's
  * transaction: its slices' devices as allocated (the slices rows), its
- * computations from m->next on. 1 when more are left after it, 0 when it
- * was the last (or the job could not go on: its allocation or position is
- * not what its plan needs, so it fails rather than hold the others'
+ * host tasks from position m->next on (those of that computation already
+ * written, and its seq, read back). 1 when more are left after it, 0 when
+ * it was the last (or the job could not go on: its allocation or position
+ * is not what its plan needs, so it fails rather than hold the others'
  * chunks up), -1 on a store error. */
 static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const plan_entry_t *pe)
 {
     const job_plan_t *plan = pe->plan;
     alloc_placement_t pl[64];
-    int tasks[64], rc = -1, bad = m->next < 1 || m->next >= plan->ncomps;
+    int tasks[64], rc = -1, bad = m->next < 0 || m->next >= plan->ncomps;
+    dpos_t from = {m->next, 0};
+    int64_t from_seq = 0;
     memset(pl, 0, sizeof pl);
     for (int s = 0; !bad && s < plan->nslices; s++) {
         int k = sched_slice_read(st, r, m->id, plan, s, &pl[s]);
         if (k < 0)
             goto cleanup;
         bad = k;
+    }
+    if (!bad) {
+        slice_tasks(plan, r, pl, tasks);
+        from.part = store_sched_comp_written(st, m->id, m->attempt, plan->topo[from.t], &from_seq);
+        if (from.part < 0)
+            goto cleanup;
+        /* All of them written, yet the position not past them: not ours. */
+        bad = from.part >= comp_tasks(plan, tasks, from.t);
     }
     if (bad) {
         log_error("job %ld: its allocation or dispatch position does not read back as its plan"
@@ -439,13 +509,12 @@ static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const 
                  ? 0 : -1;
         goto cleanup;
     }
-    slice_tasks(plan, r, pl, tasks);
-    int end = chunk_end(plan, tasks, m->next, chunk_budget(plan, tasks, m->next));
+    dpos_t end = chunk_end(plan, tasks, from, chunk_budget(plan, tasks, from));
     sched_job_t job = {m->id, m->attempt, 0, 0, 0};
-    if (dispatch_range(st, &job, plan, pe->doc, r, pl, m->next, end) != 0 ||
-        store_sched_set_dispatch_next(st, m->id, end < plan->ncomps ? end : -1) != 0)
+    if (dispatch_range(st, &job, plan, pe->doc, r, pl, from, end, from_seq) != 0 ||
+        set_position(st, plan, m->id, end) != 0)
         goto cleanup;
-    rc = end < plan->ncomps;
+    rc = end.t < plan->ncomps;
 cleanup:
     for (int i = 0; i < plan->nslices; i++)
         free(pl[i].devices);

@@ -226,23 +226,27 @@ void sched_plans_free_all(void);
 /* ---- dispatch (sched_dispatch.c), inside the caller's transaction or its own ---- */
 
 /* An exclusive job's dispatch in chunks (parallel dispatch): its first
- * chunk is written with its allocation, up to SCHED_CHUNK_FIRST_TASKS host
- * tasks (at least one computation), so its first computations reach the
+ * chunk is written with its allocation, SCHED_CHUNK_FIRST_TASKS host tasks
+ * (fewer if the job has fewer), so its first computations reach the
  * workers without waiting for the rest; each later chunk, one per pass,
  * has as many host tasks as all the job's earlier ones (they double, so
  * they stay ahead of execution whenever writing a computation costs less
- * than running it), at most SCHED_CHUNK_MAX_TASKS. Up to SCHED_MORE_MAX
- * jobs in mid-dispatch advance per pass. */
+ * than running it), at most SCHED_CHUNK_MAX_TASKS. A chunk may end inside
+ * a computation: a whole-island gang of 512 workers is written over
+ * several passes, none of them long (the scheduler's pass p99 of issue 9).
+ * Up to SCHED_MORE_MAX jobs in mid-dispatch advance per pass. */
 #define SCHED_CHUNK_FIRST_TASKS 32
-#define SCHED_CHUNK_MAX_TASKS 4096
+#define SCHED_CHUNK_MAX_TASKS 64
 #define SCHED_MORE_MAX 64
 
-/* Writes computation c's island sequence number seq (reserved by the
- * caller: store_sched_take_seq) and host tasks, inside the caller's
- * transaction, blocked (sequential dispatch) or pending. 0 or -1. */
+/* Writes computation c's host tasks [lo, hi) (one per worker, in worker
+ * id order; hi < 0: all from lo), inside the caller's transaction, blocked
+ * (sequential dispatch) or pending; with lo = 0 first its island sequence
+ * number seq (reserved by the caller: store_sched_take_seq) and shared
+ * payload. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                         const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
-                        int64_t seq, int blocked);
+                        int64_t seq, int blocked, int lo, int hi);
 /* Writes the job's allocation, placement and (exclusive jobs) its first
  * chunk of host tasks, or all of them under sequential dispatch, in one
  * transaction of its own. 1 when chunks are left (sched_dispatch_more),

@@ -413,7 +413,8 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap);
  * error. */
 double store_sched_shard_us(store_t *st, int64_t job, int attempt);
 /* The island id and device indexes (shard order, *devices malloc'd) of a
- * job's slice. Count, or -1. */
+ * job's slice. Count (0 when the stored list does not parse: the caller
+ * finds it short), or -1 when the row is missing or on a store error. */
 int store_sched_slice_devices(store_t *st, int64_t job, const char *slice, int64_t *island,
                               int64_t **devices);
 /* How starved an island's shared devices were lately, from the workers'
@@ -558,7 +559,8 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t byt
                                store_mark_t *m, int n, const char *placement);
 /* An exclusive job with computations left to dispatch (jobs.dispatch_next,
  * schema/024_dispatch_chunks.sql): its attempt and the position, in its
- * topological order, of the next computation to dispatch. Only the
+ * topological order, of the next computation to dispatch (some of whose
+ * host tasks may be written: store_sched_comp_written). Only the
  * scheduler sets dispatch_next (at allocation and per chunk); a job
  * leaving allocated/running (finished, cancelled, requeued) clears it
  * (store_job_finish, job_requeue), so it is non-NULL only while the
@@ -571,6 +573,10 @@ typedef struct sched_more {
 /* Sets (next >= 0) or clears (next < 0) the job's dispatch_next, inside the
  * caller's transaction. 0 or -1. */
 int store_sched_set_dispatch_next(store_t *st, int64_t job, int next);
+/* How many host tasks of computation comp of the job attempt are written
+ * (a chunk may end inside a computation), and their seq into *seq when
+ * any. Count or -1. */
+int store_sched_comp_written(store_t *st, int64_t job, int attempt, int comp, int64_t *seq);
 /* Up to cap jobs with computations left to dispatch, by id. Count or -1. */
 int store_sched_dispatching(store_t *st, sched_more_t *out, int cap);
 /* Fails a live job whose next chunk cannot be written (its allocation is

@@ -4,7 +4,9 @@
  * next (doubling), with sequence numbers that keep following the job's
  * topological order across chunks; sequential dispatch still writes every
  * computation at once; a job that ended or was requeued between chunks
- * gets nothing more; one whose allocation no longer reads back fails. */
+ * gets nothing more; one whose allocation no longer reads back fails; a
+ * gang of more workers than a chunk holds is written over several passes,
+ * each computation under one sequence number. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -78,6 +80,34 @@ static int teardown(void **state)
 {
     sched_plans_free_all();
     return support_store_teardown(state);
+}
+
+/* wide=2x64: 128 workers of one device each, so every computation of a
+ * whole-island job is 128 host tasks, more than a chunk holds. */
+static const island_desc_t wide[] = {{"wide", {2, {2, 64, 0, 0}}}};
+
+/* A job of two computations on all of wide: c0 fills, c1 scales c0's x. */
+static const char wide_doc[] =
+    "{\"name\":\"gang\",\"slices\":{\"s\":{\"shape\":[2,64]}},\"computations\":["
+    "{\"name\":\"c0\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+    "\"value\":1.0}],\"outputs\":[\"x\"]},"
+    "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
+    "{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]}]}";
+
+static int setup_wide(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->st = support_store_open(&f->d, wide, 1);
+    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 0};
+    for (int w = 0; w < 128; w++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", 2000 + w);
+        support_store_register(f->st, "wide", addr, 1);
+    }
+    f->job = support_store_submit(f->st, wide_doc, wide, 1);
+    *state = f;
+    return 0;
 }
 
 /* Places the job on west as an admission round would and writes its
@@ -154,6 +184,45 @@ static void test_chunks_double(void **state)
     assert_int_equal(more(f, &wrote), 0);
     assert_int_equal(wrote, 0);
     assert_int_equal(dispatched(f, &in_order), CHAIN);
+}
+
+/* Computation comp's host tasks so far: how many, on how many distinct
+ * workers, and their smallest and largest seq (-1 when none). */
+typedef struct comp_rows {
+    int n, workers;
+    int64_t seq_min, seq_max;
+} comp_rows_t;
+
+static comp_rows_t comp_rows(fixture_t *f, int comp)
+{
+    sqlite3_stmt *s = NULL;
+    comp_rows_t c = {0, 0, -1, -1};
+    assert_int_equal(sqlite3_prepare_v2(store_db(f->st),
+                                        "SELECT COUNT(*), COUNT(DISTINCT worker_id),"
+                                        " IFNULL(MIN(seq), -1), IFNULL(MAX(seq), -1)"
+                                        " FROM host_tasks WHERE job_id = ? AND comp_idx = ?",
+                                        -1, &s, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(s, 1, f->job);
+    sqlite3_bind_int(s, 2, comp);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    c = (comp_rows_t){sqlite3_column_int(s, 0), sqlite3_column_int(s, 1),
+                      sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3)};
+    sqlite3_finalize(s);
+    return c;
+}
+
+static void expect_rows(fixture_t *f, int n0, int n1)
+{
+    comp_rows_t c0 = comp_rows(f, 0), c1 = comp_rows(f, 1);
+    assert_int_equal(c0.n, n0);
+    assert_int_equal(c0.workers, n0);       /* one host task per worker */
+    assert_int_equal(c1.n, n1);
+    assert_int_equal(c1.workers, n1);
+    assert_true(c0.seq_min == c0.seq_max);  /* one computation, one seq */
+    assert_true(c1.seq_min == c1.seq_max);
+    if (n1 > 0)
+        assert_true(c1.seq_min > c0.seq_max);
 }
 
 /* Sequential dispatch releases blocked computations from reports in seq
@@ -244,6 +313,49 @@ static void test_position_off_plan_fails_job(void **state)
     corrupt_then_expect_failed(f, sql);
 }
 
+/* A gang of 128 workers: the allocation writes 32 of c0's host tasks; the
+ * passes after it 32, 64 (c0 complete), then c1 in two chunks of the
+ * 64-task bound; each computation keeps the seq its first part took, and
+ * every worker gets exactly one host task of each. */
+static void test_gang_split_across_passes(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0, in_order = 0;
+    assert_int_equal(allocate(f), 1);
+    expect_rows(f, 32, 0);
+    assert_int_equal(dispatched(f, &in_order), 1);
+    assert_int_equal(more(f, &wrote), 1);
+    expect_rows(f, 64, 0);
+    assert_int_equal(more(f, &wrote), 1);
+    expect_rows(f, 128, 0);
+    assert_int_equal(more(f, &wrote), 1);
+    expect_rows(f, 128, 64);
+    assert_int_equal(dispatched(f, &in_order), 2);
+    assert_true(in_order);
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(wrote, 1);
+    expect_rows(f, 128, 128);
+    sched_more_t m[1];
+    assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
+}
+
+/* A position whose computation has every host task written already was
+ * not written by this scheduler: the job fails rather than write twice. */
+static void test_written_position_fails_job(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    assert_int_equal(allocate(f), 1);
+    assert_int_equal(more(f, &wrote), 1);
+    assert_int_equal(more(f, &wrote), 1);
+    expect_rows(f, 128, 0);
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET dispatch_next = 0 WHERE id = %lld",
+             (long long)f->job);
+    corrupt_then_expect_failed(f, sql);
+    assert_int_equal(comp_rows(f, 0).n, 128);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +365,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_requeued_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_allocation_fails_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_position_off_plan_fails_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gang_split_across_passes, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_written_position_fails_job, setup_wide, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
