@@ -450,6 +450,7 @@ fail:
     store_rollback(st);
     free(m);
     free(placement);
+    sched_round_invalidate();
     log_error("job %ld: allocation could not be written; will retry", (long)job->id);
     return -1;
 }

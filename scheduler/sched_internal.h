@@ -139,6 +139,10 @@ uint64_t sched_round_device_reads(void);
  * (store_devlog_since), not the whole island. */
 uint64_t sched_round_device_patches(void);
 void sched_round_cache_free(void);
+/* The next round reads every island again: an allocation's re-check found
+ * a device the mirror showed free taken (the mirror is behind: e.g. a
+ * freed job whose savepoint was rolled back, store_devlog.c). */
+void sched_round_invalidate(void);
 /* After a round whose every device change was recorded in r (placements,
  * evictions) and committed: r's devices become the mirror, without a
  * read, if nobody else changed devices since it was loaded. */

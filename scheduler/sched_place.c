@@ -62,6 +62,12 @@ void sched_round_cache_free(void)
     }
 }
 
+void sched_round_invalidate(void)
+{
+    for (int i = 0; i < SCHED_MAX_ISLANDS; i++)
+        mirrors[i].valid = 0;
+}
+
 uint64_t sched_round_device_reads(void) { return mirror_reads; }
 uint64_t sched_round_device_patches(void) { return mirror_patches; }
 
@@ -73,15 +79,21 @@ static int mirror_refresh(store_t *st, dev_mirror_t *m, const island_desc_t *d, 
     if (m->valid && m->gen == gen && m->n == n)
         return 0;
     if (m->valid && m->n == n) {
-        /* Only the devices that changed since, when they are few: a job's
-         * end on a big island no longer costs a read of all of it. */
+        /* Only what changed since, when it is little: the jobs that ended
+         * (their devices freed here, no read) and the devices named one by
+         * one (read again, after: they may have been taken since). */
         int64_t idx[MIRROR_PATCH_MAX];
-        uint64_t upto;
-        int k = store_devlog_since(m->gen, m->island_id, idx, MIRROR_PATCH_MAX, &upto);
-        if (k >= 0 && store_sched_devices_patch(st, m->island_id, m->devs, n, idx, k) == 0) {
-            m->gen = upto;
-            mirror_patches++;
-            return 0;
+        store_devlog_view_t v = {.idx = idx, .cap = MIRROR_PATCH_MAX};
+        if (store_devlog_since(m->gen, m->island_id, &v) == 0) {
+            for (int j = 0; j < v.njobs; j++)
+                for (int64_t k = 0; k < n; k++)
+                    if (m->devs[k].job == v.jobs[j])
+                        m->devs[k].job = 0;
+            if (store_sched_devices_patch(st, m->island_id, m->devs, n, idx, v.n) == 0) {
+                m->gen = v.upto;
+                mirror_patches++;
+                return 0;
+            }
         }
     }
     m->valid = 0;

@@ -245,6 +245,21 @@ static void store_kick_devices_fn(sqlite3_context *ctx, int argc, sqlite3_value 
     sqlite3_result_null(ctx);
 }
 
+int store_free_job_devices(store_t *st, int64_t job)
+{
+    static const char sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    st->devchg.quiet = 1;       /* the rows' triggers would name each device */
+    int rc = store_step_done(s);
+    st->devchg.quiet = 0;
+    if (rc == 0 && sqlite3_changes(st->db) > 0)
+        store_devlog_note_freed(&st->devchg, job);
+    return rc;
+}
+
 /* After a commit, not in the hook: a reader that sees a new generation
  * must also see the data. Empties k. */
 static void kick_apply(watch_gen_t *g, kick_set_t *k)

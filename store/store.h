@@ -175,13 +175,29 @@ uint64_t store_job_gen(int64_t job);
  * committed since and not yet counted, which every allocation re-checks
  * in its own transaction anyway. */
 uint64_t store_devices_gen(void);
-/* The devices of island whose holder, shared holds, worker or local
- * number changed in the generations (since, *upto], *upto being the
- * generation now, into idx[0..cap) (distinct): their count, or -1 when
- * that is unknown or not worth it (a change that was not one device's, a
- * database opened, more than cap devices, or so long ago that the record
- * is gone): then read everything. store_devlog.c. */
-int store_devlog_since(uint64_t since, int64_t island, int64_t *idx, int cap, uint64_t *upto);
+/* What changed on an island in the generations (since, upto], upto being
+ * the generation now (store_devlog_since): the devices whose holder,
+ * shared holds, worker or local number changed (distinct, in idx), and
+ * the exclusive jobs whose devices were all freed (a job's end or requeue:
+ * every device that job held is free; told as the job, not its devices,
+ * so that a whole-island job's end is not a read of the whole island).
+ * The caller applies the freed jobs first: the devices named may have been
+ * taken again since, and a read of them returns what is current. */
+#define STORE_DEVLOG_JOBS 16
+typedef struct store_devlog_view {
+    int64_t *idx;               /* caller's array of cap entries */
+    int cap;
+    int n;
+    int64_t jobs[STORE_DEVLOG_JOBS];
+    int njobs;
+    uint64_t upto;
+} store_devlog_view_t;
+/* Fills v (idx and cap set by the caller) with the changes on island
+ * since generation `since`: 0, or -1 when that is unknown or not worth it
+ * (a change that was not one device's or one job's, a database opened,
+ * more than cap devices or STORE_DEVLOG_JOBS jobs, or so long ago that the
+ * record is gone): then read everything. store_devlog.c. */
+int store_devlog_since(uint64_t since, int64_t island, store_devlog_view_t *v);
 /* How many of st's own commits moved store_devices_gen (each by one): a
  * thread that knows what its commits changed can tell whether anyone
  * else's did (the scheduler's round mirror, sched_place.c). */

@@ -51,15 +51,26 @@ int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages);
 typedef struct store_devchg {
     int all;                    /* not one device's change, or too many */
     int n;
+    int quiet;                  /* the triggers' notes are ignored (store_free_job_devices) */
+    int nfreed;
     int64_t dev[STORE_DEVCHG_MAX][2];   /* island id, device index */
+    int64_t freed[STORE_DEVLOG_JOBS];   /* jobs whose devices were all freed */
 } store_devchg_t;
-/* Notes one device (idx < 0: everything). */
+/* Notes one device (idx < 0: everything); nothing while c->quiet. */
 void store_devlog_note(store_devchg_t *c, int64_t island, int64_t idx);
+/* Notes that every device job held was freed (too many jobs: everything). */
+void store_devlog_note_freed(store_devchg_t *c, int64_t job);
+/* Frees every device job holds (devices.job_id), inside st's transaction,
+ * noting the job rather than each device (store.c). 0 or -1. */
+int store_free_job_devices(store_t *st, int64_t job);
 /* Whether c noted anything (the transaction changed what
  * store_sched_devices reads). */
-static inline int store_devlog_pending(const store_devchg_t *c) { return c->all || c->n > 0; }
+static inline int store_devlog_pending(const store_devchg_t *c)
+{
+    return c->all || c->n > 0 || c->nfreed > 0;
+}
 /* Forgets what c noted (a rollback). */
-static inline void store_devlog_clear(store_devchg_t *c) { c->all = c->n = 0; }
+static inline void store_devlog_clear(store_devchg_t *c) { c->all = c->n = c->nfreed = 0; }
 /* After a commit that changed devices (c: its changes; NULL: everything):
  * moves store_devices_gen() by one and records what changed with it;
  * empties c. */

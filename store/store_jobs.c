@@ -452,7 +452,6 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
     static const char job_sql[] =
         "UPDATE jobs SET state = ?2, error = COALESCE(?3, error), finished_at = ?4,"
         " pending_reason = NULL, dispatch_next = NULL WHERE id = ?1";
-    static const char dev_sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
     static const char hold_sql[] = "DELETE FROM device_holds WHERE job_id = ?";
     static const char task_sql[] =
         "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ? AND state = 'blocked'";
@@ -467,10 +466,8 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
     if (error)
         sqlite3_bind_text(s, 3, error, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 4, now);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, dev_sql)))
-        return -1;
-    sqlite3_bind_int64(s, 1, job);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, hold_sql)))
+    if (store_step_done(s) != 0 || store_free_job_devices(st, job) != 0 ||
+        !(s = store_stmt(st, hold_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, job);
     if (store_step_done(s) != 0 || !(s = store_stmt(st, task_sql)))

@@ -710,7 +710,6 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
         " allocated_at = NULL, started_at = NULL,"
         " pending_reason = CASE ?3 WHEN 2 THEN 'preempted' ELSE 'requeued' END, error = ?2,"
         " placement = NULL, dispatch_next = NULL WHERE id = ?1",
-        "UPDATE devices SET job_id = NULL WHERE job_id = ?1",
         "DELETE FROM device_holds WHERE job_id = ?1",
         "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ?1 AND state = 'blocked'",
         "DELETE FROM outputs WHERE job_id = ?1",
@@ -731,6 +730,8 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
         if (store_step_done(s) != 0)
             return -1;
     }
+    if (store_free_job_devices(st, job) != 0)
+        return -1;
     store_event(st, job, retry == REQUEUE_PREEMPT ? "preempted" : "requeued", "%s", why);
     return 0;
 }

@@ -176,6 +176,15 @@ static void test_round_keeps_its_own_changes(void **state)
 /* The record of changed devices: a commit's devices, by island, distinct;
  * "everything" for a worker's change; -1 past the caller's cap, and once
  * the ring no longer holds all of the range asked for. */
+/* store_devlog_since's devices into idx[0..cap): their count, or -1. */
+static int since(uint64_t g, int64_t isl, int64_t *idx, int cap, uint64_t *upto)
+{
+    store_devlog_view_t v = {.idx = idx, .cap = cap};
+    int rc = store_devlog_since(g, isl, &v);
+    *upto = v.upto;
+    return rc == 0 ? v.n : -1;
+}
+
 static void test_devlog_names_changed_devices(void **state)
 {
     fixture_t *f = *state;
@@ -184,36 +193,36 @@ static void test_devlog_names_changed_devices(void **state)
     support_store_write(f->st,
                         "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
                         " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
-    assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 0);
+    assert_int_equal(since(g0, isl, idx, 8, &upto), 0);
     assert_int_equal(upto, g0);
     support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 1");
-    assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 1);
+    assert_int_equal(since(g0, isl, idx, 8, &upto), 1);
     assert_int_equal(idx[0], 1);
     assert_int_equal(upto, g0 + 1);
     support_store_write(f->st, "INSERT INTO device_holds (island_id, idx, job_id)"
                         " SELECT island_id, 3, 77 FROM devices WHERE idx = 3");
     support_store_write(f->st, "UPDATE devices SET job_id = NULL WHERE idx = 1");
-    assert_int_equal(store_devlog_since(g0, isl, idx, 8, &upto), 2);
+    assert_int_equal(since(g0, isl, idx, 8, &upto), 2);
     assert_true((idx[0] == 1 && idx[1] == 3) || (idx[0] == 3 && idx[1] == 1));
-    assert_int_equal(store_devlog_since(g0 + 2, isl, idx, 8, &upto), 1);
-    assert_int_equal(store_devlog_since(g0, isl, idx, 1, &upto), -1);
-    assert_int_equal(store_devlog_since(g0, isl + 1000, idx, 8, &upto), 0);
+    assert_int_equal(since(g0 + 2, isl, idx, 8, &upto), 1);
+    assert_int_equal(since(g0, isl, idx, 1, &upto), -1);
+    assert_int_equal(since(g0, isl + 1000, idx, 8, &upto), 0);
     uint64_t g1 = store_devices_gen();
     support_store_write(f->st, "UPDATE workers SET state = 'gone'");
-    assert_int_equal(store_devlog_since(g1, isl, idx, 8, &upto), -1);
+    assert_int_equal(since(g1, isl, idx, 8, &upto), -1);
 
     /* One device per generation until the ring has dropped g2's. */
     uint64_t g2 = store_devices_gen();
     store_devchg_t c = {0};
     store_devlog_note(&c, isl, 0);
     store_devlog_publish(&c);
-    assert_int_equal(store_devlog_since(g2, isl, idx, 8, &upto), 1);
+    assert_int_equal(since(g2, isl, idx, 8, &upto), 1);
     for (int i = 0; i < 20000; i++) {
         store_devlog_note(&c, isl + 1000, 0);
         store_devlog_publish(&c);
     }
-    assert_int_equal(store_devlog_since(g2, isl, idx, 8, &upto), -1);
-    assert_int_equal(store_devlog_since(store_devices_gen() - 5, isl, idx, 8, &upto), 0);
+    assert_int_equal(since(g2, isl, idx, 8, &upto), -1);
+    assert_int_equal(since(store_devices_gen() - 5, isl, idx, 8, &upto), 0);
 }
 
 /* Jobs placed (allocated, or running once their tasks were leased). */
@@ -221,6 +230,78 @@ static int jobs_allocated(fixture_t *f)
 {
     return (int)support_store_int(f->st, "SELECT COUNT(*) FROM jobs"
                                          " WHERE state IN ('allocated', 'running')");
+}
+
+/* A job's end frees its devices as one entry naming the job: the next
+ * round frees them in its mirror without reading anything, and the
+ * devices another job holds stay held. */
+static void test_freed_job_reaches_mirror_without_read(void **state)
+{
+    fixture_t *f = *state;
+    int64_t isl = store_island_id(f->st, "west"), idx[8], job, worker;
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
+                        " (78, 'y', 'running', 0, 0, 1, 0)");
+    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx < 3");
+    support_store_write(f->st, "UPDATE devices SET job_id = 78 WHERE idx = 3");
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 77);
+    uint64_t g = store_devices_gen(), reads = sched_round_device_reads(),
+             patches = sched_round_device_patches();
+
+    assert_int_equal(store_begin(f->st), 0);
+    assert_int_equal(store_job_finish(f->st, 77, "succeeded", NULL), 0);
+    assert_int_equal(store_commit(f->st), 0);
+    store_devlog_view_t v = {.idx = idx, .cap = 8};
+    assert_int_equal(store_devlog_since(g, isl, &v), 0);
+    assert_int_equal(v.n, 0);                   /* no device named */
+    assert_int_equal(v.njobs, 1);
+    assert_int_equal(v.jobs[0], 77);
+    assert_int_equal(v.upto, g + 1);
+
+    for (int k = 0; k < 3; k++) {
+        round_device(f, k, &job, &worker);
+        assert_int_equal(job, 0);
+    }
+    round_device(f, 3, &job, &worker);
+    assert_int_equal(job, 78);
+    assert_int_equal(sched_round_device_reads(), reads);
+    assert_int_equal(sched_round_device_patches(), patches + 1);
+}
+
+/* A mirror that shows devices free that are not (here a freed job was
+ * published while the job still holds them, as a savepoint rolled back
+ * after the free would leave it): the allocation that tries them fails
+ * its re-check, and the next round reads the island again, so the job
+ * waits with the true reason instead of failing round after round. */
+static void test_stale_mirror_read_again_after_failed_allocation(void **state)
+{
+    fixture_t *f = *state;
+    int64_t job, worker;
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
+    support_store_write(f->st, "UPDATE devices SET job_id = 77");
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 77);
+    store_devchg_t c = {0};
+    store_devlog_note_freed(&c, 77);
+    store_devlog_publish(&c);
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 0);                   /* stale */
+
+    int64_t q = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    uint64_t reads = sched_round_device_reads();
+    sched_admit(f->st);                         /* tries, fails its re-check */
+    assert_int_equal(jobs_allocated(f), 1);     /* 77 alone */
+    sched_admit(f->st);
+    assert_int_equal(sched_round_device_reads(), reads + 1);
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 77);
+    json_t *jq = store_job_json(f->st, q);
+    assert_string_equal(json_string_value(json_object_get(jq, "state")), "queued");
+    json_decref(jq);
 }
 
 /* With a round's time for placing jobs at 1 µs, each round places one of
@@ -317,6 +398,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rounds_cut_short_at_most_32_in_a_row, setup_wide,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_freed_job_reaches_mirror_without_read, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stale_mirror_read_again_after_failed_allocation,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
