@@ -76,10 +76,12 @@
  * Island sequence numbers: one collective order. islands.next_seq only
  * grows (store_sched_take_seq, inside the dispatch transaction). A
  * computation gets one number on the island of its slice at the moment it
- * is dispatched, and all its host tasks carry it; an exclusive job's
- * computations are numbered in its topological order chunk by chunk
- * (each chunk's numbers reserved at once), a shared job's one by one, in
- * the same order, by the feed. Every worker
+ * is dispatched (its first host task written), and all its host tasks
+ * carry it; an exclusive job's computations are numbered in its
+ * topological order chunk by chunk (each chunk's numbers reserved at
+ * once; a computation whose host tasks span chunks keeps the number its
+ * first chunk took), a shared job's one by one, in the same order, by the
+ * feed. Every worker
  * runs the host tasks of each device in increasing seq and starts one only
  * when every lower-seq task on all its devices has ended
  * (docs/worker-protocol.md, workers/exec.h). Since numbers are taken on
@@ -92,9 +94,13 @@
  * new numbers (its old ones are cleared with its computations). The
  * argument needs every task to reach its workers before a later-numbered
  * one on the same devices starts: true in parallel dispatch (an exclusive
- * job's tasks are pending from the moment their chunk commits, chunks
- * commit in number order, and a poll hands out all of a worker's pending
- * tasks in number order) and for shared jobs (never blocked). Sequential dispatch hands a blocked computation's tasks out
+ * job's tasks are pending from the moment their chunk commits; its chunks
+ * commit in number order and write every host task of a computation
+ * before any of the next; the rest of a computation split across chunks
+ * may commit after another job's later-numbered tasks, but those are on
+ * other devices, since the job holds its own alone; and a poll hands out
+ * all of a worker's pending tasks in number order) and for shared jobs
+ * (never blocked). Sequential dispatch hands a blocked computation's tasks out
  * only when its producers succeeded, and every later-numbered computation
  * of the job on that island waits with it (sequential_waits,
  * sched_dispatch.c; released in seq order by store_progress.c), so a

@@ -1,20 +1,86 @@
 /* sched_plans.c - the compiled plans of queued jobs and of live shared
  * jobs still being fed, cached across admission rounds (plan_entry_t,
- * sched_internal.h). Owned by the scheduler thread alone. */
+ * sched_internal.h). Owned by the scheduler thread alone, except the
+ * offers: plans the API compiled when it stored a job, handed over
+ * (sched_plan_offer) so that the scheduler does not compile them again. */
 #include "sched_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 static plan_entry_t *plans;
 static int nplans, plans_cap;
+
+/* Plans offered by the API threads (sched_plan_offer), not yet taken:
+ * offers[(offer_next + i) % SCHED_OFFERS] for i < noffers, oldest first;
+ * each owns its doc and plan. Guarded by offers_mu: the only part of this
+ * file other threads touch. */
+typedef struct plan_offer {
+    int64_t id;
+    json_t *doc;
+    job_plan_t *plan;
+} plan_offer_t;
+static pthread_mutex_t offers_mu = PTHREAD_MUTEX_INITIALIZER;
+static plan_offer_t offers[SCHED_OFFERS];
+static int offer_next, noffers;
 
 static void plan_entry_free(plan_entry_t *pe)
 {
     job_plan_free(pe->plan);
     json_decref(pe->doc);
     free(pe->reason);
+}
+
+void sched_plan_offer(int64_t id, json_t *doc, job_plan_t *plan)
+{
+    plan_offer_t old = {0, NULL, NULL};
+    pthread_mutex_lock(&offers_mu);
+    if (noffers == SCHED_OFFERS) {          /* the oldest goes */
+        old = offers[offer_next];
+        offer_next = (offer_next + 1) % SCHED_OFFERS;
+        noffers--;
+    }
+    offers[(offer_next + noffers++) % SCHED_OFFERS] = (plan_offer_t){id, doc, plan};
+    pthread_mutex_unlock(&offers_mu);
+    job_plan_free(old.plan);
+    json_decref(old.doc);
+}
+
+/* Takes the offer of job id into pe (doc and plan), if there is one: 1,
+ * else 0. Offers are few and taken mostly in order: a linear search. */
+static int offer_take(int64_t id, plan_entry_t *pe)
+{
+    int found = 0;
+    pthread_mutex_lock(&offers_mu);
+    for (int i = 0; i < noffers && !found; i++) {
+        plan_offer_t *o = &offers[(offer_next + i) % SCHED_OFFERS];
+        if (o->id != id)
+            continue;
+        pe->doc = o->doc;
+        pe->plan = o->plan;
+        found = 1;
+        /* Close the gap: the ones after it move one back. */
+        for (int j = i; j + 1 < noffers; j++)
+            offers[(offer_next + j) % SCHED_OFFERS] = offers[(offer_next + j + 1) % SCHED_OFFERS];
+        noffers--;
+    }
+    pthread_mutex_unlock(&offers_mu);
+    return found;
+}
+
+static void offers_free_all(void)
+{
+    pthread_mutex_lock(&offers_mu);
+    for (int i = 0; i < noffers; i++) {
+        plan_offer_t *o = &offers[(offer_next + i) % SCHED_OFFERS];
+        job_plan_free(o->plan);
+        json_decref(o->doc);
+    }
+    noffers = offer_next = 0;
+    pthread_mutex_unlock(&offers_mu);
 }
 
 /* Index of id, or of where it would go (lower bound). */
@@ -42,9 +108,12 @@ plan_entry_t *sched_plan_get(store_t *st, int64_t id)
         return &plans[k];
     }
     err_t e = {0};
-    plan_entry_t pe = {.id = id, .doc = store_sched_job_doc(st, id), .seen = 1};
-    if (!pe.doc ||
-        compiler_job(pe.doc, sched_cfg.islands, sched_cfg.nislands, &pe.plan, &e) != 0) {
+    plan_entry_t pe = {.id = id, .seen = 1};
+    int offered = offer_take(id, &pe);
+    if (!offered)
+        pe.doc = store_sched_job_doc(st, id);
+    if (!pe.doc || (!offered &&
+                    compiler_job(pe.doc, sched_cfg.islands, sched_cfg.nislands, &pe.plan, &e) != 0)) {
         char why[400];
         snprintf(why, sizeof why, "no longer valid on this cluster: %s",
                  e.detail[0] ? e.detail : "its document cannot be read");
@@ -109,6 +178,7 @@ void sched_plans_sweep(void)
 
 void sched_plans_free_all(void)
 {
+    offers_free_all();
     for (int i = 0; i < nplans; i++)
         plan_entry_free(&plans[i]);
     free(plans);

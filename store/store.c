@@ -245,6 +245,21 @@ static void store_kick_devices_fn(sqlite3_context *ctx, int argc, sqlite3_value 
     sqlite3_result_null(ctx);
 }
 
+int store_step_devices(store_t *st, sqlite3_stmt *s, int64_t island, int64_t lo, int64_t hi)
+{
+    st->devchg.quiet = 1;       /* a trigger program per row cost ~0.3 us each */
+    int rc = store_step_done(s);
+    st->devchg.quiet = 0;
+    if (rc != 0 || sqlite3_changes(st->db) == 0)
+        return rc;
+    if (hi - lo + 1 + st->devchg.n > STORE_DEVCHG_MAX)
+        store_devlog_note(&st->devchg, island, -1);
+    else
+        for (int64_t i = lo; i <= hi; i++)
+            store_devlog_note(&st->devchg, island, i);
+    return 0;
+}
+
 int store_free_job_devices(store_t *st, int64_t job)
 {
     static const char sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";

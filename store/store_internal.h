@@ -60,6 +60,11 @@ typedef struct store_devchg {
 void store_devlog_note(store_devchg_t *c, int64_t island, int64_t idx);
 /* Notes that every device job held was freed (too many jobs: everything). */
 void store_devlog_note_freed(store_devchg_t *c, int64_t job);
+/* Steps s, a statement that changes the holder or shared holds of
+ * devices [lo, hi] of island and of no other device, with the devices'
+ * triggers quiet, and notes that range itself (store.c): a whole-island
+ * allocation ran 2,048 trigger programs. 0 or -1 (store_step_done). */
+int store_step_devices(store_t *st, sqlite3_stmt *s, int64_t island, int64_t lo, int64_t hi);
 /* Frees every device job holds (devices.job_id), inside st's transaction,
  * noting the job rather than each device (store.c). 0 or -1. */
 int store_free_job_devices(store_t *st, int64_t job);

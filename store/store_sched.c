@@ -546,7 +546,8 @@ static int marks_take(store_t *st, int64_t job, const store_mark_t *m, int n, in
         return -1;
     if (shared)
         sqlite3_bind_int64(s, 5, bytes);
-    return store_step_done(s) == 0 && sqlite3_changes(store_db(st)) == n ? 0 : -1;
+    return store_step_devices(st, s, m[0].island, m[0].idx, m[n - 1].idx) == 0 &&
+                   sqlite3_changes(store_db(st)) == n ? 0 : -1;
 }
 
 int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t bytes,

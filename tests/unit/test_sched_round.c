@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -270,6 +271,60 @@ static void test_freed_job_reaches_mirror_without_read(void **state)
     assert_int_equal(sched_round_device_patches(), patches + 1);
 }
 
+/* An allocation names the devices it took (its statement's triggers are
+ * quiet; store_step_devices notes the run), so another reader patches
+ * exactly those. */
+static void test_allocation_names_its_devices(void **state)
+{
+    fixture_t *f = *state;
+    int64_t isl = store_island_id(f->st, "west"), idx[8];
+    uint64_t g = store_devices_gen(), upto = 0;
+    support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    sched_admit(f->st);
+    assert_int_equal(jobs_allocated(f), 1);
+    assert_int_equal(since(g, isl, idx, 8, &upto), 2);
+    assert_true(idx[0] != idx[1] && idx[0] >= 0 && idx[0] < 4 && idx[1] >= 0 && idx[1] < 4);
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM devices"
+                                              " WHERE job_id IS NOT NULL"), 2);
+}
+
+/* Offers job id its own document, compiled as the API compiles it. */
+static void offer(int64_t id)
+{
+    json_error_t jerr;
+    json_t *doc = json_loads(SUPPORT_STORE_JOB_DOC, 0, &jerr);
+    job_plan_t *plan = NULL;
+    err_t e = {0};
+    assert_non_null(doc);
+    assert_int_equal(compiler_job(doc, islands, 1, &plan, &e), 0);
+    sched_plan_offer(id, doc, plan);
+}
+
+/* A plan the API offered is taken instead of reading and compiling the
+ * stored document (here made unreadable: read, the job cannot be planned);
+ * an offer pushed out by SCHED_OFFERS newer ones is not, and its job's
+ * document is read as before. */
+static void test_offered_plan_used_instead_of_document(void **state)
+{
+    fixture_t *f = *state;
+    int64_t a = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    int64_t b = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    offer(a);
+    support_store_write(f->st, "UPDATE job_docs SET doc = '{'");
+    plan_entry_t *pe = sched_plan_get(f->st, a);
+    assert_non_null(pe);
+    assert_int_equal(pe->plan->nslices, 1);
+    assert_non_null(json_object_get(pe->doc, "computations"));
+    assert_null(sched_plan_get(f->st, b));      /* no offer: read, unreadable */
+
+    int64_t c = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    support_store_write(f->st, "UPDATE job_docs SET doc = '{'");
+    offer(c);
+    for (int i = 0; i < SCHED_OFFERS; i++)
+        offer(1000 + i);                        /* jobs that never come */
+    assert_null(sched_plan_get(f->st, c));
+}
+
 /* A mirror that shows devices free that are not (here a freed job was
  * published while the job still holds them, as a savepoint rolled back
  * after the free would leave it): the allocation that tries them fails
@@ -399,6 +454,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_freed_job_reaches_mirror_without_read, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_allocation_names_its_devices, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_offered_plan_used_instead_of_document, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_mirror_read_again_after_failed_allocation,
                                         setup, teardown),
