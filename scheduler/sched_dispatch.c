@@ -352,15 +352,31 @@ static dpos_t chunk_end(const job_plan_t *plan, const int *tasks, dpos_t from, i
     return e;
 }
 
+/* What writing one host task of a later chunk cost (µs, moving average
+ * over the passes that wrote chunks, their commit included), before any
+ * was measured a guess. Scheduler thread only. */
+static double chunk_task_us = 10.0;
+
 /* Host tasks of the job's chunk starting at from: as many as it already
- * has dispatched (chunks double), within the bounds. */
+ * has dispatched (chunks double), within the bounds (SCHED_CHUNK_*). */
 static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, dpos_t from)
 {
     int64_t done = from.part;
     for (int t = 0; t < from.t; t++)
         done += comp_tasks(plan, tasks, t);
-    return done < SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS
-         : done > SCHED_CHUNK_MAX_TASKS ? SCHED_CHUNK_MAX_TASKS : done;
+    double us = sched_cfg.chunk_us > 0 ? (double)sched_cfg.chunk_us : SCHED_CHUNK_US;
+    double by_time = us / chunk_task_us;
+    int64_t cap = by_time >= SCHED_CHUNK_MAX_TASKS ? SCHED_CHUNK_MAX_TASKS
+                : by_time <= SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS : (int64_t)by_time;
+    return done < SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS : done > cap ? cap : done;
+}
+
+/* Counts a pass that wrote n host tasks of later chunks in us µs. */
+static void chunk_cost(int64_t n, int64_t us)
+{
+    if (n > 0)
+        chunk_task_us = 0.75 * chunk_task_us + 0.25 * ((double)us / (double)n > 0.1
+                                                            ? (double)us / (double)n : 0.1);
 }
 
 /* Dispatches the job's host tasks from position from to before position
@@ -481,7 +497,8 @@ int sched_slice_read(store_t *st, const round_t *r, int64_t job, const job_plan_
  * it was the last (or the job could not go on: its allocation or position
  * is not what its plan needs, so it fails rather than hold the others'
  * chunks up), -1 on a store error. */
-static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const plan_entry_t *pe)
+static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const plan_entry_t *pe,
+                          int64_t *ntasks)
 {
     const job_plan_t *plan = pe->plan;
     alloc_placement_t pl[64];
@@ -516,6 +533,9 @@ static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const 
         set_position(st, plan, m->id, end) != 0)
         goto cleanup;
     rc = end.t < plan->ncomps;
+    for (dpos_t p = from; p.t < end.t || (p.t == end.t && p.part < end.part);
+         p = (dpos_t){p.t + 1, 0})
+        *ntasks += (p.t == end.t ? end.part : comp_tasks(plan, tasks, p.t)) - p.part;
 cleanup:
     for (int i = 0; i < plan->nslices; i++)
         free(pl[i].devices);
@@ -534,6 +554,7 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
      * fails its job in a transaction of its own). */
     for (int i = 0; i < n; i++)
         pe[i] = sched_plan_get(st, m[i].id);
+    int64_t t0 = util_mono_us(), ntasks = 0;
     if (store_begin(st) != 0)
         return -1;
     for (int i = 0; i < n; i++) {
@@ -544,7 +565,7 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
             goto fail;
         if (next != m[i].next || !pe[i])
             continue;
-        int more = dispatch_chunk(st, r, &m[i], pe[i]);
+        int more = dispatch_chunk(st, r, &m[i], pe[i], &ntasks);
         if (more < 0)
             goto fail;
         left += more;
@@ -552,6 +573,7 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
     }
     if (store_commit(st) != 0)
         goto fail;
+    chunk_cost(ntasks, util_mono_us() - t0);
     return left;
 fail:
     store_rollback(st);

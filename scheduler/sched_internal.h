@@ -241,12 +241,17 @@ void sched_plans_free_all(void);
  * workers without waiting for the rest; each later chunk, one per pass,
  * has as many host tasks as all the job's earlier ones (they double, so
  * they stay ahead of execution whenever writing a computation costs less
- * than running it), at most SCHED_CHUNK_MAX_TASKS. A chunk may end inside
- * a computation: a whole-island gang of 512 workers is written over
- * several passes, none of them long (the scheduler's pass p99 of issue 9).
- * Up to SCHED_MORE_MAX jobs in mid-dispatch advance per pass. */
+ * than running it), at most SCHED_CHUNK_MAX_TASKS, and at most as many as
+ * take SCHED_CHUNK_US to write at the cost per host task measured over the
+ * last chunks (never fewer than SCHED_CHUNK_FIRST_TASKS): a pass stays
+ * short on a slow machine, and a fast one writes long chains in big
+ * chunks. A chunk may end inside a computation: a whole-island gang of 512
+ * workers is written over several passes, none of them long (the
+ * scheduler's pass p99 of issue 9). Up to SCHED_MORE_MAX jobs in
+ * mid-dispatch advance per pass. */
 #define SCHED_CHUNK_FIRST_TASKS 32
-#define SCHED_CHUNK_MAX_TASKS 64
+#define SCHED_CHUNK_MAX_TASKS 4096
+#define SCHED_CHUNK_US 700
 #define SCHED_MORE_MAX 64
 
 /* Writes computation c's host tasks [lo, hi) (one per worker, in worker

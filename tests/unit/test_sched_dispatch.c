@@ -67,7 +67,8 @@ static int setup(void **state)
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->st = support_store_open(&f->d, islands, 1);
-    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0};
+    /* Chunks sized by doubling alone: writing is never too slow here. */
+    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0, INT64_MAX / 2};
     support_store_register(f->st, "west", "127.0.0.1:1", 4);
     char *doc = chain_doc();
     f->job = support_store_submit(f->st, doc, islands, 1);
@@ -99,7 +100,7 @@ static int setup_wide(void **state)
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->st = support_store_open(&f->d, wide, 1);
-    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 0};
+    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 0, INT64_MAX / 2};
     for (int w = 0; w < 128; w++) {
         char addr[32];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", 2000 + w);
@@ -314,9 +315,9 @@ static void test_position_off_plan_fails_job(void **state)
 }
 
 /* A gang of 128 workers: the allocation writes 32 of c0's host tasks; the
- * passes after it 32, 64 (c0 complete), then c1 in two chunks of the
- * 64-task bound; each computation keeps the seq its first part took, and
- * every worker gets exactly one host task of each. */
+ * passes after it 32 and 64 (c0 complete), then all of c1 (128, as many
+ * as written so far); each computation keeps the seq its first part took,
+ * and every worker gets exactly one host task of each. */
 static void test_gang_split_across_passes(void **state)
 {
     fixture_t *f = *state;
@@ -328,15 +329,33 @@ static void test_gang_split_across_passes(void **state)
     expect_rows(f, 64, 0);
     assert_int_equal(more(f, &wrote), 1);
     expect_rows(f, 128, 0);
-    assert_int_equal(more(f, &wrote), 1);
-    expect_rows(f, 128, 64);
-    assert_int_equal(dispatched(f, &in_order), 2);
-    assert_true(in_order);
     assert_int_equal(more(f, &wrote), 0);
     assert_int_equal(wrote, 1);
     expect_rows(f, 128, 128);
+    assert_int_equal(dispatched(f, &in_order), 2);
+    assert_true(in_order);
     sched_more_t m[1];
     assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
+}
+
+/* When writing host tasks is slow (here: a chunk may take 1 µs, less than
+ * any host task), chunks stay at SCHED_CHUNK_FIRST_TASKS instead of
+ * doubling: each pass writes 32 of the gang's host tasks. */
+static void test_chunks_bounded_by_time(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    sched_cfg.chunk_us = 1;
+    assert_int_equal(allocate(f), 1);
+    expect_rows(f, 32, 0);
+    for (int k = 2; k <= 4; k++) {
+        assert_int_equal(more(f, &wrote), 1);
+        expect_rows(f, 32 * k, 0);
+    }
+    for (int k = 1; k <= 4; k++) {
+        assert_int_equal(more(f, &wrote), k < 4);
+        expect_rows(f, 128, 32 * k);
+    }
 }
 
 /* A position whose computation has every host task written already was
@@ -367,6 +386,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_position_off_plan_fails_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_split_across_passes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_written_position_fails_job, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_chunks_bounded_by_time, setup_wide, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,7 +56,7 @@ static void hold(fixture_t *f, int id, int prio, int preemptible, int lo, int hi
 static int setup(void **state)
 {
     fixture_t *f = support_worker_fixture(islands, 2, 4);
-    sched_cfg = (sched_config_t){islands, 2, 60 * 1000000LL, 0, NULL, 0};
+    sched_cfg = (sched_config_t){islands, 2, 60 * 1000000LL, 0, NULL, 0, 0};
     set_cap(f, 4000);
     *state = f;
     return 0;

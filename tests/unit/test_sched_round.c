@@ -34,7 +34,7 @@ typedef support_worker_fixture_t fixture_t;
 static int setup(void **state)
 {
     fixture_t *f = support_worker_fixture(islands, 1, 4);
-    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0};
+    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0, 0};
     *state = f;
     return 0;
 }
@@ -391,7 +391,7 @@ static const island_desc_t wide[] = {{"wide", {2, {8, 16, 0, 0}}}};
 static int setup_wide(void **state)
 {
     fixture_t *f = support_worker_fixture(wide, 1, 128);
-    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 1};
+    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 1, 0};
     *state = f;
     return 0;
 }
