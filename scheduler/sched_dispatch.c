@@ -198,6 +198,16 @@ static int proc_ref_cmp(const void *a, const void *b)
     return (x->dev->first > y->dev->first) - (x->dev->first < y->dev->first);
 }
 
+/* Whether s can stand in a JSON string as it is (no quote, backslash or
+ * control character to escape). */
+static int json_plain(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
+            return 0;
+    return 1;
+}
+
 /* The "procs" of the placement as JSON text: every worker holding a
  * device of one of the job's slices, once, sorted by (island name, first
  * device). Written by hand, not through jansson: 512 workers' entries cost
@@ -228,7 +238,7 @@ static char *placement_procs(const job_plan_t *plan, round_t *r, const alloc_pla
     for (int i = 0; i < n; i++) {
         if (i > 0 && ps[i].dev->worker == ps[i - 1].dev->worker)
             continue;   /* same worker: same island and first, so adjacent */
-        if (strpbrk(ps[i].dev->addr, "\"\\") || strpbrk(ps[i].island, "\"\\")) {
+        if (!json_plain(ps[i].dev->addr) || !json_plain(ps[i].island)) {
             free(t);
             t = NULL;
             goto cleanup;

@@ -226,6 +226,21 @@ static void expect_rows(fixture_t *f, int n0, int n1)
         assert_true(c1.seq_min > c0.seq_max);
 }
 
+/* A worker address that would need escaping in the placement's JSON (the
+ * API never registers one) is refused rather than written: the
+ * allocation fails and the job stays queued. */
+static void test_unplain_address_refused(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(sqlite3_exec(store_db(f->st), "UPDATE workers SET data_addr = '1.2.3.4:5\"'",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(allocate(f), -1);
+    json_t *job = store_job_json(f->st, f->job);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "queued");
+    json_decref(job);
+}
+
 /* Sequential dispatch releases blocked computations from reports in seq
  * order (store_progress.c): all of them are written at allocation. */
 static void test_sequential_writes_all(void **state)
@@ -387,6 +402,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gang_split_across_passes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_written_position_fails_job, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_chunks_bounded_by_time, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_unplain_address_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
