@@ -367,13 +367,20 @@ static dpos_t chunk_end(const job_plan_t *plan, const int *tasks, dpos_t from, i
  * was measured a guess. Scheduler thread only. */
 static double chunk_task_us = 10.0;
 
+/* The host tasks of the job before position p. */
+static int64_t dpos_done(const job_plan_t *plan, const int *tasks, dpos_t p)
+{
+    int64_t done = p.part;
+    for (int t = 0; t < p.t; t++)
+        done += comp_tasks(plan, tasks, t);
+    return done;
+}
+
 /* Host tasks of the job's chunk starting at from: as many as it already
  * has dispatched (chunks double), within the bounds (SCHED_CHUNK_*). */
 static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, dpos_t from)
 {
-    int64_t done = from.part;
-    for (int t = 0; t < from.t; t++)
-        done += comp_tasks(plan, tasks, t);
+    int64_t done = dpos_done(plan, tasks, from);
     double us = sched_cfg.chunk_us > 0 ? (double)sched_cfg.chunk_us : SCHED_CHUNK_US;
     double by_time = us / chunk_task_us;
     int64_t cap = by_time >= SCHED_CHUNK_MAX_TASKS ? SCHED_CHUNK_MAX_TASKS
@@ -384,9 +391,9 @@ static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, dpos_t fro
 /* Counts a pass that wrote n host tasks of later chunks in us µs. */
 static void chunk_cost(int64_t n, int64_t us)
 {
+    double per = n > 0 ? (double)us / (double)n : 0;
     if (n > 0)
-        chunk_task_us = 0.75 * chunk_task_us + 0.25 * ((double)us / (double)n > 0.1
-                                                            ? (double)us / (double)n : 0.1);
+        chunk_task_us = 0.75 * chunk_task_us + 0.25 * (per > 0.1 ? per : 0.1);
 }
 
 /* Dispatches the job's host tasks from position from to before position
@@ -543,9 +550,7 @@ static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const 
         set_position(st, plan, m->id, end) != 0)
         goto cleanup;
     rc = end.t < plan->ncomps;
-    for (dpos_t p = from; p.t < end.t || (p.t == end.t && p.part < end.part);
-         p = (dpos_t){p.t + 1, 0})
-        *ntasks += (p.t == end.t ? end.part : comp_tasks(plan, tasks, p.t)) - p.part;
+    *ntasks += dpos_done(plan, tasks, end) - dpos_done(plan, tasks, from);
 cleanup:
     for (int i = 0; i < plan->nslices; i++)
         free(pl[i].devices);

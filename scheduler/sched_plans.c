@@ -34,9 +34,14 @@ static void plan_entry_free(plan_entry_t *pe)
     free(pe->reason);
 }
 
-void sched_plan_offer(int64_t id, json_t *doc, job_plan_t *plan)
+void sched_plan_offer(int64_t id, json_t *doc, job_plan_t *plan, size_t doc_bytes)
 {
     plan_offer_t old = {0, NULL, NULL};
+    if (doc_bytes > SCHED_OFFER_MAX_BYTES) {
+        job_plan_free(plan);
+        json_decref(doc);
+        return;
+    }
     pthread_mutex_lock(&offers_mu);
     if (noffers == SCHED_OFFERS) {          /* the oldest goes */
         old = offers[offer_next];

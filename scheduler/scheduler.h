@@ -41,15 +41,18 @@ int sched_start(const sched_config_t *cfg);
 int sched_ever_fits(const job_plan_t *plan);
 /* Wakes the scheduler: a job arrived or ended, a worker came or went. */
 void sched_notify(void);
-/* A job just stored, with its document and the plan compiled from it (as
- * the scheduler would compile it: same islands): the scheduler takes both
- * (owns and frees them) and uses them when it first looks at the job
- * instead of reading and compiling the document again (a 2,048-device
- * job's compile was 0.3-1 ms of a scheduler pass). Any thread. At most
- * SCHED_OFFERS wait; past that the oldest is dropped and compiled again
- * when its turn comes. */
+/* A job just stored, with its document (doc_bytes: the size of its text)
+ * and the plan compiled from it (as the scheduler would compile it: same
+ * islands): the scheduler takes both (owns and frees them) and uses them
+ * when it first looks at the job instead of reading and compiling the
+ * document again (a 2,048-device job's compile was 0.3-1 ms of a
+ * scheduler pass). Any thread. Offers wait in memory, so only documents
+ * up to SCHED_OFFER_MAX_BYTES are kept (a parsed document is several
+ * times its text), at most SCHED_OFFERS of them; past that the oldest is
+ * dropped, and a dropped or refused job is compiled when its turn comes. */
 #define SCHED_OFFERS 64
-void sched_plan_offer(int64_t id, json_t *doc, job_plan_t *plan);
+#define SCHED_OFFER_MAX_BYTES (64 * 1024)
+void sched_plan_offer(int64_t id, json_t *doc, job_plan_t *plan, size_t doc_bytes);
 /* Allocation attempts (alloc_gang calls for queued jobs) and how many
  * succeeded, since start; for /metrics. */
 void sched_counters(uint64_t *attempts, uint64_t *successes);

@@ -25,9 +25,10 @@ typedef struct api_config {
     int (*job_ever_fits)(const job_plan_t *plan);
     size_t (*scheduler_metrics)(char *buf, size_t len, size_t cap);
     /* job_planned hands the scheduler a job just stored with its parsed
-     * document and compiled plan (it takes both: owns and frees them), so
-     * that it does not read and compile the document again. */
-    void (*job_planned)(int64_t id, json_t *doc, job_plan_t *plan);
+     * document (and its text's size) and compiled plan (it takes both:
+     * owns and frees them), so that it does not read and compile the
+     * document again. */
+    void (*job_planned)(int64_t id, json_t *doc, job_plan_t *plan, size_t doc_bytes);
 } api_config_t;
 
 extern api_config_t api_cfg;

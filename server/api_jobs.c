@@ -12,9 +12,6 @@
 #include "util.h"
 
 #define API_IDEM_KEY_MAX 128
-/* A job document up to this size (bytes) goes to the scheduler with its
- * compiled plan (api_config_t.job_planned). */
-#define API_OFFER_MAX_BODY (64 * 1024)
 #define API_LIST_MAX 500
 /* Retry-After of a 429 (tenant queue full): about how long a slot takes to
  * open on a busy cluster; a hint, not a promise. */
@@ -152,10 +149,8 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
      * together, and its client, which never got the 201, submits again.
      * 201 promises the job is on disk; a replay (200) waits too, in case
      * its first answer was lost to a failed sync. */
-    /* Small documents only: offers wait in memory (at most SCHED_OFFERS),
-     * and a parsed document is several times its text. */
-    if (rc == STORE_OK && api_cfg.job_planned && req->body_len <= API_OFFER_MAX_BODY) {
-        api_cfg.job_planned(id, json_incref(doc), plan);
+    if (rc == STORE_OK && api_cfg.job_planned) {
+        api_cfg.job_planned(id, json_incref(doc), plan, req->body_len);
         plan = NULL;            /* the scheduler's now */
     }
     if (rc == STORE_OK)

@@ -100,18 +100,15 @@ void store_devlog_publish(store_devchg_t *c)
 
 uint64_t store_devices_gen(void) { return atomic_load(&devlog_gen); }
 
-/* Adds e to v unless v has it; 0, or -1 when v is full. */
-static int view_add(store_devlog_view_t *v, const devlog_ent_t *e)
+/* Adds key to a[0..*n) unless there; 0, or -1 when a holds cap already. */
+static int add_unique(int64_t *a, int *n, int cap, int64_t key)
 {
-    int64_t *to = e->idx == DEVLOG_FREED ? v->jobs : v->idx, key = e->idx == DEVLOG_FREED ? e->island : e->idx;
-    int *n = e->idx == DEVLOG_FREED ? &v->njobs : &v->n;
-    int cap = e->idx == DEVLOG_FREED ? STORE_DEVLOG_JOBS : v->cap;
     for (int j = 0; j < *n; j++)
-        if (to[j] == key)
+        if (a[j] == key)
             return 0;
     if (*n == cap)
         return -1;
-    to[(*n)++] = key;
+    a[(*n)++] = key;
     return 0;
 }
 
@@ -131,7 +128,10 @@ int store_devlog_since(uint64_t since, int64_t island, store_devlog_view_t *v)
             rc = -1;
             break;
         }
-        if ((e->idx == DEVLOG_FREED || e->island == island) && view_add(v, e) != 0) {
+        int full = e->idx == DEVLOG_FREED
+                       ? add_unique(v->jobs, &v->njobs, STORE_DEVLOG_JOBS, e->island)
+                   : e->island == island ? add_unique(v->idx, &v->n, v->cap, e->idx) : 0;
+        if (full) {
             rc = -1;
             break;
         }

@@ -288,8 +288,9 @@ static void test_allocation_names_its_devices(void **state)
                                               " WHERE job_id IS NOT NULL"), 2);
 }
 
-/* Offers job id its own document, compiled as the API compiles it. */
-static void offer(int64_t id)
+/* Offers job id its own document, compiled as the API compiles it, as
+ * a text of `bytes`. */
+static void offer_sized(int64_t id, size_t bytes)
 {
     json_error_t jerr;
     json_t *doc = json_loads(SUPPORT_STORE_JOB_DOC, 0, &jerr);
@@ -297,13 +298,19 @@ static void offer(int64_t id)
     err_t e = {0};
     assert_non_null(doc);
     assert_int_equal(compiler_job(doc, islands, 1, &plan, &e), 0);
-    sched_plan_offer(id, doc, plan);
+    sched_plan_offer(id, doc, plan, bytes);
+}
+
+static void offer(int64_t id)
+{
+    offer_sized(id, strlen(SUPPORT_STORE_JOB_DOC));
 }
 
 /* A plan the API offered is taken instead of reading and compiling the
  * stored document (here made unreadable: read, the job cannot be planned);
- * an offer pushed out by SCHED_OFFERS newer ones is not, and its job's
- * document is read as before. */
+ * an offer pushed out by SCHED_OFFERS newer ones is not, nor one of a
+ * document over SCHED_OFFER_MAX_BYTES, and their jobs' documents are read
+ * as before. */
 static void test_offered_plan_used_instead_of_document(void **state)
 {
     fixture_t *f = *state;
@@ -323,6 +330,12 @@ static void test_offered_plan_used_instead_of_document(void **state)
     for (int i = 0; i < SCHED_OFFERS; i++)
         offer(1000 + i);                        /* jobs that never come */
     assert_null(sched_plan_get(f->st, c));
+
+    /* A document over SCHED_OFFER_MAX_BYTES is not kept: read as before. */
+    int64_t d = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    support_store_write(f->st, "UPDATE job_docs SET doc = '{'");
+    offer_sized(d, SCHED_OFFER_MAX_BYTES + 1);
+    assert_null(sched_plan_get(f->st, d));
 }
 
 /* A mirror that shows devices free that are not (here a freed job was
