@@ -7,6 +7,11 @@
  *   loop.jobs_per_s.clients8     the same with 8 concurrent clients
  *   loop.jobs_per_s.*.stage.*    where a tiny job's time went, stage by
  *                                stage (print_stages)
+ *   loop.jobs_per_s.*.cpu_us_per_job.{atolld,workers}
+ *                                CPU time (user + system, /proc) per job of
+ *                                atolld and of the four workers together:
+ *                                on a machine with few cores the loop is
+ *                                bound by their sum
  *   loop.chain64.comps_per_s     one job of 64 chained computations:
  *                                64 / (finished - created), server clocks
  * A tiny job is a [2,2] slice with fill + all_reduce. Clients follow a job
@@ -44,6 +49,7 @@ static const char tiny_doc_q[] =
 
 static char *tiny_doc;            /* hx_text_q(tiny_doc_q), set once in main */
 static const char *bench_url;
+static const hx_cluster_t *bench_cluster;
 
 /* Runs one tiny job to success; *out_id its id. 0 or -1 (reason printed). */
 static int bench_one(hx_client_t *cl, int64_t *out_id)
@@ -168,6 +174,15 @@ static void print_stages(const char *name, const int64_t *ids, int n)
     fflush(stdout);
 }
 
+/* CPU time so far of atolld (cpu[0]) and of all workers (cpu[1]), µs. */
+static void bench_cpu(int64_t cpu[2])
+{
+    cpu[0] = hx_cpu_us(bench_cluster->atolld.pid);
+    cpu[1] = 0;
+    for (int w = 0; w < bench_cluster->nworkers; w++)
+        cpu[1] += hx_cpu_us(bench_cluster->workers[w].pid);
+}
+
 /* Runs a phase with n client threads; prints jobs/s under `name`, then
  * where the time went (print_stages). 0 or -1. */
 static int bench_jobs_phase(const char *name, int n)
@@ -177,6 +192,8 @@ static int bench_jobs_phase(const char *name, int n)
     ph.deadline_ms = hx_now_ms() + BENCH_PHASE_MS;
     pthread_t th[BENCH_CLIENTS];
     int nthreads = 0;
+    int64_t cpu0[2], cpu1[2];
+    bench_cpu(cpu0);
     int64_t t0 = hx_now_ms();
     for (; nthreads < n; nthreads++)
         if (pthread_create(&th[nthreads], NULL, bench_client, &ph) != 0)
@@ -184,6 +201,7 @@ static int bench_jobs_phase(const char *name, int n)
     for (int i = 0; i < nthreads; i++)
         pthread_join(th[i], NULL);
     int64_t ms = hx_now_ms() - t0;
+    bench_cpu(cpu1);
     int done = atomic_load(&ph.done);
     if (nthreads < n || atomic_load(&ph.failed) || done == 0) {
         fprintf(stderr, "bench: %s: %d threads of %d, %d failures, %d done\n", name, nthreads,
@@ -193,6 +211,8 @@ static int bench_jobs_phase(const char *name, int n)
     printf("%s %.1f\n", name, done * 1000.0 / (double)(ms > 0 ? ms : 1));
     printf("%s.jobs %d\n", name, done);
     printf("%s.mean_latency_ms %.2f\n", name, (double)ms * n / done);
+    printf("%s.cpu_us_per_job.atolld %.0f\n", name, (double)(cpu1[0] - cpu0[0]) / done);
+    printf("%s.cpu_us_per_job.workers %.0f\n", name, (double)(cpu1[1] - cpu0[1]) / done);
     fflush(stdout);
     print_stages(name, ph.ids, done);
     return 0;
@@ -336,6 +356,7 @@ int main(int argc, char **argv)
         if (hx_worker_start(&c, "west", 4) != 0)
             goto cleanup;
     bench_url = c.url;
+    bench_cluster = &c;
     int64_t warm_id;
     if (bench_one(&cl, &warm_id) != 0)        /* warm-up, and a check that it works */
         goto cleanup;

@@ -149,26 +149,6 @@ static void *played_report(void *arg)
     return NULL;
 }
 
-/* utime + stime of pid in microseconds, or -1. */
-static int64_t proc_cpu_us(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    /* After ") ": state, then fields 4..13; utime and stime are 14 and 15. */
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    return (int64_t)(ut + st) * 1000000 / sysconf(_SC_CLK_TCK);
-}
-
-
 int main(int argc, char **argv)
 {
     int ncomps = argc > 1 ? atoi(argv[1]) : 1000, batch = argc > 2 ? atoi(argv[2]) : 1;
@@ -209,7 +189,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench: worker %d leased %zu of %d tasks\n", i, w[i].ntasks, ncomps);
             goto out_cl;
         }
-    int64_t cpu0 = proc_cpu_us(c.atolld.pid), t0 = hx_now_ms();
+    int64_t cpu0 = hx_cpu_us(c.atolld.pid), t0 = hx_now_ms();
     for (int i = 0; i < WORKERS; i++) {
         w[i].batch = batch;
         w[i].url = c.url;
@@ -222,7 +202,7 @@ int main(int argc, char **argv)
             pthread_join(th[i], NULL);
         failed |= w[i].failed;
     }
-    int64_t ms = hx_now_ms() - t0, cpu = proc_cpu_us(c.atolld.pid) - cpu0;
+    int64_t ms = hx_now_ms() - t0, cpu = hx_cpu_us(c.atolld.pid) - cpu0;
     json_t *j = NULL;
     hx_job_wait(&cl, job, DEADLINE_MS, 10, &j);
     long items = (long)ncomps * WORKERS;

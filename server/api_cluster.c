@@ -159,8 +159,8 @@ void api_healthz(http_req_t *req, http_resp_t *resp)
  * checkpoints. */
 static size_t metrics_store(char *buf, size_t len, size_t cap)
 {
-    uint64_t runs, frames, forced;
-    store_ckpt_counts(&runs, &frames, &forced);
+    uint64_t runs, frames, forced, kicks;
+    store_ckpt_counts(&runs, &frames, &forced, &kicks);
     return util_appendf(buf, len, cap,
                         "# HELP atoll_store_write_transactions_total SQLite write"
                         " transactions committed.\n"

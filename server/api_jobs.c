@@ -250,16 +250,24 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     }
     req->user_gen = store_job_gen(id);  /* before the read: a later commit is seen next run */
     /* A summary is one row: what a client polling for the end needs,
-     * without the cost of every computation and the document. */
-    json_t *job = view && strcmp(view, "summary") == 0 ? store_job_summary(st, id)
-                                                       : store_job_json(st, id);
-    if (!job)
-        http_problem(resp, 404, "id", "no job %ld", (long)id);
-    else if (waiting &&
-             !store_state_is_terminal(json_string_value(json_object_get(job, "state")))) {
+     * without the cost of every computation and the document. A waiter
+     * looks at the summary first whatever its view, and the whole job is
+     * read only for the answer. */
+    int summary = view && strcmp(view, "summary") == 0;
+    json_t *job = summary || waiting ? store_job_summary(st, id) : store_job_json(st, id);
+    if (job && waiting &&
+        !store_state_is_terminal(json_string_value(json_object_get(job, "state")))) {
         json_decref(job);
         http_park_until(resp, store_job_gen, id, req->user_gen, until);
-    } else
+        return;
+    }
+    if (job && !summary && waiting) {
+        json_decref(job);
+        job = store_job_json(st, id);
+    }
+    if (!job)
+        http_problem(resp, 404, "id", "no job %ld", (long)id);
+    else
         http_json(resp, 200, job);
 }
 

@@ -661,6 +661,14 @@ static int store_migrate(store_t *st, err_t *e)
     return 0;
 }
 
+void store_idx_coords(const shape_t *shape, int64_t idx, int64_t *c)
+{
+    for (int d = shape->rank - 1; d >= 0; d--) {
+        c[d] = idx % shape->dim[d];
+        idx /= shape->dim[d];
+    }
+}
+
 static json_t *shape_to_json(const shape_t *s)
 {
     json_t *a = json_array();
@@ -706,11 +714,8 @@ static int store_island_ensure(store_t *st, const island_desc_t *isl, err_t *e)
         goto cleanup;
     for (int64_t i = 0; i < n; i++) {
         char coords[64];
-        int64_t rem = i, c[MESH_MAX_RANK] = {0};
-        for (int d = isl->shape.rank - 1; d >= 0; d--) {
-            c[d] = rem % isl->shape.dim[d];
-            rem /= isl->shape.dim[d];
-        }
+        int64_t c[MESH_MAX_RANK] = {0};
+        store_idx_coords(&isl->shape, i, c);
         if (isl->shape.rank == 1)
             snprintf(coords, sizeof coords, "[%ld]", (long)c[0]);
         else if (isl->shape.rank == 2)

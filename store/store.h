@@ -254,8 +254,10 @@ void store_sync_close(void);
 int store_ckpt_start(void);
 /* Stops and joins it (shutdown, before the last connection closes). */
 void store_ckpt_stop(void);
-/* For /metrics and tests: checkpoints run, frames copied, RESTART ones. */
-void store_ckpt_counts(uint64_t *runs, uint64_t *frames, uint64_t *forced);
+/* For /metrics and tests: checkpoints run, frames copied, RESTART ones,
+ * and commits that asked for one (kicks: at most one per STORE_CKPT_PAGES
+ * frames the WAL gained). */
+void store_ckpt_counts(uint64_t *runs, uint64_t *frames, uint64_t *forced, uint64_t *kicks);
 
 /* ---- jobs (store_jobs.c) ---- */
 /* What a submission brings besides its plan. Strings are borrowed. */

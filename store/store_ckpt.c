@@ -47,54 +47,67 @@ static pthread_cond_t ckpt_cv = PTHREAD_COND_INITIALIZER;
 static pthread_t ckpt_thread;
 static int ckpt_on;             /* guarded by ckpt_mu: the thread runs */
 static int ckpt_kicked;         /* guarded by ckpt_mu */
-/* WAL size (pages) at which a commit kicks the thread: STORE_CKPT_PAGES
- * after a checkpoint that copied everything (the WAL starts over), else
- * STORE_CKPT_PAGES more than the WAL had at the last one. Without it,
- * every commit after a checkpoint that writers outran kicked another (30
- * a second under bench_loop, each with its fsyncs). */
-static _Atomic int ckpt_next = STORE_CKPT_PAGES;
-/* Checkpointer thread only: the WAL's frames and those copied as of its
- * last run. */
-static int ckpt_log_last, ckpt_done_last;
-static _Atomic uint64_t ckpt_runs, ckpt_frames, ckpt_forced;
+/* When a commit kicks the thread: once the WAL holds STORE_CKPT_PAGES
+ * frames more than it had at the last run (ckpt_base). A run that copied
+ * every frame does not start the WAL over by itself: the next writer
+ * does, and only when no reader still holds a snapshot of the old one;
+ * under steady reads it often cannot, and the WAL keeps growing past the
+ * frames just copied. Counting from zero after such a run (as this did)
+ * kicked a checkpoint at every commit until the WAL finally started over:
+ * 1.5 checkpoints, each with its two fsyncs, per tiny job under bench_loop.
+ * A WAL that started over is seen by its size dropping between commits
+ * (ckpt_seen); then the count starts from zero. Hooks run one at a time
+ * (a commit's, under the store's write turn), all of this under ckpt_mu.
+ * ckpt_restarts tells a run that the WAL started over while it copied, so
+ * that it does not set a base from the old WAL. */
+static int ckpt_base, ckpt_seen;
+static uint64_t ckpt_restarts;
+/* Checkpointing thread (or test) only: the frames copied as of the last
+ * run, and ckpt_restarts then. */
+static int ckpt_done_last;
+static uint64_t ckpt_restarts_last;
+static _Atomic uint64_t ckpt_runs, ckpt_frames, ckpt_forced, ckpt_kicks;
 
 int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
     (void)arg;
     (void)db;
     (void)name;
-    if (pages < atomic_load(&ckpt_next))
-        return SQLITE_OK;
     pthread_mutex_lock(&ckpt_mu);
-    if (ckpt_on && !ckpt_kicked) {
+    if (pages < ckpt_seen) {        /* the WAL started over */
+        ckpt_base = 0;
+        ckpt_restarts++;
+    }
+    ckpt_seen = pages;
+    if (pages - ckpt_base >= STORE_CKPT_PAGES && !ckpt_kicked) {
         ckpt_kicked = 1;
-        pthread_cond_signal(&ckpt_cv);
+        atomic_fetch_add(&ckpt_kicks, 1);
+        if (ckpt_on)
+            pthread_cond_signal(&ckpt_cv);
     }
     pthread_mutex_unlock(&ckpt_mu);
     return SQLITE_OK;
 }
 
 /* Of `done` (the WAL's frames copied so far, this run's and earlier
- * ones'), those this run copied. Once a run copied every frame, the next
- * writer starts the WAL over and `done` counts from its beginning again:
- * unless the WAL is as it was (nothing written since), every frame done
- * now is new. Otherwise the WAL cannot have started over (only a
- * complete checkpoint lets it), and the new ones are those past the last
- * run's. A WAL that started over and grew to exactly its old size, all of
- * it copied, reads as unchanged: a miscount of one run's frames, in a
- * metric. */
-static int ckpt_fresh(int log, int done)
+ * ones'), those this run copied: all of them when the WAL started over
+ * since the last run (`restarts` moved), else those past the last run's.
+ * (A WAL started over between a commit and its hook, with a run in
+ * between, miscounts that run's frames: a metric.) */
+static int ckpt_fresh(uint64_t restarts, int done)
 {
-    if (ckpt_done_last == ckpt_log_last)
-        return log == ckpt_log_last && done == ckpt_done_last ? 0 : done;
+    if (restarts != ckpt_restarts_last)
+        return done;
     return done > ckpt_done_last ? done - ckpt_done_last : 0;
 }
 
-/* One checkpoint on the thread's connection; the forced kind when the
- * WAL outgrew STORE_CKPT_FORCE_PAGES. */
-static void ckpt_once(sqlite3 *db)
+void store_ckpt_once(sqlite3 *db)
 {
     int log = 0, done = 0;
+    pthread_mutex_lock(&ckpt_mu);
+    ckpt_kicked = 0;                /* commits from now on may ask again */
+    uint64_t restarts = ckpt_restarts;
+    pthread_mutex_unlock(&ckpt_mu);
     int rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
     if (rc == SQLITE_OK && log >= STORE_CKPT_FORCE_PAGES && done < log) {
         rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_RESTART, &log, &done);
@@ -107,10 +120,13 @@ static void ckpt_once(sqlite3 *db)
     atomic_fetch_add(&ckpt_runs, 1);
     if (log < 0 || done < 0)
         return;         /* not in WAL mode (SQLite says -1): nothing to follow */
-    atomic_fetch_add(&ckpt_frames, (uint64_t)ckpt_fresh(log, done));
-    ckpt_log_last = log;
+    atomic_fetch_add(&ckpt_frames, (uint64_t)ckpt_fresh(restarts, done));
+    ckpt_restarts_last = restarts;
     ckpt_done_last = done;
-    atomic_store(&ckpt_next, done >= log ? STORE_CKPT_PAGES : log + STORE_CKPT_PAGES);
+    pthread_mutex_lock(&ckpt_mu);
+    if (ckpt_restarts == restarts)
+        ckpt_base = log;
+    pthread_mutex_unlock(&ckpt_mu);
 }
 
 static void *ckpt_main(void *arg)
@@ -129,10 +145,9 @@ static void *ckpt_main(void *arg)
             pthread_cond_timedwait(&ckpt_cv, &ckpt_mu, &ts);
         }
         int go = ckpt_on && st;
-        ckpt_kicked = 0;
         pthread_mutex_unlock(&ckpt_mu);
         if (go)
-            ckpt_once(store_db(st));
+            store_ckpt_once(store_db(st));
         pthread_mutex_lock(&ckpt_mu);
     }
     pthread_mutex_unlock(&ckpt_mu);
@@ -166,8 +181,9 @@ void store_ckpt_stop(void)
         pthread_join(ckpt_thread, NULL);
 }
 
-void store_ckpt_counts(uint64_t *runs, uint64_t *frames, uint64_t *forced)
+void store_ckpt_counts(uint64_t *runs, uint64_t *frames, uint64_t *forced, uint64_t *kicks)
 {
+    *kicks = atomic_load(&ckpt_kicks);
     *runs = atomic_load(&ckpt_runs);
     *frames = atomic_load(&ckpt_frames);
     *forced = atomic_load(&ckpt_forced);

@@ -36,6 +36,10 @@ int store_job_retry(store_t *st, int64_t job, const char *why);
  * default) when it could not be. */
 const char *store_vfs_name(void);
 
+/* The coordinates of device idx of an island of this shape (row-major,
+ * as devices.coords holds them) into c[0..shape->rank). */
+void store_idx_coords(const shape_t *shape, int64_t idx, int64_t *c);
+
 /* WAL pages past which a commit asks the checkpointer for a checkpoint
  * (SQLite's own default threshold), and past which it forces one. */
 #define STORE_CKPT_PAGES 1000
@@ -43,6 +47,9 @@ const char *store_vfs_name(void);
 /* Every connection's sqlite3_wal_hook (store_ckpt.c): it replaces
  * auto-checkpointing, so no COMMIT checkpoints. Returns SQLITE_OK. */
 int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages);
+/* One checkpoint on db (the checkpointer thread's connection; tests call it
+ * directly): passive, RESTART when the WAL outgrew STORE_CKPT_FORCE_PAGES. */
+void store_ckpt_once(sqlite3 *db);
 
 /* store_devlog.c: the devices a connection's transaction changed (the
  * TEMP triggers name them: store.c), published with the generation its

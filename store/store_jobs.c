@@ -222,43 +222,62 @@ static json_t *job_summary(sqlite3_stmt *s)
     return j;
 }
 
-/* slices: {name: {island, shape, devices: [{index, coords}]}} */
+/* The island shape column ("[4,4]") into *out; 0 or -1. */
+static int island_shape(const json_t *arr, shape_t *out)
+{
+    size_t n = json_array_size(arr);
+    if (n < 1 || n > MESH_MAX_RANK)
+        return -1;
+    out->rank = (int)n;
+    for (size_t d = 0; d < n; d++)
+        if ((out->dim[d] = json_integer_value(json_array_get(arr, d))) < 1)
+            return -1;
+    return 0;
+}
+
+/* The device of slice position k at island index idx: {shard, index,
+ * coords}, its coordinates from the island's shape (as devices.coords
+ * holds them, without a read per device); no coords without a shape. */
+static json_t *slice_device(size_t k, int64_t idx, const shape_t *ishape)
+{
+    int64_t c[MESH_MAX_RANK] = {0};
+    json_t *coords = ishape ? json_array() : NULL;
+    if (coords)
+        store_idx_coords(ishape, idx, c);
+    for (int d = 0; coords && d < ishape->rank; d++)
+        json_array_append_new(coords, json_integer(c[d]));
+    return json_pack("{s:I, s:I, s:o*}", "shard", (json_int_t)k, "index", (json_int_t)idx,
+                     "coords", coords);
+}
+
+/* slices: {name: {island, shape, devices: [{shard, index, coords}]}} */
 static json_t *job_slices_json(store_t *st, int64_t id)
 {
     static const char sql[] =
-        "SELECT s.name, i.name, s.shape, s.devices, i.id FROM slices s"
+        "SELECT s.name, i.name, s.shape, s.devices, i.shape FROM slices s"
         " JOIN islands i ON i.id = s.island_id WHERE s.job_id = ? ORDER BY s.name";
-    static const char dev_sql[] = "SELECT coords FROM devices WHERE island_id = ? AND idx = ?";
     json_t *out = json_object();
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!out || !s)
         return out;
     sqlite3_bind_int64(s, 1, id);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        json_t *sl = json_object();
-        json_t *idxs = store_col_json(s, 3);
+        json_t *idxs = store_col_json(s, 3), *ish = store_col_json(s, 4);
         json_t *devs = json_array();
+        shape_t ishape;
+        const shape_t *shp = island_shape(ish, &ishape) == 0 ? &ishape : NULL;
         size_t k;
         json_t *v;
         json_array_foreach(idxs, k, v) {
-            sqlite3_stmt *d = store_stmt(st, dev_sql);
-            if (!d)
-                break;
-            sqlite3_bind_int64(d, 1, sqlite3_column_int64(s, 4));
-            sqlite3_bind_int64(d, 2, json_integer_value(v));
-            json_t *dev = json_object();
-            json_object_set_new(dev, "shard", json_integer((json_int_t)k));
-            json_object_set_new(dev, "index", json_integer(json_integer_value(v)));
-            if (sqlite3_step(d) == SQLITE_ROW)
-                json_object_set_new(dev, "coords", store_col_json(d, 0));
-            sqlite3_reset(d);
-            json_array_append_new(devs, dev);
+            if (devs)
+                json_array_append_new(devs, slice_device(k, json_integer_value(v), shp));
         }
         json_decref(idxs);
-        json_object_set_new(sl, "island", json_string((const char *)sqlite3_column_text(s, 1)));
-        json_object_set_new(sl, "shape", store_col_json(s, 2));
-        json_object_set_new(sl, "devices", devs);
-        json_object_set_new(out, (const char *)sqlite3_column_text(s, 0), sl);
+        json_decref(ish);
+        json_object_set_new(out, (const char *)sqlite3_column_text(s, 0),
+                            json_pack("{s:s, s:o*, s:o*}", "island",
+                                      (const char *)sqlite3_column_text(s, 1), "shape",
+                                      store_col_json(s, 2), "devices", devs));
     }
     sqlite3_reset(s);
     return out;

@@ -94,6 +94,9 @@ void hx_remove_dir(const char *dir);
 int hx_proc_stop(hx_proc_t *p, int sig, int grace_ms);
 /* VmRSS of pid in KiB (from /proc), or -1. */
 long hx_rss_kb(pid_t pid);
+/* User + system CPU time of pid so far in microseconds (/proc/PID/stat,
+ * clock-tick resolution), or -1. */
+int64_t hx_cpu_us(pid_t pid);
 /* $ATOLL_BIN_DIR, or build/bin. */
 const char *hx_bin_dir(void);
 

@@ -512,6 +512,24 @@ long hx_rss_kb(pid_t pid)
     return kb;
 }
 
+int64_t hx_cpu_us(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    /* After ") ": state, then fields 4..13; utime and stime are 14 and 15. */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (int64_t)(ut + st) * 1000000 / sysconf(_SC_CLK_TCK);
+}
+
 int hx_job_processes(int64_t id)
 {
     static char env[1 << 16];       /* main thread only, like the rest of this file */

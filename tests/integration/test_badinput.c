@@ -346,6 +346,7 @@ typedef struct job_waiter {
     int status;
     char state[16];
     int64_t ms;                 /* how long its answer took */
+    int whole;                  /* the answer was the whole job (computations, document) */
 } job_waiter_t;
 
 static void *job_wait_main(void *arg)
@@ -355,12 +356,14 @@ static void *job_wait_main(void *arg)
     if (hx_client_init(&cl, itest_cluster.url) != 0)
         return NULL;
     char path[96];
-    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?view=summary&wait_ms=30000", w->id);
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?wait_ms=30000", w->id);
     hx_resp_t r;
     int64_t t0 = hx_now_ms();
     if (hx_request(&cl, "GET", path, NULL, 0, &r) == 0) {
         w->status = r.status;
         snprintf(w->state, sizeof w->state, "%s", hx_job_state(r.json));
+        w->whole = json_is_array(json_object_get(r.json, "computations")) &&
+                   json_is_object(json_object_get(r.json, "document"));
         hx_resp_clear(&r);
     }
     w->ms = hx_now_ms() - t0;
@@ -369,9 +372,10 @@ static void *job_wait_main(void *arg)
 }
 
 /* GET /v1/jobs/{id}?wait_ms=N: a job that cannot end (island fake has no
- * worker yet) is answered after the wait, not at once; a waiter parked for
- * 30 s is answered as soon as the job is cancelled; bad values are 400
- * naming wait_ms. */
+ * worker yet) is answered after the wait, not at once, in the view asked
+ * for; a waiter parked for 30 s (whole view: it parks on the summary) is
+ * answered with the whole job as soon as the job is cancelled; bad values
+ * are 400 naming wait_ms. */
 static void test_job_wait(void **state)
 {
     (void)state;
@@ -392,11 +396,18 @@ static void test_job_wait(void **state)
             "GET %s failed", path);
     int64_t took = hx_now_ms() - t0;
     int final = hx_state_terminal(hx_job_state(r.json));
+    int summary = json_object_get(r.json, "computations") == NULL;
     hx_resp_clear(&r);
     T_CHECK(!final && took >= 300, "GET %s answered after %" PRId64 " ms (%s): the wait was"
             " not kept", path, took, final ? "final" : "not final");
+    T_CHECK(summary, "GET %s answered more than the summary", path);
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "?wait_ms=100", id);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200 &&
+                json_is_array(json_object_get(r.json, "computations")),
+            "GET %s (the wait over) did not answer the whole job", path);
+    hx_resp_clear(&r);
 
-    job_waiter_t w = {id, 0, "", 0};
+    job_waiter_t w = {id, 0, "", 0, 0};
     pthread_t th;
     T_CHECK(pthread_create(&th, NULL, job_wait_main, &w) == 0, "no thread");
     snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
@@ -408,6 +419,7 @@ static void test_job_wait(void **state)
     T_CHECK(w.status == 200 && strcmp(w.state, "cancelled") == 0 && w.ms < 20000,
             "the parked waiter got %d '%s' after %" PRId64 " ms, not the cancellation",
             w.status, w.state, w.ms);
+    T_CHECK(w.whole, "the parked waiter got the summary, not the whole job it asked for");
 
     static const char *const bad[] = {"-1", "abc", "30001", "1e3", "", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -686,7 +686,8 @@ static void expect_design(const char *key, int k, rt_t *out)
 }
 
 /* The job's granted slice `name`: on `island` (if not NULL), with nshards
- * distinct devices that have coordinates. */
+ * distinct devices, each with its coordinates on the island (both islands
+ * here have 4 columns: index = 4 * row + column). */
 static void check_slice(const json_t *job, const char *name, const char *island, int nshards)
 {
     json_t *sl = json_object_get(json_object_get(job, "slices"), name);
@@ -700,8 +701,12 @@ static void check_slice(const json_t *job, const char *name, const char *island,
             (int)json_array_size(devs), nshards);
     for (int i = 0; i < nshards; i++) {
         json_t *d = json_array_get(devs, (size_t)i);
-        T_CHECK(json_is_array(json_object_get(d, "coords")), "slice %s device %d lacks coords",
-                name, i);
+        json_t *c = json_object_get(d, "coords");
+        json_int_t idx = json_integer_value(json_object_get(d, "index"));
+        T_CHECK(json_array_size(c) == 2, "slice %s device %d lacks coords", name, i);
+        T_CHECK(json_integer_value(json_array_get(c, 0)) == idx / 4 &&
+                    json_integer_value(json_array_get(c, 1)) == idx % 4,
+                "slice %s device %d (index %d) has the wrong coords", name, i, (int)idx);
         for (int j = 0; j < i; j++)
             T_CHECK(json_integer_value(json_object_get(d, "index")) !=
                         json_integer_value(json_object_get(json_array_get(devs, (size_t)j),

@@ -86,7 +86,7 @@ static void test_checkpoints_off_the_commit_path(void **state)
     sqlite3 *db = store_db(st);
     exec_ok(db, "CREATE TABLE ckpt_t (k INTEGER PRIMARY KEY, v BLOB)");
     int64_t next = 1;
-    uint64_t runs, frames, forced;
+    uint64_t runs, frames, forced, kicks;
 
     /* Three thresholds' worth of pages, no checkpointer: had a commit
      * checkpointed (SQLite's default hook), the WAL would have started
@@ -94,7 +94,7 @@ static void test_checkpoints_off_the_commit_path(void **state)
     write_rows(db, 3 * STORE_CKPT_PAGES, &next);
     long long page = 4096, before = wal_bytes(&d);
     assert_true(before >= (long long)(5 * STORE_CKPT_PAGES / 2) * page);
-    store_ckpt_counts(&runs, &frames, &forced);
+    store_ckpt_counts(&runs, &frames, &forced, &kicks);
     assert_int_equal(runs, 0);
 
     /* The thread runs: the next commit past the threshold asks it, and it
@@ -102,7 +102,7 @@ static void test_checkpoints_off_the_commit_path(void **state)
     assert_int_equal(store_ckpt_start(), 0);
     write_rows(db, ROWS_PER_TXN, &next);
     for (int waited = 0; waited < 30000; waited += 10) {
-        store_ckpt_counts(&runs, &frames, &forced);
+        store_ckpt_counts(&runs, &frames, &forced, &kicks);
         if (frames >= 3 * STORE_CKPT_PAGES)
             break;
         sleep_ms(10);
@@ -124,10 +124,70 @@ static void test_checkpoints_off_the_commit_path(void **state)
     store_thread_close();
 }
 
+static uint64_t kicks_now(void)
+{
+    uint64_t runs, frames, forced, kicks;
+    store_ckpt_counts(&runs, &frames, &forced, &kicks);
+    return kicks;
+}
+
+/* A checkpoint that copied every frame does not start the WAL over: the
+ * next writer does, only when no reader holds a snapshot of the old one.
+ * Commits after it ask for the next checkpoint only once the WAL gained
+ * STORE_CKPT_PAGES more frames (it used to ask at every commit until the
+ * WAL started over), and a WAL that did start over counts from zero.
+ * No thread here: checkpoints run when the test calls them, so the
+ * hook's requests (kicks) are counted exactly. */
+static void test_kicks_count_new_frames(void **state)
+{
+    (void)state;
+    static const island_desc_t islands[] = {{"west", {1, {2, 0, 0, 0}}}};
+    support_store_t d;
+    store_t *st = support_store_open(&d, islands, 1);
+    sqlite3 *db = store_db(st), *rd = NULL;
+    exec_ok(db, "CREATE TABLE ckpt_t (k INTEGER PRIMARY KEY, v BLOB)");
+    store_ckpt_once(db);            /* a clean start: nothing asked */
+    int64_t next = 1;
+
+    uint64_t k0 = kicks_now();
+    write_rows(db, STORE_CKPT_PAGES + ROWS_PER_TXN, &next);
+    assert_int_equal(kicks_now(), k0 + 1);
+
+    /* A reader on the current snapshot; then a checkpoint copies it all. */
+    assert_int_equal(sqlite3_open_v2(d.db, &rd, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    exec_ok(rd, "BEGIN");
+    assert_true(count_rows(rd) == next - 1);
+    store_ckpt_once(db);
+    long long held = wal_bytes(&d);
+
+    /* The reader keeps the WAL from starting over: it grows, and these
+     * few frames ask for nothing. */
+    write_rows(db, 4 * ROWS_PER_TXN, &next);
+    assert_true(wal_bytes(&d) > held);
+    assert_int_equal(kicks_now(), k0 + 1);
+
+    /* Reader gone, everything copied: the next commit starts the WAL over
+     * (the file stops growing), and STORE_CKPT_PAGES frames of the new
+     * WAL ask again, though the old one had more than that. */
+    exec_ok(rd, "COMMIT");
+    store_ckpt_once(db);
+    long long full = wal_bytes(&d);
+    write_rows(db, ROWS_PER_TXN, &next);
+    assert_true(wal_bytes(&d) <= full);
+    assert_int_equal(kicks_now(), k0 + 1);
+    write_rows(db, STORE_CKPT_PAGES, &next);
+    assert_int_equal(kicks_now(), k0 + 2);
+
+    assert_int_equal(count_rows(db), next - 1);
+    sqlite3_close(rd);
+    store_thread_close();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoints_off_the_commit_path),
+        cmocka_unit_test(test_kicks_count_new_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
