@@ -49,6 +49,7 @@ static store_usage_t sched_usage;
 
 void sched_admit_free(void)
 {
+    sched_dispatch_forget();
     store_usage_free(&sched_usage);
     sched_rounds_cut = 0;
 }

@@ -154,7 +154,7 @@ void sched_round_invalidate(void);
  * read, if nobody else changed devices since it was loaded. */
 void sched_round_keep(store_t *st, const round_t *r);
 /* Frees and resets what sched_admit keeps between rounds (the tenants' usage,
- * the count of rounds cut short in a row). */
+ * the count of rounds cut short in a row, sched_dispatch_forget). */
 void sched_admit_free(void);
 /* The round's index of the island with store id island_id, or -1. */
 int sched_round_island(const round_t *r, int64_t island_id);
@@ -280,6 +280,11 @@ int sched_slice_read(store_t *st, const round_t *r, int64_t job, const job_plan_
  * how many still have computations left (the caller runs another pass
  * soon), or -1 on a store error (rolled back, logged). */
 int sched_dispatch_more(store_t *st, round_t *r, int *wrote);
+/* sched_dispatch_more reads the jobs in mid-dispatch only while one may
+ * be (it wrote a position since a read found none): how many reads it
+ * made, and the reset for a new store (the next pass reads). */
+uint64_t sched_dispatch_looks(void);
+void sched_dispatch_forget(void);
 
 /* ---- preemption (sched_preempt.c) ---- */
 

@@ -80,6 +80,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     sched_plans_free_all();
+    sched_dispatch_forget();
     return support_store_teardown(state);
 }
 
@@ -332,7 +333,8 @@ static void test_position_off_plan_fails_job(void **state)
 /* A gang of 128 workers: the allocation writes 32 of c0's host tasks; the
  * passes after it 32 and 64 (c0 complete), then all of c1 (128, as many
  * as written so far); each computation keeps the seq its first part took,
- * and every worker gets exactly one host task of each. */
+ * and every worker gets exactly one host task of each. Once a pass found
+ * no job in mid-dispatch, the passes after it do not look again. */
 static void test_gang_split_across_passes(void **state)
 {
     fixture_t *f = *state;
@@ -351,6 +353,10 @@ static void test_gang_split_across_passes(void **state)
     assert_true(in_order);
     sched_more_t m[1];
     assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
+    uint64_t looks = sched_dispatch_looks();
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(more(f, &wrote), 0);
+    assert_int_equal(sched_dispatch_looks(), looks + 1);
 }
 
 /* When writing host tasks is slow (here: a chunk may take 1 µs, less than
