@@ -27,7 +27,7 @@
  * any thread. The plan cache (sched_plans.c), the virtual times
  * (sched_feed.c) and a round's round_t belong to the scheduler thread
  * alone and take no lock. In the store, only this thread takes devices
- * (devices.job_id, device_holds: store_sched_mark_allocated), hands out
+ * (allocations, device_holds: store_sched_mark_allocated), hands out
  * island sequence numbers and inserts host tasks; other threads never take
  * devices: they free them (a job ending or requeued), bring them up (a
  * worker registering) or take them down (a worker leaving), and move jobs

@@ -98,7 +98,8 @@ static int insert_sample(sqlite3_stmt *ins, int64_t at, const char *kind, const 
 int sampler_record(store_t *st, int64_t at_us, int retain_s)
 {
     static const char dev_sql[] =
-        "SELECT i.name, COALESCE(SUM(d.worker_id IS NOT NULL AND (d.job_id IS NOT NULL OR EXISTS"
+        "SELECT i.name, COALESCE(SUM(d.worker_id IS NOT NULL AND ("
+        STORE_ALLOC_HOLDER_SQL("d.island_id", "d.idx") " IS NOT NULL OR EXISTS"
         " (SELECT 1 FROM device_holds h WHERE h.island_id = d.island_id AND h.idx = d.idx))), 0),"
         " COALESCE(SUM(d.worker_id IS NULL), 0) FROM islands i"
         " LEFT JOIN devices d ON d.island_id = i.id GROUP BY i.id ORDER BY i.id";

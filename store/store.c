@@ -180,9 +180,12 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
  * costs a parked poll one probe; a missed one would delay a worker by its
  * poll wait, so every column the probe reads that can make it true is
  * watched here. A job's end or new attempt also moves its job slot.
- * The watch_dev_* triggers mark a transaction that changed a column
- * store_sched_devices reads (only those columns: a report's busy_us
- * update must not invalidate the scheduler's mirror). */
+ * The watch_dev_* and watch_alloc_* triggers mark a transaction that
+ * changed what store_sched_devices reads (only those columns: a report's
+ * busy_us update must not invalidate the scheduler's mirror); the
+ * scheduler's own allocations and frees are quiet and note their runs
+ * themselves (store_step_devices, store_free_job_devices); the
+ * allocations triggers name a run's devices for any other writer. */
 #define STORE_WATCH_SQL \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
     " BEGIN SELECT atoll_kick_worker(NEW.worker_id); END;" \
@@ -198,8 +201,12 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
     " BEGIN SELECT atoll_kick_all(); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_new AFTER INSERT ON main.devices" \
     " BEGIN SELECT atoll_kick_devices(NEW.island_id, NEW.idx); END;" \
-    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_set AFTER UPDATE OF job_id, worker_id, local" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_set AFTER UPDATE OF worker_id, local" \
     " ON main.devices BEGIN SELECT atoll_kick_devices(NEW.island_id, NEW.idx); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_alloc_new AFTER INSERT ON main.allocations" \
+    " BEGIN SELECT atoll_kick_run(NEW.island_id, NEW.lo, NEW.hi); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_alloc_gone AFTER DELETE ON main.allocations" \
+    " BEGIN SELECT atoll_kick_run(OLD.island_id, OLD.lo, OLD.hi); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_gone AFTER DELETE ON main.devices" \
     " BEGIN SELECT atoll_kick_devices(OLD.island_id, OLD.idx); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_hold_new AFTER INSERT ON main.device_holds" \
@@ -245,6 +252,27 @@ static void store_kick_devices_fn(sqlite3_context *ctx, int argc, sqlite3_value 
     sqlite3_result_null(ctx);
 }
 
+/* Notes devices [lo, hi] of island (the whole island when they would
+ * overflow the transaction's list). */
+static void note_range(store_t *st, int64_t island, int64_t lo, int64_t hi)
+{
+    if (hi - lo + 1 + st->devchg.n > STORE_DEVCHG_MAX)
+        store_devlog_note(&st->devchg, island, -1);
+    else
+        for (int64_t i = lo; i <= hi; i++)
+            store_devlog_note(&st->devchg, island, i);
+}
+
+/* atoll_kick_run(island, lo, hi): the transaction changed the holder of
+ * devices lo..hi (an allocation run inserted or deleted). */
+static void store_kick_run_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    note_range(sqlite3_user_data(ctx), sqlite3_value_int64(argv[0]),
+               sqlite3_value_int64(argv[1]), sqlite3_value_int64(argv[2]));
+    sqlite3_result_null(ctx);
+}
+
 /* Steps s with the devices' triggers quiet: the caller notes what s
  * changed itself (a trigger program per row cost ~0.3 us each, and named
  * each device). 0 or -1 (store_step_done). */
@@ -261,17 +289,13 @@ int store_step_devices(store_t *st, sqlite3_stmt *s, int64_t island, int64_t lo,
     int rc = step_quiet(st, s);
     if (rc != 0 || sqlite3_changes(st->db) == 0)
         return rc;
-    if (hi - lo + 1 + st->devchg.n > STORE_DEVCHG_MAX)
-        store_devlog_note(&st->devchg, island, -1);
-    else
-        for (int64_t i = lo; i <= hi; i++)
-            store_devlog_note(&st->devchg, island, i);
+    note_range(st, island, lo, hi);
     return 0;
 }
 
 int store_free_job_devices(store_t *st, int64_t job)
 {
-    static const char sql[] = "UPDATE devices SET job_id = NULL WHERE job_id = ?";
+    static const char sql[] = "DELETE FROM allocations WHERE job_id = ?";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
@@ -306,7 +330,9 @@ static int store_watch(store_t *st)
         sqlite3_create_function(st->db, "atoll_kick_devices", 0, SQLITE_UTF8, st,
                                 store_kick_devices_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(st->db, "atoll_kick_devices", 2, SQLITE_UTF8, st,
-                                store_kick_devices_fn, NULL, NULL) != SQLITE_OK)
+                                store_kick_devices_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_run", 3, SQLITE_UTF8, st,
+                                store_kick_run_fn, NULL, NULL) != SQLITE_OK)
         return -1;
     return store_exec(st, STORE_WATCH_SQL);
 }

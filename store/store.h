@@ -247,6 +247,15 @@ uint64_t store_sync_waits(void);
 /* Closes the WAL descriptor (shutdown). */
 void store_sync_close(void);
 
+/* SQL for the job holding device (island, idx) exclusively, or NULL: the
+ * allocation run with the largest lo <= idx, if it reaches idx (runs of an
+ * island never overlap: schema/028_allocations.sql); one index seek
+ * whatever the number of runs. island and idx are SQL expressions. For
+ * the store's readers and the sampler's (server/sampler.c). */
+#define STORE_ALLOC_HOLDER_SQL(island, idx)                                                \
+    "(SELECT CASE WHEN a.hi >= " idx " THEN a.job_id END FROM allocations a"              \
+    " WHERE a.island_id = " island " AND a.lo <= " idx " ORDER BY a.lo DESC LIMIT 1)"
+
 /* ---- WAL checkpoints (store_ckpt.c) ---- */
 /* Starts the checkpointer thread (after store_global_init): from then on
  * the WAL is folded into the database off every writer's path. Without
@@ -567,7 +576,7 @@ int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp
 typedef struct store_mark {
     int64_t island, idx, worker;
 } store_mark_t;
-/* Marks the job allocated (devices held by it: devices.job_id, or for a
+/* Marks the job allocated (devices held by it: allocation runs, or for a
  * shared job device_holds rows of `bytes` each; pending_reason cleared)
  * and stores the attempt's placement (PLACEMENT JSON text, borrowed). The
  * devices are m[0..n), as the round read them; m is sorted in place. -1

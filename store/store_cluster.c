@@ -11,7 +11,8 @@
 
 /* A device's state is derived (see schema/001_init.sql). */
 #define DEVICE_STATE_SQL \
-    "CASE WHEN d.worker_id IS NULL THEN 'down' WHEN d.job_id IS NOT NULL OR EXISTS" \
+    "CASE WHEN d.worker_id IS NULL THEN 'down' WHEN " \
+    STORE_ALLOC_HOLDER_SQL("d.island_id", "d.idx") " IS NOT NULL OR EXISTS" \
     " (SELECT 1 FROM device_holds h WHERE h.island_id = d.island_id AND h.idx = d.idx)" \
     " THEN 'allocated'" \
     " ELSE 'free' END"
@@ -19,7 +20,8 @@
 /* The job holding a device: its exclusive holder, else the lowest of the
  * shared jobs holding it (device_holds). */
 #define HOLDER_SQL                                                                         \
-    "COALESCE(d.job_id, (SELECT MIN(h.job_id) FROM device_holds h"                        \
+    "COALESCE(" STORE_ALLOC_HOLDER_SQL("d.island_id", "d.idx") ","                         \
+    " (SELECT MIN(h.job_id) FROM device_holds h"                                           \
     " WHERE h.island_id = d.island_id AND h.idx = d.idx))"
 
 /* Device accounting.

@@ -36,6 +36,12 @@ int store_job_retry(store_t *st, int64_t job, const char *why);
  * default) when it could not be. */
 const char *store_vfs_name(void);
 
+/* SQL rows (job_id, n): n devices held by job_id, exclusively (one row
+ * per allocation run) or shared (one per hold); sum n per job or tenant. */
+#define STORE_HELD_SQL                                                                     \
+    "SELECT job_id, hi - lo + 1 AS n FROM allocations"                                    \
+    " UNION ALL SELECT job_id, 1 FROM device_holds"
+
 /* The coordinates of device idx of an island of this shape (row-major,
  * as devices.coords holds them) into c[0..shape->rank). */
 void store_idx_coords(const shape_t *shape, int64_t idx, int64_t *c);
@@ -72,7 +78,7 @@ void store_devlog_note_freed(store_devchg_t *c, int64_t job);
  * triggers quiet, and notes that range itself (store.c): a whole-island
  * allocation ran 2,048 trigger programs. 0 or -1 (store_step_done). */
 int store_step_devices(store_t *st, sqlite3_stmt *s, int64_t island, int64_t lo, int64_t hi);
-/* Frees every device job holds (devices.job_id), inside st's transaction,
+/* Frees every device job holds (its allocations rows), inside st's transaction,
  * noting the job rather than each device (store.c). 0 or -1. */
 int store_free_job_devices(store_t *st, int64_t job);
 /* Whether c noted anything (the transaction changed what

@@ -100,9 +100,8 @@ json_t *store_tenants_json(store_t *st)
 {
     static const char sql[] =
         "SELECT t.id, t.name, t.quota_devices, t.share, t.created_at, t.revoked_at,"
-        " (SELECT COUNT(*) FROM (SELECT job_id FROM devices WHERE job_id IS NOT NULL"
-        "  UNION ALL SELECT job_id FROM device_holds) d JOIN jobs j ON j.id = d.job_id"
-        "  WHERE j.tenant_id = t.id),"
+        " (SELECT COALESCE(SUM(d.n), 0) FROM (" STORE_HELD_SQL ") d JOIN jobs j"
+        "  ON j.id = d.job_id WHERE j.tenant_id = t.id),"
         " (SELECT COUNT(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued'),"
         " t.max_queued, t.max_priority"
         " FROM tenants t ORDER BY t.id";

@@ -28,6 +28,10 @@
 #include "support_store.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
+/* Holds west's devices lo..hi for job, as an allocation run. */
+#define ALLOC_SQL(lo, hi, job)                                                             \
+    "INSERT INTO allocations (island_id, lo, hi, job_id) SELECT id, " #lo ", " #hi ", " #job \
+    " FROM islands WHERE name = 'west'"
 
 typedef support_worker_fixture_t fixture_t;
 
@@ -89,7 +93,7 @@ static void test_mirror_reads_only_after_device_changes(void **state)
     support_store_write(f->st,
                         "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
                         " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
-    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 2");
+    support_store_write(f->st, ALLOC_SQL(2, 2, 77));
     round_device(f, 2, &job, &worker);
     assert_int_equal(refreshes(), reads + 1);
     assert_int_equal(sched_round_device_reads(), full);
@@ -97,7 +101,7 @@ static void test_mirror_reads_only_after_device_changes(void **state)
 
     /* Released, then the worker gone (every device of it: the island is
      * read whole): each read again and seen. */
-    support_store_write(f->st, "UPDATE devices SET job_id = NULL WHERE idx = 2");
+    support_store_write(f->st, "DELETE FROM allocations WHERE lo = 2");
     round_device(f, 2, &job, &worker);
     assert_int_equal(job, 0);
     assert_int_equal(refreshes(), reads + 2);
@@ -109,7 +113,7 @@ static void test_mirror_reads_only_after_device_changes(void **state)
 
     /* A rolled-back change moves nothing. */
     assert_int_equal(store_begin(f->st), 0);
-    assert_int_equal(sqlite3_exec(store_db(f->st), "UPDATE devices SET job_id = 77", NULL,
+    assert_int_equal(sqlite3_exec(store_db(f->st), ALLOC_SQL(0, 3, 77), NULL,
                                   NULL, NULL), SQLITE_OK);
     store_rollback(f->st);
     round_device(f, 1, &job, &worker);
@@ -153,7 +157,7 @@ static void test_round_keeps_its_own_changes(void **state)
     assert_int_equal(sched_round_load(f->st, &r), 0);
     uint64_t reads = refreshes();
     r.devs[0][1].job = 77;
-    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 1");
+    support_store_write(f->st, ALLOC_SQL(1, 1, 77));
     sched_round_keep(f->st, &r);
     sched_round_free(&r);
     int64_t job, worker;
@@ -163,8 +167,8 @@ static void test_round_keeps_its_own_changes(void **state)
 
     assert_int_equal(sched_round_load(f->st, &r), 0);
     r.devs[0][2].job = 77;
-    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 2");
-    write_elsewhere("UPDATE devices SET job_id = 79 WHERE idx = 0");
+    support_store_write(f->st, ALLOC_SQL(2, 2, 77));
+    write_elsewhere(ALLOC_SQL(0, 0, 79));
     sched_round_keep(f->st, &r);
     sched_round_free(&r);
     round_device(f, 0, &job, &worker);
@@ -196,13 +200,13 @@ static void test_devlog_names_changed_devices(void **state)
                         " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
     assert_int_equal(since(g0, isl, idx, 8, &upto), 0);
     assert_int_equal(upto, g0);
-    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx = 1");
+    support_store_write(f->st, ALLOC_SQL(1, 1, 77));
     assert_int_equal(since(g0, isl, idx, 8, &upto), 1);
     assert_int_equal(idx[0], 1);
     assert_int_equal(upto, g0 + 1);
     support_store_write(f->st, "INSERT INTO device_holds (island_id, idx, job_id)"
                         " SELECT island_id, 3, 77 FROM devices WHERE idx = 3");
-    support_store_write(f->st, "UPDATE devices SET job_id = NULL WHERE idx = 1");
+    support_store_write(f->st, "DELETE FROM allocations WHERE lo = 1");
     assert_int_equal(since(g0, isl, idx, 8, &upto), 2);
     assert_true((idx[0] == 1 && idx[1] == 3) || (idx[0] == 3 && idx[1] == 1));
     assert_int_equal(since(g0 + 2, isl, idx, 8, &upto), 1);
@@ -244,8 +248,8 @@ static void test_freed_job_reaches_mirror_without_read(void **state)
                         "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
                         " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
                         " (78, 'y', 'running', 0, 0, 1, 0)");
-    support_store_write(f->st, "UPDATE devices SET job_id = 77 WHERE idx < 3");
-    support_store_write(f->st, "UPDATE devices SET job_id = 78 WHERE idx = 3");
+    support_store_write(f->st, ALLOC_SQL(0, 2, 77));
+    support_store_write(f->st, ALLOC_SQL(3, 3, 78));
     round_device(f, 0, &job, &worker);
     assert_int_equal(job, 77);
     uint64_t g = store_devices_gen(), reads = sched_round_device_reads(),
@@ -284,8 +288,7 @@ static void test_allocation_names_its_devices(void **state)
     assert_int_equal(jobs_allocated(f), 1);
     assert_int_equal(since(g, isl, idx, 8, &upto), 2);
     assert_true(idx[0] != idx[1] && idx[0] >= 0 && idx[0] < 4 && idx[1] >= 0 && idx[1] < 4);
-    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM devices"
-                                              " WHERE job_id IS NOT NULL"), 2);
+    assert_int_equal(support_store_int(f->st, "SELECT SUM(hi - lo + 1) FROM allocations"), 2);
 }
 
 /* Offers job id its own document, compiled as the API compiles it, as
@@ -350,7 +353,7 @@ static void test_stale_mirror_read_again_after_failed_allocation(void **state)
     support_store_write(f->st,
                         "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
                         " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
-    support_store_write(f->st, "UPDATE devices SET job_id = 77");
+    support_store_write(f->st, ALLOC_SQL(0, 3, 77));
     round_device(f, 0, &job, &worker);
     assert_int_equal(job, 77);
     store_devchg_t c = {0};
@@ -443,12 +446,12 @@ static void test_tenant_usage_follows_holders(void **state)
     assert_int_equal(ts[0].used, 0);
     free(ts);
 
-    support_store_write(f->st, "UPDATE devices SET job_id = 81 WHERE idx < 2");
+    support_store_write(f->st, ALLOC_SQL(0, 1, 81));
     assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
     assert_int_equal(ts[0].used, 2);
     free(ts);
 
-    support_store_write(f->st, "UPDATE devices SET job_id = NULL WHERE idx = 0");
+    support_store_write(f->st, "DELETE FROM allocations WHERE lo = 0; " ALLOC_SQL(1, 1, 81));
     assert_int_equal(store_sched_tenants(f->st, &u, &ts, &n), 0);
     assert_int_equal(ts[0].used, 1);
     free(ts);

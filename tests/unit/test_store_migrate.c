@@ -14,7 +14,9 @@
  * included; rows whose shard sets interleave (two workers' blocks) are
  * answered in shard order. Version 25 rebuilt host_tasks (its state check
  * as comparisons): the old host task keeps its fields and a state outside
- * the list is still refused. Also the store's
+ * the list is still refused. Version 28 made exclusive holds allocation
+ * runs: the devices the job held are its runs, devices.job_id is gone and
+ * the rest of the devices rows is kept. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
 #include <setjmp.h>
@@ -89,6 +91,15 @@ static int64_t make_old_db(const char *path)
     sqlite3_bind_text(s, 2, old_payload, -1, SQLITE_STATIC);
     assert_int_equal(sqlite3_step(s), SQLITE_DONE);
     sqlite3_finalize(s);
+    /* Island west as atolld made it, the job holding devices 2 and 3
+     * (devices.job_id, until version 28), device 1 with busy time. */
+    char devs[512];
+    snprintf(devs, sizeof devs,
+             "INSERT INTO islands(id, name, shape) VALUES (1, 'west', '[2,2]');"
+             "INSERT INTO devices(island_id, idx, coords, job_id, busy_us) VALUES"
+             " (1, 0, '[0,0]', NULL, 0), (1, 1, '[0,1]', NULL, 5),"
+             " (1, 2, '[1,0]', %lld, 0), (1, 3, '[1,1]', %lld, 0)", (long long)id, (long long)id);
+    assert_int_equal(sqlite3_exec(db, devs, NULL, NULL, NULL), SQLITE_OK);
     char pragma[64];
     snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", OLD_VERSION);
     assert_int_equal(sqlite3_exec(db, pragma, NULL, NULL, NULL), SQLITE_OK);
@@ -157,6 +168,26 @@ static void test_old_job_keeps_its_document(void **state)
                                   NULL, NULL, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_exec(store_db(st), "UPDATE host_tasks SET state = 'lost' WHERE id = 7",
                                   NULL, NULL, NULL), SQLITE_CONSTRAINT);
+    /* Version 28: the devices it held are allocation runs (one per device
+     * as migrated), devices.job_id is gone, and the rest of each device
+     * row is kept. */
+    assert_int_equal(column_exists(st, "devices", "job_id"), 0);
+    assert_int_equal(sqlite3_prepare_v2(store_db(st),
+        "SELECT group_concat(lo || '-' || hi || ':' || job_id, ' ') FROM"
+        " (SELECT * FROM allocations ORDER BY lo)", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    char want_runs[64];
+    snprintf(want_runs, sizeof want_runs, "2-2:%lld 3-3:%lld", (long long)id, (long long)id);
+    assert_string_equal((const char *)sqlite3_column_text(s, 0), want_runs);
+    sqlite3_finalize(s);
+    assert_int_equal(sqlite3_prepare_v2(store_db(st),
+        "SELECT COUNT(*), SUM(busy_us), group_concat(coords, '') FROM"
+        " (SELECT * FROM devices ORDER BY idx)", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(s, 0), 4);
+    assert_int_equal(sqlite3_column_int(s, 1), 5);
+    assert_string_equal((const char *)sqlite3_column_text(s, 2), "[0,0][0,1][1,0][1,1]");
+    sqlite3_finalize(s);
     json_decref(job);
     json_decref(doc);
     json_decref(want);

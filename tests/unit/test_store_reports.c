@@ -111,6 +111,10 @@ static void test_acc_sums_and_undo(void **state)
     report_acc_undo(&a);                /* that report's savepoint rolled back */
     report_acc_mark(&a);
     assert_int_equal(report_acc_add(&a, isl, 4, "[1]", 3, 99, 3), 0);
+    /* Devices 1-2 gained the same time: one run (one UPDATE), bounded by
+     * device 0 (nothing) and 3 (another time). */
+    assert_int_equal(report_acc_add(&a, isl, 0, "[1,2]", 9, 99, 0), 0);
+    assert_int_equal(report_acc_add(&a, isl, 0, "[3]", 4, 99, 0), 0);
     assert_int_equal(report_acc_add(&a, isl, 0, "[0,x]", 1000, 99, 1000), -1);
     assert_int_equal(report_acc_add(&a, isl, 0, "0", 1000, 99, 1000), -1);
     assert_int_equal(report_acc_flush(st, &a), 0);
@@ -121,6 +125,9 @@ static void test_acc_sums_and_undo(void **state)
     assert_int_equal(busy_of(st, 5), 8);
     assert_int_equal(busy_of(st, 6), 0);
     assert_int_equal(busy_of(st, 0), 0);
+    assert_int_equal(busy_of(st, 1), 9);
+    assert_int_equal(busy_of(st, 2), 9);
+    assert_int_equal(busy_of(st, 3), 4);
     assert_int_equal(support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage") - used0,
                      13);
 }

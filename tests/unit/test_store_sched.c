@@ -132,8 +132,8 @@ static int holders(store_t *st, int idx)
 {
     char sql[200];
     snprintf(sql, sizeof sql,
-             "SELECT (SELECT COUNT(*) FROM devices WHERE idx = %d AND job_id IS NOT NULL) +"
-             " (SELECT COUNT(*) FROM device_holds WHERE idx = %d)", idx, idx);
+             "SELECT (SELECT COUNT(*) FROM allocations WHERE lo <= %d AND hi >= %d) +"
+             " (SELECT COUNT(*) FROM device_holds WHERE idx = %d)", idx, idx, idx);
     return (int)support_store_int(st, sql);
 }
 
@@ -157,6 +157,33 @@ static void test_allocate_checks_holders(void **state)
     assert_int_equal(allocate_devs(f->st, b, 0, w, d13, 2), -1);    /* exclusive: held */
     expect_job(f->st, b, "queued", 0);
     assert_int_equal(holders(f->st, 1), 1);
+}
+
+/* An exclusive job's devices are one allocation row per run of indexes.
+ * A run is refused when an earlier run reaches into it or one starts
+ * inside it (the seek for the nearest run below the range's end), and
+ * taken beside runs that end before it or start after it; a job's end
+ * deletes its runs and frees those devices. */
+static void test_allocation_runs(void **state)
+{
+    fixture_t *f = *state;
+    int64_t a = submit(f->st), b = submit(f->st), c = submit(f->st);
+    int64_t w = register_worker(f->st);
+    static const int64_t d12[2] = {1, 2}, d23[2] = {2, 3}, d01[2] = {0, 1}, d0[1] = {0},
+                         d3[1] = {3};
+    assert_int_equal(allocate_devs(f->st, a, 0, w, d12, 2), 0);
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM allocations"), 1);
+    assert_int_equal(allocate_devs(f->st, b, 0, w, d23, 2), -1);    /* a's run reaches 2 */
+    assert_int_equal(allocate_devs(f->st, b, 0, w, d01, 2), -1);    /* a's run starts at 1 */
+    assert_int_equal(allocate_devs(f->st, b, 1, w, d01, 2), -1);    /* shared: the same */
+    assert_int_equal(allocate_devs(f->st, b, 0, w, d0, 1), 0);      /* before a's run */
+    assert_int_equal(allocate_devs(f->st, c, 0, w, d3, 1), 0);      /* after it */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(holders(f->st, i), 1);
+    char was[16];
+    assert_int_equal(store_job_cancel(f->st, a, was), STORE_OK);
+    assert_int_equal(holders(f->st, 1) + holders(f->st, 2), 0);
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM allocations"), 2);
 }
 
 static void test_allocate_checks_worker(void **state)
@@ -325,6 +352,7 @@ int main(void)
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_allocate_checks_holders, setup,
                                         support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_allocation_runs, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_peer_directory, setup, support_store_teardown),
