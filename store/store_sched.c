@@ -857,7 +857,7 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how)
     static const char w_sql[] = "UPDATE workers SET state = 'gone' WHERE id = ?";
     static const char t_sql[] =
         "UPDATE host_tasks SET state = 'cancelled', error = 'worker lost' WHERE worker_id = ?"
-        " AND state IN ('leased','blocked')";
+        " AND (state = 'leased' OR state = 'blocked')";
     /* In batches: each job handled frees its devices, so the query finds
      * only the rest; it ends when no live job holds a device of the worker. */
     enum { BATCH = 256 };

@@ -16,7 +16,8 @@
  * as comparisons): the old host task keeps its fields and a state outside
  * the list is still refused. Version 28 made exclusive holds allocation
  * runs: the devices the job held are its runs, devices.job_id is gone and
- * the rest of the devices rows is kept. Also the store's
+ * the rest of the devices rows is kept. Version 29 keeps only live tasks
+ * in host_tasks_by_worker. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
 #include <setjmp.h>
@@ -187,6 +188,28 @@ static void test_old_job_keeps_its_document(void **state)
     assert_int_equal(sqlite3_column_int(s, 0), 4);
     assert_int_equal(sqlite3_column_int(s, 1), 5);
     assert_string_equal((const char *)sqlite3_column_text(s, 2), "[0,0][0,1][1,0][1,1]");
+    sqlite3_finalize(s);
+    /* Version 29: the by-worker index holds live tasks only: the old
+     * task, leased again above, is found through it; succeeded, it is
+     * not in it. */
+    const char *live_sql = "SELECT COUNT(*) FROM host_tasks INDEXED BY host_tasks_by_worker"
+                           " WHERE worker_id = 1 AND state = 'leased'";
+    for (int k = 0; k < 2; k++) {
+        if (k == 1)
+            assert_int_equal(sqlite3_exec(store_db(st), "UPDATE host_tasks SET state ="
+                                          " 'succeeded' WHERE id = 7", NULL, NULL, NULL),
+                             SQLITE_OK);
+        assert_int_equal(sqlite3_prepare_v2(store_db(st), live_sql, -1, &s, NULL), SQLITE_OK);
+        assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(s, 0), 1 - k);
+        sqlite3_finalize(s);
+    }
+    assert_int_equal(sqlite3_prepare_v2(store_db(st), "SELECT sql FROM sqlite_master"
+                                        " WHERE name = 'host_tasks_by_worker'", -1, &s, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_non_null(strstr((const char *)sqlite3_column_text(s, 0),
+                           "WHERE state = 'leased' OR state = 'blocked'"));
     sqlite3_finalize(s);
     json_decref(job);
     json_decref(doc);
