@@ -185,10 +185,16 @@ static size_t metrics_store(char *buf, size_t len, size_t cap)
                         "# HELP atoll_store_checkpoints_forced_total RESTART checkpoints (the"
                         " WAL outgrew what passive ones kept up with).\n"
                         "# TYPE atoll_store_checkpoints_forced_total counter\n"
-                        "atoll_store_checkpoints_forced_total %lu\n",
+                        "atoll_store_checkpoints_forced_total %lu\n"
+                        "# HELP atoll_store_checkpoint_requests_total Commits that asked the"
+                        " checkpointer for a checkpoint (the WAL gained 1,000 pages since the"
+                        " last one).\n"
+                        "# TYPE atoll_store_checkpoint_requests_total counter\n"
+                        "atoll_store_checkpoint_requests_total %lu\n",
                         (unsigned long)store_write_transactions(),
                         (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits(),
-                        (unsigned long)runs, (unsigned long)frames, (unsigned long)forced);
+                        (unsigned long)runs, (unsigned long)frames, (unsigned long)forced,
+                        (unsigned long)kicks);
 }
 
 /* The workers' data-plane drop counters (summed from their heartbeats). */

@@ -250,18 +250,20 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     }
     req->user_gen = store_job_gen(id);  /* before the read: a later commit is seen next run */
     /* A summary is one row: what a client polling for the end needs,
-     * without the cost of every computation and the document. A waiter
-     * looks at the summary first whatever its view, and the whole job is
-     * read only for the answer. */
+     * without the cost of every computation and the document. A waiter's
+     * first look is at the summary whatever its view (the job has most
+     * likely not ended yet); a later run follows a commit that ended or
+     * requeued the job, so it reads what it will most likely answer. */
     int summary = view && strcmp(view, "summary") == 0;
-    json_t *job = summary || waiting ? store_job_summary(st, id) : store_job_json(st, id);
+    int peek = waiting && !summary && req->runs == 0;
+    json_t *job = summary || peek ? store_job_summary(st, id) : store_job_json(st, id);
     if (job && waiting &&
         !store_state_is_terminal(json_string_value(json_object_get(job, "state")))) {
         json_decref(job);
         http_park_until(resp, store_job_gen, id, req->user_gen, until);
         return;
     }
-    if (job && !summary && waiting) {
+    if (job && peek) {
         json_decref(job);
         job = store_job_json(st, id);
     }

@@ -75,8 +75,9 @@ void store_devlog_note(store_devchg_t *c, int64_t island, int64_t idx);
 void store_devlog_note_freed(store_devchg_t *c, int64_t job);
 /* Steps s, a statement that changes the holder or shared holds of
  * devices [lo, hi] of island and of no other device, with the devices'
- * triggers quiet, and notes that range itself (store.c): a whole-island
- * allocation ran 2,048 trigger programs. 0 or -1 (store_step_done). */
+ * triggers quiet, and notes that range itself (store.c): a shared job's
+ * holds on a whole island ran 2,048 trigger programs. 0 or -1
+ * (store_step_done). */
 int store_step_devices(store_t *st, sqlite3_stmt *s, int64_t island, int64_t lo, int64_t hi);
 /* Frees every device job holds (its allocations rows), inside st's transaction,
  * noting the job rather than each device (store.c). 0 or -1. */
