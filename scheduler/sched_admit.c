@@ -37,10 +37,6 @@ static _Atomic uint64_t sched_attempts, sched_successes;   /* for /metrics */
 /* A job allocated in this round has chunks left to dispatch
  * (sched_dispatch_job returned 1). Scheduler thread only. */
 static int sched_more_pending;
-/* A job was preempted in this round: its evictions are recorded in the
- * round too, but a round that took this rare path reads the island again
- * rather than keep its view (sched_round_keep). Scheduler thread only. */
-static int sched_round_evicted;
 /* Rounds stopped by SCHED_ROUND_ADMIT_US in a row. Scheduler thread only. */
 static int sched_rounds_cut;
 /* Devices held per tenant between rounds (store_sched_tenants); scheduler
@@ -121,7 +117,7 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         int p = sched_try_preempt(st, r, job, &g);
         if (p < 0)
             return -1;
-        sched_round_evicted |= p == 1;
+        r->evicted |= p == 1;
         if (p == 1)
             a = sched_place(r, &g, pl, &by_memory);
     }
@@ -228,6 +224,7 @@ void sched_admit(store_t *st)
                        : sched_cfg.round_admit_us > 0 ? sched_cfg.round_admit_us
                                                       : SCHED_ROUND_ADMIT_US;
     round_t r;
+    sched_dispatch_pass(t0);
     if (sched_round_load(st, &r) != 0)
         goto cleanup;
     /* Jobs in mid-dispatch first: their workers are running the chunks
@@ -261,8 +258,10 @@ void sched_admit(store_t *st)
     sched_rounds_cut = yielded ? sched_rounds_cut + 1 : 0;
     fed = sched_feed_shared(st, &r);
     /* Every device change of this round is in r and committed: it is the
-     * next round's view unless someone else changed devices meanwhile. */
-    if ((complete || yielded) && fed >= 0 && !sched_round_evicted)
+     * next round's view unless someone else changed devices meanwhile. A
+     * round that preempted (its evictions are recorded in r too, but the
+     * path is rare) reads the island again rather than keep its view. */
+    if ((complete || yielded) && fed >= 0 && !r.evicted)
         sched_round_keep(st, &r);
 cleanup:
     /* A round stopped early (store error) keeps unseen plans too: their
@@ -279,7 +278,7 @@ cleanup:
     if (left > 0 || sched_more_pending || yielded)
         sched_notify();
     sched_more_pending = 0;
-    sched_round_evicted = 0;
+    sched_dispatch_pass(0);
 }
 
 void sched_counters(uint64_t *attempts, uint64_t *successes)

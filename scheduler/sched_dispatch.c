@@ -341,15 +341,13 @@ static int comp_tasks(const job_plan_t *plan, const int *tasks, int t)
     return tasks[plan->comps[plan->topo[t]].slice];
 }
 
-/* Where the chunk that starts at from ends: budget host tasks (at least
- * one) later, or at the job's end ({ncomps, 0}). A computation's host
- * tasks may be split between chunks: a whole-island gang's 512 rows
+/* Where the chunk that starts at from ends: budget host tasks later (none
+ * when budget < 1), or at the job's end ({ncomps, 0}). A computation's
+ * host tasks may be split between chunks: a whole-island gang's 512 rows
  * written in one pass kept every other job waiting for 3-10 ms. */
 static dpos_t chunk_end(const job_plan_t *plan, const int *tasks, dpos_t from, int64_t budget)
 {
     dpos_t e = from;
-    if (budget < 1)
-        budget = 1;
     while (e.t < plan->ncomps && budget > 0) {
         int left = comp_tasks(plan, tasks, e.t) - e.part;
         if (left > budget) {
@@ -362,10 +360,38 @@ static dpos_t chunk_end(const job_plan_t *plan, const int *tasks, dpos_t from, i
     return e;
 }
 
-/* What writing one host task of a later chunk cost (µs, moving average
- * over the passes that wrote chunks, their commit included), before any
- * was measured a guess. Scheduler thread only. */
-static double chunk_task_us = 10.0;
+/* What writing host tasks costs, as the last chunks measured it (moving
+ * averages; before any was measured, guesses): a chunk costs chunk_fixed_us
+ * (its slices read back, its position, its share of the commit) plus
+ * chunk_task_us per host task. One average over both hid the fixed part:
+ * small chunks measured dear per task, large ones cheap, and the chunks
+ * that followed a cheap measure doubled past the pass's time. Scheduler
+ * thread only. */
+static double chunk_task_us = 10.0, chunk_fixed_us = 100.0;
+/* When the pass's writing of host tasks should end (util_mono_us; 0: no
+ * pass is open, as for a direct call in a unit test: each chunk of
+ * sched_dispatch_more then has SCHED_CHUNK_US to itself and a first chunk
+ * its SCHED_CHUNK_FIRST_TASKS). Scheduler thread only. */
+static int64_t pass_deadline;
+
+static int64_t chunk_us(void)
+{
+    return sched_cfg.chunk_us > 0 ? sched_cfg.chunk_us : SCHED_CHUNK_US;
+}
+
+void sched_dispatch_pass(int64_t start_us)
+{
+    pass_deadline = start_us > 0 ? start_us + chunk_us() : 0;
+}
+
+/* Host tasks one chunk may have to end by `deadline` when `jobs` chunks
+ * (this one included) share what is left: 0 to SCHED_CHUNK_MAX_TASKS. */
+static int64_t tasks_until(int64_t deadline, int jobs)
+{
+    double n = ((double)(deadline - util_mono_us()) / (jobs > 0 ? jobs : 1) - chunk_fixed_us) /
+               chunk_task_us;
+    return n <= 0 ? 0 : n >= SCHED_CHUNK_MAX_TASKS ? SCHED_CHUNK_MAX_TASKS : (int64_t)n;
+}
 
 /* The host tasks of the job before position p. */
 static int64_t dpos_done(const job_plan_t *plan, const int *tasks, dpos_t p)
@@ -376,24 +402,32 @@ static int64_t dpos_done(const job_plan_t *plan, const int *tasks, dpos_t p)
     return done;
 }
 
-/* Host tasks of the job's chunk starting at from: as many as it already
- * has dispatched (chunks double), within the bounds (SCHED_CHUNK_*). */
-static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, dpos_t from)
+/* Host tasks of the job's chunk starting at from, one of `jobs` chunks
+ * still to write by deadline: as many as it already has dispatched
+ * (chunks double), at most SCHED_CHUNK_MAX_TASKS and what its share of the
+ * time left allows, at least SCHED_CHUNK_FIRST_TASKS. */
+static int64_t chunk_budget(const job_plan_t *plan, const int *tasks, dpos_t from,
+                            int64_t deadline, int jobs)
 {
-    int64_t done = dpos_done(plan, tasks, from);
-    double us = sched_cfg.chunk_us > 0 ? (double)sched_cfg.chunk_us : SCHED_CHUNK_US;
-    double by_time = us / chunk_task_us;
-    int64_t cap = by_time >= SCHED_CHUNK_MAX_TASKS ? SCHED_CHUNK_MAX_TASKS
-                : by_time <= SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS : (int64_t)by_time;
-    return done < SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS : done > cap ? cap : done;
+    int64_t done = dpos_done(plan, tasks, from), by_time = tasks_until(deadline, jobs);
+    int64_t n = done < by_time ? done : by_time;
+    if (n > SCHED_CHUNK_MAX_TASKS)
+        n = SCHED_CHUNK_MAX_TASKS;
+    return n < SCHED_CHUNK_FIRST_TASKS ? SCHED_CHUNK_FIRST_TASKS : n;
 }
 
-/* Counts a pass that wrote n host tasks of later chunks in us µs. */
-static void chunk_cost(int64_t n, int64_t us)
+/* Counts what chunks measured: n host tasks written in task_us, and the
+ * rest of k chunks (their reads, positions and commit) in fixed_us. */
+static void chunk_cost(int64_t n, int64_t task_us, int k, int64_t fixed_us)
 {
-    double per = n > 0 ? (double)us / (double)n : 0;
-    if (n > 0)
+    if (n > 0) {
+        double per = (double)task_us / (double)n;
         chunk_task_us = 0.75 * chunk_task_us + 0.25 * (per > 0.1 ? per : 0.1);
+    }
+    if (k > 0) {
+        double per = (double)fixed_us / k;
+        chunk_fixed_us = 0.75 * chunk_fixed_us + 0.25 * (per > 1 ? per : 1);
+    }
 }
 
 /* Dispatches the job's host tasks from position from to before position
@@ -433,10 +467,15 @@ static int dispatch_range(store_t *st, const sched_job_t *job, const job_plan_t 
  * thread only. */
 static int more_maybe = 1;
 static uint64_t more_looks;
+/* The job served last by sched_dispatch_more: the next pass begins after
+ * it, so that when the time allows fewer chunks than there are jobs in
+ * mid-dispatch, each still advances in turn. Scheduler thread only. */
+static int64_t more_after;
 
 void sched_dispatch_forget(void)
 {
     more_maybe = 1;
+    more_after = 0;
 }
 
 uint64_t sched_dispatch_looks(void)
@@ -473,6 +512,11 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
     char *placement = placement_text(plan, r, pl, ndev);
     if (!m || !placement || store_begin(st) != 0)
         goto fail;
+    /* Only now, inside the transaction: has anyone else changed devices
+     * since the round read them? */
+    int current = 1;
+    for (int s = 0; s < plan->nslices; s++)
+        current &= sched_round_current(st, r, pl[s].island);
     ndev = 0;
     for (int s = 0; s < plan->nslices; s++) {
         int64_t island = r->island_id[pl[s].island];
@@ -483,12 +527,23 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
                                   pl[s].devices, pl[s].nshards) != 0)
             goto fail;
     }
-    if (store_sched_mark_allocated(st, job->id, plan->shared, bytes, m, ndev, placement) != 0)
+    if (store_sched_mark_allocated(st, job->id, plan->shared, bytes, m, ndev, placement,
+                                   current) != 0)
         goto fail;
     if (!plan->shared) {
+        /* The first chunk if what is left of the pass's time allows it
+         * whole; after a big allocation, or chunks of other jobs, none:
+         * the next pass, at once, writes it (sched_dispatch_more), whole
+         * too, rather than a part now and a part then (a worker would
+         * report between the parts instead of holding its reports). */
         slice_tasks(plan, r, pl, tasks);
+        int64_t first = dpos_done(plan, tasks, (dpos_t){plan->ncomps, 0});
+        if (first > SCHED_CHUNK_FIRST_TASKS)
+            first = SCHED_CHUNK_FIRST_TASKS;
+        if (pass_deadline > 0 && tasks_until(pass_deadline, 1) < first)
+            first = 0;
         end = sched_cfg.sequential ? (dpos_t){plan->ncomps, 0}
-                                   : chunk_end(plan, tasks, end, SCHED_CHUNK_FIRST_TASKS);
+                                   : chunk_end(plan, tasks, end, first);
         if (dispatch_range(st, job, plan, doc, r, pl, (dpos_t){0, 0}, end, 0) != 0 ||
             set_position(st, plan, job->id, end) != 0)
             goto fail;
@@ -529,15 +584,23 @@ int sched_slice_read(store_t *st, const round_t *r, int64_t job, const job_plan_
     return 0;
 }
 
+/* What a pass's chunks wrote: host tasks, the µs spent writing them
+ * (dispatch_range), chunks. */
+typedef struct chunk_acct {
+    int64_t tasks, task_us;
+    int chunks;
+} chunk_acct_t;
+
 /* The next chunk of one job in mid-dispatch, inside the caller's
- * transaction: its slices' devices as allocated (the slices rows), its
- * host tasks from position m->next on (those of that computation already
- * written, and its seq, read back). 1 when more are left after it, 0 when
- * it was the last (or the job could not go on: its allocation or position
- * is not what its plan needs, so it fails rather than hold the others'
- * chunks up), -1 on a store error. */
+ * transaction, one of `jobs` chunks still to write by deadline: its
+ * slices' devices as allocated (the slices rows), its host tasks from
+ * position m->next on (those of that computation already written, and its
+ * seq, read back). 1 when more are left after it, 0 when it was the last
+ * (or the job could not go on: its allocation or position is not what its
+ * plan needs, so it fails rather than hold the others' chunks up), -1 on
+ * a store error. */
 static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const plan_entry_t *pe,
-                          int64_t *ntasks)
+                          int64_t deadline, int jobs, chunk_acct_t *acct)
 {
     const job_plan_t *plan = pe->plan;
     alloc_placement_t pl[64];
@@ -566,13 +629,17 @@ static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const 
                  ? 0 : -1;
         goto cleanup;
     }
-    dpos_t end = chunk_end(plan, tasks, from, chunk_budget(plan, tasks, from));
+    dpos_t end = chunk_end(plan, tasks, from, chunk_budget(plan, tasks, from, deadline, jobs));
     sched_job_t job = {m->id, m->attempt, 0, 0, 0};
-    if (dispatch_range(st, &job, plan, pe->doc, r, pl, from, end, from_seq) != 0 ||
-        set_position(st, plan, m->id, end) != 0)
+    int64_t t0 = util_mono_us();
+    if (dispatch_range(st, &job, plan, pe->doc, r, pl, from, end, from_seq) != 0)
+        goto cleanup;
+    acct->task_us += util_mono_us() - t0;
+    if (set_position(st, plan, m->id, end) != 0)
         goto cleanup;
     rc = end.t < plan->ncomps;
-    *ntasks += dpos_done(plan, tasks, end) - dpos_done(plan, tasks, from);
+    acct->tasks += dpos_done(plan, tasks, end) - dpos_done(plan, tasks, from);
+    acct->chunks++;
 cleanup:
     for (int i = 0; i < plan->nslices; i++)
         free(pl[i].devices);
@@ -587,7 +654,7 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
     if (!more_maybe)
         return 0;
     more_looks++;
-    int n = store_sched_dispatching(st, m, SCHED_MORE_MAX), left = 0;
+    int n = store_sched_dispatching(st, m, SCHED_MORE_MAX), left = 0, first = 0, j;
     if (n == 0)
         more_maybe = 0;
     if (n <= 0)
@@ -596,10 +663,16 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
      * fails its job in a transaction of its own). */
     for (int i = 0; i < n; i++)
         pe[i] = sched_plan_get(st, m[i].id);
-    int64_t t0 = util_mono_us(), ntasks = 0;
+    while (first < n && m[first].id <= more_after)
+        first++;
+    int64_t t0 = util_mono_us(), deadline = pass_deadline > 0 ? pass_deadline : t0 + chunk_us();
+    chunk_acct_t acct = {0, 0, 0};
     if (store_begin(st) != 0)
         return -1;
-    for (int i = 0; i < n; i++) {
+    for (j = 0; j < n; j++) {
+        int i = (first + j) % n;
+        if (acct.chunks > 0 && util_mono_us() >= deadline)
+            break;      /* the rest in the next pass, at once */
         /* Still this attempt, still where the list said (a cancel, a
          * report or a lost worker may have ended it since). */
         int next = store_sched_dispatch_next(st, m[i].id, m[i].attempt);
@@ -607,15 +680,17 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
             goto fail;
         if (next != m[i].next || !pe[i])
             continue;
-        int more = dispatch_chunk(st, r, &m[i], pe[i], &ntasks);
+        int more = dispatch_chunk(st, r, &m[i], pe[i], deadline, n - j, &acct);
         if (more < 0)
             goto fail;
         left += more;
         (*wrote)++;
+        more_after = m[i].id;
     }
+    left += n - j;
     if (store_commit(st) != 0)
         goto fail;
-    chunk_cost(ntasks, util_mono_us() - t0);
+    chunk_cost(acct.tasks, acct.task_us, acct.chunks, util_mono_us() - t0 - acct.task_us);
     return left;
 fail:
     store_rollback(st);

@@ -131,6 +131,7 @@ typedef struct round {
     alloc_island_t *isl[SCHED_MAX_ISLANDS];
     sched_dev_t *devs[SCHED_MAX_ISLANDS];
     uint64_t own_commits;       /* store_devices_commits() when it was loaded */
+    int evicted;                /* a job was preempted in this round (sched_try_preempt) */
 } round_t;
 
 /* Reads the islands of sched_cfg and their devices from the store into r
@@ -145,14 +146,23 @@ uint64_t sched_round_device_reads(void);
  * (store_devlog_since), not the whole island. */
 uint64_t sched_round_device_patches(void);
 void sched_round_cache_free(void);
-/* The next round reads every island again: an allocation's re-check found
- * a device the mirror showed free taken (the mirror is behind: e.g. a
- * freed job whose savepoint was rolled back, store_devlog.c). */
+/* The next round reads every island again: an allocation could not be
+ * written (its re-check found a device the round showed free taken, when
+ * another writer changed devices since the round read them; or a store
+ * error). */
 void sched_round_invalidate(void);
 /* After a round whose every device change was recorded in r (placements,
  * evictions) and committed: r's devices become the mirror, without a
  * read, if nobody else changed devices since it was loaded. */
 void sched_round_keep(store_t *st, const round_t *r);
+/* Inside the caller's write transaction: whether island i of r is what
+ * the store holds now, i.e. nobody but this round changed devices since
+ * its mirror was read (store_devices_gen moved by this round's own
+ * commits only; every other writer's change is published before its
+ * write lock is released: store_commit). Not after an eviction. An
+ * allocation then skips reading its devices' workers again
+ * (store_sched_mark_allocated). */
+int sched_round_current(store_t *st, const round_t *r, int i);
 /* Frees and resets what sched_admit keeps between rounds (the tenants' usage,
  * the count of rounds cut short in a row, sched_dispatch_forget). */
 void sched_admit_free(void);
@@ -238,20 +248,22 @@ void sched_plans_free_all(void);
 /* An exclusive job's dispatch in chunks (parallel dispatch): its first
  * chunk is written with its allocation, SCHED_CHUNK_FIRST_TASKS host tasks
  * (fewer if the job has fewer), so its first computations reach the
- * workers without waiting for the rest; each later chunk, one per pass,
- * has as many host tasks as all the job's earlier ones (they double, so
- * they stay ahead of execution whenever writing a computation costs less
- * than running it), at most SCHED_CHUNK_MAX_TASKS, and at most as many as
- * take SCHED_CHUNK_US to write at the cost per host task measured over the
- * last chunks (never fewer than SCHED_CHUNK_FIRST_TASKS): a pass stays
- * short on a slow machine, and a fast one writes long chains in big
- * chunks. A chunk may end inside a computation: a whole-island gang of 512
- * workers is written over several passes, none of them long (the
- * scheduler's pass p99 of issue 9). Up to SCHED_MORE_MAX jobs in
- * mid-dispatch advance per pass. */
+ * workers without waiting for the rest; each later chunk, one per job in
+ * mid-dispatch per pass, has as many host tasks as all the job's earlier
+ * ones (they double, so they stay ahead of execution whenever writing a
+ * computation costs less than running it), at most SCHED_CHUNK_MAX_TASKS.
+ * A pass writes host tasks for SCHED_CHUNK_US from its start, its chunks
+ * sharing that time: each is sized by the cost model of what chunks
+ * measured (a fixed part per chunk, a part per host task), at least
+ * SCHED_CHUNK_FIRST_TASKS; jobs left when the time is up go first in the
+ * next pass, which follows at once. A job allocated after the time is up
+ * gets its first chunk in that next pass too. A chunk may end inside a
+ * computation: a whole-island gang of 512 workers is written over several
+ * passes, none of them long (the scheduler's pass p99 of issue 9). Up to
+ * SCHED_MORE_MAX jobs in mid-dispatch are looked at per pass. */
 #define SCHED_CHUNK_FIRST_TASKS 32
 #define SCHED_CHUNK_MAX_TASKS 4096
-#define SCHED_CHUNK_US 700
+#define SCHED_CHUNK_US 500
 #define SCHED_MORE_MAX 64
 
 /* Writes computation c's host tasks [lo, hi) (one per worker, in worker
@@ -280,6 +292,10 @@ int sched_slice_read(store_t *st, const round_t *r, int64_t job, const job_plan_
  * how many still have computations left (the caller runs another pass
  * soon), or -1 on a store error (rolled back, logged). */
 int sched_dispatch_more(store_t *st, round_t *r, int *wrote);
+/* Opens a pass begun at start_us (util_mono_us): its chunks, and the first
+ * chunks of the jobs it allocates, share SCHED_CHUNK_US (or
+ * sched_cfg.chunk_us) from then; 0 closes it. */
+void sched_dispatch_pass(int64_t start_us);
 /* sched_dispatch_more reads the jobs in mid-dispatch only while one may
  * be (it wrote a position since a read found none): how many reads it
  * made, and the reset for a new store (the next pass reads). */

@@ -159,6 +159,15 @@ void sched_round_keep(store_t *st, const round_t *r)
     }
 }
 
+int sched_round_current(store_t *st, const round_t *r, int i)
+{
+    if (r->evicted || i < 0 || i >= r->n)
+        return 0;
+    const dev_mirror_t *m = &mirrors[i];
+    uint64_t own = store_devices_commits(st) - r->own_commits;
+    return m->valid && m->island_id == r->island_id[i] && store_devices_gen() - m->gen == own;
+}
+
 /* Describes why a job cannot be placed now, for the dashboard and the
  * job object, e.g. "needs a 4x4 slice on west; largest free block is 2x4". */
 void sched_pending_reason(round_t *r, const job_plan_t *plan, const alloc_request_t *reqs,

@@ -30,8 +30,8 @@ typedef struct sched_config {
     void (*on_dispatch)(void);      /* called after host tasks became pending */
     int64_t round_admit_us;         /* a round stops placing jobs past this (µs) once it
                                      * placed one; 0: SCHED_ROUND_ADMIT_US (sched_admit.c) */
-    int64_t chunk_us;               /* a dispatch chunk is sized to take about this long
-                                     * (µs) to write; 0: SCHED_CHUNK_US (sched_dispatch.c) */
+    int64_t chunk_us;               /* a pass writes host tasks for about this long (µs)
+                                     * from its start; 0: SCHED_CHUNK_US (sched_internal.h) */
 } sched_config_t;
 
 int sched_start(const sched_config_t *cfg);

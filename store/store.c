@@ -44,6 +44,11 @@ struct store {
     sqlite3 *db;
     kick_set_t kick_workers, kick_jobs;
     store_devchg_t devchg;      /* which devices (store_devlog.c) */
+    /* devchg's counts at the open savepoint (store_savepoint), restored by
+     * store_rollback_to: a change rolled back must not be published (a job
+     * freed there would show free devices that are not). One level: a
+     * savepoint inside another rolls back to "everything changed". */
+    int sp_open, sp_all, sp_n, sp_nfreed;
     uint64_t device_commits;    /* commits of this connection that moved store_devices_gen */
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
@@ -506,26 +511,53 @@ static const char store_sp_sql[] = "SAVEPOINT item";
 static const char store_release_sql[] = "RELEASE item";
 static const char store_rollback_to_sql[] = "ROLLBACK TO item";
 
-int store_savepoint(store_t *st) { return store_run(st, store_sp_sql); }
-int store_release(store_t *st) { return store_run(st, store_release_sql); }
+int store_savepoint(store_t *st)
+{
+    if (st->sp_open++ == 0) {
+        st->sp_all = st->devchg.all;
+        st->sp_n = st->devchg.n;
+        st->sp_nfreed = st->devchg.nfreed;
+    }
+    if (store_run(st, store_sp_sql) == 0)
+        return 0;
+    st->sp_open--;
+    return -1;
+}
+int store_release(store_t *st)
+{
+    if (st->sp_open > 0)
+        st->sp_open--;
+    return store_run(st, store_release_sql);
+}
 int store_rollback_to(store_t *st)
 {
+    if (st->sp_open == 1) {
+        st->devchg.all = st->sp_all;
+        st->devchg.n = st->sp_n;
+        st->devchg.nfreed = st->sp_nfreed;
+    } else {
+        st->devchg.all = 1;     /* nested: what to keep is not known here */
+    }
     return store_run(st, store_rollback_to_sql) == 0 ? store_release(st) : -1;
 }
 int store_commit(store_t *st)
 {
     int rc = store_exec(st, "COMMIT");
+    st->sp_open = 0;
+    /* The generation (store_devices_gen) moves after the commit is
+     * visible: what changed devices, a worker's registration or state.
+     * Reports (busy_us), heartbeats and everything else leave it. It moves
+     * before the write lock is released, so the next writer sees every
+     * device change committed before its own transaction began in the
+     * generation (sched_round_current relies on it). */
+    if (rc == 0 && store_devlog_pending(&st->devchg)) {
+        store_devlog_publish(&st->devchg);
+        st->device_commits++;
+    }
     store_write_end(st);
     if (rc == 0) {
         kick_apply(&store_worker_watch, &st->kick_workers);
         kick_apply(&store_job_watch, &st->kick_jobs);
-        /* The generation (store_devices_gen) moves after the commit is
-         * visible: what changed devices, a worker's registration or state.
-         * Reports (busy_us), heartbeats and everything else leave it. */
-        if (store_devlog_pending(&st->devchg)) {
-            store_devlog_publish(&st->devchg);
-            st->device_commits++;
-        }
     }
     return rc;
 }
@@ -536,6 +568,7 @@ void store_rollback(store_t *st)
     memset(&st->kick_workers, 0, sizeof st->kick_workers);
     memset(&st->kick_jobs, 0, sizeof st->kick_jobs);
     store_devlog_clear(&st->devchg);
+    st->sp_open = 0;
     store_write_end(st);
 }
 

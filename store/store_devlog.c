@@ -20,10 +20,12 @@
  * published as the job, not as its devices, and the reader frees what its
  * mirror shows the job holding without a read (2,048 devices: a read of
  * the whole island was 0.6-1.5 ms of the next pass under bench_passes).
- * A freed job that a savepoint rolled back afterwards can leave a mirror
- * showing devices free that are not: the allocation that tries them fails
- * its re-check, and the scheduler then reads everything again
- * (sched_round_invalidate).
+ * What a savepoint rolled back is forgotten with it (store_rollback_to),
+ * and the generation moves before the writer releases the write lock
+ * (store_commit): inside a write transaction, a generation that moved only
+ * by the reader's own commits since it read means nobody else changed a
+ * device (sched_round_current), and an allocation skips reading its
+ * devices' workers again.
  *
  * Invariant (under devlog_mu): every generation in (0, devlog_gen] has at
  * least one entry, written in generation order; devlog_n counts entries

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "sched_internal.h"
+#include "util.h"
 #include "support_store.h"
 
 /* One worker holds all of west, so every computation of a [2,2] slice is
@@ -96,6 +97,15 @@ static const char wide_doc[] =
     "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
     "{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]}]}";
 
+/* The same job on half of wide ([1,64]: 64 host tasks per computation),
+ * so that two fit at once. */
+static const char half_doc[] =
+    "{\"name\":\"half\",\"slices\":{\"s\":{\"shape\":[1,64]}},\"computations\":["
+    "{\"name\":\"c0\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+    "\"value\":1.0}],\"outputs\":[\"x\"]},"
+    "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
+    "{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]}]}";
+
 static int setup_wide(void **state)
 {
     fixture_t *f = calloc(1, sizeof *f);
@@ -112,25 +122,30 @@ static int setup_wide(void **state)
     return 0;
 }
 
-/* Places the job on west as an admission round would and writes its
- * allocation; sched_dispatch_job's answer. */
-static int allocate(fixture_t *f)
+/* Places job `id` as an admission round would and writes its allocation;
+ * sched_dispatch_job's answer. */
+static int allocate_job(fixture_t *f, int64_t id)
 {
     round_t r;
     assert_int_equal(sched_round_load(f->st, &r), 0);
-    plan_entry_t *pe = sched_plan_get(f->st, f->job);
+    plan_entry_t *pe = sched_plan_get(f->st, id);
     assert_non_null(pe);
     alloc_request_t req = {pe->plan->slices[0].shape, NULL};
     alloc_placement_t pl[1];
     sched_gang_t g = {&req, 1, 0, 0};
     int by_memory;
     assert_int_equal(sched_place(&r, &g, pl, &by_memory), ALLOC_OK);
-    sched_round_take(&r, pl, &g, f->job);
-    sched_job_t job = {f->job, 0, 0, 0, 0};
+    sched_round_take(&r, pl, &g, id);
+    sched_job_t job = {id, 0, 0, 0, 0};
     int rc = sched_dispatch_job(f->st, &job, pe->plan, pe->doc, &r, pl, 0);
     alloc_placements_release(pl, 1);
     sched_round_free(&r);
     return rc;
+}
+
+static int allocate(fixture_t *f)
+{
+    return allocate_job(f, f->job);
 }
 
 /* One continuation pass; returns jobs still left, *wrote as given back. */
@@ -195,7 +210,7 @@ typedef struct comp_rows {
     int64_t seq_min, seq_max;
 } comp_rows_t;
 
-static comp_rows_t comp_rows(fixture_t *f, int comp)
+static comp_rows_t comp_rows_of(fixture_t *f, int64_t job, int comp)
 {
     sqlite3_stmt *s = NULL;
     comp_rows_t c = {0, 0, -1, -1};
@@ -205,13 +220,18 @@ static comp_rows_t comp_rows(fixture_t *f, int comp)
                                         " FROM host_tasks WHERE job_id = ? AND comp_idx = ?",
                                         -1, &s, NULL),
                      SQLITE_OK);
-    sqlite3_bind_int64(s, 1, f->job);
+    sqlite3_bind_int64(s, 1, job);
     sqlite3_bind_int(s, 2, comp);
     assert_int_equal(sqlite3_step(s), SQLITE_ROW);
     c = (comp_rows_t){sqlite3_column_int(s, 0), sqlite3_column_int(s, 1),
                       sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3)};
     sqlite3_finalize(s);
     return c;
+}
+
+static comp_rows_t comp_rows(fixture_t *f, int comp)
+{
+    return comp_rows_of(f, f->job, comp);
 }
 
 static void expect_rows(fixture_t *f, int n0, int n1)
@@ -379,6 +399,57 @@ static void test_chunks_bounded_by_time(void **state)
     }
 }
 
+/* A job allocated once its pass's time for host tasks is up gets no task
+ * yet: its first chunk is the next pass's, which sched_dispatch_job's
+ * answer (1: chunks left) asks for. Allocated with time left in its pass,
+ * a job gets its first chunk at once. */
+static void test_first_chunk_waits_for_next_pass(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    int64_t late = support_store_submit(f->st, half_doc, wide, 1);
+    int64_t early = support_store_submit(f->st, half_doc, wide, 1);
+    sched_cfg.chunk_us = 1;
+    sched_dispatch_pass(util_mono_us() - 1000);
+    assert_int_equal(allocate_job(f, late), 1);
+    sched_dispatch_pass(0);
+    sched_cfg.chunk_us = INT64_MAX / 2;
+    assert_int_equal(comp_rows_of(f, late, 0).n, 0);
+    sched_dispatch_pass(util_mono_us());
+    assert_int_equal(allocate_job(f, early), 1);
+    sched_dispatch_pass(0);
+    assert_int_equal(comp_rows_of(f, early, 0).n, 32);
+    assert_int_equal(more(f, &wrote), 2);
+    assert_int_equal(wrote, 2);
+    assert_int_equal(comp_rows_of(f, late, 0).n, 32);
+}
+
+/* Two jobs in mid-dispatch and time for one chunk per pass (a chunk may
+ * take 1 µs): each pass advances one job, the one after the job the last
+ * pass served, so both go on in turn; the one left over counts as left. */
+static void test_pass_time_shared_in_turn(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    int64_t a = support_store_submit(f->st, half_doc, wide, 1);
+    int64_t b = support_store_submit(f->st, half_doc, wide, 1);
+    assert_int_equal(allocate_job(f, b), 1);
+    assert_int_equal(allocate_job(f, a), 1);
+    assert_int_equal(comp_rows_of(f, a, 0).n, 32);
+    assert_int_equal(comp_rows_of(f, b, 0).n, 32);
+    sched_cfg.chunk_us = 1;
+    assert_int_equal(more(f, &wrote), 2);
+    assert_int_equal(wrote, 1);
+    assert_int_equal(comp_rows_of(f, a, 0).n, 64);
+    assert_int_equal(comp_rows_of(f, b, 0).n, 32);
+    assert_int_equal(more(f, &wrote), 2);
+    assert_int_equal(comp_rows_of(f, b, 0).n, 64);
+    assert_int_equal(comp_rows_of(f, a, 1).n, 0);
+    assert_int_equal(more(f, &wrote), 2);
+    assert_int_equal(comp_rows_of(f, a, 1).n, 32);
+    assert_int_equal(comp_rows_of(f, b, 1).n, 0);
+}
+
 /* A position whose computation has every host task written already was
  * not written by this scheduler: the job fails rather than write twice. */
 static void test_written_position_fails_job(void **state)
@@ -408,6 +479,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gang_split_across_passes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_written_position_fails_job, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_chunks_bounded_by_time, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_first_chunk_waits_for_next_pass, setup_wide,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pass_time_shared_in_turn, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_unplain_address_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

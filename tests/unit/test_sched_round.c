@@ -142,6 +142,16 @@ static void write_elsewhere(const char *sql)
     assert_non_null(ok);
 }
 
+/* Running jobs 77 and 79, for the foreign keys of allocations; their
+ * documents do not matter here. */
+static void two_running_jobs(fixture_t *f)
+{
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
+                        " (79, 'z', 'running', 0, 0, 1, 0)");
+}
+
 /* A round that places a job commits the placement and records it in its
  * view (sched_round_take): kept, the next round reads nothing, and sees
  * it. A change another connection committed meanwhile makes the round's
@@ -150,10 +160,7 @@ static void test_round_keeps_its_own_changes(void **state)
 {
     fixture_t *f = *state;
     round_t r;
-    support_store_write(f->st,
-                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
-                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0),"
-                        " (79, 'z', 'running', 0, 0, 1, 0)");
+    two_running_jobs(f);
     assert_int_equal(sched_round_load(f->st, &r), 0);
     uint64_t reads = refreshes();
     r.devs[0][1].job = 77;
@@ -176,6 +183,70 @@ static void test_round_keeps_its_own_changes(void **state)
     assert_int_equal(refreshes(), reads + 1);
     round_device(f, 2, &job, &worker);
     assert_int_equal(job, 77);
+}
+
+/* Inside a write transaction, a round's view is current while only its
+ * own commits moved the devices' generation: another connection's change
+ * (committed and published before that connection let the write lock go)
+ * makes it stale, and so does an eviction in the round. Only a current
+ * view lets an allocation skip reading its devices' workers again. */
+static void test_round_current_until_another_writer(void **state)
+{
+    fixture_t *f = *state;
+    round_t r;
+    two_running_jobs(f);
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(store_begin(f->st), 0);
+    assert_true(sched_round_current(f->st, &r, 0));
+    store_rollback(f->st);
+    support_store_write(f->st, ALLOC_SQL(1, 1, 77));    /* the round's own */
+    assert_int_equal(store_begin(f->st), 0);
+    assert_true(sched_round_current(f->st, &r, 0));
+    assert_false(sched_round_current(f->st, &r, 1));    /* no such island */
+    store_rollback(f->st);
+    r.evicted = 1;
+    assert_false(sched_round_current(f->st, &r, 0));
+    r.evicted = 0;
+    write_elsewhere(ALLOC_SQL(0, 0, 79));
+    assert_int_equal(store_begin(f->st), 0);
+    assert_false(sched_round_current(f->st, &r, 0));
+    store_rollback(f->st);
+    sched_round_free(&r);
+}
+
+/* What a savepoint rolled back is not published: a job freed inside one
+ * (a report item that failed after its job's end) still holds its
+ * devices, and no reader is told otherwise; released, it is. */
+static void test_rolled_back_savepoint_publishes_nothing(void **state)
+{
+    fixture_t *f = *state;
+    int64_t isl = store_island_id(f->st, "west"), idx[8], job, worker;
+    support_store_write(f->st,
+                        "INSERT INTO jobs (id, name, state, priority, max_retries, comps_total,"
+                        " created_at) VALUES (77, 'x', 'running', 0, 0, 1, 0)");
+    support_store_write(f->st, ALLOC_SQL(0, 3, 77));
+    round_device(f, 0, &job, &worker);
+    uint64_t g = store_devices_gen();
+    assert_int_equal(store_begin(f->st), 0);
+    assert_int_equal(store_savepoint(f->st), 0);
+    assert_int_equal(store_job_finish(f->st, 77, "succeeded", NULL), 0);
+    assert_int_equal(store_rollback_to(f->st), 0);
+    assert_int_equal(store_commit(f->st), 0);
+    assert_int_equal(store_devices_gen(), g);
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 77);
+
+    assert_int_equal(store_begin(f->st), 0);
+    assert_int_equal(store_savepoint(f->st), 0);
+    assert_int_equal(store_job_finish(f->st, 77, "succeeded", NULL), 0);
+    assert_int_equal(store_release(f->st), 0);
+    assert_int_equal(store_commit(f->st), 0);
+    store_devlog_view_t v = {.idx = idx, .cap = 8};
+    assert_int_equal(store_devlog_since(g, isl, &v), 0);
+    assert_int_equal(v.njobs, 1);
+    assert_int_equal(v.jobs[0], 77);
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 0);
 }
 
 /* The record of changed devices: a commit's devices, by island, distinct;
@@ -342,10 +413,11 @@ static void test_offered_plan_used_instead_of_document(void **state)
 }
 
 /* A mirror that shows devices free that are not (here a freed job was
- * published while the job still holds them, as a savepoint rolled back
- * after the free would leave it): the allocation that tries them fails
- * its re-check, and the next round reads the island again, so the job
- * waits with the true reason instead of failing round after round. */
+ * published while the job still holds them, as a publish that named a job
+ * it did not free would leave it): the allocation that tries them fails
+ * its re-check (the allocation runs are always checked), and the next
+ * round reads the island again, so the job waits with the true reason
+ * instead of failing round after round. */
 static void test_stale_mirror_read_again_after_failed_allocation(void **state)
 {
     fixture_t *f = *state;
@@ -464,6 +536,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mirror_reads_only_after_device_changes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_current_until_another_writer, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_rolled_back_savepoint_publishes_nothing, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rounds_cut_short_at_most_32_in_a_row, setup_wide,
