@@ -16,7 +16,8 @@
  * every job has succeeded. Prints, as `name value` lines: the passes during
  * registration and during the jobs (count, mean, and the histogram buckets
  * that hold the 50th and 99th percentiles, from atoll_scheduler_pass_seconds
- * in /metrics), and the jobs' rate. Exits 1 when a request or a job fails.
+ * in /metrics; the same of their CPU time as *.cpu.*, from
+ * atoll_scheduler_pass_cpu_seconds), and the jobs' rate. Exits 1 when a request or a job fails.
  * To compare two builds, run it against each (ATOLL_BIN_DIR). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,9 +38,16 @@ static const char *const bucket_le[NBUCKETS] = {
     "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
     "0.025", "0.05", "0.1", "0.25", "0.5", "1", "+Inf"};
 
-typedef struct hist {
+typedef struct one_hist {
     double bucket[NBUCKETS];        /* cumulative, as exposed */
     double sum;
+} one_hist_t;
+
+/* The passes' wall time (atoll_scheduler_pass_seconds) and CPU time
+ * (atoll_scheduler_pass_cpu_seconds): on 2 cores shared with this bench's
+ * players a pass often waits for a CPU. */
+typedef struct hist {
+    one_hist_t wall, cpu;
 } hist_t;
 
 typedef struct played {
@@ -62,21 +70,28 @@ static char *got(int w, int64_t job)
     return k >= 0 && k < njobs ? &got_tasks[(size_t)w * (size_t)njobs + (size_t)k] : &none;
 }
 
-static int hist_read(hx_client_t *cl, hist_t *h)
+static int one_read(hx_client_t *cl, const char *family, one_hist_t *h)
 {
     char name[96];
     for (int b = 0; b < NBUCKETS; b++) {
-        snprintf(name, sizeof name, "atoll_scheduler_pass_seconds_bucket{le=\"%s\"}",
-                 bucket_le[b]);
+        snprintf(name, sizeof name, "%s_bucket{le=\"%s\"}", family, bucket_le[b]);
         if ((h->bucket[b] = hx_metric(cl, name)) < 0)
             return -1;
     }
-    h->sum = hx_metric(cl, "atoll_scheduler_pass_seconds_sum");
+    snprintf(name, sizeof name, "%s_sum", family);
+    h->sum = hx_metric(cl, name);
     return h->sum < 0 ? -1 : 0;
 }
 
+static int hist_read(hx_client_t *cl, hist_t *h)
+{
+    return one_read(cl, "atoll_scheduler_pass_seconds", &h->wall) != 0 ||
+                   one_read(cl, "atoll_scheduler_pass_cpu_seconds", &h->cpu) != 0
+               ? -1 : 0;
+}
+
 /* The passes between two readings: count, mean, p50 and p99 buckets. */
-static void hist_print(const char *tag, const hist_t *a, const hist_t *b)
+static void one_print(const char *tag, const one_hist_t *a, const one_hist_t *b)
 {
     double n = b->bucket[NBUCKETS - 1] - a->bucket[NBUCKETS - 1];
     printf("%s.passes %.0f\n", tag, n);
@@ -93,6 +108,15 @@ static void hist_print(const char *tag, const hist_t *a, const hist_t *b)
             }
     for (int i = 0; i < NBUCKETS; i++)
         printf("%s.passes_le_%s %.0f\n", tag, bucket_le[i], b->bucket[i] - a->bucket[i]);
+}
+
+/* Wall time as `tag.*`, CPU time as `tag.cpu.*`. */
+static void hist_print(const char *tag, const hist_t *a, const hist_t *b)
+{
+    char cpu[32];
+    one_print(tag, &a->wall, &b->wall);
+    snprintf(cpu, sizeof cpu, "%s.cpu", tag);
+    one_print(cpu, &a->cpu, &b->cpu);
 }
 
 static int play_register(hx_client_t *cl, int i)

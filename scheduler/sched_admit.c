@@ -63,6 +63,26 @@ static void set_reason(store_t *st, plan_entry_t *pe, const char *reason)
     pe->reason = strdup(reason);    /* NULL (out of memory): written again next time */
 }
 
+/* Whether every island of r is as the store holds it now
+ * (sched_round_current). */
+static int round_current(store_t *st, const round_t *r)
+{
+    for (int i = 0; i < r->n; i++)
+        if (!sched_round_current(st, r, i))
+            return 0;
+    return r->n > 0;
+}
+
+/* Marks the islands reqs[0..n) may take as blocked for the rest of the
+ * round: a job that could not be placed keeps later ones off them. */
+static void block_islands(const round_t *r, const alloc_request_t *reqs, int n, int *blocked)
+{
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < r->n; i++)
+            if (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0)
+                blocked[i] = 1;
+}
+
 static int64_t plan_devices(const job_plan_t *plan)
 {
     int64_t need = 0;
@@ -110,6 +130,11 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         set_reason(st, pe, "waiting behind a higher-priority or older job");
         return 0;
     }
+    uint64_t gen = round_current(st, r) ? store_devices_gen() : 0;
+    if (gen != 0 && pe->unplaced_gen == gen) {
+        block_islands(r, reqs, plan->nslices, blocked);
+        return 0;       /* nothing changed since it could not be placed */
+    }
     alloc_placement_t pl[64];
     sched_gang_t g = {reqs, plan->nslices, plan->shared, pe->dev_bytes};
     int by_memory, a = sched_place(r, &g, pl, &by_memory);
@@ -136,6 +161,7 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
         alloc_placements_release(pl, plan->nslices);
         if (rc == 1)
             *used += plan_devices(plan);
+        pe->unplaced_gen = 0;
         /* Allocation cleared pending_reason; a requeue sets its own. */
         free(pe->reason);
         pe->reason = NULL;
@@ -147,10 +173,10 @@ static int admit_job(store_t *st, round_t *r, const sched_job_t *job, int64_t *u
     else
         sched_pending_reason(r, plan, reqs, reason, sizeof reason);
     set_reason(st, pe, reason);
-    for (int s = 0; s < plan->nslices; s++)
-        for (int i = 0; i < r->n; i++)
-            if (!reqs[s].island || strcmp(reqs[s].island, alloc_island_name(r->isl[i])) == 0)
-                blocked[i] = 1;
+    block_islands(r, reqs, plan->nslices, blocked);
+    /* Read after the eviction search, which may have changed devices
+     * (then the round is no longer current, and nothing is noted). */
+    pe->unplaced_gen = a == ALLOC_ENOSPACE && round_current(st, r) ? store_devices_gen() : 0;
     return a == ALLOC_ENOMEM ? -1 : 0;
 }
 

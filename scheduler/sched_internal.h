@@ -221,6 +221,12 @@ typedef struct plan_entry {
     int seen;                   /* looked up in the current round */
     char *reason;               /* owned; the pending_reason last written, or NULL */
     int64_t dev_bytes;          /* the memory it takes on each device (sched_plan_bytes) */
+    /* store_devices_gen() when a round whose view was current (every
+     * island: sched_round_current) could not place it, or 0: until the
+     * generation moves, the devices are the same and so is the answer
+     * (sched_admit.c skips the allocator, the eviction search and the
+     * reason). */
+    uint64_t unplaced_gen;
 } plan_entry_t;
 
 /* The memory a job is expected to take on each of its devices at once:

@@ -1,5 +1,6 @@
 /* sched_metrics.c - the scheduler's /metrics families (Prometheus text):
- * allocation attempts, admission rounds and the pass latency histogram.
+ * allocation attempts, admission rounds and the pass histograms (wall
+ * and CPU time).
  * Reads the scheduler thread's counters (scheduler.c, sched_admit.c; any
  * thread may). */
 #include "sched_internal.h"
@@ -38,23 +39,21 @@ static size_t metrics_rounds(char *buf, size_t len, size_t cap)
                         (double)round_max_us / 1e6);
 }
 
-static size_t metrics_pass(char *buf, size_t len, size_t cap)
+/* One pass histogram (SCHED_PASS_*) as the family `name`. */
+static size_t metrics_pass(char *buf, size_t len, size_t cap, int which, const char *name,
+                           const char *help)
 {
     static const double bounds[SCHED_PASS_NBUCKETS] = SCHED_PASS_BOUNDS_S;
     uint64_t cum[SCHED_PASS_NBUCKETS], count, sum_us;
-    sched_pass_hist(cum, &count, &sum_us);
-    len = util_appendf(buf, len, cap,
-                       "# HELP atoll_scheduler_pass_seconds Duration of each admission and"
-                       " dispatch pass of the scheduler thread.\n"
-                       "# TYPE atoll_scheduler_pass_seconds histogram\n");
+    sched_pass_hist(which, cum, &count, &sum_us);
+    len = util_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (int b = 0; b < SCHED_PASS_NBUCKETS; b++)
-        len = util_appendf(buf, len, cap, "atoll_scheduler_pass_seconds_bucket{le=\"%g\"} %lu\n",
-                           bounds[b], (unsigned long)cum[b]);
+        len = util_appendf(buf, len, cap, "%s_bucket{le=\"%g\"} %lu\n", name, bounds[b],
+                           (unsigned long)cum[b]);
     return util_appendf(buf, len, cap,
-                        "atoll_scheduler_pass_seconds_bucket{le=\"+Inf\"} %lu\n"
-                        "atoll_scheduler_pass_seconds_sum %.6f\n"
-                        "atoll_scheduler_pass_seconds_count %lu\n",
-                        (unsigned long)count, (double)sum_us / 1e6, (unsigned long)count);
+                        "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.6f\n%s_count %lu\n", name,
+                        (unsigned long)count, name, (double)sum_us / 1e6, name,
+                        (unsigned long)count);
 }
 
 /* The shared jobs' lookahead per island (sched_feed.c): each island's
@@ -88,5 +87,9 @@ size_t sched_metrics(char *buf, size_t len, size_t cap)
     len = metrics_allocations(buf, len, cap);
     len = metrics_rounds(buf, len, cap);
     len = metrics_feed(buf, len, cap);
-    return metrics_pass(buf, len, cap);
+    len = metrics_pass(buf, len, cap, SCHED_PASS_WALL, "atoll_scheduler_pass_seconds",
+                       "Duration of each admission and dispatch pass of the scheduler thread.");
+    return metrics_pass(buf, len, cap, SCHED_PASS_CPU, "atoll_scheduler_pass_cpu_seconds",
+                        "CPU time the scheduler thread spent in each admission and dispatch"
+                        " pass (its wall time less the waits for a CPU or a lock).");
 }

@@ -59,17 +59,21 @@ void sched_counters(uint64_t *attempts, uint64_t *successes);
 /* Admission rounds since start, their total and longest duration (µs);
  * for /metrics (atoll_sched_round_*). */
 void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us);
-/* The scheduler-pass latency histogram (/metrics
- * atoll_scheduler_pass_seconds): each pass is one admission and dispatch
- * round of the scheduler thread, timed from its first read to its last
- * commit. Bucket upper bounds in seconds: */
+/* The scheduler-pass histograms (/metrics atoll_scheduler_pass_seconds,
+ * SCHED_PASS_WALL; atoll_scheduler_pass_cpu_seconds, SCHED_PASS_CPU): each
+ * pass is one admission and dispatch round of the scheduler thread, timed
+ * from its first read to its last commit, in wall time and in the
+ * thread's CPU time. Bucket upper bounds in seconds: */
+#define SCHED_PASS_WALL 0
+#define SCHED_PASS_CPU 1
 #define SCHED_PASS_NBUCKETS 14
 #define SCHED_PASS_BOUNDS_S \
     {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, \
      0.5, 1.0}
 /* Passes at or under each bound (cumulative, as Prometheus wants), all
- * passes, and their total time in µs. Any thread. */
-void sched_pass_hist(uint64_t cumulative[SCHED_PASS_NBUCKETS], uint64_t *count,
+ * passes, and their total time in µs, of the `which` histogram
+ * (SCHED_PASS_*). Any thread. */
+void sched_pass_hist(int which, uint64_t cumulative[SCHED_PASS_NBUCKETS], uint64_t *count,
                      uint64_t *sum_us);
 /* Appends the scheduler's /metrics families (Prometheus text: allocation
  * attempts, rounds, the pass histogram) to buf at len, capacity cap;

@@ -447,6 +447,40 @@ static void test_stale_mirror_read_again_after_failed_allocation(void **state)
     json_decref(jq);
 }
 
+/* A job that found no room is not tried again while the devices stay as
+ * they were (the generation did not move): the next round skips the
+ * allocator for it (no attempt counted) and it keeps its reason; once a
+ * job's end frees devices, it is tried and placed. */
+static void test_unplaced_job_waits_for_a_device_change(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t attempts0, attempts, ok;
+    two_running_jobs(f);
+    support_store_write(f->st, ALLOC_SQL(0, 3, 77));
+    int64_t q = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    sched_admit(f->st);
+    sched_counters(&attempts0, &ok);
+    assert_int_equal(jobs_allocated(f), 2);         /* 77 and 79 */
+    sched_admit(f->st);
+    sched_admit(f->st);
+    sched_counters(&attempts, &ok);
+    assert_int_equal(attempts, attempts0);
+    json_t *jq = store_job_json(f->st, q);
+    assert_non_null(json_object_get(jq, "pending_reason"));
+    json_decref(jq);
+
+    assert_int_equal(store_begin(f->st), 0);
+    assert_int_equal(store_job_finish(f->st, 77, "succeeded", NULL), 0);
+    assert_int_equal(store_commit(f->st), 0);
+    sched_admit(f->st);
+    sched_counters(&attempts, &ok);
+    assert_int_equal(attempts, attempts0 + 1);
+    assert_int_equal(jobs_allocated(f), 2);         /* 79 and q */
+    jq = store_job_json(f->st, q);
+    assert_string_not_equal(json_string_value(json_object_get(jq, "state")), "queued");
+    json_decref(jq);
+}
+
 /* With a round's time for placing jobs at 1 µs, each round places one of
  * the two queued jobs that fit (the oldest first), and the next round the
  * other: a long queue is placed over short rounds, not in one. */
@@ -541,6 +575,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rolled_back_savepoint_publishes_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unplaced_job_waits_for_a_device_change, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rounds_cut_short_at_most_32_in_a_row, setup_wide,
                                         teardown),
