@@ -595,8 +595,9 @@ static void test_scheduler_pass_histogram(void **state)
                 "%s: +Inf %g, _count %g (want equal, >= %d), _sum %g", fam[i], h[i].inf,
                 h[i].count, JOBS_RUN, h[i].sum);
     }
-    /* Read one family after the other: a pass may land in between. */
-    T_CHECK(h[1].count >= h[0].count && h[1].count <= h[0].count + 8,
+    /* Read one family after the other (and a pass is added to one, then
+     * the other): a pass may land in between, on either side. */
+    T_CHECK(h[1].count >= h[0].count - 8 && h[1].count <= h[0].count + 8,
             "pass counts: wall %g, CPU %g", h[0].count, h[1].count);
     T_CHECK(h[1].sum <= h[0].sum * 1.05 + 0.05, "pass CPU time %g s over its wall time %g s",
             h[1].sum, h[0].sum);
