@@ -17,7 +17,8 @@
  * registration and during the jobs (count, mean, and the histogram buckets
  * that hold the 50th and 99th percentiles, from atoll_scheduler_pass_seconds
  * in /metrics; the same of their CPU time as *.cpu.*, from
- * atoll_scheduler_pass_cpu_seconds), and the jobs' rate. Exits 1 when a request or a job fails.
+ * atoll_scheduler_pass_cpu_seconds), and the jobs' rate. Exits 1 when a
+ * request or a job fails.
  * To compare two builds, run it against each (ATOLL_BIN_DIR). */
 #include <inttypes.h>
 #include <stdio.h>

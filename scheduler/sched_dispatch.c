@@ -537,13 +537,14 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
          * too, rather than a part now and a part then (a worker would
          * report between the parts instead of holding its reports). */
         slice_tasks(plan, r, pl, tasks);
-        int64_t first = dpos_done(plan, tasks, (dpos_t){plan->ncomps, 0});
-        if (first > SCHED_CHUNK_FIRST_TASKS)
-            first = SCHED_CHUNK_FIRST_TASKS;
-        if (pass_deadline > 0 && tasks_until(pass_deadline, 1) < first)
-            first = 0;
-        end = sched_cfg.sequential ? (dpos_t){plan->ncomps, 0}
-                                   : chunk_end(plan, tasks, end, first);
+        if (sched_cfg.sequential) {
+            end = (dpos_t){plan->ncomps, 0};
+        } else {
+            end = chunk_end(plan, tasks, end, SCHED_CHUNK_FIRST_TASKS);
+            if (pass_deadline > 0 &&
+                tasks_until(pass_deadline, 1) < dpos_done(plan, tasks, end))
+                end = (dpos_t){0, 0};
+        }
         if (dispatch_range(st, job, plan, doc, r, pl, (dpos_t){0, 0}, end, 0) != 0 ||
             set_position(st, plan, job->id, end) != 0)
             goto fail;

@@ -23,7 +23,7 @@
  * report. A lost worker is then noticed within the lease plus this. */
 #define SCHED_EXPIRE_US 50000
 
-static _Atomic uint64_t sched_rounds, sched_round_us, sched_round_max_us;   /* for /metrics */
+static _Atomic uint64_t sched_round_max_us;   /* for /metrics; the rest is in pass_hists */
 /* Upper bounds (µs) of the scheduler-pass histogram's buckets; the seconds
  * in scheduler.h's SCHED_PASS_BOUNDS_S, one order of magnitude per three. */
 static const uint64_t pass_bound_us[SCHED_PASS_NBUCKETS] = {
@@ -68,8 +68,6 @@ static void pass_record(uint64_t us, uint64_t cpu_us)
 {
     hist_add(&pass_hists[SCHED_PASS_WALL], us);
     hist_add(&pass_hists[SCHED_PASS_CPU], cpu_us);
-    atomic_fetch_add(&sched_rounds, 1);
-    atomic_fetch_add(&sched_round_us, us);
     if (us > atomic_load(&sched_round_max_us))
         atomic_store(&sched_round_max_us, us);   /* one writer: this thread */
 }
@@ -170,8 +168,8 @@ cleanup:
 
 void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us)
 {
-    *rounds = atomic_load(&sched_rounds);
-    *total_us = atomic_load(&sched_round_us);
+    uint64_t cum[SCHED_PASS_NBUCKETS];
+    sched_pass_hist(SCHED_PASS_WALL, cum, rounds, total_us);
     *max_us = atomic_load(&sched_round_max_us);
 }
 

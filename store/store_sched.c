@@ -519,38 +519,46 @@ static sqlite3_stmt *marks_stmt(store_t *st, const char *sql, const store_mark_t
     return s;
 }
 
-/* Are devices m[0..n) (one island, consecutive indexes) each on the worker
- * the round saw and held by no exclusive job, and, for an exclusive
- * allocation, by no shared one either? A range scan (skipped when the
- * caller knows the round's view is current: 2,048 rows, ~0.4 ms), one
- * seek for the allocation run nearest below the range's end (runs never
- * overlap, so only that one can reach into the range), and a range count:
- * the two seeks that keep allocations exclusive run whatever the caller
- * knows. Memory is not checked again here: only the scheduler thread adds
- * holds, so the round's view can only overstate what the holds take. */
-static int marks_free(store_t *st, const store_mark_t *m, int n, int shared, int current)
+/* Is each of devices m[0..n) (one island, consecutive indexes) still on
+ * the worker the round saw? A range scan (2,048 rows: ~0.4 ms). */
+static int marks_on_workers(store_t *st, const store_mark_t *m, int n)
 {
     static const char dev_sql[] =
         "SELECT idx, worker_id FROM devices WHERE island_id = ?1"
         " AND idx BETWEEN ?2 AND ?3 ORDER BY idx";
-    static const char run_sql[] =
-        "SELECT hi >= ?2 FROM allocations WHERE island_id = ?1 AND lo <= ?3"
-        " ORDER BY lo DESC LIMIT 1";
-    static const char hold_sql[] =
-        "SELECT COUNT(*) FROM device_holds WHERE island_id = ?1 AND idx BETWEEN ?2 AND ?3";
-    sqlite3_stmt *s = current ? NULL : marks_stmt(st, dev_sql, m, n, 0);
-    int k = current ? n : 0, ok = current || s != NULL;
-    while (s && ok && sqlite3_step(s) == SQLITE_ROW) {
+    sqlite3_stmt *s = marks_stmt(st, dev_sql, m, n, 0);
+    int k = 0, ok = s != NULL;
+    while (ok && sqlite3_step(s) == SQLITE_ROW) {
         ok = k < n && sqlite3_column_int64(s, 0) == m[k].idx &&
              sqlite3_column_int64(s, 1) == m[k].worker;
         k++;
     }
     if (s)
         sqlite3_reset(s);
-    if (!ok || k != n || !(s = marks_stmt(st, run_sql, m, n, 0)))
+    return ok && k == n;
+}
+
+/* Are devices m[0..n) (one island, consecutive indexes) each on the worker
+ * the round saw (not read again when the caller knows the round's view is
+ * current) and held by no exclusive job, and, for an exclusive allocation,
+ * by no shared one either? One seek for the allocation run nearest below
+ * the range's end (runs never overlap, so only that one can reach into
+ * the range) and a range count: the two seeks that keep allocations
+ * exclusive run whatever the caller knows. Memory is not checked again
+ * here: only the scheduler thread adds holds, so the round's view can only
+ * overstate what the holds take. */
+static int marks_free(store_t *st, const store_mark_t *m, int n, int shared, int current)
+{
+    static const char run_sql[] =
+        "SELECT hi >= ?2 FROM allocations WHERE island_id = ?1 AND lo <= ?3"
+        " ORDER BY lo DESC LIMIT 1";
+    static const char hold_sql[] =
+        "SELECT COUNT(*) FROM device_holds WHERE island_id = ?1 AND idx BETWEEN ?2 AND ?3";
+    sqlite3_stmt *s = NULL;
+    if ((!current && !marks_on_workers(st, m, n)) || !(s = marks_stmt(st, run_sql, m, n, 0)))
         return 0;
     int step = sqlite3_step(s);
-    ok = step == SQLITE_DONE || (step == SQLITE_ROW && sqlite3_column_int(s, 0) == 0);
+    int ok = step == SQLITE_DONE || (step == SQLITE_ROW && sqlite3_column_int(s, 0) == 0);
     sqlite3_reset(s);
     if (!ok || shared)
         return ok;
