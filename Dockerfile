@@ -28,8 +28,8 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATOLL_TESTS=OFF \
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE}
-# curl is for HEALTHCHECK; sqlite3 (the CLI) for online backups of the
-# database (`.backup`, see docs/operations.md).
+# curl is for HEALTHCHECK (and fetching GET /v1/admin/backup); sqlite3 (the
+# CLI) to check such a copy (see docs/operations.md).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libsqlite3-0 libcurl4 libopenblas0-pthread libucx0 \

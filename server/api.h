@@ -92,6 +92,8 @@ void api_worker_report(http_req_t *req, http_resp_t *resp);
 void api_worker_report_batch(http_req_t *req, http_resp_t *resp);
 void api_worker_leave(http_req_t *req, http_resp_t *resp);
 void api_worker_peer(http_req_t *req, http_resp_t *resp);
+/* api_admin.c (admin): GET /v1/admin/backup */
+void api_admin_backup(http_req_t *req, http_resp_t *resp);
 /* api_tenants.c (admin) */
 void api_tenants_create(http_req_t *req, http_resp_t *resp);
 void api_tenants_list(http_req_t *req, http_resp_t *resp);

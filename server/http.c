@@ -116,6 +116,24 @@ int http_stream(http_resp_t *resp, const char *type, size_t block,
     return 0;
 }
 
+int http_file(http_resp_t *resp, int fd, uint64_t size, const char *type, const char *filename)
+{
+    struct MHD_Response *r = MHD_create_response_from_fd64(size, fd);
+    if (!r) {
+        close(fd);
+        http_problem(resp, 503, NULL, "out of memory");
+        return -1;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    char disp[160];
+    snprintf(disp, sizeof disp, "attachment; filename=\"%s\"", filename);
+    MHD_add_response_header(r, "Content-Disposition", disp);
+    resp->stream = r;
+    resp->status = 200;
+    return 0;
+}
+
 void http_text(http_resp_t *resp, int status, const char *type, const char *text, size_t len)
 {
     free(resp->body);

@@ -113,6 +113,11 @@ void http_json(http_resp_t *resp, int status, json_t *body);
  * bytes, NUL-terminated), which the response frees. */
 void http_json_text(http_resp_t *resp, int status, char *text, size_t len);
 void http_text(http_resp_t *resp, int status, const char *type, const char *text, size_t len);
+/* A 200 whose body is the first `size` bytes of file descriptor fd (sent
+ * with sendfile where it can be), downloaded as `filename`. Takes fd: it
+ * is closed when the response is done, or here on failure (-1, 503
+ * answered). */
+int http_file(http_resp_t *resp, int fd, uint64_t size, const char *type, const char *filename);
 /* A 200 whose body comes from `reader` (MHD's content-reader contract:
  * bytes, 0 after suspending the connection, or END_OF_STREAM) until the
  * stream ends; not cached or buffered by proxies. free_fn(cls) runs when

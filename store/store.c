@@ -835,11 +835,48 @@ void store_attempt_key(int64_t job, int32_t attempt, char hex[STORE_KEY_HEX_LEN]
     hex[32] = '\0';
 }
 
+/* One process owns a database (store_vfs.c): the first read takes an
+ * exclusive lock on the file. A probe with no busy handler tells at once
+ * when another process holds it, instead of after STORE_BUSY_TIMEOUT_MS
+ * in the handler. *probe (owned by the caller, closed with sqlite3_close
+ * once the store's own connection holds the lock, so the file is never
+ * unlocked in between) may be set even on failure. -1 with e set only
+ * for that case; anything else is left to the store's own open, which
+ * reports it. */
+static int store_global_open(const island_desc_t *islands, int nislands, sqlite3 **probe,
+                             err_t *e);
+
+static int store_probe_owner(const char *path, sqlite3 **probe, err_t *e)
+{
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(path, probe, flags, store_vfs_name()) != SQLITE_OK)
+        return 0;
+    int rc = sqlite3_exec(*probe, "SELECT count(*) FROM sqlite_schema", NULL, NULL, NULL);
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+        return err_set(e, -1, "db", "database %s is in use by another process (another atolld?);"
+                       " one controller owns a database: stop the other first", path), -1;
+    return 0;
+}
+
 int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e)
 {
     if (strlen(path) >= sizeof store_path)
         return err_set(e, -1, "db", "database path too long"), -1;
     snprintf(store_path, sizeof store_path, "%s", path);
+    sqlite3 *probe = NULL;
+    int rc = store_global_open(islands, nislands, &probe, e);
+    sqlite3_close(probe);
+    return rc;
+}
+
+/* store_global_init's work, with the probe's connection open throughout. */
+static int store_global_open(const island_desc_t *islands, int nislands, sqlite3 **probe,
+                             err_t *e)
+{
+    const char *path = store_path;
+    if (store_probe_owner(path, probe, e) != 0)
+        return -1;
+    store_backup_clean(path);
     /* This thread's connection watches once the schema exists (a process
      * may open a new database, e.g. one per unit test, whose workers are
      * not the last one's: store_workers_gen moves). */

@@ -130,6 +130,13 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
 /* This thread's connection; NULL if it cannot be opened (logged). */
 store_t *store_thread(void);
 
+/* An online backup (store_backup.c): a consistent copy of the whole
+ * database as of one snapshot, written beside it and unlinked once open.
+ * *fd (the caller's: it closes it) reads the copy from offset 0, *size
+ * bytes. STORE_CONFLICT while another copy is being made; STORE_ERR with
+ * why (a full disk, say). Outside any transaction; writers go on. */
+int store_backup(store_t *st, int *fd, uint64_t *size, char *why, size_t cap);
+
 /* The data-plane key of a job attempt (issue 12, docs/worker-protocol.md
  * "Data-plane keys"): 32 lowercase hex digits of HMAC-SHA256(cluster
  * secret, job, attempt) cut to 128 bits, written to hex with its NUL.

@@ -32,9 +32,14 @@ int store_worker_lost(store_t *st, int64_t worker, const char *how);
  * while jobs.retries < max_retries, else failed with `why`. 0 or -1. */
 int store_job_retry(store_t *st, int64_t job, const char *why);
 /* The VFS every connection opens with (store_vfs.c: a transaction's WAL
- * frames in one write), registered on the first call; NULL (SQLite's
- * default) when it could not be. */
+ * frames in one write, over SQLite's "unix-excl": this process owns the
+ * file), registered on the first call; "unix-excl" itself when the shim
+ * could not be. Anything in the process that opens the database must use
+ * it: a connection through another VFS would not share the WAL index. */
 const char *store_vfs_name(void);
+/* Removes the copy a backup left beside database db when atolld stopped
+ * halfway (store_backup.c); at start, before anything else runs. */
+void store_backup_clean(const char *db);
 
 /* SQL rows (job_id, n): n devices held by job_id, exclusively (one row
  * per allocation run) or shared (one per hold); sum n per job or tenant. */

@@ -10,12 +10,20 @@
  * --durability none no round runs at all, and a bad mode is refused at
  * start (exit 2, naming the flag).
  *
+ * atolld owns its database: a second atolld on the same file exits at once
+ * (1), naming why, and the first goes on; an admin's GET /v1/admin/backup
+ * is the online backup instead, a whole SQLite file holding every job
+ * accepted before it.
+ *
  * Cluster: cold=2x2 with no worker (jobs stay queued; acceptance only). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,12 +120,95 @@ static void test_bad_mode_refused(void **state)
     T_CHECK(strstr(line, "--durability") != NULL, "stderr does not name the flag: %s", line);
 }
 
+/* The whole stderr of a stopped process (at most cap - 1 bytes). */
+static void read_log(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static void test_second_controller_refused(void **state)
+{
+    (void)state;
+    char bin[HX_PATH_MAX], db[HX_PATH_MAX];
+    snprintf(bin, sizeof bin, "%s/atolld", hx_bin_dir());
+    snprintf(db, sizeof db, "%s/atoll.db", itest_cluster.dir);
+    char *argv[] = {bin, "--db", db, "--listen", "127.0.0.1:0", "--island", "cold=2x2", NULL};
+    hx_proc_t p = {0};
+    snprintf(p.name, sizeof p.name, "atolld-second");
+    snprintf(p.log_path, sizeof p.log_path, "%s/second.err", itest_cluster.dir);
+    T_CHECK(hx_proc_spawn(&p, argv, 0) == 0, "cannot start %s", bin);
+    int st = hx_proc_stop(&p, 0, 10000);     /* waits for it to exit by itself */
+    char log[2048];
+    read_log(p.log_path, log, sizeof log);
+    T_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+            "a second atolld on the same database: status %d, expected exit 1; stderr: %s", st,
+            log);
+    T_CHECK(strstr(log, "in use by another process") != NULL, "stderr does not say why: %s",
+            log);
+    T_CHECK(itest_submit(doc_q) > 0, "the first atolld stopped accepting jobs");
+}
+
+/* Rows of the one-integer query sql on the SQLite file path; -1 when it
+ * does not open or answer. */
+static long long copy_int(const char *path, const char *sql, char *text, size_t cap)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *s = NULL;
+    long long v = -1;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+        v = sqlite3_column_int64(s, 0);
+        if (text)
+            snprintf(text, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return v;
+}
+
+static void test_backup_holds_every_accepted_job(void **state)
+{
+    (void)state;
+    int64_t last = 0;
+    for (int i = 0; i < 3; i++)
+        last = itest_submit(doc_q);
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", "/v1/admin/backup", NULL, 0, &r) == 0 &&
+                r.status == 200, "GET /v1/admin/backup: %ld", r.status);
+    int typed = strcmp(r.ctype, "application/vnd.sqlite3") == 0;
+    char path[HX_PATH_MAX];
+    snprintf(path, sizeof path, "%s/backup.db", itest_cluster.dir);
+    FILE *f = fopen(path, "wb");
+    size_t wrote = f ? fwrite(r.body, 1, r.len, f) : 0;
+    if (f)
+        fclose(f);
+    size_t len = r.len;
+    hx_resp_clear(&r);
+    T_CHECK(typed && wrote == len && len > 0, "backup: %zu bytes written of %zu, typed %d", wrote,
+            len, typed);
+    char ok[32] = "";
+    copy_int(path, "PRAGMA integrity_check", ok, sizeof ok);
+    long long newest = copy_int(path, "SELECT max(id) FROM jobs", NULL, 0);
+    long long queued = copy_int(path, "SELECT count(*) FROM jobs WHERE state = 'queued'", NULL, 0);
+    unlink(path);
+    T_CHECK(strcmp(ok, "ok") == 0, "the copy's integrity check: '%s'", ok);
+    T_CHECK(newest == last, "the copy's newest job is %lld, the last accepted %" PRId64, newest,
+            last);
+    T_CHECK(queued >= 3, "the copy holds %lld queued jobs, at least 3 expected", queued);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_ack_waits_for_its_own_round),
         cmocka_unit_test(test_none_runs_no_round),
         cmocka_unit_test(test_bad_mode_refused),
+        cmocka_unit_test(test_second_controller_refused),
+        cmocka_unit_test(test_backup_holds_every_accepted_job),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -54,6 +54,7 @@ static void test_nosniff_everywhere(void **state)
         {"GET", "/healthz", NULL, 200},
         {"GET", "/v1/jobs", NULL, 401},
         {"GET", "/v1/tenants", "Bearer " READ_TOKEN, 403},
+        {"GET", "/v1/admin/backup", "Bearer " READ_TOKEN, 403},
         {"GET", "/v1/jobs/999999", ADMIN_AUTH, 404},
         {"PUT", "/v1/jobs", ADMIN_AUTH, 405},
         {"GET", "/v1/jobs/%01", ADMIN_AUTH, 400},
@@ -165,7 +166,7 @@ static void test_access_token_only_on_stream(void **state)
     raw_resp_t r;
     static const char *const elsewhere[] = {"/v1/jobs", "/metrics", "/v1/workers",
                                             "/v1/islands", "/v1/stats/utilization",
-                                            "/v1/tenants"};
+                                            "/v1/tenants", "/v1/admin/backup"};
     for (size_t i = 0; i < sizeof elsewhere / sizeof elsewhere[0]; i++) {
         char target[128];
         snprintf(target, sizeof target, "%s?access_token=%s", elsewhere[i], ADMIN_TOKEN);

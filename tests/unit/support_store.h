@@ -1,5 +1,5 @@
 /* support_store.h - the store unit tests' database directory: made by
- * mkdtemp, holding atoll.db (and SQLite's -wal and -shm beside it), and
+ * mkdtemp, holding atoll.db (and SQLite's -wal beside it), and
  * what they do to it as the API would. Include after <cmocka.h>. */
 #ifndef SUPPORT_STORE_H
 #define SUPPORT_STORE_H

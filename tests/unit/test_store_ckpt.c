@@ -154,7 +154,8 @@ static void test_kicks_count_new_frames(void **state)
     assert_int_equal(kicks_now(), k0 + 1);
 
     /* A reader on the current snapshot; then a checkpoint copies it all. */
-    assert_int_equal(sqlite3_open_v2(d.db, &rd, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_open_v2(d.db, &rd, SQLITE_OPEN_READWRITE, store_vfs_name()),
+                     SQLITE_OK);     /* the store's VFS: its WAL index is in this process */
     exec_ok(rd, "BEGIN");
     assert_true(count_rows(rd) == next - 1);
     store_ckpt_once(db);

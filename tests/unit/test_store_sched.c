@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
-#include "store.h"
+#include "store_internal.h"
 #include "support_store.h"
 #include "util.h"
 
@@ -271,7 +271,8 @@ static void test_island_idle(void **state)
         " \"iota\", \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
     int64_t sj = support_store_submit(f->st, shared_doc, islands, 1), xj = submit(f->st);
     sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(f->d.db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_open_v2(f->d.db, &db, SQLITE_OPEN_READWRITE, store_vfs_name()),
+                     SQLITE_OK);     /* the store's VFS: its WAL index is in this process */
     sqlite3_busy_timeout(db, 5000);
     int64_t b = util_wall_us() - 1000000;
     add_done_task(f->st, db, sj, 1, b, b, b + 1000);

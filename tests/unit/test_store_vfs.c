@@ -4,7 +4,8 @@
  * gathering changes nothing else: every commit is visible to another
  * connection at once, a transaction larger than the buffer commits whole,
  * a rolled-back one leaves nothing, and the files reopen intact
- * (integrity_check) after the WAL was checkpointed. */
+ * (integrity_check) after the WAL was checkpointed. And one process owns
+ * the file: no other can read it or open a store on it meanwhile. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "store_internal.h"
@@ -173,6 +175,58 @@ static void test_commit_frame_at_buffer_edge(void **state)
     sqlite3_close(b);
 }
 
+/* What another process (this program run again: a forked copy would
+ * share SQLite's in-memory lock state) gets on `path`: a read by plain
+ * SQLite, and whether a store opens there. Its exit code carries both:
+ * SQLite's code * 4 + 1 if the store opened, + 2 if it was refused
+ * without saying why. */
+static int other_process_main(const char *path)
+{
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "SELECT count(*) FROM t", NULL, NULL, NULL);
+    sqlite3_close(db);
+    static const island_desc_t isl[] = {{"west", {1, {2, 0, 0, 0}}}};
+    err_t e = {0};
+    int opened = store_global_init(path, isl, 1, &e) == 0;
+    if (!opened && !strstr(e.detail, "in use by another process"))
+        opened = 2;
+    return (rc & 0xff) * 4 + opened;
+}
+
+static int other_process_tries(const char *path)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_store_vfs", "--other-process", path, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* One process owns the database (the shim wraps "unix-excl"): while this
+ * one has it open through the store's VFS, another process can neither
+ * read it with plain SQLite nor open a store on it, and is told why; once
+ * this one closes it, the other may. */
+static void test_one_process_owns_the_file(void **state)
+{
+    support_store_t *d = *state;
+    sqlite3 *a = open_db(d->db, store_vfs_name());
+    insert_rows(a, 1, 3, 100);
+    int got = other_process_tries(d->db);
+    assert_int_equal(got / 4, SQLITE_BUSY);
+    assert_int_equal(got % 4, 0);
+    sqlite3_close(a);
+    got = other_process_tries(d->db);
+    assert_int_equal(got / 4, SQLITE_OK);
+    assert_int_equal(got % 4, 1);
+}
+
 static int setup(void **state)
 {
     support_store_t *d = calloc(1, sizeof *d);
@@ -182,13 +236,17 @@ static int setup(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--other-process") == 0)
+        return other_process_main(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_commit_is_one_write, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_commits_visible_and_intact, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_commit_frame_at_buffer_edge, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_one_process_owns_the_file, setup,
                                         support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
