@@ -17,7 +17,8 @@
  * the list is still refused. Version 28 made exclusive holds allocation
  * runs: the devices the job held are its runs, devices.job_id is gone and
  * the rest of the devices rows is kept. Version 29 keeps only live tasks
- * in host_tasks_by_worker. Also the store's
+ * in host_tasks_by_worker. A new database has 1 KiB pages, an old one
+ * keeps its 4 KiB. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
 #include <setjmp.h>
@@ -334,6 +335,36 @@ static void test_write_transactions_take_turns(void **state)
     assert_int_equal(store_commit(st), 0);
 }
 
+/* A new database is made with 1 KiB pages (store.c: STORE_PAGE_SIZE,
+ * each commit writes a quarter of the bytes); one made earlier keeps the
+ * 4 KiB pages it has, and opens and migrates as before. */
+static void test_page_size_new_and_old(void **state)
+{
+    fixture_t *f = *state;
+    err_t e = {0};
+    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
+    store_t *st = store_thread();
+    assert_non_null(st);
+    assert_int_equal(support_store_int(st, "PRAGMA page_size"), 1024);
+    store_thread_close();
+    char old[160];
+    snprintf(old, sizeof old, "%s/old.db", f->d.dir);
+    make_old_db(old);
+    assert_int_equal(store_global_init(old, islands, 1, &e), 0);
+    st = store_thread();
+    assert_non_null(st);
+    assert_int_equal(support_store_int(st, "PRAGMA page_size"), 4096);
+    assert_int_equal(support_store_int(st, "SELECT count(*) FROM jobs"), 1);
+    store_thread_close();
+    static const char *const sfx[] = {"", "-wal"};
+    for (int i = 0; i < 2; i++) {
+        char path[176];
+        snprintf(path, sizeof path, "%s%s", old, sfx[i]);
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +375,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_interleaved_rows_in_shard_order, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_write_transactions_take_turns, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_page_size_new_and_old, setup,
                                         support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
