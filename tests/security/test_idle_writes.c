@@ -73,13 +73,44 @@ static int group_teardown(void **state)
     return itest_stop();
 }
 
+/* How many live workers have had their first heartbeat with store figures
+ * applied (store.cap_bytes > 0 in GET /v1/workers), or -1. */
+static int workers_reported(void)
+{
+    hx_resp_t r;
+    if (hx_request(&itest_client, "GET", "/v1/workers", NULL, 0, &r) != 0 || r.status != 200) {
+        hx_resp_clear(&r);
+        return -1;
+    }
+    int n = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(r.json, "workers"), i, w) {
+        const char *st = json_string_value(json_object_get(w, "state"));
+        json_t *cap = json_object_get(json_object_get(w, "store"), "cap_bytes");
+        n += st && strcmp(st, "live") == 0 && json_integer_value(cap) > 0;
+    }
+    hx_resp_clear(&r);
+    return n;
+}
+
 static void test_idle_rate_then_wake(void **state)
 {
     (void)state;
-    /* Let registrations and the first polls settle: wait (up to 30 s) for
-     * a second in which the cluster wrote under the bound, the state the
-     * window then measures; under ctest -j2 with sanitizers the workers'
-     * registrations could still be landing a second after their start. */
+    /* Let start-up settle before the window opens: every worker's first
+     * heartbeat carries its store figures, each a write (8 of them, in two
+     * bursts a second apart: a quiet second between them fooled a wait for
+     * one quiet second); then wait (up to 30 s) for a second in which the
+     * cluster wrote under the bound, the state the window then measures. */
+    int reported = 0;
+    for (int i = 0; i < 300 && reported < 2 * IDLE_WORKERS_PER_ISLAND; i++) {
+        reported = workers_reported();
+        if (reported < 2 * IDLE_WORKERS_PER_ISLAND)
+            hx_sleep_ms(100);   /* polling a condition, with a 30 s deadline */
+    }
+    T_CHECK(reported == 2 * IDLE_WORKERS_PER_ISLAND,
+            "%d of %d workers reported their store figures", reported,
+            2 * IDLE_WORKERS_PER_ISLAND);
     double prev = write_txns();
     for (int i = 0; i < 30 && prev >= 0; i++) {
         hx_sleep_ms(1000);      /* a sampling period, not a synchronisation */
