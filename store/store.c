@@ -862,9 +862,6 @@ void store_attempt_key(int64_t job, int32_t attempt, char hex[STORE_KEY_HEX_LEN]
  * unlocked in between) may be set even on failure. -1 with e set only
  * for that case; anything else is left to the store's own open, which
  * reports it. */
-static int store_global_open(const island_desc_t *islands, int nislands, sqlite3 **probe,
-                             err_t *e);
-
 static int store_probe_owner(const char *path, sqlite3 **probe, err_t *e)
 {
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
@@ -875,17 +872,6 @@ static int store_probe_owner(const char *path, sqlite3 **probe, err_t *e)
         return err_set(e, -1, "db", "database %s is in use by another process (another atolld?);"
                        " one controller owns a database: stop the other first", path), -1;
     return 0;
-}
-
-int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e)
-{
-    if (strlen(path) >= sizeof store_path)
-        return err_set(e, -1, "db", "database path too long"), -1;
-    snprintf(store_path, sizeof store_path, "%s", path);
-    sqlite3 *probe = NULL;
-    int rc = store_global_open(islands, nislands, &probe, e);
-    sqlite3_close(probe);
-    return rc;
 }
 
 /* store_global_init's work, with the probe's connection open throughout. */
@@ -928,4 +914,15 @@ static int store_global_open(const island_desc_t *islands, int nislands, sqlite3
                        sqlite3_errmsg(st->db)), -1;
     }
     return store_commit(st) == 0 ? 0 : (err_set(e, -1, "db", "commit failed"), -1);
+}
+
+int store_global_init(const char *path, const island_desc_t *islands, int nislands, err_t *e)
+{
+    if (strlen(path) >= sizeof store_path)
+        return err_set(e, -1, "db", "database path too long"), -1;
+    snprintf(store_path, sizeof store_path, "%s", path);
+    sqlite3 *probe = NULL;
+    int rc = store_global_open(islands, nislands, &probe, e);
+    sqlite3_close(probe);
+    return rc;
 }
