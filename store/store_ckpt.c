@@ -19,10 +19,11 @@
  * go on appending meanwhile. Once a checkpoint has copied every frame,
  * the next writer starts the WAL over from its beginning (SQLite), so it
  * stays near STORE_CKPT_PAGES. Writers that always keep it from catching
- * up would let it grow: past STORE_CKPT_FORCE_PAGES the thread runs a
- * RESTART checkpoint, which waits (busy handler) for the writer and the
- * readers of the old WAL, and makes new writers wait for it: a stall,
- * but only in that case.
+ * up, or readers that always hold a snapshot of the old WAL when a writer
+ * begins (so that it never starts over), would let it grow: past
+ * STORE_CKPT_FORCE_PAGES the thread runs a RESTART checkpoint, which waits
+ * (busy handler) for the writer and the readers of the old WAL, and makes
+ * new writers wait for it: a stall, but only in that case.
  *
  * Durability is unchanged: with synchronous=NORMAL a checkpoint syncs the
  * WAL before copying from it and the database after; group commit
@@ -109,7 +110,13 @@ void store_ckpt_once(sqlite3 *db)
     uint64_t restarts = ckpt_restarts;
     pthread_mutex_unlock(&ckpt_mu);
     int rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
-    if (rc == SQLITE_OK && log >= STORE_CKPT_FORCE_PAGES && done < log) {
+    /* Past STORE_CKPT_FORCE_PAGES, RESTART even when the passive run copied
+     * every frame: the WAL starts over only at a writer that finds no
+     * reader of the old one, and under steady reads (polls, waits, the
+     * scheduler) some reader always had one, so the WAL grew without end
+     * (157 MB after 6,000 tiny jobs, 1 KiB pages). RESTART waits for those
+     * readers (short transactions) and makes the next writer start over. */
+    if (rc == SQLITE_OK && log >= STORE_CKPT_FORCE_PAGES) {
         rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_RESTART, &log, &done);
         atomic_fetch_add(&ckpt_forced, 1);
     }

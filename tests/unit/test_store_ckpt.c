@@ -3,7 +3,9 @@
  * auto-checkpoint threshold do not checkpoint (the -wal file keeps every
  * frame while no checkpointer runs); once the checkpointer thread runs,
  * the next commit past the threshold has it copy the frames into the
- * database, and the data stays whole. */
+ * database, and the data stays whole. A WAL past STORE_CKPT_FORCE_PAGES
+ * starts over even when a reader of the old one kept it from doing so
+ * by itself. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,11 +187,109 @@ static void test_kicks_count_new_frames(void **state)
     store_thread_close();
 }
 
+/* The checkpoint's connection waits here while a RESTART checkpoint waits
+ * for a reader of the old WAL: the test is told, and it ends that reader. */
+typedef struct ckpt_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int waiting, done;          /* guarded by mu */
+    sqlite3 *db;
+} ckpt_wait_t;
+
+static int ckpt_busy(void *arg, int tries)
+{
+    ckpt_wait_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->waiting = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (tries > 20000)
+        return 0;               /* ~20 s: give up (the test then fails) */
+    sleep_ms(1);
+    return 1;
+}
+
+static void *ckpt_run(void *arg)
+{
+    ckpt_wait_t *w = arg;
+    store_ckpt_once(w->db);
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Frames in the WAL now (a passive checkpoint's count; it copies nothing
+ * new here: nothing was written since the last). */
+static int wal_frames(sqlite3 *db)
+{
+    int log = -1, done = -1;
+    assert_int_equal(sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done),
+                     SQLITE_OK);
+    return log;
+}
+
+/* A WAL of STORE_CKPT_FORCE_PAGES frames or more is started over even when
+ * the passive checkpoint copied all of it: under steady reads some reader
+ * always held a snapshot of the old WAL when a writer began, so the WAL
+ * was never started over and grew without end (157 MB after 6,000 tiny
+ * jobs). The run now waits (RESTART) for the readers of the old WAL; the
+ * next commit then starts it over. A reader that began before the run
+ * holds the old WAL: the run must wait for it (told through the busy
+ * handler, the test then ends it), and the WAL must start over. */
+static void test_full_wal_started_over(void **state)
+{
+    (void)state;
+    static const island_desc_t islands[] = {{"west", {1, {2, 0, 0, 0}}}};
+    support_store_t d;
+    store_t *st = support_store_open(&d, islands, 1);
+    sqlite3 *db = store_db(st), *rd = NULL;
+    exec_ok(db, "CREATE TABLE ckpt_t (k INTEGER PRIMARY KEY, v BLOB)");
+    int64_t next = 1;
+    write_rows(db, STORE_CKPT_FORCE_PAGES / 3 + ROWS_PER_TXN, &next);  /* 3500-byte rows */
+    assert_int_equal(sqlite3_open_v2(d.db, &rd, SQLITE_OPEN_READWRITE, store_vfs_name()),
+                     SQLITE_OK);
+    exec_ok(rd, "BEGIN");
+    assert_true(count_rows(rd) == next - 1);        /* rd holds the old WAL */
+    ckpt_wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL};
+    assert_int_equal(sqlite3_open_v2(d.db, &w.db, SQLITE_OPEN_READWRITE, store_vfs_name()),
+                     SQLITE_OK);
+    count_rows(w.db);           /* opens the WAL (a connection that never read has none) */
+    int before = wal_frames(w.db);
+    print_message("frames before the run: %d\n", before);
+    assert_true(before >= STORE_CKPT_FORCE_PAGES);
+    sqlite3_busy_handler(w.db, ckpt_busy, &w);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, ckpt_run, &w), 0);
+    pthread_mutex_lock(&w.mu);
+    while (!w.waiting && !w.done)
+        pthread_cond_wait(&w.cv, &w.mu);
+    int waited = w.waiting;
+    pthread_mutex_unlock(&w.mu);
+    if (waited)
+        exec_ok(rd, "COMMIT");  /* the run waits for rd: let it finish */
+    pthread_join(t, NULL);
+    write_rows(db, 1, &next);   /* the next writer starts the WAL over */
+    int frames = wal_frames(w.db);
+    if (!waited)
+        exec_ok(rd, "COMMIT");
+    sqlite3_close(rd);
+    sqlite3_close(w.db);
+    assert_int_equal(count_rows(db), next - 1);
+    store_thread_close();
+    print_message("the run waited for the old reader: %d; frames after the next commit: %d\n",
+                  waited, frames);
+    assert_true(waited);
+    assert_true(frames < STORE_CKPT_PAGES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoints_off_the_commit_path),
         cmocka_unit_test(test_kicks_count_new_frames),
+        cmocka_unit_test(test_full_wal_started_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
