@@ -80,14 +80,21 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* A fresh store in d with the table the tests fill; its connection (this
+ * thread's). */
+static sqlite3 *ckpt_store(support_store_t *d)
+{
+    static const island_desc_t islands[] = {{"west", {1, {2, 0, 0, 0}}}};
+    sqlite3 *db = store_db(support_store_open(d, islands, 1));
+    exec_ok(db, "CREATE TABLE ckpt_t (k INTEGER PRIMARY KEY, v BLOB)");
+    return db;
+}
+
 static void test_checkpoints_off_the_commit_path(void **state)
 {
     (void)state;
-    static const island_desc_t islands[] = {{"west", {1, {2, 0, 0, 0}}}};
     support_store_t d;
-    store_t *st = support_store_open(&d, islands, 1);
-    sqlite3 *db = store_db(st);
-    exec_ok(db, "CREATE TABLE ckpt_t (k INTEGER PRIMARY KEY, v BLOB)");
+    sqlite3 *db = ckpt_store(&d);
     int64_t next = 1;
     uint64_t runs, frames, forced, kicks;
 
@@ -144,11 +151,8 @@ static uint64_t kicks_now(void)
 static void test_kicks_count_new_frames(void **state)
 {
     (void)state;
-    static const island_desc_t islands[] = {{"west", {1, {2, 0, 0, 0}}}};
     support_store_t d;
-    store_t *st = support_store_open(&d, islands, 1);
-    sqlite3 *db = store_db(st), *rd = NULL;
-    exec_ok(db, "CREATE TABLE ckpt_t (k INTEGER PRIMARY KEY, v BLOB)");
+    sqlite3 *db = ckpt_store(&d), *rd = NULL;
     store_ckpt_once(db);            /* a clean start: nothing asked */
     int64_t next = 1;
 
@@ -241,11 +245,8 @@ static int wal_frames(sqlite3 *db)
 static void test_full_wal_started_over(void **state)
 {
     (void)state;
-    static const island_desc_t islands[] = {{"west", {1, {2, 0, 0, 0}}}};
     support_store_t d;
-    store_t *st = support_store_open(&d, islands, 1);
-    sqlite3 *db = store_db(st), *rd = NULL;
-    exec_ok(db, "CREATE TABLE ckpt_t (k INTEGER PRIMARY KEY, v BLOB)");
+    sqlite3 *db = ckpt_store(&d), *rd = NULL;
     int64_t next = 1;
     write_rows(db, STORE_CKPT_FORCE_PAGES / 3 + ROWS_PER_TXN, &next);  /* 3500-byte rows */
     assert_int_equal(sqlite3_open_v2(d.db, &rd, SQLITE_OPEN_READWRITE, store_vfs_name()),

@@ -122,15 +122,23 @@ static int column_exists(store_t *st, const char *table, const char *col)
     return n;
 }
 
+/* Opens (and migrates) the store at path on `islands`, durability none;
+ * this thread's connection. */
+static store_t *open_store(const char *path)
+{
+    err_t e = {0};
+    store_sync_setup(path, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(path, islands, 1, &e), 0);
+    store_t *st = store_thread();
+    assert_non_null(st);
+    return st;
+}
+
 static void test_old_job_keeps_its_document(void **state)
 {
     fixture_t *f = *state;
     int64_t id = make_old_db(f->d.db);
-    err_t e = {0};
-    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
-    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
-    store_t *st = store_thread();
-    assert_non_null(st);
+    store_t *st = open_store(f->d.db);
     json_t *want = json_loads(old_doc, 0, NULL);
     json_t *doc = store_sched_job_doc(st, id);
     assert_non_null(want);
@@ -262,11 +270,7 @@ static store_t *migrated_with_outputs(fixture_t *f, int64_t *id)
 {
     make_old_db(f->d.db);
     *id = add_old_outputs(f->d.db);
-    err_t e = {0};
-    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
-    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
-    store_t *st = store_thread();
-    assert_non_null(st);
+    store_t *st = open_store(f->d.db);
     return st;
 }
 
@@ -321,11 +325,7 @@ static void test_interleaved_rows_in_shard_order(void **state)
 static void test_write_transactions_take_turns(void **state)
 {
     fixture_t *f = *state;
-    err_t e = {0};
-    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
-    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
-    store_t *st = store_thread();
-    assert_non_null(st);
+    store_t *st = open_store(f->d.db);
     assert_int_equal(store_begin(st), 0);
     assert_int_equal(store_begin(st), -1);      /* inside the first: refused */
     assert_int_equal(store_commit(st), 0);      /* the first still commits */
@@ -341,19 +341,13 @@ static void test_write_transactions_take_turns(void **state)
 static void test_page_size_new_and_old(void **state)
 {
     fixture_t *f = *state;
-    err_t e = {0};
-    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
-    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), 0);
-    store_t *st = store_thread();
-    assert_non_null(st);
+    store_t *st = open_store(f->d.db);
     assert_int_equal(support_store_int(st, "PRAGMA page_size"), 1024);
     store_thread_close();
     char old[160];
     snprintf(old, sizeof old, "%s/old.db", f->d.dir);
     make_old_db(old);
-    assert_int_equal(store_global_init(old, islands, 1, &e), 0);
-    st = store_thread();
-    assert_non_null(st);
+    st = open_store(old);
     assert_int_equal(support_store_int(st, "PRAGMA page_size"), 4096);
     assert_int_equal(support_store_int(st, "SELECT count(*) FROM jobs"), 1);
     store_thread_close();
