@@ -159,8 +159,9 @@ void api_healthz(http_req_t *req, http_resp_t *resp)
  * checkpoints. */
 static size_t metrics_store(char *buf, size_t len, size_t cap)
 {
-    uint64_t runs, frames, forced, kicks;
+    uint64_t runs, frames, forced, kicks, mem, file;
     store_ckpt_counts(&runs, &frames, &forced, &kicks);
+    store_wal_reads(&mem, &file);
     return util_appendf(buf, len, cap,
                         "# HELP atoll_store_write_transactions_total SQLite write"
                         " transactions committed.\n"
@@ -190,11 +191,16 @@ static size_t metrics_store(char *buf, size_t len, size_t cap)
                         " checkpointer for a checkpoint (the WAL gained 1,000 pages since the"
                         " last one).\n"
                         "# TYPE atoll_store_checkpoint_requests_total counter\n"
-                        "atoll_store_checkpoint_requests_total %lu\n",
+                        "atoll_store_checkpoint_requests_total %lu\n"
+                        "# HELP atoll_store_wal_reads_total Reads of the WAL, answered from"
+                        " its copy in memory or from the file.\n"
+                        "# TYPE atoll_store_wal_reads_total counter\n"
+                        "atoll_store_wal_reads_total{from=\"memory\"} %lu\n"
+                        "atoll_store_wal_reads_total{from=\"file\"} %lu\n",
                         (unsigned long)store_write_transactions(),
                         (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits(),
                         (unsigned long)runs, (unsigned long)frames, (unsigned long)forced,
-                        (unsigned long)kicks);
+                        (unsigned long)kicks, (unsigned long)mem, (unsigned long)file);
 }
 
 /* The workers' data-plane drop counters (summed from their heartbeats). */

@@ -43,6 +43,7 @@
  * so a buffer needs no lock. Ownership: the buffer is the file's, freed on
  * xClose. */
 #include "store_internal.h"
+#include "store_walmirror.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ typedef struct vfs_file {
     size_t len;                 /* bytes buffered */
     sqlite3_int64 off;          /* file offset of buf[0] */
     int commit_hdr;             /* the last buffered write was a commit frame's header */
+    walmirror_t *mirror;        /* a -wal file's copy in memory (a reference), or NULL */
 } vfs_file_t;
 
 static sqlite3_vfs vfs_shim;
@@ -75,11 +77,20 @@ static sqlite3_vfs *vfs_real;
 /* Writes the buffer out. SQLITE_OK or the real write's error (the buffer
  * is dropped either way: SQLite treats a failed write as a failed
  * transaction and rolls back). */
+/* The real write, told to the mirror once the file has it (or failed). */
+static int vfs_write_real(vfs_file_t *p, const void *data, int n, sqlite3_int64 off)
+{
+    int rc = p->real->pMethods->xWrite(p->real, data, n, off);
+    if (p->mirror)
+        walmirror_wrote(p->mirror, data, (size_t)n, off, rc == SQLITE_OK);
+    return rc;
+}
+
 static int vfs_flush(vfs_file_t *p)
 {
     if (p->len == 0)
         return SQLITE_OK;
-    int rc = p->real->pMethods->xWrite(p->real, p->buf, (int)p->len, p->off);
+    int rc = vfs_write_real(p, p->buf, (int)p->len, p->off);
     p->len = 0;
     p->commit_hdr = 0;
     return rc;
@@ -92,13 +103,20 @@ static int vfs_close(sqlite3_file *f)
     int rc2 = p->real->pMethods->xClose(p->real);
     free(p->buf);
     p->buf = NULL;
+    walmirror_put(p->mirror);
+    p->mirror = NULL;
     return rc != SQLITE_OK ? rc : rc2;
 }
 
 static int vfs_read(sqlite3_file *f, void *out, int n, sqlite3_int64 off)
 {
-    int rc = vfs_flush((vfs_file_t *)f);
-    return rc != SQLITE_OK ? rc : REAL(f)->pMethods->xRead(REAL(f), out, n, off);
+    vfs_file_t *p = (vfs_file_t *)f;
+    int rc = vfs_flush(p);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (p->mirror && n > 0 && walmirror_read(p->mirror, out, (size_t)n, off))
+        return SQLITE_OK;
+    return p->real->pMethods->xRead(p->real, out, n, off);
 }
 
 /* Whether a WAL frame header says "commit" (bytes 4..7, big-endian: the
@@ -125,7 +143,7 @@ static int vfs_write(sqlite3_file *f, const void *data, int n, sqlite3_int64 off
         p->buf = malloc(VFS_BUF_CAP);
     if (!p->buf || (size_t)n > VFS_BUF_CAP) {       /* no buffer: as it comes */
         p->commit_hdr = 0;
-        return p->real->pMethods->xWrite(p->real, data, n, off);
+        return vfs_write_real(p, data, n, off);
     }
     if (p->len == 0)
         p->off = off;
@@ -137,8 +155,14 @@ static int vfs_write(sqlite3_file *f, const void *data, int n, sqlite3_int64 off
 
 static int vfs_truncate(sqlite3_file *f, sqlite3_int64 size)
 {
-    int rc = vfs_flush((vfs_file_t *)f);
-    return rc != SQLITE_OK ? rc : REAL(f)->pMethods->xTruncate(REAL(f), size);
+    vfs_file_t *p = (vfs_file_t *)f;
+    int rc = vfs_flush(p);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = p->real->pMethods->xTruncate(p->real, size);
+    if (p->mirror)      /* failed or not, the file holds no more than size */
+        walmirror_truncated(p->mirror, size);
+    return rc;
 }
 
 static int vfs_sync(sqlite3_file *f, int flags)
@@ -212,8 +236,11 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int fla
     int rc = vfs_real->xOpen(vfs_real, name, p->real, flags, out);
     /* The wrapped methods must have what ours forward (version 3: shared
      * memory and mmap); otherwise SQLite must not call ours at all. */
-    if (rc == SQLITE_OK && p->real->pMethods && p->real->pMethods->iVersion >= 3)
+    if (rc == SQLITE_OK && p->real->pMethods && p->real->pMethods->iVersion >= 3) {
         p->base.pMethods = &vfs_methods;
+        if (p->wal && name)
+            p->mirror = walmirror_get(name);    /* NULL: reads go to the file */
+    }
     else if (rc == SQLITE_OK) {
         if (p->real->pMethods)
             p->real->pMethods->xClose(p->real);
@@ -304,6 +331,11 @@ static void vfs_register(void)
         .xGetLastError = vfs_last_error, .xCurrentTimeInt64 = vfs_current_time64,
     };
     vfs_registered = sqlite3_vfs_register(&vfs_shim, 0) == SQLITE_OK;
+}
+
+void store_wal_reads(uint64_t *memory, uint64_t *file)
+{
+    walmirror_counts(memory, file);
 }
 
 const char *store_vfs_name(void)

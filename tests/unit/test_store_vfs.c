@@ -5,7 +5,11 @@
  * connection at once, a transaction larger than the buffer commits whole,
  * a rolled-back one leaves nothing, and the files reopen intact
  * (integrity_check) after the WAL was checkpointed. And one process owns
- * the file: no other can read it or open a store on it meanwhile. */
+ * the file: no other can read it or open a store on it meanwhile. Reads
+ * of the WAL come from its copy in memory (store_walmirror.c), which holds
+ * exactly the file's bytes: after commits, a WAL that starts over, a
+ * truncation, a write the disk refused, and a WAL left by a process that
+ * died (read from the file until SQLite starts it over). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,11 +20,15 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "store_walmirror.h"
 #include "support_proc.h"
 #include "support_store.h"
 
@@ -227,6 +235,171 @@ static void test_one_process_owns_the_file(void **state)
     assert_int_equal(got % 4, 1);
 }
 
+/* The mirror of d's WAL holds exactly the file's bytes: no more than the
+ * file has, and each byte the same. Returns the bytes it holds. */
+static int64_t mirror_matches_file(const support_store_t *d)
+{
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s-wal", d->db);
+    int64_t held = walmirror_held(wal);
+    assert_true(held >= 0);
+    struct stat sb;
+    assert_int_equal(stat(wal, &sb), 0);
+    assert_true(held <= (int64_t)sb.st_size);
+    walmirror_t *m = walmirror_get(wal);
+    assert_non_null(m);
+    unsigned char *mem = malloc((size_t)held + 1), *disk = malloc((size_t)held + 1);
+    assert_true(mem && disk);
+    FILE *f = fopen(wal, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(disk, 1, (size_t)held, f), (size_t)held);
+    fclose(f);
+    assert_true(held == 0 || walmirror_read(m, mem, (size_t)held, 0));
+    assert_memory_equal(mem, disk, (size_t)held);
+    free(mem);
+    free(disk);
+    walmirror_put(m);
+    return held;
+}
+
+static uint64_t mirror_hits(void)
+{
+    uint64_t mem, file;
+    store_wal_reads(&mem, &file);
+    return mem;
+}
+
+/* Another connection's reads of committed frames come from memory, and
+ * read what was committed; the copy follows the WAL through a restart
+ * from offset 0 and a truncation to nothing. */
+static void test_wal_reads_from_memory(void **state)
+{
+    support_store_t *d = *state;
+    const char *vfs = store_vfs_name();
+    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    long long rows = 0, bytes = 0;
+    for (int i = 0; i < 20; i++) {
+        insert_rows(a, (int)rows + 1, 4, 1500);
+        rows += 4;
+        bytes += 4 * 1500;
+        uint64_t before = mirror_hits();
+        assert_int_equal(blob_bytes(b), bytes);
+        assert_true(mirror_hits() > before);
+    }
+    assert_true(mirror_matches_file(d) > 20 * 4 * 1500);
+    exec_ok(a, "PRAGMA wal_checkpoint(RESTART)");  /* the next commit starts over at 0 */
+    insert_rows(a, (int)rows + 1, 3, 1500);
+    rows += 3;
+    bytes += 3 * 1500;
+    assert_int_equal(blob_bytes(b), bytes);
+    mirror_matches_file(d);
+    exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
+    assert_int_equal(mirror_matches_file(d), 0);   /* the file is empty: so is the copy */
+    insert_rows(a, (int)rows + 1, 2, 1500);
+    rows += 2;
+    assert_int_equal(count_rows(b), rows);
+    assert_true(mirror_matches_file(d) > 2 * 1500);
+    sqlite3_close(a);
+    sqlite3_close(b);
+}
+
+/* A commit the disk refused (the file size limit: EFBIG) leaves the copy
+ * no longer than what the file surely has; commits after it read right. */
+static void test_refused_write_cuts_the_copy(void **state)
+{
+    support_store_t *d = *state;
+    const char *vfs = store_vfs_name();
+    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    insert_rows(a, 1, 10, 1000);
+    assert_int_equal(count_rows(b), 10);
+    int64_t held = mirror_matches_file(d);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = (rlim_t)held + 20000;         /* the WAL may grow by less than the commit */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    exec_ok(a, "BEGIN IMMEDIATE");
+    exec_ok(a, "WITH RECURSIVE c(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM c WHERE i < 299)"
+               " INSERT INTO t SELECT i, randomblob(1000) FROM c");
+    int rc = sqlite3_exec(a, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        sqlite3_exec(a, "ROLLBACK", NULL, NULL, NULL);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_not_equal(rc, SQLITE_OK);
+    mirror_matches_file(d);
+    assert_int_equal(count_rows(b), 10);
+    insert_rows(a, 11, 5, 1000);
+    assert_int_equal(count_rows(b), 15);
+    assert_int_equal(blob_bytes(b), 15 * 1000);
+    mirror_matches_file(d);
+    sqlite3_close(a);
+    sqlite3_close(b);
+}
+
+/* A WAL larger than the copy's cap: the copy holds its first
+ * WALMIRROR_CAP bytes, and the frames past them are read from the file. */
+static void test_copy_stops_at_its_cap(void **state)
+{
+    support_store_t *d = *state;
+    const char *vfs = store_vfs_name();
+    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    int rows = (int)(WALMIRROR_CAP / 4000) + 2000;
+    insert_rows(a, 1, rows, 4000);
+    assert_int_equal(mirror_matches_file(d), WALMIRROR_CAP);
+    assert_int_equal(blob_bytes(b), (long long)rows * 4000);
+    sqlite3_close(a);
+    sqlite3_close(b);
+}
+
+/* Leaves d's database with committed frames in a WAL nobody checkpointed:
+ * a process that commits and dies without closing. */
+static void leave_wal_behind(const support_store_t *d)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        sqlite3 *db = NULL;
+        if (sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) ||
+            sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;"
+                             " CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB);"
+                             " WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c"
+                             " WHERE i < 40) INSERT INTO t SELECT i, randomblob(900) FROM c;",
+                             NULL, NULL, NULL))
+            _exit(1);
+        _exit(0);       /* no close: the WAL stays, its frames not checkpointed */
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A WAL this process did not write is read from the file: the copy keeps
+ * nothing until SQLite starts the WAL over, and writes appended after the
+ * recovered frames are not kept either (a gap would read as zeros). */
+static void test_recovered_wal_read_from_file(void **state)
+{
+    support_store_t *d = *state;
+    leave_wal_behind(d);
+    const char *vfs = store_vfs_name();
+    sqlite3 *a = open_db(d->db, vfs);
+    assert_int_equal(count_rows(a), 40);
+    insert_rows(a, 41, 5, 900);                    /* appended after the recovered frames */
+    sqlite3 *b = open_db(d->db, vfs);               /* an empty page cache */
+    assert_int_equal(count_rows(b), 45);
+    assert_int_equal(blob_bytes(b), 45 * 900);
+    assert_int_equal(mirror_matches_file(d), 0);
+    exec_ok(a, "PRAGMA wal_checkpoint(RESTART)");
+    insert_rows(a, 46, 5, 900);                    /* the WAL starts over: kept from 0 */
+    assert_true(mirror_matches_file(d) > 5 * 900);
+    sqlite3 *c = open_db(d->db, vfs);
+    assert_int_equal(blob_bytes(c), 50 * 900);
+    sqlite3_close(a);
+    sqlite3_close(b);
+    sqlite3_close(c);
+}
+
 static int setup(void **state)
 {
     support_store_t *d = calloc(1, sizeof *d);
@@ -247,6 +420,14 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_commit_frame_at_buffer_edge, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_one_process_owns_the_file, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_wal_reads_from_memory, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_write_cuts_the_copy, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_recovered_wal_read_from_file, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_copy_stops_at_its_cap, setup,
                                         support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
