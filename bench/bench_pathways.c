@@ -23,7 +23,9 @@
  * on a 2-core host do not fight over the cores; data still moves for real.
  * Bounded by BENCH_BUDGET_MS: configurations past it are skipped and named.
  * Output: plain `name value` lines. `bench_pathways grid` or `bench_pathways
- * bandwidth` runs one section alone. */
+ * bandwidth` runs one section alone; `bench_pathways util` only the
+ * (16 devices, 4 processes) chained case with its profile and the
+ * utilization sweep. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,6 +57,7 @@ static const int grid_p[] = {1, 2, 4, 8};
 /* comps/s by [dispatch][mode][d][p]; 0 = not run. */
 static double results[2][M__N][ND][NP];
 static int64_t bench_t0;
+static int only_util;           /* `bench_pathways util`: the profiled case alone */
 
 static int over_budget(void)
 {
@@ -510,6 +513,8 @@ static int run_grid_p(int pi, int seq)
                 continue;
             }
             int want_profile = m == M_CHAINED && grid_d[di] == 16 && grid_p[pi] == 4;
+            if (only_util && !want_profile)
+                continue;
             json_t *job = NULL;
             double r = run_case(&cl, m, di, N_STEPS, 0, want_profile ? &job : NULL);
             if (r < 0)
@@ -539,10 +544,12 @@ cleanup:
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
-    if (*only && strcmp(only, "grid") != 0 && strcmp(only, "bandwidth") != 0) {
-        fprintf(stderr, "usage: %s [grid|bandwidth]\n", argv[0]);
+    if (*only && strcmp(only, "grid") != 0 && strcmp(only, "bandwidth") != 0 &&
+        strcmp(only, "util") != 0) {
+        fprintf(stderr, "usage: %s [grid|bandwidth|util]\n", argv[0]);
         return 2;
     }
+    only_util = strcmp(only, "util") == 0;
     if (hx_init() != 0)
         return 1;
     bench_t0 = hx_now_ms();
@@ -553,7 +560,8 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int seq = 0; seq < 2 && rc == 0 && strcmp(only, "bandwidth") != 0; seq++)
         for (int pi = 0; pi < NP && rc == 0; pi++)
-            rc = run_grid_p(pi, seq);
+            if (!only_util || (seq == 0 && grid_p[pi] == 4))
+                rc = run_grid_p(pi, seq);
     for (int m = 0; m < M__N; m++)
         for (int di = 0; di < ND; di++)
             for (int pi = 0; pi < NP; pi++)
@@ -562,7 +570,7 @@ int main(int argc, char **argv)
                            grid_d[di], grid_p[pi],
                            results[0][m][di][pi] / results[1][m][di][pi]);
     unsetenv("ATOLL_BACKEND");
-    if (rc == 0 && strcmp(only, "grid") != 0 && run_bandwidths() != 0)
+    if (rc == 0 && strcmp(only, "grid") != 0 && !only_util && run_bandwidths() != 0)
         rc = 1;
     printf("bench.wall_s %.1f\n", (double)(hx_now_ms() - bench_t0) / 1000.0);
     return rc ? 1 : 0;
