@@ -532,17 +532,19 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
         goto fail;
     if (!plan->shared) {
         /* The first chunk if what is left of the pass's time allows it
-         * whole; after a big allocation, or chunks of other jobs, none:
-         * the next pass, at once, writes it (sched_dispatch_more), whole
-         * too, rather than a part now and a part then (a worker would
-         * report between the parts instead of holding its reports). */
+         * whole, or if it is small (SCHED_CHUNK_INLINE_TASKS); after a big
+         * allocation, or chunks of other jobs, none: the next pass, at
+         * once, writes it (sched_dispatch_more), whole too, rather than a
+         * part now and a part then (a worker would report between the
+         * parts instead of holding its reports). */
         slice_tasks(plan, r, pl, tasks);
         if (sched_cfg.sequential) {
             end = (dpos_t){plan->ncomps, 0};
         } else {
             end = chunk_end(plan, tasks, end, SCHED_CHUNK_FIRST_TASKS);
-            if (pass_deadline > 0 &&
-                tasks_until(pass_deadline, 1) < dpos_done(plan, tasks, end))
+            int64_t n = dpos_done(plan, tasks, end);
+            if (pass_deadline > 0 && n > SCHED_CHUNK_INLINE_TASKS &&
+                tasks_until(pass_deadline, 1) < n)
                 end = (dpos_t){0, 0};
         }
         if (dispatch_range(st, job, plan, doc, r, pl, (dpos_t){0, 0}, end, 0) != 0 ||

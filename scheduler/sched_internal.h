@@ -263,11 +263,18 @@ void sched_plans_free_all(void);
  * measured (a fixed part per chunk, a part per host task), at least
  * SCHED_CHUNK_FIRST_TASKS; jobs left when the time is up go first in the
  * next pass, which follows at once. A job allocated after the time is up
- * gets its first chunk in that next pass too. A chunk may end inside a
+ * gets its first chunk in that next pass too, unless that chunk has at most
+ * SCHED_CHUNK_INLINE_TASKS host tasks: writing those (~10 us each on the
+ * 2-core VM, in the allocation's open transaction) costs less than the
+ * transaction and pass of their own that deferring them takes, and a tiny
+ * job's admission alone often outlasts the pass's time there (its tasks
+ * then waited for a second pass: ~20 % of the scheduler's CPU under
+ * bench_loop). A chunk may end inside a
  * computation: a whole-island gang of 512 workers is written over several
  * passes, none of them long (the scheduler's pass p99 of issue 9). Up to
  * SCHED_MORE_MAX jobs in mid-dispatch are looked at per pass. */
 #define SCHED_CHUNK_FIRST_TASKS 32
+#define SCHED_CHUNK_INLINE_TASKS 8
 #define SCHED_CHUNK_MAX_TASKS 4096
 #define SCHED_CHUNK_US 500
 #define SCHED_MORE_MAX 64

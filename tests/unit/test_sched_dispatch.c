@@ -6,7 +6,8 @@
  * computation at once; a job that ended or was requeued between chunks
  * gets nothing more; one whose allocation no longer reads back fails; a
  * gang of more workers than a chunk holds is written over several passes,
- * each computation under one sequence number. */
+ * each computation under one sequence number; a small first chunk goes
+ * with its allocation even when its pass has no time left. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -82,6 +83,7 @@ static int teardown(void **state)
 {
     sched_plans_free_all();
     sched_dispatch_forget();
+    sched_dispatch_pass(0);     /* a test that failed inside a pass leaves none open */
     return support_store_teardown(state);
 }
 
@@ -101,6 +103,14 @@ static const char wide_doc[] =
  * so that two fit at once. */
 static const char half_doc[] =
     "{\"name\":\"half\",\"slices\":{\"s\":{\"shape\":[1,64]}},\"computations\":["
+    "{\"name\":\"c0\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+    "\"value\":1.0}],\"outputs\":[\"x\"]},"
+    "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
+    "{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]}]}";
+
+/* A job of two computations on [1,4] of wide: 8 host tasks in all. */
+static const char small_doc[] =
+    "{\"name\":\"small\",\"slices\":{\"s\":{\"shape\":[1,4]}},\"computations\":["
     "{\"name\":\"c0\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
     "\"value\":1.0}],\"outputs\":[\"x\"]},"
     "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
@@ -424,6 +434,22 @@ static void test_first_chunk_waits_for_next_pass(void **state)
     assert_int_equal(comp_rows_of(f, late, 0).n, 32);
 }
 
+/* A job whose first chunk is small (SCHED_CHUNK_INLINE_TASKS host tasks
+ * at most) gets it with its allocation even when its pass's time is up:
+ * no pass of its own for it. */
+static void test_small_first_chunk_at_once(void **state)
+{
+    fixture_t *f = *state;
+    int64_t small = support_store_submit(f->st, small_doc, wide, 1);
+    sched_cfg.chunk_us = 1;
+    sched_dispatch_pass(util_mono_us() - 1000);
+    assert_int_equal(allocate_job(f, small), 0);        /* nothing left to dispatch */
+    sched_dispatch_pass(0);
+    sched_cfg.chunk_us = INT64_MAX / 2;
+    assert_int_equal(comp_rows_of(f, small, 0).n, 4);
+    assert_int_equal(comp_rows_of(f, small, 1).n, 4);
+}
+
 /* Two jobs in mid-dispatch and time for one chunk per pass (a chunk may
  * take 1 µs): each pass advances one job, the one after the job the last
  * pass served, so both go on in turn; the one left over counts as left. */
@@ -480,6 +506,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_written_position_fails_job, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_chunks_bounded_by_time, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_first_chunk_waits_for_next_pass, setup_wide,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_small_first_chunk_at_once, setup_wide,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pass_time_shared_in_turn, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_unplain_address_refused, setup, teardown),
