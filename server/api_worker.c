@@ -54,6 +54,41 @@ void api_worker_report_counts(uint64_t *requests, uint64_t *items)
     *items = atomic_load(&report_items);
 }
 
+/* What the last read of each worker's tasks answered: the generation
+ * noted before that read and the lease id of an answer that named no
+ * stale attempt (store_worker_poll's quiet). The poll that acknowledges
+ * that lease, its worker's generation unchanged, would read nothing new:
+ * it parks without a read (the worker's poll right after each answer, half
+ * of a tiny job's poll reads). A slot per worker id modulo
+ * POLL_MEMO_SLOTS, tagged with the id: a collision costs a read, never an
+ * answer. */
+#define POLL_MEMO_SLOTS 4096
+typedef struct poll_memo {
+    int64_t worker;             /* 0: empty */
+    uint64_t gen;
+    int64_t lease;
+} poll_memo_t;
+static poll_memo_t poll_memo[POLL_MEMO_SLOTS];     /* guarded by poll_memo_mu */
+static pthread_mutex_t poll_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void poll_memo_set(int64_t worker, uint64_t gen, int64_t lease)
+{
+    pthread_mutex_lock(&poll_memo_mu);
+    poll_memo[worker % POLL_MEMO_SLOTS] = (poll_memo_t){worker, gen, lease};
+    pthread_mutex_unlock(&poll_memo_mu);
+}
+
+/* Whether a poll of worker acknowledging ack would read nothing new; its
+ * generation in *gen then. */
+static int poll_memo_quiet(int64_t worker, int64_t ack, uint64_t *gen)
+{
+    pthread_mutex_lock(&poll_memo_mu);
+    poll_memo_t m = poll_memo[worker % POLL_MEMO_SLOTS];
+    pthread_mutex_unlock(&poll_memo_mu);
+    *gen = m.gen;
+    return m.worker == worker && m.lease == ack && store_poll_gen(worker) == m.gen;
+}
+
 void api_worker_poll_counts(uint64_t *parks, uint64_t *reads)
 {
     *parks = atomic_load(&poll_parks);
@@ -519,6 +554,20 @@ void api_worker_heartbeat(http_req_t *req, http_resp_t *resp)
         http_json(resp, 200, json_pack("{s:I}", "lease_ms", (json_int_t)(api_cfg.lease_us / 1000)));
 }
 
+/* Nothing that changes the poll's answer committed since req->user_gen:
+ * it parks until that moves, or, its wait over, answers nothing new. No
+ * SQL. */
+static void poll_wait_on(http_req_t *req, http_resp_t *resp, int64_t id, int64_t ack,
+                         int64_t until)
+{
+    if (util_mono_us() < until) {
+        http_park_until(resp, store_poll_gen, id, req->user_gen, until);
+        atomic_fetch_add(&poll_parks, 1);
+    } else
+        http_json(resp, 200, json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
+                                       (json_int_t)ack));
+}
+
 void api_worker_poll(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
@@ -554,17 +603,16 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
             http_problem(resp, 503, NULL, "lease not renewed; retry");
             return;
         }
+        uint64_t gen;
+        if (live && poll_memo_quiet(id, ack, &gen)) {
+            req->user_gen = gen;    /* as if this poll had read at gen */
+            poll_wait_on(req, resp, id, ack, until);
+            return;
+        }
     } else {
         lease_flush(st);
         if (store_poll_gen(id) == req->user_gen) {
-            /* Nothing that changes the answer committed since this poll
-             * last looked: no SQL. */
-            if (util_mono_us() < until) {
-                http_park_until(resp, store_poll_gen, id, req->user_gen, until);
-                atomic_fetch_add(&poll_parks, 1);
-            } else
-                http_json(resp, 200, json_pack("{s:[], s:[], s:I}", "jobs", "cancel", "lease",
-                                               (json_int_t)ack));
+            poll_wait_on(req, resp, id, ack, until);
             return;
         }
     }
@@ -574,7 +622,10 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
     char *out = NULL;
     size_t len = 0;
     int any = 0;
-    int rc = store_worker_poll(st, id, ack, &out, &len, &any);
+    int64_t quiet = -1;
+    int rc = store_worker_poll(st, id, ack, &out, &len, &any, &quiet);
+    if (rc == STORE_OK && quiet >= 0)
+        poll_memo_set(id, req->user_gen, quiet);
     if (rc == STORE_NOTFOUND) {
         /* The lease expired while this poll was parked: register again. */
         http_problem(resp, 404, "id", "worker %ld is not registered", (long)id);

@@ -376,9 +376,12 @@ int store_worker_renew(store_t *st, const worker_renew_t *r, int n);
  * poll still acknowledges the older id. Delivery is a read (the dispatch
  * leased the tasks); only stale attempts take a write transaction (naming
  * them, or settling tasks of theirs the worker never received).
- * *any = 1 when either list is non-empty. */
+ * *any = 1 when either list is non-empty. *quiet = L when the answer came
+ * from a read with no stale attempt pending (settled or named): then a
+ * poll acknowledging L finds nothing until a commit concerning the worker
+ * moves store_poll_gen(worker) (store.h's watch); else -1. */
 int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
-                      int *any);
+                      int *any, int64_t *quiet);
 /* Applies a host task's completion report; STORE_CONFLICT when the task is
  * not leased to this worker (fencing); e filled on a malformed report (400,
  * e.g. an output array whose length is not the task's shard count). */

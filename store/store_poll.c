@@ -355,10 +355,11 @@ fail:
 }
 
 int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
-                      int *any)
+                      int *any, int64_t *quiet)
 {
     *any = 0;
     *out = NULL;
+    *quiet = -1;
     int work = poll_probe(st, worker, ack);
     if (work < 0)
         return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
@@ -370,6 +371,8 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size
     int rc = STORE_ERR;
     if (!(work & POLL_DELIVER) || poll_read(st, worker, ack, &gs, &lease) >= 0)
         rc = poll_finish(&gs, NULL, lease, out, len, any);
+    if (rc == STORE_OK)
+        *quiet = lease;
     poll_groups_free(&gs);
     return rc;
 }

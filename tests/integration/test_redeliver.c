@@ -18,8 +18,13 @@
  * store only when a commit moved store_poll_gen (store.c's watch
  * triggers); without the watch these answers come empty after the wait.
  *
- * Cluster: solo=1x1 and park=1x1, no real worker; atolld with a long
- * lease so the played workers are not lost while the test thinks. */
+ * A poll that acknowledges the last answer, when nothing concerning its
+ * worker committed since, parks without reading the store (the poll a
+ * worker sends right after each answer); an older ack, or a commit that
+ * concerns the worker (its job cancelled), makes it read.
+ *
+ * Cluster: solo=1x1, park=1x1 and quiet=1x1, no real worker; atolld with a
+ * long lease so the played workers are not lost while the test thinks. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,12 +43,12 @@ static char secret_hdr[160];     /* X-Atoll-Worker-Secret of the played worker *
 static int group_setup(void **state)
 {
     (void)state;
-    static const char *const islands[] = {"solo=1x1", "park=1x1"};
+    static const char *const islands[] = {"solo=1x1", "park=1x1", "quiet=1x1"};
     /* The played worker never reports: no drain at SIGTERM (atolld would
      * wait its default 5 s for those tasks, as long as the harness waits
      * before it kills). */
     static const char *const extra[] = {"--lease-ms", "600000", "--drain-ms", "0", NULL};
-    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 2, extra) != 0)
+    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 3, extra) != 0)
         return -1;
     return hx_client_init(&itest_client, itest_cluster.url);
 }
@@ -276,11 +281,70 @@ static void test_parked_poll_wakes(void **state)
     json_decref(p.ans);
 }
 
+/* Polls worker wid (ack=0) until its answer has a task; that task's id,
+ * the answer's lease in *lease. */
+static int64_t first_task(int64_t wid, int64_t job, int64_t *lease)
+{
+    json_t *a = NULL;
+    int64_t deadline = hx_now_ms() + ITEST_JOB_TIMEOUT_MS, t = 0;
+    while (!t && hx_now_ms() < deadline) {
+        json_decref(a);
+        T_CHECK(poll(wid, "&ack=0", &a) == 200, "poll");
+        if (!(t = only_task(a)))
+            hx_sleep_ms(ITEST_POLL_MS);
+    }
+    T_CHECK(t > 0, "job %" PRId64 " never reached the worker", job);
+    *lease = json_integer_value(json_object_get(a, "lease"));
+    json_decref(a);
+    return t;
+}
+
+static double poll_reads(void)
+{
+    double n = hx_metric(&itest_client, "atoll_worker_poll_reads_total");
+    T_CHECK(n >= 0, "no atoll_worker_poll_reads_total in /metrics");
+    return n;
+}
+
+static void test_acknowledged_poll_reads_nothing(void **state)
+{
+    (void)state;
+    static const char quiet_q[] =
+        "{'name':'q','slices':{'s':{'shape':[1,1],'island':'quiet'}},'computations':["
+        "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}";
+    int64_t wid = play_worker("quiet", "127.0.0.1:3");
+    int64_t job = itest_submit(quiet_q), lease = 0;
+    int64_t t1 = first_task(wid, job, &lease);
+    char q[64];
+    snprintf(q, sizeof q, "&ack=%" PRId64, lease);
+
+    double reads = poll_reads();
+    json_t *a = NULL;
+    T_CHECK(poll(wid, q, &a) == 200 && only_task(a) == 0, "acknowledged, yet delivered again");
+    json_decref(a);
+    T_CHECK(poll_reads() == reads, "the poll acknowledging the last answer read the store");
+    T_CHECK(poll(wid, "&ack=0", &a) == 200 && only_task(a) == t1,
+            "an older ack did not get task %" PRId64 " again", t1);
+    json_decref(a);
+    T_CHECK(poll_reads() == reads + 1, "the poll with an older ack did not read");
+
+    char path[64];
+    hx_resp_t r;
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, job);
+    T_CHECK(hx_request(&itest_client, "DELETE", path, NULL, 0, &r) == 0 && r.status == 200,
+            "cancel answered %ld", r.status);
+    hx_resp_clear(&r);
+    T_CHECK(poll(wid, q, &a) == 200 && names_job(a, job),
+            "after its job was cancelled, the acknowledged poll did not name it");
+    json_decref(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lost_answer_redelivered),
         cmocka_unit_test(test_parked_poll_wakes),
+        cmocka_unit_test(test_acknowledged_poll_reads_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
