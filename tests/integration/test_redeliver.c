@@ -117,6 +117,24 @@ static int64_t play_worker(const char *island, const char *addr)
     return wid;
 }
 
+/* Polls worker wid (ack=0) until its answer has a task; that task's id,
+ * the answer's lease in *lease. */
+static int64_t first_task(int64_t wid, int64_t job, int64_t *lease)
+{
+    json_t *a = NULL;
+    int64_t deadline = hx_now_ms() + ITEST_JOB_TIMEOUT_MS, t = 0;
+    while (!t && hx_now_ms() < deadline) {
+        json_decref(a);
+        T_CHECK(poll(wid, "&ack=0", &a) == 200, "poll");
+        if (!(t = only_task(a)))
+            hx_sleep_ms(ITEST_POLL_MS);
+    }
+    T_CHECK(t > 0, "job %" PRId64 " never reached the worker", job);
+    *lease = json_integer_value(json_object_get(a, "lease"));
+    json_decref(a);
+    return t;
+}
+
 static void test_lost_answer_redelivered(void **state)
 {
     (void)state;
@@ -126,18 +144,8 @@ static void test_lost_answer_redelivered(void **state)
 
     /* The first answer: leased, then "lost" (we act as if it never came).
      * The scheduler places the job asynchronously: poll until it is there. */
-    json_t *a1 = NULL;
-    int64_t deadline = hx_now_ms() + ITEST_JOB_TIMEOUT_MS, t1 = 0;
-    while (!t1 && hx_now_ms() < deadline) {
-        json_decref(a1);
-        T_CHECK(poll(wid, "&ack=0", &a1) == 200, "poll");
-        if (!(t1 = only_task(a1)))
-            hx_sleep_ms(ITEST_POLL_MS);
-    }
-    T_CHECK(t1 > 0, "job %" PRId64 " never reached the worker", job);
-    int64_t lease = json_integer_value(json_object_get(a1, "lease"));
+    int64_t lease = 0, t1 = first_task(wid, job, &lease);
     T_CHECK(lease > 0, "an answer with tasks carries its lease id");
-    json_decref(a1);
 
     json_t *a2 = NULL;
     T_CHECK(poll(wid, "&ack=0", &a2) == 200 && only_task(a2) == t1,
@@ -279,24 +287,6 @@ static void test_parked_poll_wakes(void **state)
     T_CHECK(json_integer_value(json_object_get(c, "job")) == job,
             "the parked poll answered without cancelling job %" PRId64, job);
     json_decref(p.ans);
-}
-
-/* Polls worker wid (ack=0) until its answer has a task; that task's id,
- * the answer's lease in *lease. */
-static int64_t first_task(int64_t wid, int64_t job, int64_t *lease)
-{
-    json_t *a = NULL;
-    int64_t deadline = hx_now_ms() + ITEST_JOB_TIMEOUT_MS, t = 0;
-    while (!t && hx_now_ms() < deadline) {
-        json_decref(a);
-        T_CHECK(poll(wid, "&ack=0", &a) == 200, "poll");
-        if (!(t = only_task(a)))
-            hx_sleep_ms(ITEST_POLL_MS);
-    }
-    T_CHECK(t > 0, "job %" PRId64 " never reached the worker", job);
-    *lease = json_integer_value(json_object_get(a, "lease"));
-    json_decref(a);
-    return t;
 }
 
 static double poll_reads(void)
