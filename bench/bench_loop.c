@@ -310,11 +310,11 @@ static int bench_chain(hx_client_t *cl, int k)
     char *doc = bench_chain_doc(k);
     double server[BENCH_CHAIN_RUNS], client[BENCH_CHAIN_RUNS];
     int rc = -1;
-    for (int i = 0; doc && i < BENCH_CHAIN_RUNS; i++)
-        if (bench_chain_once(cl, doc, k, &server[i], &client[i]) != 0)
-            goto cleanup;
     if (!doc)
         goto cleanup;
+    for (int i = 0; i < BENCH_CHAIN_RUNS; i++)
+        if (bench_chain_once(cl, doc, k, &server[i], &client[i]) != 0)
+            goto cleanup;
     qsort(server, BENCH_CHAIN_RUNS, sizeof server[0], cmp_double);
     qsort(client, BENCH_CHAIN_RUNS, sizeof client[0], cmp_double);
     printf("loop.chain%d.runs %d\n", k, BENCH_CHAIN_RUNS);

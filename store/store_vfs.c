@@ -74,9 +74,6 @@ static sqlite3_vfs *vfs_real;
 
 #define REAL(f) (((vfs_file_t *)(f))->real)
 
-/* Writes the buffer out. SQLITE_OK or the real write's error (the buffer
- * is dropped either way: SQLite treats a failed write as a failed
- * transaction and rolls back). */
 /* The real write, told to the mirror once the file has it (or failed). */
 static int vfs_write_real(vfs_file_t *p, const void *data, int n, sqlite3_int64 off)
 {
@@ -86,6 +83,9 @@ static int vfs_write_real(vfs_file_t *p, const void *data, int n, sqlite3_int64 
     return rc;
 }
 
+/* Writes the buffer out. SQLITE_OK or the real write's error (the buffer
+ * is dropped either way: SQLite treats a failed write as a failed
+ * transaction and rolls back). */
 static int vfs_flush(vfs_file_t *p)
 {
     if (p->len == 0)
@@ -240,8 +240,7 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int fla
         p->base.pMethods = &vfs_methods;
         if (p->wal && name)
             p->mirror = walmirror_get(name);    /* NULL: reads go to the file */
-    }
-    else if (rc == SQLITE_OK) {
+    } else if (rc == SQLITE_OK) {
         if (p->real->pMethods)
             p->real->pMethods->xClose(p->real);
         rc = SQLITE_CANTOPEN;
@@ -331,11 +330,6 @@ static void vfs_register(void)
         .xGetLastError = vfs_last_error, .xCurrentTimeInt64 = vfs_current_time64,
     };
     vfs_registered = sqlite3_vfs_register(&vfs_shim, 0) == SQLITE_OK;
-}
-
-void store_wal_reads(uint64_t *memory, uint64_t *file)
-{
-    walmirror_counts(memory, file);
 }
 
 const char *store_vfs_name(void)

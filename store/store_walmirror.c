@@ -33,6 +33,8 @@
  * its rwlock (readers share it, a write or truncation takes it alone). */
 #include "store_walmirror.h"
 
+#include "store.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -174,10 +176,10 @@ void walmirror_truncated(walmirror_t *m, int64_t size)
     pthread_rwlock_unlock(&m->lock);
 }
 
-void walmirror_counts(uint64_t *h, uint64_t *mi)
+void store_wal_reads(uint64_t *memory, uint64_t *file)
 {
-    *h = atomic_load_explicit(&hits, memory_order_relaxed);
-    *mi = atomic_load_explicit(&misses, memory_order_relaxed);
+    *memory = atomic_load_explicit(&hits, memory_order_relaxed);
+    *file = atomic_load_explicit(&misses, memory_order_relaxed);
 }
 
 int64_t walmirror_held(const char *path)

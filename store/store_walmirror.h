@@ -32,10 +32,9 @@ int walmirror_read(walmirror_t *m, void *out, size_t n, int64_t off);
 void walmirror_wrote(walmirror_t *m, const void *data, size_t n, int64_t off, int ok);
 /* After the file was truncated to size (or a truncation was tried). */
 void walmirror_truncated(walmirror_t *m, int64_t size);
-/* Reads served from mirrors and reads that went to the file, since start. */
-void walmirror_counts(uint64_t *hits, uint64_t *misses);
 /* Bytes of the file the mirror holds now (its valid prefix), or -1 when
- * no mirror of path is open. For tests and operators. */
+ * no mirror of path is open. For tests. (Its read counts are
+ * store_wal_reads, store.h.) */
 int64_t walmirror_held(const char *path);
 
 #endif

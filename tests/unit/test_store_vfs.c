@@ -52,6 +52,13 @@ static sqlite3 *open_db(const char *path, const char *vfs)
     return db;
 }
 
+/* Two connections to path through the store's VFS: a writer and a reader. */
+static void open_pair(const char *path, sqlite3 **a, sqlite3 **b)
+{
+    *a = open_db(path, store_vfs_name());
+    *b = open_db(path, store_vfs_name());
+}
+
 static void exec_ok(sqlite3 *db, const char *sql)
 {
     char *err = NULL;
@@ -117,8 +124,8 @@ static void test_commit_is_one_write(void **state)
 static void test_commits_visible_and_intact(void **state)
 {
     support_store_t *d = *state;
-    const char *vfs = store_vfs_name();
-    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    sqlite3 *a, *b;
+    open_pair(d->db, &a, &b);
     long long rows = 0;
     for (int i = 0; i < 50; i++) {      /* each commit is seen by the other connection */
         insert_rows(a, (int)rows + 1, 3, 2000);
@@ -140,7 +147,7 @@ static void test_commits_visible_and_intact(void **state)
     rows += 5;
     sqlite3_close(a);
     sqlite3_close(b);
-    sqlite3 *c = open_db(d->db, vfs);
+    sqlite3 *c = open_db(d->db, store_vfs_name());
     sqlite3_stmt *s = NULL;
     assert_int_equal(sqlite3_prepare_v2(c, "PRAGMA integrity_check", -1, &s, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_step(s), SQLITE_ROW);
@@ -168,8 +175,8 @@ static long long blob_bytes(sqlite3 *db)
 static void test_commit_frame_at_buffer_edge(void **state)
 {
     support_store_t *d = *state;
-    const char *vfs = store_vfs_name();
-    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    sqlite3 *a, *b;
+    open_pair(d->db, &a, &b);
     long long rows = 0, bytes = 0;
     for (int n = 1; n <= 60; n++) {
         exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
@@ -275,8 +282,8 @@ static uint64_t mirror_hits(void)
 static void test_wal_reads_from_memory(void **state)
 {
     support_store_t *d = *state;
-    const char *vfs = store_vfs_name();
-    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    sqlite3 *a, *b;
+    open_pair(d->db, &a, &b);
     long long rows = 0, bytes = 0;
     for (int i = 0; i < 20; i++) {
         insert_rows(a, (int)rows + 1, 4, 1500);
@@ -308,8 +315,8 @@ static void test_wal_reads_from_memory(void **state)
 static void test_refused_write_cuts_the_copy(void **state)
 {
     support_store_t *d = *state;
-    const char *vfs = store_vfs_name();
-    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    sqlite3 *a, *b;
+    open_pair(d->db, &a, &b);
     insert_rows(a, 1, 10, 1000);
     assert_int_equal(count_rows(b), 10);
     int64_t held = mirror_matches_file(d);
@@ -343,8 +350,8 @@ static void test_refused_write_cuts_the_copy(void **state)
 static void test_copy_stops_at_its_cap(void **state)
 {
     support_store_t *d = *state;
-    const char *vfs = store_vfs_name();
-    sqlite3 *a = open_db(d->db, vfs), *b = open_db(d->db, vfs);
+    sqlite3 *a, *b;
+    open_pair(d->db, &a, &b);
     int rows = (int)(WALMIRROR_CAP / 4000) + 2000;
     insert_rows(a, 1, rows, 4000);
     assert_int_equal(mirror_matches_file(d), WALMIRROR_CAP);
