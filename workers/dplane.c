@@ -323,6 +323,15 @@ struct send_wait {
     uint64_t cookie;
     struct send_wait *rma_next;
     uint8_t *hdr;
+    /* A plain send (send_once): the copy of the payload UCX sends from,
+     * freed with the wait. UCX may still read a request's payload after
+     * the sender gave up on it, even once its endpoint was closed with
+     * FORCE or the request cancelled (UCX 1.13: a send queued behind the
+     * endpoint's wire-up to a stopped peer is packed when that peer wakes
+     * up; seen under ASan as a read of the caller's freed buffer), so the
+     * payload must live as long as the request: the caller's own memory
+     * is free to go when send_once returns, whatever happened. */
+    void *payload;
 };
 
 static send_wait_t *send_wait_new(dplane_t *dp)
@@ -339,6 +348,7 @@ static send_wait_t *send_wait_new(dplane_t *dp)
 static void send_wait_free(send_wait_t *w)
 {
     free(w->hdr);
+    free(w->payload);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);
@@ -415,11 +425,13 @@ static int peer_alive(const char *addr)
 
 /* Gives up on w after its endpoint was closed: 1 if w is now the
  * callback's (the caller must not touch w or its request again), 0 if it
- * completed meanwhile. The payload may still be referenced by UCX only
- * towards a peer that is dead (its data_addr refused) or that held the
- * frame past DPLANE_SEND_TIMEOUT_US: a late read there lands in an attempt
- * whose sender has failed, so the attempt fails and its values are
- * discarded (attempt-exact results). */
+ * completed meanwhile. UCX may still send or expose what the request
+ * holds: a plain send's payload is w's own copy (freed with w), a pool
+ * send's is pool memory the peer may still read, towards a peer that is
+ * dead (its data_addr refused) or that held the frame past the sender's
+ * deadline: a late frame or read lands in an attempt whose sender has
+ * failed, so the attempt fails and its values are discarded
+ * (attempt-exact results). */
 static int send_abandon(dplane_t *dp, send_wait_t *w)
 {
     pthread_mutex_lock(&w->mu);
@@ -494,8 +506,15 @@ static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const t
     if (!ep)
         return -1;
     send_wait_t *w = send_wait_new(dp);
+    size_t nbytes = (size_t)shape_numel(&t->shape) * sizeof(float);
+    if (w && nbytes > 0 && !(w->payload = malloc(nbytes))) {
+        send_wait_free(w);
+        w = NULL;
+    }
     if (!w)
         return -1;
+    if (nbytes > 0)
+        memcpy(w->payload, t->data, nbytes);
     /* REPLY: the receiver learns which connection (mailbox origin) a frame
      * came through from its reply endpoint. */
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -503,8 +522,7 @@ static int send_once(dplane_t *dp, const char *addr, const uint8_t *hdr, const t
                                              UCP_OP_ATTR_FIELD_FLAGS,
                              .flags = UCP_AM_SEND_FLAG_REPLY, .cb.send = send_done,
                              .user_data = w};
-    size_t nbytes = (size_t)shape_numel(&t->shape) * sizeof(float);
-    void *r = ucp_am_send_nbx(ep, DPLANE_AM_ID, hdr, DPLANE_HDR_SIZE, t->data, nbytes, &p);
+    void *r = ucp_am_send_nbx(ep, DPLANE_AM_ID, hdr, DPLANE_HDR_SIZE, w->payload, nbytes, &p);
     ucs_status_t st = UCS_OK;
     int abandoned = 0;
     if (UCS_PTR_IS_ERR(r)) {

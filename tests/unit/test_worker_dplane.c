@@ -657,6 +657,65 @@ static void test_forced_tcp(void **state)
     mbox_free(mc);
 }
 
+/* a's resolver: b's UCX address straight from b, without asking b's
+ * port (b's progress thread, which answers it, may be held). */
+static void *resolve_to(void *ctx, const char *addr, size_t *len)
+{
+    (void)addr;
+    size_t n = 0;
+    const void *ua = dplane_ucx_address(ctx, &n);
+    void *copy = ua ? malloc(n) : NULL;
+    if (copy)
+        memcpy(copy, ua, n);
+    *len = n;
+    return copy;
+}
+
+/* Whether a still holds sends it gave up on (UCX has not completed
+ * them); a's own lock. */
+static int holds_abandoned(dplane_t *a)
+{
+    pthread_mutex_lock(&a->mu);
+    int held = a->abandoned != NULL;
+    pthread_mutex_unlock(&a->mu);
+    return held;
+}
+
+/* A send given up while UCX still holds it: b's progress thread waits for
+ * b's prog_mu (held here), so the endpoint's wire-up cannot finish and the
+ * send stays queued behind it past its deadline. When b progresses again,
+ * UCX either cancels it or packs and sends it then (a race with the
+ * endpoint's close; UCX 1.13 does either), after dplane_send_until()
+ * returned and its caller freed the buffer, as the worker's runner does.
+ * UCX must never read the caller's memory then (the ASan build catches
+ * the read: before send_once kept its own copy, 4 runs in 4 here and 3 in
+ * 3 of test_dispatch's fault group), and a frame that arrives carries
+ * exactly what was sent. */
+static void test_given_up_send_keeps_its_payload(void **state)
+{
+    pair_t *p = *state;
+    dplane_set_resolver(p->a, resolve_to, p->b);
+    const int64_t dims[1] = {512};
+    tensor_t *t = iota(1, dims), *sent = tensor_clone(t);
+    assert_non_null(sent);
+    mbox_tag_t tag = {.job = 77, .attempt = 0, .comp = 0, .op = -1, .src = 0, .dst = 1};
+    pthread_mutex_lock(&p->b->prog_mu);
+    int rc = dplane_send_until(p->a, dplane_addr(p->b), &tag, &KEY, t, in_ms(300));
+    tensor_free(t);
+    pthread_mutex_unlock(&p->b->prog_mu);
+    assert_int_equal(rc, -1);
+    int64_t end = in_ms(10000);
+    while (holds_abandoned(p->a) && util_mono_us() < end)
+        usleep(1000);
+    assert_false(holds_abandoned(p->a));
+    tensor_t *got = NULL;
+    if (mbox_take(p->mb_b, &tag, in_ms(200), &got) == MBOX_OK) {
+        assert_same_tensor(got, sent);
+        tensor_free(got);
+    }
+    tensor_free(sent);
+}
+
 /* A receiver that goes away: the sender's next send fails, not hangs. */
 static void test_receiver_gone(void **state)
 {
@@ -779,6 +838,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_4mib_integrity, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_forced_tcp, pair_setup, pair_teardown),
         cmocka_unit_test(test_receiver_gone),
+        cmocka_unit_test_setup_teardown(test_given_up_send_keeps_its_payload, pair_setup,
+                                        pair_teardown),
         cmocka_unit_test_setup_teardown(test_wrong_key_dropped, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_bad_header_counted, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_parked_until_claimed, pair_setup, pair_teardown),
