@@ -25,6 +25,7 @@
 
 #include "../workers/dplane.c"
 #include "../workers/mbox.c"
+#include "../workers/wopts.h"
 #if __has_include("../workers/shmring.c")
 #include "../workers/shmring.c"
 #endif
@@ -320,6 +321,9 @@ int main(int argc, char **argv)
     if (idle_s < 0)
         idle_s = 10;
     log_setup("bench_dplane", LOG_WARN, 0);
+    /* As atoll-worker: large blocks from a heap that keeps them, not a
+     * fresh mmap (and its page faults) per tensor or send. */
+    util_malloc_keep(WORKER_MMAP_MIN, WORKER_TRIM_MIN);
     shape_t s = {.rank = 1, .dim = {BENCH_ELEMS}};
 #ifdef DPLANE_SPIN_US
     /* Before the pool, in the same run: UCX's own protocols (CMA single

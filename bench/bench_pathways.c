@@ -16,8 +16,9 @@
  * computation goes (setup, worker step, hand-off, controller tail), and the
  * smallest `compute` duration that brings device utilization to 95 %.
  * Last, same-host edge bandwidth (a 16 MiB tensor between computations on
- * two worker processes, from worker timestamps) against memcpy in this
- * process, and all-reduce bus bandwidth.
+ * two worker processes, from worker timestamps: the median over pairs of
+ * a fill job and the edge job, paired_cost) against memcpy in this
+ * process, and all-reduce bus bandwidth (the same way).
  *
  * Workers use the `sim` backend (compute sleeps) so that D device threads
  * on a 2-core host do not fight over the cores; data still moves for real.
@@ -43,7 +44,7 @@
 #define JOB_TIMEOUT_MS 60000
 #define EDGE_ELEMS (4 * 1024 * 1024)        /* 16 MiB of f32 */
 #define AR_ELEMS (1024 * 1024)              /* 4 MiB of f32 per shard */
-#define REPEATS 5
+#define PAIRS 9                  /* paired_cost */
 
 enum { M_OPBYOP, M_CHAINED, M_FUSED, M__N };
 static const char *const mode_names[M__N] = {"opbyop", "chained", "fused"};
@@ -392,24 +393,49 @@ static double memcpy_gbps(void)
     return best;
 }
 
-/* Runs doc REPEATS times and returns the smallest value of f(job), or -1. */
-static int64_t best_of(hx_client_t *cl, const char *doc_q, int64_t (*f)(const json_t *))
+/* Runs doc once and returns f(job), or -1. */
+static int64_t run_once(hx_client_t *cl, const char *doc, int64_t (*f)(const json_t *))
 {
-    int64_t best = -1;
-    char *doc = hx_text_q(doc_q);
-    for (int r = 0; doc && r < REPEATS; r++) {
-        int64_t id;
-        json_t *job = submit(cl, doc, &id) == 0 ? wait_ok(cl, id) : NULL;
-        if (!job) {
-            best = -1;
-            break;
-        }
-        int64_t v = f(job);
-        json_decref(job);
-        best = best < 0 || v < best ? v : best;
+    int64_t id;
+    json_t *job = submit(cl, doc, &id) == 0 ? wait_ok(cl, id) : NULL;
+    int64_t v = job ? f(job) : -1;
+    json_decref(job);
+    return v;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* What the op under test costs: PAIRS runs of the baseline job (base_q,
+ * measured by fb) each followed at once by the job with the op (op_q, fo),
+ * and the median of the pairs' differences (out[1]; out[0], out[2] the
+ * smallest and largest), each at least 1 µs. Pairing and the median keep
+ * the VM's drift and one slow run out: the difference of two best-of-N
+ * figures moved 41 -> 96 % of memcpy between two runs of one tree. 0 or -1. */
+static int paired_cost(hx_client_t *cl, const char *base_q, int64_t (*fb)(const json_t *),
+                       const char *op_q, int64_t (*fo)(const json_t *), int64_t out[3])
+{
+    int64_t d[PAIRS];
+    char *base = hx_text_q(base_q), *op = hx_text_q(op_q);
+    int rc = base && op ? 0 : -1;
+    for (int r = 0; rc == 0 && r < PAIRS; r++) {
+        int64_t b = run_once(cl, base, fb), o = b < 0 ? -1 : run_once(cl, op, fo);
+        if (o < 0)
+            rc = -1;
+        d[r] = o - b > 1 ? o - b : 1;
     }
-    free(doc);
-    return best;
+    if (rc == 0) {
+        qsort(d, PAIRS, sizeof d[0], cmp_i64);
+        out[0] = d[0];
+        out[1] = d[PAIRS / 2];
+        out[2] = d[PAIRS - 1];
+    }
+    free(base);
+    free(op);
+    return rc;
 }
 
 static int64_t comp0_span(const json_t *job)
@@ -417,8 +443,8 @@ static int64_t comp0_span(const json_t *job)
     return hx_comp_time_us(job, 0, "finished") - hx_comp_time_us(job, 0, "started");
 }
 
-/* Edge: consumer's inputs ready minus producer start (fill time is taken
- * off by the caller). */
+/* Edge: consumer's inputs ready minus producer start (paired_cost takes
+ * the fill job's span off). */
 static int64_t edge_span(const json_t *job)
 {
     return hx_comp_time_us(job, 1, "inputs_ready") - hx_comp_time_us(job, 0, "started");
@@ -458,23 +484,21 @@ static int run_bandwidths(void)
              "{'name':'arbase','slices':{'s':{'shape':[2,4],'island':'ar'}},'computations':["
              "{'name':'c','slice':'s','ops':[{'op':'fill','out':'x','shape':[%d],'value':1},"
              "{'op':'fill','out':'y','shape':[],'value':0}],'outputs':['y']}]}", AR_ELEMS);
-    int64_t fill_us = best_of(&cl, fill_q, comp0_span);
-    int64_t edge_us = best_of(&cl, edge_q, edge_span);
-    int64_t ar_us = best_of(&cl, ar_q, comp0_span);
-    int64_t base_us = best_of(&cl, base_q, comp0_span);
-    if (fill_us < 0 || edge_us < 0 || ar_us < 0 || base_us < 0)
+    int64_t xfer_us[3], ar_cost[3];
+    if (paired_cost(&cl, fill_q, comp0_span, edge_q, edge_span, xfer_us) != 0 ||
+        paired_cost(&cl, base_q, comp0_span, ar_q, comp0_span, ar_cost) != 0)
         goto cleanup;
     double bytes = (double)EDGE_ELEMS * 4, mc = memcpy_gbps();
-    int64_t xfer = edge_us - fill_us > 1 ? edge_us - fill_us : 1;
-    double edge_gbps = bytes / ((double)xfer / 1e6) / 1e9;
+    double edge_gbps = bytes / ((double)xfer_us[1] / 1e6) / 1e9;
     printf("edge.bytes %.0f\n", bytes);
-    printf("edge.fill_us %" PRId64 "\n", fill_us);
-    printf("edge.producer_start_to_consumer_ready_us %" PRId64 "\n", edge_us);
-    printf("edge.transfer_us %" PRId64 "\n", xfer);
+    printf("edge.pairs %d\n", PAIRS);
+    printf("edge.transfer_us %" PRId64 "\n", xfer_us[1]);
+    printf("edge.transfer_us.min %" PRId64 "\nedge.transfer_us.max %" PRId64 "\n", xfer_us[0],
+           xfer_us[2]);
     printf("edge.same_host_GBps %.3f\n", edge_gbps);
     printf("memcpy.GBps %.3f\n", mc);
     printf("edge.fraction_of_memcpy %.3f\n", mc > 0 ? edge_gbps / mc : 0);
-    int64_t t_ar = ar_us - base_us > 1 ? ar_us - base_us : 1;
+    int64_t t_ar = ar_cost[1];
     double n = 8, arbytes = (double)AR_ELEMS * 4;
     printf("allreduce.shards 8\nallreduce.processes 4\nallreduce.bytes_per_shard %.0f\n", arbytes);
     printf("allreduce.us %" PRId64 "\n", t_ar);

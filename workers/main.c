@@ -444,9 +444,8 @@ static void worker_close(worker_t *w, int registered)
  * WORKER_MMAP_MIN come from the heap, and freed memory up to
  * WORKER_TRIM_MIN stays there for the next computation (a caching
  * allocator's trade: the worker keeps its high-water mark, which the
- * object store's cap bounds). */
-#define WORKER_MMAP_MIN (32 * 1024 * 1024)
-#define WORKER_TRIM_MIN (256 * 1024 * 1024)
+ * object store's cap bounds). The figures: wopts.h (bench_dplane uses
+ * them too). */
 
 int main(int argc, char **argv)
 {

@@ -11,6 +11,11 @@
 #include "dplane.h"
 #include "util.h"
 
+/* The worker's malloc settings, util_malloc_keep(WORKER_MMAP_MIN,
+ * WORKER_TRIM_MIN) (why: workers/main.c). */
+#define WORKER_MMAP_MIN (32 * 1024 * 1024)
+#define WORKER_TRIM_MIN (256 * 1024 * 1024)
+
 typedef struct wopts {
     const char *controller;     /* required: http://HOST:PORT */
     const char *island;         /* required */
