@@ -345,8 +345,10 @@ static int store_watch(store_t *st)
 /* temp_store=MEMORY: SQLite's statement and savepoint journals stay in
  * memory. Every report of a batch applies in its own savepoint, and past
  * 64 KiB SQLite spilled those journals to a temporary file it created,
- * wrote and deleted inside the transaction. */
-#define STORE_TEMP_PRAGMA " PRAGMA temp_store=MEMORY;"
+ * wrote and deleted inside the transaction. journal_size_limit: see
+ * STORE_WAL_KEEP_BYTES. */
+#define STORE_TEMP_PRAGMA " PRAGMA temp_store=MEMORY;" \
+    " PRAGMA journal_size_limit=" STORE_STR(STORE_WAL_KEEP_BYTES) ";"
 
 /* A new database gets pages of STORE_PAGE_SIZE bytes (before WAL mode
  * writes its first page; on an existing database the pragma does

@@ -55,6 +55,15 @@ void store_idx_coords(const shape_t *shape, int64_t idx, int64_t *c);
  * (SQLite's own default threshold), and past which it forces one. */
 #define STORE_CKPT_PAGES 1000
 #define STORE_CKPT_FORCE_PAGES 16000
+/* The -wal file's size at rest (PRAGMA journal_size_limit): when a writer
+ * starts the WAL over, SQLite cuts a longer file back to this. Above what
+ * the checkpointer lets the WAL reach under steady load (about
+ * STORE_CKPT_FORCE_PAGES frames of 1 KiB pages, ~17 MB), so steady
+ * restarts never cut and re-grow it (a growing file makes each fdatasync
+ * write its size too); what a spike took (a migration's copy of a table,
+ * a reader that held the old WAL for long) is given back at the next
+ * restart instead of staying the file's size for good. */
+#define STORE_WAL_KEEP_BYTES 25165824 /* 24 MiB; a literal: PRAGMA takes no expression */
 /* Every connection's sqlite3_wal_hook (store_ckpt.c): it replaces
  * auto-checkpointing, so no COMMIT checkpoints. Returns SQLITE_OK. */
 int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages);

@@ -5,7 +5,8 @@
  * the next commit past the threshold has it copy the frames into the
  * database, and the data stays whole. A WAL past STORE_CKPT_FORCE_PAGES
  * starts over even when a reader of the old one kept it from doing so
- * by itself. */
+ * by itself, and a -wal file a spike grew past STORE_WAL_KEEP_BYTES is
+ * cut back when it starts over. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -285,12 +286,35 @@ static void test_full_wal_started_over(void **state)
     assert_true(frames < STORE_CKPT_PAGES);
 }
 
+/* A WAL that a spike took past STORE_WAL_KEEP_BYTES: once a checkpoint
+ * copied it all, the next writer starts it over and the file is cut back
+ * to that size (journal_size_limit); without it the file would keep its
+ * high-water mark for good. No thread: the test runs the checkpoint. */
+static void test_wal_file_cut_back(void **state)
+{
+    (void)state;
+    support_store_t d;
+    sqlite3 *db = ckpt_store(&d);
+    int64_t next = 1;
+    while (wal_bytes(&d) <= STORE_WAL_KEEP_BYTES)
+        write_rows(db, 10 * ROWS_PER_TXN, &next);
+    long long spike = wal_bytes(&d);
+    store_ckpt_once(db);
+    write_rows(db, 1, &next);   /* starts the WAL over */
+    long long after = wal_bytes(&d);
+    print_message("-wal: %lld bytes after the spike, %lld after the restart\n", spike, after);
+    assert_true(after <= STORE_WAL_KEEP_BYTES);
+    assert_int_equal(count_rows(db), next - 1);
+    store_thread_close();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoints_off_the_commit_path),
         cmocka_unit_test(test_kicks_count_new_frames),
         cmocka_unit_test(test_full_wal_started_over),
+        cmocka_unit_test(test_wal_file_cut_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
