@@ -362,8 +362,8 @@ static int open_store(const options_t *o)
 static int start_services(const options_t *o, int *port)
 {
     api_cfg = (api_config_t){o->islands, o->nislands, o->lease_ms * 1000, o->web_dir,
-                             o->dispatch, o->allow_run, sched_notify, sched_ever_fits,
-                             sched_metrics, sched_plan_offer};
+                             o->dispatch, o->allow_run, sched_notify, sched_notify_freed,
+                             sched_ever_fits, sched_metrics, sched_plan_offer};
     sched_config_t sc = {o->islands, o->nislands, o->lease_ms * 1000,
                          strcmp(o->dispatch, "sequential") == 0, http_wake, 0, 0};
     if (sched_start(&sc) != 0) {

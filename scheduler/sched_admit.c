@@ -240,11 +240,11 @@ static tenant_q_t *tq_pick(store_t *st, tenant_q_t *qs, int n)
 }
 
 /* One admission round over the heads of the tenants' queues. */
-void sched_admit(store_t *st)
+int sched_admit(store_t *st)
 {
     sched_tenant_t *ts = NULL;
     tenant_q_t *qs = NULL;
-    int nt = 0, complete = 0, yielded = 0, fed = 0, wrote = 0, left = 0;
+    int nt = 0, complete = 0, yielded = 0, fed = -1, wrote = 0, left = 0, waited = 0, live = 0;
     int64_t t0 = util_mono_us();
     int64_t admit_us = sched_rounds_cut >= SCHED_ROUNDS_CUT_MAX ? INT64_MAX
                        : sched_cfg.round_admit_us > 0 ? sched_cfg.round_admit_us
@@ -277,12 +277,13 @@ void sched_admit(store_t *st)
             yielded = 1;
             break;
         }
+        waited += rc == 0;
         if (rc == 0 && ++q->waits >= SCHED_LOOKAHEAD)
             q->done = 1;
     }
     complete = q == NULL;
     sched_rounds_cut = yielded ? sched_rounds_cut + 1 : 0;
-    fed = sched_feed_shared(st, &r);
+    fed = sched_feed_shared(st, &r, &live);
     /* Every device change of this round is in r and committed: it is the
      * next round's view unless someone else changed devices meanwhile. A
      * round that preempted (its evictions are recorded in r too, but the
@@ -294,6 +295,9 @@ cleanup:
      * jobs may still be queued. */
     if (complete)
         sched_plans_sweep();
+    /* Whether freed devices could matter to the next round; in doubt, yes. */
+    int waiting = !complete || yielded || waited > 0 || left != 0 || sched_more_pending ||
+                  fed < 0 || live > 0 || r.evicted;
     sched_round_free(&r);
     free(qs);
     free(ts);
@@ -305,6 +309,7 @@ cleanup:
         sched_notify();
     sched_more_pending = 0;
     sched_dispatch_pass(0);
+    return waiting;
 }
 
 void sched_counters(uint64_t *attempts, uint64_t *successes)

@@ -352,13 +352,14 @@ static double feed_cost(const sched_feed_job_t *fj, int nshards)
  * in-memory virtual times keep what it charged: a tenant pays for
  * dispatches it did not get once, which the next passes absorb).
  * Returns computations dispatched, or -1 on a store error. */
-int sched_feed_shared(store_t *st, round_t *r)
+int sched_feed_shared(store_t *st, round_t *r, int *live)
 {
     static sched_feed_job_t fj[FEED_MAX];
     vtime_t *vt[FEED_MAX];
     int xi[FEED_MAX];
     island_load_t il[SCHED_MAX_ISLANDS];
     int n = store_sched_feed_jobs(st, fj, FEED_MAX), fed = 0;
+    *live = n > 0 ? n : 0;
     feed_costs(st, fj, n);
     double vstart = INFINITY;
     for (int i = 0; i < nvtimes; i++)

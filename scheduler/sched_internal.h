@@ -325,8 +325,8 @@ int sched_try_preempt(store_t *st, round_t *r, const sched_job_t *job, const sch
 /* ---- the shared jobs' feed (sched_feed.c) ---- */
 
 /* One feed pass over the live shared jobs: computations dispatched, or -1
- * on a store error. */
-int sched_feed_shared(store_t *st, round_t *r);
+ * on a store error; *live: how many live shared jobs it looked at. */
+int sched_feed_shared(store_t *st, round_t *r, int *live);
 /* An island's lookahead budget (µs of expected device time dispatched and
  * not finished) stays within these bounds. */
 #define SCHED_FEED_BUDGET_MIN_US 500.0
@@ -342,7 +342,10 @@ int sched_feed_gauge(int island, double *budget_s, double *inflight_s);
 /* ---- the admission round (sched_admit.c) ---- */
 
 /* One admission round and feed pass; calls sched_cfg.on_dispatch when it
- * made host tasks pending. */
-void sched_admit(store_t *st);
+ * made host tasks pending. Returns 1 when devices freed after it could
+ * matter to the next round (a job waited, the round was cut short or
+ * failed, host tasks are left to write, shared jobs are live), else 0:
+ * every queued job it saw was placed (sched_notify_freed). */
+int sched_admit(store_t *st);
 
 #endif

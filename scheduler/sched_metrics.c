@@ -1,6 +1,6 @@
 /* sched_metrics.c - the scheduler's /metrics families (Prometheus text):
- * allocation attempts, admission rounds and the pass histograms (wall
- * and CPU time).
+ * allocation attempts, admission rounds, the job-success notices
+ * (sched_notify_freed) and the pass histograms (wall and CPU time).
  * Reads the scheduler thread's counters (scheduler.c, sched_admit.c; any
  * thread may). */
 #include "sched_internal.h"
@@ -23,8 +23,17 @@ static size_t metrics_allocations(char *buf, size_t len, size_t cap)
 
 static size_t metrics_rounds(char *buf, size_t len, size_t cap)
 {
-    uint64_t rounds, round_us, round_max_us;
+    uint64_t rounds, round_us, round_max_us, woke, skipped;
     sched_round_stats(&rounds, &round_us, &round_max_us);
+    sched_freed_counts(&woke, &skipped);
+    len = util_appendf(buf, len, cap,
+                       "# HELP atoll_sched_freed_notices_total Jobs that succeeded and freed "
+                       "devices, by whether that woke the scheduler (woke=\"no\": no job "
+                       "waited for devices).\n"
+                       "# TYPE atoll_sched_freed_notices_total counter\n"
+                       "atoll_sched_freed_notices_total{woke=\"yes\"} %lu\n"
+                       "atoll_sched_freed_notices_total{woke=\"no\"} %lu\n",
+                       (unsigned long)woke, (unsigned long)skipped);
     return util_appendf(buf, len, cap,
                         "# HELP atoll_sched_rounds_total Admission rounds run.\n"
                         "# TYPE atoll_sched_rounds_total counter\n"

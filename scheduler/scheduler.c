@@ -42,6 +42,15 @@ static pthread_t sched_thread;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
 static int sched_wake;          /* guarded by sched_mu */
+/* Guarded by sched_mu. sched_waiting: the last round's sched_admit()
+ * result (1 before the first), whether devices freed since could let a
+ * round do something. sched_freed: a sched_notify_freed() came since the
+ * current round began; a round that ends waiting runs again at once if
+ * one did, since the notice may have read sched_waiting from the round
+ * before. */
+static int sched_waiting = 1;
+static int sched_freed;
+static _Atomic uint64_t sched_freed_woke, sched_freed_skipped;   /* for /metrics */
 static int sched_running;       /* guarded by sched_mu */
 
 static void hist_add(pass_hist_t *h, uint64_t us)
@@ -101,6 +110,7 @@ static void *sched_main(void *arg)
             break;
         int woke = sched_wake;
         sched_wake = 0;
+        sched_freed = 0;
         if (++ticks >= SCHED_ADMIT_EVERY_TICKS) {
             ticks = 0;
             woke = 1;
@@ -117,13 +127,19 @@ static void *sched_main(void *arg)
         }
         /* Admission only when something changed, so idle ticks stay cheap
          * (a round reads each tenant's head, not the queue). */
+        int waiting = -1;
         if (woke) {
             int64_t t0 = util_mono_us(), c0 = thread_cpu_us();
-            sched_admit(st);
+            waiting = sched_admit(st);
             int64_t cpu = thread_cpu_us() - c0;
             pass_record((uint64_t)(util_mono_us() - t0), (uint64_t)(cpu > 0 ? cpu : 0));
         }
         pthread_mutex_lock(&sched_mu);
+        if (waiting >= 0) {
+            sched_waiting = waiting;
+            if (waiting && sched_freed)
+                sched_wake = 1;
+        }
     }
     pthread_mutex_unlock(&sched_mu);
     sched_plans_free_all();
@@ -195,6 +211,25 @@ void sched_notify(void)
     sched_wake = 1;
     pthread_cond_signal(&sched_cv);
     pthread_mutex_unlock(&sched_mu);
+}
+
+void sched_notify_freed(void)
+{
+    pthread_mutex_lock(&sched_mu);
+    sched_freed = 1;
+    int wake = sched_waiting;
+    if (wake) {
+        sched_wake = 1;
+        pthread_cond_signal(&sched_cv);
+    }
+    pthread_mutex_unlock(&sched_mu);
+    atomic_fetch_add(wake ? &sched_freed_woke : &sched_freed_skipped, 1);
+}
+
+void sched_freed_counts(uint64_t *woke, uint64_t *skipped)
+{
+    *woke = atomic_load(&sched_freed_woke);
+    *skipped = atomic_load(&sched_freed_skipped);
 }
 
 void sched_stop(void)

@@ -41,6 +41,15 @@ int sched_start(const sched_config_t *cfg);
 int sched_ever_fits(const job_plan_t *plan);
 /* Wakes the scheduler: a job arrived or ended, a worker came or went. */
 void sched_notify(void);
+/* A job succeeded: its devices were freed and nothing went back to the
+ * queue. Wakes the scheduler only when its last round left a job waiting
+ * (or could not tell: a store error, a round cut short, shared jobs live,
+ * host tasks left to write), else the next job's own arrival wakes it.
+ * Any thread. */
+void sched_notify_freed(void);
+/* Calls of sched_notify_freed that woke the scheduler and that did not,
+ * since start; for /metrics (atoll_sched_freed_notices_total). */
+void sched_freed_counts(uint64_t *woke, uint64_t *skipped);
 /* A job just stored, with its document (doc_bytes: the size of its text)
  * and the plan compiled from it (as the scheduler would compile it: same
  * islands): the scheduler takes both (owns and frees them) and uses them

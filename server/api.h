@@ -17,11 +17,15 @@ typedef struct api_config {
     /* The scheduler, as the handlers see it (atolld's main.c wires these;
      * server/ does not include scheduler/): wake_scheduler after a change
      * it cares about (a job arrived or ended, a worker came or went);
+     * wake_scheduler_freed after a job succeeded (its devices freed,
+     * nothing queued again: it wakes the scheduler only when a job waits
+     * for devices);
      * job_ever_fits says whether a job could ever be placed (1, 0 never,
      * -1 error); scheduler_metrics appends its /metrics families
      * (util_appendf's contract). Any may be NULL (no scheduler: every job
      * fits). */
     void (*wake_scheduler)(void);
+    void (*wake_scheduler_freed)(void);
     int (*job_ever_fits)(const job_plan_t *plan);
     size_t (*scheduler_metrics)(char *buf, size_t len, size_t cap);
     /* job_planned hands the scheduler a job just stored with its parsed

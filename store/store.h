@@ -386,9 +386,13 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size
  * not leased to this worker (fencing); e filled on a malformed report (400,
  * e.g. an output array whose length is not the task's shard count). */
 /* *effects gets STORE_FX_* bits telling the caller whom to wake. */
-#define STORE_FX_JOB_ENDED 1        /* devices were freed: wake the scheduler */
+#define STORE_FX_JOB_ENDED 1        /* a job failed or went back to the queue, devices
+                                       were freed: wake the scheduler */
 #define STORE_FX_TASKS_READY 2      /* blocked tasks became leased: wake pollers */
 #define STORE_FX_FEED 4             /* a shared job progressed: wake the scheduler's feed */
+#define STORE_FX_JOB_SUCCEEDED 8    /* a job succeeded: its devices were freed and nothing
+                                       went back to the queue (wake its waiters; the
+                                       scheduler only if a job waits for devices) */
 int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         int *effects, err_t *e);
 /* Applies many reports ({"task": N, ...report fields}) in one transaction,

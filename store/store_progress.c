@@ -268,7 +268,7 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     if (shared)
         *effects |= STORE_FX_FEED;
     if (done) {
-        *effects |= STORE_FX_JOB_ENDED;
+        *effects |= STORE_FX_JOB_SUCCEEDED;
         return store_job_finish(st, r->job, "succeeded", NULL);
     }
     /* A shared job's computations are never blocked: the feed dispatches

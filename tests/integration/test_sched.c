@@ -59,10 +59,31 @@ static const char *state_now(int64_t id, char *buf, size_t cap)
 
 /* ---- two whole-island jobs: the second waits for the first ---- */
 
+#define FREED_WOKE "atoll_sched_freed_notices_total{woke=\"yes\"}"
+#define FREED_SKIPPED "atoll_sched_freed_notices_total{woke=\"no\"}"
+
+/* The second job waits in every round until the first succeeds, so that
+ * success wakes the scheduler (sched_notify_freed); a success with nothing
+ * queued does not (the next arrival will). Rounds racing a job's end may
+ * still count the job placed last as waiting, so the skip is looked for
+ * over up to 10 lone jobs. */
+static void check_freed_notices(double woke0, double skipped0)
+{
+    T_CHECK(hx_metric(&itest_client, FREED_WOKE) >= woke0 + 1,
+            "the first job's success did not wake the scheduler for the waiting one");
+    for (int k = 0; k < 10 && hx_metric(&itest_client, FREED_SKIPPED) <= skipped0; k++)
+        json_decref(itest_wait_state(submit_busy("lone", "[1]", 1000, 0), "succeeded"));
+    T_CHECK(hx_metric(&itest_client, FREED_SKIPPED) > skipped0,
+            "every success woke the scheduler although no job waited");
+}
+
 static void test_queue_same_devices(void **state)
 {
     (void)state;
     char st[32];
+    double woke0 = hx_metric(&itest_client, FREED_WOKE);
+    double skipped0 = hx_metric(&itest_client, FREED_SKIPPED);
+    T_CHECK(woke0 >= 0 && skipped0 >= 0, "no atoll_sched_freed_notices_total in /metrics");
     int64_t a = submit_busy("first", "[2,2]", 300000, 0);
     wait_admitted(a);
     int64_t b = submit_busy("second", "[2,2]", 1000, 0);
@@ -76,6 +97,7 @@ static void test_queue_same_devices(void **state)
     T_CHECK(a_fin > 0 && b_alloc > 0, "times_us.finished/allocated missing");
     T_CHECK(b_alloc >= a_fin, "second allocated at %" PRId64 ", before the first finished at %"
             PRId64, b_alloc, a_fin);
+    check_freed_notices(woke0, skipped0);
 }
 
 /* ---- priorities: with the island busy, high (submitted last) goes first ---- */
