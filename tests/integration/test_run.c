@@ -503,8 +503,9 @@ static void test_allow_run_off(void **state)
         free(doc);
         hx_client_cleanup(&cl2);
     }
-    hx_cluster_stop(&c2);
+    int unclean = hx_cluster_stop(&c2);
     T_CHECK(ok, "a run computation without --allow-run should be 403 at computations[0].run");
+    T_CHECK(unclean == 0, "the atolld without --allow-run did not exit cleanly on SIGTERM");
 }
 
 /* GET path on url into *out (new reference); 0 or -1. */
