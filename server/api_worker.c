@@ -647,9 +647,9 @@ void api_worker_poll(http_req_t *req, http_resp_t *resp)
 }
 
 /* Whom a report's store effects (STORE_FX_*) wake: the scheduler (at
- * once, or only if a job waits for devices: a tiny job's success cost a
- * pass of its own, ~270 us of atolld's CPU on 2 cores, with nothing
- * queued), and parked requests (pollers, the job's waiters). */
+ * once, or only if a job waits for devices: with nothing queued, each
+ * tiny job's success cost a pass of its own, 2.3 passes a job instead of
+ * 1.0-1.5), and parked requests (pollers, the job's waiters). */
 static void report_effects(int effects)
 {
     if (effects & (STORE_FX_JOB_ENDED | STORE_FX_FEED))
