@@ -146,24 +146,33 @@ static void sleep_until_us(int64_t end_us)
         ;
 }
 
+/* Busy-waits until monotonic time end_us (util_mono_us's clock). */
+static void spin_until_us(int64_t end_us)
+{
+    while (util_mono_us() < end_us)
+        ;
+}
+
 /* The `compute` op: the task's devices compute side by side, so the host
  * task is busy for `us` once, not once per shard; in 1 ms slices so that a
  * cancelled job stops within about a millisecond. cpu busy-waits (the
  * devices are occupied); sim sleeps: modelled time that leaves the host's
  * cores to the other simulated devices. The slices end at deadlines
- * counted from the start, so a host's late wake-ups (70-130 us per sleep
- * on the 2-core development VM) are paid once per op, not once a slice:
- * 5 ms in relative 1 ms sleeps took ~5.6 ms there. */
+ * counted from the start, so the time a thread was not running (a late
+ * wake-up, 70-130 us per sleep on the 2-core development VM; a busy-wait
+ * preempted by other processes) is paid once per op, not once a slice:
+ * 5 ms in relative 1 ms sleeps took ~5.6 ms there, and a 6 s busy-wait
+ * in relative 1 ms slices ran past 30 s with two test suites beside it. */
 static int run_compute(run_t *r, int i, tensor_t **outs)
 {
     const op_t *op = &r->comp->ops[i];
-    int64_t end = r->env->sim ? util_mono_us() + op->us : 0;
+    int64_t end = util_mono_us() + op->us;
     for (int64_t left = op->us; left > 0; left -= 1000) {
         int64_t chunk = left < 1000 ? left : 1000;
         if (r->env->sim)
             sleep_until_us(end - left + chunk);
         else
-            kernel_compute_spin(chunk);
+            spin_until_us(end - left + chunk);
         if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
             r->cancelled = 1;
             return -1;
