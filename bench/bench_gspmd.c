@@ -238,12 +238,6 @@ static double coll_bytes(const comp_t *c)
     return bytes;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median run time (µs, started -> finished) of `runs` jobs of doc. */
 static int64_t run_median(hx_client_t *cl, const char *doc, int runs)
 {
@@ -262,7 +256,7 @@ static int64_t run_median(hx_client_t *cl, const char *doc, int runs)
         t[i] = hx_job_time_us(job, "finished") - hx_job_time_us(job, "started");
         json_decref(job);
     }
-    qsort(t, (size_t)runs, sizeof *t, cmp_i64);
+    qsort(t, (size_t)runs, sizeof *t, hx_cmp_i64);
     return t[runs / 2];
 }
 

@@ -119,12 +119,6 @@ enum { ST_ALLOC, ST_DISP, ST_START, ST_ALL, ST_RAN, ST_REP, ST__N };
 static const char *const stage_names[ST__N] = {"allocated", "dispatched", "started",
                                                "all_started", "ran", "reported"};
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int64_t stamp(const json_t *times, const char *key)
 {
     return json_integer_value(json_object_get(times, key));
@@ -165,7 +159,7 @@ static void print_stages(const char *name, const int64_t *ids, int n)
         k++;
     }
     for (int s = 0; ok && k > 0 && s < ST__N; s++) {
-        qsort(v[s], (size_t)k, sizeof *v[s], cmp_i64);
+        qsort(v[s], (size_t)k, sizeof *v[s], hx_cmp_i64);
         printf("%s.stage.%s_us.p50 %" PRId64 "\n", name, stage_names[s], v[s][k / 2]);
         printf("%s.stage.%s_us.p90 %" PRId64 "\n", name, stage_names[s], v[s][k * 9 / 10]);
     }

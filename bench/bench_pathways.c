@@ -403,12 +403,6 @@ static int64_t run_once(hx_client_t *cl, const char *doc, int64_t (*f)(const jso
     return v;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* What the op under test costs: PAIRS runs of the baseline job (base_q,
  * measured by fb) each followed at once by the job with the op (op_q, fo),
  * and the median of the pairs' differences (out[1]; out[0], out[2] the
@@ -428,7 +422,7 @@ static int paired_cost(hx_client_t *cl, const char *base_q, int64_t (*fb)(const 
         d[r] = o - b > 1 ? o - b : 1;
     }
     if (rc == 0) {
-        qsort(d, PAIRS, sizeof d[0], cmp_i64);
+        qsort(d, PAIRS, sizeof d[0], hx_cmp_i64);
         out[0] = d[0];
         out[1] = d[PAIRS / 2];
         out[2] = d[PAIRS - 1];

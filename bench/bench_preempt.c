@@ -30,15 +30,9 @@ static const char high_q[] =
     "{'name':'high','priority':10,'slices':{'s':{'shape':[4,4]}},'computations':["
     "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}";
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static double pct_ms(int64_t *v, int n, double p)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_i64);
+    qsort(v, (size_t)n, sizeof *v, hx_cmp_i64);
     int k = (int)(p * (n - 1) + 0.5);
     return (double)v[k] / 1000.0;
 }

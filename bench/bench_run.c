@@ -90,15 +90,9 @@ static hx_cluster_t cluster;
 static hx_client_t cl;
 static char self[HX_PATH_MAX];
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void print_dist(const char *what, int64_t *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_i64);
+    qsort(v, (size_t)n, sizeof *v, hx_cmp_i64);
     printf("%-44s p50 %8.2f ms   p90 %8.2f ms   max %8.2f ms   (n=%d)\n", what,
            (double)v[n / 2] / 1000, (double)v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1] / 1000,
            (double)v[n - 1] / 1000, n);

@@ -56,16 +56,10 @@ static int interactive_stamps(const json_t *job, int64_t t[STEPS])
     return 0;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* p50, p90 and max (ms) of n durations (µs), which it sorts. */
 static void print_spread(const char *name, int64_t *us, int n)
 {
-    qsort(us, (size_t)n, sizeof *us, cmp_i64);
+    qsort(us, (size_t)n, sizeof *us, hx_cmp_i64);
     printf("%s_ms p50 %.2f p90 %.2f max %.2f (%d jobs)\n", name, (double)us[n / 2] / 1e3,
            (double)us[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1] / 1e3, (double)us[n - 1] / 1e3,
            n);

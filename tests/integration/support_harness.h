@@ -195,5 +195,7 @@ json_t *hx_result_shard(const json_t *result, const char *key, int shard);
 /* Sleeps ms milliseconds (the poll interval). */
 void hx_sleep_ms(int ms);
 int64_t hx_now_ms(void);
+/* qsort comparator: int64_t ascending. */
+int hx_cmp_i64(const void *a, const void *b);
 
 #endif
