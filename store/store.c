@@ -42,7 +42,7 @@ typedef struct kick_set {
 
 struct store {
     sqlite3 *db;
-    kick_set_t kick_workers, kick_jobs;
+    kick_set_t kick_workers, kick_jobs, kick_stale;
     store_devchg_t devchg;      /* which devices (store_devlog.c) */
     /* devchg's counts at the open savepoint (store_savepoint), restored by
      * store_rollback_to: a change rolled back must not be published (a job
@@ -76,6 +76,11 @@ typedef struct watch_gen {
     _Atomic uint64_t slot[STORE_WATCH_SLOTS];
 } watch_gen_t;
 static watch_gen_t store_worker_watch, store_job_watch;
+/* A third family, for store_poll.c's memo of a worker whose probe found no
+ * stale attempt: moved only by what can make one appear (see
+ * STORE_WATCH_SQL), not by the dispatch of new tasks, which moves the
+ * worker's poll generation at every chunk of a running job. */
+static watch_gen_t store_stale_watch;
 /* Set once the schema is migrated: connections opened later install the
  * poll watch at once (the first one, after migrating). */
 static _Atomic int store_schema_ready;
@@ -170,6 +175,7 @@ static uint64_t watch_read(watch_gen_t *g, int64_t id)
 
 uint64_t store_poll_gen(int64_t worker) { return watch_read(&store_worker_watch, worker); }
 uint64_t store_workers_gen(void) { return atomic_load(&store_worker_watch.all); }
+uint64_t store_stale_gen(int64_t worker) { return watch_read(&store_stale_watch, worker); }
 uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); }
 uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
 
@@ -191,19 +197,32 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
  * scheduler's own allocations and frees are quiet and note their runs
  * themselves (store_step_devices, store_free_job_devices); the
  * allocations triggers name a run's devices for any other writer. */
+/* A host task row NEW of a job that ended or moved past its attempt. */
+#define STORE_WATCH_STALE \
+    " EXISTS (SELECT 1 FROM main.jobs j WHERE j.id = NEW.job_id" \
+    " AND (" STORE_JOB_ENDED("j.state") " OR NEW.attempt < j.attempt))"
 #define STORE_WATCH_SQL \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
     " BEGIN SELECT atoll_kick_worker(NEW.worker_id); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_stale AFTER INSERT ON main.host_tasks" \
+    " WHEN NEW.state = 'leased' AND" STORE_WATCH_STALE \
+    " BEGIN SELECT atoll_kick_stale(NEW.worker_id); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_state AFTER UPDATE OF state ON main.host_tasks" \
     " WHEN NEW.state IN ('leased', 'cancelled') BEGIN SELECT atoll_kick_worker(NEW.worker_id);" \
-    " SELECT atoll_kick_all() WHERE NEW.error = 'worker lost'; END;" \
+    " SELECT atoll_kick_all(), atoll_kick_stale() WHERE NEW.error = 'worker lost';" \
+    " SELECT atoll_kick_stale(NEW.worker_id) WHERE NEW.state = 'leased' AND" \
+    STORE_WATCH_STALE "; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_job AFTER UPDATE OF state, attempt ON main.jobs" \
     " WHEN " STORE_JOB_ENDED("NEW.state") " OR NEW.attempt <> OLD.attempt" \
     " BEGIN SELECT atoll_kick_job(NEW.id);" \
-    " SELECT atoll_kick_worker(worker_id) FROM main.host_tasks" \
+    " SELECT atoll_kick_worker(worker_id), atoll_kick_stale(worker_id) FROM main.host_tasks" \
     "  WHERE job_id = NEW.id AND state = 'leased'; END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_worker AFTER UPDATE OF state ON main.workers" \
     " BEGIN SELECT atoll_kick_all(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_stale_worker AFTER UPDATE OF state, pid, host," \
+    " data_addr ON main.workers BEGIN SELECT atoll_kick_stale(); END;" \
+    "CREATE TEMP TRIGGER IF NOT EXISTS watch_stale_worker_new AFTER INSERT ON main.workers" \
+    " BEGIN SELECT atoll_kick_stale(); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_new AFTER INSERT ON main.devices" \
     " BEGIN SELECT atoll_kick_devices(NEW.island_id, NEW.idx); END;" \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_dev_set AFTER UPDATE OF worker_id, local" \
@@ -331,6 +350,10 @@ static int store_watch(store_t *st)
         sqlite3_create_function(st->db, "atoll_kick_all", 0, SQLITE_UTF8, &st->kick_workers,
                                 store_kick_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(st->db, "atoll_kick_job", 1, SQLITE_UTF8, &st->kick_jobs,
+                                store_kick_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_stale", 1, SQLITE_UTF8, &st->kick_stale,
+                                store_kick_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(st->db, "atoll_kick_stale", 0, SQLITE_UTF8, &st->kick_stale,
                                 store_kick_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(st->db, "atoll_kick_devices", 0, SQLITE_UTF8, st,
                                 store_kick_devices_fn, NULL, NULL) != SQLITE_OK ||
@@ -579,6 +602,7 @@ int store_commit(store_t *st)
     if (rc == 0) {
         kick_apply(&store_worker_watch, &st->kick_workers);
         kick_apply(&store_job_watch, &st->kick_jobs);
+        kick_apply(&store_stale_watch, &st->kick_stale);
     }
     return rc;
 }
@@ -588,6 +612,7 @@ void store_rollback(store_t *st)
         store_exec(st, "ROLLBACK");
     memset(&st->kick_workers, 0, sizeof st->kick_workers);
     memset(&st->kick_jobs, 0, sizeof st->kick_jobs);
+    memset(&st->kick_stale, 0, sizeof st->kick_stale);
     store_devlog_clear(&st->devchg);
     st->sp_open = 0;
     store_write_end(st);
@@ -889,6 +914,7 @@ static int store_global_open(const island_desc_t *islands, int nislands, sqlite3
      * not the last one's: store_workers_gen moves). */
     atomic_store(&store_schema_ready, 0);
     atomic_fetch_add(&store_worker_watch.all, 1);
+    atomic_fetch_add(&store_stale_watch.all, 1);
     store_devlog_publish(NULL);
     store_t *st = store_thread();
     if (!st)

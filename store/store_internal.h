@@ -119,6 +119,12 @@ int store_worker_is_live(store_t *st, int64_t worker);
  * whenever a database is opened (store_global_init); store_worker.c's
  * credential cache is valid while it stands still. */
 uint64_t store_workers_gen(void);
+/* store.c: a generation of worker's that moves after every commit that can
+ * give it a stale attempt to be told of (store_poll.c's probe): a job it
+ * holds leased tasks of ended or moved to a new attempt, a task of such a
+ * job leased to it, a worker lost, a worker registered or changed; and
+ * whenever a database is opened. */
+uint64_t store_stale_gen(int64_t worker);
 /* store.c: a new lease id (host_tasks.leased_at) for host tasks made
  * deliverable in the caller's write transaction; ids grow in commit order
  * (the write transactions take turns), which is what lets a worker's `ack`

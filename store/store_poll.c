@@ -8,6 +8,7 @@
  * their tasks it never received. */
 #include "store_internal.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "util.h"
@@ -118,16 +119,21 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
  * (stale attempts to name or settle, or an earlier registration of the same
  * process whose jobs to name; the same conditions as poll_cancels, a little
  * wider), or neither (0); PROBE_GONE when the worker is not live, -1 on
- * error. One statement: one snapshot, no transaction to open. */
+ * error. One statement: one snapshot, no transaction to open. The stale
+ * half scans every task the worker holds leased (a long chain's hundreds),
+ * so it runs only when stale_memo cannot vouch for it (stale = 0). */
 #define POLL_DELIVER 1
 #define POLL_STALE_ANY 2
 #define PROBE_GONE (-2)
-static int poll_probe(store_t *st, int64_t worker, int64_t ack)
+#define PROBE_LIVE_DELIVER                                                                 \
+    "SELECT (SELECT state = 'live' FROM workers WHERE id = ?1),"                           \
+    " EXISTS (SELECT 1 FROM host_tasks t JOIN jobs j ON j.id = t.job_id WHERE"             \
+    POLL_DELIVER_WHERE ")"
+static int poll_probe(store_t *st, int64_t worker, int64_t ack, int stale)
 {
+    static const char sql_deliver[] = PROBE_LIVE_DELIVER ", 0";
     static const char sql[] =
-        "SELECT (SELECT state = 'live' FROM workers WHERE id = ?1),"
-        " EXISTS (SELECT 1 FROM host_tasks t JOIN jobs j ON j.id = t.job_id WHERE"
-        POLL_DELIVER_WHERE "),"
+        PROBE_LIVE_DELIVER ","
         " EXISTS (SELECT 1 FROM host_tasks t WHERE t.worker_id = ?1 AND t.state = 'leased'"
         "  AND" POLL_STALE("t") ")"
         " OR EXISTS (SELECT 1 FROM host_tasks t WHERE t.state = 'cancelled' AND t.error = 'worker lost'"
@@ -135,12 +141,13 @@ static int poll_probe(store_t *st, int64_t worker, int64_t ack)
         "  AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
         "   WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
         "   AND g.data_addr = me.data_addr))";
-    sqlite3_stmt *s = store_stmt(st, sql);
+    sqlite3_stmt *s = store_stmt(st, stale ? sql : sql_deliver);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, worker);
     sqlite3_bind_int64(s, 2, ack);
-    sqlite3_bind_int64(s, 3, util_wall_us() - PRED_ABORT_US);
+    if (stale)
+        sqlite3_bind_int64(s, 3, util_wall_us() - PRED_ABORT_US);
     int rc = -1;
     if (sqlite3_step(s) == SQLITE_ROW)
         rc = sqlite3_column_int(s, 0) != 1 ? PROBE_GONE
@@ -148,6 +155,37 @@ static int poll_probe(store_t *st, int64_t worker, int64_t ack)
              (sqlite3_column_int(s, 2) ? POLL_STALE_ANY : 0);
     sqlite3_reset(s);
     return rc;
+}
+
+/* Per worker (slot by id), the stale generation (store_stale_gen) at which
+ * its probe last found nothing stale. Nothing can become stale for that
+ * worker without moving the generation (the watch triggers, store.c), and
+ * the generation moves after the commit is visible, so a probe whose read
+ * began after the generation was read sees every commit that moved it up
+ * to there: a memo equal to the current generation vouches that the stale
+ * half would still answer 0. A slot taken by another worker vouches for
+ * nothing. */
+#define STALE_MEMO_SLOTS 1024
+typedef struct stale_memo {
+    int64_t worker;             /* 0: empty */
+    uint64_t gen;
+} stale_memo_t;
+static stale_memo_t stale_memo[STALE_MEMO_SLOTS];
+static pthread_mutex_t stale_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int stale_memo_vouches(int64_t worker, uint64_t gen)
+{
+    pthread_mutex_lock(&stale_memo_mu);
+    stale_memo_t m = stale_memo[(uint64_t)worker % STALE_MEMO_SLOTS];
+    pthread_mutex_unlock(&stale_memo_mu);
+    return m.worker == worker && m.gen == gen;
+}
+
+static void stale_memo_set(int64_t worker, uint64_t gen)
+{
+    pthread_mutex_lock(&stale_memo_mu);
+    stale_memo[(uint64_t)worker % STALE_MEMO_SLOTS] = (stale_memo_t){worker, gen};
+    pthread_mutex_unlock(&stale_memo_mu);
 }
 
 /* One (job, attempt) of a poll answer: its placement and its tasks, as
@@ -360,7 +398,11 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size
     *any = 0;
     *out = NULL;
     *quiet = -1;
-    int work = poll_probe(st, worker, ack);
+    uint64_t sgen = store_stale_gen(worker);    /* before the probe's read */
+    int stale = !stale_memo_vouches(worker, sgen);
+    int work = poll_probe(st, worker, ack, stale);
+    if (stale && work >= 0 && !(work & POLL_STALE_ANY))
+        stale_memo_set(worker, sgen);
     if (work < 0)
         return work == PROBE_GONE ? STORE_NOTFOUND : STORE_ERR;
     if (work & POLL_STALE_ANY)

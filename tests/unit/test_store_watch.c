@@ -5,7 +5,10 @@
  * nothing; a rolled-back transaction moves nothing; a job's end moves the
  * generation of the workers holding its leased tasks and the job wait
  * generation of that job (not another's); a worker's state change moves
- * every worker's. */
+ * every worker's. The stale family (store_stale_gen) moves only for what
+ * can give a worker a stale attempt to be told of, never for a dispatch,
+ * and a poll whose probe skipped the stale half on its memo still names a
+ * job that ended since, and settles a stale task leased since. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store_internal.h"
 #include "support_store.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 4, 0, 0}}}};
@@ -128,6 +132,97 @@ static void test_worker_state_moves_all(void **state)
     assert_true(store_poll_gen(f->b) != b0);
 }
 
+static void test_stale_gen_moves_for_stale_only(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t a0 = store_stale_gen(f->a), b0 = store_stale_gen(f->b);
+    /* A dispatch (a live attempt's task leased) concerns no stale attempt:
+     * a running chain's chunks must not make every poll scan again. */
+    add_task(f, f->a, "leased");
+    int64_t t = add_task(f, f->b, "blocked");
+    assert_true(store_stale_gen(f->a) == a0);
+    assert_true(store_stale_gen(f->b) == b0);
+    /* The job ends: A holds a leased task of it, B only a blocked one. */
+    write_sql(f->st, 1, "UPDATE jobs SET state = 'cancelled' WHERE id = %lld", (long long)f->job);
+    assert_true(store_stale_gen(f->a) != a0);
+    assert_true(store_stale_gen(f->b) == b0);
+    /* A task of the ended job leased afterwards, released or inserted. */
+    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'leased', leased_at = 9 WHERE id = %lld",
+              (long long)t);
+    assert_true(store_stale_gen(f->b) != b0);
+    uint64_t b1 = store_stale_gen(f->b), a1 = store_stale_gen(f->a);
+    add_task(f, f->b, "leased");
+    assert_true(store_stale_gen(f->b) != b1);
+    assert_true(store_stale_gen(f->a) == a1);
+    /* A worker's state, a lost worker's tasks (what a successor of the
+     * same process is told to abort): everyone's. */
+    write_sql(f->st, 1, "UPDATE workers SET data_addr = '127.0.0.1:9' WHERE id = %lld",
+              (long long)f->b);
+    uint64_t a2 = store_stale_gen(f->a);
+    assert_true(a2 != a1);
+    write_sql(f->st, 1, "UPDATE host_tasks SET state = 'cancelled', error = 'worker lost'"
+              " WHERE worker_id = %lld", (long long)f->b);
+    assert_true(store_stale_gen(f->a) != a2);
+    /* A registration (a reused id must not inherit a memo). */
+    assert_int_equal(store_worker_leave(f->st, f->b), STORE_OK);
+    uint64_t a3 = store_stale_gen(f->a);
+    support_store_register(f->st, "west", "127.0.0.1:3", 4);
+    assert_true(store_stale_gen(f->a) != a3);
+}
+
+/* Polls worker w acknowledging ack; the answer (new reference). */
+static json_t *poll(fixture_t *f, int64_t w, int64_t ack)
+{
+    char *out = NULL;
+    size_t len = 0;
+    int any = 0;
+    int64_t quiet = -1;
+    assert_int_equal(store_worker_poll(f->st, w, ack, &out, &len, &any, &quiet), STORE_OK);
+    json_t *a = json_loadb(out, len, 0, NULL);
+    free(out);
+    assert_non_null(a);
+    return a;
+}
+
+static void test_poll_after_clean_probe_sees_stale(void **state)
+{
+    fixture_t *f = *state;
+    write_sql(f->st, 1, "UPDATE jobs SET state = 'running' WHERE id = %lld", (long long)f->job);
+    write_sql(f->st, 1, "INSERT INTO comp_payloads VALUES (%lld, 0, 0, '{}')", (long long)f->job);
+    int64_t t = add_task(f, f->a, "leased");
+    write_sql(f->st, 1, "UPDATE host_tasks SET leased_at = 7 WHERE id = %lld", (long long)t);
+    json_t *ans = poll(f, f->a, 0);
+    assert_int_equal(json_array_size(json_object_get(ans, "jobs")), 1);
+    json_decref(ans);
+    /* Nothing new: the memo vouches for the stale half (clean probe). */
+    ans = poll(f, f->a, 7);
+    assert_int_equal(json_array_size(json_object_get(ans, "jobs")), 0);
+    assert_int_equal(json_array_size(json_object_get(ans, "cancel")), 0);
+    json_decref(ans);
+    ans = poll(f, f->b, 0);
+    json_decref(ans);
+    /* The job ends: A must be told, memo or not. */
+    write_sql(f->st, 1, "UPDATE jobs SET state = 'cancelled' WHERE id = %lld", (long long)f->job);
+    ans = poll(f, f->a, 7);
+    json_t *c = json_array_get(json_object_get(ans, "cancel"), 0);
+    assert_non_null(c);
+    assert_int_equal(json_integer_value(json_object_get(c, "job")), f->job);
+    json_decref(ans);
+    /* A task of the ended job leased to B after B's clean probe never
+     * reached B: its next poll settles it. */
+    int64_t u = add_task(f, f->b, "leased");
+    write_sql(f->st, 1, "UPDATE host_tasks SET leased_at = 11 WHERE id = %lld", (long long)u);
+    ans = poll(f, f->b, 0);
+    json_decref(ans);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT state FROM host_tasks WHERE id = %lld", (long long)u);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(f->st), sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(s, 0), "cancelled");
+    sqlite3_finalize(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -136,6 +231,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_job_end_moves_holders, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_worker_state_moves_all, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_stale_gen_moves_for_stale_only, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_poll_after_clean_probe_sees_stale, setup,
                                         support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
