@@ -227,7 +227,9 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
      * have anything to unblock: with parallel dispatch none are (those of
      * an exclusive job whose chunk is not written yet wait without a seq),
      * and the producers JSON of the job's other computations is never
-     * parsed (a chain of n computations would otherwise cost n^2 of it). */
+     * parsed (a chain of n computations would otherwise cost n^2 of it).
+     * These statements and the release below read them through the index
+     * computations_blocked (schema 030), which holds only those. */
     static const char deps_sql[] =
         "UPDATE computations SET deps_left = deps_left - 1 WHERE job_id = ?1"
         " AND state = 'waiting' AND seq IS NOT NULL"
@@ -244,7 +246,8 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
     static const char unblock_sql[] =
         "UPDATE host_tasks SET state = 'leased', dispatched_at = ?3, leased_at = ?4"
         " WHERE job_id = ?1 AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
-        " (SELECT c.idx FROM computations c WHERE c.job_id = ?1 AND " COMP_RELEASED("c") ")";
+        " (SELECT c.idx FROM computations c WHERE c.job_id = ?1 AND c.state = 'waiting'"
+        " AND c.seq IS NOT NULL AND " COMP_RELEASED("c") ")";
     static const char disp_sql[] =
         "UPDATE computations AS c SET state = 'dispatched', dispatched_at = ?2 WHERE c.job_id = ?1"
         " AND c.state = 'waiting' AND c.seq IS NOT NULL AND " COMP_RELEASED("c");

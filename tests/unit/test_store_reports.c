@@ -9,7 +9,12 @@
  *
  * The device time of a transaction's reports is summed and written at its
  * end (report_acc.c): per device and per job, without what a report whose
- * savepoint was rolled back added. */
+ * savepoint was rolled back added.
+ *
+ * A computation's success costs the same whatever the number of its job's
+ * computations still waiting for their dispatch chunk (parallel dispatch:
+ * waiting without a seq): it looks only for consumers blocked on it
+ * (computations_blocked, schema 030). Counted in SQLite VM instructions. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -132,6 +137,84 @@ static void test_acc_sums_and_undo(void **state)
                      13);
 }
 
+/* A chain of n computations on a 2-shard slice (each reads the previous). */
+static char *chain_doc(int n)
+{
+    size_t cap = 256 + (size_t)n * 160;
+    char *doc = malloc(cap);
+    assert_non_null(doc);
+    size_t len = (size_t)snprintf(doc, cap, "{\"slices\": {\"s\": {\"shape\": [2]}},"
+                                  " \"computations\": [");
+    for (int k = 0; k < n; k++) {
+        if (k == 0)
+            len += (size_t)snprintf(doc + len, cap - len, "{\"name\": \"c0\", \"slice\": \"s\","
+                                    " \"ops\": [{\"op\": \"iota\", \"out\": \"x\", \"shape\": [4]}],"
+                                    " \"outputs\": [\"x\"]}");
+        else
+            len += (size_t)snprintf(doc + len, cap - len, ", {\"name\": \"c%d\", \"slice\": \"s\","
+                                    " \"ops\": [{\"op\": \"input\", \"out\": \"p\", \"from\": \"c%d.x\"},"
+                                    " {\"op\": \"add\", \"out\": \"x\", \"args\": [\"p\", \"p\"]}],"
+                                    " \"outputs\": [\"x\"]}", k, k - 1);
+    }
+    snprintf(doc + len, cap - len, "]}");
+    return doc;
+}
+
+static int count_vm(void *arg)
+{
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* SQLite VM instructions that the success of computation 0 of a running
+ * chain of n computations (none dispatched but the first) costs. */
+static long first_success_cost(fixture_t *f, int n)
+{
+    char *doc = chain_doc(n);
+    int64_t job = support_store_submit(f->st, doc, islands, 1);
+    free(doc);
+    char sql[512];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'running' WHERE id = %lld;"
+             " UPDATE computations SET state = 'dispatched', seq = 1, island_id ="
+             " (SELECT id FROM islands WHERE name = 'west') WHERE job_id = %lld AND idx = 0;"
+             " INSERT INTO host_tasks (job_id, attempt, comp_idx, island_id, worker_id, seq,"
+             " shards, nshards, state, devices, leased_at) VALUES (%lld, 0, 0,"
+             " (SELECT id FROM islands WHERE name = 'west'), %lld, 1, '[0,1]', 2, 'leased',"
+             " '[0,1]', 5)", (long long)job, (long long)job, (long long)job,
+             (long long)f->worker);
+    support_store_write(f->st, sql);
+    int64_t task = sqlite3_last_insert_rowid(store_db(f->st));
+    json_t *body = json_pack("{s:s, s:I, s:I, s:I, s:{s:[{s:[i], s:f}, {s:[i], s:f}]}}",
+                             "state", "succeeded", "started_us", (json_int_t)1,
+                             "inputs_ready_us", (json_int_t)2, "finished_us", (json_int_t)3,
+                             "outputs", "x", "shape", 4, "sum", 6.0, "shape", 4, "sum", 6.0);
+    assert_non_null(body);
+    long steps = 0;
+    int effects = 0;
+    err_t e = {0};
+    sqlite3_progress_handler(store_db(f->st), 1, count_vm, &steps);
+    int rc = store_worker_report(f->st, f->worker, task, body, &effects, &e);
+    sqlite3_progress_handler(store_db(f->st), 0, NULL, NULL);
+    json_decref(body);
+    assert_int_equal(rc, STORE_OK);
+    snprintf(sql, sizeof sql, "SELECT comps_done FROM jobs WHERE id = %lld", (long long)job);
+    assert_int_equal(support_store_int(f->st, sql), 1);
+    return steps;
+}
+
+static void test_success_cost_flat_in_unfed(void **state)
+{
+    fixture_t *f = *state;
+    long small = first_success_cost(f, 4), big = first_success_cost(f, 1000);
+    /* Reading the 999 unfed computations costs thousands of instructions;
+     * the rest of the report is the same for both. */
+    print_message("first success: %ld VM instructions in a chain of 4, %ld in one of 1000\n",
+                  small, big);
+    if (big > small + small / 2)
+        fail_msg("first success costs %ld VM instructions in a chain of 1000, %ld in one of 4",
+                 big, small);
+}
+
 static void test_concurrent_batches(void **state)
 {
     fixture_t *f = *state;
@@ -158,6 +241,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_batches, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_acc_sums_and_undo, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_success_cost_flat_in_unfed, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
