@@ -22,10 +22,12 @@ typedef struct plan_offer {
     int64_t id;
     json_t *doc;
     job_plan_t *plan;
+    size_t bytes;               /* the document's text */
 } plan_offer_t;
 static pthread_mutex_t offers_mu = PTHREAD_MUTEX_INITIALIZER;
 static plan_offer_t offers[SCHED_OFFERS];
 static int offer_next, noffers;
+static size_t offers_bytes;     /* sum of the waiting offers' bytes */
 
 static void plan_entry_free(plan_entry_t *pe)
 {
@@ -36,22 +38,29 @@ static void plan_entry_free(plan_entry_t *pe)
 
 void sched_plan_offer(int64_t id, json_t *doc, job_plan_t *plan, size_t doc_bytes)
 {
-    plan_offer_t old = {0, NULL, NULL};
-    if (doc_bytes > SCHED_OFFER_MAX_BYTES) {
+    plan_offer_t old[SCHED_OFFERS];
+    int nold = 0;
+    if (doc_bytes > SCHED_OFFER_BUDGET_BYTES) {
         job_plan_free(plan);
         json_decref(doc);
         return;
     }
     pthread_mutex_lock(&offers_mu);
-    if (noffers == SCHED_OFFERS) {          /* the oldest goes */
-        old = offers[offer_next];
+    /* The oldest go until both bounds hold with the new one (freed below,
+     * outside the lock). */
+    while (noffers == SCHED_OFFERS || offers_bytes + doc_bytes > SCHED_OFFER_BUDGET_BYTES) {
+        old[nold] = offers[offer_next];
+        offers_bytes -= old[nold++].bytes;
         offer_next = (offer_next + 1) % SCHED_OFFERS;
         noffers--;
     }
-    offers[(offer_next + noffers++) % SCHED_OFFERS] = (plan_offer_t){id, doc, plan};
+    offers[(offer_next + noffers++) % SCHED_OFFERS] = (plan_offer_t){id, doc, plan, doc_bytes};
+    offers_bytes += doc_bytes;
     pthread_mutex_unlock(&offers_mu);
-    job_plan_free(old.plan);
-    json_decref(old.doc);
+    for (int i = 0; i < nold; i++) {
+        job_plan_free(old[i].plan);
+        json_decref(old[i].doc);
+    }
 }
 
 /* Takes the offer of job id into pe (doc and plan), if there is one: 1,
@@ -66,6 +75,7 @@ static int offer_take(int64_t id, plan_entry_t *pe)
             continue;
         pe->doc = o->doc;
         pe->plan = o->plan;
+        offers_bytes -= o->bytes;
         found = 1;
         /* Close the gap: the ones after it move one back. */
         for (int j = i; j + 1 < noffers; j++)
@@ -85,6 +95,7 @@ static void offers_free_all(void)
         json_decref(o->doc);
     }
     noffers = offer_next = 0;
+    offers_bytes = 0;
     pthread_mutex_unlock(&offers_mu);
 }
 

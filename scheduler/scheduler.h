@@ -55,12 +55,14 @@ void sched_freed_counts(uint64_t *woke, uint64_t *skipped);
  * islands): the scheduler takes both (owns and frees them) and uses them
  * when it first looks at the job instead of reading and compiling the
  * document again (a 2,048-device job's compile was 0.3-1 ms of a
- * scheduler pass). Any thread. Offers wait in memory, so only documents
- * up to SCHED_OFFER_MAX_BYTES are kept (a parsed document is several
- * times its text), at most SCHED_OFFERS of them; past that the oldest is
- * dropped, and a dropped or refused job is compiled when its turn comes. */
+ * scheduler pass; a 1,000-computation chain's read and compile ~10 ms).
+ * Any thread. Offers wait in memory, so they are bounded by their
+ * documents' text together (SCHED_OFFER_BUDGET_BYTES: a parsed document is
+ * several times its text) and by count (SCHED_OFFERS); past either the
+ * oldest are dropped, a document larger than the whole budget is refused,
+ * and a dropped or refused job is compiled when its turn comes. */
 #define SCHED_OFFERS 64
-#define SCHED_OFFER_MAX_BYTES (64 * 1024)
+#define SCHED_OFFER_BUDGET_BYTES (4 * 1024 * 1024)
 void sched_plan_offer(int64_t id, json_t *doc, job_plan_t *plan, size_t doc_bytes);
 /* Allocation attempts (alloc_gang calls for queued jobs) and how many
  * succeeded, since start; for /metrics. */

@@ -382,9 +382,11 @@ static void offer(int64_t id)
 
 /* A plan the API offered is taken instead of reading and compiling the
  * stored document (here made unreadable: read, the job cannot be planned);
- * an offer pushed out by SCHED_OFFERS newer ones is not, nor one of a
- * document over SCHED_OFFER_MAX_BYTES, and their jobs' documents are read
- * as before. */
+ * an offer pushed out by SCHED_OFFERS newer ones is not, nor one pushed
+ * out by newer documents over SCHED_OFFER_BUDGET_BYTES together, nor one
+ * of a document over the whole budget, and their jobs' documents are read
+ * as before; a document far over 64 KiB (a 1,000-computation chain's
+ * ~280 KiB) is kept. */
 static void test_offered_plan_used_instead_of_document(void **state)
 {
     fixture_t *f = *state;
@@ -405,11 +407,29 @@ static void test_offered_plan_used_instead_of_document(void **state)
         offer(1000 + i);                        /* jobs that never come */
     assert_null(sched_plan_get(f->st, c));
 
-    /* A document over SCHED_OFFER_MAX_BYTES is not kept: read as before. */
+    /* A document over the whole budget is not kept: read as before. */
     int64_t d = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
     support_store_write(f->st, "UPDATE job_docs SET doc = '{'");
-    offer_sized(d, SCHED_OFFER_MAX_BYTES + 1);
+    offer_sized(d, SCHED_OFFER_BUDGET_BYTES + 1);
     assert_null(sched_plan_get(f->st, d));
+
+    /* Large documents are kept while they fit the budget together: a
+     * taken one's bytes leave it (g[2] fits exactly beside g[1] only so),
+     * and one that does not fit pushes out the oldest (g[2], by bytes,
+     * with two offers waiting: not by count). */
+    int64_t g[4];
+    for (int i = 0; i < 4; i++) {
+        g[i] = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+        support_store_write(f->st, "UPDATE job_docs SET doc = '{'");
+    }
+    offer_sized(g[0], 280 * 1024);
+    offer_sized(g[1], SCHED_OFFER_BUDGET_BYTES / 2);
+    assert_non_null(sched_plan_get(f->st, g[0]));
+    offer_sized(g[2], SCHED_OFFER_BUDGET_BYTES / 2);
+    assert_non_null(sched_plan_get(f->st, g[1]));
+    offer_sized(g[3], SCHED_OFFER_BUDGET_BYTES / 4 * 3);
+    assert_null(sched_plan_get(f->st, g[2]));
+    assert_non_null(sched_plan_get(f->st, g[3]));
 }
 
 /* A mirror that shows devices free that are not (here a freed job was
