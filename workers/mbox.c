@@ -56,6 +56,12 @@ struct mbox {
     pthread_cond_t cv;      /* CLOCK_MONOTONIC, matching util_mono_us() */
     mbox_msg_t *bucket[MBOX_BUCKETS];
     int count;
+    /* Messages held per task key (job, attempt, comp, dst) hashed modulo
+     * MBOX_BUCKETS: a task's end scans the buckets for leftovers of its
+     * key only when its counter says there may be some (keys that share
+     * a counter only cost a scan). Every link and unlink of a message
+     * moves count and this together (msg_linked). */
+    uint32_t key_msgs[MBOX_BUCKETS];
     int stopped;
     /* Ring of recently cancelled jobs: ncancel used entries, next write at
      * cancel_next once full. */
@@ -143,6 +149,20 @@ static unsigned tag_hash(const mbox_tag_t *t)
     return fields_hash(f, 6) & (MBOX_BUCKETS - 1);
 }
 
+static unsigned key_hash(int64_t job, int32_t attempt, int32_t comp, int32_t dst)
+{
+    uint64_t f[4] = {(uint64_t)job, (uint32_t)attempt, (uint32_t)comp, (uint32_t)dst};
+    return fields_hash(f, 4) & (MBOX_BUCKETS - 1);
+}
+
+/* Counts m as linked into (d = +1) or unlinked from (d = -1) its bucket.
+ * Holds mu. */
+static void msg_linked(mbox_t *mb, const mbox_msg_t *m, int d)
+{
+    mb->count += d;
+    mb->key_msgs[key_hash(m->tag.job, m->tag.attempt, m->tag.comp, m->tag.dst)] += (uint32_t)d;
+}
+
 mbox_t *mbox_new(void)
 {
     mbox_t *mb = calloc(1, sizeof *mb);
@@ -225,7 +245,7 @@ int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t)
     while (*p)
         p = &(*p)->next;
     *p = m;
-    mb->count++;
+    msg_linked(mb, m, +1);
     acct_locked(mb, t, +1);
     wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);
@@ -264,8 +284,8 @@ static tensor_t *remove_locked(mbox_t *mb, const mbox_tag_t *tag)
             tensor_t *t = m->t;
             *p = m->next;
             unclaim_locked(mb, m);
+            msg_linked(mb, m, -1);
             free(m);
-            mb->count--;
             acct_locked(mb, t, -1);
             return t;
         }
@@ -377,6 +397,7 @@ static int drop_locked(mbox_t *mb, int64_t job, int32_t max_attempt)
             if (m->tag.job == job && m->tag.attempt <= max_attempt) {
                 *p = m->next;
                 unclaim_locked(mb, m);
+                msg_linked(mb, m, -1);
                 acct_locked(mb, m->t, -1);
                 tensor_free(m->t);
                 free(m);
@@ -386,7 +407,6 @@ static int drop_locked(mbox_t *mb, int64_t job, int32_t max_attempt)
             }
         }
     }
-    mb->count -= n;
     return n;
 }
 
@@ -474,7 +494,7 @@ static void discard_locked(mbox_t *mb, mbox_msg_t *m, int64_t *counter)
     unclaim_locked(mb, m);
     (*counter)++;
     mb->gs.dropped_bytes += msg_bytes(m);
-    mb->count--;
+    msg_linked(mb, m, -1);
     acct_locked(mb, m->t, -1);
     tensor_free(m->t);
     free(m);
@@ -629,9 +649,13 @@ void mbox_task_done(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int3
         *link = k->hnext;
         ended_add_locked(mb, k);
         free(k);
-        /* What is still kept for it is garbage (duplicates, forgeries). */
+        /* What is still kept for it is garbage (duplicates, forgeries):
+         * looked for only when its key's counter says there may be some
+         * (a pipelined chain keeps later computations' messages here, and
+         * a scan of every bucket per shard was ~4 % of a worker's CPU). */
         mbox_tag_t probe = {.job = job, .attempt = attempt, .comp = comp, .dst = shard};
-        for (unsigned b = 0; mb->count > 0 && b < MBOX_BUCKETS; b++) {
+        unsigned kh = key_hash(job, attempt, comp, shard);
+        for (unsigned b = 0; mb->key_msgs[kh] > 0 && b < MBOX_BUCKETS; b++) {
             for (mbox_msg_t *m = mb->bucket[b], *next; m; m = next) {
                 next = m->next;
                 probe.src = m->tag.src;
@@ -768,7 +792,7 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, tens
     while (*p)
         p = &(*p)->next;
     *p = m;
-    mb->count++;
+    msg_linked(mb, m, +1);
     acct_locked(mb, t, +1);
     wake_locked(mb);
     pthread_mutex_unlock(&mb->mu);

@@ -597,6 +597,36 @@ static void test_poller_off_and_deadline(void **state)
     mbox_free(mb);
 }
 
+/* A task's end frees what is left for it, whichever way it came (a local
+ * put or a peer's frame), after other messages of its key came and went
+ * (the per-key counts that let an end skip its scan stay true), and
+ * leaves every other task's messages alone. */
+static void test_task_end_frees_only_its_leftovers(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    assert_int_equal(mbox_expect(mb, 5, 0, 1, 1, 4, &K), 0);
+    assert_int_equal(mbox_expect(mb, 5, 0, 1, 2, 4, &K), 0);
+    mbox_tag_t taken = tag_of(5, 0, 7, 0, 1), left = tag_of(5, 0, 8, 0, 1);
+    mbox_tag_t peer = tag_of(5, 0, 9, 3, 1), other = tag_of(5, 0, 8, 0, 2);
+    assert_int_equal(mbox_put(mb, &taken, scalar(1)), 0);
+    tensor_t *t = NULL;
+    assert_int_equal(mbox_take(mb, &taken, in_ms(100), &t), MBOX_OK);
+    tensor_free(t);
+    assert_int_equal(mbox_put(mb, &left, scalar(2)), 0);
+    assert_int_equal(mbox_put_from(mb, &peer, &K, scalar(3), 3, MBOX_ADMIT_TASK), 0);
+    assert_int_equal(mbox_put(mb, &other, scalar(4)), 0);
+    assert_int_equal(mbox_count(mb), 3);
+    mbox_task_done(mb, 5, 0, 1, 1);
+    assert_int_equal(mbox_count(mb), 1);
+    assert_int_equal(mbox_take(mb, &other, in_ms(100), &t), MBOX_OK);
+    assert_true(t->data[0] == 4.0f);
+    tensor_free(t);
+    mbox_task_done(mb, 5, 0, 1, 2);
+    assert_int_equal(mbox_count(mb), 0);
+    mbox_free(mb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -612,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_many_tasks_and_ended_ring),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_network_duplicate_dropped),
+        cmocka_unit_test(test_task_end_frees_only_its_leftovers),
         cmocka_unit_test(test_poller_receives_in_taker),
         cmocka_unit_test(test_poller_gives_up_then_sleeps),
         cmocka_unit_test(test_poller_leave_needs_for_sleepers),
