@@ -14,7 +14,10 @@
  *
  * Then, on the (16 devices, 4 processes) chained case: where the time per
  * computation goes (setup, worker step, hand-off, controller tail), and the
- * smallest `compute` duration that brings device utilization to 95 %.
+ * smallest `compute` duration that brings device utilization to 95 %, and
+ * whether the cost of a computation grows with the chain's length (64
+ * against LONG_STEPS computations: time and atolld's CPU per computation,
+ * the latter counted from submission to the checked result).
  * Last, same-host edge bandwidth (a 16 MiB tensor between computations on
  * two worker processes, from worker timestamps: the median over pairs of
  * a fill job and the edge job, paired_cost) against memcpy in this
@@ -39,6 +42,7 @@
 #define N_STEPS 64
 #define OPBYOP_JOBS 32
 #define SWEEP_STEPS 32
+#define LONG_STEPS 1000          /* chain_length; a job holds at most 1,024 */
 #define BENCH_BUDGET_MS 150000
 #define POLL_MS 10
 #define JOB_TIMEOUT_MS 60000
@@ -367,6 +371,39 @@ static void sweep_utilization(hx_client_t *cl, int di)
         printf("util.min_compute_us_for_95pct none_up_to_5000\n");
 }
 
+/* Chained d16 over 4 processes, N_STEPS against LONG_STEPS computations:
+ * per computation, the time (server stamps; the median over the short
+ * jobs) and atolld's CPU (counted in clock ticks, so the short chain runs
+ * LONG_STEPS / N_STEPS times), and their ratios, long over short (1.0:
+ * the cost does not grow with the chain). */
+static void chain_length(hx_cluster_t *c, hx_client_t *cl, int di)
+{
+    enum { SHORT_RUNS = LONG_STEPS / N_STEPS };
+    static const int lens[2] = {N_STEPS, LONG_STEPS}, runs[2] = {SHORT_RUNS, 1};
+    double us[2], cpu[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t t[SHORT_RUNS];      /* ns per computation */
+        int64_t c0 = hx_cpu_us(c->atolld.pid);
+        for (int k = 0; k < runs[i]; k++) {
+            double r = over_budget() ? -1 : run_case(cl, M_CHAINED, di, lens[i], 0, NULL);
+            if (r <= 0) {
+                printf("pw.skipped chain_length\n");
+                return;
+            }
+            t[k] = (int64_t)(1e9 / r);
+        }
+        qsort(t, (size_t)runs[i], sizeof t[0], hx_cmp_i64);
+        us[i] = (double)t[runs[i] / 2] / 1000.0;
+        cpu[i] = (double)(hx_cpu_us(c->atolld.pid) - c0) / (lens[i] * runs[i]);
+        printf("pw.chained.d%d.p4.steps_%d.us_per_comp %.1f\n", grid_d[di], lens[i], us[i]);
+        printf("pw.chained.d%d.p4.steps_%d.atolld_cpu_us_per_comp %.1f\n", grid_d[di], lens[i],
+               cpu[i]);
+    }
+    printf("pw.chained.d%d.p4.long_over_short.us_per_comp %.2f\n", grid_d[di], us[1] / us[0]);
+    printf("pw.chained.d%d.p4.long_over_short.atolld_cpu_per_comp %.2f\n", grid_d[di],
+           cpu[1] / cpu[0]);
+}
+
 /* ---- bandwidths ---- */
 
 static double memcpy_gbps(void)
@@ -543,8 +580,10 @@ static int run_grid_p(int pi, int seq)
                 printf("pw.%s.us_per_comp %.1f\n", tag, 1e6 / r);
                 profile_chained(tag, job, N_STEPS);
                 json_decref(job);
-                if (!seq)
+                if (!seq) {
                     sweep_utilization(&cl, di);
+                    chain_length(&c, &cl, di);
+                }
             }
             fflush(stdout);
         }
