@@ -599,10 +599,14 @@ int store_commit(store_t *st)
         st->device_commits++;
     }
     store_write_end(st);
+    /* The stale family first: a parked poll woken by its worker's
+     * generation must find the stale one moved too, or store_poll.c's
+     * memo could vouch for a probe that no longer holds and the poll
+     * would park again, its cancel named only after its wait. */
     if (rc == 0) {
+        kick_apply(&store_stale_watch, &st->kick_stale);
         kick_apply(&store_worker_watch, &st->kick_workers);
         kick_apply(&store_job_watch, &st->kick_jobs);
-        kick_apply(&store_stale_watch, &st->kick_stale);
     }
     return rc;
 }
