@@ -125,6 +125,11 @@ uint64_t store_workers_gen(void);
  * job leased to it, a worker lost, a worker registered or changed; and
  * whenever a database is opened. */
 uint64_t store_stale_gen(int64_t worker);
+/* store.c: the caller's write transaction inserted a host task of (job,
+ * attempt) leased; its commit checks once per pair whether that attempt
+ * is stale by then, and if so moves every worker's stale generation (the
+ * watch triggers cover every other way a leased task becomes stale). */
+void store_note_leased(store_t *st, int64_t job, int64_t attempt);
 /* store.c: a new lease id (host_tasks.leased_at) for host tasks made
  * deliverable in the caller's write transaction; ids grow in commit order
  * (the write transactions take turns), which is what lets a worker's `ack`

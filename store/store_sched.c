@@ -477,7 +477,10 @@ int store_sched_add_task(store_t *st, const sched_task_t *t)
         sqlite3_bind_int64(s, 11, util_wall_us());
         sqlite3_bind_int64(s, 12, store_lease_id());
     }
-    return store_step_done(s);
+    int rc = store_step_done(s);
+    if (rc == 0 && !t->blocked)
+        store_note_leased(st, t->job, t->attempt);
+    return rc;
 }
 
 int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp,
