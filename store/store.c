@@ -594,6 +594,7 @@ int store_rollback_to(store_t *st)
     }
     return store_run(st, store_rollback_to_sql) == 0 ? store_release(st) : -1;
 }
+
 void store_note_leased(store_t *st, int64_t job, int64_t attempt)
 {
     for (int i = 0; i < st->n_new_leased; i++)

@@ -159,7 +159,8 @@ static int poll_probe(store_t *st, int64_t worker, int64_t ack, int stale)
 
 /* Per worker (slot by id), the stale generation (store_stale_gen) at which
  * its probe last found nothing stale. Nothing can become stale for that
- * worker without moving the generation (the watch triggers, store.c), and
+ * worker without moving the generation (the watch triggers, and a
+ * dispatch's check at its commit: store.c), and
  * the generation moves after the commit is visible, so a probe whose read
  * began after the generation was read sees every commit that moved it up
  * to there: a memo equal to the current generation vouches that the stale
