@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -133,20 +134,61 @@ static int gang_take(gang_ctx_t *g, const mbox_tag_t *tag, tensor_t **out)
     return -1;
 }
 
-/* A TCP port free on the master's host now (bound, read, closed). */
+/* The coordinator port is drawn at random from GANG_PORT_LOW up to the
+ * kernel's ephemeral range, not from it: a port that bind(0) hands out
+ * now may be taken by any outgoing connection on the host (libcurl, UCX,
+ * another test) before the program binds it, and two test suites side by
+ * side met that (PyTorch: "Address already in use"). */
+#define GANG_PORT_LOW 10000
+#define GANG_PORT_TRIES 32
+
+/* The first port of the kernel's ephemeral range (Linux's default when it
+ * cannot be read). */
+static int ephemeral_low(void)
+{
+    int lo = 32768, hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2 || lo < 1 || lo > 65535)
+            lo = 32768;
+        fclose(f);
+    }
+    return lo;
+}
+
+/* Binds a TCP socket to a's address and port (0: the kernel's choice),
+ * then closes it: the port bound, or -1. */
+static int port_bind_check(struct sockaddr_in a, int port)
+{
+    socklen_t len = sizeof a;
+    a.sin_port = htons((uint16_t)port);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), got = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        got = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return got;
+}
+
+/* A TCP port free on the master's host now (bound and closed): a random
+ * one below the ephemeral range, else (none of GANG_PORT_TRIES bound, or
+ * no room below the range) one the kernel picks. -1 when none binds. */
 static int reserve_port(const char *host)
 {
     struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof a;
     if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
         a.sin_addr.s_addr = htonl(INADDR_ANY);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
+    int lo = ephemeral_low();
+    for (int i = 0; lo > GANG_PORT_LOW + 1 && i < GANG_PORT_TRIES; i++) {
+        uint32_t r;
+        if (getrandom(&r, sizeof r, 0) != sizeof r)
+            break;
+        int port = port_bind_check(a, GANG_PORT_LOW + (int)(r % (uint32_t)(lo - GANG_PORT_LOW)));
+        if (port > 0)
+            return port;
+    }
+    return port_bind_check(a, 0);
 }
 
 static int gang_start_sync(gang_ctx_t *g)

@@ -11,7 +11,8 @@
  * read, attempt-exact cancel, gang order of overlapping tasks, a runner
  * that claims a task waking the next (no deadlock between procs), malformed
  * groups reported failed, and the relay through the root (large slices)
- * giving the direct exchange's bits with 2 (P - 1) messages. */
+ * giving the direct exchange's bits with 2 (P - 1) messages; a gang's
+ * coordinator port drawn below the kernel's ephemeral range, and free. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -828,11 +829,34 @@ static void test_malformed_reported_failed(void **state)
     cluster_free(c);
 }
 
+/* The coordinator port (exec_gang.c): below the ephemeral range, so no
+ * outgoing connection can take it before the program binds it, at or above
+ * GANG_PORT_LOW, and free when drawn; drawn at random, not the same one
+ * every time. */
+static void test_gang_port_below_ephemeral(void **state)
+{
+    (void)state;
+    int lo = ephemeral_low(), seen_other = 0, first = -1;
+    assert_true(lo > GANG_PORT_LOW + 1);
+    for (int i = 0; i < 16; i++) {
+        int port = reserve_port("127.0.0.1");
+        assert_true(port >= GANG_PORT_LOW && port < lo);
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(port_bind_check(a, port), port);
+        seen_other |= first >= 0 && port != first;
+        if (first < 0)
+            first = port;
+    }
+    assert_true(seen_other);
+}
+
 int main(void)
 {
     log_setup("test_worker_exec", LOG_WARN, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_four_procs),
+        cmocka_unit_test(test_gang_port_below_ephemeral),
         cmocka_unit_test(test_packs_differ_per_peer),
         cmocka_unit_test(test_fold_order_rule),
         cmocka_unit_test(test_forged_pack_fails_task),
