@@ -213,7 +213,7 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
 /* A host task row NEW of a job that ended or moved past its attempt. */
 #define STORE_WATCH_STALE \
     " EXISTS (SELECT 1 FROM main.jobs j WHERE j.id = NEW.job_id" \
-    " AND (" STORE_JOB_ENDED("j.state") " OR NEW.attempt < j.attempt))"
+    " AND " STORE_ATTEMPT_STALE("j.state", "NEW.attempt", "j.attempt") ")"
 #define STORE_WATCH_SQL \
     "CREATE TEMP TRIGGER IF NOT EXISTS watch_task_new AFTER INSERT ON main.host_tasks" \
     " BEGIN SELECT atoll_kick_worker(NEW.worker_id); END;" \
@@ -617,7 +617,7 @@ void store_note_leased(store_t *st, int64_t job, int64_t attempt)
 static void new_leased_check(store_t *st)
 {
     static const char sql[] =
-        "SELECT " STORE_JOB_ENDED("state") " OR ?2 < attempt FROM jobs WHERE id = ?1";
+        "SELECT " STORE_ATTEMPT_STALE("state", "?2", "attempt") " FROM jobs WHERE id = ?1";
     int stale = st->new_leased_all;
     for (int i = 0; !stale && i < st->n_new_leased; i++) {
         sqlite3_stmt *s = store_stmt(st, sql);

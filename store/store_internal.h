@@ -10,6 +10,12 @@
  * run of the statement (polls, the poll watch's trigger). */
 #define STORE_JOB_ENDED(col) \
     "(" col " = 'succeeded' OR " col " = 'failed' OR " col " = 'cancelled')"
+/* A host task's attempt `att` is stale when its job (state `jstate`,
+ * current attempt `jatt`) ended or moved on: the worker must abort it. The
+ * poll's probe and cancels, the stale watch's trigger and a dispatch's
+ * check at commit all test this one condition. */
+#define STORE_ATTEMPT_STALE(jstate, att, jatt) \
+    "(" STORE_JOB_ENDED(jstate) " OR " att " < " jatt ")"
 
 /* Ends a job (succeeded/failed/cancelled) inside the caller's transaction:
  * sets state, error, finished_at; frees its devices; cancels its blocked

@@ -50,11 +50,11 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
     static const char mark_sql[] =
         "UPDATE host_tasks SET abort_sent_at = ?2 WHERE worker_id = ?1 AND state = 'leased'"
         " AND abort_sent_at IS NULL AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = host_tasks.job_id"
-        " AND (" STORE_JOB_ENDED("j.state") " OR host_tasks.attempt < j.attempt))";
+        " AND " STORE_ATTEMPT_STALE("j.state", "host_tasks.attempt", "j.attempt") ")";
     static const char sql[] =
         "SELECT DISTINCT t.job_id, t.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.worker_id = ? AND t.state = 'leased'"
-        " AND (" STORE_JOB_ENDED("j.state") " OR t.attempt < j.attempt)";
+        " AND " STORE_ATTEMPT_STALE("j.state", "t.attempt", "j.attempt");
     /* The same process under an earlier, expired lease (a worker paused
      * past its lease registers again under a new id): the tasks it held
      * then were cancelled when it was lost, but it may still run them, and
@@ -74,7 +74,7 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
         " AND t.worker_id IN (SELECT g.id FROM workers g JOIN workers me ON me.id = ?1"
         "  WHERE g.state = 'gone' AND g.id <> me.id AND g.pid = me.pid AND g.host = me.host"
         "  AND g.data_addr = me.data_addr)"
-        " AND (" STORE_JOB_ENDED("j.state") " OR t.attempt < j.attempt)";
+        " AND " STORE_ATTEMPT_STALE("j.state", "t.attempt", "j.attempt");
     int64_t now = util_wall_us();
     json_t *arr = json_array();
     sqlite3_stmt *s = store_stmt(st, mark_sql);
@@ -113,7 +113,7 @@ static json_t *poll_cancels(store_t *st, int64_t worker)
 /* A task of worker ?1 still leased although its attempt is stale. */
 #define POLL_STALE(t)                                                                      \
     " EXISTS (SELECT 1 FROM jobs j WHERE j.id = " t ".job_id"                             \
-    " AND (" STORE_JOB_ENDED("j.state") " OR " t ".attempt < j.attempt))"
+    " AND " STORE_ATTEMPT_STALE("j.state", t ".attempt", "j.attempt") ")"
 
 /* What a poll must do: POLL_DELIVER (tasks to hand over), POLL_STALE_ANY
  * (stale attempts to name or settle, or an earlier registration of the same

@@ -238,19 +238,21 @@ static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
      * are done still waits while an earlier-numbered one of the job on its
      * island waits for its own (the scheduler blocked it for that:
      * sequential_waits, sched_dispatch.c), so every worker receives the
-     * job's computations there in seq order. */
+     * job's computations there in seq order. Both statements below read
+     * the blocked computations (waiting with a seq) that this releases,
+     * through computations_blocked. */
 #define COMP_RELEASED(c)                                                                   \
+    c ".state = 'waiting' AND " c ".seq IS NOT NULL AND "                                 \
     c ".deps_left = 0 AND NOT EXISTS (SELECT 1 FROM computations e WHERE e.job_id = ?1"    \
     " AND e.state = 'waiting' AND e.island_id = " c ".island_id AND e.seq < " c ".seq"     \
     " AND e.deps_left > 0)"
     static const char unblock_sql[] =
         "UPDATE host_tasks SET state = 'leased', dispatched_at = ?3, leased_at = ?4"
         " WHERE job_id = ?1 AND attempt = ?2 AND state = 'blocked' AND comp_idx IN"
-        " (SELECT c.idx FROM computations c WHERE c.job_id = ?1 AND c.state = 'waiting'"
-        " AND c.seq IS NOT NULL AND " COMP_RELEASED("c") ")";
+        " (SELECT c.idx FROM computations c WHERE c.job_id = ?1 AND " COMP_RELEASED("c") ")";
     static const char disp_sql[] =
         "UPDATE computations AS c SET state = 'dispatched', dispatched_at = ?2 WHERE c.job_id = ?1"
-        " AND c.state = 'waiting' AND c.seq IS NOT NULL AND " COMP_RELEASED("c");
+        " AND " COMP_RELEASED("c");
 #undef COMP_RELEASED
     sqlite3_stmt *s = store_stmt(st, comp_sql);
     if (!s)

@@ -146,13 +146,6 @@ static void sleep_until_us(int64_t end_us)
         ;
 }
 
-/* Busy-waits until monotonic time end_us (util_mono_us's clock). */
-static void spin_until_us(int64_t end_us)
-{
-    while (util_mono_us() < end_us)
-        ;
-}
-
 /* The `compute` op: the task's devices compute side by side, so the host
  * task is busy for `us` once, not once per shard; in 1 ms slices so that a
  * cancelled job stops within about a millisecond. cpu busy-waits (the
@@ -172,7 +165,7 @@ static int run_compute(run_t *r, int i, tensor_t **outs)
         if (r->env->sim)
             sleep_until_us(end - left + chunk);
         else
-            spin_until_us(end - left + chunk);
+            kernel_compute_spin(end - left + chunk - util_mono_us());
         if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
             r->cancelled = 1;
             return -1;

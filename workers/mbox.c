@@ -149,10 +149,17 @@ static unsigned tag_hash(const mbox_tag_t *t)
     return fields_hash(f, 6) & (MBOX_BUCKETS - 1);
 }
 
-static unsigned key_hash(int64_t job, int32_t attempt, int32_t comp, int32_t dst)
+static unsigned task_hash(int64_t job, int32_t attempt, int32_t comp, int32_t shard)
 {
-    uint64_t f[4] = {(uint64_t)job, (uint32_t)attempt, (uint32_t)comp, (uint32_t)dst};
-    return fields_hash(f, 4) & (MBOX_BUCKETS - 1);
+    uint64_t f[4] = {(uint64_t)job, (uint32_t)attempt, (uint32_t)comp, (uint32_t)shard};
+    return fields_hash(f, 4);
+}
+
+/* The key_msgs slot of a task key: a message's (job, attempt, comp, dst)
+ * is the task key of its receiver. */
+static unsigned key_slot(int64_t job, int32_t attempt, int32_t comp, int32_t dst)
+{
+    return task_hash(job, attempt, comp, dst) & (MBOX_BUCKETS - 1);
 }
 
 /* Counts m as linked into (d = +1) or unlinked from (d = -1) its bucket.
@@ -160,7 +167,7 @@ static unsigned key_hash(int64_t job, int32_t attempt, int32_t comp, int32_t dst
 static void msg_linked(mbox_t *mb, const mbox_msg_t *m, int d)
 {
     mb->count += d;
-    mb->key_msgs[key_hash(m->tag.job, m->tag.attempt, m->tag.comp, m->tag.dst)] += (uint32_t)d;
+    mb->key_msgs[key_slot(m->tag.job, m->tag.attempt, m->tag.comp, m->tag.dst)] += (uint32_t)d;
 }
 
 mbox_t *mbox_new(void)
@@ -500,12 +507,6 @@ static void discard_locked(mbox_t *mb, mbox_msg_t *m, int64_t *counter)
     free(m);
 }
 
-static unsigned task_hash(int64_t job, int32_t attempt, int32_t comp, int32_t shard)
-{
-    uint64_t f[4] = {(uint64_t)job, (uint32_t)attempt, (uint32_t)comp, (uint32_t)shard};
-    return fields_hash(f, 4);
-}
-
 static int task_is(const mbox_task_t *k, int64_t job, int32_t attempt, int32_t comp,
                    int32_t shard)
 {
@@ -654,7 +655,7 @@ void mbox_task_done(mbox_t *mb, int64_t job, int32_t attempt, int32_t comp, int3
          * (a pipelined chain keeps later computations' messages here, and
          * a scan of every bucket per shard was ~4 % of a worker's CPU). */
         mbox_tag_t probe = {.job = job, .attempt = attempt, .comp = comp, .dst = shard};
-        unsigned kh = key_hash(job, attempt, comp, shard);
+        unsigned kh = key_slot(job, attempt, comp, shard);
         for (unsigned b = 0; mb->key_msgs[kh] > 0 && b < MBOX_BUCKETS; b++) {
             for (mbox_msg_t *m = mb->bucket[b], *next; m; m = next) {
                 next = m->next;
