@@ -109,7 +109,9 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
 {
     job_plan_t *plan = NULL;
     err_t e = {0};
-    json_t *doc = api_body_json(req, resp), *job = NULL;
+    json_t *doc = api_body_json(req, resp);
+    char *job = NULL;
+    size_t len = 0;
     store_t *st;
     if (!doc || !(st = api_store(resp)))
         goto cleanup;
@@ -160,19 +162,19 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
      * connection commits, and during the sync the scheduler allocates the
      * job), so the read costs ~40 us instead of ~165. The answer is the
      * job as stored, queued. */
-    if (!(job = store_job_json(st, id))) {
+    if (!(job = store_job_json_text(st, id, &len))) {
         http_problem(resp, 500, NULL, "job %ld stored but could not be read back", (long)id);
         goto cleanup;
     }
     if (store_durable() != 0) {
-        json_decref(job);
+        free(job);
         http_problem(resp, 503, NULL, "job %ld was stored but the disk refused to sync it;"
                      " retry with the same Idempotency-Key", (long)id);
         goto cleanup;
     }
     snprintf(resp->location, sizeof resp->location, "/v1/jobs/%ld", (long)id);
     /* A retried submission with the same key answers the first job, 200. */
-    http_json(resp, rc == STORE_OK ? 201 : 200, job);
+    http_json_text(resp, rc == STORE_OK ? 201 : 200, job, len);
 cleanup:
     job_plan_free(plan);
     json_decref(doc);
@@ -256,27 +258,31 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     }
     req->user_gen = store_job_gen(id);  /* before the read: a later commit is seen next run */
     /* A summary is one row: what a client polling for the end needs,
-     * without the cost of every computation and the document. A waiter's
-     * first look is at the summary whatever its view (the job has most
-     * likely not ended yet); a later run follows a commit that ended or
-     * requeued the job, so it reads what it will most likely answer. */
+     * without the cost of every computation and the document. A waiter
+     * looks at the summary whatever its view (most runs find the job not
+     * ended yet and park again); the full object is read only to answer. */
     int summary = view && strcmp(view, "summary") == 0;
-    int peek = waiting && !summary && req->runs == 0;
-    json_t *job = summary || peek ? store_job_summary(st, id) : store_job_json(st, id);
+    json_t *job = summary || waiting ? store_job_summary(st, id) : NULL;
     if (job && waiting &&
         !store_state_is_terminal(json_string_value(json_object_get(job, "state")))) {
         json_decref(job);
         http_park_until(resp, store_job_gen, id, req->user_gen, until);
         return;
     }
-    if (job && peek) {
-        json_decref(job);
-        job = store_job_json(st, id);
+    if (summary) {
+        if (job)
+            http_json(resp, 200, job);
+        else
+            http_problem(resp, 404, "id", "no job %ld", (long)id);
+        return;
     }
-    if (!job)
-        http_problem(resp, 404, "id", "no job %ld", (long)id);
+    json_decref(job);
+    size_t len;
+    char *text = store_job_json_text(st, id, &len);
+    if (text)
+        http_json_text(resp, 200, text, len);
     else
-        http_json(resp, 200, job);
+        http_problem(resp, 404, "id", "no job %ld", (long)id);
 }
 
 void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
@@ -306,9 +312,10 @@ void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
                      (long)id);
         return;
     }
-    json_t *job = store_job_json(st, id);
-    if (job)
-        http_json(resp, 200, job);
+    size_t len;
+    char *text = store_job_json_text(st, id, &len);
+    if (text)
+        http_json_text(resp, 200, text, len);
     else
         http_problem(resp, 500, NULL, "job %ld cancelled but could not be read back", (long)id);
 }

@@ -294,6 +294,11 @@ typedef struct store_job_new {
  * jobs queued; nothing stored. */
 int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t *nj,
                      int64_t *id);
+/* The job object of GET /v1/jobs/{id} as JSON text (malloc'd, *len
+ * bytes, NUL-terminated), its "document" the body it was accepted with;
+ * NULL: not found or out of memory. store_job_json: the same, parsed, for
+ * callers that look inside (tests). */
+char *store_job_json_text(store_t *st, int64_t id, size_t *len);
 json_t *store_job_json(store_t *st, int64_t id);      /* NULL: not found */
 /* The job as GET /v1/jobs lists it (one row: no slices, computations,
  * events or document), for clients that poll a job's state. */

@@ -391,7 +391,8 @@ json_t *store_job_summary(store_t *st, int64_t id)
     return j;
 }
 
-/* The job object from several queries; the caller provides the snapshot. */
+/* The job object from several queries, less its document; the caller
+ * provides the snapshot. */
 static json_t *job_json(store_t *st, int64_t id)
 {
     json_t *j = store_job_summary(st, id);
@@ -401,30 +402,80 @@ static json_t *job_json(store_t *st, int64_t id)
     json_object_set_new(j, "computations", job_comps_json(st, id));
     job_comps_reports(st, id, json_object_get(j, "computations"));
     json_object_set_new(j, "events", job_events_json(st, id));
-    /* The job document as submitted: the dashboard draws the graph's edges
-     * from its `input` ops. */
-    static const char doc_sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
-    sqlite3_stmt *ds = store_stmt(st, doc_sql);
-    json_t *doc = NULL;
-    if (ds) {
-        sqlite3_bind_int64(ds, 1, id);
-        if (sqlite3_step(ds) == SQLITE_ROW)
-            doc = store_col_json(ds, 0);
-        sqlite3_reset(ds);
-    }
-    json_object_set_new(j, "document", doc ? doc : json_null());
     return j;
+}
+
+/* text (len bytes, a JSON object) with ,"document":DOC spliced in before
+ * its closing brace; DOC is doc (dlen bytes), or null when doc is NULL.
+ * Frees text. malloc'd result, or NULL on OOM. */
+static char *job_splice_doc(char *text, size_t len, const char *doc, size_t dlen, size_t *out)
+{
+    static const char key[] = ",\"document\":";
+    if (!doc) {
+        doc = "null";
+        dlen = 4;
+    }
+    char *t = len > 1 ? realloc(text, len + sizeof key + dlen + 1) : NULL;
+    if (!t) {
+        free(text);
+        return NULL;
+    }
+    size_t at = len - 1;        /* the object's '}' (json_dumps ends there) */
+    size_t skip = len > 2 ? 0 : 1;  /* "{}": no comma */
+    memcpy(t + at, key + skip, sizeof key - 1 - skip);
+    at += sizeof key - 1 - skip;
+    memcpy(t + at, doc, dlen);
+    at += dlen;
+    memcpy(t + at, "}", 2);
+    *out = at + 1;
+    return t;
+}
+
+/* The job object as text, its document spliced in as stored. The document
+ * is the body the job was accepted with (store_job_create): valid JSON, so
+ * it goes out as it came in, neither parsed nor printed again (a
+ * 1,000-computation document is ~280 KiB: parsing it back and printing it
+ * was a third of a POST's time and most of a GET's). */
+static char *job_text(store_t *st, int64_t id, size_t *len)
+{
+    static const char doc_sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
+    json_t *j = job_json(st, id);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    sqlite3_stmt *ds = text ? store_stmt(st, doc_sql) : NULL;
+    if (!ds) {
+        free(text);
+        return NULL;
+    }
+    sqlite3_bind_int64(ds, 1, id);
+    const char *doc = NULL;
+    size_t dlen = 0;
+    if (sqlite3_step(ds) == SQLITE_ROW && (doc = (const char *)sqlite3_column_text(ds, 0)))
+        dlen = (size_t)sqlite3_column_bytes(ds, 0);
+    text = job_splice_doc(text, strlen(text), doc, dlen, len);
+    sqlite3_reset(ds);
+    return text;
+}
+
+char *store_job_json_text(store_t *st, int64_t id, size_t *len)
+{
+    /* One read transaction: the job's state, slices, computations and
+     * document come from the same snapshot even while the scheduler
+     * writes. Inside a caller's transaction (autocommit off) that one
+     * already is. */
+    int own = sqlite3_get_autocommit(store_db(st)) && store_begin_read(st) == 0;
+    char *text = job_text(st, id, len);
+    if (own)
+        store_commit(st);
+    return text;
 }
 
 json_t *store_job_json(store_t *st, int64_t id)
 {
-    /* One read transaction: the job's state, slices and computations come
-     * from the same snapshot even while the scheduler writes. Inside a
-     * caller's transaction (autocommit off) that one already is. */
-    int own = sqlite3_get_autocommit(store_db(st)) && store_begin_read(st) == 0;
-    json_t *j = job_json(st, id);
-    if (own)
-        store_commit(st);
+    size_t len;
+    char *text = store_job_json_text(st, id, &len);
+    json_t *j = text ? json_loadb(text, len, 0, NULL) : NULL;
+    free(text);
     return j;
 }
 

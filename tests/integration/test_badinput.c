@@ -297,6 +297,34 @@ static void test_valid_job_still_runs(void **state)
     expect_fault("GET", path, NULL, 0, 400, "view");
 }
 
+/* The job object's "document" is the accepted body byte for byte (its
+ * spacing and key order included) in the 201 and in GET: the stored text
+ * goes out as it came in, neither parsed nor printed again. */
+static void test_document_as_sent(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{ \"slices\" : {\"s\": {\"shape\": [2]}},\n  \"name\": \"spaced\",\n"
+        "  \"computations\": [ {\"outputs\": [\"x\"], \"name\": \"c\", \"slice\": \"s\",\n"
+        "    \"ops\": [{\"out\": \"x\", \"op\": \"shard_index\"}] } ]\n}";
+    hx_resp_t r;
+    int64_t id = 0;
+    int st = hx_job_submit(&itest_client, doc, &id, &r);
+    int in_201 = st == 201 && strstr(r.body, doc) != NULL &&
+                 json_is_object(json_object_get(r.json, "document"));
+    hx_resp_clear(&r);
+    T_CHECK(in_201, "the 201 (status %d) does not carry the document as sent", st);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0, "GET %s failed", path);
+    int in_get = r.status == 200 && strstr(r.body, doc) != NULL &&
+                 json_is_array(json_object_get(r.json, "computations")) &&
+                 strcmp(json_string_value(json_object_get(
+                            json_object_get(r.json, "document"), "name")), "spaced") == 0;
+    hx_resp_clear(&r);
+    T_CHECK(in_get, "GET %s does not carry the document as sent", path);
+}
+
 /* ---- GET /v1/jobs, /v1/jobs/{id}, DELETE, /result ---- */
 
 static void test_job_queries(void **state)
@@ -831,6 +859,7 @@ int main(void)
         cmocka_unit_test_teardown(test_job_body_oversized_413, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_document_faults, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_valid_job_still_runs, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_document_as_sent, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_queries, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_wait, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_islands, itest_cancel_leftovers),
