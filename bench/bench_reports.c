@@ -16,6 +16,10 @@
  *   reports.items                 reports applied (COMPUTATIONS x 4)
  *   reports.atolld_cpu_us_per_item atolld's user+system CPU per report item
  *                                  over the report phase (/proc/PID/stat)
+ *   reports.applier_cpu_us_per_item the same of its report applier thread
+ *                                  alone (atoll-reports): the serial part,
+ *                                  which bounds how fast reports can go in
+ *                                  however many cores decode them
  *   reports.items_per_s           items over the phase's wall time
  *   reports.job_state             the job's state after the phase
  * To compare two builds, run this bench against each (ATOLL_BIN_DIR). */
@@ -189,6 +193,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench: worker %d leased %zu of %d tasks\n", i, w[i].ntasks, ncomps);
             goto out_cl;
         }
+    /* The applier thread starts with the first batch: none yet is 0. */
+    int64_t app0 = hx_thread_cpu_us(c.atolld.pid, "atoll-reports");
     int64_t cpu0 = hx_cpu_us(c.atolld.pid), t0 = hx_now_ms();
     for (int i = 0; i < WORKERS; i++) {
         w[i].batch = batch;
@@ -203,12 +209,14 @@ int main(int argc, char **argv)
         failed |= w[i].failed;
     }
     int64_t ms = hx_now_ms() - t0, cpu = hx_cpu_us(c.atolld.pid) - cpu0;
+    int64_t app = hx_thread_cpu_us(c.atolld.pid, "atoll-reports") - (app0 > 0 ? app0 : 0);
     json_t *j = NULL;
     hx_job_wait(&cl, job, DEADLINE_MS, 10, &j);
     long items = (long)ncomps * WORKERS;
     printf("reports.computations %d\nreports.batch %d\nreports.devices_per_worker %d\n"
            "reports.items %ld\n", ncomps, batch, ndev, items);
     printf("reports.atolld_cpu_us_per_item %.1f\n", (double)cpu / (double)items);
+    printf("reports.applier_cpu_us_per_item %.1f\n", (double)app / (double)items);
     printf("reports.items_per_s %.0f\n", ms > 0 ? (double)items * 1000.0 / (double)ms : 0.0);
     printf("reports.job_state %s\n", j ? hx_job_state(j) : "?");
     rc = failed || !j || strcmp(hx_job_state(j), "succeeded") != 0;

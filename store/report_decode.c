@@ -82,14 +82,21 @@ int report_outputs_check(const json_t *body, err_t *e)
     return 0;
 }
 
-int report_output_shards(const char *name, const json_t *arr, int nshards, err_t *e)
+int report_output_count(const char *name, size_t n, int nshards, err_t *e)
 {
-    if (json_is_array(arr) && json_array_size(arr) == (size_t)nshards)
+    if (nshards >= 0 && n == (size_t)nshards)
         return 0;
     char field[80];
     snprintf(field, sizeof field, "outputs.%.60s", name);
     return err_set(e, 400, field, "%s must list exactly one tensor per shard of the task (%d),"
-                   " got %zu", field, nshards, json_array_size(arr));
+                   " got %zu", field, nshards, n);
+}
+
+int report_output_shards(const char *name, const json_t *arr, int nshards, err_t *e)
+{
+    /* Not an array: counted as none, which no task's shard count is. */
+    return report_output_count(name, json_is_array(arr) ? json_array_size(arr) : 0,
+                               json_is_array(arr) ? nshards : -1, e);
 }
 
 int report_validate(const json_t *body, const char **state, err_t *e)
@@ -183,6 +190,94 @@ void report_output_clear(report_output_t *out)
 {
     free(out->values);
     memset(out, 0, sizeof *out);
+}
+
+/* out's meta tail (REPORT_TAIL_MAX: 4 dims of at most 19 digits, a sum of
+ * at most 24 characters and a count of at most 19 fit). */
+static void prep_tail(const report_output_t *out, char tail[REPORT_TAIL_MAX])
+{
+    int n = snprintf(tail, REPORT_TAIL_MAX, "[");
+    for (int d = 0; d < out->shape.rank; d++)
+        n += snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "%s%lld", d ? "," : "",
+                      (long long)out->shape.dim[d]);
+    if (out->has_sum)
+        n += snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "],%.17g,", out->sum);
+    else
+        n += snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "],null,");
+    snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "%lld]",
+             (long long)(out->values ? out->numel : 0));
+}
+
+/* Decodes output name's tensors (arr, checked an array of 1 to
+ * REPORT_SHARDS_MAX by report_outputs_check) into o. 0, 400 or -1. */
+static int prep_output(const char *name, const json_t *arr, report_prep_out_t *o, err_t *e)
+{
+    size_t n = json_array_size(arr);
+    o->name = name;
+    if (!(o->t = calloc(n, sizeof *o->t)) || !(o->tail = calloc(n, sizeof *o->tail)))
+        return -1;
+    for (size_t k = 0; k < n; k++) {
+        o->n++;                 /* counted before decoding: cleared in every case */
+        int rc = report_output_decode(name, (int)k, json_array_get(arr, k), &o->t[k], e);
+        if (rc != 0)
+            return rc;
+        prep_tail(&o->t[k], o->tail[k]);
+    }
+    return 0;
+}
+
+int report_prepare(json_t *body, int64_t task, report_prep_t *p)
+{
+    memset(p, 0, sizeof *p);
+    p->task = task;
+    p->body = body;
+    if (!body)
+        return err_set(&p->e, 500, "", "out of memory");
+    if (report_validate(body, &p->state, &p->e) != 0 || report_outputs_check(body, &p->e) != 0)
+        return p->e.status;
+    /* Only a succeeded report's outputs are kept (store_progress.c). */
+    json_t *outs = json_object_get(body, "outputs"), *arr;
+    size_t n = json_object_size(outs);
+    if (strcmp(p->state, "succeeded") != 0 || n == 0)
+        return 0;
+    if (!(p->out = calloc(n, sizeof *p->out)))
+        return err_set(&p->e, 500, "", "out of memory");
+    const char *name;
+    json_object_foreach(outs, name, arr) {
+        int rc = prep_output(name, arr, &p->out[p->nout++], &p->e);
+        if (rc == -1)
+            return err_set(&p->e, 500, "", "out of memory");
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int report_prepare_item(const json_t *item, report_prep_t *p)
+{
+    err_t e = {0};
+    int64_t task = 0;
+    json_t *body = report_batch_item(item, &task, &e);
+    if (!body) {
+        memset(p, 0, sizeof *p);
+        p->task = task;
+        p->e = e;
+        return e.status;
+    }
+    return report_prepare(body, task, p);
+}
+
+void report_prep_clear(report_prep_t *p)
+{
+    for (int i = 0; i < p->nout; i++) {
+        for (int k = 0; k < p->out[i].n; k++)
+            report_output_clear(&p->out[i].t[k]);
+        free(p->out[i].t);
+        free(p->out[i].tail);
+    }
+    free(p->out);
+    json_decref(p->body);
+    memset(p, 0, sizeof *p);
 }
 
 int report_log_segments(const void *body, size_t len, report_log_seg_t *segs, int max)

@@ -75,6 +75,51 @@ int report_output_decode(const char *name, int index, const json_t *o, report_ou
                          err_t *e);
 void report_output_clear(report_output_t *out);
 
+/* Output name's tensor count n against the host task's nshards: 0, or
+ * 400 naming "outputs.NAME" (report_output_shards for a JSON array). */
+int report_output_count(const char *name, size_t n, int nshards, err_t *e);
+
+/* The text of one shard's outputs-row meta entry after its shard id
+ * (schema/023_task_outputs.sql: [shard, shape, sum or null, nvals]):
+ * "[d0,..],SUM,NVALS]", SUM printed with 17 digits (the double comes back
+ * bit for bit). */
+#define REPORT_TAIL_MAX 160
+
+/* One output of a prepared report: its tensors decoded, one per shard of
+ * the host task, each with its meta tail. */
+typedef struct report_prep_out {
+    const char *name;           /* borrowed from the prepared body */
+    int n;
+    report_output_t *t;         /* owned, n of them */
+    char (*tail)[REPORT_TAIL_MAX]; /* owned, n of them */
+} report_prep_out_t;
+
+/* A report checked and decoded as far as it can be without the store:
+ * everything but the checks against its host task (fencing, the tensor
+ * count per shard). Prepared by the thread that received it, so that the
+ * store's one report applier (store_progress.c) spends its write turn on
+ * SQL alone. */
+typedef struct report_prep {
+    int64_t task;
+    json_t *body;               /* owned: the report without "task"; NULL when refused
+                                   before it could be read */
+    const char *state;          /* points into body */
+    int nout;
+    report_prep_out_t *out;     /* owned: the outputs of a succeeded report, else none */
+    err_t e;                    /* e.status 400 (malformed) or 500 (out of memory):
+                                   refused, nothing to apply; 0: prepared */
+} report_prep_t;
+
+/* Prepares a report for task: takes body (one reference; NULL: out of
+ * memory) and checks its fields and state (report_validate) and outputs
+ * (report_outputs_check), then, for a succeeded report, decodes every
+ * tensor (report_output_decode) and prints its meta tail. Returns
+ * p->e.status: 0, 400 or 500. report_prep_clear() p in every case. */
+int report_prepare(json_t *body, int64_t task, report_prep_t *p);
+/* A batch item ({"task": N, ...}): report_batch_item, then report_prepare. */
+int report_prepare_item(const json_t *item, report_prep_t *p);
+void report_prep_clear(report_prep_t *p);
+
 /* Most segments in one logs body (POST /v1/workers/{id}/logs). */
 #define REPORT_LOG_SEGS_MAX 4096
 

@@ -44,20 +44,31 @@ static void task_row_clear(task_row_t *r)
     r->shards_txt = r->devices_txt = NULL;
 }
 
-/* Parses the row's shards column (JSON text written by the scheduler). */
+/* Parses the row's shards column: "[a,b,...]", nshards non-negative
+ * integers, as the scheduler writes it (sched_dispatch.c). Read without
+ * jansson: this runs on the report applier, once per report item. 0, or
+ * -1 for anything else (or OOM). */
 static int task_shards(task_row_t *r, const char *txt)
 {
-    json_t *a = txt ? json_loads(txt, 0, NULL) : NULL;
-    size_t i;
-    json_t *v;
-    int ok = json_is_array(a) && json_array_size(a) == (size_t)r->nshards && r->nshards >= 1 &&
-             (r->shards = malloc(sizeof *r->shards * (size_t)r->nshards)) &&
-             (r->shards_txt = strdup(txt));
-    json_array_foreach(a, i, v)
-        if (ok)
-            r->shards[i] = json_integer_value(v);
-    json_decref(a);
-    return ok ? 0 : -1;
+    if (!txt || txt[0] != '[' || r->nshards < 1 ||
+        !(r->shards = malloc(sizeof *r->shards * (size_t)r->nshards)))
+        return -1;
+    const char *p = txt + 1;
+    for (int i = 0; i < r->nshards; i++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        int64_t v = 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (v > (INT64_MAX - 9) / 10)
+                return -1;
+            v = v * 10 + (*p - '0');
+        }
+        r->shards[i] = v;
+        if (*p != (i + 1 < r->nshards ? ',' : ']'))
+            return -1;
+        p++;
+    }
+    return *p == '\0' && (r->shards_txt = strdup(txt)) ? 0 : -1;
 }
 
 /* Why a report's task could not be taken: STORE_CONFLICT when the task
@@ -136,53 +147,37 @@ static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *bo
     return rc;
 }
 
-/* Appends shard i's entry of an outputs row's meta (schema/023_task_
- * outputs.sql: [shard, shape, sum or null, nvals]) for out, and its
- * values, when listed, to vals. */
-static void output_meta(store_buf_t *meta, store_buf_t *vals, int64_t shard,
-                        const report_output_t *out)
-{
-    store_buf_printf(meta, "%s[%lld,[", meta->len > 1 ? "," : "", (long long)shard);
-    for (int d = 0; d < out->shape.rank; d++)
-        store_buf_printf(meta, "%s%lld", d ? "," : "", (long long)out->shape.dim[d]);
-    /* 17 digits: the double comes back bit for bit. */
-    if (out->has_sum)
-        store_buf_printf(meta, "],%.17g,", out->sum);
-    else
-        store_buf_printf(meta, "],null,");
-    store_buf_printf(meta, "%lld]", (long long)(out->values ? out->numel : 0));
-    if (out->values)
-        store_buf_put(vals, (const char *)out->values, sizeof *out->values * (size_t)out->numel);
-}
-
-/* Validates output `name` of the report (arr: one tensor per shard of the
- * task, in its shards' order; report_output_decode checks each) and stores
- * it as one row for all the task's shards. Returns 0, 400 (e filled) or
- * -1. */
-static int report_output_row(store_t *st, const task_row_t *r, const char *name,
-                             const json_t *arr, err_t *e)
+/* Stores prepared output o (report_decode.h: one decoded tensor per
+ * shard of the task, in its shards' order) as one outputs row for all the
+ * task's shards: its meta (schema/023_task_outputs.sql: [shard, shape, sum
+ * or null, nvals] per shard, from the tails printed when the report was
+ * prepared) and its listed values. Returns 0, 400 (e filled: not one
+ * tensor per shard) or -1. */
+static int report_output_row(store_t *st, const task_row_t *r, const report_prep_out_t *o,
+                             err_t *e)
 {
     static const char sql[] =
         "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard0, meta, vals)"
         " VALUES (?,?,?,?,?,?)";
-    store_buf_t meta = store_buf_new(32 * (size_t)r->nshards + 8), vals = store_buf_new(64);
-    int rc = 0;
+    int rc = report_output_count(o->name, (size_t)o->n, r->nshards, e);
+    if (rc != 0)
+        return rc;
+    store_buf_t meta = store_buf_new(48 * (size_t)o->n + 8), vals = store_buf_new(64);
     store_buf_put(&meta, "[", 1);
-    for (int i = 0; rc == 0 && i < r->nshards; i++) {
-        report_output_t out;
-        rc = report_output_decode(name, i, json_array_get(arr, (size_t)i), &out, e);
-        if (rc == 0)
-            output_meta(&meta, &vals, r->shards[i], &out);
-        report_output_clear(&out);
+    for (int i = 0; i < o->n; i++) {
+        store_buf_printf(&meta, "%s[%lld,%s", i ? "," : "", (long long)r->shards[i], o->tail[i]);
+        if (o->t[i].values)
+            store_buf_put(&vals, (const char *)o->t[i].values,
+                          sizeof *o->t[i].values * (size_t)o->t[i].numel);
     }
     store_buf_put(&meta, "]", 1);
     sqlite3_stmt *s = NULL;
-    if (rc == 0 && (meta.failed || vals.failed || !(s = store_stmt(st, sql))))
+    if (meta.failed || vals.failed || !(s = store_stmt(st, sql)))
         rc = -1;
     if (rc == 0) {
         sqlite3_bind_int64(s, 1, r->job);
         sqlite3_bind_int64(s, 2, r->comp);
-        sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, o->name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(s, 4, r->shards[0]);
         sqlite3_bind_text(s, 5, meta.p, (int)meta.len, SQLITE_STATIC);
         if (vals.len)
@@ -194,20 +189,13 @@ static int report_output_row(store_t *st, const task_row_t *r, const char *name,
     return rc;
 }
 
-/* Stores the report's outputs: each an array with one tensor per shard of
- * the task, in the order of its shards, one row per output (GET
+/* Stores the prepared report's outputs, one row per output (GET
  * /v1/jobs/{id}/result splits it per shard). Returns 0, 400 (e filled) or
  * -1. */
-static int report_outputs(store_t *st, const task_row_t *r, const json_t *body, err_t *e)
+static int report_outputs(store_t *st, const task_row_t *r, const report_prep_t *p, err_t *e)
 {
-    json_t *outputs = json_object_get(body, "outputs"), *arr;
-    if (outputs && !json_is_object(outputs))
-        return err_set(e, 400, "outputs", "outputs must be an object");
-    const char *name;
-    json_object_foreach(outputs, name, arr) {
-        int rc = report_output_shards(name, arr, r->nshards, e);
-        if (rc == 0)
-            rc = report_output_row(st, r, name, arr, e);
+    for (int i = 0; i < p->nout; i++) {
+        int rc = report_output_row(st, r, &p->out[i], e);
         if (rc != 0)
             return rc;
     }
@@ -339,7 +327,7 @@ static int reporter_load(store_t *st, int64_t worker, reporter_t *rep)
  * indexes are the reporter's first device plus those: O(task), never
  * O(slice); the reporter is live (fenced), so its block is current. */
 static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *r,
-                          const json_t *body, report_acc_t *acc, int *effects, err_t *e)
+                          const report_prep_t *p, report_acc_t *acc, int *effects, err_t *e)
 {
     static const char comp_sql[] =
         "UPDATE computations SET shards_done = shards_done + ?6,"
@@ -350,11 +338,11 @@ static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *
     /* Read back apart, not RETURNING (see task_take). */
     static const char done_sql[] =
         "SELECT shards_done = shards_total FROM computations WHERE job_id = ?1 AND idx = ?2";
-    int rc = report_outputs(st, r, body, e);
+    int rc = report_outputs(st, r, p, e);
     if (rc != 0)
         return rc;
-    int64_t t0 = json_time(body, "started_us"), t1 = json_time(body, "inputs_ready_us");
-    int64_t t2 = json_time(body, "finished_us");
+    int64_t t0 = json_time(p->body, "started_us"), t1 = json_time(p->body, "inputs_ready_us");
+    int64_t t2 = json_time(p->body, "finished_us");
     sqlite3_stmt *s;
     int64_t busy = t2 > t1 ? t2 - t1 : 0;
     /* Stamps are at most REPORT_TIME_MAX_US, shards up to a worker's 4096
@@ -439,29 +427,29 @@ static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const j
     return store_job_finish(st, r->job, "failed", why);
 }
 
-/* Applies one validated report of rep inside the caller's transaction.
+/* Applies one prepared report of rep inside the caller's transaction.
  * Returns STORE_OK, STORE_NOTFOUND, STORE_CONFLICT, or STORE_ERR (e->status
- * 400 for a malformed output, else a store failure). On failure the caller
- * undoes what this wrote. */
-static int report_apply(store_t *st, const reporter_t *rep, int64_t task, const json_t *body,
-                        const char *state, report_acc_t *acc, int *effects, err_t *e)
+ * 400 for outputs that are not one tensor per shard of the task, else a
+ * store failure). On failure the caller undoes what this wrote. */
+static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t *p,
+                        report_acc_t *acc, int *effects, err_t *e)
 {
     if (!rep->live)
-        return task_refusal(st, task);  /* fenced: see task_take */
-    const char *msg = json_string_value(json_object_get(body, "error"));
+        return task_refusal(st, p->task);  /* fenced: see task_take */
+    const char *msg = json_string_value(json_object_get(p->body, "error"));
     task_row_t r;
-    int rc = task_take(st, task, rep->id, body, state, msg, &r);
+    int rc = task_take(st, p->task, rep->id, p->body, p->state, msg, &r);
     if (rc != STORE_OK)
         return rc;
     rc = STORE_ERR;
     /* Only the job's current attempt, while it is live, moves the job. */
     int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
-    if (live && strcmp(state, "succeeded") == 0) {
+    if (live && strcmp(p->state, "succeeded") == 0) {
         /* A 400 from a malformed output leaves e->status set for the caller. */
-        if (host_succeeded(st, rep, &r, body, acc, effects, e) != 0)
+        if (host_succeeded(st, rep, &r, p, acc, effects, e) != 0)
             goto out;
-    } else if (live && strcmp(state, "failed") == 0) {
-        if (host_failed(st, &r, rep->id, body, msg) != 0)
+    } else if (live && strcmp(p->state, "failed") == 0) {
+        if (host_failed(st, &r, rep->id, p->body, msg) != 0)
             goto out;
         *effects |= STORE_FX_JOB_ENDED;
     }
@@ -474,21 +462,28 @@ out:
 int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         int *effects, err_t *e)
 {
-    const char *state = NULL;
     *effects = 0;
-    if (report_validate(body, &state, e) != 0)
-        return STORE_ERR;
-    if (store_begin(st) != 0)
-        return err_set(e, 503, "", "store busy"), STORE_ERR;
+    report_prep_t p;
+    int rc = STORE_ERR;
+    if (report_prepare(json_incref((json_t *)body), task, &p) != 0) {
+        *e = p.e;
+        goto out;
+    }
+    if (store_begin(st) != 0) {
+        err_set(e, 503, "", "store busy");
+        goto out;
+    }
     reporter_t rep;
     report_acc_t acc = REPORT_ACC_INIT;
-    int rc = reporter_load(st, worker, &rep) == 0
-                 ? report_apply(st, &rep, task, body, state, &acc, effects, e) : STORE_ERR;
+    rc = reporter_load(st, worker, &rep) == 0 ? report_apply(st, &rep, &p, &acc, effects, e)
+                                              : STORE_ERR;
     if (rc == STORE_OK && (report_acc_flush(st, &acc) != 0 || store_commit(st) != 0))
         rc = STORE_ERR;
     if (rc != STORE_OK)
         store_rollback(st);
     report_acc_free(&acc);
+out:
+    report_prep_clear(&p);
     return rc;
 }
 
@@ -503,48 +498,41 @@ static int status_of(int rc, const err_t *e)
     return e->status >= 400 ? e->status : 503;
 }
 
-/* Applies one request's reports inside the open transaction: each item in
- * its own savepoint, its answer appended to res. STORE_OK, or STORE_ERR
- * when the store failed (the transaction must then be rolled back). */
-static int batch_items(store_t *st, int64_t worker, const json_t *reports, json_t *res,
-                       report_acc_t *acc, int *effects)
+/* Applies one request's prepared reports (n of them) inside the open
+ * transaction: each item in its own savepoint, its answer appended to res.
+ * An item refused when it was prepared gets that answer without touching
+ * the store. STORE_OK, or STORE_ERR when the store failed (the
+ * transaction must then be rolled back). */
+static int batch_items(store_t *st, int64_t worker, const report_prep_t *preps, size_t n,
+                       json_t *res, report_acc_t *acc, int *effects)
 {
-    size_t i;
-    json_t *item;
     reporter_t rep;
     if (reporter_load(st, worker, &rep) != 0)
         return STORE_ERR;
-    json_array_foreach(reports, i, item) {
-        err_t e = {0};
-        int64_t task = 0;
-        const char *state = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const report_prep_t *p = &preps[i];
+        err_t e = p->e;
         int rc = STORE_ERR;
-        json_t *body = report_batch_item(item, &task, &e);
         /* Each item is checked alone: one malformed report is its own 400,
          * the others of the batch still apply. */
-        if (body && report_validate(body, &state, &e) == 0 &&
-            report_outputs_check(body, &e) == 0) {
-            if (store_savepoint(st) != 0) {
-                json_decref(body);
+        if (e.status == 0) {
+            if (store_savepoint(st) != 0)
                 return STORE_ERR;
-            }
             int fx = 0;
             report_acc_mark(acc);
-            rc = report_apply(st, &rep, task, body, state, acc, &fx, &e);
+            rc = report_apply(st, &rep, p, acc, &fx, &e);
             if (rc != STORE_OK)
                 report_acc_undo(acc);       /* its savepoint is rolled back */
             /* A store failure (not a refusal) fails the whole transaction:
              * nothing is committed and the workers send again. */
             int store_failed = rc == STORE_ERR && e.status < 400;
-            if (store_failed || (rc == STORE_OK ? store_release(st) : store_rollback_to(st)) != 0) {
-                json_decref(body);
+            if (store_failed || (rc == STORE_OK ? store_release(st) : store_rollback_to(st)) != 0)
                 return STORE_ERR;
-            }
             if (rc == STORE_OK)
                 *effects |= fx;
         }
-        json_decref(body);
-        json_t *r = json_pack("{s:I, s:i}", "task", (json_int_t)task, "status", status_of(rc, &e));
+        json_t *r = json_pack("{s:I, s:i}", "task", (json_int_t)p->task, "status",
+                              status_of(rc, &e));
         if (r && rc != STORE_OK && e.detail[0])
             json_object_set_new(r, "detail", json_string(e.detail));
         if (!r || json_array_append_new(res, r) != 0)
@@ -563,7 +551,8 @@ static int batch_items(store_t *st, int64_t worker, const json_t *reports, json_
  * applied: the workers send again), as for one request alone. */
 typedef struct report_req {
     int64_t worker;
-    const json_t *reports;      /* borrowed: the requester waits until done */
+    const report_prep_t *preps; /* borrowed: the requester waits until done */
+    size_t n;
     json_t *results;            /* new reference handed to the requester */
     int effects, rc, done;
     struct report_req *next;
@@ -584,8 +573,8 @@ static void combine_apply(store_t *st, report_req_t *list)
     int ok = store_begin(st) == 0;
     for (r = list; ok && r; r = r->next) {
         r->results = json_array();
-        ok = r->results &&
-             batch_items(st, r->worker, r->reports, r->results, &acc, &r->effects) == STORE_OK;
+        ok = r->results && batch_items(st, r->worker, r->preps, r->n, r->results, &acc,
+                                       &r->effects) == STORE_OK;
     }
     ok = ok && report_acc_flush(st, &acc) == 0;
     report_acc_free(&acc);
@@ -608,10 +597,10 @@ static void combine_apply(store_t *st, report_req_t *list)
 static report_req_t *combine_take(void)
 {
     report_req_t *list = comb_head, *last = comb_head;
-    size_t items = json_array_size(last->reports);
-    while (last->next && items + json_array_size(last->next->reports) <= COMBINE_MAX_ITEMS) {
+    size_t items = last->n;
+    while (last->next && items + last->next->n <= COMBINE_MAX_ITEMS) {
         last = last->next;
-        items += json_array_size(last->reports);
+        items += last->n;
     }
     comb_head = last->next;
     last->next = NULL;
@@ -695,11 +684,30 @@ void store_reports_stop(void)
         pthread_join(comb_thread, NULL);
 }
 
+/* Prepares every item of reports (report_decode.h) on the calling
+ * thread, before the applier's turn: the applier spends its write turn on
+ * SQL, and the requests' threads decode side by side. *out: n of them
+ * (report_prep_clear each, then free), or NULL on OOM. */
+static report_prep_t *batch_prepare(const json_t *reports, size_t *n)
+{
+    *n = json_array_size(reports);
+    report_prep_t *preps = calloc(*n ? *n : 1, sizeof *preps);
+    for (size_t i = 0; preps && i < *n; i++)
+        report_prepare_item(json_array_get(reports, i), &preps[i]);
+    return preps;
+}
+
 int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
                               json_t **results, int *effects)
 {
+    size_t n;
+    report_prep_t *preps = batch_prepare(reports, &n);
+    *results = NULL;
+    *effects = 0;
+    if (!preps)
+        return STORE_ERR;
     pthread_once(&comb_once, combine_start);
-    report_req_t me = {.worker = worker, .reports = reports, .rc = STORE_ERR};
+    report_req_t me = {.worker = worker, .preps = preps, .n = n, .rc = STORE_ERR};
     pthread_mutex_lock(&comb_mu);
     if (comb_state != COMB_ON) {
         pthread_mutex_unlock(&comb_mu);
@@ -714,6 +722,9 @@ int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports
             pthread_cond_wait(&comb_cv, &comb_mu);
         pthread_mutex_unlock(&comb_mu);
     }
+    for (size_t i = 0; i < n; i++)
+        report_prep_clear(&preps[i]);
+    free(preps);
     *results = me.results;
     *effects = me.effects;
     return me.rc;

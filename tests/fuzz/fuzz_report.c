@@ -8,6 +8,9 @@
  *     report_batch_envelope, then per item (a refusal is that item's
  *     alone) report_batch_item, report_outputs_check, report_validate and
  *     the outputs.
+ * Each report also goes through report_prepare (what the controller runs,
+ * built of the same checks): prepared iff they pass (and, succeeded, every
+ * tensor decodes), each output's tails the meta of its decoded tensors.
  * The body is parsed as the router parses it (JSON_REJECT_DUPLICATES).
  * Outputs are decoded whatever the state (the store decodes them only for
  * succeeded reports), so every report reaches the shape/values decoder.
@@ -182,6 +185,85 @@ static void check_report(const json_t *body)
         check_output_array(key, v);
 }
 
+/* Whether every tensor of every output of body decodes (what
+ * report_prepare adds to the checks for a succeeded report). */
+static int tensors_decode(const json_t *body)
+{
+    const char *name;
+    const json_t *arr, *o;
+    size_t i;
+    json_object_foreach((json_t *)json_object_get(body, "outputs"), name, arr)
+        json_array_foreach(arr, i, o) {
+            report_output_t out;
+            err_t e;
+            memset(&e, 0, sizeof e);
+            int rc = report_output_decode(name, (int)i, o, &out, &e);
+            report_output_clear(&out);
+            if (rc != 0)
+                return 0;
+        }
+    return 1;
+}
+
+/* A prepared output's tails: "[0," + tail is the meta entry [shard, shape,
+ * sum or null, nvals] of its decoded tensor, the sum bit for bit. */
+static void check_tails(const report_prep_out_t *o)
+{
+    for (int k = 0; k < o->n; k++) {
+        char text[REPORT_TAIL_MAX + 8];
+        snprintf(text, sizeof text, "[0,%s", o->tail[k]);
+        json_t *m = json_loads(text, 0, NULL);
+        const report_output_t *t = &o->t[k];
+        json_t *sum = json_array_get(m, 2);
+        if (!json_is_array(m) || json_array_size(m) != 4 ||
+            json_array_size(json_array_get(m, 1)) != (size_t)t->shape.rank ||
+            json_integer_value(json_array_get(m, 3)) != (t->values ? t->numel : 0) ||
+            (t->has_sum ? !json_is_number(sum) || json_number_value(sum) != t->sum
+                        : !json_is_null(sum)))
+            abort();
+        for (int d = 0; d < t->shape.rank; d++)
+            if (json_integer_value(json_array_get(json_array_get(m, 1), (size_t)d)) !=
+                t->shape.dim[d])
+                abort();
+        json_decref(m);
+    }
+}
+
+/* report_prepare on body (a report without "task") against the checks it
+ * is made of: prepared iff the fields, state and outputs pass and, for a
+ * succeeded report, every tensor decodes; then one prepared output per
+ * output, one tensor per entry, each tail the tensor's meta. */
+static void check_prepared(const json_t *body, int64_t task)
+{
+    const char *state = NULL;
+    err_t e;
+    memset(&e, 0, sizeof e);
+    int want = report_validate(body, &state, &e) == 0 && report_outputs_check(body, &e) == 0 &&
+               (strcmp(state, "succeeded") != 0 || tensors_decode(body));
+    report_prep_t p;
+    int rc = report_prepare(json_incref((json_t *)body), task, &p);
+    if (rc == 500) {            /* out of memory: nothing to check */
+        report_prep_clear(&p);
+        return;
+    }
+    if ((rc == 0) != want || p.task != task)
+        abort();
+    if (rc != 0) {
+        check_err(rc, &p.e);
+    } else {
+        const json_t *outs = json_object_get(body, "outputs");
+        int kept = strcmp(p.state, "succeeded") == 0;
+        if (p.nout != (kept ? (int)json_object_size(outs) : 0))
+            abort();
+        for (int i = 0; i < p.nout; i++) {
+            if ((size_t)p.out[i].n != json_array_size(json_object_get(outs, p.out[i].name)))
+                abort();
+            check_tails(&p.out[i]);
+        }
+    }
+    report_prep_clear(&p);
+}
+
 static void check_batch(const json_t *doc)
 {
     const json_t *reports = NULL;
@@ -210,6 +292,7 @@ static void check_batch(const json_t *doc)
             abort();
         if (outputs_ok(body))   /* else only this item is refused */
             check_report(body);
+        check_prepared(body, task);
         json_decref(body);
     }
 }
@@ -224,6 +307,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_batch(doc);
     else if (outputs_ok(doc))
         check_report(doc);
+    if (!json_object_get(doc, "reports"))
+        check_prepared(doc, 1);
     json_decref(doc);
     return 0;
 }

@@ -97,6 +97,9 @@ long hx_rss_kb(pid_t pid);
 /* User + system CPU time of pid so far in microseconds (/proc/PID/stat,
  * clock-tick resolution), or -1. */
 int64_t hx_cpu_us(pid_t pid);
+/* The same for pid's threads named comm (/proc/PID/task/TID/comm), summed;
+ * -1 when none is found. */
+int64_t hx_thread_cpu_us(pid_t pid, const char *comm);
 /* $ATOLL_BIN_DIR, or build/bin. */
 const char *hx_bin_dir(void);
 

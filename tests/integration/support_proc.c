@@ -512,10 +512,10 @@ long hx_rss_kb(pid_t pid)
     return kb;
 }
 
-int64_t hx_cpu_us(pid_t pid)
+/* utime + stime of a /proc/.../stat file in microseconds, or -1. */
+static int64_t stat_cpu_us(const char *path)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    char buf[1024];
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
@@ -528,6 +528,46 @@ int64_t hx_cpu_us(pid_t pid)
     if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
         return -1;
     return (int64_t)(ut + st) * 1000000 / sysconf(_SC_CLK_TCK);
+}
+
+int64_t hx_cpu_us(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    return stat_cpu_us(path);
+}
+
+int64_t hx_thread_cpu_us(pid_t pid, const char *comm)
+{
+    char dir[64], path[64 + sizeof(((struct dirent *)0)->d_name) + 8], name[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int64_t sum = 0;
+    int found = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s/comm", dir, de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        int ok = fgets(name, sizeof name, f) != NULL;
+        fclose(f);
+        name[strcspn(name, "\n")] = '\0';
+        if (!ok || strcmp(name, comm) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s/stat", dir, de->d_name);
+        int64_t us = stat_cpu_us(path);
+        if (us >= 0) {
+            sum += us;
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found ? sum : -1;
 }
 
 int hx_job_processes(int64_t id)
