@@ -43,18 +43,6 @@ fail:
     return -1;
 }
 
-void report_acc_mark(report_acc_t *a)
-{
-    a->mark_dev = a->ndev;
-    a->mark_job = a->njob;
-}
-
-void report_acc_undo(report_acc_t *a)
-{
-    a->ndev = a->mark_dev;
-    a->njob = a->mark_job;
-}
-
 static int dev_cmp(const void *x, const void *y)
 {
     const report_acc_dev_t *a = x, *b = y;
@@ -136,7 +124,7 @@ static int flush_jobs(store_t *st, report_acc_t *a)
 int report_acc_flush(store_t *st, report_acc_t *a)
 {
     int rc = flush_devices(st, a) == 0 && flush_jobs(st, a) == 0 ? 0 : -1;
-    a->ndev = a->njob = a->mark_dev = a->mark_job = 0;
+    a->ndev = a->njob = 0;
     return rc;
 }
 

@@ -8,10 +8,9 @@
  * written once per transaction (report_acc_flush), in the transaction, so
  * what readers see is unchanged.
  *
- * Reports of a batch are applied each in its own savepoint; one that is
- * rolled back must not count. The sums are therefore an append-only log:
- * report_acc_mark() before a report, report_acc_undo() drops what was
- * appended since, when its savepoint is rolled back.
+ * A report adds to it only once nothing can refuse it any more
+ * (store_progress.c's report_apply); a store failure drops the whole
+ * transaction, and the accumulator with it.
  *
  * Ownership: the accumulator owns its arrays; report_acc_free() releases
  * them (also after a failed flush). Not thread-safe: one per transaction,
@@ -34,12 +33,12 @@ typedef struct report_acc_job {
 
 typedef struct report_acc {
     report_acc_dev_t *dev;
-    size_t ndev, capdev, mark_dev;
+    size_t ndev, capdev;
     report_acc_job_t *job;
-    size_t njob, capjob, mark_job;
+    size_t njob, capjob;
 } report_acc_t;
 
-#define REPORT_ACC_INIT {NULL, 0, 0, 0, NULL, 0, 0, 0}
+#define REPORT_ACC_INIT {NULL, 0, 0, NULL, 0, 0}
 
 /* Adds us to island devices first + d for each d of devices_txt (a JSON
  * array of non-negative worker-local device numbers, as the scheduler
@@ -47,8 +46,6 @@ typedef struct report_acc {
  * malformed devices text: nothing added). */
 int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *devices_txt,
                    int64_t us, int64_t job, int64_t job_us);
-void report_acc_mark(report_acc_t *a);
-void report_acc_undo(report_acc_t *a);
 /* Writes the sums (one UPDATE per device, one tenant upsert per job) in
  * the caller's transaction and empties a. 0 or -1. */
 int report_acc_flush(store_t *st, report_acc_t *a);

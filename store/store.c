@@ -52,11 +52,6 @@ struct store {
     int n_new_leased, new_leased_all;
     int64_t new_leased[STORE_NEW_LEASED][2];
     store_devchg_t devchg;      /* which devices (store_devlog.c) */
-    /* devchg's counts at the open savepoint (store_savepoint), restored by
-     * store_rollback_to: a change rolled back must not be published (a job
-     * freed there would show free devices that are not). One level: a
-     * savepoint inside another rolls back to "everything changed". */
-    int sp_open, sp_all, sp_n, sp_nfreed;
     uint64_t device_commits;    /* commits of this connection that moved store_devices_gen */
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
     int nstmts;
@@ -195,7 +190,7 @@ uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
  * connection's transaction whom it concerns: the worker of the task row,
  * the workers holding leased tasks of the job, everyone (a worker's state,
  * a lost worker's tasks, which its successor's poll reports). store_commit
- * then moves their generations. A spurious kick (a rolled-back savepoint)
+ * then moves their generations. A spurious kick (a rolled-back write)
  * costs a parked poll one probe; a missed one would delay a worker by its
  * poll wait, so every column the probe reads that can make it true is
  * watched here. A job's end or new attempt also moves its job slot.
@@ -375,10 +370,9 @@ static int store_watch(store_t *st)
     return store_exec(st, STORE_WATCH_SQL);
 }
 
-/* temp_store=MEMORY: SQLite's statement and savepoint journals stay in
- * memory. Every report of a batch applies in its own savepoint, and past
- * 64 KiB SQLite spilled those journals to a temporary file it created,
- * wrote and deleted inside the transaction. journal_size_limit: see
+/* temp_store=MEMORY: SQLite's statement journals stay in memory (past
+ * 64 KiB SQLite spilled them to a temporary file it created, wrote and
+ * deleted inside the transaction). journal_size_limit: see
  * STORE_WAL_KEEP_BYTES. */
 #define STORE_TEMP_PRAGMA " PRAGMA temp_store=MEMORY;" \
     " PRAGMA journal_size_limit=" STORE_STR(STORE_WAL_KEEP_BYTES) ";"
@@ -552,49 +546,6 @@ int store_begin(store_t *st)
     return rc;
 }
 int store_begin_read(store_t *st) { return store_exec(st, "BEGIN DEFERRED"); }
-/* Runs a cached statement that takes no parameters and returns no rows:
- * a savepoint per report item is prepared once per connection, not parsed
- * by sqlite3_exec each time. 0 or -1. */
-static int store_run(store_t *st, const char *sql)
-{
-    sqlite3_stmt *s = store_stmt(st, sql);
-    return s ? store_step_done(s) : -1;
-}
-
-static const char store_sp_sql[] = "SAVEPOINT item";
-static const char store_release_sql[] = "RELEASE item";
-static const char store_rollback_to_sql[] = "ROLLBACK TO item";
-
-int store_savepoint(store_t *st)
-{
-    if (st->sp_open++ == 0) {
-        st->sp_all = st->devchg.all;
-        st->sp_n = st->devchg.n;
-        st->sp_nfreed = st->devchg.nfreed;
-    }
-    if (store_run(st, store_sp_sql) == 0)
-        return 0;
-    st->sp_open--;
-    return -1;
-}
-int store_release(store_t *st)
-{
-    if (st->sp_open > 0)
-        st->sp_open--;
-    return store_run(st, store_release_sql);
-}
-int store_rollback_to(store_t *st)
-{
-    if (st->sp_open == 1) {
-        st->devchg.all = st->sp_all;
-        st->devchg.n = st->sp_n;
-        st->devchg.nfreed = st->sp_nfreed;
-    } else {
-        st->devchg.all = 1;     /* nested: what to keep is not known here */
-    }
-    return store_run(st, store_rollback_to_sql) == 0 ? store_release(st) : -1;
-}
-
 void store_note_leased(store_t *st, int64_t job, int64_t attempt)
 {
     for (int i = 0; i < st->n_new_leased; i++)
@@ -640,7 +591,6 @@ int store_commit(store_t *st)
     if (st->n_new_leased || st->new_leased_all)
         new_leased_check(st);
     int rc = store_exec(st, "COMMIT");
-    st->sp_open = 0;
     /* The generation (store_devices_gen) moves after the commit is
      * visible: what changed devices, a worker's registration or state.
      * Reports (busy_us), heartbeats and everything else leave it. It moves
@@ -672,7 +622,6 @@ void store_rollback(store_t *st)
     memset(&st->kick_stale, 0, sizeof st->kick_stale);
     st->n_new_leased = st->new_leased_all = 0;
     store_devlog_clear(&st->devchg);
-    st->sp_open = 0;
     store_write_end(st);
 }
 

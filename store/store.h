@@ -209,11 +209,6 @@ int store_devlog_since(uint64_t since, int64_t island, store_devlog_view_t *v);
  * thread that knows what its commits changed can tell whether anyone
  * else's did (the scheduler's round mirror, sched_place.c). */
 uint64_t store_devices_commits(const store_t *st);
-/* One nested unit inside a transaction: store_savepoint() then either
- * store_release() (keep) or store_rollback_to() (undo just this unit). */
-int store_savepoint(store_t *st);
-int store_release(store_t *st);
-int store_rollback_to(store_t *st);
 void store_rollback(store_t *st);
 /* Runs a statement that returns no rows; 0 or -1 (logged). */
 int store_step_done(sqlite3_stmt *s);
@@ -400,8 +395,9 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size
                                        scheduler only if a job waits for devices) */
 int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
                         int *effects, err_t *e);
-/* Applies many reports ({"task": N, ...report fields}) in one transaction,
- * each in its own savepoint so one refused report undoes only itself.
+/* Applies many reports ({"task": N, ...report fields}) in one transaction;
+ * a refused report writes nothing (each is refused before its first
+ * write), so the others still apply.
  * *results = [{"task", "status", "detail"?}] (HTTP-like status per item).
  * Returns STORE_OK, or STORE_ERR when the transaction itself failed.
  * Batches are applied by one store thread (its connection stays warm),

@@ -20,7 +20,7 @@
  * published as the job, not as its devices, and the reader frees what its
  * mirror shows the job holding without a read (2,048 devices: a read of
  * the whole island was 0.6-1.5 ms of the next pass under bench_passes).
- * What a savepoint rolled back is forgotten with it (store_rollback_to),
+ * What a transaction rolled back is forgotten with it (store_rollback),
  * and the generation moves before the writer releases the write lock
  * (store_commit): inside a write transaction, a generation that moved only
  * by the reader's own commits since it read means nobody else changed a

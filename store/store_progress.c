@@ -3,7 +3,8 @@
  * (store_sched.c), moves on as reports come. A report is where a
  * host task leaves 'leased' (once: fencing), a computation reaches
  * succeeded, and a job reaches succeeded, failed, or a new attempt (an
- * unreachable peer); one report or a batch, each in its own savepoint.
+ * unreachable peer); one report or a batch, each refused (if at all)
+ * before its first write.
  * Batches that arrive together share one write transaction (combining,
  * below). */
 #include "store_internal.h"
@@ -42,6 +43,13 @@ static void task_row_clear(task_row_t *r)
     free(r->devices_txt);
     r->shards = NULL;
     r->shards_txt = r->devices_txt = NULL;
+}
+
+/* Whether the row's job attempt is its job's current one and live: only
+ * such a report moves the job. */
+static int task_row_live(const task_row_t *r)
+{
+    return r->attempt == r->job_attempt && !store_state_is_terminal(r->job_state);
 }
 
 /* Parses the row's shards column: "[a,b,...]", nshards non-negative
@@ -97,9 +105,11 @@ static int task_refusal(store_t *st, int64_t task)
  * caller checked that `worker` is live. On STORE_OK r holds the row and
  * its job's state; else STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR, r
  * empty. */
-static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *body,
-                     const char *state, const char *msg, task_row_t *r)
+static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const char *msg,
+                     task_row_t *r, err_t *e)
 {
+    int64_t task = p->task;
+    const json_t *body = p->body;
     static const char read_sql[] =
         "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
         " j.state, j.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
@@ -130,9 +140,16 @@ static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *bo
     sqlite3_reset(s);
     if (step == SQLITE_DONE)
         return task_refusal(st, task);
+    /* The last refusal, before the first write: outputs that are not one
+     * tensor per shard of the task (a live attempt's success only: a
+     * stale report's outputs are not kept). */
+    for (int i = 0; rc == STORE_OK && task_row_live(r) && strcmp(p->state, "succeeded") == 0 &&
+                    i < p->nout; i++)
+        if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
+            rc = STORE_ERR;
     if (rc == STORE_OK && (s = store_stmt(st, mark_sql))) {
         sqlite3_bind_int64(s, 1, task);
-        sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, p->state, -1, SQLITE_STATIC);
         sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
         sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
         sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
@@ -153,15 +170,12 @@ static int task_take(store_t *st, int64_t task, int64_t worker, const json_t *bo
  * or null, nvals] per shard, from the tails printed when the report was
  * prepared) and its listed values. Returns 0, 400 (e filled: not one
  * tensor per shard) or -1. */
-static int report_output_row(store_t *st, const task_row_t *r, const report_prep_out_t *o,
-                             err_t *e)
+static int report_output_row(store_t *st, const task_row_t *r, const report_prep_out_t *o)
 {
     static const char sql[] =
         "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard0, meta, vals)"
         " VALUES (?,?,?,?,?,?)";
-    int rc = report_output_count(o->name, (size_t)o->n, r->nshards, e);
-    if (rc != 0)
-        return rc;
+    int rc = 0;
     store_buf_t meta = store_buf_new(48 * (size_t)o->n + 8), vals = store_buf_new(64);
     store_buf_put(&meta, "[", 1);
     for (int i = 0; i < o->n; i++) {
@@ -190,12 +204,12 @@ static int report_output_row(store_t *st, const task_row_t *r, const report_prep
 }
 
 /* Stores the prepared report's outputs, one row per output (GET
- * /v1/jobs/{id}/result splits it per shard). Returns 0, 400 (e filled) or
- * -1. */
-static int report_outputs(store_t *st, const task_row_t *r, const report_prep_t *p, err_t *e)
+ * /v1/jobs/{id}/result splits it per shard); task_take checked their
+ * tensor counts. 0 or -1. */
+static int report_outputs(store_t *st, const task_row_t *r, const report_prep_t *p)
 {
     for (int i = 0; i < p->nout; i++) {
-        int rc = report_output_row(st, r, &p->out[i], e);
+        int rc = report_output_row(st, r, &p->out[i]);
         if (rc != 0)
             return rc;
     }
@@ -327,7 +341,7 @@ static int reporter_load(store_t *st, int64_t worker, reporter_t *rep)
  * indexes are the reporter's first device plus those: O(task), never
  * O(slice); the reporter is live (fenced), so its block is current. */
 static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *r,
-                          const report_prep_t *p, report_acc_t *acc, int *effects, err_t *e)
+                          const report_prep_t *p, report_acc_t *acc, int *effects)
 {
     static const char comp_sql[] =
         "UPDATE computations SET shards_done = shards_done + ?6,"
@@ -338,7 +352,7 @@ static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *
     /* Read back apart, not RETURNING (see task_take). */
     static const char done_sql[] =
         "SELECT shards_done = shards_total FROM computations WHERE job_id = ?1 AND idx = ?2";
-    int rc = report_outputs(st, r, p, e);
+    int rc = report_outputs(st, r, p);
     if (rc != 0)
         return rc;
     int64_t t0 = json_time(p->body, "started_us"), t1 = json_time(p->body, "inputs_ready_us");
@@ -428,9 +442,12 @@ static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const j
 }
 
 /* Applies one prepared report of rep inside the caller's transaction.
- * Returns STORE_OK, STORE_NOTFOUND, STORE_CONFLICT, or STORE_ERR (e->status
- * 400 for outputs that are not one tensor per shard of the task, else a
- * store failure). On failure the caller undoes what this wrote. */
+ * Returns STORE_OK; a refusal, STORE_NOTFOUND, STORE_CONFLICT or STORE_ERR
+ * with e->status 400 (outputs that are not one tensor per shard of the
+ * task), always before anything is written (task_take); or STORE_ERR with
+ * e->status 0, a store failure, after which the caller rolls the whole
+ * transaction back. So an item refused in a batch needs no savepoint of
+ * its own: there is nothing of it to undo. */
 static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t *p,
                         report_acc_t *acc, int *effects, err_t *e)
 {
@@ -438,15 +455,14 @@ static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t 
         return task_refusal(st, p->task);  /* fenced: see task_take */
     const char *msg = json_string_value(json_object_get(p->body, "error"));
     task_row_t r;
-    int rc = task_take(st, p->task, rep->id, p->body, p->state, msg, &r);
+    int rc = task_take(st, p, rep->id, msg, &r, e);
     if (rc != STORE_OK)
         return rc;
     rc = STORE_ERR;
     /* Only the job's current attempt, while it is live, moves the job. */
-    int live = r.attempt == r.job_attempt && !store_state_is_terminal(r.job_state);
+    int live = task_row_live(&r);
     if (live && strcmp(p->state, "succeeded") == 0) {
-        /* A 400 from a malformed output leaves e->status set for the caller. */
-        if (host_succeeded(st, rep, &r, p, acc, effects, e) != 0)
+        if (host_succeeded(st, rep, &r, p, acc, effects) != 0)
             goto out;
     } else if (live && strcmp(p->state, "failed") == 0) {
         if (host_failed(st, &r, rep->id, p->body, msg) != 0)
@@ -499,9 +515,10 @@ static int status_of(int rc, const err_t *e)
 }
 
 /* Applies one request's prepared reports (n of them) inside the open
- * transaction: each item in its own savepoint, its answer appended to res.
- * An item refused when it was prepared gets that answer without touching
- * the store. STORE_OK, or STORE_ERR when the store failed (the
+ * transaction, its answer per item appended to res. An item refused when
+ * it was prepared gets that answer without touching the store; one refused
+ * by report_apply wrote nothing (see there), so the others of the batch
+ * still apply. STORE_OK, or STORE_ERR when the store failed (the
  * transaction must then be rolled back). */
 static int batch_items(store_t *st, int64_t worker, const report_prep_t *preps, size_t n,
                        json_t *res, report_acc_t *acc, int *effects)
@@ -513,23 +530,12 @@ static int batch_items(store_t *st, int64_t worker, const report_prep_t *preps, 
         const report_prep_t *p = &preps[i];
         err_t e = p->e;
         int rc = STORE_ERR;
-        /* Each item is checked alone: one malformed report is its own 400,
-         * the others of the batch still apply. */
         if (e.status == 0) {
-            if (store_savepoint(st) != 0)
-                return STORE_ERR;
-            int fx = 0;
-            report_acc_mark(acc);
-            rc = report_apply(st, &rep, p, acc, &fx, &e);
-            if (rc != STORE_OK)
-                report_acc_undo(acc);       /* its savepoint is rolled back */
+            rc = report_apply(st, &rep, p, acc, effects, &e);
             /* A store failure (not a refusal) fails the whole transaction:
              * nothing is committed and the workers send again. */
-            int store_failed = rc == STORE_ERR && e.status < 400;
-            if (store_failed || (rc == STORE_OK ? store_release(st) : store_rollback_to(st)) != 0)
+            if (rc == STORE_ERR && e.status < 400)
                 return STORE_ERR;
-            if (rc == STORE_OK)
-                *effects |= fx;
         }
         json_t *r = json_pack("{s:I, s:i}", "task", (json_int_t)p->task, "status",
                               status_of(rc, &e));

@@ -214,10 +214,10 @@ static void test_round_current_until_another_writer(void **state)
     sched_round_free(&r);
 }
 
-/* What a savepoint rolled back is not published: a job freed inside one
- * (a report item that failed after its job's end) still holds its
- * devices, and no reader is told otherwise; released, it is. */
-static void test_rolled_back_savepoint_publishes_nothing(void **state)
+/* What a transaction rolled back is not published: a job freed inside one
+ * (a report batch that failed after its job's end) still holds its
+ * devices, and no reader is told otherwise; committed, it is. */
+static void test_rolled_back_free_publishes_nothing(void **state)
 {
     fixture_t *f = *state;
     int64_t isl = store_island_id(f->st, "west"), idx[8], job, worker;
@@ -228,18 +228,14 @@ static void test_rolled_back_savepoint_publishes_nothing(void **state)
     round_device(f, 0, &job, &worker);
     uint64_t g = store_devices_gen();
     assert_int_equal(store_begin(f->st), 0);
-    assert_int_equal(store_savepoint(f->st), 0);
     assert_int_equal(store_job_finish(f->st, 77, "succeeded", NULL), 0);
-    assert_int_equal(store_rollback_to(f->st), 0);
-    assert_int_equal(store_commit(f->st), 0);
+    store_rollback(f->st);
     assert_int_equal(store_devices_gen(), g);
     round_device(f, 0, &job, &worker);
     assert_int_equal(job, 77);
 
     assert_int_equal(store_begin(f->st), 0);
-    assert_int_equal(store_savepoint(f->st), 0);
     assert_int_equal(store_job_finish(f->st, 77, "succeeded", NULL), 0);
-    assert_int_equal(store_release(f->st), 0);
     assert_int_equal(store_commit(f->st), 0);
     store_devlog_view_t v = {.idx = idx, .cap = 8};
     assert_int_equal(store_devlog_since(g, isl, &v), 0);
@@ -601,7 +597,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_current_until_another_writer, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_rolled_back_savepoint_publishes_nothing, setup,
+        cmocka_unit_test_setup_teardown(test_rolled_back_free_publishes_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unplaced_job_waits_for_a_device_change, setup,
