@@ -103,7 +103,9 @@ static int task_refusal(store_t *st, int64_t task)
  * plain statements, not an UPDATE ... RETURNING: SQLite buffers RETURNING
  * rows in a temporary table, which cost more than the whole UPDATE.) The
  * caller checked that `worker` is live. On STORE_OK r holds the row and
- * its job's state; else STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR, r
+ * its job's state; else STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR (with
+ * e filled, 400, when a live attempt's succeeded report does not bring one
+ * tensor per shard of the task: refused before the row is marked), r
  * empty. */
 static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const char *msg,
                      task_row_t *r, err_t *e)
@@ -168,13 +170,16 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
  * shard of the task, in its shards' order) as one outputs row for all the
  * task's shards: its meta (schema/023_task_outputs.sql: [shard, shape, sum
  * or null, nvals] per shard, from the tails printed when the report was
- * prepared) and its listed values. Returns 0, 400 (e filled: not one
- * tensor per shard) or -1. */
+ * prepared) and its listed values. task_take refused any other tensor
+ * count; one here is a store error, never a read past the row's shards.
+ * 0 or -1. */
 static int report_output_row(store_t *st, const task_row_t *r, const report_prep_out_t *o)
 {
     static const char sql[] =
         "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard0, meta, vals)"
         " VALUES (?,?,?,?,?,?)";
+    if (o->n != r->nshards)
+        return -1;
     int rc = 0;
     store_buf_t meta = store_buf_new(48 * (size_t)o->n + 8), vals = store_buf_new(64);
     store_buf_put(&meta, "[", 1);
