@@ -192,20 +192,23 @@ void report_output_clear(report_output_t *out)
     memset(out, 0, sizeof *out);
 }
 
-/* out's meta tail (REPORT_TAIL_MAX: 4 dims of at most 19 digits, a sum of
- * at most 24 characters and a count of at most 19 fit). */
+/* out's meta tail. Dims and counts are at most TENSOR_MAX_ELEMS (8
+ * digits), a %.17g double at most 24 characters: "[" 4 x (8 + 1) "],"
+ * 24 "," 8 "]" and the NUL are 75 bytes, under REPORT_TAIL_MAX. */
+_Static_assert(TENSOR_MAX_ELEMS < 100000000 && TENSOR_MAX_RANK == 4 && REPORT_TAIL_MAX >= 75,
+               "a meta tail fits REPORT_TAIL_MAX");
 static void prep_tail(const report_output_t *out, char tail[REPORT_TAIL_MAX])
 {
-    int n = snprintf(tail, REPORT_TAIL_MAX, "[");
-    for (int d = 0; d < out->shape.rank; d++)
-        n += snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "%s%lld", d ? "," : "",
+    char dims[4 * 9 + 1] = "";
+    int n = 0;
+    for (int d = 0; d < out->shape.rank && d < TENSOR_MAX_RANK; d++)
+        n += snprintf(dims + n, sizeof dims - (size_t)n, "%s%lld", d ? "," : "",
                       (long long)out->shape.dim[d]);
+    long long nvals = out->values ? (long long)out->numel : 0;
     if (out->has_sum)
-        n += snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "],%.17g,", out->sum);
+        snprintf(tail, REPORT_TAIL_MAX, "[%s],%.17g,%lld]", dims, out->sum, nvals);
     else
-        n += snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "],null,");
-    snprintf(tail + n, REPORT_TAIL_MAX - (size_t)n, "%lld]",
-             (long long)(out->values ? out->numel : 0));
+        snprintf(tail, REPORT_TAIL_MAX, "[%s],null,%lld]", dims, nvals);
 }
 
 /* Decodes output name's tensors (arr, checked an array of 1 to
