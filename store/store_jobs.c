@@ -283,7 +283,82 @@ static json_t *job_slices_json(store_t *st, int64_t id)
     return out;
 }
 
-static json_t *job_comps_json(store_t *st, int64_t id)
+/* Appends s as a JSON string. s comes from the store, where every name
+ * was a validated document's or flag's (valid UTF-8): only quotes,
+ * backslashes and control characters need escaping. */
+static void buf_json_str(store_buf_t *b, const char *s)
+{
+    store_buf_put(b, "\"", 1);
+    for (const char *run = s;; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c != '\0' && c != '"' && c != '\\' && c >= 0x20)
+            continue;
+        store_buf_put(b, run, (size_t)(s - run));
+        if (c == '\0')
+            break;
+        if (c == '"' || c == '\\')
+            store_buf_printf(b, "\\%c", c);
+        else
+            store_buf_printf(b, "\\u%04x", c);
+        run = s + 1;
+    }
+    store_buf_put(b, "\"", 1);
+}
+
+/* Appends sep, "key": and column col of s: its integer, or null. */
+static void buf_int_or_null(store_buf_t *b, const char *sep, const char *key, sqlite3_stmt *s,
+                            int col)
+{
+    if (sqlite3_column_type(s, col) == SQLITE_NULL)
+        store_buf_printf(b, "%s\"%s\":null", sep, key);
+    else
+        store_buf_printf(b, "%s\"%s\":%lld", sep, key, (long long)sqlite3_column_int64(s, col));
+}
+
+/* How many shards of the job's current attempt were reported succeeded,
+ * per computation (the shards of its succeeded host tasks): *out indexed
+ * by computation, *n entries (malloc'd; the caller frees; NULL with *n 0
+ * when none). Every (job, attempt, comp, shard) belongs to one host task
+ * row and a row leaves 'leased' once, so for a succeeded job this equals
+ * shards_total; more would mean a shard result was counted twice (the
+ * fault suite checks it). 0, or -1 on OOM. */
+static int job_comps_reported(store_t *st, int64_t id, int64_t **out, int64_t *n)
+{
+    static const char sql[] =
+        "SELECT t.comp_idx, SUM(t.nshards) FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.job_id = ? AND t.attempt = j.attempt AND t.state = 'succeeded'"
+        " GROUP BY t.comp_idx";
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return 0;
+    sqlite3_bind_int64(s, 1, id);
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
+        int64_t c = sqlite3_column_int64(s, 0);
+        if (c < 0 || c >= JOB_MAX_COMPS)
+            continue;
+        if (c >= *n) {
+            int64_t *g = realloc(*out, sizeof *g * (size_t)(c + 1));
+            if (!g) {
+                rc = -1;
+                break;
+            }
+            memset(g + *n, 0, sizeof *g * (size_t)(c + 1 - *n));
+            *out = g;
+            *n = c + 1;
+        }
+        (*out)[c] = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* Appends the job's "computations" array as JSON text: written here, not
+ * built in jansson and printed (a 1,000-computation job's array was a
+ * third of its POST's and GET's time). */
+static void job_comps_text(store_t *st, int64_t id, store_buf_t *b)
 {
     /* times_us.queued: when the current attempt entered the queue (the job's
      * creation, or its latest requeue event). busy_us: device time of the
@@ -300,61 +375,47 @@ static json_t *job_comps_json(store_t *st, int64_t id)
         "   AND t.comp_idx = c.idx AND t.state = 'succeeded')"
         " FROM computations c LEFT JOIN islands i ON i.id = c.island_id"
         " WHERE c.job_id = ?1 ORDER BY c.idx";
-    json_t *out = json_array();
+    int64_t *rep = NULL, nrep = 0;
+    if (job_comps_reported(st, id, &rep, &nrep) != 0)
+        b->failed = 1;
     sqlite3_stmt *s = store_stmt(st, sql);
-    if (!out || !s)
-        return out;
-    sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        json_t *c = json_object();
-        json_object_set_new(c, "index", json_integer(sqlite3_column_int64(s, 0)));
-        json_object_set_new(c, "name", json_string((const char *)sqlite3_column_text(s, 1)));
-        json_object_set_new(c, "slice", json_string((const char *)sqlite3_column_text(s, 2)));
-        store_set_text_or_null(c, "island", s, 3);
-        store_set_int_or_null(c, "seq", s, 4);
-        json_object_set_new(c, "state", json_string((const char *)sqlite3_column_text(s, 5)));
-        json_object_set_new(c, "shards_total", json_integer(sqlite3_column_int64(s, 6)));
-        json_object_set_new(c, "shards_done", json_integer(sqlite3_column_int64(s, 7)));
-        json_t *t = json_object();
-        store_set_int_or_null(t, "queued", s, 12);
-        store_set_int_or_null(t, "dispatched", s, 8);
-        store_set_int_or_null(t, "started", s, 9);
-        store_set_int_or_null(t, "inputs_ready", s, 10);
-        store_set_int_or_null(t, "finished", s, 11);
-        json_object_set_new(c, "times_us", t);
-        json_object_set_new(c, "busy_us", json_integer(sqlite3_column_int64(s, 13)));
-        json_array_append_new(out, c);
+    store_buf_put(b, "[", 1);
+    if (s)
+        sqlite3_bind_int64(s, 1, id);
+    for (int first = 1; s && !b->failed && sqlite3_step(s) == SQLITE_ROW; first = 0) {
+        int64_t idx = sqlite3_column_int64(s, 0);
+        const char *name = (const char *)sqlite3_column_text(s, 1);
+        const char *slice = (const char *)sqlite3_column_text(s, 2);
+        const char *island = (const char *)sqlite3_column_text(s, 3);
+        const char *state = (const char *)sqlite3_column_text(s, 5);
+        store_buf_printf(b, "%s{\"index\":%lld,\"name\":", first ? "" : ",", (long long)idx);
+        buf_json_str(b, name ? name : "");
+        store_buf_put(b, ",\"slice\":", 9);
+        buf_json_str(b, slice ? slice : "");
+        store_buf_put(b, ",\"island\":", 10);
+        if (island)
+            buf_json_str(b, island);
+        else
+            store_buf_put(b, "null", 4);
+        buf_int_or_null(b, ",", "seq", s, 4);
+        store_buf_put(b, ",\"state\":", 9);
+        buf_json_str(b, state ? state : "");
+        store_buf_printf(b, ",\"shards_total\":%lld,\"shards_done\":%lld,\"times_us\":{",
+                         (long long)sqlite3_column_int64(s, 6),
+                         (long long)sqlite3_column_int64(s, 7));
+        buf_int_or_null(b, "", "queued", s, 12);
+        buf_int_or_null(b, ",", "dispatched", s, 8);
+        buf_int_or_null(b, ",", "started", s, 9);
+        buf_int_or_null(b, ",", "inputs_ready", s, 10);
+        buf_int_or_null(b, ",", "finished", s, 11);
+        store_buf_printf(b, "},\"busy_us\":%lld,\"shards_reported\":%lld}",
+                         (long long)sqlite3_column_int64(s, 13),
+                         (long long)(idx >= 0 && idx < nrep ? rep[idx] : 0));
     }
-    sqlite3_reset(s);
-    return out;
-}
-
-/* Adds "shards_reported" to each computation object: how many shards of
- * the job's current attempt were reported succeeded (the shards of its
- * succeeded host tasks). Every (job, attempt, comp, shard) belongs to one
- * host task row and a row leaves 'leased' once, so for a succeeded job this
- * equals shards_total; more would mean a shard result was counted twice
- * (the fault suite checks it). */
-static void job_comps_reports(store_t *st, int64_t id, json_t *comps)
-{
-    static const char sql[] =
-        "SELECT t.comp_idx, SUM(t.nshards) FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        " WHERE t.job_id = ? AND t.attempt = j.attempt AND t.state = 'succeeded'"
-        " GROUP BY t.comp_idx";
-    size_t i;
-    json_t *c;
-    json_array_foreach(comps, i, c)
-        json_object_set_new(c, "shards_reported", json_integer(0));
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return;
-    sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        json_t *comp = json_array_get(comps, (size_t)sqlite3_column_int64(s, 0));
-        if (comp)
-            json_object_set_new(comp, "shards_reported", json_integer(sqlite3_column_int64(s, 1)));
-    }
-    sqlite3_reset(s);
+    if (s)
+        sqlite3_reset(s);
+    store_buf_put(b, "]", 1);
+    free(rep);
 }
 
 static json_t *job_events_json(store_t *st, int64_t id)
@@ -391,70 +452,67 @@ json_t *store_job_summary(store_t *st, int64_t id)
     return j;
 }
 
-/* The job object from several queries, less its document; the caller
- * provides the snapshot. */
-static json_t *job_json(store_t *st, int64_t id)
+/* Appends ,"key": and v printed (compact); v is new, consumed here; a
+ * NULL v (out of memory) fails b. */
+static void buf_json(store_buf_t *b, const char *key, json_t *v)
 {
-    json_t *j = store_job_summary(st, id);
-    if (!j)
-        return NULL;
-    json_object_set_new(j, "slices", job_slices_json(st, id));
-    json_object_set_new(j, "computations", job_comps_json(st, id));
-    job_comps_reports(st, id, json_object_get(j, "computations"));
-    json_object_set_new(j, "events", job_events_json(st, id));
-    return j;
-}
-
-/* text (len bytes, a JSON object) with ,"document":DOC spliced in before
- * its closing brace; DOC is doc (dlen bytes), or null when doc is NULL.
- * Frees text. malloc'd result, or NULL on OOM. */
-static char *job_splice_doc(char *text, size_t len, const char *doc, size_t dlen, size_t *out)
-{
-    static const char key[] = ",\"document\":";
-    if (!doc) {
-        doc = "null";
-        dlen = 4;
-    }
-    char *t = len > 1 ? realloc(text, len + sizeof key + dlen + 1) : NULL;
+    char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(v);
     if (!t) {
-        free(text);
-        return NULL;
+        b->failed = 1;
+        return;
     }
-    size_t at = len - 1;        /* the object's '}' (json_dumps ends there) */
-    size_t skip = len > 2 ? 0 : 1;  /* "{}": no comma */
-    memcpy(t + at, key + skip, sizeof key - 1 - skip);
-    at += sizeof key - 1 - skip;
-    memcpy(t + at, doc, dlen);
-    at += dlen;
-    memcpy(t + at, "}", 2);
-    *out = at + 1;
-    return t;
+    store_buf_printf(b, ",\"%s\":%s", key, t);
+    free(t);
 }
 
-/* The job object as text, its document spliced in as stored. The document
- * is the body the job was accepted with (store_job_create): valid JSON, so
- * it goes out as it came in, neither parsed nor printed again (a
- * 1,000-computation document is ~280 KiB: parsing it back and printing it
- * was a third of a POST's time and most of a GET's). */
+/* The job object as text: its summary, slices, computations and events,
+ * then its document as stored. The document is the body the job was
+ * accepted with (store_job_create): valid JSON, so it goes out as it came
+ * in, neither parsed nor printed again (a 1,000-computation document is
+ * ~280 KiB: parsing it back and printing it was a third of a POST's time
+ * and most of a GET's); the computations are written as text too
+ * (job_comps_text). The caller provides the snapshot. malloc'd (*len
+ * bytes), or NULL when there is no such job or on OOM. */
 static char *job_text(store_t *st, int64_t id, size_t *len)
 {
     static const char doc_sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
-    json_t *j = job_json(st, id);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_t *j = store_job_summary(st, id);
+    char *head = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    sqlite3_stmt *ds = text ? store_stmt(st, doc_sql) : NULL;
-    if (!ds) {
-        free(text);
+    size_t hlen = head ? strlen(head) : 0;
+    if (hlen < 2) {             /* no job (or OOM); a summary is never "{}" */
+        free(head);
         return NULL;
     }
-    sqlite3_bind_int64(ds, 1, id);
+    store_buf_t b = store_buf_new(hlen + 4096);
+    store_buf_put(&b, head, hlen - 1);      /* without its closing brace */
+    free(head);
+    buf_json(&b, "slices", job_slices_json(st, id));
+    store_buf_put(&b, ",\"computations\":", 16);
+    job_comps_text(st, id, &b);
+    buf_json(&b, "events", job_events_json(st, id));
+    sqlite3_stmt *ds = store_stmt(st, doc_sql);
     const char *doc = NULL;
-    size_t dlen = 0;
-    if (sqlite3_step(ds) == SQLITE_ROW && (doc = (const char *)sqlite3_column_text(ds, 0)))
-        dlen = (size_t)sqlite3_column_bytes(ds, 0);
-    text = job_splice_doc(text, strlen(text), doc, dlen, len);
-    sqlite3_reset(ds);
-    return text;
+    if (ds) {
+        sqlite3_bind_int64(ds, 1, id);
+        if (sqlite3_step(ds) == SQLITE_ROW)
+            doc = (const char *)sqlite3_column_text(ds, 0);
+    }
+    store_buf_put(&b, ",\"document\":", 12);
+    if (doc)
+        store_buf_put(&b, doc, (size_t)sqlite3_column_bytes(ds, 0));
+    else
+        store_buf_put(&b, "null", 4);
+    store_buf_put(&b, "}", 1);
+    if (ds)
+        sqlite3_reset(ds);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
 }
 
 char *store_job_json_text(store_t *st, int64_t id, size_t *len)
