@@ -4,7 +4,7 @@
  * element count is checked before each multiplication (a shape like
  * [16777216, 1099511627776] overflowed int64_t and passed). Since host
  * tasks (issue 9) an output is an array of tensors, one per shard of the
- * task, checked against the task's shard count by report_output_shards. */
+ * task, checked against the task's shard count by report_output_count. */
 #include "report_decode.h"
 
 #include <math.h>
@@ -92,12 +92,6 @@ int report_output_count(const char *name, size_t n, int nshards, err_t *e)
                    " got %zu", field, nshards, n);
 }
 
-int report_output_shards(const char *name, const json_t *arr, int nshards, err_t *e)
-{
-    /* Not an array: counted as none, which no task's shard count is. */
-    return report_output_count(name, json_is_array(arr) ? json_array_size(arr) : 0,
-                               json_is_array(arr) ? nshards : -1, e);
-}
 
 int report_validate(const json_t *body, const char **state, err_t *e)
 {

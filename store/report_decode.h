@@ -40,12 +40,8 @@ json_t *report_batch_item(const json_t *item, int64_t *task, err_t *e);
  * each entry an array of 1..REPORT_SHARDS_MAX tensors (one per shard of
  * the host task, in the order of its "shards") and each listed value a
  * number or null (null = non-finite). 0 or 400. The length against the
- * task's shard count is report_output_shards' (it needs the task). */
+ * task's shard count is report_output_count's (it needs the task). */
 int report_outputs_check(const json_t *body, err_t *e);
-
-/* Output `name`'s entry arr has exactly nshards tensors (the host task's
- * shard count): 0, or 400 naming "outputs.NAME". */
-int report_output_shards(const char *name, const json_t *arr, int nshards, err_t *e);
 
 /* The largest stamp a report may carry (unix µs, 2^52: the year 2112).
  * Bounded so that the controller's arithmetic on stamps (busy times, the
@@ -76,7 +72,7 @@ int report_output_decode(const char *name, int index, const json_t *o, report_ou
 void report_output_clear(report_output_t *out);
 
 /* Output name's tensor count n against the host task's nshards: 0, or
- * 400 naming "outputs.NAME" (report_output_shards for a JSON array). */
+ * 400 naming "outputs.NAME". */
 int report_output_count(const char *name, size_t n, int nshards, err_t *e);
 
 /* The text of one shard's outputs-row meta entry after its shard id

@@ -315,68 +315,62 @@ static void buf_int_or_null(store_buf_t *b, const char *sep, const char *key, sq
         store_buf_printf(b, "%s\"%s\":%lld", sep, key, (long long)sqlite3_column_int64(s, col));
 }
 
-/* How many shards of the job's current attempt were reported succeeded,
- * per computation (the shards of its succeeded host tasks): *out indexed
- * by computation, *n entries (malloc'd; the caller frees; NULL with *n 0
- * when none). Every (job, attempt, comp, shard) belongs to one host task
- * row and a row leaves 'leased' once, so for a succeeded job this equals
- * shards_total; more would mean a shard result was counted twice (the
- * fault suite checks it). 0, or -1 on OOM. */
-static int job_comps_reported(store_t *st, int64_t id, int64_t **out, int64_t *n)
+/* What the job's current attempt's succeeded host tasks say per
+ * computation, read in one grouped pass: the shards reported (every (job,
+ * attempt, comp, shard) belongs to one host task row and a row leaves
+ * 'leased' once, so for a succeeded job this equals shards_total; more
+ * would mean a shard result was counted twice, which the fault suite
+ * checks) and their device time (inputs ready to finished, once per shard,
+ * the same measure as devices.busy_us). */
+typedef struct comp_reported {
+    int64_t shards, busy_us;
+} comp_reported_t;
+
+/* *out: ncomps entries indexed by computation (calloc'd; the caller
+ * frees), or NULL when ncomps is 0. 0, or -1 on OOM. */
+static int job_comps_reported(store_t *st, int64_t id, int64_t ncomps, comp_reported_t **out)
 {
     static const char sql[] =
-        "SELECT t.comp_idx, SUM(t.nshards) FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        "SELECT t.comp_idx, SUM(t.nshards), SUM(MAX(0, t.finished_us - t.inputs_ready_us) * t.nshards)"
+        " FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.job_id = ? AND t.attempt = j.attempt AND t.state = 'succeeded'"
         " GROUP BY t.comp_idx";
     *out = NULL;
-    *n = 0;
+    if (ncomps <= 0)
+        return 0;
+    if (!(*out = calloc((size_t)ncomps, sizeof **out)))
+        return -1;
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return 0;
     sqlite3_bind_int64(s, 1, id);
-    int rc = 0;
-    while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
+    while (sqlite3_step(s) == SQLITE_ROW) {
         int64_t c = sqlite3_column_int64(s, 0);
-        if (c < 0 || c >= JOB_MAX_COMPS)
-            continue;
-        if (c >= *n) {
-            int64_t *g = realloc(*out, sizeof *g * (size_t)(c + 1));
-            if (!g) {
-                rc = -1;
-                break;
-            }
-            memset(g + *n, 0, sizeof *g * (size_t)(c + 1 - *n));
-            *out = g;
-            *n = c + 1;
-        }
-        (*out)[c] = sqlite3_column_int64(s, 1);
+        if (c >= 0 && c < ncomps)
+            (*out)[c] = (comp_reported_t){sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2)};
     }
     sqlite3_reset(s);
-    return rc;
+    return 0;
 }
 
 /* Appends the job's "computations" array as JSON text: written here, not
  * built in jansson and printed (a 1,000-computation job's array was a
  * third of its POST's and GET's time). */
-static void job_comps_text(store_t *st, int64_t id, store_buf_t *b)
+static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t *b)
 {
     /* times_us.queued: when the current attempt entered the queue (the job's
-     * creation, or its latest requeue event). busy_us: device time of the
-     * current attempt's succeeded shards (inputs ready to finished of their
-     * host task, once per shard), the same measure as devices.busy_us. */
+     * creation, or its latest requeue event). busy_us and shards_reported:
+     * job_comps_reported. */
     static const char sql[] =
         "SELECT c.idx, c.name, c.slice, i.name, c.seq, c.state, c.shards_total, c.shards_done,"
         " c.dispatched_at, c.started_at, c.inputs_ready_at, c.finished_at,"
         " COALESCE((SELECT MAX(at) FROM events WHERE job_id = ?1"
         "           AND kind IN ('requeued', 'preempted')),"
-        "          (SELECT created_at FROM jobs WHERE id = ?1)),"
-        " (SELECT SUM(MAX(0, t.finished_us - t.inputs_ready_us) * t.nshards) FROM host_tasks t"
-        "   WHERE t.job_id = ?1 AND t.attempt = (SELECT attempt FROM jobs WHERE id = ?1)"
-        "   AND t.comp_idx = c.idx AND t.state = 'succeeded')"
+        "          (SELECT created_at FROM jobs WHERE id = ?1))"
         " FROM computations c LEFT JOIN islands i ON i.id = c.island_id"
         " WHERE c.job_id = ?1 ORDER BY c.idx";
-    int64_t *rep = NULL, nrep = 0;
-    if (job_comps_reported(st, id, &rep, &nrep) != 0)
+    comp_reported_t *rep = NULL;
+    if (job_comps_reported(st, id, ncomps, &rep) != 0)
         b->failed = 1;
     sqlite3_stmt *s = store_stmt(st, sql);
     store_buf_put(b, "[", 1);
@@ -408,9 +402,9 @@ static void job_comps_text(store_t *st, int64_t id, store_buf_t *b)
         buf_int_or_null(b, ",", "started", s, 9);
         buf_int_or_null(b, ",", "inputs_ready", s, 10);
         buf_int_or_null(b, ",", "finished", s, 11);
+        comp_reported_t none = {0, 0}, *r = rep && idx >= 0 && idx < ncomps ? &rep[idx] : &none;
         store_buf_printf(b, "},\"busy_us\":%lld,\"shards_reported\":%lld}",
-                         (long long)sqlite3_column_int64(s, 13),
-                         (long long)(idx >= 0 && idx < nrep ? rep[idx] : 0));
+                         (long long)r->busy_us, (long long)r->shards);
     }
     if (s)
         sqlite3_reset(s);
@@ -478,6 +472,7 @@ static char *job_text(store_t *st, int64_t id, size_t *len)
 {
     static const char doc_sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
     json_t *j = store_job_summary(st, id);
+    int64_t ncomps = json_integer_value(json_object_get(j, "computations_total"));
     char *head = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     size_t hlen = head ? strlen(head) : 0;
@@ -490,7 +485,7 @@ static char *job_text(store_t *st, int64_t id, size_t *len)
     free(head);
     buf_json(&b, "slices", job_slices_json(st, id));
     store_buf_put(&b, ",\"computations\":", 16);
-    job_comps_text(st, id, &b);
+    job_comps_text(st, id, ncomps, &b);
     buf_json(&b, "events", job_events_json(st, id));
     sqlite3_stmt *ds = store_stmt(st, doc_sql);
     const char *doc = NULL;

@@ -1,7 +1,7 @@
 /* fuzz_report.c - libFuzzer target for the controller's decoding of
  * worker reports (store/report_decode.c), in the order atolld applies it:
  *   single report (POST /v1/workers/{id}/tasks/{task}): report_outputs_check,
- *     report_validate, then for each output report_output_shards (against
+ *     report_validate, then for each output report_output_count (against
  *     its own length and a wrong one) and report_output_decode of each of
  *     its tensors (one per shard of the host task);
  *   batch (POST /v1/workers/{id}/reports, a body with "reports"):
@@ -21,7 +21,7 @@
  *  - an accepted batch item has a positive task and is the item minus
  *    "task"; accepted output names are value names and each accepted
  *    output is an array of 1..REPORT_SHARDS_MAX tensors;
- *  - report_output_shards accepts exactly the array's own length;
+ *  - report_output_count accepts exactly the array's own length;
  *  - a decoded output is accepted iff an independent 128-bit model of its
  *    shape accepts it (up to 4 dims >= 1, at most TENSOR_MAX_ELEMS
  *    elements) and its "values_f32", when listed, is a string of exactly
@@ -142,9 +142,9 @@ static void check_output_array(const char *name, const json_t *arr)
     err_t e;
     memset(&e, 0, sizeof e);
     int n = (int)json_array_size(arr);
-    if (report_output_shards(name, arr, n, &e) != 0)
+    if (report_output_count(name, (size_t)n, n, &e) != 0)
         abort();
-    int rc = report_output_shards(name, arr, n + 1, &e);
+    int rc = report_output_count(name, (size_t)n, n + 1, &e);
     if (rc == 0)
         abort();
     check_err(rc, &e);
