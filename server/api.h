@@ -120,6 +120,10 @@ int64_t api_parse_id(const char *text);
 /* Parses the body as a JSON object, else answers 400/415 and returns NULL.
  * New reference. */
 json_t *api_body_json(http_req_t *req, http_resp_t *resp);
+/* Whether the body's Content-Type may carry JSON (anything but multipart),
+ * else answers 415 and returns 0: for endpoints that read the text
+ * themselves (the workers' reports, report_decode.h). */
+int api_body_type_ok(http_req_t *req, http_resp_t *resp);
 /* 503 problem when the thread has no database connection. */
 struct store *api_store(http_resp_t *resp);
 

@@ -660,17 +660,9 @@ static void report_effects(int effects)
         http_wake();
 }
 
-/* Structure of a report's outputs that the store does not check
- * (report_outputs_check). 0, or -1 with a 400 answered. */
-static int report_outputs_ok(const json_t *body, http_resp_t *resp)
-{
-    err_t e = {0};
-    if (report_outputs_check(body, &e) == 0)
-        return 0;
-    http_problem(resp, e.status, e.field, "%s", e.detail);
-    return -1;
-}
-
+/* POST /v1/workers/:id/tasks/:task, one report. The worker is
+ * authenticated before its body is read: nobody else's text costs the
+ * controller a decode. */
 void api_worker_report(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
@@ -681,20 +673,21 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 404, "task", "no task '%.32s'", req->params[1]);
         return;
     }
-    json_t *body = api_body_json(req, resp);
     store_t *st;
     int live = 0;
-    if (!body || report_outputs_ok(body, resp) != 0 || !(st = api_store(resp)) ||
-        !worker_auth(req, resp, st, id, 0, &live)) {
-        json_decref(body);
+    if (!api_body_type_ok(req, resp) || !(st = api_store(resp)) ||
+        !worker_auth(req, resp, st, id, 0, &live))
         return;
-    }
+    report_prep_t p;
     err_t e = {0};
     int effects = 0;
+    if (report_parse_one(req->body, req->body_len, task, &p) != 0) {
+        http_problem(resp, p.e.status, p.e.field, "%s", p.e.detail);
+        goto cleanup;
+    }
     atomic_fetch_add(&report_requests, 1);
     atomic_fetch_add(&report_items, 1);
-    int rc = store_worker_report(st, id, task, body, &effects, &e);
-    json_decref(body);
+    int rc = store_worker_report(st, id, &p, &effects, &e);
     if (rc == STORE_NOTFOUND)
         http_problem(resp, 404, "task", "no task %ld", (long)task);
     else if (rc == STORE_CONFLICT)
@@ -708,42 +701,44 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
         report_effects(effects);
         http_json(resp, 200, json_pack("{s:b}", "accepted", 1));
     }
+cleanup:
+    report_prep_clear(&p);
 }
 
 /* POST /v1/workers/:id/reports {"reports": [{"task": N, ...report}, ...]}:
  * many reports in one request and one transaction, answered per item (a
  * malformed report is that item's 400; the others apply). A worker sends
  * whatever its queue holds, so its host tasks that ended together cost one
- * round trip. */
+ * round trip. The body is read (report_parse_batch) once the worker is
+ * authenticated, on this thread: the applier's turn is SQL alone. */
 void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
 {
     int64_t id = worker_param(req, resp);
-    if (id < 1)
-        return;
-    json_t *body = api_body_json(req, resp), *results = NULL;
     store_t *st;
-    if (!body)
-        return;
-    const json_t *reports = NULL;
-    err_t e = {0};
-    if (report_batch_envelope(body, &reports, &e) != 0) {
-        http_problem(resp, e.status, e.field, "%s", e.detail);
-        goto cleanup;
-    }
     int live = 0;
-    if (!(st = api_store(resp)) || !worker_auth(req, resp, st, id, 0, &live))
-        goto cleanup;
+    if (id < 1 || !api_body_type_ok(req, resp) || !(st = api_store(resp)) ||
+        !worker_auth(req, resp, st, id, 0, &live))
+        return;
+    report_prep_t *preps = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    if (report_parse_batch(req->body, req->body_len, &preps, &n, &e) != 0) {
+        http_problem(resp, e.status, e.field, "%s", e.detail);
+        return;
+    }
+    json_t *results = NULL;
     int effects = 0;
     atomic_fetch_add(&report_requests, 1);
-    atomic_fetch_add(&report_items, json_array_size(reports));
-    if (store_worker_report_batch(st, id, reports, &results, &effects) != STORE_OK) {
+    atomic_fetch_add(&report_items, n);
+    if (store_worker_report_batch(st, id, preps, n, &results, &effects) != STORE_OK) {
         http_problem(resp, 503, NULL, "reports could not be stored; retry");
-        goto cleanup;
+    } else {
+        report_effects(effects);
+        http_json(resp, 200, json_pack("{s:o}", "results", results));
     }
-    report_effects(effects);
-    http_json(resp, 200, json_pack("{s:o}", "results", results));
-cleanup:
-    json_decref(body);
+    for (size_t i = 0; i < n; i++)
+        report_prep_clear(&preps[i]);
+    free(preps);
 }
 
 /* GET /v1/workers/{id}/peers?addr=HOST:PORT: the data-plane directory. A

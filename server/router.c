@@ -77,15 +77,22 @@ int64_t api_parse_id(const char *text)
     return strtoll(text, NULL, 10);
 }
 
-json_t *api_body_json(http_req_t *req, http_resp_t *resp)
+int api_body_type_ok(http_req_t *req, http_resp_t *resp)
 {
     /* curl -d sends application/x-www-form-urlencoded unless told
      * otherwise; the body is still JSON, so only multipart is refused. */
     const char *type = http_header(req, "Content-Type");
     if (type && strncmp(type, "multipart/", 10) == 0) {
         http_problem(resp, 415, "Content-Type", "send application/json, not %s", type);
-        return NULL;
+        return 0;
     }
+    return 1;
+}
+
+json_t *api_body_json(http_req_t *req, http_resp_t *resp)
+{
+    if (!api_body_type_ok(req, resp))
+        return NULL;
     json_error_t jerr;
     /* JSON_REJECT_DUPLICATES: {"a":1,"a":2} is ambiguous, refuse it. */
     json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);

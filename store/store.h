@@ -382,9 +382,11 @@ int store_worker_renew(store_t *st, const worker_renew_t *r, int n);
  * moves store_poll_gen(worker) (store.h's watch); else -1. */
 int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size_t *len,
                       int *any, int64_t *quiet);
-/* Applies a host task's completion report; STORE_CONFLICT when the task is
- * not leased to this worker (fencing); e filled on a malformed report (400,
- * e.g. an output array whose length is not the task's shard count). */
+/* Applies a host task's completion report, as prepared from its text by
+ * the thread that received it (report_decode.h: p->e.status 0);
+ * STORE_CONFLICT when the task is not leased to this worker (fencing); e
+ * filled on a report the task refuses (400: an output array whose length
+ * is not the task's shard count). */
 /* *effects gets STORE_FX_* bits telling the caller whom to wake. */
 #define STORE_FX_JOB_ENDED 1        /* a job failed or went back to the queue, devices
                                        were freed: wake the scheduler */
@@ -393,18 +395,20 @@ int store_worker_poll(store_t *st, int64_t worker, int64_t ack, char **out, size
 #define STORE_FX_JOB_SUCCEEDED 8    /* a job succeeded: its devices were freed and nothing
                                        went back to the queue (wake its waiters; the
                                        scheduler only if a job waits for devices) */
-int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
-                        int *effects, err_t *e);
-/* Applies many reports ({"task": N, ...report fields}) in one transaction;
- * a refused report writes nothing (each is refused before its first
+struct report_prep;
+int store_worker_report(store_t *st, int64_t worker, const struct report_prep *p, int *effects,
+                        err_t *e);
+/* Applies a batch's n prepared reports (report_parse_batch) in one
+ * transaction; an item refused when it was prepared is answered so, and
+ * one the store refuses writes nothing (each is refused before its first
  * write), so the others still apply.
  * *results = [{"task", "status", "detail"?}] (HTTP-like status per item).
  * Returns STORE_OK, or STORE_ERR when the transaction itself failed.
  * Batches are applied by one store thread (its connection stays warm),
  * several in one transaction when they queue together; st is used only
  * when that thread is not running. Thread-safe; blocks until applied. */
-int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
-                              json_t **results, int *effects);
+int store_worker_report_batch(store_t *st, int64_t worker, const struct report_prep *preps,
+                              size_t n, json_t **results, int *effects);
 /* Stops the report applier thread once the queued batches are applied
  * (at shutdown, after the HTTP server stopped); later batches apply on
  * their callers' threads. */

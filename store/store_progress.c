@@ -18,12 +18,6 @@
 
 #include "util.h"
 
-static int64_t json_time(const json_t *body, const char *key)
-{
-    json_t *v = json_object_get(body, key);
-    return json_is_integer(v) ? json_integer_value(v) : 0;
-}
-
 /* The row of a host task being reported, as its report took it (under the
  * report's transaction). task_row_clear() it after a successful
  * task_take. */
@@ -111,7 +105,6 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
                      task_row_t *r, err_t *e)
 {
     int64_t task = p->task;
-    const json_t *body = p->body;
     static const char read_sql[] =
         "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
         " j.state, j.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
@@ -152,9 +145,9 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
     if (rc == STORE_OK && (s = store_stmt(st, mark_sql))) {
         sqlite3_bind_int64(s, 1, task);
         sqlite3_bind_text(s, 2, p->state, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 3, json_time(body, "started_us"));
-        sqlite3_bind_int64(s, 4, json_time(body, "inputs_ready_us"));
-        sqlite3_bind_int64(s, 5, json_time(body, "finished_us"));
+        sqlite3_bind_int64(s, 3, p->started_us);
+        sqlite3_bind_int64(s, 4, p->inputs_ready_us);
+        sqlite3_bind_int64(s, 5, p->finished_us);
         if (msg)
             sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
         rc = store_step_done(s) == 0 ? STORE_OK : STORE_ERR;
@@ -360,8 +353,7 @@ static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *
     int rc = report_outputs(st, r, p);
     if (rc != 0)
         return rc;
-    int64_t t0 = json_time(p->body, "started_us"), t1 = json_time(p->body, "inputs_ready_us");
-    int64_t t2 = json_time(p->body, "finished_us");
+    int64_t t0 = p->started_us, t1 = p->inputs_ready_us, t2 = p->finished_us;
     sqlite3_stmt *s;
     int64_t busy = t2 > t1 ? t2 - t1 : 0;
     /* Stamps are at most REPORT_TIME_MAX_US, shards up to a worker's 4096
@@ -433,11 +425,10 @@ static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, co
 
 /* A failed report of the job's live attempt: requeue (unreachable peer)
  * or fail the job. 0 or -1. */
-static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const json_t *body,
+static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const char *peer_addr,
                        const char *msg)
 {
-    int peer = peer_unreachable(st, r, worker, msg,
-                                json_string_value(json_object_get(body, "unreachable_peer")));
+    int peer = peer_unreachable(st, r, worker, msg, peer_addr);
     if (peer != 0)
         return peer > 0 ? 0 : -1;
     char why[400];
@@ -458,7 +449,7 @@ static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t 
 {
     if (!rep->live)
         return task_refusal(st, p->task);  /* fenced: see task_take */
-    const char *msg = json_string_value(json_object_get(p->body, "error"));
+    const char *msg = p->error;
     task_row_t r;
     int rc = task_take(st, p, rep->id, msg, &r, e);
     if (rc != STORE_OK)
@@ -470,7 +461,7 @@ static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t 
         if (host_succeeded(st, rep, &r, p, acc, effects) != 0)
             goto out;
     } else if (live && strcmp(p->state, "failed") == 0) {
-        if (host_failed(st, &r, rep->id, p->body, msg) != 0)
+        if (host_failed(st, &r, rep->id, p->unreachable_peer, msg) != 0)
             goto out;
         *effects |= STORE_FX_JOB_ENDED;
     }
@@ -480,31 +471,23 @@ out:
     return rc;
 }
 
-int store_worker_report(store_t *st, int64_t worker, int64_t task, const json_t *body,
-                        int *effects, err_t *e)
+int store_worker_report(store_t *st, int64_t worker, const report_prep_t *p, int *effects,
+                        err_t *e)
 {
     *effects = 0;
-    report_prep_t p;
-    int rc = STORE_ERR;
-    if (report_prepare(json_incref((json_t *)body), task, &p) != 0) {
-        *e = p.e;
-        goto out;
-    }
     if (store_begin(st) != 0) {
         err_set(e, 503, "", "store busy");
-        goto out;
+        return STORE_ERR;
     }
     reporter_t rep;
     report_acc_t acc = REPORT_ACC_INIT;
-    rc = reporter_load(st, worker, &rep) == 0 ? report_apply(st, &rep, &p, &acc, effects, e)
-                                              : STORE_ERR;
+    int rc = reporter_load(st, worker, &rep) == 0 ? report_apply(st, &rep, p, &acc, effects, e)
+                                                  : STORE_ERR;
     if (rc == STORE_OK && (report_acc_flush(st, &acc) != 0 || store_commit(st) != 0))
         rc = STORE_ERR;
     if (rc != STORE_OK)
         store_rollback(st);
     report_acc_free(&acc);
-out:
-    report_prep_clear(&p);
     return rc;
 }
 
@@ -695,28 +678,11 @@ void store_reports_stop(void)
         pthread_join(comb_thread, NULL);
 }
 
-/* Prepares every item of reports (report_decode.h) on the calling
- * thread, before the applier's turn: the applier spends its write turn on
- * SQL, and the requests' threads decode side by side. *out: n of them
- * (report_prep_clear each, then free), or NULL on OOM. */
-static report_prep_t *batch_prepare(const json_t *reports, size_t *n)
+int store_worker_report_batch(store_t *st, int64_t worker, const report_prep_t *preps,
+                              size_t n, json_t **results, int *effects)
 {
-    *n = json_array_size(reports);
-    report_prep_t *preps = calloc(*n ? *n : 1, sizeof *preps);
-    for (size_t i = 0; preps && i < *n; i++)
-        report_prepare_item(json_array_get(reports, i), &preps[i]);
-    return preps;
-}
-
-int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports,
-                              json_t **results, int *effects)
-{
-    size_t n;
-    report_prep_t *preps = batch_prepare(reports, &n);
     *results = NULL;
     *effects = 0;
-    if (!preps)
-        return STORE_ERR;
     pthread_once(&comb_once, combine_start);
     report_req_t me = {.worker = worker, .preps = preps, .n = n, .rc = STORE_ERR};
     pthread_mutex_lock(&comb_mu);
@@ -733,9 +699,6 @@ int store_worker_report_batch(store_t *st, int64_t worker, const json_t *reports
             pthread_cond_wait(&comb_cv, &comb_mu);
         pthread_mutex_unlock(&comb_mu);
     }
-    for (size_t i = 0; i < n; i++)
-        report_prep_clear(&preps[i]);
-    free(preps);
     *results = me.results;
     *effects = me.effects;
     return me.rc;

@@ -104,6 +104,10 @@ static void expect_refused(int64_t id, const char *secret, const char *who)
                              "\"sum\":666,\"values\":[666]}]}}"},
         {"POST", "/tasks/2", "{\"state\":\"failed\",\"error\":\"forged\"}"},
         {"POST", "/reports", "{\"reports\":[{\"task\":1,\"state\":\"cancelled\"}]}"},
+        /* Bodies are read only once the caller is the worker: a stranger's
+         * malformed text is refused for who sent it, never decoded. */
+        {"POST", "/tasks/3", "not JSON"},
+        {"POST", "/reports", "{\"reports\":5}"},
         {"DELETE", "", NULL},
     };
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "report_acc.h"
+#include "report_decode.h"
 #include "support_store.h"
 #include "util.h"
 
@@ -61,17 +62,27 @@ static int one_batch(store_t *st, int64_t worker, int t, int r)
     for (int k = 0; k < n; k++)
         json_array_append_new(reports, json_pack("{s:I, s:s}", "task", (json_int_t)task_id(t, r, k),
                                                  "state", "succeeded"));
-    json_t *results = NULL;
+    json_t *body = json_pack("{s:o}", "reports", reports), *results = NULL;
+    char *text = json_dumps(body, JSON_COMPACT);
+    report_prep_t *preps = NULL;
+    size_t np = 0;
+    err_t e = {0};
     int effects = 0;
-    int rc = store_worker_report_batch(st, worker, reports, &results, &effects);
+    int rc = text ? report_parse_batch(text, strlen(text), &preps, &np, &e) : -1;
+    if (rc == 0)
+        rc = store_worker_report_batch(st, worker, preps, np, &results, &effects);
     bad |= rc != STORE_OK || json_array_size(results) != (size_t)n;
     for (int k = 0; !bad && k < n; k++) {
         json_t *a = json_array_get(results, (size_t)k);
         bad |= json_integer_value(json_object_get(a, "task")) != task_id(t, r, k) ||
                json_integer_value(json_object_get(a, "status")) != 404;
     }
+    for (size_t i = 0; i < np; i++)
+        report_prep_clear(&preps[i]);
+    free(preps);
+    free(text);
     json_decref(results);
-    json_decref(reports);
+    json_decref(body);
     return bad ? -1 : 0;
 }
 
@@ -184,13 +195,18 @@ static long first_success_cost(fixture_t *f, int n)
                              "state", "succeeded", "started_us", (json_int_t)1,
                              "inputs_ready_us", (json_int_t)2, "finished_us", (json_int_t)3,
                              "outputs", "x", "shape", 4, "sum", 6.0, "shape", 4, "sum", 6.0);
-    assert_non_null(body);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    assert_non_null(text);
+    report_prep_t p;
+    assert_int_equal(report_parse_one(text, strlen(text), task, &p), 0);
     long steps = 0;
     int effects = 0;
     err_t e = {0};
     sqlite3_progress_handler(store_db(f->st), 1, count_vm, &steps);
-    int rc = store_worker_report(f->st, f->worker, task, body, &effects, &e);
+    int rc = store_worker_report(f->st, f->worker, &p, &effects, &e);
     sqlite3_progress_handler(store_db(f->st), 0, NULL, NULL);
+    report_prep_clear(&p);
+    free(text);
     json_decref(body);
     assert_int_equal(rc, STORE_OK);
     snprintf(sql, sizeof sql, "SELECT comps_done FROM jobs WHERE id = %lld", (long long)job);
