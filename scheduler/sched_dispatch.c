@@ -4,6 +4,7 @@
  * sequence number. Runs on the scheduler thread, inside its transactions. */
 #include "sched_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,22 @@ static int shard_ref_cmp(const void *a, const void *b)
     return (x->shard > y->shard) - (x->shard < y->shard);
 }
 
+/* "[a,b,...]" of field `local` (1) or `shard` (0) of refs[0..n-1] into b
+ * (room for 12 * n + 3 bytes): written here, not as a jansson array
+ * printed (two per host task were a quarter of a dispatch's work). */
+static void refs_text(const shard_ref_t *refs, int n, int local, char *b)
+{
+    size_t k = 0;
+    b[k++] = '[';
+    for (int i = 0; i < n; i++) {
+        if (i)
+            b[k++] = ',';
+        k += (size_t)sprintf(b + k, "%d", local ? refs[i].local : refs[i].shard);
+    }
+    b[k++] = ']';
+    b[k] = '\0';
+}
+
 /* Writes one host task from refs[0..n-1] (one worker's shards,
  * increasing): its row carries only the shards and their local devices;
  * what all of the computation's host tasks share is stored once
@@ -119,22 +136,15 @@ static int shard_ref_cmp(const void *a, const void *b)
 static int add_host_task(store_t *st, const sched_job_t *job, int c, int64_t island, int64_t seq,
                          int blocked, const shard_ref_t *refs, int n)
 {
-    json_t *shards = json_array(), *devices = json_array();
-    char *shards_txt = NULL, *devices_txt = NULL;
+    char *shards_txt = malloc(12 * (size_t)n + 3), *devices_txt = malloc(12 * (size_t)n + 3);
     int rc = -1;
-    for (int i = 0; shards && devices && i < n; i++)
-        if (json_array_append_new(shards, json_integer(refs[i].shard)) != 0 ||
-            json_array_append_new(devices, json_integer(refs[i].local)) != 0)
-            goto cleanup;
-    if (!shards || !devices || !(shards_txt = json_dumps(shards, JSON_COMPACT)) ||
-        !(devices_txt = json_dumps(devices, JSON_COMPACT)))
-        goto cleanup;
-    sched_task_t task = {job->id, job->attempt, c, island, refs[0].worker, seq,
-                         shards_txt, n, blocked, devices_txt};
-    rc = store_sched_add_task(st, &task);
-cleanup:
-    json_decref(shards);
-    json_decref(devices);
+    if (shards_txt && devices_txt) {
+        refs_text(refs, n, 0, shards_txt);
+        refs_text(refs, n, 1, devices_txt);
+        sched_task_t task = {job->id, job->attempt, c, island, refs[0].worker, seq,
+                             shards_txt, n, blocked, devices_txt};
+        rc = store_sched_add_task(st, &task);
+    }
     free(shards_txt);
     free(devices_txt);
     return rc;
