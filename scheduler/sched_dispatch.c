@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gspmd.h"
+#include "jtext.h"
 #include "util.h"
 
 /* rank -1 (a run computation's undeclared output): null. */
@@ -169,7 +170,7 @@ int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *p
     int rc = 0;
     if (lo == 0) {
         json_t *base = task_base(plan, doc, job, c, seq);
-        char *text = base ? json_dumps(base, JSON_COMPACT) : NULL;
+        char *text = base ? jtext_dump(base, NULL) : NULL;
         rc = text && store_sched_set_comp(st, job->id, c, island, seq, !blocked) == 0
                  ? store_sched_add_comp_payload(st, job->id, job->attempt, c, text) : -1;
         json_decref(base);
@@ -289,7 +290,7 @@ static char *placement_text(const job_plan_t *plan, round_t *r, const alloc_plac
      * (workers/wreport.h). A sequential job's consumers are released by
      * their producers' reports, a shared job's fed by them. */
     int hold = !sched_cfg.sequential && !plan->shared;
-    if (!slices || !procs || !(stext = json_dumps(slices, JSON_COMPACT)))
+    if (!slices || !procs || !(stext = jtext_dump(slices, NULL)))
         goto cleanup;
     size_t cap = strlen(procs) + strlen(stext) + 64;
     if ((text = malloc(cap)))

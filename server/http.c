@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "jtext.h"
 #include "util.h"
 
 /* Per-request state (MHD's con_cls): made by on_uri() when the request
@@ -149,7 +150,7 @@ void http_text(http_resp_t *resp, int status, const char *type, const char *text
 
 void http_json(http_resp_t *resp, int status, json_t *body)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? jtext_dump(body, NULL) : NULL;
     json_decref(body);
     if (!text) {
         http_problem(resp, 500, NULL, "out of memory building the response");
@@ -237,7 +238,7 @@ static json_t *problem_new(int status, const char *field, const char *detail)
 /* Makes p (consumed) the response body. */
 static void problem_send(http_resp_t *resp, int status, json_t *p)
 {
-    char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
+    char *text = p ? jtext_dump(p, NULL) : NULL;
     json_decref(p);
     free(resp->body);
     resp->body = text;

@@ -25,6 +25,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "jtext.h"
 #include "util.h"
 
 #define STORE_STMT_CACHE 96
@@ -796,7 +797,7 @@ static int store_island_ensure(store_t *st, const island_desc_t *isl, err_t *e)
     int rc = -1;
     char *shape_txt = NULL;
     json_t *shape = shape_to_json(&isl->shape);
-    if (!shape || !(shape_txt = json_dumps(shape, JSON_COMPACT)))
+    if (!shape || !(shape_txt = jtext_dump(shape, NULL)))
         goto cleanup;
     sqlite3_stmt *s = store_stmt(st, "SELECT shape FROM islands WHERE name = ?");
     if (!s)

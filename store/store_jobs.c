@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jtext.h"
 #include "util.h"
 
 int store_state_is_terminal(const char *state)
@@ -450,7 +451,7 @@ json_t *store_job_summary(store_t *st, int64_t id)
  * NULL v (out of memory) fails b. */
 static void buf_json(store_buf_t *b, const char *key, json_t *v)
 {
-    char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    char *t = v ? jtext_dump(v, NULL) : NULL;
     json_decref(v);
     if (!t) {
         b->failed = 1;
@@ -473,7 +474,7 @@ static char *job_text(store_t *st, int64_t id, size_t *len)
     static const char doc_sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
     json_t *j = store_job_summary(st, id);
     int64_t ncomps = json_integer_value(json_object_get(j, "computations_total"));
-    char *head = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *head = j ? jtext_dump(j, NULL) : NULL;
     json_decref(j);
     size_t hlen = head ? strlen(head) : 0;
     if (hlen < 2) {             /* no job (or OOM); a summary is never "{}" */

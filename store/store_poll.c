@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "jtext.h"
 #include "util.h"
 
 /* How long a re-registered worker is told to abort what it held under its
@@ -304,7 +305,7 @@ static int poll_read(store_t *st, int64_t worker, int64_t ack, poll_groups_t *gs
 static char *poll_answer(const poll_groups_t *gs, const json_t *cancels, int64_t lease,
                          size_t *len)
 {
-    char *cancel_text = cancels ? json_dumps(cancels, JSON_COMPACT) : NULL;
+    char *cancel_text = cancels ? jtext_dump(cancels, NULL) : NULL;
     store_buf_t b = store_buf_new(4096);
     store_buf_printf(&b, "{\"jobs\":[");
     for (int i = 0; i < gs->n; i++) {

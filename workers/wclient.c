@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "f32b64.h"
+#include "jtext.h"
 #include "util.h"
 
 /* Largest controller answer we accept: a poll may carry many tasks, each
@@ -258,7 +259,7 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
     if (resp)
         *resp = NULL;
     snprintf(url, sizeof url, "%s%s", wc->base, path);
-    if (body && !(payload = json_dumps(body, JSON_COMPACT)))
+    if (body && !(payload = jtext_dump(body, NULL)))
         goto cleanup;
     if (!(hdrs = curl_slist_append(NULL, "Accept: application/json")))
         goto cleanup;

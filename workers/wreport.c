@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jtext.h"
 #include "util.h"
 
 typedef struct rnode {
@@ -185,11 +186,11 @@ static void strip_values(int64_t task, json_t *body, size_t bytes, size_t cap)
 static char *report_text(rnode_t *n, size_t cap)
 {
     json_object_set_new(n->body, "task", json_integer(n->task));
-    char *text = json_dumps(n->body, JSON_COMPACT);
+    char *text = jtext_dump(n->body, NULL);
     if (text && strlen(text) + WREPORT_ENVELOPE_BYTES > cap) {
         strip_values(n->task, n->body, strlen(text), cap);
         free(text);
-        text = json_dumps(n->body, JSON_COMPACT);
+        text = jtext_dump(n->body, NULL);
     }
     return text;
 }

@@ -1,0 +1,120 @@
+/* test_jtext.c - common/jtext.c writes exactly the bytes of
+ * json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY): on fixed trees that
+ * reach every escape and every real fix-up, and on many random trees. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jtext.h"
+
+static void same_as_jansson(const json_t *v)
+{
+    char *want = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t len = 0;
+    char *got = jtext_dump(v, &len);
+    assert_non_null(want);
+    assert_non_null(got);
+    if (strcmp(want, got) != 0)
+        fail_msg("jansson wrote %s, jtext %s", want, got);
+    assert_int_equal(len, strlen(want));
+    free(want);
+    free(got);
+}
+
+static void test_scalars(void **state)
+{
+    (void)state;
+    static const double reals[] = {0.0, -0.0, 1.0, -1.5, 0.1, 1e20, 1e-5, 1e21, 1.5e300,
+                                   -2.5e-300, 5e-324, 1.7976931348623157e308,
+                                   123456789012345678.0, 1e16, 1e17, 3.14159265358979,
+                                   100.0, 2.0 / 3.0};
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        json_t *r = json_real(reals[i]);
+        same_as_jansson(r);
+        json_decref(r);
+    }
+    static const json_int_t ints[] = {0, 1, -1, 42, INT64_MAX, INT64_MIN, 1000000007};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        json_t *n = json_integer(ints[i]);
+        same_as_jansson(n);
+        json_decref(n);
+    }
+    json_t *t = json_pack("[b,b,n,s,s,s]", 1, 0, "", "a\"b\\c/d\b\f\n\r\t\x01\x1f\x7f",
+                          "\xc3\xa9\xf0\x9f\x98\x80");
+    json_array_append_new(t, json_stringn("nul\0inside", 10));
+    same_as_jansson(t);
+    json_decref(t);
+    json_t *e = json_pack("{s:{}, s:[], s:{s:[[]]}}", "a", "b", "c", "d");
+    same_as_jansson(e);
+    json_decref(e);
+}
+
+/* A random tree of depth at most d. */
+static json_t *rand_tree(unsigned *seed, int d)
+{
+    int kind = rand_r(seed) % (d > 0 ? 9 : 6);
+    switch (kind) {
+    case 0: return json_integer((json_int_t)rand_r(seed) - RAND_MAX / 2);
+    case 1: {
+        double x = ldexp((double)rand_r(seed) / RAND_MAX - 0.5, rand_r(seed) % 400 - 200);
+        return json_real(x);
+    }
+    case 2: {
+        char s[16];
+        int n = rand_r(seed) % 15;
+        for (int i = 0; i < n; i++) {
+            int c = rand_r(seed) % 96;
+            s[i] = (char)(c < 8 ? "\"\\\n\t\x01\x1f/\x7f"[c] : ' ' + (c - 8));
+        }
+        return json_stringn(s, (size_t)n);
+    }
+    case 3: return json_true();
+    case 4: return json_false();
+    case 5: return json_null();
+    case 6: case 7: {
+        json_t *o = json_object();
+        int n = rand_r(seed) % 5;
+        for (int i = 0; i < n; i++) {
+            char k[8];
+            snprintf(k, sizeof k, "k%d\"%d", rand_r(seed) % 50, i);
+            json_object_set_new(o, k, rand_tree(seed, d - 1));
+        }
+        return o;
+    }
+    default: {
+        json_t *a = json_array();
+        int n = rand_r(seed) % 5;
+        for (int i = 0; i < n; i++)
+            json_array_append_new(a, rand_tree(seed, d - 1));
+        return a;
+    }
+    }
+}
+
+static void test_random_trees(void **state)
+{
+    (void)state;
+    unsigned seed = 12345;
+    for (int i = 0; i < 3000; i++) {
+        json_t *t = rand_tree(&seed, 5);
+        assert_non_null(t);
+        same_as_jansson(t);
+        json_decref(t);
+    }
+    assert_null(jtext_dump(NULL, NULL));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scalars),
+        cmocka_unit_test(test_random_trees),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
