@@ -476,3 +476,87 @@ int jscan_finish(jscan_t *s)
     skip_ws(s);
     return s->p == s->end ? 0 : fail(s);
 }
+
+/* ---- building a jansson tree ---- */
+
+/* The value next in s as a new jansson value (depth: containers open
+ * around it), or NULL: a syntax error, a repeated key (dups), too deep,
+ * or OOM; the caller then asks jansson. */
+static json_t *build(jscan_t *s, int depth, int dups)
+{
+    jscan_str_t str;
+    jscan_num_t num;
+    int t = jscan_peek(s), n = 0, more;
+    json_t *v = NULL, *e;
+    if (t == JSCAN_OBJECT || t == JSCAN_ARRAY) {
+        if (depth >= JSCAN_MAX_DEPTH)
+            return NULL;
+        if (t == JSCAN_OBJECT ? jscan_object(s) != 0 || !(v = json_object())
+                              : jscan_array(s) != 0 || !(v = json_array()))
+            return NULL;
+    }
+    switch (t) {
+    case JSCAN_OBJECT:
+        while ((more = jscan_member(s, &n, &str)) == 1) {
+            char small[64], *k = str.len < sizeof small ? small : malloc(str.len + 1);
+            size_t kl = k ? jscan_str_decode(&str, k) : 0;
+            e = k && !(dups && json_object_getn(v, k, kl)) ? build(s, depth + 1, dups) : NULL;
+            int rc = e ? json_object_setn_new_nocheck(v, k, kl, e) : -1;
+            if (k != small)
+                free(k);
+            if (rc != 0)
+                more = -1;
+            if (more < 0)
+                break;
+        }
+        break;
+    case JSCAN_ARRAY:
+        while ((more = jscan_element(s, &n)) == 1)
+            if (!(e = build(s, depth + 1, dups)) || json_array_append_new(v, e) != 0) {
+                more = -1;
+                break;
+            }
+        break;
+    case JSCAN_STRING: {
+        if (jscan_string(s, &str) != 0)
+            return NULL;
+        char small[256], *b = str.len < sizeof small ? small : malloc(str.len + 1);
+        if (b)
+            v = json_stringn_nocheck(b, jscan_str_decode(&str, b));  /* checked as read */
+        if (b != small)
+            free(b);
+        return v;
+    }
+    case JSCAN_NUMBER:
+        if (jscan_number(s, &num) != 0)
+            return NULL;
+        return num.is_int ? json_integer(num.i) : json_real(num.d);
+    case JSCAN_TRUE: case JSCAN_FALSE: case JSCAN_NULL:
+        if (jscan_literal(s, &t) != 0)
+            return NULL;
+        return t == JSCAN_TRUE ? json_true() : t == JSCAN_FALSE ? json_false() : json_null();
+    default:
+        return NULL;
+    }
+    if (more != 0) {
+        json_decref(v);
+        return NULL;
+    }
+    return v;
+}
+
+json_t *jscan_load(const char *text, size_t len, size_t flags, json_error_t *err)
+{
+    if (flags & ~(size_t)(JSON_REJECT_DUPLICATES | JSON_DECODE_ANY))
+        return NULL;
+    jscan_t s;
+    json_t *v = NULL;
+    jscan_init(&s, text, len);
+    int t = text ? jscan_peek(&s) : JSCAN_BAD;
+    if ((flags & JSON_DECODE_ANY) || t == JSCAN_OBJECT || t == JSCAN_ARRAY)
+        v = build(&s, 0, (flags & JSON_REJECT_DUPLICATES) != 0);
+    if (v && jscan_finish(&s) == 0)
+        return v;
+    json_decref(v);
+    return json_loadb(text, len, flags, err);
+}

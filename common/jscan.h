@@ -24,6 +24,7 @@
 #ifndef ATOLL_JSCAN_H
 #define ATOLL_JSCAN_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,6 +90,17 @@ int jscan_literal(jscan_t *s, int *type);
 int jscan_skip(jscan_t *s);
 /* 0 when only whitespace is left, else -1. */
 int jscan_finish(jscan_t *s);
+
+/* The text as a jansson tree, exactly as json_loadb(text, len, flags,
+ * err) reads it (flags: 0, JSON_REJECT_DUPLICATES and/or JSON_DECODE_ANY;
+ * others are refused, NULL), built from this reader's tokens: a tree is
+ * the same values in the same order (tests/unit/test_jscan.c,
+ * tests/fuzz/fuzz_report.c). jansson's own lexer spends ~260 instructions
+ * a byte; whenever this reader refuses the text (a syntax error, a
+ * repeated key, nesting past JSCAN_MAX_DEPTH), jansson reads it instead,
+ * so the verdict and its message are always jansson's. New reference, or
+ * NULL with err filled (err may be NULL). */
+json_t *jscan_load(const char *text, size_t len, size_t flags, json_error_t *err);
 
 /* Writes str's decoded bytes to buf (room for str->len + 1 bytes) and a
  * NUL; returns their count. str came from this reader, so it decodes. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "jscan.h"
 #include "route_core.h"
 #include "store.h"
 
@@ -95,7 +96,7 @@ json_t *api_body_json(http_req_t *req, http_resp_t *resp)
         return NULL;
     json_error_t jerr;
     /* JSON_REJECT_DUPLICATES: {"a":1,"a":2} is ambiguous, refuse it. */
-    json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *doc = jscan_load(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!doc) {
         http_problem(resp, 400, "body", "invalid JSON at line %d column %d: %s", jerr.line,
                      jerr.column, jerr.text);

@@ -25,6 +25,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "jscan.h"
 #include "jtext.h"
 #include "util.h"
 
@@ -714,7 +715,7 @@ json_t *store_col_json(sqlite3_stmt *s, int col)
     const char *text = (const char *)sqlite3_column_text(s, col);
     if (!text)
         return NULL;
-    return json_loads(text, JSON_DECODE_ANY, NULL);
+    return jscan_load(text, strlen(text), JSON_DECODE_ANY, NULL);
 }
 
 void store_event(store_t *st, int64_t job, const char *kind, const char *fmt, ...)

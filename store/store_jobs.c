@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jscan.h"
 #include "jtext.h"
 #include "util.h"
 
@@ -528,7 +529,7 @@ json_t *store_job_json(store_t *st, int64_t id)
 {
     size_t len;
     char *text = store_job_json_text(st, id, &len);
-    json_t *j = text ? json_loadb(text, len, 0, NULL) : NULL;
+    json_t *j = text ? jscan_load(text, len, 0, NULL) : NULL;
     free(text);
     return j;
 }

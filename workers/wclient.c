@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "f32b64.h"
+#include "jscan.h"
 #include "jtext.h"
 #include "util.h"
 
@@ -295,7 +296,7 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
     status = (int)code;
     failed = 0;
     if (resp && b.data && b.len > 0)
-        *resp = json_loadb(b.data, b.len, 0, NULL);
+        *resp = jscan_load(b.data, b.len, 0, NULL);
 cleanup:
     if (c && own)
         curl_easy_cleanup(c);

@@ -210,6 +210,58 @@ static void test_skip_depth(void **state)
     assert_true(reader_ok(mixed, strlen(mixed)));
 }
 
+/* jscan_load against json_loadb on the same bytes and flags: the same
+ * verdict, and an accepted text the same values in the same order (their
+ * compact dumps are equal). */
+static void load_same(const char *text, size_t len, size_t flags)
+{
+    json_error_t je1, je2;
+    json_t *a = jscan_load(text, len, flags, &je1), *b = json_loadb(text, len, flags, &je2);
+    if ((a == NULL) != (b == NULL))
+        fail_msg("'%.*s' flags %zu: jscan_load %s, jansson %s", (int)len, text, flags,
+                 a ? "read it" : "refused it", b ? "read it" : "refused it");
+    if (a) {
+        char *x = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+        char *y = json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY);
+        assert_non_null(x);
+        assert_non_null(y);
+        if (strcmp(x, y) != 0)
+            fail_msg("'%.*s': jscan_load read %s, jansson %s", (int)len, text, x, y);
+        free(x);
+        free(y);
+    } else {
+        assert_string_equal(je1.text, je2.text);    /* jansson's own message */
+    }
+    json_decref(a);
+    json_decref(b);
+}
+
+static void test_load_as_jansson(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "{}", "[]", "{\"a\":1,\"b\":[1.5,-0,\"x\\u00e9\",null,true,false],\"c\":{}}",
+        "{\"a\":1,\"a\":2}", "{\"a\":{\"b\":1,\"b\":2}}", "[1e400]", "[01]", "1", "\"s\"",
+        "null", "", "  [ 1 , 2 ]  ", "{\"k\":\"\\ud83d\\ude00\"}", "[\"\\u0000\"]",
+        "{\"z\":1,\"y\":2,\"x\":3}", "[9223372036854775807,-9223372036854775808]",
+        "[1,\\u0041]", "[tru]",
+    };
+    static const size_t flags[] = {0, JSON_REJECT_DUPLICATES, JSON_DECODE_ANY,
+                                   JSON_REJECT_DUPLICATES | JSON_DECODE_ANY};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        for (size_t f = 0; f < 4; f++)
+            load_same(texts[i], strlen(texts[i]), flags[f]);
+    /* the NUL jansson skips after a number: its verdict, whatever it is */
+    load_same("[1\0,2]", 6, 0);
+    char *deep = nested(JSCAN_MAX_DEPTH + 1), *ok = nested(JSCAN_MAX_DEPTH);
+    load_same(deep, strlen(deep), 0);
+    load_same(ok, strlen(ok), 0);
+    free(deep);
+    free(ok);
+    /* flags it does not implement are refused, not misread */
+    assert_null(jscan_load("{}", 2, JSON_DISABLE_EOF_CHECK, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -218,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_strings_decode),
         cmocka_unit_test(test_members),
         cmocka_unit_test(test_skip_depth),
+        cmocka_unit_test(test_load_as_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
