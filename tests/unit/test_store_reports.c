@@ -11,6 +11,10 @@
  * end (report_acc.c): per device and per job, without what a report whose
  * savepoint was rolled back added.
  *
+ * A computation's host tasks reported in one batch complete it; a
+ * failure that requeues the job after a success in the same batch leaves
+ * the new attempt's computations at zero.
+ *
  * A computation's success costs the same whatever the number of its job's
  * computations still waiting for their dispatch chunk (parallel dispatch:
  * waiting without a seq): it looks only for consumers blocked on it
@@ -227,6 +231,104 @@ static void test_success_cost_flat_in_unfed(void **state)
                  big, small);
 }
 
+/* A running chain of 2 computations on slice [2] whose computation 0 has
+ * two host tasks (shard 0, shard 1) leased to the fixture's worker: their
+ * ids in task[0..1]. The job's id. */
+static int64_t two_task_job(fixture_t *f, int64_t task[2])
+{
+    char *doc = chain_doc(2);
+    int64_t job = support_store_submit(f->st, doc, islands, 1);
+    free(doc);
+    char sql[640];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'running' WHERE id = %lld;"
+             " UPDATE computations SET state = 'dispatched', seq = 1, island_id ="
+             " (SELECT id FROM islands WHERE name = 'west') WHERE job_id = %lld AND idx = 0",
+             (long long)job, (long long)job);
+    support_store_write(f->st, sql);
+    for (int k = 0; k < 2; k++) {
+        snprintf(sql, sizeof sql, "INSERT INTO host_tasks (job_id, attempt, comp_idx, island_id,"
+                 " worker_id, seq, shards, nshards, state, devices, leased_at) VALUES (%lld, 0, 0,"
+                 " (SELECT id FROM islands WHERE name = 'west'), %lld, 1, '[%d]', 1, 'leased',"
+                 " '[%d]', 5)", (long long)job, (long long)f->worker, k, k);
+        support_store_write(f->st, sql);
+        task[k] = sqlite3_last_insert_rowid(store_db(f->st));
+    }
+    return job;
+}
+
+/* Applies the batch body (text) as the worker; each item's status into
+ * status[] (at most 8). */
+static void apply_batch(fixture_t *f, const char *body, int *status)
+{
+    report_prep_t *preps = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    json_t *results = NULL;
+    int effects = 0;
+    assert_int_equal(report_parse_batch(body, strlen(body), &preps, &n, &e), 0);
+    assert_int_equal(store_worker_report_batch(f->st, f->worker, preps, n, &results, &effects),
+                     STORE_OK);
+    for (size_t i = 0; i < n && i < 8; i++) {
+        status[i] = (int)json_integer_value(json_object_get(json_array_get(results, i), "status"));
+        report_prep_clear(&preps[i]);
+    }
+    free(preps);
+    json_decref(results);
+}
+
+static int64_t job_int(fixture_t *f, const char *expr, int64_t job)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, expr, (long long)job);
+    return support_store_int(f->st, sql);
+}
+
+/* A computation's host tasks reported in one transaction: it succeeds. */
+static void test_progress_summed(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    int64_t job = two_task_job(f, task);
+    char body[512];
+    int status[8] = {0};
+    snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
+             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}},{\"task\":%lld,"
+             "\"state\":\"succeeded\",\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}}]}",
+             (long long)task[0], (long long)task[1]);
+    apply_batch(f, body, status);
+    assert_int_equal(status[0], 200);
+    assert_int_equal(status[1], 200);
+    assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
+                            " AND idx = 0", job), 2);
+    assert_int_equal(job_int(f, "SELECT state = 'succeeded' FROM computations WHERE job_id = %lld"
+                            " AND idx = 0", job), 1);
+    assert_int_equal(job_int(f, "SELECT comps_done FROM jobs WHERE id = %lld", job), 1);
+}
+
+/* A failure that requeues the job, after a success in the same
+ * transaction: the success's progress is the old attempt's, and the
+ * requeue starts the computations over (the new attempt starts at 0). */
+static void test_progress_before_failure(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    int64_t job = two_task_job(f, task);
+    char body[512];
+    int status[8] = {0};
+    snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
+             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}},{\"task\":%lld,"
+             "\"state\":\"failed\",\"error\":\"peer gone\",\"unreachable_peer\":"
+             "\"127.0.0.1:1\"}]}", (long long)task[0], (long long)task[1]);
+    apply_batch(f, body, status);
+    assert_int_equal(status[0], 200);
+    assert_int_equal(status[1], 200);
+    assert_int_equal(job_int(f, "SELECT attempt FROM jobs WHERE id = %lld", job), 1);
+    assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
+                            " AND idx = 0", job), 0);
+    assert_int_equal(job_int(f, "SELECT started_at IS NULL FROM computations WHERE job_id = %lld"
+                            " AND idx = 0", job), 1);
+}
+
 static void test_concurrent_batches(void **state)
 {
     fixture_t *f = *state;
@@ -254,6 +356,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_batches, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_acc_sums, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_success_cost_flat_in_unfed, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_progress_summed, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_progress_before_failure, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
