@@ -122,9 +122,15 @@ static void refs_text(const shard_ref_t *refs, int n, int local, char *b)
     size_t k = 0;
     b[k++] = '[';
     for (int i = 0; i < n; i++) {
+        char d[12];
+        int v = local ? refs[i].local : refs[i].shard, nd = 0;  /* both >= 0 */
         if (i)
             b[k++] = ',';
-        k += (size_t)sprintf(b + k, "%d", local ? refs[i].local : refs[i].shard);
+        do
+            d[nd++] = (char)('0' + v % 10);
+        while ((v /= 10) != 0);
+        while (nd > 0)
+            b[k++] = d[--nd];
     }
     b[k++] = ']';
     b[k] = '\0';
