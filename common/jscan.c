@@ -479,54 +479,68 @@ int jscan_finish(jscan_t *s)
 
 /* ---- building a jansson tree ---- */
 
+/* The string next in s as a new jansson string, or NULL. Apart from
+ * build, so that the recursion's frames do not carry its buffer (2,048
+ * levels deep stay well inside a thread's stack). */
+__attribute__((noinline)) static json_t *build_string(jscan_t *s)
+{
+    jscan_str_t str;
+    json_t *v = NULL;
+    if (jscan_string(s, &str) != 0)
+        return NULL;
+    char small[256], *b = str.len < sizeof small ? small : malloc(str.len + 1);
+    if (b)
+        v = json_stringn_nocheck(b, jscan_str_decode(&str, b));    /* checked as read */
+    if (b != small)
+        free(b);
+    return v;
+}
+
+/* Sets member key (as read) of object o to e (taken, also on failure);
+ * refuses a key o already has when dups. 0 or -1. Apart from build for
+ * the same reason as build_string. */
+__attribute__((noinline)) static int build_member(json_t *o, const jscan_str_t *key, json_t *e,
+                                                  int dups)
+{
+    char small[64], *k = key->len < sizeof small ? small : malloc(key->len + 1);
+    size_t kl = k ? jscan_str_decode(key, k) : 0;
+    int rc = k && !(dups && json_object_getn(o, k, kl)) ? json_object_setn_new_nocheck(o, k, kl, e)
+                                                         : (json_decref(e), -1);
+    if (k != small)
+        free(k);
+    return rc;
+}
+
 /* The value next in s as a new jansson value (depth: containers open
  * around it), or NULL: a syntax error, a repeated key (dups), too deep,
  * or OOM; the caller then asks jansson. */
 static json_t *build(jscan_t *s, int depth, int dups)
 {
-    jscan_str_t str;
+    jscan_str_t key;
     jscan_num_t num;
-    int t = jscan_peek(s), n = 0, more;
+    int t = jscan_peek(s), n = 0, more = -1;
     json_t *v = NULL, *e;
-    if (t == JSCAN_OBJECT || t == JSCAN_ARRAY) {
-        if (depth >= JSCAN_MAX_DEPTH)
-            return NULL;
-        if (t == JSCAN_OBJECT ? jscan_object(s) != 0 || !(v = json_object())
-                              : jscan_array(s) != 0 || !(v = json_array()))
-            return NULL;
-    }
     switch (t) {
     case JSCAN_OBJECT:
-        while ((more = jscan_member(s, &n, &str)) == 1) {
-            char small[64], *k = str.len < sizeof small ? small : malloc(str.len + 1);
-            size_t kl = k ? jscan_str_decode(&str, k) : 0;
-            e = k && !(dups && json_object_getn(v, k, kl)) ? build(s, depth + 1, dups) : NULL;
-            int rc = e ? json_object_setn_new_nocheck(v, k, kl, e) : -1;
-            if (k != small)
-                free(k);
-            if (rc != 0)
+        if (depth >= JSCAN_MAX_DEPTH || jscan_object(s) != 0 || !(v = json_object()))
+            return NULL;
+        while ((more = jscan_member(s, &n, &key)) == 1)
+            if (!(e = build(s, depth + 1, dups)) || build_member(v, &key, e, dups) != 0) {
                 more = -1;
-            if (more < 0)
                 break;
-        }
+            }
         break;
     case JSCAN_ARRAY:
+        if (depth >= JSCAN_MAX_DEPTH || jscan_array(s) != 0 || !(v = json_array()))
+            return NULL;
         while ((more = jscan_element(s, &n)) == 1)
             if (!(e = build(s, depth + 1, dups)) || json_array_append_new(v, e) != 0) {
                 more = -1;
                 break;
             }
         break;
-    case JSCAN_STRING: {
-        if (jscan_string(s, &str) != 0)
-            return NULL;
-        char small[256], *b = str.len < sizeof small ? small : malloc(str.len + 1);
-        if (b)
-            v = json_stringn_nocheck(b, jscan_str_decode(&str, b));  /* checked as read */
-        if (b != small)
-            free(b);
-        return v;
-    }
+    case JSCAN_STRING:
+        return build_string(s);
     case JSCAN_NUMBER:
         if (jscan_number(s, &num) != 0)
             return NULL;

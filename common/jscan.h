@@ -17,10 +17,11 @@
  * jansson (report_decode.c does).
  *
  * Every read returns -1 on a syntax error and leaves the reader failed
- * (s->bad): every later read fails too. Nothing is allocated except by
- * jscan_skip for very deep values (none: it counts depth, it keeps no
- * stack) and jscan_number for reals longer than 63 characters. The text
- * is borrowed; a jscan_str_t points into it. */
+ * (s->bad): every later read fails too. The reads allocate nothing but a
+ * scratch copy of a real longer than 63 characters (jscan_number) or of a
+ * long escaped string compared (jscan_str_eq); jscan_skip counts depth
+ * in a bitmap instead of recursing. The text is borrowed; a jscan_str_t
+ * points into it. */
 #ifndef ATOLL_JSCAN_H
 #define ATOLL_JSCAN_H
 
