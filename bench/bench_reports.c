@@ -20,6 +20,9 @@
  *                                  alone (atoll-reports): the serial part,
  *                                  which bounds how fast reports can go in
  *                                  however many cores decode them
+ *   reports.http_cpu_us_per_item  the same of its HTTP threads (MHD-worker):
+ *                                  receiving each request, reading its
+ *                                  reports from the text, answering
  *   reports.items_per_s           items over the phase's wall time
  *   reports.job_state             the job's state after the phase
  * To compare two builds, run this bench against each (ATOLL_BIN_DIR). */
@@ -195,6 +198,7 @@ int main(int argc, char **argv)
         }
     /* The applier thread starts with the first batch: none yet is 0. */
     int64_t app0 = hx_thread_cpu_us(c.atolld.pid, "atoll-reports");
+    int64_t http0 = hx_thread_cpu_us(c.atolld.pid, "MHD-worker");
     int64_t cpu0 = hx_cpu_us(c.atolld.pid), t0 = hx_now_ms();
     for (int i = 0; i < WORKERS; i++) {
         w[i].batch = batch;
@@ -210,6 +214,7 @@ int main(int argc, char **argv)
     }
     int64_t ms = hx_now_ms() - t0, cpu = hx_cpu_us(c.atolld.pid) - cpu0;
     int64_t app = hx_thread_cpu_us(c.atolld.pid, "atoll-reports") - (app0 > 0 ? app0 : 0);
+    int64_t http = hx_thread_cpu_us(c.atolld.pid, "MHD-worker") - (http0 > 0 ? http0 : 0);
     json_t *j = NULL;
     hx_job_wait(&cl, job, DEADLINE_MS, 10, &j);
     long items = (long)ncomps * WORKERS;
@@ -217,6 +222,7 @@ int main(int argc, char **argv)
            "reports.items %ld\n", ncomps, batch, ndev, items);
     printf("reports.atolld_cpu_us_per_item %.1f\n", (double)cpu / (double)items);
     printf("reports.applier_cpu_us_per_item %.1f\n", (double)app / (double)items);
+    printf("reports.http_cpu_us_per_item %.1f\n", (double)http / (double)items);
     printf("reports.items_per_s %.0f\n", ms > 0 ? (double)items * 1000.0 / (double)ms : 0.0);
     printf("reports.job_state %s\n", j ? hx_job_state(j) : "?");
     rc = failed || !j || strcmp(hx_job_state(j), "succeeded") != 0;
