@@ -123,7 +123,7 @@ int report_output_count(const char *name, size_t n, int nshards, err_t *e)
                    " got %zu", field, nshards, n);
 }
 
-void report_output_clear(report_output_t *out)
+static void report_output_clear(report_output_t *out)
 {
     free(out->values);
     memset(out, 0, sizeof *out);

@@ -42,8 +42,6 @@ typedef struct report_output {
     float *values;              /* owned, numel of them; NULL when not listed */
 } report_output_t;
 
-void report_output_clear(report_output_t *out);
-
 /* Output name's tensor count n against the host task's nshards: 0, or
  * 400 naming "outputs.NAME". */
 int report_output_count(const char *name, size_t n, int nshards, err_t *e);

@@ -283,21 +283,30 @@ static int64_t job_int(fixture_t *f, const char *expr, int64_t job)
     return support_store_int(f->st, sql);
 }
 
-/* A computation's host tasks reported in one transaction: it succeeds. */
-static void test_progress_summed(void **state)
+/* Reports two_task_job's tasks in one batch: the first succeeded, the
+ * second as `second` says (a report's fields after its "task", as text);
+ * both must be accepted. The job's id. */
+static int64_t report_both(fixture_t *f, const char *second)
 {
-    fixture_t *f = *state;
     int64_t task[2];
     int64_t job = two_task_job(f, task);
     char body[512];
     int status[8] = {0};
     snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
-             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}},{\"task\":%lld,"
-             "\"state\":\"succeeded\",\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}}]}",
-             (long long)task[0], (long long)task[1]);
+             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}},{\"task\":%lld,%s}]}",
+             (long long)task[0], (long long)task[1], second);
     apply_batch(f, body, status);
     assert_int_equal(status[0], 200);
     assert_int_equal(status[1], 200);
+    return job;
+}
+
+/* A computation's host tasks reported in one transaction: it succeeds. */
+static void test_batch_completes_computation(void **state)
+{
+    fixture_t *f = *state;
+    int64_t job = report_both(f, "\"state\":\"succeeded\","
+                                 "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}");
     assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
                             " AND idx = 0", job), 2);
     assert_int_equal(job_int(f, "SELECT state = 'succeeded' FROM computations WHERE job_id = %lld"
@@ -308,20 +317,11 @@ static void test_progress_summed(void **state)
 /* A failure that requeues the job, after a success in the same
  * transaction: the success's progress is the old attempt's, and the
  * requeue starts the computations over (the new attempt starts at 0). */
-static void test_progress_before_failure(void **state)
+static void test_requeue_after_success(void **state)
 {
     fixture_t *f = *state;
-    int64_t task[2];
-    int64_t job = two_task_job(f, task);
-    char body[512];
-    int status[8] = {0};
-    snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
-             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}},{\"task\":%lld,"
-             "\"state\":\"failed\",\"error\":\"peer gone\",\"unreachable_peer\":"
-             "\"127.0.0.1:1\"}]}", (long long)task[0], (long long)task[1]);
-    apply_batch(f, body, status);
-    assert_int_equal(status[0], 200);
-    assert_int_equal(status[1], 200);
+    int64_t job = report_both(f, "\"state\":\"failed\",\"error\":\"peer gone\","
+                                 "\"unreachable_peer\":\"127.0.0.1:1\"");
     assert_int_equal(job_int(f, "SELECT attempt FROM jobs WHERE id = %lld", job), 1);
     assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
                             " AND idx = 0", job), 0);
@@ -356,8 +356,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_batches, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_acc_sums, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_success_cost_flat_in_unfed, setup, support_store_teardown),
-        cmocka_unit_test_setup_teardown(test_progress_summed, setup, support_store_teardown),
-        cmocka_unit_test_setup_teardown(test_progress_before_failure, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_completes_computation, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_requeue_after_success, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
