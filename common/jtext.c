@@ -1,17 +1,15 @@
 /* jtext.c - see jtext.h. */
 #include "jtext.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The text being written; failed once an allocation failed (then every
- * later write is dropped and jtext_dump answers NULL). */
-typedef struct jbuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} jbuf_t;
+/* The text being written (jtext.h's writer); failed once an allocation
+ * failed (then every later write is dropped and jtext_dump answers
+ * NULL). */
+typedef jtext_w_t jbuf_t;
 
 /* Room for n more bytes (and a NUL): 0, or -1 (failed). */
 static int room(jbuf_t *b, size_t n)
@@ -169,18 +167,46 @@ static void put_value(jbuf_t *b, const json_t *v)
     }
 }
 
+char *jtext_take(jtext_w_t *w, size_t *len)
+{
+    char *p = NULL;
+    if (!w->failed && room(w, 0) == 0) {
+        w->p[w->len] = '\0';
+        p = w->p;
+        if (len)
+            *len = w->len;
+    } else {
+        free(w->p);
+    }
+    *w = (jtext_w_t){0};
+    return p;
+}
+
+void jtext_drop(jtext_w_t *w)
+{
+    free(w->p);
+    *w = (jtext_w_t){0};
+}
+
+void jtext_raw(jtext_w_t *w, const char *s, size_t n) { put(w, s, n); }
+
+void jtext_str(jtext_w_t *w, const char *s) { put_str(w, s, strlen(s)); }
+
+void jtext_int(jtext_w_t *w, long long v) { put_int(w, (json_int_t)v); }
+
+void jtext_real(jtext_w_t *w, double v)
+{
+    if (isfinite(v))
+        put_real(w, v);
+    else
+        put(w, "null", 4);
+}
+
 char *jtext_dump(const json_t *v, size_t *len)
 {
     jbuf_t b = {0};
     if (!v)
         return NULL;
     put_value(&b, v);
-    if (b.failed || room(&b, 0) != 0) {
-        free(b.p);
-        return NULL;
-    }
-    b.p[b.len] = '\0';
-    if (len)
-        *len = b.len;
-    return b.p;
+    return jtext_take(&b, len);
 }

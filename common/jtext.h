@@ -24,4 +24,32 @@
  * NULL. */
 char *jtext_dump(const json_t *v, size_t *len);
 
+/* A text written piece by piece, for callers that know their document's
+ * shape and would otherwise build a tree only to print it (a worker's
+ * reports). Start from {0}; every piece after an allocation failure is
+ * dropped, and jtext_take() then answers NULL. The writer owns p until
+ * jtext_take() or jtext_drop(). The caller writes the punctuation ("{",
+ * ",", ":") itself with jtext_raw(). */
+typedef struct jtext_w {
+    char *p;
+    size_t len, cap;
+    int failed;
+} jtext_w_t;
+
+void jtext_raw(jtext_w_t *w, const char *s, size_t n);
+/* A string literal's bytes, as they are (its length counted by the
+ * compiler). */
+#define JTEXT_LIT(w, lit) jtext_raw((w), "" lit, sizeof(lit) - 1)
+/* s (NUL-terminated, UTF-8) as a JSON string, jansson's escapes. */
+void jtext_str(jtext_w_t *w, const char *s);
+void jtext_int(jtext_w_t *w, long long v);
+/* v as jansson prints a real; NaN and infinities, which JSON lacks, as
+ * null. */
+void jtext_real(jtext_w_t *w, double v);
+/* The text written (malloc'd, NUL-terminated; the caller frees), its
+ * length in *len when len is not NULL; NULL after an allocation failure
+ * (the writer freed it). The writer is empty again either way. */
+char *jtext_take(jtext_w_t *w, size_t *len);
+void jtext_drop(jtext_w_t *w);
+
 #endif

@@ -73,7 +73,7 @@ struct exec {
     pthread_t *threads;
 };
 
-static void report(exec_t *ex, int64_t id, json_t *body, int hold)
+static void report(exec_t *ex, int64_t id, char *body, int hold)
 {
     if (!body)
         log_error("task %lld: out of memory building its report", (long long)id);
@@ -85,11 +85,10 @@ static void report(exec_t *ex, int64_t id, json_t *body, int hold)
  * the same attempt, so another report of the attempt will follow from
  * here. Its job cannot end before that one is sent. Holds mu; h is
  * running, so it heads each of its devices' queues. */
-static int report_may_hold(const exec_t *ex, const hnode_t *h, const json_t *body)
+static int report_may_hold(const exec_t *ex, const hnode_t *h, int succeeded)
 {
     const wtask_t *t = h->t;
-    const char *state = json_string_value(json_object_get(body, "state"));
-    if (!t->place->hold_reports || !state || strcmp(state, "succeeded") != 0)
+    if (!t->place->hold_reports || !succeeded)
         return 0;
     for (int l = 0; l < t->nlocal; l++) {
         const qent_t *q = ex->dev[t->devices[l]].queue;
@@ -227,12 +226,12 @@ static void *runner_main(void *arg)
 
         if (log_enabled(LOG_DEBUG))
             log_start(h->t);
-        json_t *body = exec_run_task(&ex->env, h->t);
-        log_debug("task %lld ended: %s", (long long)h->t->id,
-                  json_string_value(json_object_get(body, "state")) ?: "?");
+        int succeeded = 0;
+        char *body = exec_run_task(&ex->env, h->t, &succeeded);
+        log_debug("task %lld ended: %s", (long long)h->t->id, succeeded ? "succeeded" : "not");
         task_done(ex, h->t);
         pthread_mutex_lock(&ex->mu);
-        int hold = report_may_hold(ex, h, body);
+        int hold = report_may_hold(ex, h, succeeded);
         pthread_mutex_unlock(&ex->mu);
         report(ex, h->t->id, body, hold);
 

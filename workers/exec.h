@@ -10,8 +10,9 @@
  *
  * Thread safety: all functions except exec_start/exec_stop may be called
  * from any thread. report_fn runs on a runner thread (or the caller's) and
- * must not block for long; it receives ownership of body, which is NULL
- * only when the report could not be built (out of memory). */
+ * must not block for long; it receives ownership of body, the report as
+ * compact JSON text (malloc'd: it frees it), which is NULL only when the
+ * report could not be built (out of memory). */
 #ifndef ATOLL_EXEC_H
 #define ATOLL_EXEC_H
 
@@ -27,7 +28,7 @@
  * "hold_reports", and a later task of the same job attempt is queued here
  * on one of its devices), so that a chain's reports leave in batches; 0
  * when it should go at once. */
-typedef void (*exec_report_fn)(void *ctx, int64_t task_id, json_t *body, int hold);
+typedef void (*exec_report_fn)(void *ctx, int64_t task_id, char *body, int hold);
 
 typedef struct exec_cfg {
     int ndevices;

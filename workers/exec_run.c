@@ -31,6 +31,7 @@
 #include "exec_io.h"
 #include "f32b64.h"
 #include "gspmd.h"
+#include "jtext.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -406,89 +407,98 @@ static int run_plan_refs(run_t *r)
     return 0;
 }
 
-/* JSON numbers cannot be NaN or infinite: those are reported as null. */
-static json_t *json_num(double v)
+/* {"shape":[...],"sum":S,"values_f32":"base64"}: the values (f32b64.h)
+ * only when the tensor has at most max_values elements; a sum that is NaN
+ * or infinite, which JSON lacks, as null. */
+static void tensor_text(jtext_w_t *w, const tensor_t *t, int64_t max_values)
 {
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-json_t *exec_tensor_json(const tensor_t *t, int64_t max_values)
-{
-    json_t *o = json_object();
-    json_t *shape = json_array();
-    if (!o || !shape)
-        goto fail;
-    for (int d = 0; d < t->shape.rank; d++)
-        if (json_array_append_new(shape, json_integer(t->shape.dim[d])) != 0)
-            goto fail;
-    if (json_object_set_new(o, "shape", shape) != 0) {
-        shape = NULL;                    /* set_new consumed it even on failure */
-        goto fail;
+    JTEXT_LIT(w, "{\"shape\":[");
+    for (int d = 0; d < t->shape.rank; d++) {
+        if (d)
+            JTEXT_LIT(w, ",");
+        jtext_int(w, t->shape.dim[d]);
     }
-    shape = NULL;
-    if (json_object_set_new(o, "sum", json_num(tensor_sum(t))) != 0)
-        goto fail;
+    JTEXT_LIT(w, "],\"sum\":");
+    jtext_real(w, tensor_sum(t));
     int64_t n = shape_numel(&t->shape);
     if (n <= max_values) {
         char *text = f32b64_encode(t->data, n);   /* f32b64.h: why not a JSON array */
-        json_t *vals = text ? json_string(text) : NULL;
-        free(text);
-        if (json_object_set_new(o, "values_f32", vals) != 0)
-            goto fail;
-    }
-    return o;
-fail:
-    json_decref(shape);
-    json_decref(o);
-    return NULL;
-}
-
-json_t *exec_report_failed(const char *error)
-{
-    return json_pack("{s:s, s:s}", "state", "failed", "error", error);
-}
-
-json_t *exec_report_cancelled(void)
-{
-    return json_pack("{s:s}", "state", "cancelled");
-}
-
-/* {"z": [one tensor per local shard, in task order], ...}; NULL on OOM. */
-static json_t *run_outputs_json(run_t *r)
-{
-    json_t *outs = json_object();
-    for (int k = 0; outs && k < r->comp->noutputs; k++) {
-        int v = r->comp->outputs[k];
-        json_t *arr = json_array();
-        if (!arr || json_object_set_new(outs, r->comp->vnames[v], arr) != 0) {
-            json_decref(outs);
-            return NULL;
+        if (!text) {
+            w->failed = 1;
+            return;
         }
+        /* base64 needs no escapes: the text goes in as it is */
+        JTEXT_LIT(w, ",\"values_f32\":\"");
+        jtext_raw(w, text, strlen(text));
+        JTEXT_LIT(w, "\"");
+        free(text);
+    }
+    JTEXT_LIT(w, "}");
+}
+
+/* The opening of a failed report, {"state":"failed","error":"..." (no
+ * closing brace: the caller may add members). */
+static void failed_text(jtext_w_t *w, const char *error)
+{
+    JTEXT_LIT(w, "{\"state\":\"failed\",\"error\":");
+    jtext_str(w, error);
+}
+
+char *exec_report_failed(const char *error)
+{
+    jtext_w_t w = {0};
+    failed_text(&w, error);
+    JTEXT_LIT(&w, "}");
+    return jtext_take(&w, NULL);
+}
+
+char *exec_report_cancelled(void)
+{
+    return strdup("{\"state\":\"cancelled\"}");
+}
+
+/* "outputs":{"z":[one tensor per local shard, in task order],...} */
+static void run_outputs_text(jtext_w_t *w, run_t *r)
+{
+    JTEXT_LIT(w, "\"outputs\":{");
+    for (int k = 0; k < r->comp->noutputs; k++) {
+        int v = r->comp->outputs[k];
+        if (k)
+            JTEXT_LIT(w, ",");
+        jtext_str(w, r->comp->vnames[v]);
+        JTEXT_LIT(w, ":[");
         for (int l = 0; l < r->nl; l++) {
             ostore_obj_t *o = r->objs[l * r->nv + v];
             /* One replica of each piece of a small global value reports
              * it whole, for the global view (wtask_full_values). */
             int64_t max = wtask_full_values(r->t, r->comp->vnames[v], r->t->shards[l])
                               ? GSPMD_GLOBAL_VALUES_MAX : GSPMD_SHARD_VALUES_MAX;
-            if (!o || json_array_append_new(arr, exec_tensor_json(ostore_tensor(o), max)) != 0) {
-                json_decref(outs);
-                return NULL;
+            if (!o) {
+                w->failed = 1;
+                return;
             }
+            if (l)
+                JTEXT_LIT(w, ",");
+            tensor_text(w, ostore_tensor(o), max);
         }
+        JTEXT_LIT(w, "]");
     }
-    return outs;
+    JTEXT_LIT(w, "}");
 }
 
-static json_t *run_success_report(run_t *r)
+/* The opening of a succeeded report: its state, timings and outputs (no
+ * closing brace). Written as text, member by member: a jansson tree built
+ * only to be printed cost each report its allocations, frees and a walk. */
+static void success_text(jtext_w_t *w, run_t *r)
 {
-    json_t *outs = run_outputs_json(r);
-    if (!outs)
-        return NULL;
-    /* "o" steals outs, also when json_pack fails. */
-    return json_pack("{s:s, s:I, s:I, s:I, s:o}", "state", "succeeded",
-                     "started_us", (json_int_t)r->started_us,
-                     "inputs_ready_us", (json_int_t)r->inputs_ready_us,
-                     "finished_us", (json_int_t)util_wall_us(), "outputs", outs);
+    JTEXT_LIT(w, "{\"state\":\"succeeded\",\"started_us\":");
+    jtext_int(w, r->started_us);
+    JTEXT_LIT(w, ",\"inputs_ready_us\":");
+    jtext_int(w, r->inputs_ready_us);
+    JTEXT_LIT(w, ",\"finished_us\":");
+    jtext_int(w, util_wall_us());
+    JTEXT_LIT(w, ",");
+    run_outputs_text(w, r);
 }
 
 /* Compiles once and runs every op and send. Returns 0 or -1. */
@@ -541,25 +551,29 @@ static void run_cleanup(run_t *r)
     comp_free(r->comp);
 }
 
-json_t *exec_run_task(const exec_env_t *env, const wtask_t *t)
+char *exec_run_task(const exec_env_t *env, const wtask_t *t, int *succeeded)
 {
     run_t r = {.env = env, .t = t};
+    jtext_w_t w = {0};
     r.started_us = util_wall_us();
     r.inputs_ready_us = r.started_us;
-    json_t *report;
-    if (run_body(&r) == 0)
-        report = run_success_report(&r);
+    *succeeded = run_body(&r) == 0;
+    if (*succeeded)
+        success_text(&w, &r);
     else if (r.cancelled)
-        report = exec_report_cancelled();
+        JTEXT_LIT(&w, "{\"state\":\"cancelled\"");
     else
-        report = exec_report_failed(r.err);
+        failed_text(&w, r.err);
     /* Tell the controller which peer was unreachable: the job then goes back
      * to the queue like one that lost a worker, instead of failing. */
-    if (report && r.unreachable[0] && !r.cancelled)
-        json_object_set_new(report, "unreachable_peer", json_string(r.unreachable));
+    if (r.unreachable[0] && !r.cancelled) {
+        JTEXT_LIT(&w, ",\"unreachable_peer\":");
+        jtext_str(&w, r.unreachable);
+    }
+    JTEXT_LIT(&w, "}");
     if (!r.cancelled && r.err[0])
         log_warn("task %lld (job %lld comp %d, %d shard(s)) failed: %s", (long long)t->id,
                  (long long)t->job, (int)t->comp, t->nlocal, r.err);
     run_cleanup(&r);
-    return report;
+    return jtext_take(&w, NULL);
 }

@@ -4,7 +4,7 @@
  * order for every local shard (local ops via kernel_run(), `input` edges
  * through the mailbox, collectives in exec_coll.c: in memory between local
  * shards, one packed message per process pair), forwards the `sends`, and
- * returns the report body of docs/worker-protocol.md: succeeded with
+ * returns the report body of docs/worker-protocol.md, as text: succeeded with
  * timings and one output tensor per local shard, failed with an error, or
  * cancelled. It never aborts the process on a bad task.
  *
@@ -16,8 +16,6 @@
 #ifndef ATOLL_EXEC_RUN_H
 #define ATOLL_EXEC_RUN_H
 
-#include <jansson.h>
-
 #include "exec_env.h"
 #include "tensor.h"
 #include "wtask.h"
@@ -26,16 +24,14 @@
  * blocks for the whole task: waits for peers and for store room are
  * bounded by env->peer_timeout_us, a run computation's by its timeout_s,
  * and the job's cancel ends them early.
- * Returns a new JSON object (caller owns the reference), or NULL only when
- * out of memory. */
-json_t *exec_run_task(const exec_env_t *env, const wtask_t *t);
+ * Returns the report as compact JSON text, malloc'd (the caller frees),
+ * or NULL only when out of memory; *succeeded says whether its state is
+ * "succeeded". */
+char *exec_run_task(const exec_env_t *env, const wtask_t *t, int *succeeded);
 
-/* Report bodies for tasks that never ran. New references; NULL on OOM. */
-json_t *exec_report_failed(const char *error);
-json_t *exec_report_cancelled(void);
-
-/* {"shape": [...], "sum": S, "values_f32": "base64" (f32b64.h; when at
- * most max_values elements)}; NULL on OOM. */
-json_t *exec_tensor_json(const tensor_t *t, int64_t max_values);
+/* Report bodies for tasks that never ran, as text (the caller frees);
+ * NULL on OOM. */
+char *exec_report_failed(const char *error);
+char *exec_report_cancelled(void);
 
 #endif

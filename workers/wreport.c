@@ -10,7 +10,7 @@
  * sending; `stopping` and `give_up` are atomics read by the thread and
  * the retry loops.
  *
- * Ownership: a queued node owns its report body (the reference pushed);
+ * Ownership: a queued node owns its report body (the text pushed);
  * the thread takes a batch off the queue and frees it once sent or given
  * up on; wreport_stop() drops and logs what is still queued. The client
  * is borrowed. */
@@ -27,7 +27,8 @@
 
 typedef struct rnode {
     int64_t task;
-    json_t *body;               /* owned */
+    char *body;                 /* owned: the report as compact JSON text, an
+                                 * object without "task" (report_text adds it) */
     int last_word;              /* the failure sent for a refused report:
                                  * if it is refused too, nothing follows */
     int hold;                   /* may wait (wreport_exec_fn's hold) */
@@ -55,7 +56,7 @@ struct wreport {
 /* {"reports":[ ... ]} around the reports. */
 #define WREPORT_ENVELOPE_BYTES 16
 
-static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word, int hold);
+static void push_node(wreport_t *wr, int64_t task, char *body, int last_word, int hold);
 
 /* A report the controller refused for its content can never be accepted,
  * and its job would wait for it forever: the task is reported failed
@@ -68,7 +69,11 @@ static void fail_refused(wreport_t *wr, int64_t task, int last_word, int status,
     char msg[512];
     snprintf(msg, sizeof msg, "the controller refused this task's report (%d: %.400s)",
              status, detail ? detail : "");
-    push_node(wr, task, json_pack("{s:s, s:s}", "state", "failed", "error", msg), 1, 0);
+    jtext_w_t w = {0};
+    JTEXT_LIT(&w, "{\"state\":\"failed\",\"error\":");
+    jtext_str(&w, msg);
+    JTEXT_LIT(&w, "}");
+    push_node(wr, task, jtext_take(&w, NULL), 1, 0);
 }
 
 /* The tasks of one request body, in order. */
@@ -114,8 +119,13 @@ static int resend_under_cap(wreport_t *wr, const char *body, size_t len, const b
             log_error("out of memory: %zu reports dropped", m->count - i);
             break;
         }
-        *n = (rnode_t){m->task[i], json_incref(r), m->last_word[i], 0, 0, NULL};
         json_object_del(r, "task");     /* report_text adds it again */
+        *n = (rnode_t){m->task[i], jtext_dump(r, NULL), m->last_word[i], 0, 0, NULL};
+        if (!n->body) {
+            free(n);
+            log_error("out of memory: %zu reports dropped", m->count - i);
+            break;
+        }
         *tail = n;
         tail = &n->next;
     }
@@ -163,35 +173,53 @@ static void deliver(wreport_t *wr, const char *body, size_t len, const batch_met
     }
 }
 
-/* Drops the "values_f32" of every tensor of a report too large to send,
- * so the job still ends (its shards keep their shapes and sums) instead
- * of the report being refused 413 and the job waiting for it forever. */
-static void strip_values(int64_t task, json_t *body, size_t bytes, size_t cap)
+/* A report too large to send, read back without the "values_f32" of its
+ * tensors, so that its job still ends (its shards keep their shapes and
+ * sums) instead of the report being refused 413 and the job waiting for
+ * it forever. Rare: a tree is built only here. New text, or NULL (OOM). */
+static char *strip_values(int64_t task, const char *body, size_t bytes, size_t cap)
 {
+    json_t *doc = json_loads(body, 0, NULL);
     const char *name;
     json_t *arr;
-    json_object_foreach(json_object_get(body, "outputs"), name, arr) {
+    json_object_foreach(json_object_get(doc, "outputs"), name, arr) {
         size_t i;
         json_t *t;
         json_array_foreach(arr, i, t)
             json_object_del(t, "values_f32");
     }
+    char *text = jtext_dump(doc, NULL);
+    json_decref(doc);
     log_warn("report of task %lld is %zu bytes, above the controller's body cap of %zu: its"
              " outputs are sent without values (sums and shapes kept)",
              (long long)task, bytes, cap);
+    return text;
 }
 
-/* The report as sent (its "task" added), compact JSON; a report that could
- * not fit a request alone loses its values. NULL on OOM. */
-static char *report_text(rnode_t *n, size_t cap)
+/* The report as sent, {"task":N, then the body's members; a report that
+ * could not fit a request alone loses its values. malloc'd, its length in
+ * *tl; NULL on OOM. */
+static char *report_text(rnode_t *n, size_t cap, size_t *tl)
 {
-    json_object_set_new(n->body, "task", json_integer(n->task));
-    char *text = jtext_dump(n->body, NULL);
-    if (text && strlen(text) + WREPORT_ENVELOPE_BYTES > cap) {
-        strip_values(n->task, n->body, strlen(text), cap);
-        free(text);
-        text = jtext_dump(n->body, NULL);
+    char head[40];
+    int hl = snprintf(head, sizeof head, "{\"task\":%lld,", (long long)n->task);
+    size_t bl = strlen(n->body);
+    if (bl < 2 || n->body[0] != '{')
+        return NULL;                    /* never: bodies are objects with a state */
+    if ((size_t)hl + bl + WREPORT_ENVELOPE_BYTES > cap) {
+        char *stripped = strip_values(n->task, n->body, (size_t)hl + bl, cap);
+        if (!stripped)
+            return NULL;
+        free(n->body);
+        n->body = stripped;
+        bl = strlen(stripped);
     }
+    char *text = malloc((size_t)hl + bl);
+    if (!text)
+        return NULL;
+    memcpy(text, head, (size_t)hl);
+    memcpy(text + hl, n->body + 1, bl - 1);      /* the body without its '{' */
+    *tl = (size_t)hl + bl - 1;
     return text;
 }
 
@@ -204,8 +232,8 @@ static void send_list(wreport_t *wr, rnode_t *list)
     char *buf = NULL;
     while (list || m.count) {
         rnode_t *n = list;
-        char *text = n ? report_text(n, cap) : NULL;
-        size_t tl = text ? strlen(text) : 0;
+        size_t tl = 0;
+        char *text = n ? report_text(n, cap, &tl) : NULL;
         /* Flush what is gathered when this one does not fit, or at the end. */
         if (m.count && (!n || len + tl + 2 > cap || m.count == WREPORT_BATCH_MAX)) {
             memcpy(buf + len, "]}", 3);
@@ -239,7 +267,7 @@ static void send_list(wreport_t *wr, rnode_t *list)
             log_error("out of memory: report of task %lld dropped", (long long)n->task);
         }
         free(text);
-        json_decref(n->body);
+        free(n->body);
         free(n);
     }
     free(buf);
@@ -325,14 +353,14 @@ wreport_t *wreport_start(wclient_t *wc, int64_t hold_ms)
     return wr;
 }
 
-static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word, int hold)
+static void push_node(wreport_t *wr, int64_t task, char *body, int last_word, int hold)
 {
     if (!body)
         return;
     rnode_t *n = malloc(sizeof *n);
     if (!n) {
         log_error("report of task %lld dropped: out of memory", (long long)task);
-        json_decref(body);
+        free(body);
         return;
     }
     *n = (rnode_t){task, body, last_word, hold, util_mono_us(), NULL};
@@ -351,12 +379,12 @@ static void push_node(wreport_t *wr, int64_t task, json_t *body, int last_word, 
     pthread_mutex_unlock(&wr->mu);
 }
 
-void wreport_push(wreport_t *wr, int64_t task, json_t *body)
+void wreport_push(wreport_t *wr, int64_t task, char *body)
 {
     push_node(wr, task, body, 0, 0);
 }
 
-void wreport_exec_fn(void *ctx, int64_t task, json_t *body, int hold)
+void wreport_exec_fn(void *ctx, int64_t task, char *body, int hold)
 {
     push_node(ctx, task, body, 0, hold);
 }
@@ -386,7 +414,7 @@ void wreport_stop(wreport_t *wr, int64_t timeout_ms)
         rnode_t *n = wr->head;
         wr->head = n->next;
         log_warn("report of task %lld dropped at shutdown", (long long)n->task);
-        json_decref(n->body);
+        free(n->body);
         free(n);
     }
     pthread_mutex_destroy(&wr->mu);

@@ -110,11 +110,54 @@ static void test_random_trees(void **state)
     assert_null(jtext_dump(NULL, NULL));
 }
 
+/* The writer (jtext_raw/str/int/real/take) writes what jansson writes for
+ * the same members, a non-finite real as null; a failed writer answers
+ * NULL and is empty again. */
+static void test_writer(void **state)
+{
+    (void)state;
+    static const char *strs[] = {"plain", "q\"b\\s", "ctl\x01\x1f\n\t", "utf8 \xc3\xa9", ""};
+    static const double reals[] = {0.0, -1.5, 1e20, 1e-5, 2.0 / 3.0, 16.0};
+    static const long long ints[] = {0, -1, 42, INT64_MAX, INT64_MIN};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        jtext_w_t w = {0};
+        JTEXT_LIT(&w, "{\"s\":");
+        jtext_str(&w, strs[i]);
+        JTEXT_LIT(&w, ",\"r\":");
+        jtext_real(&w, reals[i]);
+        JTEXT_LIT(&w, ",\"i\":");
+        jtext_int(&w, ints[i]);
+        JTEXT_LIT(&w, ",\"n\":");
+        jtext_real(&w, i % 2 ? NAN : INFINITY);
+        JTEXT_LIT(&w, "}");
+        size_t len = 0;
+        char *got = jtext_take(&w, &len);
+        assert_null(w.p);
+        json_t *tree = json_pack("{s:s, s:f, s:I, s:n}", "s", strs[i], "r", reals[i], "i",
+                                 (json_int_t)ints[i], "n");
+        char *want = json_dumps(tree, JSON_COMPACT);
+        assert_non_null(got);
+        assert_string_equal(got, want);
+        assert_int_equal(len, strlen(want));
+        free(got);
+        free(want);
+        json_decref(tree);
+    }
+    jtext_w_t w = {0};
+    JTEXT_LIT(&w, "lost");
+    w.failed = 1;
+    jtext_int(&w, 7);
+    assert_null(jtext_take(&w, NULL));
+    assert_null(w.p);
+    assert_int_equal(w.failed, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars),
         cmocka_unit_test(test_random_trees),
+        cmocka_unit_test(test_writer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,9 +55,13 @@ typedef struct cluster {
     proc_t p[MAX_PROCS];
 } cluster_t;
 
-static void sink_fn(void *ctx, int64_t task, json_t *body, int hold)
+/* Keeps each report as the tree of its text: a text that is not JSON
+ * becomes NULL, which every check of the report then fails. */
+static void sink_fn(void *ctx, int64_t task, char *text, int hold)
 {
     sink_t *s = ctx;
+    json_t *body = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
     pthread_mutex_lock(&s->mu);
     if (s->n < MAX_REPORTS) {
         s->task[s->n] = task;
