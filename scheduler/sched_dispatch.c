@@ -136,25 +136,48 @@ static void refs_text(const shard_ref_t *refs, int n, int local, char *b)
     b[k] = '\0';
 }
 
-/* Writes one host task from refs[0..n-1] (one worker's shards,
- * increasing): its row carries only the shards and their local devices;
- * what all of the computation's host tasks share is stored once
- * (store_sched_add_comp_payload). 0 or -1. */
-static int add_host_task(store_t *st, const sched_job_t *job, int c, int64_t island, int64_t seq,
-                         int blocked, const shard_ref_t *refs, int n)
+/* Host tasks gathered for one multi-row write (store_sched_add_tasks): a
+ * computation's rows, one per worker, go STORE_TASK_ROWS to a statement.
+ * Each row carries only its shards and their local devices; what all of
+ * the computation's host tasks share is stored once
+ * (store_sched_add_comp_payload). */
+typedef struct task_batch {
+    sched_task_t t[STORE_TASK_ROWS];
+    char *text[2 * STORE_TASK_ROWS];    /* owned: row i's shards and devices */
+    int n;
+} task_batch_t;
+
+/* Writes b's rows (rc_in: 0, or -1 to only drop them) and empties it.
+ * 0 or -1. */
+static int batch_flush(store_t *st, task_batch_t *b, int rc_in)
 {
-    char *shards_txt = malloc(12 * (size_t)n + 3), *devices_txt = malloc(12 * (size_t)n + 3);
-    int rc = -1;
-    if (shards_txt && devices_txt) {
-        refs_text(refs, n, 0, shards_txt);
-        refs_text(refs, n, 1, devices_txt);
-        sched_task_t task = {job->id, job->attempt, c, island, refs[0].worker, seq,
-                             shards_txt, n, blocked, devices_txt};
-        rc = store_sched_add_task(st, &task);
-    }
-    free(shards_txt);
-    free(devices_txt);
+    int rc = rc_in == 0 ? store_sched_add_tasks(st, b->t, b->n) : -1;
+    for (int i = 0; i < 2 * b->n; i++)
+        free(b->text[i]);
+    b->n = 0;
     return rc;
+}
+
+/* Adds the host task of refs[0..n-1] (one worker's shards, increasing)
+ * to b, writing b's rows first when it is full. 0 or -1. */
+static int batch_add(store_t *st, task_batch_t *b, const sched_job_t *job, int c,
+                     int64_t island, int64_t seq, int blocked, const shard_ref_t *refs, int n)
+{
+    if (b->n == STORE_TASK_ROWS && batch_flush(st, b, 0) != 0)
+        return -1;
+    char *shards_txt = malloc(12 * (size_t)n + 3), *devices_txt = malloc(12 * (size_t)n + 3);
+    if (!shards_txt || !devices_txt) {
+        free(shards_txt);
+        free(devices_txt);
+        return -1;
+    }
+    refs_text(refs, n, 0, shards_txt);
+    refs_text(refs, n, 1, devices_txt);
+    b->text[2 * b->n] = shards_txt;
+    b->text[2 * b->n + 1] = devices_txt;
+    b->t[b->n++] = (sched_task_t){job->id, job->attempt, c, island, refs[0].worker, seq,
+                                  shards_txt, n, blocked, devices_txt};
+    return 0;
 }
 
 /* Writes computation c's host tasks, the lo-th to before the hi-th of
@@ -190,12 +213,14 @@ int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *p
         refs[k] = (shard_ref_t){dv->worker, k, dv->local};
     }
     qsort(refs, (size_t)p->nshards, sizeof *refs, shard_ref_cmp);
+    task_batch_t b = {.n = 0};
     for (int i = 0, j, g = 0; rc == 0 && i < p->nshards && (hi < 0 || g < hi); i = j, g++) {
         for (j = i + 1; j < p->nshards && refs[j].worker == refs[i].worker; j++)
             ;
         if (g >= lo)
-            rc = add_host_task(st, job, c, island, seq, blocked, &refs[i], j - i);
+            rc = batch_add(st, &b, job, c, island, seq, blocked, &refs[i], j - i);
     }
+    rc = batch_flush(st, &b, rc);
     free(refs);
     return rc;
 }

@@ -587,7 +587,11 @@ typedef struct sched_task {
     int blocked;                /* sequential dispatch: waits for producers */
     const char *devices;        /* JSON array of the shards' worker-local devices */
 } sched_task_t;
-int store_sched_add_task(store_t *st, const sched_task_t *t);
+/* Writes host tasks t[0..n) (n >= 0; the rows of one computation, one per
+ * worker, in the caller's order), STORE_TASK_ROWS to a statement. 0 or
+ * -1. */
+#define STORE_TASK_ROWS 8
+int store_sched_add_tasks(store_t *st, const sched_task_t *t, int n);
 /* What every host task of computation `comp` of the job attempt shares:
  * the TASK JSON text without "task", "shards" and "devices" (borrowed),
  * written once per computation; a poll splices each task's own fields in

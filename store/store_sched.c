@@ -5,6 +5,7 @@
 #include "store_internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -453,34 +454,71 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
     return store_step_done(s);
 }
 
-int store_sched_add_task(store_t *st, const sched_task_t *t)
+/* INSERT statements of 1 to STORE_TASK_ROWS host-task rows, built once:
+ * one statement writing k rows costs little more than one writing one
+ * (its cursors opened and its program run once: per row, 16K -> 8.5K
+ * instructions for 8 rows of a table like outputs, measured apart), and a
+ * computation's host tasks, one per worker, are written together. */
+#define TASK_COLS "(?,?,?,?,?,?,?,?,?,?,?,?)"
+#define TASK_NCOLS 12
+static char task_insert_sql[STORE_TASK_ROWS][sizeof "INSERT INTO host_tasks(job_id, attempt,"
+    " comp_idx, island_id, worker_id, seq, shards, nshards, state, devices, dispatched_at,"
+    " leased_at) VALUES " + STORE_TASK_ROWS * sizeof "," TASK_COLS];
+static pthread_once_t task_insert_once = PTHREAD_ONCE_INIT;
+
+static void task_insert_build(void)
 {
-    static const char sql[] =
-        "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id, worker_id, seq, shards,"
-        " nshards, state, devices, dispatched_at, leased_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, t->job);
-    sqlite3_bind_int(s, 2, t->attempt);
-    sqlite3_bind_int(s, 3, t->comp);
-    sqlite3_bind_int64(s, 4, t->island);
-    sqlite3_bind_int64(s, 5, t->worker);
-    sqlite3_bind_int64(s, 6, t->seq);
-    sqlite3_bind_text(s, 7, t->shards, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 8, t->nshards);
+    for (int k = 0; k < STORE_TASK_ROWS; k++) {
+        char *p = task_insert_sql[k];
+        size_t cap = sizeof task_insert_sql[k];
+        int n = snprintf(p, cap, "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id,"
+                         " worker_id, seq, shards, nshards, state, devices, dispatched_at,"
+                         " leased_at) VALUES " TASK_COLS);
+        for (int r = 1; r <= k && n > 0 && (size_t)n < cap; r++)
+            n += snprintf(p + n, cap - (size_t)n, "," TASK_COLS);
+    }
+}
+
+/* Binds host task t as row r (0-based) of a multi-row INSERT. */
+static void task_bind(sqlite3_stmt *s, int r, const sched_task_t *t)
+{
+    int b = r * TASK_NCOLS;
+    sqlite3_bind_int64(s, b + 1, t->job);
+    sqlite3_bind_int(s, b + 2, t->attempt);
+    sqlite3_bind_int(s, b + 3, t->comp);
+    sqlite3_bind_int64(s, b + 4, t->island);
+    sqlite3_bind_int64(s, b + 5, t->worker);
+    sqlite3_bind_int64(s, b + 6, t->seq);
+    sqlite3_bind_text(s, b + 7, t->shards, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, b + 8, t->nshards);
     /* Not blocked: leased at once, under a lease id of this transaction;
      * the worker's next poll reads it (store_poll.c), with no write. */
-    sqlite3_bind_text(s, 9, t->blocked ? "blocked" : "leased", -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 10, t->devices, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, b + 9, t->blocked ? "blocked" : "leased", -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, b + 10, t->devices, -1, SQLITE_STATIC);
     if (!t->blocked) {
-        sqlite3_bind_int64(s, 11, util_wall_us());
-        sqlite3_bind_int64(s, 12, store_lease_id());
+        sqlite3_bind_int64(s, b + 11, util_wall_us());
+        sqlite3_bind_int64(s, b + 12, store_lease_id());
     }
-    int rc = store_step_done(s);
-    if (rc == 0 && !t->blocked)
-        store_note_leased(st, t->job, t->attempt);
-    return rc;
+}
+
+int store_sched_add_tasks(store_t *st, const sched_task_t *t, int n)
+{
+    pthread_once(&task_insert_once, task_insert_build);
+    for (int i = 0; i < n;) {
+        int k = n - i < STORE_TASK_ROWS ? n - i : STORE_TASK_ROWS;
+        sqlite3_stmt *s = store_stmt(st, task_insert_sql[k - 1]);
+        if (!s)
+            return -1;
+        for (int r = 0; r < k; r++)
+            task_bind(s, r, &t[i + r]);
+        if (store_step_done(s) != 0)
+            return -1;
+        for (int r = 0; r < k; r++)
+            if (!t[i + r].blocked)
+                store_note_leased(st, t[i + r].job, t[i + r].attempt);
+        i += k;
+    }
+    return 0;
 }
 
 int store_sched_add_comp_payload(store_t *st, int64_t job, int attempt, int comp,

@@ -207,7 +207,7 @@ static void add_done_task(store_t *st, sqlite3 *db, int64_t job, int64_t w, int6
     static int seq;
     sched_task_t t = {job, 0, 0, store_island_id(st, "west"), w, ++seq, "[0]", 1, 0, "[0]"};
     assert_int_equal(store_begin(st), 0);
-    assert_int_equal(store_sched_add_task(st, &t), 0);
+    assert_int_equal(store_sched_add_tasks(st, &t, 1), 0);
     assert_int_equal(store_commit(st), 0);
     char sql[256];
     snprintf(sql, sizeof sql,
@@ -223,7 +223,7 @@ static int64_t lease_one(store_t *st, int64_t job, int64_t w)
     static int seq = 1000;
     sched_task_t t = {job, 0, 0, store_island_id(st, "west"), w, ++seq, "[0]", 1, 0, "[0]"};
     assert_int_equal(store_begin(st), 0);
-    assert_int_equal(store_sched_add_task(st, &t), 0);
+    assert_int_equal(store_sched_add_tasks(st, &t, 1), 0);
     int64_t id = sqlite3_last_insert_rowid(store_db(st));
     assert_int_equal(store_commit(st), 0);
     sqlite3_stmt *s = NULL;
@@ -234,6 +234,38 @@ static int64_t lease_one(store_t *st, int64_t job, int64_t w)
     int64_t leased_at = sqlite3_column_int64(s, 0);
     sqlite3_finalize(s);
     return leased_at;
+}
+
+/* store_sched_add_tasks writes every row it is given, STORE_TASK_ROWS to
+ * a statement and the rest in a shorter one, each with its own fields and
+ * its own lease id (increasing in the rows' order); blocked rows get none. */
+static void test_add_tasks_rows(void **state)
+{
+    fixture_t *f = *state;
+    int64_t job = submit(f->st), w = register_worker(f->st);
+    enum { N = 2 * STORE_TASK_ROWS + 3 };
+    sched_task_t t[N];
+    char shards[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(shards[i], sizeof shards[i], "[%d]", i);
+        t[i] = (sched_task_t){job, 0, i, store_island_id(f->st, "west"), w, 100 + i, shards[i],
+                              1, i == N - 1, "[0]"};
+    }
+    assert_int_equal(store_begin(f->st), 0);
+    assert_int_equal(store_sched_add_tasks(f->st, t, N), 0);
+    assert_int_equal(store_commit(f->st), 0);
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM host_tasks"), N);
+    /* Row i: computation i, seq 100 + i, shards [i]; leased in order. */
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM host_tasks"
+                                              " WHERE seq = 100 + comp_idx AND shards ="
+                                              " '[' || comp_idx || ']'"), N);
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM host_tasks a JOIN host_tasks b"
+                                              " ON b.comp_idx = a.comp_idx + 1"
+                                              " WHERE b.leased_at <= a.leased_at"), 0);
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(DISTINCT leased_at) FROM host_tasks"
+                                              " WHERE state = 'leased'"), N - 1);
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM host_tasks WHERE state ="
+                                              " 'blocked' AND leased_at IS NULL"), 1);
 }
 
 /* Lease ids keep growing across a controller restart even when the wall
@@ -357,6 +389,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_peer_directory, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_add_tasks_rows, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
