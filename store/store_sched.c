@@ -455,10 +455,10 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
 }
 
 /* INSERT statements of 1 to STORE_TASK_ROWS host-task rows, built once:
- * one statement writing k rows costs little more than one writing one
- * (its cursors opened and its program run once: per row, 16K -> 8.5K
- * instructions for 8 rows of a table like outputs, measured apart), and a
- * computation's host tasks, one per worker, are written together. */
+ * a statement writing k rows opens its cursors and runs its program once,
+ * so a computation's host tasks, one per worker, are written together
+ * (bench_reports 300 32 4 under callgrind: 35.9K -> 31.1K instructions a
+ * row; the rest is the row's indexes and watch trigger). */
 #define TASK_COLS "(?,?,?,?,?,?,?,?,?,?,?,?)"
 #define TASK_NCOLS 12
 static char task_insert_sql[STORE_TASK_ROWS][sizeof "INSERT INTO host_tasks(job_id, attempt,"

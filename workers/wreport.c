@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "exec_run.h"
 #include "jtext.h"
 #include "util.h"
 
@@ -69,11 +70,7 @@ static void fail_refused(wreport_t *wr, int64_t task, int last_word, int status,
     char msg[512];
     snprintf(msg, sizeof msg, "the controller refused this task's report (%d: %.400s)",
              status, detail ? detail : "");
-    jtext_w_t w = {0};
-    JTEXT_LIT(&w, "{\"state\":\"failed\",\"error\":");
-    jtext_str(&w, msg);
-    JTEXT_LIT(&w, "}");
-    push_node(wr, task, jtext_take(&w, NULL), 1, 0);
+    push_node(wr, task, exec_report_failed(msg), 1, 0);
 }
 
 /* The tasks of one request body, in order. */
