@@ -17,7 +17,9 @@
  * smallest `compute` duration that brings device utilization to 95 %, and
  * whether the cost of a computation grows with the chain's length (64
  * against LONG_STEPS computations: time and atolld's CPU per computation,
- * the latter counted from submission to the checked result).
+ * the latter counted from submission to the checked result), and issue
+ * 9's own figure under both dispatch modes: (T(200) - T(1)) / 199, T a
+ * chained job's created -> finished time (chain_marginal).
  * Last, same-host edge bandwidth (a 16 MiB tensor between computations on
  * two worker processes, from worker timestamps: the median over pairs of
  * a fill job and the edge job, paired_cost) against memcpy in this
@@ -28,8 +30,8 @@
  * Bounded by BENCH_BUDGET_MS: configurations past it are skipped and named.
  * Output: plain `name value` lines. `bench_pathways grid` or `bench_pathways
  * bandwidth` runs one section alone; `bench_pathways util` only the
- * (16 devices, 4 processes) chained case with its profile and the
- * utilization sweep. */
+ * (16 devices, 4 processes) chained case under both dispatch modes, with
+ * its profile, marginal cost and (parallel) the utilization sweep. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,6 +51,8 @@
 #define EDGE_ELEMS (4 * 1024 * 1024)        /* 16 MiB of f32 */
 #define AR_ELEMS (1024 * 1024)              /* 4 MiB of f32 per shard */
 #define PAIRS 9                  /* paired_cost */
+#define MARGINAL_LONG 200        /* chain_marginal: issue 9's (T(200) - T(1)) / 199 */
+#define MARGINAL_RUNS 3
 
 enum { M_OPBYOP, M_CHAINED, M_FUSED, M__N };
 static const char *const mode_names[M__N] = {"opbyop", "chained", "fused"};
@@ -61,6 +65,7 @@ static const int grid_p[] = {1, 2, 4, 8};
 
 /* comps/s by [dispatch][mode][d][p]; 0 = not run. */
 static double results[2][M__N][ND][NP];
+static double marginal[2];       /* chain_marginal of (d16, p4), per dispatch mode */
 static int64_t bench_t0;
 static int only_util;           /* `bench_pathways util`: the profiled case alone */
 
@@ -404,6 +409,36 @@ static void chain_length(hx_cluster_t *c, hx_client_t *cl, int di)
            cpu[1] / cpu[0]);
 }
 
+/* Issue 9's own figure: per computation, (T(MARGINAL_LONG) - T(1)) /
+ * (MARGINAL_LONG - 1), T a chained job's created -> finished time, each
+ * the median of MARGINAL_RUNS jobs. The difference leaves out what every
+ * job pays once (submission, allocation, the last reports), so it is the
+ * marginal cost of one more computation in a chain. Returns it in us, or
+ * -1 (printed as skipped). */
+static double chain_marginal(hx_client_t *cl, int di, const char *tag)
+{
+    static const int lens[2] = {1, MARGINAL_LONG};
+    double t[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t runs[MARGINAL_RUNS];
+        for (int k = 0; k < MARGINAL_RUNS; k++) {
+            double r = over_budget() ? -1 : run_case(cl, M_CHAINED, di, lens[i], 0, NULL);
+            if (r <= 0) {
+                printf("pw.skipped %s.marginal\n", tag);
+                return -1;
+            }
+            runs[k] = (int64_t)(lens[i] * 1e6 / r);     /* us, created -> finished */
+        }
+        qsort(runs, MARGINAL_RUNS, sizeof runs[0], hx_cmp_i64);
+        t[i] = (double)runs[MARGINAL_RUNS / 2];
+    }
+    double us = (t[1] - t[0]) / (MARGINAL_LONG - 1);
+    printf("pw.%s.job_of_1_us %.0f\n", tag, t[0]);
+    printf("pw.%s.job_of_%d_us %.0f\n", tag, MARGINAL_LONG, t[1]);
+    printf("pw.%s.marginal_us_per_comp %.1f\n", tag, us);
+    return us;
+}
+
 /* ---- bandwidths ---- */
 
 static double memcpy_gbps(void)
@@ -580,6 +615,7 @@ static int run_grid_p(int pi, int seq)
                 printf("pw.%s.us_per_comp %.1f\n", tag, 1e6 / r);
                 profile_chained(tag, job, N_STEPS);
                 json_decref(job);
+                marginal[seq] = chain_marginal(&cl, di, tag);
                 if (!seq) {
                     sweep_utilization(&cl, di);
                     chain_length(&c, &cl, di);
@@ -617,7 +653,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int seq = 0; seq < 2 && rc == 0 && strcmp(only, "bandwidth") != 0; seq++)
         for (int pi = 0; pi < NP && rc == 0; pi++)
-            if (!only_util || (seq == 0 && grid_p[pi] == 4))
+            if (!only_util || grid_p[pi] == 4)
                 rc = run_grid_p(pi, seq);
     for (int m = 0; m < M__N; m++)
         for (int di = 0; di < ND; di++)
@@ -626,6 +662,9 @@ int main(int argc, char **argv)
                     printf("pw.%s.d%d.p%d.parallel_over_sequential %.2f\n", mode_names[m],
                            grid_d[di], grid_p[pi],
                            results[0][m][di][pi] / results[1][m][di][pi]);
+    if (marginal[0] > 0 && marginal[1] > 0)
+        printf("pw.chained.d16.p4.marginal.parallel_over_sequential %.2f\n",
+               marginal[1] / marginal[0]);
     unsetenv("ATOLL_BACKEND");
     if (rc == 0 && strcmp(only, "grid") != 0 && !only_util && run_bandwidths() != 0)
         rc = 1;
