@@ -1,6 +1,8 @@
 /* report_acc.c - see report_acc.h. */
 #include "report_acc.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "store_internal.h"
@@ -41,6 +43,101 @@ int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *d
 fail:
     a->ndev = n0;
     return -1;
+}
+
+int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
+                    int64_t nshards, int64_t t0, int64_t t1, int64_t t2)
+{
+    /* From the newest: a computation's other reports are seldom far back
+     * (one batch per worker, each in computation order). */
+    for (size_t i = a->ncomp; i-- > 0;) {
+        report_acc_comp_t *c = &a->comp[i];
+        if (c->comp != comp || c->job != job || c->attempt != attempt)
+            continue;
+        c->shards += nshards;
+        c->t0 = t0 < c->t0 ? t0 : c->t0;
+        c->t1 = t1 > c->t1 ? t1 : c->t1;
+        c->t2 = t2 > c->t2 ? t2 : c->t2;
+        return 0;
+    }
+    if (grow((void **)&a->comp, &a->capcomp, a->ncomp, sizeof *a->comp))
+        return -1;
+    a->comp[a->ncomp++] = (report_acc_comp_t){job, attempt, comp, nshards, t0, t1, t2};
+    return 0;
+}
+
+int report_acc_output(report_acc_t *a, int64_t job, int64_t comp, const char *value,
+                      int64_t shard0, char *meta, size_t meta_len, void *vals, size_t vals_len)
+{
+    if (grow((void **)&a->out, &a->capout, a->nout, sizeof *a->out)) {
+        free(meta);
+        free(vals);
+        return -1;
+    }
+    a->out[a->nout++] = (report_acc_out_t){job, comp, shard0, value, meta, meta_len, vals,
+                                          vals_len};
+    return 0;
+}
+
+static void out_clear(report_acc_t *a)
+{
+    for (size_t i = 0; i < a->nout; i++) {
+        free(a->out[i].meta);
+        free(a->out[i].vals);
+    }
+    a->nout = 0;
+}
+
+/* INSERT statements of 1 to OUT_ROWS outputs rows, built once: one
+ * statement per OUT_ROWS rows opens its cursors and runs its program
+ * once. */
+#define OUT_ROWS 8
+#define OUT_COLS "(?,?,?,?,?,?)"
+#define OUT_NCOLS 6
+#define OUT_HEAD "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard0, meta, vals) VALUES "
+static char out_sql[OUT_ROWS][sizeof OUT_HEAD + OUT_ROWS * sizeof "," OUT_COLS];
+static pthread_once_t out_once = PTHREAD_ONCE_INIT;
+
+static void out_sql_build(void)
+{
+    for (int k = 0; k < OUT_ROWS; k++) {
+        char *p = out_sql[k];
+        size_t cap = sizeof out_sql[k];
+        int n = snprintf(p, cap, "%s" OUT_COLS, OUT_HEAD);
+        for (int r = 1; r <= k && n > 0 && (size_t)n < cap; r++)
+            n += snprintf(p + n, cap - (size_t)n, "," OUT_COLS);
+    }
+}
+
+int report_acc_flush_outputs(store_t *st, report_acc_t *a)
+{
+    pthread_once(&out_once, out_sql_build);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < a->nout;) {
+        size_t k = a->nout - i < OUT_ROWS ? a->nout - i : OUT_ROWS;
+        sqlite3_stmt *s = store_stmt(st, out_sql[k - 1]);
+        if (!s) {
+            rc = -1;
+            break;
+        }
+        for (size_t r = 0; r < k; r++) {
+            const report_acc_out_t *o = &a->out[i + r];
+            int b = (int)r * OUT_NCOLS;
+            sqlite3_bind_int64(s, b + 1, o->job);
+            sqlite3_bind_int64(s, b + 2, o->comp);
+            sqlite3_bind_text(s, b + 3, o->value, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(s, b + 4, o->shard0);
+            sqlite3_bind_text(s, b + 5, o->meta, (int)o->meta_len, SQLITE_STATIC);
+            if (o->vals)
+                sqlite3_bind_blob(s, b + 6, o->vals, (int)o->vals_len, SQLITE_STATIC);
+            else
+                sqlite3_bind_null(s, b + 6);
+        }
+        rc = store_step_done(s);
+        i += k;
+    }
+    out_clear(a);
+    return rc;
 }
 
 static int dev_cmp(const void *x, const void *y)
@@ -130,7 +227,10 @@ int report_acc_flush(store_t *st, report_acc_t *a)
 
 void report_acc_free(report_acc_t *a)
 {
+    out_clear(a);
     free(a->dev);
     free(a->job);
+    free(a->comp);
+    free(a->out);
     *a = (report_acc_t)REPORT_ACC_INIT;
 }

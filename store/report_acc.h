@@ -1,20 +1,34 @@
-/* report_acc.h - device time of the reports applied in one transaction,
- * summed in memory and written once at its end.
+/* report_acc.h - what the reports applied in one transaction write,
+ * gathered in memory and written once, in the transaction, before it
+ * commits.
  *
- * Why: every succeeded host task adds its busy time to each of its
- * devices and to its job's tenant. Written per report, a batch of a
- * chain's 64 reports from one worker of 4 devices rewrote the same 4
- * device rows and the same tenant row 64 times each. Summed, they are
- * written once per transaction (report_acc_flush), in the transaction, so
- * what readers see is unchanged.
+ * Why: a chain's reports come in batches (a worker holds them), and the
+ * applier combines the batches that queued into one transaction. Written
+ * per report, the 4 reports of one computation (one per worker) updated
+ * its progress row 4 times and read it back 4 times, each report's output
+ * was an INSERT of its own, and a batch of 64 reports from one worker of
+ * 4 devices rewrote the same 4 device rows and the same tenant row 64
+ * times each. Gathered, a computation's progress is one UPDATE and one
+ * read per transaction, outputs go in multi-row INSERTs, device time and
+ * tenant usage one UPDATE per device run and per job.
+ *
+ * Order: report_acc_flush_outputs() and the caller's flush of the
+ * computations (store_progress.c, progress_flush) must run before anything
+ * in the transaction that reads or resets what they write: a job's failure
+ * or requeue (which deletes its outputs and zeroes its computations), and
+ * the commit. Successes commute (sums, MIN and MAX of stamps), so holding
+ * them until then changes no result; store_progress.c flushes them before
+ * every failed report it applies.
  *
  * A report adds to it only once nothing can refuse it any more
  * (store_progress.c's report_apply); a store failure drops the whole
  * transaction, and the accumulator with it.
  *
- * Ownership: the accumulator owns its arrays; report_acc_free() releases
- * them (also after a failed flush). Not thread-safe: one per transaction,
- * on the thread that runs it. */
+ * Ownership: the accumulator owns its arrays and each output's meta and
+ * values; an output's value name is borrowed from the report it came from,
+ * which outlives the transaction. report_acc_free() releases everything
+ * (also after a failed flush). Not thread-safe: one per transaction, on
+ * the thread that runs it. */
 #ifndef ATOLL_REPORT_ACC_H
 #define ATOLL_REPORT_ACC_H
 
@@ -31,14 +45,37 @@ typedef struct report_acc_job {
     int64_t job, us;
 } report_acc_job_t;
 
+/* A computation's progress from this transaction's reports of one job
+ * attempt: shards done, the earliest start and the latest inputs-ready
+ * and finish stamps. */
+typedef struct report_acc_comp {
+    int64_t job, attempt, comp;
+    int64_t shards;
+    int64_t t0, t1, t2;
+} report_acc_comp_t;
+
+/* One outputs row (schema/023_task_outputs.sql) waiting to be written. */
+typedef struct report_acc_out {
+    int64_t job, comp, shard0;
+    const char *value;          /* borrowed from the report */
+    char *meta;                 /* owned, NUL-terminated */
+    size_t meta_len;
+    void *vals;                 /* owned, or NULL */
+    size_t vals_len;
+} report_acc_out_t;
+
 typedef struct report_acc {
     report_acc_dev_t *dev;
     size_t ndev, capdev;
     report_acc_job_t *job;
     size_t njob, capjob;
+    report_acc_comp_t *comp;    /* in order of first report */
+    size_t ncomp, capcomp;
+    report_acc_out_t *out;      /* in order of report */
+    size_t nout, capout;
 } report_acc_t;
 
-#define REPORT_ACC_INIT {NULL, 0, 0, NULL, 0, 0}
+#define REPORT_ACC_INIT {NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0}
 
 /* Adds us to island devices first + d for each d of devices_txt (a JSON
  * array of non-negative worker-local device numbers, as the scheduler
@@ -46,8 +83,20 @@ typedef struct report_acc {
  * malformed devices text: nothing added). */
 int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *devices_txt,
                    int64_t us, int64_t job, int64_t job_us);
-/* Writes the sums (one UPDATE per device, one tenant upsert per job) in
- * the caller's transaction and empties a. 0 or -1. */
+/* Adds nshards done and the stamps to computation comp of job attempt
+ * (one entry per computation and attempt). 0, or -1 (OOM: nothing added). */
+int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
+                    int64_t nshards, int64_t t0, int64_t t1, int64_t t2);
+/* Queues an outputs row; takes meta and vals (malloc'd) whatever it
+ * returns. 0, or -1 (OOM: nothing added, both freed). */
+int report_acc_output(report_acc_t *a, int64_t job, int64_t comp, const char *value,
+                      int64_t shard0, char *meta, size_t meta_len, void *vals, size_t vals_len);
+/* Writes the queued outputs rows (INSERT OR REPLACE, several rows a
+ * statement) and empties that queue. 0 or -1. */
+int report_acc_flush_outputs(store_t *st, report_acc_t *a);
+/* Writes the device and tenant sums (one UPDATE per device run, one
+ * tenant upsert per job) in the caller's transaction and empties them.
+ * Outputs and computations must have been flushed before. 0 or -1. */
 int report_acc_flush(store_t *st, report_acc_t *a);
 void report_acc_free(report_acc_t *a);
 

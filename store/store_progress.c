@@ -159,64 +159,71 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
     return rc;
 }
 
-/* Stores prepared output o (report_decode.h: one decoded tensor per
- * shard of the task, in its shards' order) as one outputs row for all the
+/* Appends v in decimal. */
+static void put_i64(store_buf_t *b, int64_t v)
+{
+    char d[24];
+    int n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do
+        d[sizeof d - 1 - n++] = (char)('0' + u % 10);
+    while ((u /= 10) > 0);
+    if (v < 0)
+        d[sizeof d - 1 - n++] = '-';
+    store_buf_put(b, d + sizeof d - n, (size_t)n);
+}
+
+/* Queues prepared output o (report_decode.h: one decoded tensor per shard
+ * of the task, in its shards' order) as one outputs row for all the
  * task's shards: its meta (schema/023_task_outputs.sql: [shard, shape, sum
  * or null, nvals] per shard, from the tails printed when the report was
  * prepared) and its listed values. task_take refused any other tensor
  * count; one here is a store error, never a read past the row's shards.
- * 0 or -1. */
-static int report_output_row(store_t *st, const task_row_t *r, const report_prep_out_t *o)
+ * The row is written by report_acc_flush_outputs. 0 or -1. */
+static int report_output_row(report_acc_t *acc, const task_row_t *r, const report_prep_out_t *o)
 {
-    static const char sql[] =
-        "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard0, meta, vals)"
-        " VALUES (?,?,?,?,?,?)";
     if (o->n != r->nshards)
         return -1;
-    int rc = 0;
     store_buf_t meta = store_buf_new(48 * (size_t)o->n + 8), vals = store_buf_new(64);
     store_buf_put(&meta, "[", 1);
     for (int i = 0; i < o->n; i++) {
-        store_buf_printf(&meta, "%s[%lld,%s", i ? "," : "", (long long)r->shards[i], o->tail[i]);
+        store_buf_put(&meta, i ? ",[" : "[", i ? 2 : 1);
+        put_i64(&meta, r->shards[i]);
+        store_buf_put(&meta, ",", 1);
+        store_buf_put(&meta, o->tail[i], strlen(o->tail[i]));
         if (o->t[i].values)
             store_buf_put(&vals, (const char *)o->t[i].values,
                           sizeof *o->t[i].values * (size_t)o->t[i].numel);
     }
     store_buf_put(&meta, "]", 1);
-    sqlite3_stmt *s = NULL;
-    if (meta.failed || vals.failed || !(s = store_stmt(st, sql)))
-        rc = -1;
-    if (rc == 0) {
-        sqlite3_bind_int64(s, 1, r->job);
-        sqlite3_bind_int64(s, 2, r->comp);
-        sqlite3_bind_text(s, 3, o->name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 4, r->shards[0]);
-        sqlite3_bind_text(s, 5, meta.p, (int)meta.len, SQLITE_STATIC);
-        if (vals.len)
-            sqlite3_bind_blob(s, 6, vals.p, (int)vals.len, SQLITE_STATIC);
-        rc = store_step_done(s);
+    if (meta.failed || vals.failed) {
+        free(meta.p);
+        free(vals.p);
+        return -1;
     }
-    free(meta.p);
-    free(vals.p);
-    return rc;
+    size_t nvals = vals.len;
+    if (nvals == 0) {
+        free(vals.p);
+        vals.p = NULL;
+    }
+    return report_acc_output(acc, r->job, r->comp, o->name, r->shards[0], meta.p, meta.len,
+                             vals.p, nvals);
 }
 
-/* Stores the prepared report's outputs, one row per output (GET
+/* Queues the prepared report's outputs, one row per output (GET
  * /v1/jobs/{id}/result splits it per shard); task_take checked their
  * tensor counts. 0 or -1. */
-static int report_outputs(store_t *st, const task_row_t *r, const report_prep_t *p)
+static int report_outputs(report_acc_t *acc, const task_row_t *r, const report_prep_t *p)
 {
-    for (int i = 0; i < p->nout; i++) {
-        int rc = report_output_row(st, r, &p->out[i]);
-        if (rc != 0)
-            return rc;
-    }
+    for (int i = 0; i < p->nout; i++)
+        if (report_output_row(acc, r, &p->out[i]) != 0)
+            return -1;
     return 0;
 }
 
 /* A computation finished: count it, unblock its consumers (sequential
  * dispatch), and end the job when it was the last one. */
-static int comp_succeeded(store_t *st, const task_row_t *r, int *effects)
+static int comp_succeeded(store_t *st, const report_acc_comp_t *r, int *effects)
 {
     static const char comp_sql[] =
         "UPDATE computations SET state = 'succeeded' WHERE job_id = ? AND idx = ?";
@@ -331,15 +338,35 @@ static int reporter_load(store_t *st, int64_t worker, reporter_t *rep)
     return step == SQLITE_ROW || step == SQLITE_DONE ? 0 : -1;
 }
 
-/* Records a succeeded host task: outputs, timings, device busy time (each
- * of its shards' devices was busy for the task's inputs-ready-to-finished
- * time; summed into acc, written at the transaction's end), and the
- * computation's progress (nshards more shards done). The task's devices
- * column lists the worker-local devices of its shards, so their island
- * indexes are the reporter's first device plus those: O(task), never
- * O(slice); the reporter is live (fenced), so its block is current. */
-static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *r,
-                          const report_prep_t *p, report_acc_t *acc, int *effects)
+/* Records a succeeded host task in acc, written at the transaction's end
+ * or before the next failure it applies (progress_flush): its outputs,
+ * device busy time (each of its shards' devices was busy for the task's
+ * inputs-ready-to-finished time) and the computation's progress (nshards
+ * more shards done, its stamps). The task's devices column lists the
+ * worker-local devices of its shards, so their island indexes are the
+ * reporter's first device plus those: O(task), never O(slice); the
+ * reporter is live (fenced), so its block is current. */
+static int host_succeeded(const reporter_t *rep, const task_row_t *r, const report_prep_t *p,
+                          report_acc_t *acc)
+{
+    int64_t t0 = p->started_us, t1 = p->inputs_ready_us, t2 = p->finished_us;
+    int64_t busy = t2 > t1 ? t2 - t1 : 0;
+    /* Stamps are at most REPORT_TIME_MAX_US, shards up to a worker's 4096
+     * devices: the product saturates rather than overflow. */
+    int64_t dev_us = r->nshards > 0 && busy > INT64_MAX / r->nshards ? INT64_MAX
+                                                                      : busy * r->nshards;
+    if (report_outputs(acc, r, p) != 0 ||
+        report_acc_add(acc, r->island, rep->first_device, r->devices_txt, busy, r->job,
+                       dev_us) != 0)
+        return -1;
+    return report_acc_comp(acc, r->job, r->attempt, r->comp, r->nshards, t0, t1, t2);
+}
+
+/* Writes what acc gathered of outputs and computations' progress, in the
+ * order they came: a computation whose shards are now all done succeeds
+ * (comp_succeeded: its consumers, its job's end). Runs before a failure is
+ * applied and before the transaction's end (report_acc.h, Order). 0 or -1. */
+static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
 {
     static const char comp_sql[] =
         "UPDATE computations SET shards_done = shards_done + ?6,"
@@ -350,33 +377,33 @@ static int host_succeeded(store_t *st, const reporter_t *rep, const task_row_t *
     /* Read back apart, not RETURNING (see task_take). */
     static const char done_sql[] =
         "SELECT shards_done = shards_total FROM computations WHERE job_id = ?1 AND idx = ?2";
-    int rc = report_outputs(st, r, p);
-    if (rc != 0)
-        return rc;
-    int64_t t0 = p->started_us, t1 = p->inputs_ready_us, t2 = p->finished_us;
-    sqlite3_stmt *s;
-    int64_t busy = t2 > t1 ? t2 - t1 : 0;
-    /* Stamps are at most REPORT_TIME_MAX_US, shards up to a worker's 4096
-     * devices: the product saturates rather than overflow. */
-    int64_t dev_us = r->nshards > 0 && busy > INT64_MAX / r->nshards ? INT64_MAX
-                                                                      : busy * r->nshards;
-    if (report_acc_add(acc, r->island, rep->first_device, r->devices_txt, busy, r->job,
-                       dev_us) != 0 ||
-        !(s = store_stmt(st, comp_sql)))
-        return -1;
-    sqlite3_bind_int64(s, 1, r->job);
-    sqlite3_bind_int64(s, 2, r->comp);
-    sqlite3_bind_int64(s, 3, t0);
-    sqlite3_bind_int64(s, 4, t1);
-    sqlite3_bind_int64(s, 5, t2);
-    sqlite3_bind_int(s, 6, r->nshards);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql)))
-        return -1;
-    sqlite3_bind_int64(s, 1, r->job);
-    sqlite3_bind_int64(s, 2, r->comp);
-    int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
-    sqlite3_reset(s);
-    return comp_done ? comp_succeeded(st, r, effects) : 0;
+    int rc = report_acc_flush_outputs(st, acc);
+    for (size_t i = 0; rc == 0 && i < acc->ncomp; i++) {
+        const report_acc_comp_t *c = &acc->comp[i];
+        sqlite3_stmt *s = store_stmt(st, comp_sql);
+        if (!s) {
+            rc = -1;
+            break;
+        }
+        sqlite3_bind_int64(s, 1, c->job);
+        sqlite3_bind_int64(s, 2, c->comp);
+        sqlite3_bind_int64(s, 3, c->t0);
+        sqlite3_bind_int64(s, 4, c->t1);
+        sqlite3_bind_int64(s, 5, c->t2);
+        sqlite3_bind_int64(s, 6, c->shards);
+        if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql))) {
+            rc = -1;
+            break;
+        }
+        sqlite3_bind_int64(s, 1, c->job);
+        sqlite3_bind_int64(s, 2, c->comp);
+        int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
+        sqlite3_reset(s);
+        if (comp_done)
+            rc = comp_succeeded(st, c, effects);
+    }
+    acc->ncomp = 0;
+    return rc;
 }
 
 /* The computation's name for messages; "?" if it cannot be read. The
@@ -458,10 +485,14 @@ static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t 
     /* Only the job's current attempt, while it is live, moves the job. */
     int live = task_row_live(&r);
     if (live && strcmp(p->state, "succeeded") == 0) {
-        if (host_succeeded(st, rep, &r, p, acc, effects) != 0)
+        if (host_succeeded(rep, &r, p, acc) != 0)
             goto out;
     } else if (live && strcmp(p->state, "failed") == 0) {
-        if (host_failed(st, &r, rep->id, p->unreachable_peer, msg) != 0)
+        /* The successes gathered so far go first: a failure may requeue
+         * the job, deleting its outputs and zeroing its computations, and
+         * what it deletes must include them (report_acc.h, Order). */
+        if (progress_flush(st, acc, effects) != 0 ||
+            host_failed(st, &r, rep->id, p->unreachable_peer, msg) != 0)
             goto out;
         *effects |= STORE_FX_JOB_ENDED;
     }
@@ -483,7 +514,8 @@ int store_worker_report(store_t *st, int64_t worker, const report_prep_t *p, int
     report_acc_t acc = REPORT_ACC_INIT;
     int rc = reporter_load(st, worker, &rep) == 0 ? report_apply(st, &rep, p, &acc, effects, e)
                                                   : STORE_ERR;
-    if (rc == STORE_OK && (report_acc_flush(st, &acc) != 0 || store_commit(st) != 0))
+    if (rc == STORE_OK && (progress_flush(st, &acc, effects) != 0 ||
+                           report_acc_flush(st, &acc) != 0 || store_commit(st) != 0))
         rc = STORE_ERR;
     if (rc != STORE_OK)
         store_rollback(st);
@@ -562,15 +594,18 @@ static report_req_t *comb_head;         /* guarded by comb_mu: FIFO of waiting r
 /* Applies the requests of list (linked by next) in one transaction. */
 static void combine_apply(store_t *st, report_req_t *list)
 {
-    report_req_t *r;
+    report_req_t *r, *last = list;
     report_acc_t acc = REPORT_ACC_INIT;
     int ok = store_begin(st) == 0;
     for (r = list; ok && r; r = r->next) {
+        last = r;
         r->results = json_array();
         ok = r->results && batch_items(st, r->worker, r->preps, r->n, r->results, &acc,
                                        &r->effects) == STORE_OK;
     }
-    ok = ok && report_acc_flush(st, &acc) == 0;
+    /* What the flush does (a computation done, a job ended) is told to
+     * the last request's thread, which wakes whom it concerns. */
+    ok = ok && progress_flush(st, &acc, &last->effects) == 0 && report_acc_flush(st, &acc) == 0;
     report_acc_free(&acc);
     if (ok && store_commit(st) == 0) {
         for (r = list; r; r = r->next)

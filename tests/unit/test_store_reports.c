@@ -148,6 +148,63 @@ static void test_acc_sums(void **state)
                      13);
 }
 
+static int64_t job_int(fixture_t *f, const char *expr, int64_t job);
+static char *chain_doc(int n);
+
+static char *dup_text(const char *t)
+{
+    char *p = strdup(t);
+    assert_non_null(p);
+    return p;
+}
+
+/* Outputs rows queued in one transaction (19: statements of 8, 8 and 3
+ * rows) are all written, each with its own meta and values (a row without
+ * values stores NULL), and a computation's entries merge: shards summed,
+ * the earliest start, the latest inputs-ready and finish. */
+static void test_acc_outputs_and_comps(void **state)
+{
+    fixture_t *f = *state;
+    store_t *st = f->st;
+    char *doc = chain_doc(2);
+    int64_t job = support_store_submit(st, doc, islands, 1);
+    free(doc);
+    report_acc_t a = REPORT_ACC_INIT;
+    assert_int_equal(store_begin(st), 0);
+    for (int k = 0; k < 19; k++) {
+        char meta[64];
+        snprintf(meta, sizeof meta, "[[%d,[1],%d,1]]", k, k);
+        float *v = NULL;
+        if (k % 2 == 0) {
+            assert_non_null(v = malloc(sizeof *v));
+            *v = (float)k;
+        }
+        assert_int_equal(report_acc_output(&a, job, k % 2, "x", k, dup_text(meta), strlen(meta),
+                                           v, v ? sizeof *v : 0), 0);
+    }
+    assert_int_equal(report_acc_flush_outputs(st, &a), 0);
+    assert_int_equal(a.nout, 0);
+    assert_int_equal(report_acc_comp(&a, job, 0, 1, 2, 50, 60, 70), 0);
+    assert_int_equal(report_acc_comp(&a, job, 0, 0, 1, 10, 20, 30), 0);
+    assert_int_equal(report_acc_comp(&a, job, 0, 1, 3, 40, 65, 68), 0);
+    assert_int_equal(report_acc_comp(&a, job, 1, 1, 1, 1, 1, 1), 0);   /* another attempt */
+    assert_int_equal(store_commit(st), 0);
+    assert_int_equal(a.ncomp, 3);
+    assert_true(a.comp[0].comp == 1 && a.comp[0].shards == 5 && a.comp[0].t0 == 40 &&
+                a.comp[0].t1 == 65 && a.comp[0].t2 == 70);
+    assert_true(a.comp[1].comp == 0 && a.comp[1].shards == 1);
+    assert_true(a.comp[2].attempt == 1 && a.comp[2].shards == 1);
+    report_acc_free(&a);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 19);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld AND"
+                            " vals IS NULL AND shard0 %% 2 = 1", job), 9);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld AND"
+                            " meta = '[[' || shard0 || ',[1],' || shard0 || ',1]]' AND"
+                            " comp_idx = shard0 %% 2", job), 19);
+    assert_int_equal(job_int(f, "SELECT length(vals) FROM outputs WHERE job_id = %lld AND"
+                            " shard0 = 18", job), 4);
+}
+
 /* A chain of n computations on a 2-shard slice (each reads the previous). */
 static char *chain_doc(int n)
 {
@@ -315,8 +372,9 @@ static void test_batch_completes_computation(void **state)
 }
 
 /* A failure that requeues the job, after a success in the same
- * transaction: the success's progress is the old attempt's, and the
- * requeue starts the computations over (the new attempt starts at 0). */
+ * transaction: the success's progress and output are the old attempt's,
+ * and the requeue starts the computations over (the new attempt starts at
+ * 0, with no outputs). */
 static void test_requeue_after_success(void **state)
 {
     fixture_t *f = *state;
@@ -327,6 +385,9 @@ static void test_requeue_after_success(void **state)
                             " AND idx = 0", job), 0);
     assert_int_equal(job_int(f, "SELECT started_at IS NULL FROM computations WHERE job_id = %lld"
                             " AND idx = 0", job), 1);
+    /* The success's output row was written before the requeue deleted the
+     * attempt's outputs (report_acc.h, Order), not after. */
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 0);
 }
 
 static void test_concurrent_batches(void **state)
@@ -355,6 +416,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_batches, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_acc_sums, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_acc_outputs_and_comps, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_success_cost_flat_in_unfed, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_batch_completes_computation, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_requeue_after_success, setup, support_store_teardown),
