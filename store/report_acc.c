@@ -45,7 +45,7 @@ fail:
     return -1;
 }
 
-int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
+int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int shared,
                     int64_t nshards, int64_t t0, int64_t t1, int64_t t2)
 {
     /* From the newest: a computation's other reports are seldom far back
@@ -62,7 +62,20 @@ int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
     }
     if (grow((void **)&a->comp, &a->capcomp, a->ncomp, sizeof *a->comp))
         return -1;
-    a->comp[a->ncomp++] = (report_acc_comp_t){job, attempt, comp, nshards, t0, t1, t2};
+    a->comp[a->ncomp++] = (report_acc_comp_t){job, attempt, comp, shared, nshards, t0, t1, t2};
+    return 0;
+}
+
+int report_acc_job_done(report_acc_t *a, int64_t job)
+{
+    for (size_t i = a->ndone; i-- > 0;)
+        if (a->done[i].job == job) {
+            a->done[i].comps++;
+            return 0;
+        }
+    if (grow((void **)&a->done, &a->capdone, a->ndone, sizeof *a->done))
+        return -1;
+    a->done[a->ndone++] = (report_acc_done_t){job, 1};
     return 0;
 }
 
@@ -232,5 +245,6 @@ void report_acc_free(report_acc_t *a)
     free(a->job);
     free(a->comp);
     free(a->out);
+    free(a->done);
     *a = (report_acc_t)REPORT_ACC_INIT;
 }

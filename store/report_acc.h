@@ -8,9 +8,11 @@
  * its progress row 4 times and read it back 4 times, each report's output
  * was an INSERT of its own, and a batch of 64 reports from one worker of
  * 4 devices rewrote the same 4 device rows and the same tenant row 64
- * times each. Gathered, a computation's progress is one UPDATE and one
- * read per transaction, outputs go in multi-row INSERTs, device time and
- * tenant usage one UPDATE per device run and per job.
+ * times each, and every computation that succeeded rewrote its job's row.
+ * Gathered, a computation's progress is one UPDATE and one read per
+ * transaction, a job's count of succeeded computations one UPDATE, outputs
+ * go in multi-row INSERTs, device time and tenant usage one UPDATE per
+ * device run and per job.
  *
  * Order: report_acc_flush_outputs() and the caller's flush of the
  * computations (store_progress.c, progress_flush) must run before anything
@@ -50,9 +52,16 @@ typedef struct report_acc_job {
  * and finish stamps. */
 typedef struct report_acc_comp {
     int64_t job, attempt, comp;
+    int shared;                 /* the job's `shared` (its computations are fed) */
     int64_t shards;
     int64_t t0, t1, t2;
 } report_acc_comp_t;
+
+/* Computations of a job that succeeded in this transaction (counted into
+ * jobs.comps_done once per job, not once per computation). */
+typedef struct report_acc_done {
+    int64_t job, comps;
+} report_acc_done_t;
 
 /* One outputs row (schema/023_task_outputs.sql) waiting to be written. */
 typedef struct report_acc_out {
@@ -73,9 +82,11 @@ typedef struct report_acc {
     size_t ncomp, capcomp;
     report_acc_out_t *out;      /* in order of report */
     size_t nout, capout;
+    report_acc_done_t *done;    /* in order of first success */
+    size_t ndone, capdone;
 } report_acc_t;
 
-#define REPORT_ACC_INIT {NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0}
+#define REPORT_ACC_INIT {NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0}
 
 /* Adds us to island devices first + d for each d of devices_txt (a JSON
  * array of non-negative worker-local device numbers, as the scheduler
@@ -85,8 +96,10 @@ int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *d
                    int64_t us, int64_t job, int64_t job_us);
 /* Adds nshards done and the stamps to computation comp of job attempt
  * (one entry per computation and attempt). 0, or -1 (OOM: nothing added). */
-int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
+int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int shared,
                     int64_t nshards, int64_t t0, int64_t t1, int64_t t2);
+/* Counts one more succeeded computation of job. 0, or -1 (OOM). */
+int report_acc_job_done(report_acc_t *a, int64_t job);
 /* Queues an outputs row; takes meta and vals (malloc'd) whatever it
  * returns. 0, or -1 (OOM: nothing added, both freed). */
 int report_acc_output(report_acc_t *a, int64_t job, int64_t comp, const char *value,

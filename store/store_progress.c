@@ -24,6 +24,7 @@
 typedef struct task_row {
     int64_t job, attempt, comp, island, job_attempt;
     int nshards;
+    int shared;                 /* the job's `shared` */
     int64_t *shards;            /* owned: nshards shard indexes, increasing */
     char *shards_txt;           /* owned: the same as JSON text, for messages */
     char *devices_txt;          /* owned: the worker-local devices of the shards (JSON) */
@@ -107,7 +108,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
     int64_t task = p->task;
     static const char read_sql[] =
         "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
-        " j.state, j.attempt FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " j.state, j.attempt, j.shared FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.id = ?1 AND t.worker_id = ?2 AND t.state = 'leased'";
     static const char mark_sql[] =
         "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
@@ -128,6 +129,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
         const char *dev = (const char *)sqlite3_column_text(s, 6);
         snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 7));
         r->job_attempt = sqlite3_column_int64(s, 8);
+        r->shared = sqlite3_column_int(s, 9);
         if (task_shards(r, (const char *)sqlite3_column_text(s, 5)) == 0 &&
             (r->devices_txt = strdup(dev ? dev : "[]")))
             rc = STORE_OK;
@@ -221,15 +223,50 @@ static int report_outputs(report_acc_t *acc, const task_row_t *r, const report_p
     return 0;
 }
 
-/* A computation finished: count it, unblock its consumers (sequential
- * dispatch), and end the job when it was the last one. */
-static int comp_succeeded(store_t *st, const report_acc_comp_t *r, int *effects)
+/* The succeeded computations of a job, counted in acc by comp_succeeded:
+ * added to its comps_done in one write, and the job ends when they were
+ * its last. A shared job's next computations are dispatched by the
+ * scheduler's feed pass, which these completions may unblock. 0 or -1. */
+static int jobs_progress(store_t *st, report_acc_t *acc, int *effects)
+{
+    static const char job_sql[] = "UPDATE jobs SET comps_done = comps_done + ?2 WHERE id = ?1";
+    /* Read back apart, not RETURNING (see task_take). */
+    static const char done_sql[] = "SELECT comps_done = comps_total, shared FROM jobs WHERE id = ?";
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < acc->ndone; i++) {
+        sqlite3_stmt *s = store_stmt(st, job_sql);
+        if (!s) {
+            rc = -1;
+            break;
+        }
+        sqlite3_bind_int64(s, 1, acc->done[i].job);
+        sqlite3_bind_int64(s, 2, acc->done[i].comps);
+        if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql))) {
+            rc = -1;
+            break;
+        }
+        sqlite3_bind_int64(s, 1, acc->done[i].job);
+        int row = sqlite3_step(s) == SQLITE_ROW;
+        int done = row && sqlite3_column_int(s, 0), shared = row && sqlite3_column_int(s, 1);
+        sqlite3_reset(s);
+        if (shared)
+            *effects |= STORE_FX_FEED;
+        if (done) {
+            *effects |= STORE_FX_JOB_SUCCEEDED;
+            rc = store_job_finish(st, acc->done[i].job, "succeeded", NULL);
+        }
+    }
+    acc->ndone = 0;
+    return rc;
+}
+
+/* A computation finished: marked so, its consumers unblocked (sequential
+ * dispatch), and counted for its job (jobs_progress). */
+static int comp_succeeded(store_t *st, const report_acc_comp_t *r, report_acc_t *acc,
+                          int *effects)
 {
     static const char comp_sql[] =
         "UPDATE computations SET state = 'succeeded' WHERE job_id = ? AND idx = ?";
-    /* Read back apart, not RETURNING (see task_take). */
-    static const char job_sql[] = "UPDATE jobs SET comps_done = comps_done + 1 WHERE id = ?";
-    static const char done_sql[] = "SELECT comps_done = comps_total, shared FROM jobs WHERE id = ?";
     /* Only computations waiting with a seq (sequential dispatch: blocked)
      * have anything to unblock: with parallel dispatch none are (those of
      * an exclusive job whose chunk is not written yet wait without a seq),
@@ -266,28 +303,15 @@ static int comp_succeeded(store_t *st, const report_acc_comp_t *r, int *effects)
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->comp);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, job_sql)))
+    if (store_step_done(s) != 0 || report_acc_job_done(acc, r->job) != 0)
         return -1;
-    sqlite3_bind_int64(s, 1, r->job);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql)))
-        return -1;
-    sqlite3_bind_int64(s, 1, r->job);
-    int row = sqlite3_step(s) == SQLITE_ROW;
-    int done = row && sqlite3_column_int(s, 0), shared = row && sqlite3_column_int(s, 1);
-    sqlite3_reset(s);
-    /* A shared job's next computations are dispatched by the scheduler's
-     * feed pass, which this completion may unblock. */
-    if (shared)
-        *effects |= STORE_FX_FEED;
-    if (done) {
-        *effects |= STORE_FX_JOB_SUCCEEDED;
-        return store_job_finish(st, r->job, "succeeded", NULL);
-    }
     /* A shared job's computations are never blocked: the feed dispatches
      * them one by one in topological order. Its unfed ones are 'waiting',
      * though, so the statements below would scan all of them (and parse
-     * their producers) for every computation that succeeds. */
-    if (shared)
+     * their producers) for every computation that succeeds. (A job's last
+     * computations get here too, before jobs_progress ends it: they have
+     * no waiting consumers, and the statements find nothing.) */
+    if (r->shared)
         return 0;
     int64_t now = util_wall_us();
     if (!(s = store_stmt(st, deps_sql)))
@@ -359,13 +383,15 @@ static int host_succeeded(const reporter_t *rep, const task_row_t *r, const repo
         report_acc_add(acc, r->island, rep->first_device, r->devices_txt, busy, r->job,
                        dev_us) != 0)
         return -1;
-    return report_acc_comp(acc, r->job, r->attempt, r->comp, r->nshards, t0, t1, t2);
+    return report_acc_comp(acc, r->job, r->attempt, r->comp, r->shared, r->nshards, t0, t1,
+                           t2);
 }
 
 /* Writes what acc gathered of outputs and computations' progress, in the
  * order they came: a computation whose shards are now all done succeeds
- * (comp_succeeded: its consumers, its job's end). Runs before a failure is
- * applied and before the transaction's end (report_acc.h, Order). 0 or -1. */
+ * (comp_succeeded: its consumers), then its job counts them and ends when
+ * they were its last (jobs_progress). Runs before a failure is applied and
+ * before the transaction's end (report_acc.h, Order). 0 or -1. */
 static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
 {
     static const char comp_sql[] =
@@ -400,10 +426,10 @@ static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
         int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
         sqlite3_reset(s);
         if (comp_done)
-            rc = comp_succeeded(st, c, effects);
+            rc = comp_succeeded(st, c, acc, effects);
     }
     acc->ncomp = 0;
-    return rc;
+    return rc == 0 ? jobs_progress(st, acc, effects) : rc;
 }
 
 /* The computation's name for messages; "?" if it cannot be read. The

@@ -184,10 +184,10 @@ static void test_acc_outputs_and_comps(void **state)
     }
     assert_int_equal(report_acc_flush_outputs(st, &a), 0);
     assert_int_equal(a.nout, 0);
-    assert_int_equal(report_acc_comp(&a, job, 0, 1, 2, 50, 60, 70), 0);
-    assert_int_equal(report_acc_comp(&a, job, 0, 0, 1, 10, 20, 30), 0);
-    assert_int_equal(report_acc_comp(&a, job, 0, 1, 3, 40, 65, 68), 0);
-    assert_int_equal(report_acc_comp(&a, job, 1, 1, 1, 1, 1, 1), 0);   /* another attempt */
+    assert_int_equal(report_acc_comp(&a, job, 0, 1, 0, 2, 50, 60, 70), 0);
+    assert_int_equal(report_acc_comp(&a, job, 0, 0, 0, 1, 10, 20, 30), 0);
+    assert_int_equal(report_acc_comp(&a, job, 0, 1, 0, 3, 40, 65, 68), 0);
+    assert_int_equal(report_acc_comp(&a, job, 1, 1, 0, 1, 1, 1, 1), 0);   /* another attempt */
     assert_int_equal(store_commit(st), 0);
     assert_int_equal(a.ncomp, 3);
     assert_true(a.comp[0].comp == 1 && a.comp[0].shards == 5 && a.comp[0].t0 == 40 &&
@@ -288,29 +288,38 @@ static void test_success_cost_flat_in_unfed(void **state)
                  big, small);
 }
 
-/* A running chain of 2 computations on slice [2] whose computation 0 has
- * two host tasks (shard 0, shard 1) leased to the fixture's worker: their
- * ids in task[0..1]. The job's id. */
-static int64_t two_task_job(fixture_t *f, int64_t task[2])
+/* A running chain of 2 computations on slice [2] whose first `ncomps`
+ * computations have two host tasks each (shard 0, shard 1) leased to the
+ * fixture's worker: their ids in task[2 * comp + shard]. The job's id. */
+static int64_t leased_chain(fixture_t *f, int ncomps, int64_t *task)
 {
     char *doc = chain_doc(2);
     int64_t job = support_store_submit(f->st, doc, islands, 1);
     free(doc);
     char sql[640];
     snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'running' WHERE id = %lld;"
-             " UPDATE computations SET state = 'dispatched', seq = 1, island_id ="
-             " (SELECT id FROM islands WHERE name = 'west') WHERE job_id = %lld AND idx = 0",
-             (long long)job, (long long)job);
+             " UPDATE computations SET state = 'dispatched', seq = idx + 1, island_id ="
+             " (SELECT id FROM islands WHERE name = 'west') WHERE job_id = %lld AND idx < %d",
+             (long long)job, (long long)job, ncomps);
     support_store_write(f->st, sql);
-    for (int k = 0; k < 2; k++) {
-        snprintf(sql, sizeof sql, "INSERT INTO host_tasks (job_id, attempt, comp_idx, island_id,"
-                 " worker_id, seq, shards, nshards, state, devices, leased_at) VALUES (%lld, 0, 0,"
-                 " (SELECT id FROM islands WHERE name = 'west'), %lld, 1, '[%d]', 1, 'leased',"
-                 " '[%d]', 5)", (long long)job, (long long)f->worker, k, k);
-        support_store_write(f->st, sql);
-        task[k] = sqlite3_last_insert_rowid(store_db(f->st));
-    }
+    for (int c = 0; c < ncomps; c++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(sql, sizeof sql, "INSERT INTO host_tasks (job_id, attempt, comp_idx,"
+                     " island_id, worker_id, seq, shards, nshards, state, devices, leased_at)"
+                     " VALUES (%lld, 0, %d, (SELECT id FROM islands WHERE name = 'west'), %lld,"
+                     " %d, '[%d]', 1, 'leased', '[%d]', 5)", (long long)job, c,
+                     (long long)f->worker, c + 1, k, k);
+            support_store_write(f->st, sql);
+            task[2 * c + k] = sqlite3_last_insert_rowid(store_db(f->st));
+        }
     return job;
+}
+
+/* leased_chain with computation 0's two tasks leased: their ids in
+ * task[0..1]. */
+static int64_t two_task_job(fixture_t *f, int64_t task[2])
+{
+    return leased_chain(f, 1, task);
 }
 
 /* Applies the batch body (text) as the worker; each item's status into
@@ -371,6 +380,32 @@ static void test_batch_completes_computation(void **state)
     assert_int_equal(job_int(f, "SELECT comps_done FROM jobs WHERE id = %lld", job), 1);
 }
 
+/* Both computations of a chain reported in one transaction: each
+ * succeeds, the job counts both (one write of its row: comps_done + 2) and
+ * ends. */
+static void test_batch_ends_job(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[4];
+    int64_t job = leased_chain(f, 2, task);
+    char body[1024];
+    size_t len = (size_t)snprintf(body, sizeof body, "{\"reports\":[");
+    for (int t = 0; t < 4; t++)
+        len += (size_t)snprintf(body + len, sizeof body - len, "%s{\"task\":%lld,\"state\":"
+                                "\"succeeded\",\"outputs\":{\"x\":[{\"shape\":[4],"
+                                "\"sum\":6}]}}", t ? "," : "", (long long)task[t]);
+    snprintf(body + len, sizeof body - len, "]}");
+    int status[8] = {0};
+    apply_batch(f, body, status);
+    for (int t = 0; t < 4; t++)
+        assert_int_equal(status[t], 200);
+    assert_int_equal(job_int(f, "SELECT comps_done FROM jobs WHERE id = %lld", job), 2);
+    assert_int_equal(job_int(f, "SELECT state = 'succeeded' FROM jobs WHERE id = %lld", job), 1);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM computations WHERE job_id = %lld"
+                            " AND state = 'succeeded'", job), 2);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 4);
+}
+
 /* A failure that requeues the job, after a success in the same
  * transaction: the success's progress and output are the old attempt's,
  * and the requeue starts the computations over (the new attempt starts at
@@ -419,6 +454,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_acc_outputs_and_comps, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_success_cost_flat_in_unfed, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_batch_completes_computation, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_ends_job, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_requeue_after_success, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
