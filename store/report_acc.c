@@ -2,7 +2,6 @@
 #include "report_acc.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "store_internal.h"
@@ -101,25 +100,19 @@ static void out_clear(report_acc_t *a)
     a->nout = 0;
 }
 
-/* INSERT statements of 1 to OUT_ROWS outputs rows, built once: one
- * statement per OUT_ROWS rows opens its cursors and runs its program
- * once. */
+/* INSERT statements of 1 to OUT_ROWS outputs rows, built once
+ * (store_multirow_sql). */
 #define OUT_ROWS 8
 #define OUT_COLS "(?,?,?,?,?,?)"
 #define OUT_NCOLS 6
 #define OUT_HEAD "INSERT OR REPLACE INTO outputs(job_id, comp_idx, value, shard0, meta, vals) VALUES "
-static char out_sql[OUT_ROWS][sizeof OUT_HEAD + OUT_ROWS * sizeof "," OUT_COLS];
+static char out_sql[OUT_ROWS][sizeof OUT_HEAD + OUT_ROWS * sizeof OUT_COLS];
 static pthread_once_t out_once = PTHREAD_ONCE_INIT;
 
 static void out_sql_build(void)
 {
-    for (int k = 0; k < OUT_ROWS; k++) {
-        char *p = out_sql[k];
-        size_t cap = sizeof out_sql[k];
-        int n = snprintf(p, cap, "%s" OUT_COLS, OUT_HEAD);
-        for (int r = 1; r <= k && n > 0 && (size_t)n < cap; r++)
-            n += snprintf(p + n, cap - (size_t)n, "," OUT_COLS);
-    }
+    for (int k = 0; k < OUT_ROWS; k++)
+        store_multirow_sql(out_sql[k], sizeof out_sql[k], OUT_HEAD, OUT_COLS, k + 1);
 }
 
 int report_acc_flush_outputs(store_t *st, report_acc_t *a)
@@ -140,11 +133,9 @@ int report_acc_flush_outputs(store_t *st, report_acc_t *a)
             sqlite3_bind_int64(s, b + 2, o->comp);
             sqlite3_bind_text(s, b + 3, o->value, -1, SQLITE_STATIC);
             sqlite3_bind_int64(s, b + 4, o->shard0);
-            sqlite3_bind_text(s, b + 5, o->meta, (int)o->meta_len, SQLITE_STATIC);
-            if (o->vals)
-                sqlite3_bind_blob(s, b + 6, o->vals, (int)o->vals_len, SQLITE_STATIC);
-            else
-                sqlite3_bind_null(s, b + 6);
+            sqlite3_bind_text64(s, b + 5, o->meta, o->meta_len, SQLITE_STATIC, SQLITE_UTF8);
+            if (o->vals)    /* else NULL: store_stmt cleared the bindings */
+                sqlite3_bind_blob64(s, b + 6, o->vals, o->vals_len, SQLITE_STATIC);
         }
         rc = store_step_done(s);
         i += k;

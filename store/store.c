@@ -627,6 +627,13 @@ void store_rollback(store_t *st)
     store_write_end(st);
 }
 
+void store_multirow_sql(char *out, size_t cap, const char *head, const char *row, int rows)
+{
+    int n = snprintf(out, cap, "%s%s", head, row);
+    for (int r = 1; r < rows && n > 0 && (size_t)n < cap; r++)
+        n += snprintf(out + n, cap - (size_t)n, ",%s", row);
+}
+
 store_buf_t store_buf_new(size_t cap)
 {
     store_buf_t b = {malloc(cap), 0, cap, 0};

@@ -146,6 +146,14 @@ int64_t store_lease_id(void);
  * job's tenant (0 for none) in tenant_usage. 0 or -1. */
 int store_usage_add(store_t *st, int64_t job, int64_t device_us);
 
+/* store.c: writes into out (cap bytes) the INSERT `head` followed by
+ * `rows` copies of the row placeholders `row` ("(?,?,...)"), comma-
+ * separated: the statement of a multi-row INSERT, built once per row
+ * count (host tasks, store_sched.c; outputs, report_acc.c). A statement
+ * writing k rows opens its cursors and runs its program once. out must
+ * hold strlen(head) + rows * (strlen(row) + 1) + 1 bytes. */
+void store_multirow_sql(char *out, size_t cap, const char *head, const char *row, int rows);
+
 /* store.c: a growing text buffer (answers and metrics built as text). p is
  * malloc'd and NUL-terminated while !failed; after a failed append
  * (out of memory) it stays failed and appends do nothing. The owner frees

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jtext.h"
 #include "util.h"
 
 /* The row of a host task being reported, as its report took it (under the
@@ -161,20 +162,6 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
     return rc;
 }
 
-/* Appends v in decimal. */
-static void put_i64(store_buf_t *b, int64_t v)
-{
-    char d[24];
-    int n = 0;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do
-        d[sizeof d - 1 - n++] = (char)('0' + u % 10);
-    while ((u /= 10) > 0);
-    if (v < 0)
-        d[sizeof d - 1 - n++] = '-';
-    store_buf_put(b, d + sizeof d - n, (size_t)n);
-}
-
 /* Queues prepared output o (report_decode.h: one decoded tensor per shard
  * of the task, in its shards' order) as one outputs row for all the
  * task's shards: its meta (schema/023_task_outputs.sql: [shard, shape, sum
@@ -186,30 +173,36 @@ static int report_output_row(report_acc_t *acc, const task_row_t *r, const repor
 {
     if (o->n != r->nshards)
         return -1;
-    store_buf_t meta = store_buf_new(48 * (size_t)o->n + 8), vals = store_buf_new(64);
-    store_buf_put(&meta, "[", 1);
+    jtext_w_t meta = {0}, vals = {0};
+    JTEXT_LIT(&meta, "[");
     for (int i = 0; i < o->n; i++) {
-        store_buf_put(&meta, i ? ",[" : "[", i ? 2 : 1);
-        put_i64(&meta, r->shards[i]);
-        store_buf_put(&meta, ",", 1);
-        store_buf_put(&meta, o->tail[i], strlen(o->tail[i]));
+        jtext_raw(&meta, i ? ",[" : "[", i ? 2 : 1);
+        jtext_int(&meta, r->shards[i]);
+        JTEXT_LIT(&meta, ",");
+        jtext_raw(&meta, o->tail[i], strlen(o->tail[i]));
         if (o->t[i].values)
-            store_buf_put(&vals, (const char *)o->t[i].values,
-                          sizeof *o->t[i].values * (size_t)o->t[i].numel);
+            jtext_raw(&vals, (const char *)o->t[i].values,
+                      sizeof *o->t[i].values * (size_t)o->t[i].numel);
     }
-    store_buf_put(&meta, "]", 1);
+    JTEXT_LIT(&meta, "]");
     if (meta.failed || vals.failed) {
-        free(meta.p);
-        free(vals.p);
+        jtext_drop(&meta);
+        jtext_drop(&vals);
         return -1;
     }
-    size_t nvals = vals.len;
-    if (nvals == 0) {
-        free(vals.p);
-        vals.p = NULL;
+    size_t meta_len, nvals = vals.len;
+    char *meta_p = jtext_take(&meta, &meta_len), *vals_p = NULL;
+    if (nvals)
+        vals_p = jtext_take(&vals, NULL);
+    else
+        jtext_drop(&vals);
+    if (!meta_p || (nvals && !vals_p)) {
+        free(meta_p);
+        free(vals_p);
+        return -1;
     }
-    return report_acc_output(acc, r->job, r->comp, o->name, r->shards[0], meta.p, meta.len,
-                             vals.p, nvals);
+    return report_acc_output(acc, r->job, r->comp, o->name, r->shards[0], meta_p, meta_len,
+                             vals_p, nvals);
 }
 
 /* Queues the prepared report's outputs, one row per output (GET

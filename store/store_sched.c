@@ -459,24 +459,18 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
  * so a computation's host tasks, one per worker, are written together
  * (bench_reports 300 32 4 under callgrind: 35.9K -> 31.1K instructions a
  * row; the rest is the row's indexes and watch trigger). */
+#define TASK_HEAD "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id, worker_id," \
+    " seq, shards, nshards, state, devices, dispatched_at, leased_at) VALUES "
 #define TASK_COLS "(?,?,?,?,?,?,?,?,?,?,?,?)"
 #define TASK_NCOLS 12
-static char task_insert_sql[STORE_TASK_ROWS][sizeof "INSERT INTO host_tasks(job_id, attempt,"
-    " comp_idx, island_id, worker_id, seq, shards, nshards, state, devices, dispatched_at,"
-    " leased_at) VALUES " + STORE_TASK_ROWS * sizeof "," TASK_COLS];
+static char task_insert_sql[STORE_TASK_ROWS][sizeof TASK_HEAD + STORE_TASK_ROWS * sizeof TASK_COLS];
 static pthread_once_t task_insert_once = PTHREAD_ONCE_INIT;
 
 static void task_insert_build(void)
 {
-    for (int k = 0; k < STORE_TASK_ROWS; k++) {
-        char *p = task_insert_sql[k];
-        size_t cap = sizeof task_insert_sql[k];
-        int n = snprintf(p, cap, "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id,"
-                         " worker_id, seq, shards, nshards, state, devices, dispatched_at,"
-                         " leased_at) VALUES " TASK_COLS);
-        for (int r = 1; r <= k && n > 0 && (size_t)n < cap; r++)
-            n += snprintf(p + n, cap - (size_t)n, "," TASK_COLS);
-    }
+    for (int k = 0; k < STORE_TASK_ROWS; k++)
+        store_multirow_sql(task_insert_sql[k], sizeof task_insert_sql[k], TASK_HEAD, TASK_COLS,
+                           k + 1);
 }
 
 /* Binds host task t as row r (0-based) of a multi-row INSERT. */
