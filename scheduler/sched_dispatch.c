@@ -525,13 +525,32 @@ uint64_t sched_dispatch_looks(void)
     return more_looks;
 }
 
-/* Records where the job's dispatch stands after a chunk that ended at e:
- * the computation that e is in (or none left). */
-static int set_position(store_t *st, const job_plan_t *plan, int64_t job, dpos_t e)
+/* Where the job's dispatch stands after a chunk that ended at e: the
+ * computation that e is in, or -1 when none is left (then no pass needs
+ * to look for it). */
+static int next_position(const job_plan_t *plan, dpos_t e)
 {
     if (e.t < plan->ncomps)
         more_maybe = 1;
-    return store_sched_set_dispatch_next(st, job, e.t < plan->ncomps ? e.t : -1);
+    return e.t < plan->ncomps ? e.t : -1;
+}
+
+/* The end of an exclusive job's first chunk, written with its allocation:
+ * everything under sequential dispatch; under parallel, the first chunk
+ * if what is left of the pass's time allows it whole, or if it is small
+ * (SCHED_CHUNK_INLINE_TASKS); after a big allocation, or chunks of other
+ * jobs, none: the next pass, at once, writes it (sched_dispatch_more),
+ * whole too, rather than a part now and a part then (a worker would
+ * report between the parts instead of holding its reports). */
+static dpos_t first_chunk(const job_plan_t *plan, const int *tasks)
+{
+    if (sched_cfg.sequential)
+        return (dpos_t){plan->ncomps, 0};
+    dpos_t end = chunk_end(plan, tasks, (dpos_t){0, 0}, SCHED_CHUNK_FIRST_TASKS);
+    int64_t n = dpos_done(plan, tasks, end);
+    if (pass_deadline > 0 && n > SCHED_CHUNK_INLINE_TASKS && tasks_until(pass_deadline, 1) < n)
+        return (dpos_t){0, 0};
+    return end;
 }
 
 /* Writes the allocation, the placement and the job's first host tasks in
@@ -569,30 +588,17 @@ int sched_dispatch_job(store_t *st, const sched_job_t *job, const job_plan_t *pl
                                   pl[s].devices, pl[s].nshards) != 0)
             goto fail;
     }
-    if (store_sched_mark_allocated(st, job->id, plan->shared, bytes, m, ndev, placement,
-                                   current) != 0)
-        goto fail;
     if (!plan->shared) {
-        /* The first chunk if what is left of the pass's time allows it
-         * whole, or if it is small (SCHED_CHUNK_INLINE_TASKS); after a big
-         * allocation, or chunks of other jobs, none: the next pass, at
-         * once, writes it (sched_dispatch_more), whole too, rather than a
-         * part now and a part then (a worker would report between the
-         * parts instead of holding its reports). */
         slice_tasks(plan, r, pl, tasks);
-        if (sched_cfg.sequential) {
-            end = (dpos_t){plan->ncomps, 0};
-        } else {
-            end = chunk_end(plan, tasks, end, SCHED_CHUNK_FIRST_TASKS);
-            int64_t n = dpos_done(plan, tasks, end);
-            if (pass_deadline > 0 && n > SCHED_CHUNK_INLINE_TASKS &&
-                tasks_until(pass_deadline, 1) < n)
-                end = (dpos_t){0, 0};
-        }
-        if (dispatch_range(st, job, plan, doc, r, pl, (dpos_t){0, 0}, end, 0) != 0 ||
-            set_position(st, plan, job->id, end) != 0)
-            goto fail;
+        end = first_chunk(plan, tasks);
     }
+    /* A first chunk's tasks are never all blocked: the job's first
+     * computation in topological order waits for nobody. */
+    int running = end.t > 0 || end.part > 0;
+    if (store_sched_mark_allocated(st, job->id, plan->shared, bytes, m, ndev, placement, current,
+                                   running, plan->shared ? -1 : next_position(plan, end)) != 0 ||
+        (running && dispatch_range(st, job, plan, doc, r, pl, (dpos_t){0, 0}, end, 0) != 0))
+        goto fail;
     if (store_commit(st) != 0)
         goto fail;
     free(m);
@@ -680,7 +686,7 @@ static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const 
     if (dispatch_range(st, &job, plan, pe->doc, r, pl, from, end, from_seq) != 0)
         goto cleanup;
     acct->task_us += util_mono_us() - t0;
-    if (set_position(st, plan, m->id, end) != 0)
+    if (store_sched_dispatched(st, m->id, next_position(plan, end)) != 0)
         goto cleanup;
     rc = end.t < plan->ncomps;
     acct->tasks += dpos_done(plan, tasks, end) - dpos_done(plan, tasks, from);

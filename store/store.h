@@ -24,9 +24,14 @@
  *   (new)      -> queued     store_job_create: a submission (store_jobs.c)
  *   queued     -> allocated  store_sched_mark_allocated: admission, devices
  *                            taken and the PLACEMENT stored (store_sched.c)
- *   allocated  -> running    the dispatch of the attempt's first computation,
- *                            whose host tasks go to their workers at once
- *                            (store_sched_set_comp, store_sched.c)
+ *   queued     -> running    the same, when the attempt's first host tasks
+ *                            go out in the admission's transaction (one
+ *                            write of the job's row; it was never seen
+ *                            allocated, which only says "no task yet")
+ *   allocated  -> running    the dispatch of the attempt's first host tasks
+ *                            in a later transaction: a chunk
+ *                            (store_sched_dispatched) or a shared job's
+ *                            first fed computation (sched_feed.c)
  *   allocated|running -> succeeded
  *                            the report that completes the last computation
  *                            (comp_succeeded, store_progress.c)
@@ -572,8 +577,9 @@ int64_t store_sched_take_seq(store_t *st, int64_t island, int count);
 int store_sched_add_slice(store_t *st, int64_t job, const char *name, int64_t island,
                           const shape_t *shape, const int64_t *devices, int n);
 /* Computation `comp` gets its island and seq, and is dispatched unless it
- * waits (sequential dispatch); a dispatch moves the job allocated ->
- * running (its host tasks are on their way). 0 or -1. */
+ * waits (sequential dispatch). The job's row is not touched: its move to
+ * running is written once per transaction (store_sched_mark_allocated,
+ * store_sched_dispatched). 0 or -1. */
 int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
                          int dispatched);
 /* One host task: computation `comp` of the job attempt for one worker,
@@ -603,8 +609,10 @@ typedef struct store_mark {
     int64_t island, idx, worker;
 } store_mark_t;
 /* Marks the job allocated (devices held by it: allocation runs, or for a
- * shared job device_holds rows of `bytes` each; pending_reason cleared)
- * and stores the attempt's placement (PLACEMENT JSON text, borrowed). The
+ * shared job device_holds rows of `bytes` each; pending_reason cleared),
+ * or running when `running` (the caller writes its first host tasks in
+ * this transaction), with dispatch_next = next (< 0: none), and stores
+ * the attempt's placement (PLACEMENT JSON text, borrowed). The
  * devices are m[0..n), as the round read them; m is sorted in place. -1
  * when a device is no longer available to it or no longer on that worker
  * (the caller rolls back; the job is tried again next round). With
@@ -614,7 +622,8 @@ typedef struct store_mark {
  * a scan of ~0.4 ms); that no other allocation holds them is checked
  * either way (two seeks per run). */
 int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t bytes,
-                               store_mark_t *m, int n, const char *placement, int current);
+                               store_mark_t *m, int n, const char *placement, int current,
+                               int running, int next);
 /* An exclusive job with computations left to dispatch (jobs.dispatch_next,
  * schema/024_dispatch_chunks.sql): its attempt and the position, in its
  * topological order, of the next computation to dispatch (some of whose
@@ -628,9 +637,13 @@ typedef struct sched_more {
     int attempt;
     int next;
 } sched_more_t;
-/* Sets (next >= 0) or clears (next < 0) the job's dispatch_next, inside the
- * caller's transaction. 0 or -1. */
-int store_sched_set_dispatch_next(store_t *st, int64_t job, int next);
+/* Host tasks of the job went out in the caller's transaction: its
+ * dispatch_next set (next >= 0) or cleared (next < 0), and an allocated
+ * job moves to running. 0 or -1. */
+int store_sched_dispatched(store_t *st, int64_t job, int next);
+/* A shared job's computation was fed in the caller's transaction: an
+ * allocated job moves to running. 0 or -1. */
+int store_sched_started(store_t *st, int64_t job);
 /* How many host tasks of computation comp of the job attempt are written
  * (a chunk may end inside a computation), and their seq into *seq when
  * any. Count or -1. */

@@ -574,9 +574,13 @@ fail:
 
 int store_job_finish(store_t *st, int64_t job, const char *state, const char *error)
 {
+    /* A job succeeds when its last computations did: they are counted
+     * here, in the one write of its row (jobs_progress, store_progress.c). */
     static const char job_sql[] =
         "UPDATE jobs SET state = ?2, error = COALESCE(?3, error), finished_at = ?4,"
-        " pending_reason = NULL, dispatch_next = NULL WHERE id = ?1";
+        " pending_reason = NULL, dispatch_next = NULL,"
+        " comps_done = CASE WHEN ?2 = 'succeeded' THEN comps_total ELSE comps_done END"
+        " WHERE id = ?1";
     static const char hold_sql[] = "DELETE FROM device_holds WHERE job_id = ?";
     static const char task_sql[] =
         "UPDATE host_tasks SET state = 'cancelled' WHERE job_id = ? AND state = 'blocked'";
@@ -595,13 +599,16 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
         !(s = store_stmt(st, hold_sql)))
         return -1;
     sqlite3_bind_int64(s, 1, job);
-    if (store_step_done(s) != 0 || !(s = store_stmt(st, task_sql)))
-        return -1;
-    sqlite3_bind_int64(s, 1, job);
     if (store_step_done(s) != 0)
         return -1;
+    /* A job that succeeded has no blocked task and no computation left to
+     * end: each of its computations succeeded, so every host task of
+     * theirs was released and reported. */
     if (strcmp(state, "succeeded") != 0) {
-        if (!(s = store_stmt(st, comp_sql)))
+        if (!(s = store_stmt(st, task_sql)))
+            return -1;
+        sqlite3_bind_int64(s, 1, job);
+        if (store_step_done(s) != 0 || !(s = store_stmt(st, comp_sql)))
             return -1;
         sqlite3_bind_int64(s, 1, job);
         sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);

@@ -217,36 +217,38 @@ static int report_outputs(report_acc_t *acc, const task_row_t *r, const report_p
 }
 
 /* The succeeded computations of a job, counted in acc by comp_succeeded:
- * added to its comps_done in one write, and the job ends when they were
- * its last. A shared job's next computations are dispatched by the
- * scheduler's feed pass, which these completions may unblock. 0 or -1. */
+ * one write of its row, either adding them to its comps_done or, when
+ * they were its last, ending it (store_job_finish counts them). A shared
+ * job's next computations are dispatched by the scheduler's feed pass,
+ * which these completions may unblock. 0 or -1. */
 static int jobs_progress(store_t *st, report_acc_t *acc, int *effects)
 {
+    static const char left_sql[] = "SELECT comps_total - comps_done, shared FROM jobs WHERE id = ?";
     static const char job_sql[] = "UPDATE jobs SET comps_done = comps_done + ?2 WHERE id = ?1";
-    /* Read back apart, not RETURNING (see task_take). */
-    static const char done_sql[] = "SELECT comps_done = comps_total, shared FROM jobs WHERE id = ?";
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < acc->ndone; i++) {
-        sqlite3_stmt *s = store_stmt(st, job_sql);
+        int64_t job = acc->done[i].job, k = acc->done[i].comps;
+        sqlite3_stmt *s = store_stmt(st, left_sql);
         if (!s) {
             rc = -1;
             break;
         }
-        sqlite3_bind_int64(s, 1, acc->done[i].job);
-        sqlite3_bind_int64(s, 2, acc->done[i].comps);
-        if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql))) {
-            rc = -1;
-            break;
-        }
-        sqlite3_bind_int64(s, 1, acc->done[i].job);
+        sqlite3_bind_int64(s, 1, job);
         int row = sqlite3_step(s) == SQLITE_ROW;
-        int done = row && sqlite3_column_int(s, 0), shared = row && sqlite3_column_int(s, 1);
+        int64_t left = row ? sqlite3_column_int64(s, 0) : -1;
+        int shared = row && sqlite3_column_int(s, 1);
         sqlite3_reset(s);
         if (shared)
             *effects |= STORE_FX_FEED;
-        if (done) {
+        if (left == k) {
             *effects |= STORE_FX_JOB_SUCCEEDED;
-            rc = store_job_finish(st, acc->done[i].job, "succeeded", NULL);
+            rc = store_job_finish(st, job, "succeeded", NULL);
+        } else if (!(s = store_stmt(st, job_sql))) {
+            rc = -1;
+        } else {
+            sqlite3_bind_int64(s, 1, job);
+            sqlite3_bind_int64(s, 2, k);
+            rc = store_step_done(s);
         }
     }
     acc->ndone = 0;

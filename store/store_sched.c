@@ -429,8 +429,6 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
         "UPDATE computations SET island_id = ?3, seq = ?4,"
         " state = CASE WHEN ?5 THEN 'dispatched' ELSE 'waiting' END,"
         " dispatched_at = CASE WHEN ?5 THEN ?6 END WHERE job_id = ?1 AND idx = ?2";
-    static const char job_sql[] =
-        "UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1 AND state = 'allocated'";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
@@ -438,19 +436,8 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
     sqlite3_bind_int(s, 2, comp);
     sqlite3_bind_int64(s, 3, island);
     sqlite3_bind_int64(s, 4, seq);
-    int64_t now = util_wall_us();
     sqlite3_bind_int(s, 5, dispatched);
-    sqlite3_bind_int64(s, 6, now);
-    if (store_step_done(s) != 0)
-        return -1;
-    if (!dispatched)
-        return 0;
-    /* A no-op after the job's first dispatch (its row is no longer
-     * 'allocated'): one primary-key probe per computation. */
-    if (!(s = store_stmt(st, job_sql)))
-        return -1;
-    sqlite3_bind_int64(s, 1, job);
-    sqlite3_bind_int64(s, 2, now);
+    sqlite3_bind_int64(s, 6, util_wall_us());
     return store_step_done(s);
 }
 
@@ -625,7 +612,8 @@ static int marks_take(store_t *st, int64_t job, const store_mark_t *m, int n, in
 }
 
 int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t bytes,
-                               store_mark_t *m, int n, const char *placement, int current)
+                               store_mark_t *m, int n, const char *placement, int current,
+                               int running, int next)
 {
     /* Each device still on the worker the round saw (its host tasks and the
      * placement name that worker: one that left or was lost meanwhile would
@@ -637,9 +625,13 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t byt
      * a statement per device cost a statement's start, bindings and
      * journal each (2,048 devices: 4.3 ms, a fifth of the scheduler's CPU
      * under bench_passes). */
+    /* The job's row is written once: allocated, or running when its first
+     * host tasks go out in this transaction too, with its dispatch
+     * position (a tiny job's admission wrote the row three times). */
     static const char job_sql[] =
-        "UPDATE jobs SET state = 'allocated', allocated_at = ?2, pending_reason = NULL,"
-        " placement = ?3 WHERE id = ?1 AND state = 'queued'";
+        "UPDATE jobs SET state = CASE WHEN ?4 THEN 'running' ELSE 'allocated' END,"
+        " allocated_at = ?2, started_at = CASE WHEN ?4 THEN ?2 END, pending_reason = NULL,"
+        " placement = ?3, dispatch_next = ?5 WHERE id = ?1 AND state = 'queued'";
     sqlite3_stmt *s;
     qsort(m, (size_t)n, sizeof *m, mark_cmp);
     for (int i = 0, k; i < n; i = k) {
@@ -654,21 +646,41 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t byt
     sqlite3_bind_int64(s, 1, job);
     sqlite3_bind_int64(s, 2, util_wall_us());
     sqlite3_bind_text(s, 3, placement, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 4, running != 0);
+    if (next >= 0)
+        sqlite3_bind_int(s, 5, next);
     if (store_step_done(s) != 0 || sqlite3_changes(store_db(st)) != 1)
         return -1;
     store_event(st, job, "allocated", "%d devices allocated", n);
     return 0;
 }
 
-int store_sched_set_dispatch_next(store_t *st, int64_t job, int next)
+int store_sched_started(store_t *st, int64_t job)
 {
-    static const char sql[] = "UPDATE jobs SET dispatch_next = ?2 WHERE id = ?1";
+    /* A no-op (a primary-key probe, no write) once the job runs. */
+    static const char sql[] =
+        "UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1 AND state = 'allocated'";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, util_wall_us());
+    return store_step_done(s);
+}
+
+int store_sched_dispatched(store_t *st, int64_t job, int next)
+{
+    static const char sql[] =
+        "UPDATE jobs SET dispatch_next = ?2,"
+        " started_at = CASE WHEN state = 'allocated' THEN ?3 ELSE started_at END,"
+        " state = CASE WHEN state = 'allocated' THEN 'running' ELSE state END WHERE id = ?1";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, job);
     if (next >= 0)
         sqlite3_bind_int(s, 2, next);
+    sqlite3_bind_int64(s, 3, util_wall_us());
     return store_step_done(s);
 }
 

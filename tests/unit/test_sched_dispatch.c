@@ -409,10 +409,22 @@ static void test_chunks_bounded_by_time(void **state)
     }
 }
 
+/* 1 when the job is in state `state`, started (started_at set) or not
+ * as `started` says. */
+static int job_is(fixture_t *f, int64_t job, const char *state, int started)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT state = '%s' AND (started_at IS NOT NULL) = %d FROM jobs WHERE id = %lld",
+             state, started, (long long)job);
+    return (int)support_store_int(f->st, sql);
+}
+
 /* A job allocated once its pass's time for host tasks is up gets no task
  * yet: its first chunk is the next pass's, which sched_dispatch_job's
- * answer (1: chunks left) asks for. Allocated with time left in its pass,
- * a job gets its first chunk at once. */
+ * answer (1: chunks left) asks for; it stays allocated until that chunk
+ * is written, and runs from then. Allocated with time left in its pass,
+ * a job gets its first chunk at once, and runs from its admission. */
 static void test_first_chunk_waits_for_next_pass(void **state)
 {
     fixture_t *f = *state;
@@ -425,13 +437,16 @@ static void test_first_chunk_waits_for_next_pass(void **state)
     sched_dispatch_pass(0);
     sched_cfg.chunk_us = INT64_MAX / 2;
     assert_int_equal(comp_rows_of(f, late, 0).n, 0);
+    assert_true(job_is(f, late, "allocated", 0));
     sched_dispatch_pass(util_mono_us());
     assert_int_equal(allocate_job(f, early), 1);
     sched_dispatch_pass(0);
     assert_int_equal(comp_rows_of(f, early, 0).n, 32);
+    assert_true(job_is(f, early, "running", 1));
     assert_int_equal(more(f, &wrote), 2);
     assert_int_equal(wrote, 2);
     assert_int_equal(comp_rows_of(f, late, 0).n, 32);
+    assert_true(job_is(f, late, "running", 1));
 }
 
 /* A job whose first chunk is small (SCHED_CHUNK_INLINE_TASKS host tasks

@@ -506,6 +506,29 @@ static void test_unplaced_job_waits_for_a_device_change(void **state)
     json_decref(jq);
 }
 
+/* A shared job gets no host task at its admission: it is allocated, and
+ * runs (started_at set) from the feed pass that dispatches its first
+ * computation, which ends the same round (sched_feed.c,
+ * store_sched_started). */
+static void test_shared_job_runs_from_its_first_feed(void **state)
+{
+    fixture_t *f = *state;
+    static const char shared_doc[] =
+        "{\"sharing\": \"shared\", \"slices\": {\"s\": {\"shape\": [2]}}, \"computations\":"
+        " [{\"name\": \"a\", \"slice\": \"s\", \"ops\": [{\"op\": \"iota\", \"out\": \"v\","
+        " \"shape\": [4]}], \"outputs\": [\"v\"]}]}";
+    int64_t job = support_store_submit(f->st, shared_doc, islands, 1);
+    char sql[200];
+    sched_admit(f->st);
+    snprintf(sql, sizeof sql,
+             "SELECT state = 'running' AND started_at IS NOT NULL FROM jobs WHERE id = %lld",
+             (long long)job);
+    assert_int_equal(support_store_int(f->st, sql), 1);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM host_tasks WHERE job_id = %lld",
+             (long long)job);
+    assert_int_equal(support_store_int(f->st, sql), 1);
+}
+
 /* With a round's time for placing jobs at 1 µs, each round places one of
  * the two queued jobs that fit (the oldest first), and the next round the
  * other: a long queue is placed over short rounds, not in one. */
@@ -609,6 +632,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_freed_job_reaches_mirror_without_read, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_allocation_names_its_devices, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_job_runs_from_its_first_feed, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_offered_plan_used_instead_of_document, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_mirror_read_again_after_failed_allocation,

@@ -110,7 +110,7 @@ static int allocate_devs(store_t *st, int64_t job, int shared, int64_t w, const 
     for (int i = 0; i < n; i++)
         m[i] = (store_mark_t){store_island_id(st, "west"), dev[i], w};
     assert_int_equal(store_begin(st), 0);
-    int rc = store_sched_mark_allocated(st, job, shared, shared ? 1000 : 0, m, n, "{}", 0);
+    int rc = store_sched_mark_allocated(st, job, shared, shared ? 1000 : 0, m, n, "{}", 0, 0, -1);
     if (rc == 0)
         assert_int_equal(store_commit(st), 0);
     else
