@@ -26,6 +26,24 @@
 #define RETRIES_MAX 10
 #define RETRIES_DEFAULT 2
 
+/* A job name: a string of at most JOB_NAME_MAX_CHARS characters, counted
+ * as code points (jansson hands out valid UTF-8), none of them a control
+ * character: C0, DEL or C1 (U+0080..U+009F, UTF-8 C2 80..C2 9F), nor NUL
+ * (a string whose length says more than strlen holds one). */
+static int job_name_ok(const json_t *v)
+{
+    const unsigned char *s = (const unsigned char *)json_string_value(v);
+    if (!s || strlen((const char *)s) != json_string_length(v))
+        return 0;
+    int chars = 0;
+    for (const unsigned char *p = s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f))
+            return 0;
+        chars += (*p & 0xc0) != 0x80;       /* not a continuation byte */
+    }
+    return chars <= JOB_NAME_MAX_CHARS;
+}
+
 int job_top(const json_t *doc, job_plan_t *plan, err_t *e)
 {
     static const char *const keys[] = {"name", "priority", "max_retries", "slices",
@@ -43,14 +61,10 @@ int job_top(const json_t *doc, job_plan_t *plan, err_t *e)
     }
     const json_t *name = json_object_get(doc, "name");
     if (name) {
-        const char *s = json_string_value(name);
-        int ok = s && json_string_length(name) < NAME_MAX_LEN && strlen(s) == json_string_length(name);
-        for (const char *p = s; ok && *p; p++)
-            ok = (unsigned char)*p >= 0x20 && *p != 0x7f;
-        if (!ok)
+        if (!job_name_ok(name))
             return err_set(e, 400, "name", "name must be a string of at most %d printable "
-                           "characters", NAME_MAX_LEN - 1);
-        fmt(plan->name, sizeof plan->name, "%s", s);
+                           "characters", JOB_NAME_MAX_CHARS);
+        fmt(plan->name, sizeof plan->name, "%s", json_string_value(name));
     }
     int64_t v = 0;
     if (json_object_get(doc, "priority") &&
@@ -454,3 +468,4 @@ cleanup:
     free(done);
     return rc;
 }
+

@@ -182,8 +182,12 @@ typedef struct island_desc {
     shape_t shape;
 } island_desc_t;
 
+/* A job's name: up to JOB_NAME_MAX_CHARS printable characters (Unicode
+ * code points, UTF-8: up to 4 bytes each). */
+#define JOB_NAME_MAX_CHARS 63
+
 typedef struct job_plan {
-    char name[NAME_MAX_LEN];
+    char name[4 * JOB_NAME_MAX_CHARS + 1];
     int64_t priority;
     int max_retries;            /* optional field, default 2 */
     int preemptible;            /* "preemptible": true (DESIGN Part D) */

@@ -46,13 +46,16 @@ int read_int(const json_t *v, int64_t lo, int64_t hi, int64_t *out)
     return 0;
 }
 
-/* A finite number that also stays finite as an f32. */
+/* A finite number that also stays finite as an f32: one that rounds to
+ * FLT_MAX at most. Doubles below FLT_MAX + 2^103 (half its unit in the
+ * last place) do, so 3.4028235e38, the float's usual spelling, is taken;
+ * the halfway point itself rounds to even, which is infinity. */
 int read_float(const json_t *v, float *out)
 {
     if (!json_is_number(v))
         return -1;
     double d = json_number_value(v);
-    if (!isfinite(d) || fabs(d) > FLT_MAX)
+    if (!isfinite(d) || fabs(d) >= (double)FLT_MAX + ldexp(1.0, 103))
         return -1;
     *out = (float)d;
     return 0;

@@ -358,6 +358,41 @@ static void test_errors_args_and_shapes(void **state)
                  "computations[0].ops[1]", "exceeds");
 }
 
+/* A job name of "rep" repeated n times: accepted when want_ok. */
+static void expect_name(const char *rep, int n, int want_ok)
+{
+    char doc[1024] = "{'name': '";
+    for (int i = 0; i < n; i++)
+        strcat(doc, rep);
+    strcat(doc, "', 'slices': {}, 'computations': []}");
+    job_plan_t *plan;
+    err_t e;
+    int rc = compile_text(doc, &plan, &e);
+    /* An empty job is refused after its name: past the name is enough. */
+    if (want_ok ? strcmp(e.field, "name") == 0 : rc != 400 || strcmp(e.field, "name") != 0)
+        fail_msg("name of %d x '%s': want %s, got %d at '%s'", n, rep,
+                 want_ok ? "accepted" : "refused", rc, e.field);
+    job_plan_free(plan);
+}
+
+/* Names are counted in characters (code points), not bytes: 63 of them
+ * whatever their UTF-8 length; control characters (C0, DEL, C1) are not
+ * printable. */
+static void expect_name_limits(void)
+{
+    expect_name("a", 63, 1);
+    expect_name("a", 64, 0);
+    expect_name("\\u00e9", 63, 1);              /* 2 bytes each: 126 bytes */
+    expect_name("\\u00e9", 64, 0);
+    expect_name("\\ud83d\\ude00", 63, 1);       /* 4 bytes each: 252 bytes */
+    expect_name("\\ud83d\\ude00", 64, 0);
+    expect_name("\\u0085", 1, 0);               /* C1: NEXT LINE */
+    expect_name("\\u009f", 1, 0);
+    expect_name("\\u00a0", 1, 1);               /* first printable after C1 */
+    expect_name("\\u007f", 1, 0);
+    expect_name("\\u001f", 1, 0);
+}
+
 static void test_errors_values_and_collectives(void **state)
 {
     (void)state;
@@ -366,6 +401,12 @@ static void test_errors_values_and_collectives(void **state)
     json_error_t jerr;
     assert_null(json_loads("{\"v\": NaN}", 0, &jerr));
     expect_error(ONE("{'op': 'fill', 'out': 'x', 'shape': [4], 'value': 1e39}"), 400,
+                 "computations[0].ops[0].value", "finite");
+    /* The largest f32 as it is usually written rounds to FLT_MAX: taken;
+     * past FLT_MAX + half its last place it rounds to infinity: not. */
+    job_plan_free(compile_ok(ONE("{'op': 'fill', 'out': 'x', 'shape': [4],"
+                                 " 'value': -3.4028235e38}")));
+    expect_error(ONE("{'op': 'fill', 'out': 'x', 'shape': [4], 'value': 3.4028236e38}"), 400,
                  "computations[0].ops[0].value", "finite");
     expect_error(ONE("{'op': 'fill', 'out': 'x', 'shape': [4], 'value': true}"), 400,
                  "computations[0].ops[0].value", NULL);
@@ -491,6 +532,7 @@ static void test_errors_slices_and_top(void **state)
     expect_error("{'max_retries': 11, 'slices': {}, 'computations': []}", 400, "max_retries",
                  NULL);
     expect_error("{'name': 7, 'slices': {}, 'computations': []}", 400, "name", NULL);
+    expect_name_limits();
 
     /* Without an island list (NULL) the island checks are skipped. */
     json_t *doc = doc_load(SL("{'a': {'shape': [64, 64], 'island': 'anywhere'}}"));
