@@ -89,6 +89,11 @@ void api_worker_logs(http_req_t *req, http_resp_t *resp)
                      "integers)");
         return;
     }
+    if (req->body_len > REPORT_LOG_BODY_MAX) {
+        http_problem(resp, 413, "body", "at most %zu bytes of output a request",
+                     REPORT_LOG_BODY_MAX);
+        return;
+    }
     store_run_seg_t *segs = malloc(sizeof *segs * REPORT_LOG_SEGS_MAX);
     int nseg = segs ? report_log_segments(req->body, req->body_len, segs, REPORT_LOG_SEGS_MAX)
                     : -1;
@@ -99,11 +104,12 @@ void api_worker_logs(http_req_t *req, http_resp_t *resp)
         return;
     }
     store_run_key_t k = {job, (int)att, (int)comp, (int)proc};
-    int rc = store_run_owned(st, worker, job, (int)att, (int)comp);
+    int rc = store_run_owned(st, worker, job, (int)att, (int)comp, (int)proc);
     if (rc == STORE_NOTFOUND)
         http_problem(resp, 409, "job", "worker %lld holds no task of job %lld attempt %lld "
-                     "computation %lld", (long long)worker, (long long)job, (long long)att,
-                     (long long)comp);
+                     "computation %lld, a run computation with a process %lld",
+                     (long long)worker, (long long)job, (long long)att, (long long)comp,
+                     (long long)proc);
     else if (rc != STORE_OK || store_run_log_put(st, &k, segs, nseg) != STORE_OK)
         http_problem(resp, 503, NULL, "the output could not be stored; retry");
     else
@@ -163,9 +169,10 @@ void api_worker_procs(http_req_t *req, http_resp_t *resp)
         }
         if (store_run_owned(st, worker, json_integer_value(json_object_get(ev, "job")),
                             (int)json_integer_value(json_object_get(ev, "attempt")),
-                            (int)json_integer_value(json_object_get(ev, "comp"))) != STORE_OK) {
-            http_problem(resp, 409, field, "worker %lld holds no task of that computation",
-                         (long long)worker);
+                            (int)json_integer_value(json_object_get(ev, "comp")),
+                            (int)json_integer_value(json_object_get(ev, "process"))) != STORE_OK) {
+            http_problem(resp, 409, field, "worker %lld holds no task of that computation,"
+                         " or it is not a run computation with that process", (long long)worker);
             goto cleanup;
         }
     }

@@ -111,6 +111,9 @@ void report_prep_clear(report_prep_t *p);
 
 /* Most segments in one logs body (POST /v1/workers/{id}/logs). */
 #define REPORT_LOG_SEGS_MAX 4096
+/* A log upload's body at most (a worker sends up to 512 KiB a request:
+ * RUNLOG_POST_BYTES, workers/runlog.h). */
+#define REPORT_LOG_BODY_MAX ((size_t)512 << 10)
 
 /* A run of one stream's output (1 stdout, 2 stderr); data borrowed from
  * the body it was split from. */

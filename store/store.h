@@ -343,6 +343,11 @@ int store_worker_heartbeat(store_t *st, int64_t worker);      /* NOTFOUND when g
  * data_addr with a UCX address: its id and that address (base64,
  * malloc'd; the caller frees). STORE_NOTFOUND when there is none. */
 int store_worker_peer(store_t *st, const char *data_addr, int64_t *peer, char **ucx_address);
+/* Who holds data_addr: the oldest live worker registered at it, in
+ * *holder; STORE_NOTFOUND when none. A read. Registration refuses an
+ * address a live worker holds (api_worker.c): peers find a worker by its
+ * data_addr, so two live holders would hand them the wrong one. */
+int store_worker_addr_holder(store_t *st, const char *data_addr, int64_t *holder);
 /* Figures a worker sends with its heartbeat (all >= 0): its object store
  * now, and what its data plane refused since it started (cumulative). */
 typedef struct worker_stats {
@@ -351,7 +356,9 @@ typedef struct worker_stats {
 } worker_stats_t;
 /* Data-plane refusals summed over every worker ever registered: frames
  * dropped, their bytes, connections refused, messages with a bad header,
- * messages with a wrong key. 0 or -1. */
+ * messages with a wrong key. A sum past INT64_MAX reads as INT64_MAX (it
+ * cannot fail on the data). 0, or -1 (logged) with out untouched: a
+ * failed read is never zeros. */
 #define STORE_DPLANE_TOTALS 5
 int store_dplane_totals(store_t *st, int64_t out[STORE_DPLANE_TOTALS]);
 int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws);
@@ -681,8 +688,10 @@ typedef struct store_run_key {
 } store_run_key_t;
 
 /* STORE_OK when worker holds (or held) a host task of (job, attempt,
- * comp), STORE_NOTFOUND when not. */
-int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int comp);
+ * comp), a run computation (DESIGN Part F) that has a process `process`
+ * (below its shard count); STORE_NOTFOUND when not. */
+int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int comp,
+                    int process);
 /* A run of one stream's output (report_decode.h). */
 typedef report_log_seg_t store_run_seg_t;
 /* Appends output in order and trims each stream to its newest

@@ -8,11 +8,20 @@
 
 #include "util.h"
 
-int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int comp)
+int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int comp,
+                    int process)
 {
+    /* A run computation's (its payload carries "run"), and a process it
+     * has: ranks count shards or hosts, never more than its shard count.
+     * So a worker cannot open output streams for computations that start
+     * no process, nor a million streams of one (8 MiB kept each). */
     static const char sql[] =
-        "SELECT 1 FROM host_tasks WHERE job_id = ?1 AND attempt = ?2 AND comp_idx = ?3"
-        " AND worker_id = ?4";
+        "SELECT 1 FROM host_tasks t JOIN computations c ON c.job_id = t.job_id"
+        " AND c.idx = t.comp_idx JOIN comp_payloads p ON p.job_id = t.job_id"
+        " AND p.attempt = t.attempt AND p.comp_idx = t.comp_idx"
+        " WHERE t.job_id = ?1 AND t.attempt = ?2 AND t.comp_idx = ?3 AND t.worker_id = ?4"
+        " AND ?5 < c.shards_total AND json_type(p.payload, '$.computation.run') IS NOT NULL"
+        " LIMIT 1";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return STORE_ERR;
@@ -20,6 +29,7 @@ int store_run_owned(store_t *st, int64_t worker, int64_t job, int attempt, int c
     sqlite3_bind_int(s, 2, attempt);
     sqlite3_bind_int(s, 3, comp);
     sqlite3_bind_int64(s, 4, worker);
+    sqlite3_bind_int(s, 5, process);
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;

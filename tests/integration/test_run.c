@@ -508,6 +508,107 @@ static void test_allow_run_off(void **state)
     T_CHECK(unclean == 0, "the atolld without --allow-run did not exit cleanly on SIGTERM");
 }
 
+/* One call as the played worker of test_log_uploads_bounded (its secret
+ * in the header); the status, or 0 on a transport failure. */
+static long played_call(hx_client_t *cl, const char *secret, const char *method,
+                        const char *path, const char *body, size_t len, json_t **out)
+{
+    char hdr[300];
+    const char *hdrs[] = {hdr, NULL};
+    snprintf(hdr, sizeof hdr, "X-Atoll-Worker-Secret: %s", secret);
+    hx_resp_t r;
+    if (hx_request_h(cl, method, path, body, len, hdrs, &r) != 0)
+        return 0;
+    long st = r.status;
+    if (out)
+        *out = json_incref(r.json);
+    hx_resp_clear(&r);
+    return st;
+}
+
+/* Output uploads are bounded (DESIGN Part E: every received size is
+ * checked): a worker posts output only for a run computation it holds a
+ * task of, only for a process that computation has (below its shard
+ * count: otherwise one worker could open a million streams of 8 MiB), and
+ * at most 512 KiB a request. A played worker on a fresh atolld --allow-run
+ * holds a plain and a run computation of two jobs on island p=4. */
+static void test_log_uploads_bounded(void **state)
+{
+    (void)state;
+    static const char *const islands[] = {"p=4"};
+    static const char *const extra[] = {"--allow-run", NULL};
+    hx_cluster_t c2;
+    hx_client_t cl;
+    T_CHECK(hx_cluster_start_args(&c2, islands, 1, extra) == 0, "atolld did not start");
+    T_CHECK(hx_client_init(&cl, c2.url) == 0, "client");
+    json_t *ans = NULL;
+    static const char reg[] = "{\"island\":\"p\",\"devices\":4,\"data_addr\":\"127.0.0.1:19\"}";
+    long st = played_call(&cl, "", "POST", "/v1/workers", reg, strlen(reg), &ans);
+    int64_t wid = json_integer_value(json_object_get(ans, "id"));
+    char secret[256], path[256];
+    const char *sec = json_string_value(json_object_get(ans, "secret"));
+    snprintf(secret, sizeof secret, "%s", sec ? sec : "");
+    json_decref(ans);
+    T_CHECK(st == 201 && wid > 0, "the played worker's registration answered %ld", st);
+    char *plain = hx_text_q("{'slices':{'s':{'shape':[2]}},'computations':[{'name':'c',"
+                            "'slice':'s','ops':[{'op':'shard_index','out':'i'}],"
+                            "'outputs':['i']}]}");
+    char *run = hx_text_q("{'slices':{'s':{'shape':[2]}},'computations':[{'name':'r',"
+                          "'slice':'s','run':{'command':['true']}}]}");
+    int64_t jp = 0, jr = 0;
+    int sp = plain ? hx_job_submit(&cl, plain, &jp, NULL) : 0;
+    int sr = run ? hx_job_submit(&cl, run, &jr, NULL) : 0;
+    free(plain);
+    free(run);
+    T_CHECK(sp == 201 && sr == 201, "submissions answered %d and %d", sp, sr);
+    /* Both jobs' host tasks, leased at their allocation, come in one poll
+     * or two. */
+    int got = 0;
+    for (int i = 0; i < 20 && got < 2; i++) {
+        snprintf(path, sizeof path, "/v1/workers/%lld/tasks?wait_ms=2000&ack=0", (long long)wid);
+        json_t *poll = NULL;
+        if (played_call(&cl, secret, "GET", path, NULL, 0, &poll) == 200)
+            got = (int)json_array_size(json_object_get(poll, "jobs"));
+        json_decref(poll);
+    }
+    T_CHECK(got == 2, "the played worker did not receive both jobs' tasks (%d)", got);
+    static const char seg[] = "\001\005\000\000\000hello";
+    struct { int64_t job; int process; long want; } cases[] = {
+        {jr, 0, 200}, {jr, 1, 200},
+        {jr, 2, 409},       /* past the computation's 2 processes */
+        {jp, 0, 409},       /* a plain computation starts no process */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "/v1/workers/%lld/logs?job=%lld&attempt=0&comp=0&process=%d",
+                 (long long)wid, (long long)cases[i].job, cases[i].process);
+        st = played_call(&cl, secret, "POST", path, seg, sizeof seg - 1, NULL);
+        T_CHECK(st == cases[i].want, "logs of job %lld process %d answered %ld, want %ld",
+                (long long)cases[i].job, cases[i].process, st, cases[i].want);
+    }
+    /* One segment of 512 KiB (its header makes the body 5 bytes more). */
+    size_t big = (size_t)512 << 10;
+    char *body = calloc(1, big + 5);
+    T_CHECK(body != NULL, "oom");
+    body[0] = 1;
+    body[1] = (char)(big & 0xff);
+    body[2] = (char)((big >> 8) & 0xff);
+    body[3] = (char)((big >> 16) & 0xff);
+    snprintf(path, sizeof path, "/v1/workers/%lld/logs?job=%lld&attempt=0&comp=0&process=0",
+             (long long)wid, (long long)jr);
+    st = played_call(&cl, secret, "POST", path, body, big + 5, NULL);
+    free(body);
+    T_CHECK(st == 413, "a log upload over 512 KiB answered %ld, want 413", st);
+    /* Nothing left for a drain to wait on: the jobs end, the worker goes. */
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)(i ? jr : jp));
+        played_call(&cl, secret, "DELETE", path, NULL, 0, NULL);
+    }
+    snprintf(path, sizeof path, "/v1/workers/%lld", (long long)wid);
+    played_call(&cl, secret, "DELETE", path, NULL, 0, NULL);
+    hx_client_cleanup(&cl);
+    T_CHECK(hx_cluster_stop(&c2) == 0, "atolld did not exit cleanly");
+}
+
 /* GET path on url into *out (new reference); 0 or -1. */
 static int get_json_at(const char *url, const char *path, json_t **out)
 {
@@ -707,6 +808,7 @@ int main(void)
         cmocka_unit_test_teardown(test_logs_follow, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_refusals, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_allow_run_off, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_log_uploads_bounded, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_worker_killed, itest_cancel_leftovers),
         cmocka_unit_test(test_controller_restart),
     };
