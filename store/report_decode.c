@@ -123,6 +123,77 @@ int report_output_count(const char *name, size_t n, int nshards, err_t *e)
                    " got %zu", field, nshards, n);
 }
 
+/* Output `name` (len bytes) of the report, or NULL. */
+static const report_prep_out_t *out_named(const report_prep_out_t *out, int nout,
+                                          const char *name, size_t len)
+{
+    for (int i = 0; i < nout; i++)
+        if (strlen(out[i].name) == len && memcmp(out[i].name, name, len) == 0)
+            return &out[i];
+    return NULL;
+}
+
+/* Whether every tensor of o has the shape written in dims (dims_len
+ * bytes: decimal dims joined by ','; empty for a scalar). Sets *bad to the
+ * first tensor that does not. */
+static int out_shapes_are(const report_prep_out_t *o, const char *dims, size_t dims_len,
+                          int *bad)
+{
+    shape_t want = {0};
+    for (size_t i = 0; i < dims_len; want.rank++) {
+        if (want.rank == TENSOR_MAX_RANK)
+            return 0;
+        int64_t d = 0;
+        for (; i < dims_len && dims[i] != ','; i++)
+            d = d * 10 + (dims[i] - '0');
+        want.dim[want.rank] = d;
+        i += i < dims_len;                   /* the ',' */
+    }
+    for (*bad = 0; *bad < o->n; (*bad)++) {
+        const shape_t *got = &o->t[*bad].shape;
+        if (got->rank != want.rank || memcmp(got->dim, want.dim, sizeof *got->dim * (size_t)got->rank))
+            return 0;
+    }
+    return 1;
+}
+
+int report_outputs_check(const char *sig, const report_prep_out_t *out, int nout, err_t *e)
+{
+    if (!sig)
+        return 0;
+    int nsig = 0;
+    for (const char *q = sig; *q; nsig++) {
+        const char *colon = strchr(q, ':'), *end = colon ? strchr(colon, ';') : NULL;
+        if (!end)
+            return err_set(e, 500, NULL, "the computation's outputs do not read back");
+        const report_prep_out_t *o = out_named(out, nout, q, (size_t)(colon - q));
+        int bad = 0;
+        if (!o)
+            return err_set(e, 400, "outputs", "output '%.*s' of the computation is missing",
+                           (int)(colon - q), q);
+        if (strncmp(colon + 1, "?;", 2) != 0 &&
+            !out_shapes_are(o, colon + 1, (size_t)(end - colon - 1), &bad)) {
+            char field[96];
+            snprintf(field, sizeof field, "outputs.%.60s[%d].shape", o->name, bad);
+            return err_set(e, 400, field, "%s is not the shape the computation makes ([%.*s]"
+                           " on every shard)", field, (int)(end - colon - 1), colon + 1);
+        }
+        q = end + 1;
+    }
+    for (int i = 0; nsig != nout && i < nout; i++) {
+        size_t len = strlen(out[i].name);
+        int known = 0;
+        for (const char *q = sig; *q && !known; q = strchr(q, ';') + 1)
+            known = strncmp(q, out[i].name, len) == 0 && q[len] == ':';
+        if (!known) {
+            char field[80];
+            snprintf(field, sizeof field, "outputs.%.60s", out[i].name);
+            return err_set(e, 400, field, "%s is not an output of the computation", field);
+        }
+    }
+    return 0;
+}
+
 static void report_output_clear(report_output_t *out)
 {
     free(out->values);

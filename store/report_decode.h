@@ -61,6 +61,15 @@ typedef struct report_prep_out {
     char (*tail)[REPORT_TAIL_MAX]; /* owned, n of them */
 } report_prep_out_t;
 
+/* 0 when a succeeded report's outputs out[0..nout) are exactly those of
+ * its computation, `sig` (schema/031_comp_outputs.sql: "name:d0,d1;" per
+ * output; NULL: not known, nothing checked): each name once, none other,
+ * each tensor of the shape written there ("?": any). Else -1 with e set:
+ * 400 naming `outputs` (one missing), `outputs.NAME` (not the
+ * computation's) or `outputs.NAME[I].shape`; 500 when sig is not of that
+ * form. */
+int report_outputs_check(const char *sig, const report_prep_out_t *out, int nout, err_t *e);
+
 /* A report checked and decoded as far as it can be without the store:
  * everything but the checks against its host task (fencing, the tensor
  * count per shard). Prepared by the thread that received it, so that the

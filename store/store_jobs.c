@@ -90,6 +90,31 @@ static int idem_lookup(store_t *st, const store_job_new_t *nj, int64_t *id)
     return rc;
 }
 
+/* What a succeeded report of c must carry (schema/031_comp_outputs.sql):
+ * "name:d0,d1;" per output in order, each shard's shape ("name:?;" when
+ * only a run computation's program knows it). malloc'd (the caller
+ * frees), or NULL when out of memory. */
+static char *comp_outputs_text(const comp_t *c)
+{
+    /* Each output at most a name, ':', TENSOR_MAX_RANK dims of 20 digits
+     * and their commas, ';'. */
+    size_t cap = (size_t)c->noutputs * (NAME_MAX_LEN + 2 + TENSOR_MAX_RANK * 21) + 1, len = 0;
+    char *t = malloc(cap);
+    if (!t)
+        return NULL;
+    t[0] = '\0';
+    for (int i = 0; i < c->noutputs; i++) {
+        const shape_t *sh = &c->vshapes[c->outputs[i]];
+        len = util_appendf(t, len, cap, "%s:", c->vnames[c->outputs[i]]);
+        if (sh->rank < 0)
+            len = util_appendf(t, len, cap, "?");
+        for (int d = 0; d < sh->rank; d++)
+            len = util_appendf(t, len, cap, d ? ",%lld" : "%lld", (long long)sh->dim[d]);
+        len = util_appendf(t, len, cap, ";");
+    }
+    return t;
+}
+
 /* STORE_FULL when the tenant already has max_queued jobs queued. Counts at
  * most max_queued index entries (the partial index of migration 008). */
 static int queue_full(store_t *st, const store_job_new_t *nj)
@@ -121,7 +146,7 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
     static const char doc_sql[] = "INSERT INTO job_docs(job_id, doc) VALUES (?, ?)";
     static const char comp_sql[] =
         "INSERT INTO computations(job_id, idx, name, slice, state, shards_total, producers,"
-        " deps_left) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6))";
+        " deps_left, outputs) VALUES (?, ?, ?, ?, 'waiting', ?, ?, json_array_length(?6), ?)";
     if (store_begin(st) != 0)
         return STORE_ERR;
     /* A replay answers its job even when the queue is full now. */
@@ -168,6 +193,10 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
         char producers[JOB_PRODUCERS_TEXT];
         comp_producers_text(c, producers, sizeof producers);
         sqlite3_bind_text(s, 6, producers, -1, SQLITE_TRANSIENT);
+        char *outputs = comp_outputs_text(c);
+        if (!outputs)
+            goto fail;
+        sqlite3_bind_text(s, 7, outputs, -1, free);
         if (store_step_done(s) != 0)
             goto fail;
     }

@@ -109,7 +109,8 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
     int64_t task = p->task;
     static const char read_sql[] =
         "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
-        " j.state, j.attempt, j.shared FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " j.state, j.attempt, j.shared, c.outputs FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " JOIN computations c ON c.job_id = t.job_id AND c.idx = t.comp_idx"
         " WHERE t.id = ?1 AND t.worker_id = ?2 AND t.state = 'leased'";
     static const char mark_sql[] =
         "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
@@ -134,17 +135,21 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
         if (task_shards(r, (const char *)sqlite3_column_text(s, 5)) == 0 &&
             (r->devices_txt = strdup(dev ? dev : "[]")))
             rc = STORE_OK;
+        /* The last refusals, before the first write (a live attempt's
+         * success only: a stale report's outputs are not kept): outputs
+         * that are not one tensor per shard of the task, or not the
+         * computation's (names, each shard's shape). */
+        int check = rc == STORE_OK && task_row_live(r) && strcmp(p->state, "succeeded") == 0;
+        for (int i = 0; check && rc == STORE_OK && i < p->nout; i++)
+            if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
+                rc = STORE_ERR;
+        if (check && rc == STORE_OK &&
+            report_outputs_check((const char *)sqlite3_column_text(s, 10), p->out, p->nout, e))
+            rc = STORE_ERR;
     }
     sqlite3_reset(s);
     if (step == SQLITE_DONE)
         return task_refusal(st, task);
-    /* The last refusal, before the first write: outputs that are not one
-     * tensor per shard of the task (a live attempt's success only: a
-     * stale report's outputs are not kept). */
-    for (int i = 0; rc == STORE_OK && task_row_live(r) && strcmp(p->state, "succeeded") == 0 &&
-                    i < p->nout; i++)
-        if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
-            rc = STORE_ERR;
     if (rc == STORE_OK && (s = store_stmt(st, mark_sql))) {
         sqlite3_bind_int64(s, 1, task);
         sqlite3_bind_text(s, 2, p->state, -1, SQLITE_STATIC);

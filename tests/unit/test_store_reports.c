@@ -367,6 +367,38 @@ static int64_t report_both(fixture_t *f, const char *second)
     return job;
 }
 
+/* A success must carry exactly its computation's outputs (each shard's
+ * shape as compiled): another name, one missing, an extra one or another
+ * shape is refused (400) and writes nothing, so the same task's right
+ * report after them is taken. */
+static void test_outputs_must_be_the_computations(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    int64_t job = two_task_job(f, task);
+    static const char *const outs[] = {
+        "{\"y\":[{\"shape\":[4],\"sum\":6}]}",                                   /* renamed */
+        "{}",                                                                    /* none */
+        "{\"x\":[{\"shape\":[4],\"sum\":6}],\"y\":[{\"shape\":[4],\"sum\":6}]}", /* extra */
+        "{\"x\":[{\"shape\":[7],\"sum\":6}]}",                                   /* shape */
+        "{\"x\":[{\"shape\":[],\"sum\":6}]}",                                    /* rank */
+        "{\"x\":[{\"shape\":[4],\"sum\":6}]}",                                   /* right */
+    };
+    char body[2048];
+    size_t len = (size_t)snprintf(body, sizeof body, "{\"reports\":[");
+    for (int i = 0; i < 6; i++)
+        len += (size_t)snprintf(body + len, sizeof body - len, "%s{\"task\":%lld,\"state\":"
+                                "\"succeeded\",\"outputs\":%s}", i ? "," : "",
+                                (long long)task[0], outs[i]);
+    snprintf(body + len, sizeof body - len, "]}");
+    int status[8] = {0};
+    apply_batch(f, body, status);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(status[i], 400);
+    assert_int_equal(status[5], 200);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 1);
+}
+
 /* A computation's host tasks reported in one transaction: it succeeds. */
 static void test_batch_completes_computation(void **state)
 {
@@ -453,6 +485,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_acc_sums, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_acc_outputs_and_comps, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_success_cost_flat_in_unfed, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_outputs_must_be_the_computations, setup,
+                                        support_store_teardown),
         cmocka_unit_test_setup_teardown(test_batch_completes_computation, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_batch_ends_job, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_requeue_after_success, setup, support_store_teardown),
