@@ -59,6 +59,7 @@ struct store {
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
     sqlite3_stmt *stmt[STORE_STMT_CACHE];
+    void *outputs_cache;        /* store_progress.c's (store_outputs_cache): one block */
 };
 
 extern const char *const store_migrations[];
@@ -107,7 +108,15 @@ static void store_close(store_t *st)
     sqlite3_close(st->db);      /* rolls back a transaction left open */
     if (st->holds_write)
         pthread_mutex_unlock(&store_write_mu);
+    free(st->outputs_cache);
     free(st);
+}
+
+void *store_outputs_cache(store_t *st, size_t size)
+{
+    if (!st->outputs_cache)
+        st->outputs_cache = calloc(1, size);
+    return st->outputs_cache;
 }
 
 static void store_key_destroy(void *p) { store_close(p); }

@@ -170,4 +170,10 @@ void store_buf_printf(store_buf_t *b, const char *fmt, ...) __attribute__((forma
 /* Appends n bytes of s (no NUL needed). */
 void store_buf_put(store_buf_t *b, const char *s, size_t n);
 
+/* The connection's cache of computations' outputs (store_progress.c):
+ * `size` zeroed bytes on first use, the same block afterwards (it belongs
+ * to this connection's database), freed with the connection; NULL when
+ * out of memory. */
+void *store_outputs_cache(store_t *st, size_t size);
+
 #endif

@@ -90,6 +90,54 @@ static int task_refusal(store_t *st, int64_t task)
     return found ? STORE_CONFLICT : STORE_NOTFOUND;
 }
 
+/* Computations' outputs (schema/031_comp_outputs.sql), by (job, comp): a
+ * computation's never change once written with it (store_job_create), and
+ * job ids are never reused (no job row is deleted), so the applier reads
+ * each once, not once per report (a 4-worker gang reports each of its
+ * computations 4 times; the read cost ~9K instructions a report as a
+ * join). Per connection (store_outputs_cache: a cache belongs to one
+ * database), direct-mapped; a text longer than an entry, or no cache (out
+ * of memory), is read every time. */
+#define SIG_CACHE 64
+#define SIG_CACHE_TEXT 240
+typedef struct sig_entry {
+    int64_t job;                /* 0: empty */
+    int comp;
+    int null;                   /* no outputs recorded (a computation from before 031) */
+    char text[SIG_CACHE_TEXT];
+} sig_entry_t;
+
+/* Checks a success's outputs against those of computation comp of job
+ * (report_outputs_check): STORE_OK, or STORE_ERR with e set (400: refused;
+ * e unset: a store error). */
+static int comp_outputs_check(store_t *st, int64_t job, int comp, const report_prep_t *p,
+                              err_t *e)
+{
+    static const char sql[] = "SELECT outputs FROM computations WHERE job_id = ?1 AND idx = ?2";
+    sig_entry_t *cache = store_outputs_cache(st, sizeof *cache * SIG_CACHE), none = {0};
+    sig_entry_t *c = cache ? &cache[(uint64_t)(job * 31 + comp) % SIG_CACHE] : &none;
+    if (c->job == job && c->comp == comp)
+        return report_outputs_check(c->null ? NULL : c->text, p->out, p->nout, e) == 0
+                   ? STORE_OK : STORE_ERR;
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, comp);
+    int rc = STORE_ERR;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(s, 0);
+        size_t n = t ? strlen(t) : 0;
+        if (n < SIG_CACHE_TEXT) {
+            *c = (sig_entry_t){job, comp, t == NULL, ""};
+            memcpy(c->text, t ? t : "", n + 1);
+        }
+        rc = report_outputs_check(t, p->out, p->nout, e) == 0 ? STORE_OK : STORE_ERR;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
 /* Fencing and marking: the task leaves 'leased' for `state` (with the
  * report's times and error) only while it is leased to `worker`, once; a
  * worker whose lease expired is gone (its tasks were cancelled when it was
@@ -109,8 +157,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
     int64_t task = p->task;
     static const char read_sql[] =
         "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
-        " j.state, j.attempt, j.shared, c.outputs FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        " JOIN computations c ON c.job_id = t.job_id AND c.idx = t.comp_idx"
+        " j.state, j.attempt, j.shared FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " WHERE t.id = ?1 AND t.worker_id = ?2 AND t.state = 'leased'";
     static const char mark_sql[] =
         "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
@@ -135,19 +182,19 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
         if (task_shards(r, (const char *)sqlite3_column_text(s, 5)) == 0 &&
             (r->devices_txt = strdup(dev ? dev : "[]")))
             rc = STORE_OK;
-        /* The last refusals, before the first write (a live attempt's
-         * success only: a stale report's outputs are not kept): outputs
-         * that are not one tensor per shard of the task, or not the
-         * computation's (names, each shard's shape). */
-        int check = rc == STORE_OK && task_row_live(r) && strcmp(p->state, "succeeded") == 0;
-        for (int i = 0; check && rc == STORE_OK && i < p->nout; i++)
-            if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
-                rc = STORE_ERR;
-        if (check && rc == STORE_OK &&
-            report_outputs_check((const char *)sqlite3_column_text(s, 10), p->out, p->nout, e))
-            rc = STORE_ERR;
     }
     sqlite3_reset(s);
+    /* The last refusals, before the first write (a live attempt's success
+     * only: a stale report's outputs are not kept): outputs that are not
+     * one tensor per shard of the task, or not the computation's (names,
+     * each shard's shape). */
+    int check = step == SQLITE_ROW && rc == STORE_OK && task_row_live(r) &&
+                strcmp(p->state, "succeeded") == 0;
+    for (int i = 0; check && rc == STORE_OK && i < p->nout; i++)
+        if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
+            rc = STORE_ERR;
+    if (check && rc == STORE_OK)
+        rc = comp_outputs_check(st, r->job, (int)r->comp, p, e);
     if (step == SQLITE_DONE)
         return task_refusal(st, task);
     if (rc == STORE_OK && (s = store_stmt(st, mark_sql))) {
