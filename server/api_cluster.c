@@ -290,11 +290,10 @@ static size_t metrics_http(char *buf, size_t len, size_t cap)
  * the families of each layer; the scheduler's come through its hook. */
 void api_metrics(http_req_t *req, http_resp_t *resp)
 {
-    (void)req;
     store_t *st = api_store(resp);
     if (!st)
         return;
-    char *text = store_metrics_text(st);
+    char *text = store_metrics_text(st, req->tenant);
     if (!text) {
         http_problem(resp, 500, NULL, "could not build metrics");
         return;

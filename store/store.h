@@ -323,8 +323,9 @@ json_t *store_workers_json(store_t *st, int64_t lease_us);
 /* Host tasks handed to live workers (heartbeat within lease_us) and not
  * reported yet; -1 on error. */
 int64_t store_tasks_leased(store_t *st, int64_t lease_us);
-/* Appends Prometheus text to a malloc'd buffer; NULL on error. */
-char *store_metrics_text(store_t *st);
+/* Appends Prometheus text to a malloc'd buffer; NULL on error. For a
+ * tenant's caller (tenant > 0) the per-tenant series hold its own only. */
+char *store_metrics_text(store_t *st, int64_t tenant);
 
 /* ---- worker protocol (store_worker.c: membership; store_poll.c: store_worker_poll;
  *      store_progress.c: store_worker_report, store_worker_report_batch) ---- */

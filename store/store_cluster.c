@@ -377,15 +377,19 @@ static int metrics_admission(store_t *st, store_buf_t *b)
 }
 
 /* Device time by tenant since the store began (tenant_usage), a counter
- * per tenant; jobs without a tenant count under tenant="". */
-static int metrics_tenant_usage(store_t *st, store_buf_t *b)
+ * per tenant; jobs without a tenant count under tenant="". A tenant's
+ * caller (tenant > 0) gets its own counter only: tenants see no other
+ * tenant's figures (DESIGN Part D, as /v1/stats/tenants). */
+static int metrics_tenant_usage(store_t *st, store_buf_t *b, int64_t tenant)
 {
     static const char sql[] =
         "SELECT COALESCE(t.name, ''), u.device_us FROM tenant_usage u"
-        " LEFT JOIN tenants t ON t.id = u.tenant_id ORDER BY u.tenant_id";
+        " LEFT JOIN tenants t ON t.id = u.tenant_id WHERE ?1 = 0 OR u.tenant_id = ?1"
+        " ORDER BY u.tenant_id";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
+    sqlite3_bind_int64(s, 1, tenant);
     store_buf_printf(b, "# HELP atoll_tenant_device_seconds_total Device time of each tenant's"
                         " computations (busy devices x seconds, from the workers' reports).\n"
                         "# TYPE atoll_tenant_device_seconds_total counter\n");
@@ -396,7 +400,7 @@ static int metrics_tenant_usage(store_t *st, store_buf_t *b)
     return 0;
 }
 
-char *store_metrics_text(store_t *st)
+char *store_metrics_text(store_t *st, int64_t tenant)
 {
     static const char jobs_sql[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
     static const char dev_sql[] =
@@ -445,7 +449,7 @@ char *store_metrics_text(store_t *st)
                          (double)(now - sqlite3_column_int64(s, 1)) / 1e6);
     sqlite3_reset(s);
     if (metrics_worker_store(st, &b) != 0 || metrics_admission(st, &b) != 0 ||
-        metrics_tenant_usage(st, &b) != 0)
+        metrics_tenant_usage(st, &b, tenant) != 0)
         goto fail;
     if (b.failed)
         goto fail;

@@ -461,6 +461,15 @@ static double tenant_seconds(const json_t *stats, const char *name, int64_t *sha
     return v;
 }
 
+/* How many atoll_tenant_device_seconds_total series a /metrics text has. */
+static int count_series(const char *text)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, "atoll_tenant_device_seconds_total{")); p++)
+        n++;
+    return n;
+}
+
 static void test_tenant_device_time(void **state)
 {
     (void)state;
@@ -491,8 +500,19 @@ static void test_tenant_device_time(void **state)
         if (line)
             metric = strtod(strchr(line, ' ') + 1, NULL);
     }
+    int series_all = r.body ? count_series(r.body) : -1;
+    hx_resp_clear(&r);
+    /* Erin's /metrics: her own counter, no other tenant's. */
+    int series_mine = -1, own = 0;
+    if (hx_request(&erin_cl, "GET", "/metrics", NULL, 0, &r) == 0 && r.body) {
+        series_mine = count_series(r.body);
+        own = strstr(r.body, "atoll_tenant_device_seconds_total{tenant=\"erin\"} ") != NULL;
+    }
     hx_resp_clear(&r);
     hx_client_cleanup(&erin_cl);
+    T_CHECK(series_all >= 2 && series_mine == 1 && own,
+            "/metrics tenant series: %d for the admin, %d (own %d) for erin: she must see her"
+            " own only", series_all, series_mine, own);
     /* 4 devices x 0.3 s of compute at least; generous above (a loaded box). */
     T_CHECK(secs >= 1.2 && secs < 30 && share == 4 && seen_all,
             "erin's device time %.3f s (share %" PRId64 ", %d rows), expected >= 1.2 s",
