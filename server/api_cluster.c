@@ -203,11 +203,14 @@ static size_t metrics_store(char *buf, size_t len, size_t cap)
                         (unsigned long)kicks, (unsigned long)mem, (unsigned long)file);
 }
 
-/* The workers' data-plane drop counters (summed from their heartbeats). */
+/* The workers' data-plane drop counters (summed from their heartbeats);
+ * none when they cannot be read (a counter must not read as zero then:
+ * Prometheus would take it for a reset). */
 static size_t metrics_dplane(store_t *st, char *buf, size_t len, size_t cap)
 {
     int64_t dp[STORE_DPLANE_TOTALS] = {0};
-    store_dplane_totals(st, dp);
+    if (store_dplane_totals(st, dp) != 0)
+        return len;
     return util_appendf(buf, len, cap,
                         "# HELP atoll_dplane_dropped_frames_total Data-plane frames workers"
                         " dropped (not for a task of theirs, over the unclaimed cap, expired).\n"

@@ -345,6 +345,11 @@ static int ucx_address_ok(const json_t *body, const char **out, http_resp_t *res
     return 1;
 }
 
+/* One registration at a time: the data_addr check and the insert are one
+ * step (atolld is the store's only writer, and every registration comes
+ * here), so two workers racing for one address cannot both get it. */
+static pthread_mutex_t register_mu = PTHREAD_MUTEX_INITIALIZER;
+
 void api_worker_register(http_req_t *req, http_resp_t *resp)
 {
     static const char *const allowed[] = {"island", "devices", "backend", "data_addr", "host",
@@ -403,8 +408,19 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
     }
     worker_secret_hash(secret, secret_hash);
     reg.secret_hash = secret_hash;
-    int rc = store_worker_register(st, &reg, api_cfg.lease_us, &out);
+    int64_t holder = 0;
+    pthread_mutex_lock(&register_mu);
+    int rc = store_worker_addr_holder(st, reg.data_addr, &holder);
     if (rc == STORE_NOTFOUND)
+        rc = store_worker_register(st, &reg, api_cfg.lease_us, &out);
+    else if (rc == STORE_OK)
+        rc = STORE_CONFLICT;
+    pthread_mutex_unlock(&register_mu);
+    if (rc == STORE_CONFLICT)
+        http_problem(resp, 409, "data_addr", "data_addr %s is held by live worker %lld (a "
+                     "worker restarted there registers once that one left or its lease "
+                     "expired)", reg.data_addr, (long long)holder);
+    else if (rc == STORE_NOTFOUND)
         http_problem(resp, 404, "island", "no island named '%s'", reg.island);
     else if (rc == STORE_FULL)
         http_problem(resp, 409, "devices", "island %s has no free block of %d devices",
@@ -448,12 +464,19 @@ int64_t api_worker_caller(http_req_t *req, http_resp_t *resp, store_t **st)
 }
 
 /* The heartbeat body's figures: each group an optional object of
- * non-negative integers (an absent member is 0). */
+ * integers 0..HB_FIGURE_MAX (an absent member is 0), members named below
+ * and no others. */
 typedef struct hb_group {
     const char *name;               /* "store" */
     const char *members[6];         /* NULL-terminated */
     size_t offsets[6];              /* of each member's field in worker_stats_t */
 } hb_group_t;
+
+/* A figure at most: exact in a double (JSON readers, Prometheus), and the
+ * dplane figures of every worker ever registered are summed for /metrics
+ * (store_dplane_totals), where one worker's INT64_MAX overflowed the sum
+ * and blanked every total. */
+#define HB_FIGURE_MAX (((int64_t)1 << 53) - 1)
 
 #define HB_OFF(f) offsetof(worker_stats_t, f)
 static const hb_group_t hb_groups[] = {
@@ -465,26 +488,38 @@ static const hb_group_t hb_groups[] = {
 };
 #define HB_NGROUPS (sizeof hb_groups / sizeof hb_groups[0])
 
-/* Reads one group into ws. 0, or -1 with a 400 answered naming the field. */
+/* Reads one group into ws. 0, or -1 with a 400 answered naming the field
+ * ("store", "store.a"); ws is the caller's scratch, written to the store
+ * only when the whole body passed. */
 static int heartbeat_group(const hb_group_t *g, json_t *obj, http_resp_t *resp,
                            worker_stats_t *ws)
 {
-    size_t n = 0;
-    while (n < 6 && g->members[n])
-        n++;
-    if (!json_is_object(obj) || json_object_size(obj) > n) {
-        http_problem(resp, 400, g->name, "%s is an object of %zu counters", g->name, n);
+    char field[64];
+    if (!json_is_object(obj)) {
+        http_problem(resp, 400, g->name, "%s must be an object of counters", g->name);
         return -1;
     }
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_object_get(obj, g->members[i]);
-        if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
-            char field[64];
-            snprintf(field, sizeof field, "%s.%s", g->name, g->members[i]);
-            http_problem(resp, 400, field, "%s must be a non-negative integer", field);
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        size_t i = 0;
+        while (g->members[i] && strcmp(key, g->members[i]) != 0)
+            i++;
+        snprintf(field, sizeof field, "%s.%.40s", g->name, key);
+        if (!g->members[i]) {
+            http_problem(resp, 400, field, "unknown field '%s'", field);
             return -1;
         }
-        *(int64_t *)((char *)ws + g->offsets[i]) = v ? json_integer_value(v) : 0;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > HB_FIGURE_MAX) {
+            http_problem(resp, 400, field, "%s must be an integer 0..%lld", field,
+                         (long long)HB_FIGURE_MAX);
+            return -1;
+        }
+    }
+    for (size_t i = 0; g->members[i]; i++) {
+        json_t *m = json_object_get(obj, g->members[i]);
+        *(int64_t *)((char *)ws + g->offsets[i]) = m ? json_integer_value(m) : 0;
     }
     return 0;
 }
@@ -660,6 +695,41 @@ static void report_effects(int effects)
         http_wake();
 }
 
+/* The detail of a report refused because the task is not this worker's
+ * (status 404: no such task; 409: not leased to it), for both report
+ * routes; into buf. */
+static const char *report_refusal(int status, int64_t task, int64_t worker, char *buf,
+                                  size_t cap)
+{
+    if (status == 404)
+        snprintf(buf, cap, "no task %lld", (long long)task);
+    else
+        snprintf(buf, cap, "task %lld is not leased to worker %lld (already reported or "
+                 "reassigned)", (long long)task, (long long)worker);
+    return buf;
+}
+
+/* Gives each refused item of a batch's results that lacks one a
+ * "detail": the store answers a task that is not the worker's (404, 409)
+ * by its status alone, and the protocol promises every refusal a detail. */
+static void report_results_detail(json_t *results, int64_t worker)
+{
+    size_t i;
+    json_t *r;
+    char why[160];
+    json_array_foreach(results, i, r) {
+        json_int_t status = json_integer_value(json_object_get(r, "status"));
+        json_int_t task = json_integer_value(json_object_get(r, "task"));
+        if (status == 200 || json_object_get(r, "detail"))
+            continue;
+        json_object_set_new(r, "detail",
+                            status == 404 || status == 409
+                                ? json_string(report_refusal((int)status, task, worker, why,
+                                                             sizeof why))
+                                : json_sprintf("refused (%lld)", (long long)status));
+    }
+}
+
 /* POST /v1/workers/:id/tasks/:task, one report. The worker is
  * authenticated before its body is read: nobody else's text costs the
  * controller a decode. */
@@ -688,11 +758,10 @@ void api_worker_report(http_req_t *req, http_resp_t *resp)
     atomic_fetch_add(&report_requests, 1);
     atomic_fetch_add(&report_items, 1);
     int rc = store_worker_report(st, id, &p, &effects, &e);
-    if (rc == STORE_NOTFOUND)
-        http_problem(resp, 404, "task", "no task %ld", (long)task);
-    else if (rc == STORE_CONFLICT)
-        http_problem(resp, 409, "task", "task %ld is not leased to worker %ld (already reported"
-                     " or reassigned)", (long)task, (long)id);
+    char why[160];
+    if (rc == STORE_NOTFOUND || rc == STORE_CONFLICT)
+        http_problem(resp, rc == STORE_NOTFOUND ? 404 : 409, "task", "%s",
+                     report_refusal(rc == STORE_NOTFOUND ? 404 : 409, task, id, why, sizeof why));
     else if (rc != STORE_OK && e.status >= 400 && e.status < 500)
         http_problem(resp, e.status, e.field, "%s", e.detail);
     else if (rc != STORE_OK)
@@ -734,6 +803,7 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, NULL, "reports could not be stored; retry");
     } else {
         report_effects(effects);
+        report_results_detail(results, id);
         http_json(resp, 200, json_pack("{s:o}", "results", results));
     }
     for (size_t i = 0; i < n; i++)

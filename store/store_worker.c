@@ -7,6 +7,7 @@
 #include "store_internal.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -192,18 +193,29 @@ int store_worker_set_stats(store_t *st, int64_t worker, const worker_stats_t *ws
 
 int store_dplane_totals(store_t *st, int64_t out[STORE_DPLANE_TOTALS])
 {
+    /* TOTAL, not SUM: SUM fails with "integer overflow" once the figures
+     * of all workers ever registered pass 2^63, and TOTAL (a double) cannot
+     * fail on any data. The API bounds each figure to 2^53 - 1 (exact in a
+     * double); a total past INT64_MAX reads as INT64_MAX. */
     static const char sql[] =
-        "SELECT COALESCE(SUM(dplane_dropped), 0), COALESCE(SUM(dplane_dropped_bytes), 0),"
-        " COALESCE(SUM(dplane_refused), 0), COALESCE(SUM(dplane_bad_frames), 0),"
-        " COALESCE(SUM(dplane_bad_key), 0) FROM workers";
+        "SELECT TOTAL(dplane_dropped), TOTAL(dplane_dropped_bytes), TOTAL(dplane_refused),"
+        " TOTAL(dplane_bad_frames), TOTAL(dplane_bad_key) FROM workers";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
-    int ok = sqlite3_step(s) == SQLITE_ROW;
-    for (int i = 0; i < STORE_DPLANE_TOTALS; i++)
-        out[i] = ok ? sqlite3_column_int64(s, i) : 0;
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        /* out is left as the caller had it: a failed read is not zeros. */
+        log_warn("store: data-plane totals not read: %s", sqlite3_errmsg(store_db(st)));
+        sqlite3_reset(s);
+        return -1;
+    }
+    for (int i = 0; i < STORE_DPLANE_TOTALS; i++) {
+        double v = sqlite3_column_double(s, i);
+        out[i] = v >= 9223372036854775808.0 ? INT64_MAX : v > 0 ? (int64_t)v : 0;
+    }
     sqlite3_reset(s);
-    return ok ? 0 : -1;
+    return 0;
 }
 
 int store_worker_leave(store_t *st, int64_t worker)
@@ -287,10 +299,31 @@ int store_worker_secret(store_t *st, int64_t worker, char hash[65], int *live)
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
 }
 
+int store_worker_addr_holder(store_t *st, const char *data_addr, int64_t *holder)
+{
+    /* Live, not "heartbeat within the lease": a worker whose lease ran out
+     * stays live until the scheduler's next expiry pass declares it lost
+     * (store_sched_expire, within one scheduler tick), and a renewal of
+     * it may still be stored until then. */
+    static const char sql[] =
+        "SELECT id FROM workers WHERE data_addr = ? AND state = 'live' ORDER BY id LIMIT 1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_text(s, 1, data_addr, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        *holder = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
+}
+
 int store_worker_peer(store_t *st, const char *data_addr, int64_t *peer, char **ucx_address)
 {
-    /* The newest live worker at that address: a worker that restarted on
-     * the same port registered again under a new id. */
+    /* The newest live worker at that address. Registration refuses an
+     * address a live worker holds (api_worker.c), so there is one; rows
+     * from before that rule may hold two, and a restarted worker's is the
+     * newer. */
     static const char sql[] =
         "SELECT id, ucx_address FROM workers WHERE data_addr = ? AND state = 'live'"
         " AND ucx_address IS NOT NULL ORDER BY id DESC LIMIT 1";

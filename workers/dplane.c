@@ -9,21 +9,23 @@
  * (UCX 1.13's own client-server listener aborts the process on junk at its
  * port: tested, so it is not used.) The progress thread answers
  * (dp_addr_answer); a sender resolves a peer's address once, outside every
- * lock, and makes its endpoint (peer_ep). Why a directory: the 511 peers of
- * a 512-process collective's root all asked the root's port at once while
- * its progress thread was busy wiring them up (2 cores), and every fetch
- * timed out (bench_scale 512).
+ * lock, and makes its endpoint (peer_ep), asking the port again later to
+ * find a peer that restarted (below, "Peers that restart"). Why a
+ * directory: the 511 peers of a 512-process collective's root all asked
+ * the root's port at once while its progress thread was busy wiring them
+ * up (2 cores), and every fetch timed out (bench_scale 512).
  *
- * Endpoints that fail (peer gone, connection reset) are closed by the
- * progress thread (dp->closing); a sender whose endpoint failed makes a new
- * one once. Peer entries live until dplane_stop(); an endpoint is made by
+ * Endpoints that fail (peer gone, connection reset, a port that serves
+ * another process's address) are closed by the progress thread
+ * (dp->closing); a sender whose endpoint failed makes a new one once.
+ * Peer entries live until dplane_stop(); an endpoint is made or checked by
  * one sender at a time (the peer's mu).
  *
  * Sends (runner threads): dplane_send() blocks until UCX no longer needs
- * the payload, probing a silent peer's data_addr every second; a send to
- * a dead peer, or one past DPLANE_SEND_TIMEOUT_US, closes its endpoint and
- * is given up on (its send_wait then belongs to the completion callback or
- * to dplane_free(); see struct send_wait). */
+ * the payload, asking a silent peer's data_addr every second; a send to a
+ * dead or restarted peer, or one past DPLANE_SEND_TIMEOUT_US, closes its
+ * endpoint and is given up on (its send_wait then belongs to the
+ * completion callback or to dplane_free(); see struct send_wait). */
 #include "dplane.h"
 
 #include <arpa/inet.h>
@@ -209,25 +211,34 @@ static int read_full(int fd, void *buf, size_t n)
     return 0;
 }
 
-/* Asks the peer at addr for its UCX worker address (malloc'd, *len
- * bytes; caller frees). NULL when it cannot be reached or its answer is
- * not one (magic, size checked before anything is allocated). */
-static void *fetch_peer_address(const char *addr, size_t *len)
+/* Asks the port at addr for the UCX worker address it serves (malloc'd,
+ * *len bytes; caller frees), within timeout_ms for the connect and as much
+ * again for the answer. NULL when there is none: then *gone says whether
+ * nobody listens there (refused, unreachable: a dead peer) rather than
+ * that the answer did not come in time or was not one (magic, size checked
+ * before anything is allocated). */
+static void *port_fetch(const char *addr, int timeout_ms, size_t *len, int *gone)
 {
     struct sockaddr_in sa;
+    *gone = 0;
     if (resolve(addr, 0, &sa) != 0)
         return NULL;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return NULL;
-    struct timeval tv = {DPLANE_FETCH_TIMEOUT_MS / 1000, (DPLANE_FETCH_TIMEOUT_MS % 1000) * 1000};
+        return NULL;               /* our own trouble says nothing of the peer */
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);   /* bounds connect() */
     uint8_t hdr[8], *buf = NULL;
     uint32_t n = 0;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || read_full(fd, hdr, 8) != 0 ||
-        dp_get_u32(hdr) != DPLANE_ADDR_MAGIC || (n = dp_get_u32(hdr + 4)) == 0 ||
-        n > DPLANE_UCX_ADDR_MAX || !(buf = malloc(n)) || read_full(fd, buf, n) != 0) {
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        *gone = errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH;
+        close(fd);
+        return NULL;
+    }
+    if (read_full(fd, hdr, 8) != 0 || dp_get_u32(hdr) != DPLANE_ADDR_MAGIC ||
+        (n = dp_get_u32(hdr + 4)) == 0 || n > DPLANE_UCX_ADDR_MAX || !(buf = malloc(n)) ||
+        read_full(fd, buf, n) != 0) {
         free(buf);
         close(fd);
         return NULL;
@@ -237,13 +248,143 @@ static void *fetch_peer_address(const char *addr, size_t *len)
     return buf;
 }
 
-/* The endpoint to addr, made when missing (worker address fetched from
- * addr, outside dp->mu); NULL when addr cannot be reached or UCX refuses.
- * Entries live until dplane_stop(). */
+/* The resolver when the owner set none: the peer's own port. */
+static void *fetch_peer_address(const char *addr, size_t *len)
+{
+    int gone;
+    return port_fetch(addr, DPLANE_FETCH_TIMEOUT_MS, len, &gone);
+}
+
+/* ---- peers that restart ----
+ *
+ * A worker restarted on the same data_addr (compose.yaml's fixed
+ * ATOLL_DATA_LISTEN with restart) is a new process with a new UCX address.
+ * An endpoint made from the old one reaches nobody, and not always
+ * visibly: over shared memory an eager send into the dead process's FIFO
+ * completes, and the message is lost. So each peer entry remembers the
+ * address its endpoint was made from and when that was last known to be
+ * the one at the peer's port (checked_us). A send after dp->recheck_us
+ * more asks the port first (peer_ep), and so does a send the peer has not
+ * taken for a second (send_wait): a different address drops the endpoint
+ * and the next one is made from what the port served (the directory may
+ * still name the old process until its lease runs out); a refused
+ * connection drops it too (the peer is dead); no answer in time keeps it
+ * (a live but busy process: a restarted one is idle and answers at
+ * once). Why a recheck_us below the time a peer takes to be replaced is
+ * enough: an address confirmed at time c was the live process's at c, so
+ * it died after c, and its successor gets tasks only once its lease ran
+ * out. */
+
+/* What a peer's port said of an endpoint to it: the same process (or no
+ * answer in time: a busy one), another process's address, nobody there;
+ * or the endpoint was dropped meanwhile (failed, or another sender found
+ * the peer changed): it is not the peer's endpoint any more either way. */
+enum { PEER_SAME, PEER_CHANGED, PEER_GONE, PEER_DROPPED };
+
+/* Records what the port of the peer entry at addr answered about ep (the
+ * endpoint the caller used): served (owned, taken; NULL when no answer) or
+ * gone. A changed address or a dead peer drops ep (closed by the progress
+ * thread); otherwise ep counts as confirmed now. */
+static int peer_served(dplane_t *dp, const char *addr, ucp_ep_h ep, void *served, size_t len,
+                       int gone)
+{
+    int rc = PEER_SAME;
+    pthread_mutex_lock(&dp->mu);
+    dp_peer_t *p = dp->peers;
+    while (p && strcmp(p->addr, addr) != 0)
+        p = p->next;
+    if (!p || p->ep != ep) {
+        rc = PEER_DROPPED;
+    } else if (gone || (served && (len != p->ucx_len || memcmp(served, p->ucx, len) != 0))) {
+        p->ep = NULL;
+        close_later_locked(dp, ep);
+        rc = gone ? PEER_GONE : PEER_CHANGED;
+        if (served) {
+            free(p->ucx);
+            p->ucx = served;
+            p->ucx_len = len;
+            p->served = 1;
+            p->no_rma = 0;             /* a new process: what it reads is learned again */
+            served = NULL;
+        }
+    } else {
+        p->checked_us = util_mono_us();
+    }
+    pthread_mutex_unlock(&dp->mu);
+    free(served);
+    if (rc == PEER_CHANGED || rc == PEER_GONE) {
+        dp_wake(dp);                   /* the progress thread closes ep */
+        if (rc == PEER_CHANGED)
+            log_info("dplane: the peer at %s restarted (its port serves a new UCX address): "
+                     "reconnecting", addr);
+    }
+    return rc;
+}
+
+/* Asks the port at addr about ep (peer_served). */
+static int peer_probe(dplane_t *dp, const char *addr, ucp_ep_h ep)
+{
+    size_t len = 0;
+    int gone = 0;
+    void *served = port_fetch(addr, DPLANE_PROBE_TIMEOUT_MS, &len, &gone);
+    return peer_served(dp, addr, ep, served, len, gone);
+}
+
+void dplane_set_recheck(dplane_t *dp, int64_t us)
+{
+    atomic_store(&dp->recheck_us, us > 0 ? us : 1);
+}
+
+/* The UCX address to make p's next endpoint from (malloc'd, *len bytes,
+ * the caller owns it), p->mu held, outside dp->mu: what p's port served in
+ * place of its last endpoint's, else the resolver's answer (the
+ * directory), else the port's. A resolver that answers the very address
+ * whose endpoint was dropped may be naming a process that died (its lease
+ * not yet run out): the port is asked then too, and what it serves wins
+ * (a refusal: none). NULL when none. */
+static void *peer_address(dplane_t *dp, dp_peer_t *p, size_t *len)
+{
+    void *remote = NULL, *old = NULL;
+    size_t old_len = 0;
+    pthread_mutex_lock(&dp->mu);
+    if (p->served) {
+        remote = p->ucx;
+        *len = p->ucx_len;
+        p->ucx = NULL;
+        p->served = 0;
+    } else if (p->ucx && (old = malloc(p->ucx_len)) != NULL) {
+        memcpy(old, p->ucx, p->ucx_len);
+        old_len = p->ucx_len;
+    }
+    pthread_mutex_unlock(&dp->mu);
+    if (remote)
+        return remote;
+    remote = dp->resolve ? dp->resolve(dp->resolve_ctx, p->addr, len)
+                         : fetch_peer_address(p->addr, len);
+    if (remote && dp->resolve && old && *len == old_len && memcmp(remote, old, old_len) == 0) {
+        size_t n = 0;
+        int gone = 0;
+        void *served = port_fetch(p->addr, DPLANE_PROBE_TIMEOUT_MS, &n, &gone);
+        if (served || gone) {          /* gone: nobody is there, whatever the directory says */
+            free(remote);
+            remote = served;
+            *len = n;
+        }
+    }
+    free(old);
+    return remote;
+}
+
+/* The endpoint to addr: made when missing (address from peer_address,
+ * outside dp->mu), and checked with the peer's port first when its
+ * address was last confirmed more than dp->recheck_us ago ("Peers that
+ * restart"). NULL when addr cannot be reached (its port refuses, or no
+ * address) or UCX refuses. Entries live until dplane_stop(). */
 static ucp_ep_h peer_ep(dplane_t *dp, const char *addr)
 {
     if (strlen(addr) >= DPLANE_ADDR_MAX)
         return NULL;
+    int64_t every = atomic_load(&dp->recheck_us);
     pthread_mutex_lock(&dp->mu);
     dp_peer_t *p = dp->peers;
     while (p && strcmp(p->addr, addr) != 0)
@@ -255,16 +396,31 @@ static ucp_ep_h peer_ep(dplane_t *dp, const char *addr)
         dp->peers = p;
     }
     ucp_ep_h ep = p ? p->ep : NULL;
+    int due = ep && util_mono_us() - p->checked_us >= every;
     pthread_mutex_unlock(&dp->mu);
-    if (ep || !p)
+    if ((ep && !due) || !p)
         return ep;
-    pthread_mutex_lock(&p->mu);            /* one maker per peer */
+    pthread_mutex_lock(&p->mu);            /* one maker (or checker) per peer */
     pthread_mutex_lock(&dp->mu);
     ep = p->ep;
+    due = ep && util_mono_us() - p->checked_us >= every;
     pthread_mutex_unlock(&dp->mu);
+    if (due && peer_probe(dp, addr, ep) != PEER_SAME) {
+        pthread_mutex_lock(&dp->mu);
+        ep = p->ep;                        /* NULL: dropped (only makers, under p->mu, set it) */
+        int served = p->served;
+        pthread_mutex_unlock(&dp->mu);
+        if (!served) {                     /* gone or failed: the send fails, and is retried */
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+    }
+    if (ep) {
+        pthread_mutex_unlock(&p->mu);
+        return ep;
+    }
     size_t len = 0;
-    void *remote = ep ? NULL : dp->resolve ? dp->resolve(dp->resolve_ctx, addr, &len)
-                                           : fetch_peer_address(addr, &len);
+    void *remote = peer_address(dp, p, &len);
     if (remote && (len == 0 || len > DPLANE_UCX_ADDR_MAX)) {
         free(remote);
         remote = NULL;
@@ -277,11 +433,16 @@ static ucp_ep_h peer_ep(dplane_t *dp, const char *addr)
             log_warn("dplane: cannot connect to %s: %s", addr, ucs_status_string(st));
             ep = NULL;
         }
-        free(remote);
         pthread_mutex_lock(&dp->mu);
         p->ep = ep;
+        free(p->ucx);
+        p->ucx = ep ? remote : NULL;
+        p->ucx_len = ep ? len : 0;
+        p->checked_us = util_mono_us();
         pthread_mutex_unlock(&dp->mu);
-    } else if (!ep) {
+        if (!ep)
+            free(remote);
+    } else {
         log_warn("dplane: no UCX address from %s", addr);
     }
     pthread_mutex_unlock(&p->mu);
@@ -401,28 +562,6 @@ static void send_done(void *req, ucs_status_t status, void *user)
     send_complete(user, req, status);
 }
 
-/* Whether the peer at addr may be alive: its data_addr accepts (the
- * kernel completes the handshake for a live process, however busy or
- * stopped) or does not answer within DPLANE_FETCH_TIMEOUT_MS (a full
- * backlog: a live process that has not accepted yet). Dead: refused or
- * unreachable. No byte is read: a peer starved of CPU is still alive (the
- * send's own timeout bounds how long it is waited for). */
-static int peer_alive(const char *addr)
-{
-    struct sockaddr_in sa;
-    if (resolve(addr, 0, &sa) != 0)
-        return 0;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 1;                  /* our own trouble says nothing of the peer */
-    struct timeval tv = {DPLANE_FETCH_TIMEOUT_MS / 1000, (DPLANE_FETCH_TIMEOUT_MS % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);   /* bounds connect() */
-    int alive = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ||
-                (errno != ECONNREFUSED && errno != EHOSTUNREACH && errno != ENETUNREACH);
-    close(fd);
-    return alive;
-}
-
 /* Gives up on w after its endpoint was closed: 1 if w is now the
  * callback's (the caller must not touch w or its request again), 0 if it
  * completed meanwhile. UCX may still send or expose what the request
@@ -460,9 +599,12 @@ static void send_poll(dplane_t *dp, send_wait_t *w)
 }
 
 /* Waits for a posted send, polling first (send_poll). Every second of
- * waiting the peer's data_addr is probed: a dead peer, or the deadline
- * (monotonic us), closes the endpoint and gives up on the send
- * (UCS_ERR_CANCELED, *abandoned = 1). Else its status. */
+ * waiting the peer's data_addr is asked (peer_probe): a dead peer (its
+ * port refuses), a port that serves another process's address (the peer
+ * restarted: the caller's next try reaches the new one), or the deadline
+ * (monotonic us) closes the endpoint and gives up on the send
+ * (UCS_ERR_CANCELED, *abandoned = 1). A port that accepts but does not
+ * answer in time is a live, busy peer: waited for. Else its status. */
 static ucs_status_t send_wait(dplane_t *dp, send_wait_t *w, const char *addr, ucp_ep_h ep,
                               int64_t deadline, int *abandoned)
 {
@@ -482,10 +624,15 @@ static ucs_status_t send_wait(dplane_t *dp, send_wait_t *w, const char *addr, uc
         if (w->done || (now <= deadline && now <= probe_at))
             continue;
         pthread_mutex_unlock(&w->mu);
-        if (now > deadline || !peer_alive(addr)) {
+        int probe = now > deadline ? PEER_GONE : peer_probe(dp, addr, ep);
+        if (probe != PEER_SAME) {
             log_warn("dplane: a send to %s did not complete (%s); closing", addr,
-                     now > deadline ? "timeout" : "peer gone");
-            peer_drop(dp, addr, ep);
+                     now > deadline          ? "timeout"
+                     : probe == PEER_GONE    ? "peer gone"
+                     : probe == PEER_CHANGED ? "peer restarted"
+                                             : "endpoint dropped");
+            if (now > deadline)
+                peer_drop(dp, addr, ep);   /* else it is dropped already */
             if (send_abandon(dp, w)) {
                 *abandoned = 1;
                 return UCS_ERR_CANCELED;

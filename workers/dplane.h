@@ -8,13 +8,15 @@
  * A sender learns a peer's UCX address once, from the owner's resolver
  * (atoll-worker: the controller's directory, where every worker registers
  * its address) or, with none set, from the peer's port, and makes one UCX
- * endpoint to it. The port also tells a live peer (it accepts) from a dead
- * one (it refuses): the kernel accepts for a live process even while that
- * process is too busy to answer. UCX picks the transports per peer at run
- * time: shared memory (posix, CMA single-copy for large messages) to
- * same-host peers, TCP to others, RDMA (verbs) when the machine has it and
- * UCX_TLS allows it. No Atoll code is per transport (docs/operations.md,
- * "Data plane").
+ * endpoint to it. The port also tells a dead peer (it refuses) from a
+ * restarted one (it serves another address: a new endpoint is made from
+ * that) and from a live one (the same address, or no answer in time: the
+ * kernel accepts for a live process even while it is too busy to answer);
+ * see dplane_set_recheck for when it is asked. UCX picks the transports
+ * per peer at run time: shared memory (posix, CMA single-copy for large
+ * messages) to same-host peers, TCP to others, RDMA (verbs) when the
+ * machine has it and UCX_TLS allows it. No Atoll code is per transport
+ * (docs/operations.md, "Data plane").
  *
  * A message is one UCX active message: the frame header (dplane_frame.h)
  * as the AM header, the payload (numel f32 values, little-endian) as its
@@ -133,11 +135,26 @@ typedef void *(*dplane_resolve_fn)(void *ctx, const char *addr, size_t *len);
  * peer at once). */
 void dplane_set_resolver(dplane_t *dp, dplane_resolve_fn fn, void *ctx);
 
+/* A peer restarted on the same data_addr has a new UCX address, and an
+ * endpoint made from the old one may even "complete" sends (into the dead
+ * process's shared memory). So a send on an endpoint whose address was last
+ * resolved or confirmed more than us ago first asks the peer's port what
+ * it serves (one TCP exchange, at most DPLANE_PROBE_TIMEOUT_MS; no answer
+ * in time keeps the endpoint), and a new address makes a new endpoint.
+ * Safe when us is below the time a peer takes to be replaced: atoll-worker
+ * sets half its lease (a successor registers only once its predecessor's
+ * lease, renewed every third of it, ran out). Default DPLANE_RECHECK_US;
+ * any thread. */
+#define DPLANE_RECHECK_US 1000000
+#define DPLANE_PROBE_TIMEOUT_MS 250
+void dplane_set_recheck(dplane_t *dp, int64_t us);
+
 /* Sends a copy of t (borrowed) tagged tag, with key (its attempt's), to
  * the worker at addr. Blocks until t's memory is no longer needed (the
  * payload was copied out or fetched by the peer). A send to this worker's
  * own address goes straight to the mailbox. Returns 0, or -1 when the peer
- * cannot be reached (one fresh endpoint is tried after a failed one). */
+ * cannot be reached (one fresh endpoint is tried after a failed one, or
+ * after one to a process the peer's port no longer names). */
 int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbox_key_t *key,
                 const tensor_t *t);
 /* The same, giving up on a send still incomplete at deadline_mono_us

@@ -66,13 +66,35 @@ enum { DPLANE_ACK_OK = 0, DPLANE_ACK_NO_RMA = 1, DPLANE_ACK_FAILED = 2 };
 /* How long the progress thread progresses on while UCX refuses to arm
  * with nothing to do, before it naps (dplane_progress.c). */
 #define DPLANE_BUSY_SPIN_US 2000
+/* A progress thread that never sleeps (events keep coming) still answers
+ * the address port this often: a peer's recheck waits for the answer
+ * DPLANE_PROBE_TIMEOUT_MS at most (dplane.h) and takes silence for a
+ * live, busy process, so a busy worker should not keep its peers waiting
+ * that long for nothing. */
+#define DPLANE_PORT_ANSWER_US 100000
+_Static_assert(DPLANE_PORT_ANSWER_US < DPLANE_PROBE_TIMEOUT_MS * 1000,
+               "a busy peer answers its port within a probe's wait");
 /* Connections answered per progress pass (a flood cannot starve UCX). */
 #define DPLANE_ACCEPTS_PER_PASS 64
 
-typedef struct dp_peer {           /* the endpoint to one peer address */
+/* The endpoint to one peer address. Its process may change under the
+ * address (a worker restarted on a fixed --data-listen), so ep is known to
+ * reach whoever the address's port names only as of checked_us: a send
+ * after recheck_us more asks the port again (dplane.c, "Peers that
+ * restart"). Fields after mu are guarded by dp->mu. Invariant: served
+ * implies ep == NULL and ucx != NULL. */
+typedef struct dp_peer {
     char addr[DPLANE_ADDR_MAX];
-    pthread_mutex_t mu;            /* held while the endpoint is made */
+    pthread_mutex_t mu;            /* held while the endpoint is made or checked */
     ucp_ep_h ep;                   /* NULL once failed (a new one is made on use) */
+    void *ucx;                     /* owned: the UCX address ep was made from (or, when
+                                      served, the one to make the next ep from); NULL
+                                      before the first; ucx_len bytes */
+    size_t ucx_len;
+    int served;                    /* ucx came from the port in place of ep's (the peer
+                                      restarted): the next ep is made from it, not from
+                                      the resolver's answer */
+    int64_t checked_us;            /* monotonic: ep made, or its address confirmed */
     int no_rma;                    /* it cannot read our pool: plain sends only */
     struct dp_peer *next;
 } dp_peer_t;
@@ -114,6 +136,7 @@ struct dplane {
     int listen_fd;                 /* data_addr: answers with our worker address */
     dplane_resolve_fn resolve;     /* peers' worker addresses (NULL: their data_addr) */
     void *resolve_ctx;
+    atomic_llong recheck_us;       /* a peer's port is asked again after this (dp_peer_t) */
     ucp_address_t *ucx_addr;       /* ours, ucx_addr_len bytes (UCX's) */
     size_t ucx_addr_len;
     int epfd;

@@ -223,12 +223,12 @@ static void *progress_main(void *arg)
         int parked;
         unsigned n = progress_pass(dp, now, &last_expire, &parked);
         /* The port is answered when a sleep ended on it, while the last
-         * answer took a full batch, and once a second whatever epoll said
-         * (not on every wake-up: an accept4() that found nothing, in each
-         * of 512 workers' progress threads, was ~6 % of a 2-core machine's
-         * samples plus its kernel side in bench_scale 512, while they
-         * spun). */
-        if (accept_due || now - last_accept > 1000000) {
+         * answer took a full batch, and every DPLANE_PORT_ANSWER_US
+         * whatever epoll said (not on every wake-up: an accept4() that
+         * found nothing, in each of 512 workers' progress threads, was
+         * ~6 % of a 2-core machine's samples plus its kernel side in
+         * bench_scale 512, while they spun). */
+        if (accept_due || now - last_accept > DPLANE_PORT_ANSWER_US) {
             accept_due = dp_addr_answer(dp) == DPLANE_ACCEPTS_PER_PASS;
             last_accept = now;
         }
@@ -454,6 +454,7 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     dp->spin_us = ncpu >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
     dp->yield_polls = ncpu < DPLANE_SPIN_MIN_CPUS;
+    atomic_init(&dp->recheck_us, DPLANE_RECHECK_US);
     pthread_mutex_init(&dp->mu, NULL);
     pthread_mutex_init(&dp->prog_mu, NULL);
     if (ucx_init(dp, tr) != 0 || dp_listen_on(dp, listen_addr, advertise_host) != 0)
@@ -510,6 +511,7 @@ void dplane_stop(dplane_t *dp)
         if (p->ep)
             close_now(dp, p->ep);
         pthread_mutex_destroy(&p->mu);
+        free(p->ucx);
         free(p);
     }
     close_pending(dp);             /* endpoints that failed while closing others */

@@ -161,9 +161,10 @@ static void print_ready(const worker_t *w, const json_t *reg)
     fflush(stdout);
 }
 
-/* First registration. Retries while the controller is unreachable or has
- * no free block yet; a refusal that retrying cannot fix is fatal. Returns
- * 0, or -1 (stopped or refused). */
+/* First registration. Retries while the controller is unreachable, has no
+ * free block yet (409 devices) or another live worker holds our data_addr
+ * (409 data_addr: until its lease expired); a refusal that retrying cannot
+ * fix is fatal. Returns 0, or -1 (stopped or refused). */
 static int register_first(worker_t *w)
 {
     int delay = 100;
@@ -182,11 +183,14 @@ static int register_first(worker_t *w)
             json_decref(ans);
             return -1;
         }
+        int addr_held = wclient_addr_held(st, ans);
         if (!warned++ || st > 0)
             log_warn("registration: %s (HTTP %d %s); retrying",
                      st < 0 ? "controller unreachable" : "not accepted yet", st,
                      wclient_problem_detail(ans));
         json_decref(ans);
+        if (addr_held && delay > WCLIENT_ADDR_HELD_RETRY_MS)
+            delay = WCLIENT_ADDR_HELD_RETRY_MS;
         if (wclient_sleep_backoff(&delay, &g_stop))
             return -1;
     }
@@ -489,6 +493,10 @@ int main(int argc, char **argv)
         goto cleanup;
     }
     registered = 1;
+    /* A peer restarted on its data_addr is replaced no sooner than about a
+     * lease after its last call: checking a peer's port every half lease
+     * finds the new process before it gets a task (dplane.h). */
+    dplane_set_recheck(w.dp, (int64_t)wclient_lease_ms(w.wc) * 1000 / 2);
     if (worker_run_threads(&w) != 0) {
         log_error("cannot start worker threads");
         goto cleanup;

@@ -740,6 +740,95 @@ static void test_receiver_gone(void **state)
     mbox_free(mb);
 }
 
+/* A resolver that always answers the UCX address in ctx (a stale
+ * directory: it still names a process that died). */
+typedef struct fixed_addr {
+    void *ucx;
+    size_t len;
+} fixed_addr_t;
+
+static void *resolve_fixed(void *ctx, const char *addr, size_t *len)
+{
+    (void)addr;
+    const fixed_addr_t *f = ctx;
+    void *copy = malloc(f->len);
+    if (copy)
+        memcpy(copy, f->ucx, f->len);
+    *len = f->len;
+    return copy;
+}
+
+/* b's dplane again on the same data address (a worker restarted on a
+ * fixed --data-listen), taking into mb (fresh: a stopped dplane shut its
+ * mailbox down). */
+static dplane_t *restart_at(const char *addr, mbox_t *mb)
+{
+    dplane_t *d = dplane_start(addr, NULL, mb, DPLANE_AUTO, NULL);
+    assert_non_null(d);
+    assert_string_equal(dplane_addr(d), addr);
+    return d;
+}
+
+/* A peer restarted on its data address, with a directory that still names
+ * the dead process: a's endpoint to the old process (shared memory: an
+ * eager send into the dead FIFO "completes") must not swallow messages.
+ * Its port is asked before a send once the endpoint's address is older
+ * than the recheck: while nobody listens the send fails (the directory's
+ * stale answer is not believed), then the new process gets it. With no
+ * recheck due, a send the new process cannot take (4 MiB: rendezvous) is
+ * retried on a fresh endpoint once the port, asked after a second,
+ * serves another address: well before the send's minute. Without the
+ * checks, the small sends went into the dead FIFO and the big one waited
+ * its 60 s. */
+static void test_peer_restarted_on_its_port(void **state)
+{
+    (void)state;
+    mbox_t *ma = mbox_new(), *mb[3] = {mbox_new(), mbox_new(), mbox_new()};
+    dplane_t *a = dplane_start("127.0.0.1:0", NULL, ma, DPLANE_AUTO, NULL);
+    dplane_t *b = dplane_start("127.0.0.1:0", NULL, mb[0], DPLANE_AUTO, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    char addr[DPLANE_ADDR_MAX];
+    snprintf(addr, sizeof addr, "%s", dplane_addr(b));
+    fixed_addr_t stale = {.ucx = resolve_to(b, addr, &stale.len)};
+    assert_non_null(stale.ucx);
+    dplane_set_resolver(a, resolve_fixed, &stale);
+    int64_t small_dims[1] = {4};
+    tensor_t *small = iota(1, small_dims), *big = random_tensor(1 << 20, 11), *got = NULL;
+    mbox_tag_t tag = {.job = 31, .dst = 1};
+    send_take(a, b, mb[0], &tag, small);
+
+    dplane_stop(b);
+    dplane_set_recheck(a, 1);              /* every send asks the port first */
+    assert_int_equal(dplane_send_until(a, addr, &tag, &KEY, small, in_ms(5000)), -1);
+    b = restart_at(addr, mb[1]);
+    tag.job = 32;
+    assert_int_equal(dplane_send_until(a, addr, &tag, &KEY, small, in_ms(5000)), 0);
+    assert_int_equal(mbox_take(mb[1], &tag, in_ms(5000), &got), MBOX_OK);
+    assert_same_tensor(got, small);
+    tensor_free(got);
+
+    dplane_set_recheck(a, (int64_t)3600 * 1000000);
+    dplane_stop(b);
+    b = restart_at(addr, mb[2]);
+    tag.job = 33;
+    int64_t t0 = util_mono_us();
+    assert_int_equal(dplane_send_until(a, addr, &tag, &KEY, big, in_ms(20000)), 0);
+    assert_int_equal(mbox_take(mb[2], &tag, in_ms(5000), &got), MBOX_OK);
+    assert_true(util_mono_us() - t0 < 10 * 1000000);
+    assert_same_tensor(got, big);
+    tensor_free(got);
+
+    tensor_free(small);
+    tensor_free(big);
+    dplane_stop(b);
+    dplane_stop(a);
+    free(stale.ucx);
+    mbox_free(ma);
+    for (int i = 0; i < 3; i++)
+        mbox_free(mb[i]);
+}
+
 /* Keys (issue 12): with the task declared under KEY, a well-formed frame
  * with another key is dropped and counted; the same tag with KEY gets in. */
 static void test_wrong_key_dropped(void **state)
@@ -838,6 +927,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_4mib_integrity, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_forced_tcp, pair_setup, pair_teardown),
         cmocka_unit_test(test_receiver_gone),
+        cmocka_unit_test(test_peer_restarted_on_its_port),
         cmocka_unit_test_setup_teardown(test_given_up_send_keeps_its_payload, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(test_wrong_key_dropped, pair_setup, pair_teardown),
