@@ -115,7 +115,8 @@ void api_stream_sampled(void);
 void api_stream_stop(void);
 
 /* Shared helpers (router.c). */
-/* Parses a positive decimal id; 0 and problem 400/404 on failure. */
+/* Parses a decimal integer in 1..INT64_MAX (digits only); 0 when it is
+ * not one (the caller answers 400 or 404). */
 int64_t api_parse_id(const char *text);
 /* Parses the body as a JSON object, else answers 400/415 and returns NULL.
  * New reference. */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -93,6 +94,7 @@ static const char *status_title(int status)
     case 415: return "Unsupported Media Type";
     case 422: return "Unprocessable Content";
     case 429: return "Too Many Requests";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return status >= 500 ? "Internal Server Error" : "Error";
     }
@@ -363,6 +365,11 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, http_resp_t *resp)
         MHD_add_response_header(r, "Location", resp->location);
     if (resp->retry_after[0])
         MHD_add_response_header(r, "Retry-After", resp->retry_after);
+    if (resp->allow[0])
+        MHD_add_response_header(r, "Allow", resp->allow);
+    /* MHD closes the connection after an answer that says so. */
+    if (resp->close)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     count_status(resp->status);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)resp->status, r);
     MHD_destroy_response(r);
@@ -513,9 +520,109 @@ static void *ticker_main(void *arg)
     return NULL;
 }
 
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* MHD_OPTION_UNESCAPE_CALLBACK, for the path and each query key and value:
+ * decodes %XX as MHD's own unescaper does, except %00, kept as sent. MHD
+ * hands these out as C strings, so a decoded NUL silently cut the value
+ * (?view=summary%00junk was read as "summary", ?limit=1%00abc as 1); kept,
+ * the value fails its parameter's own check, and the router refuses a path
+ * holding it (route_core.h). Decodes in place; returns the new length. */
+static size_t http_unescape(void *cls, struct MHD_Connection *conn, char *text)
+{
+    (void)cls;
+    (void)conn;
+    char *w = text;
+    for (const char *r = text; *r;) {
+        int hi = r[0] == '%' ? hex_digit(r[1]) : -1;
+        int lo = hi < 0 ? -1 : hex_digit(r[2]);    /* r[2] is read only when r[1] was a digit */
+        if (lo >= 0 && (hi | lo) != 0) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - text);
+}
+
+/* The body framing a request's header block declares (RFC 9112 §6),
+ * counted over every field line: MHD's lookups, and MHD itself when it
+ * reads the body, see only the first line of a name. */
+typedef struct framing {
+    int clen;                       /* Content-Length lines (a list counts as two) */
+    int te;                         /* Transfer-Encoding lines */
+    const char *te_last;            /* the last one's value */
+} framing_t;
+
+static enum MHD_Result framing_count(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    framing_t *f = cls;
+    /* MHD 0.9.75 refuses a list ("2, 2") with its own 400 before this
+     * runs; counted anyway, should a later MHD let one through. */
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        f->clen += value && strchr(value, ',') ? 2 : 1;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->te++;
+        f->te_last = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Whether the last transfer coding of list is "chunked". */
+static int te_chunked_last(const char *list)
+{
+    const char *comma = strrchr(list, ',');
+    const char *p = comma ? comma + 1 : list;
+    p += strspn(p, " \t");
+    size_t n = strcspn(p, " \t");
+    return n == 7 && strncasecmp(p, "chunked", 7) == 0 && p[n + strspn(p + n, " \t")] == '\0';
+}
+
+/* Fills resp (and returns 1) when the request's body length is ambiguous,
+ * which RFC 9112 §6.3 says to refuse and close: a proxy in front of atolld
+ * may frame it otherwise than MHD, which goes by the first Content-Length
+ * (or by Transfer-Encoding over it), and the rest of the bytes would run as
+ * a second request on the connection (request smuggling). Answered before
+ * any body is read; MHD then reads nothing more from the connection. */
+static int framing_refused(struct MHD_Connection *conn, const char *version, http_resp_t *resp)
+{
+    framing_t f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_count, &f);
+    if (f.clen > 1)
+        http_problem(resp, 400, "Content-Length", "more than one Content-Length");
+    else if (f.te && f.clen)
+        http_problem(resp, 400, "Transfer-Encoding",
+                     "both Transfer-Encoding and Content-Length");
+    else if (f.te && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+        http_problem(resp, 400, "Transfer-Encoding", "Transfer-Encoding in an HTTP/1.0 request");
+    else if (f.te && !te_chunked_last(f.te_last))
+        http_problem(resp, 400, "Transfer-Encoding", "chunked must be the last transfer coding");
+    else if (f.te > 1 || (f.te && strcasecmp(f.te_last, "chunked") != 0))
+        http_problem(resp, 501, "Transfer-Encoding", "only the chunked transfer coding is "
+                     "implemented");
+    else
+        return 0;
+    resp->close = 1;
+    return 1;
+}
+
 /* MHD_OPTION_URI_LOG_CALLBACK: the request line has arrived; its target is
- * still as sent (MHD decodes the path later, and cuts it at a %00), so a
- * copy is kept for the router. The result becomes the request's con_cls. */
+ * still as sent (MHD decodes the path later, with http_unescape), so a
+ * copy is kept for the router, which looks for encoded control characters
+ * in it. The result becomes the request's con_cls. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
@@ -531,7 +638,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *upload_data, size_t *upload_size, void **con_cls)
 {
     (void)cls;
-    (void)version;
     conn_ctx_t *c = *con_cls;
     if (!c && !(c = *con_cls = calloc(1, sizeof *c)))
         return MHD_NO;
@@ -540,6 +646,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * response is done. */
         c->headers_seen = 1;
         track_deadline(conn, 0);
+        http_resp_t refusal = {0};
+        if (framing_refused(conn, version, &refusal))
+            return send_resp(conn, &refusal);
         const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (clen && strtoull(clen, NULL, 10) > http_cfg.max_body)
             c->too_large = 1;
@@ -550,6 +659,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
     http_resp_t resp = {0};
     if (c->too_large) {
         problem_too_large(&resp);
@@ -562,12 +672,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->req.body = c->body ? c->body : "";
         c->req.body_len = c->len;
         c->req.conn = conn;
-        c->req.first_us = util_mono_us();
+        /* A HEAD answers what the GET would answer now: the wait that a
+         * parking handler counts from first_us is over before it began. */
+        c->req.first_us = head ? INT64_MIN / 2 : util_mono_us();
     }
     http_cfg.handler(&c->req, &resp);
     c->req.runs++;
     if (resp.park && atomic_load(&http_stopping))
         http_problem(&resp, 503, NULL, "atolld is shutting down");
+    else if (resp.park && head)     /* a handler whose wait ignores first_us: never park a HEAD */
+        http_problem(&resp, 400, "method", "a HEAD of %s cannot wait; send a GET", url);
     else if (resp.park) {
         free(resp.body);
         park(conn, &resp);
@@ -674,6 +788,8 @@ int http_start(const http_config_t *cfg, int *bound_port)
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection,
                                         NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)http_unescape,
+                                        NULL};
     if (cfg->tls_cert) {
         if (!(tls_cert_pem = read_pem(cfg->tls_cert)) || !(tls_key_pem = read_pem(cfg->tls_key)))
             return -1;

@@ -15,7 +15,24 @@
  * request's header block must be complete within header_timeout_ms of the
  * accept (of the previous response on a kept-alive connection:
  * HTTP_IDLE_TIMEOUT_S), else a sweeper shuts the socket down (slowloris).
- * Every response carries X-Content-Type-Options: nosniff. */
+ * Every response carries X-Content-Type-Options: nosniff.
+ *
+ * Framing (RFC 9112 §6): a request whose body length is ambiguous (more
+ * than one Content-Length, Transfer-Encoding with Content-Length, a
+ * Transfer-Encoding other than "chunked", or one in HTTP/1.0) is refused
+ * before any of its body is read, and its connection is closed after the
+ * answer: a proxy in front may have framed it differently, and the rest of
+ * the bytes would otherwise run as a second request (smuggling).
+ *
+ * Decoding: the path and the query's keys and values are URL-decoded,
+ * except %00, which stays as the three characters sent: MHD hands them out
+ * as C strings, and a decoded NUL silently cut the value there
+ * (?view=summary%00junk read as "summary"). Kept, it fails the
+ * parameter's own check, and the router refuses it in the path.
+ *
+ * HEAD: the handler runs as for the GET and MHD sends the answer's status
+ * and headers without its body. A HEAD never parks: its wait is over
+ * before it begins (first_us). */
 #ifndef ATOLL_HTTP_H
 #define ATOLL_HTTP_H
 
@@ -25,6 +42,8 @@
 #include <sys/types.h>
 
 #define HTTP_MAX_PARAMS 4
+/* Longest Allow header value ("GET, HEAD, POST, DELETE" and room). */
+#define HTTP_ALLOW_MAX 64
 #define HTTP_PARK_TICK_MS 100
 /* Longer than the longest long poll (api_worker.c, 30 s) with margin. */
 #define HTTP_IDLE_TIMEOUT_S 60
@@ -35,13 +54,16 @@
 
 typedef struct http_req {
     const char *method;
-    const char *path;               /* URL-decoded, cut at a %00 */
+    const char *path;               /* URL-decoded, but a %00 stays as sent */
     const char *raw_target;         /* path?query as received, or NULL */
     const char *body;               /* NUL-terminated; "" when none */
     size_t body_len;
     void *conn;                     /* struct MHD_Connection * */
     const char *params[HTTP_MAX_PARAMS];  /* ":name" path segments, set by the router */
-    int64_t first_us;               /* monotonic time the request was first handled */
+    int64_t first_us;               /* monotonic time the request was first handled; a
+                                       wait (long poll) counts from it. A HEAD's is
+                                       INT64_MIN / 2: its wait is already over, so the
+                                       handler answers at once instead of parking */
     int runs;                       /* how many times the handler ran (parking) */
     uint64_t user_gen;              /* the handler's own, kept across runs (0 at first) */
     int64_t tenant;                 /* set by the router: the caller's tenant id,
@@ -55,6 +77,9 @@ typedef struct http_resp {
     const char *content_type;       /* static string */
     char location[128];             /* Location header when non-empty */
     char retry_after[16];           /* Retry-After header (seconds) when non-empty */
+    char allow[HTTP_ALLOW_MAX];     /* Allow header (a 405's methods) when non-empty */
+    int close;                      /* Connection: close: nothing after this answer is
+                                       read from the connection */
     /* Set by http_park_until() only: "run me again when park_gen(park_arg)
      * differs from park_seen (the generation the handler read before
      * looking) or park_until_us (monotonic; 0: none) has passed".

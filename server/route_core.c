@@ -1,6 +1,7 @@
 /* route_core.c - route matching and access decisions; see route_core.h. */
 #include "route_core.h"
 
+#include <stdio.h>
 #include <string.h>
 
 typedef struct route_row {
@@ -52,7 +53,8 @@ int route_has_control(const char *text, int decode, int stop_at_query)
 }
 
 /* Matches path against pattern, capturing ":x" segments into params.
- * Segments are compared in place; captures point into a copy in buf. */
+ * Segments are compared in place; captures point into a copy in buf. With
+ * buf NULL, only whether the pattern matches (params unused, no cap). */
 static int route_match(const char *pattern, const char *path, char *buf, size_t len,
                        const char **params)
 {
@@ -65,12 +67,15 @@ static int route_match(const char *pattern, const char *path, char *buf, size_t 
         path++;
         size_t pl = strcspn(pattern, "/"), sl = strcspn(path, "/");
         if (pattern[0] == ':') {
-            if (sl == 0 || np == HTTP_MAX_PARAMS || used + sl + 1 > len)
+            if (sl == 0 || np == HTTP_MAX_PARAMS || (buf && used + sl + 1 > len))
                 return 0;
-            memcpy(buf + used, path, sl);
-            buf[used + sl] = '\0';
-            params[np++] = buf + used;
-            used += sl + 1;
+            if (buf) {
+                memcpy(buf + used, path, sl);
+                buf[used + sl] = '\0';
+                params[np] = buf + used;
+                used += sl + 1;
+            }
+            np++;
         } else if (pl != sl || strncmp(pattern, path, pl) != 0) {
             return 0;
         }
@@ -78,6 +83,60 @@ static int route_match(const char *pattern, const char *path, char *buf, size_t 
         path += sl;
     }
     return *pattern == '\0' && *path == '\0';
+}
+
+/* A HEAD is run as its GET (RFC 9110 §9.3.2) unless the row says
+ * otherwise; see route_core.h. */
+static int head_allowed(int row)
+{
+    return strcmp(rows[row].method, "GET") == 0 && !(rows[row].flags & ROUTE_F_NO_HEAD);
+}
+
+const char *route_decide_method(const char *method, const char *path)
+{
+    if (!method || !path || strcmp(method, "HEAD") != 0)
+        return method;
+    int path_known = 0;
+    for (int i = 0; i < NROWS; i++) {
+        if (!route_match(rows[i].pattern, path, NULL, 0, NULL))
+            continue;
+        path_known = 1;
+        if (strcmp(rows[i].method, "GET") == 0)    /* the row a GET would run */
+            return head_allowed(i) ? "GET" : method;
+    }
+    /* No row: a GET outside /v1/ is a dashboard file, and so is its HEAD. */
+    return path_known || strncmp(path, "/v1/", 4) == 0 ? method : "GET";
+}
+
+/* Appends method to the ", "-separated list (cap bytes) unless it is
+ * there already; one that does not fit is left out (routes.def's methods
+ * fit HTTP_ALLOW_MAX). */
+static void allow_add(char *list, size_t cap, const char *method)
+{
+    size_t n = strlen(method), len = strlen(list);
+    for (const char *p = list; *p;) {
+        size_t t = strcspn(p, ",");
+        if (t == n && strncmp(p, method, n) == 0)
+            return;
+        p += t;
+        p += *p ? 2 : 0;    /* ", " */
+    }
+    if (len + (len ? 2 : 0) + n + 1 <= cap)
+        snprintf(list + len, cap - len, "%s%s", len ? ", " : "", method);
+}
+
+/* The Allow header of a 405 (RFC 9110 §15.5.6): the method of every row
+ * whose pattern matches path, HEAD beside a GET that runs for it. */
+static void allow_list(const char *path, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (int i = 0; i < NROWS; i++) {
+        if (!route_match(rows[i].pattern, path, NULL, 0, NULL))
+            continue;
+        allow_add(out, cap, rows[i].method);
+        if (head_allowed(i))
+            allow_add(out, cap, "HEAD");
+    }
 }
 
 static void refuse(route_decision_t *d, int status, const char *field)
@@ -137,10 +196,12 @@ void route_decide(const route_input_t *in, char *buf, size_t cap, route_decision
         authorize(in, i, d);
         return;
     }
-    if (path_known)
+    if (path_known) {
         refuse(d, 405, "method");
-    else if (strcmp(method, "GET") == 0 && strncmp(path, "/v1/", 4) != 0)
+        allow_list(path, d->allow, sizeof d->allow);
+    } else if (strcmp(method, "GET") == 0 && strncmp(path, "/v1/", 4) != 0) {
         d->row = ROUTE_WEB_FILE;    /* public, like /healthz */
-    else
+    } else {
         refuse(d, 404, "path");
+    }
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "auth.h"
 #include "jscan.h"
@@ -33,7 +34,7 @@ void api_route(http_req_t *req, http_resp_t *resp)
     /* Captures must outlive parked re-runs of the handler: kept per thread
      * and refilled on every run, since the path does not change. */
     static _Thread_local char buf[512];
-    route_input_t in = {req->method, req->path, req->raw_target,
+    route_input_t in = {route_decide_method(req->method, req->path), req->path, req->raw_target,
                         http_header(req, "Authorization"), http_query(req, "access_token"),
                         tenant_lookup, NULL};
     route_decision_t d;
@@ -58,6 +59,7 @@ void api_route(http_req_t *req, http_resp_t *resp)
         return;
     case 405:
         http_problem(resp, 405, d.field, "%s is not allowed on %s", req->method, req->path);
+        memcpy(resp->allow, d.allow, sizeof resp->allow);
         return;
     case 503:
         http_problem(resp, 503, NULL, "database unavailable");
@@ -70,12 +72,17 @@ void api_route(http_req_t *req, http_resp_t *resp)
 
 int64_t api_parse_id(const char *text)
 {
-    if (!text || !*text || strlen(text) > 18)
+    /* Every positive int64 (a cap of 18 digits refused ids and bounds of
+     * 10^18 and above that the API documents as int64), none past it. */
+    if (!text || !*text)
         return 0;
-    for (const char *p = text; *p; p++)
-        if (*p < '0' || *p > '9')
+    int64_t v = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - (*p - '0')) / 10)
             return 0;
-    return strtoll(text, NULL, 10);
+        v = v * 10 + (*p - '0');
+    }
+    return v;
 }
 
 int api_body_type_ok(http_req_t *req, http_resp_t *resp)
@@ -83,7 +90,7 @@ int api_body_type_ok(http_req_t *req, http_resp_t *resp)
     /* curl -d sends application/x-www-form-urlencoded unless told
      * otherwise; the body is still JSON, so only multipart is refused. */
     const char *type = http_header(req, "Content-Type");
-    if (type && strncmp(type, "multipart/", 10) == 0) {
+    if (type && strncasecmp(type, "multipart/", 10) == 0) {    /* media types are caseless */
         http_problem(resp, 415, "Content-Type", "send application/json, not %s", type);
         return 0;
     }

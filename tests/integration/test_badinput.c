@@ -347,9 +347,19 @@ static void test_job_queries(void **state)
         {"/v1/jobs?before=-1", "before"},
         {"/v1/jobs?before=x", "before"},
         {"/v1/jobs?before=0", "before"},
+        {"/v1/jobs?before=9223372036854775808", "before"},   /* INT64_MAX + 1 */
     };
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
         expect_fault("GET", list[i].path, NULL, 0, 400, list[i].field);
+    /* Every positive int64 is a bound: 10^18 and INT64_MAX list the jobs. */
+    static const char *const big[] = {"/v1/jobs?before=1000000000000000000",
+                                      "/v1/jobs?before=9223372036854775807"};
+    for (int i = 0; i < 2; i++) {
+        hx_resp_t r;
+        int ok = hx_request(&itest_client, "GET", big[i], NULL, 0, &r) == 0 && r.status == 200;
+        hx_resp_clear(&r);
+        T_CHECK(ok, "GET %s should list the jobs (200)", big[i]);
+    }
     static const char *const bad_ids[] = {"abc", "0", "-1", "1.5", "1e3", "%ff",
                                           "99999999999999999999999", "999999"};
     static const char *const methods[] = {"GET", "DELETE", "GET"};
