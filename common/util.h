@@ -9,6 +9,8 @@
 int64_t util_wall_us(void);
 /* Monotonic microseconds (CLOCK_MONOTONIC): for durations and deadlines. */
 int64_t util_mono_us(void);
+/* The value of hex digit c (0-9, a-f, A-F), or -1 when c is not one. */
+int util_hex_digit(char c);
 
 /* A hint inside a spin-wait loop (x86 pause, arm yield): the spinning
  * core backs off for its sibling hyper-thread and the memory bus. */

@@ -520,17 +520,6 @@ static void *ticker_main(void *arg)
     return NULL;
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* MHD_OPTION_UNESCAPE_CALLBACK, for the path and each query key and value:
  * decodes %XX as MHD's own unescaper does, except %00, kept as sent. MHD
  * hands these out as C strings, so a decoded NUL silently cut the value
@@ -543,8 +532,8 @@ static size_t http_unescape(void *cls, struct MHD_Connection *conn, char *text)
     (void)conn;
     char *w = text;
     for (const char *r = text; *r;) {
-        int hi = r[0] == '%' ? hex_digit(r[1]) : -1;
-        int lo = hi < 0 ? -1 : hex_digit(r[2]);    /* r[2] is read only when r[1] was a digit */
+        int hi = r[0] == '%' ? util_hex_digit(r[1]) : -1;
+        int lo = hi < 0 ? -1 : util_hex_digit(r[2]);    /* r[2] is read only when r[1] was a digit */
         if (lo >= 0 && (hi | lo) != 0) {
             *w++ = (char)(hi * 16 + lo);
             r += 3;

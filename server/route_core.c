@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util.h"
+
 typedef struct route_row {
     const char *method;
     const char *pattern;
@@ -23,17 +25,6 @@ int route_count(void) { return NROWS; }
 const char *route_method(int row) { return row >= 0 && row < NROWS ? rows[row].method : ""; }
 const char *route_pattern(int row) { return row >= 0 && row < NROWS ? rows[row].pattern : ""; }
 
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static int is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
 
 int route_has_control(const char *text, int decode, int stop_at_query)
@@ -44,7 +35,7 @@ int route_has_control(const char *text, int decode, int stop_at_query)
         if (is_control((unsigned char)*p))
             return 1;
         if (decode && p[0] == '%') {
-            int hi = hex_val(p[1]), lo = hi < 0 ? -1 : hex_val(p[2]);
+            int hi = util_hex_digit(p[1]), lo = hi < 0 ? -1 : util_hex_digit(p[2]);
             if (hi >= 0 && lo >= 0 && is_control((unsigned char)(hi * 16 + lo)))
                 return 1;
         }
