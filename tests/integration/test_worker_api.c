@@ -354,6 +354,44 @@ static void test_batch_refusals_detailed(void **state)
     leave(&w);
 }
 
+/* GET /v1/workers lists every live worker and the newest 128 gone ones,
+ * saying how many it left out: a join token's register-and-leave loop
+ * cannot grow the answer without end. 140 played workers come and go on
+ * island spare, one live one stays on fake. */
+static void test_gone_workers_bounded(void **state)
+{
+    (void)state;
+    played_t live = reg_ok("fake", "127.0.0.1:7701");
+    for (int i = 0; i < 140; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", 7800 + i);
+        played_t w = reg_ok("spare", addr);
+        leave(&w);
+    }
+    json_t *v = NULL;
+    T_CHECK(wcall("GET", "/v1/workers", NULL, NULL, &v) == 200, "GET /v1/workers");
+    json_t *arr = json_object_get(v, "workers"), *w;
+    size_t i;
+    int gone = 0, saw_live = 0;
+    int64_t last_gone = 0;
+    json_array_foreach(arr, i, w) {
+        int64_t id = json_integer_value(json_object_get(w, "id"));
+        if (strcmp(json_string_value(json_object_get(w, "state")), "live") == 0) {
+            saw_live |= id == live.id;
+        } else {
+            gone++;
+            last_gone = id > last_gone ? id : last_gone;
+        }
+    }
+    int64_t omitted = json_integer_value(json_object_get(v, "gone_omitted"));
+    json_decref(v);
+    leave(&live);
+    T_CHECK(saw_live && gone == 128 && omitted >= 12 && last_gone > live.id,
+            "listed %d gone (the newest up to %lld), %lld omitted, live one %s: want the newest"
+            " 128 gone, the rest counted, every live one", gone, (long long)last_gone,
+            (long long)omitted, saw_live ? "listed" : "missing");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +400,7 @@ int main(void)
         cmocka_unit_test_teardown(test_batch_refusals_detailed, itest_cancel_leftovers),
         cmocka_unit_test(test_heartbeat_figures_bounded),
         cmocka_unit_test(test_totals_saturate),
+        cmocka_unit_test(test_gone_workers_bounded),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
