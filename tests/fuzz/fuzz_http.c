@@ -1,6 +1,7 @@
 /* fuzz_http.c - libFuzzer target for atolld's routing and auth layer: the
- * pure core route_decide() (server/route_core.c) with auth.c, exactly as
- * router.c calls them for each request, without MHD or a database.
+ * pure core route_decide_method() and route_decide() (server/route_core.c)
+ * with auth.c, exactly as router.c calls them for each request, without
+ * MHD or a database.
  *
  * Input: fields separated by '\n': flags byte, method, decoded path, raw
  * request target, Authorization value, ?access_token= value. A missing
@@ -19,7 +20,10 @@
  *  - without an Authorization header a non-public route other than the
  *    event stream is 401 whatever the query says (?access_token= is the
  *    stream's only);
- *  - the tenant is set only for the tenant token. */
+ *  - the tenant is set only for the tenant token;
+ *  - a HEAD is decided as a GET only where the path has a GET row that
+ *    serves HEAD (never the event stream, the worker poll, the backup), or
+ *    a dashboard file; anything else stays a HEAD (405 or 404). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,7 +114,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int auth_off = f[0] && (f[0][0] & 1);
     if (auth_off ? auth_setup(NULL, NULL, NULL) : auth_setup(FUZZ_ADMIN, FUZZ_WORKER, FUZZ_READ))
         abort();
-    route_input_t in = {f[1], f[2] ? f[2] : "", f[3], f[4], f[5], fuzz_lookup, NULL};
+    const char *path = f[2] ? f[2] : "";
+    const char *method = route_decide_method(f[1], path);
+    int head = f[1] && strcmp(f[1], "HEAD") == 0;
+    if (method != f[1] && (!head || strcmp(method, "GET") != 0))
+        abort();                /* only a HEAD is ever decided as another method */
+    if (head && method != f[1] &&
+        (strcmp(path, "/v1/events/stream") == 0 || strcmp(path, "/v1/admin/backup") == 0 ||
+         (strncmp(path, "/v1/workers/", 12) == 0 && strstr(path, "/tasks") &&
+          strlen(strstr(path, "/tasks")) == 6)))
+        abort();                /* a HEAD of an endless, leasing or whole-database GET */
+    route_input_t in = {method, path, f[3], f[4], f[5], fuzz_lookup, NULL};
     route_decision_t d;
     char caps[512];
     lookups = 0;
