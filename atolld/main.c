@@ -377,9 +377,12 @@ static int start_services(const options_t *o, int *port)
         fprintf(stderr, "atolld: cannot start the sampler thread\n");
         return -1;
     }
-    http_config_t hc = {o->host, o->port, (size_t)o->max_body, (int)o->threads, api_route,
-                        o->tls_cert, o->tls_key, (unsigned)o->max_conns,
-                        (int)o->header_timeout_ms, api_worker_tick};
+    http_config_t hc = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
+                        .threads = (int)o->threads, .handler = api_route,
+                        .gate = api_route_gate, .tls_cert = o->tls_cert, .tls_key = o->tls_key,
+                        .max_conns = (unsigned)o->max_conns,
+                        .header_timeout_ms = (int)o->header_timeout_ms,
+                        .tick = api_worker_tick};
     if (http_start(&hc, port) != 0) {
         sampler_stop();
         sched_stop();

@@ -46,6 +46,14 @@ static inline void api_sched_notify(void)
 
 /* The router: the handler given to http_start(). */
 void api_route(http_req_t *req, http_resp_t *resp);
+/* Its gate (http_config_t): the refusals a request's headers decide (the
+ * route's 4xx, its token; on a worker's own routes, its credential),
+ * answered before its body is received. */
+void api_route_gate(http_req_t *req, http_resp_t *resp);
+/* 0 when the request names a live worker (the :id capture) whose
+ * credential it carries, or one not live (its handler answers that);
+ * else -1 with resp answered (401/403, or 404/503). api_worker.c. */
+int api_worker_gate(http_req_t *req, http_resp_t *resp);
 
 /* api_jobs.c */
 void api_jobs_create(http_req_t *req, http_resp_t *resp);

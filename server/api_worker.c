@@ -450,6 +450,18 @@ static int64_t worker_param(http_req_t *req, http_resp_t *resp)
     return id;
 }
 
+int api_worker_gate(http_req_t *req, http_resp_t *resp)
+{
+    /* The handler checks it all again (worker_auth reads a cached hash):
+     * this only spares receiving the body of a request it would refuse. */
+    int live = 0;
+    store_t *st;
+    int64_t id = worker_param(req, resp);
+    if (id < 1 || !(st = api_store(resp)) || !worker_auth(req, resp, st, id, 1, &live))
+        return -1;
+    return 0;
+}
+
 int64_t api_worker_caller(http_req_t *req, http_resp_t *resp, store_t **st)
 {
     int64_t id = worker_param(req, resp);

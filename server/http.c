@@ -622,6 +622,28 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return c;
 }
 
+/* Whether the gate (http_config_t) refused, on its headers alone, a
+ * request that waits for leave to send its body (Expect: 100-continue);
+ * the refusal, to send with Connection: close, into *resp. Only those:
+ * the final answer in place of "100 Continue" is what the client asked
+ * for, and nothing of the body is on the wire yet. A request that sends
+ * its body unasked is answered after it: closing a connection with
+ * unread data in it resets it, and the client could lose the answer. */
+static int gate_refused(conn_ctx_t *c, struct MHD_Connection *conn, const char *method,
+                        const char *url, http_resp_t *resp)
+{
+    const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect");
+    if (!http_cfg.gate || !expect || strcasecmp(expect, "100-continue") != 0)
+        return 0;
+    http_req_t req = {.method = method, .path = url, .raw_target = c->raw_target, .body = "",
+                      .conn = conn, .first_us = util_mono_us()};
+    http_cfg.gate(&req, resp);
+    if (!resp->status)
+        return 0;
+    resp->close = 1;
+    return 1;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls)
@@ -637,6 +659,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         track_deadline(conn, 0);
         http_resp_t refusal = {0};
         if (framing_refused(conn, version, &refusal))
+            return send_resp(conn, &refusal);
+        if (gate_refused(c, conn, method, url, &refusal))
             return send_resp(conn, &refusal);
         const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (clen && strtoull(clen, NULL, 10) > http_cfg.max_body)

@@ -102,6 +102,13 @@ typedef struct http_config {
     size_t max_body;                /* bytes */
     int threads;
     http_handler_fn handler;
+    /* NULL, or run once a request that asks leave to send its body
+     * (Expect: 100-continue) has its headers: a refusal it answers
+     * (status set) is sent at once instead of "100 Continue", and the
+     * connection closed, so a caller refused on its headers (no token,
+     * another worker's credential) sends no body. The request has no
+     * body then (body_len 0). */
+    http_handler_fn gate;
     const char *tls_cert;           /* PEM file paths: HTTPS when set (GnuTLS via MHD) */
     const char *tls_key;
     unsigned max_conns;             /* 0: RLIMIT_NOFILE - HTTP_FD_RESERVE */

@@ -29,45 +29,68 @@ static int64_t tenant_lookup(void *ctx, const char *hash)
     return st ? store_tenant_by_hash(st, hash) : -1;
 }
 
-void api_route(http_req_t *req, http_resp_t *resp)
+/* Decides req's route into d, its captures in buf (cap bytes), and sets
+ * req's tenant and params from it. */
+static void route_of(http_req_t *req, char *buf, size_t cap, route_decision_t *d)
 {
-    /* Captures must outlive parked re-runs of the handler: kept per thread
-     * and refilled on every run, since the path does not change. */
-    static _Thread_local char buf[512];
     route_input_t in = {route_decide_method(req->method, req->path), req->path, req->raw_target,
                         http_header(req, "Authorization"), http_query(req, "access_token"),
                         tenant_lookup, NULL};
-    route_decision_t d;
-    route_decide(&in, buf, sizeof buf, &d);
-    req->tenant = d.tenant;
-    memcpy(req->params, d.params, sizeof d.params);
-    switch (d.status) {
-    case 0:
-        if (d.row == ROUTE_WEB_FILE)
-            api_web_file(req, resp);
-        else
-            handlers[d.row](req, resp);
-        return;
+    route_decide(&in, buf, cap, d);
+    req->tenant = d->tenant;
+    memcpy(req->params, d->params, sizeof d->params);
+}
+
+/* Answers d's refusal (d->status not 0). */
+static void route_refuse(http_req_t *req, http_resp_t *resp, const route_decision_t *d)
+{
+    switch (d->status) {
     case 400:
-        http_problem(resp, 400, d.field, "the path holds a control character");
+        http_problem(resp, 400, d->field, "the path holds a control character");
         return;
     case 401:
-        http_problem(resp, 401, d.field, "a valid bearer token is required");
+        http_problem(resp, 401, d->field, "a valid bearer token is required");
         return;
     case 403:
-        http_problem(resp, 403, d.field, "this token may not %s %s", req->method, req->path);
+        http_problem(resp, 403, d->field, "this token may not %s %s", req->method, req->path);
         return;
     case 405:
-        http_problem(resp, 405, d.field, "%s is not allowed on %s", req->method, req->path);
-        memcpy(resp->allow, d.allow, sizeof resp->allow);
+        http_problem(resp, 405, d->field, "%s is not allowed on %s", req->method, req->path);
+        memcpy(resp->allow, d->allow, sizeof resp->allow);
         return;
     case 503:
         http_problem(resp, 503, NULL, "database unavailable");
         return;
     default:
-        http_problem(resp, 404, d.field, "no such resource: %s", req->path);
+        http_problem(resp, 404, d->field, "no such resource: %s", req->path);
         return;
     }
+}
+
+void api_route(http_req_t *req, http_resp_t *resp)
+{
+    /* Captures must outlive parked re-runs of the handler: kept per thread
+     * and refilled on every run, since the path does not change. */
+    static _Thread_local char buf[512];
+    route_decision_t d;
+    route_of(req, buf, sizeof buf, &d);
+    if (d.status != 0)
+        route_refuse(req, resp, &d);
+    else if (d.row == ROUTE_WEB_FILE)
+        api_web_file(req, resp);
+    else
+        handlers[d.row](req, resp);
+}
+
+void api_route_gate(http_req_t *req, http_resp_t *resp)
+{
+    char buf[512];
+    route_decision_t d;
+    route_of(req, buf, sizeof buf, &d);
+    if (d.status != 0)
+        route_refuse(req, resp, &d);
+    else if (d.row != ROUTE_WEB_FILE && strncmp(route_pattern(d.row), "/v1/workers/:id", 15) == 0)
+        api_worker_gate(req, resp);
 }
 
 int64_t api_parse_id(const char *text)

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
+#include "../security/test_front_raw.h"
 #include "itest.h"
 #include "support_faults.h"
 
@@ -392,6 +393,39 @@ static void test_gone_workers_bounded(void **state)
             (long long)omitted, saw_live ? "listed" : "missing");
 }
 
+/* A call about a live worker that lacks its credential, asking leave to
+ * send its body (Expect: 100-continue), is refused on its headers: 403 in
+ * place of "100 Continue", so none of its 400 KB is sent to be thrown
+ * away, and the connection closes. (Without Expect the body is on its way
+ * unasked and the answer follows it.) Twice: another connection, the
+ * same answer. */
+static void test_refused_before_body(void **state)
+{
+    (void)state;
+    played_t w = reg_ok("fake", "127.0.0.1:7702");
+    static const char *const expect[] = {"Expect: 100-continue\r\n",
+                                         "Expect: 100-Continue\r\n"};
+    for (int i = 0; i < 2; i++) {
+        int fd = raw_connect(atolld_port);
+        T_CHECK(fd >= 0, "connect");
+        char head[512];
+        int n = snprintf(head, sizeof head, "POST /v1/workers/%lld/reports HTTP/1.1\r\n"
+                         "Host: x\r\nContent-Type: application/json\r\n"
+                         SECRET_HEADER ": atl_not-the-secret\r\n%s"
+                         "Content-Length: 400000\r\n\r\n", (long long)w.id, expect[i]);
+        T_CHECK(raw_send_all(fd, head, (size_t)n) == 0, "send the head");
+        raw_resp_t r;
+        int got = raw_read_head(fd, &r, 10000);
+        char conn[64] = "";
+        raw_header(&r, "Connection", conn, sizeof conn);
+        close(fd);
+        T_CHECK(got == 0 && r.status == 403 && strcasecmp(conn, "close") == 0,
+                "a wrong credential with %s and no body sent yet: status %d, Connection '%s'"
+                " (want 403 at once, closed)", expect[i], r.status, conn);
+    }
+    leave(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_heartbeat_figures_bounded),
         cmocka_unit_test(test_totals_saturate),
         cmocka_unit_test(test_gone_workers_bounded),
+        cmocka_unit_test(test_refused_before_body),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
