@@ -59,11 +59,14 @@ static int64_t holders_tenant_view(store_t *st, json_t *d, int64_t tenant, view_
 /* In an island object: a device held by another tenant's job (or a job
  * without a tenant) shows "tenant": "other" instead of its job and slice;
  * a shared device lists the tenant's own holders only, "tenant": "other"
- * saying that another tenant's job holds it too. */
+ * saying that another tenant's job holds it too, and shows the tenant's
+ * own job and slice there in place of the other's. (held_bytes stays the
+ * device's total: what room a shared job of the tenant's has.) */
 static void island_tenant_view(store_t *st, json_t *isl, int64_t tenant, view_jobs_t *vj)
 {
     size_t i;
     json_t *d;
+    const char *island = json_string_value(json_object_get(isl, "name"));
     json_array_foreach(json_object_get(isl, "devices"), i, d) {
         json_t *job = json_object_get(d, "job");
         int other = 0;
@@ -71,10 +74,16 @@ static void island_tenant_view(store_t *st, json_t *isl, int64_t tenant, view_jo
         if (json_is_integer(job) && !view_job_own(st, vj, tenant, json_integer_value(job))) {
             other = 1;
             json_object_del(d, "slice");    /* the other job's slice name */
-            if (own > 0)
+            char slice[NAME_MAX_LEN];
+            if (own > 0) {
                 json_object_set_new(d, "job", json_integer(own));
-            else
+                if (island && store_job_slice_at(st, own, island,
+                                                 json_integer_value(json_object_get(d, "index")),
+                                                 slice, sizeof slice) == STORE_OK)
+                    json_object_set_new(d, "slice", json_string(slice));
+            } else {
                 json_object_del(d, "job");
+            }
         }
         if (other)
             json_object_set_new(d, "tenant", json_string("other"));

@@ -432,6 +432,10 @@ void store_reports_stop(void);
 int64_t store_tenant_by_hash(store_t *st, const char *hash);
 /* The tenant id of a job: 0 when it has none, -1 when there is no job. */
 int64_t store_job_tenant(store_t *st, int64_t job);
+/* The name of job's slice holding device idx of island (into out, cap
+ * bytes): STORE_OK, STORE_NOTFOUND when none does, STORE_ERR. */
+int store_job_slice_at(store_t *st, int64_t job, const char *island, int64_t idx, char *out,
+                       size_t cap);
 /* A tenant's device quota (0 = none). */
 int64_t store_tenant_quota(store_t *st, int64_t tenant);
 /* A tenant's limits (schema/008_tenant_limits.sql). */

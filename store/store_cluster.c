@@ -218,6 +218,28 @@ json_t *store_island_json(store_t *st, const char *name)
     return isl;
 }
 
+int store_job_slice_at(store_t *st, int64_t job, const char *island, int64_t idx, char *out,
+                       size_t cap)
+{
+    static const char sql[] =
+        "SELECT s.name FROM slices s JOIN islands i ON i.id = s.island_id"
+        " WHERE s.job_id = ?1 AND i.name = ?2"
+        " AND EXISTS (SELECT 1 FROM json_each(s.devices) WHERE value = ?3)";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_text(s, 2, island, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, idx);
+    int rc = STORE_NOTFOUND;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        snprintf(out, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+        rc = STORE_OK;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
 /* Gone workers listed at most (the newest): every registration makes a
  * worker (a restart, a new id), so the gone ones grow without end, and a
  * caller with the join token could register and leave 20,000 times (a

@@ -147,9 +147,25 @@ static int west_mentions(hx_client_t *cl, int64_t id, int *co)
     return seen;
 }
 
+/* How many devices of cl's view of west show job id with its slice "s". */
+static int west_own_slices(hx_client_t *cl, int64_t id)
+{
+    json_t *one = call_q(cl, "GET", "/v1/islands/west", NULL, NULL, 200);
+    int n = 0;
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(one, "devices"), i, d) {
+        const char *slice = json_string_value(json_object_get(d, "slice"));
+        n += json_integer_value(json_object_get(d, "job")) == id && slice &&
+             strcmp(slice, "s") == 0;
+    }
+    json_decref(one);
+    return n;
+}
+
 /* Shared devices list every holder ("jobs"): a tenant sees its own holders
  * there and never another tenant's job id (the list used to show them
- * all, whatever the caller). */
+ * all, whatever the caller), and its own job with its slice name. */
 static void test_shared_views(void **state)
 {
     (void)state;
@@ -167,6 +183,12 @@ static void test_shared_views(void **state)
             "bob sees his job on %d entries; devices shared with another tenant: bob %d,"
             " alice %d (want 4)", bob_sees_b, bob_co, alice_co);
     T_CHECK(admin_sees_both && admin_co == 0, "the admin sees both jobs, no 'other'");
+    /* Each tenant sees its own job there with its slice, whichever job the
+     * device names first. */
+    int bob_slices = west_own_slices(&bob_cl, b), alice_slices = west_own_slices(&alice_cl, a);
+    T_CHECK(bob_slices == 4 && alice_slices == 4,
+            "devices showing the tenant's own job and slice: bob %d, alice %d (want 4)",
+            bob_slices, alice_slices);
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%" PRId64, a);
     json_decref(call_q(&alice_cl, "DELETE", path, NULL, NULL, 200));
