@@ -88,6 +88,9 @@ int cmd_workers(cli_ctx_t *ctx, int argc, char **argv)
            "STATE", "BACKEND", "HOST", "PID", "HEARTBEAT", "TASKS", "STORE");
     json_array_foreach(json_object_get(ans, "workers"), i, w)
         worker_row(w, ctx->tty);
+    json_int_t omitted = json_integer_value(json_object_get(ans, "gone_omitted"));
+    if (omitted > 0)
+        printf("(%lld older gone workers not listed)\n", (long long)omitted);
     json_decref(ans);
     return CLI_EXIT_OK;
 }
