@@ -345,11 +345,6 @@ static int ucx_address_ok(const json_t *body, const char **out, http_resp_t *res
     return 1;
 }
 
-/* One registration at a time: the data_addr check and the insert are one
- * step (atolld is the store's only writer, and every registration comes
- * here), so two workers racing for one address cannot both get it. */
-static pthread_mutex_t register_mu = PTHREAD_MUTEX_INITIALIZER;
-
 void api_worker_register(http_req_t *req, http_resp_t *resp)
 {
     static const char *const allowed[] = {"island", "devices", "backend", "data_addr", "host",
@@ -409,13 +404,7 @@ void api_worker_register(http_req_t *req, http_resp_t *resp)
     worker_secret_hash(secret, secret_hash);
     reg.secret_hash = secret_hash;
     int64_t holder = 0;
-    pthread_mutex_lock(&register_mu);
-    int rc = store_worker_addr_holder(st, reg.data_addr, &holder);
-    if (rc == STORE_NOTFOUND)
-        rc = store_worker_register(st, &reg, api_cfg.lease_us, &out);
-    else if (rc == STORE_OK)
-        rc = STORE_CONFLICT;
-    pthread_mutex_unlock(&register_mu);
+    int rc = store_worker_register(st, &reg, api_cfg.lease_us, &out, &holder);
     if (rc == STORE_CONFLICT)
         http_problem(resp, 409, "data_addr", "data_addr %s is held by live worker %lld (a "
                      "worker restarted there registers once that one left or its lease "

@@ -336,19 +336,16 @@ typedef struct worker_reg {
     const char *secret_hash;    /* hex hash of the worker's own credential (api_worker.c) */
     const char *ucx_address;    /* base64 UCX worker address (api_worker.c checks it); NULL: none */
 } worker_reg_t;
-/* STORE_NOTFOUND unknown island, STORE_FULL no free block; else *out is the
- * 201 body. */
-int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out);
+/* STORE_NOTFOUND unknown island, STORE_FULL no free block, STORE_CONFLICT
+ * a live worker holds reg->data_addr (its id into *holder, unless NULL);
+ * else *out is the 201 body. */
+int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out,
+                          int64_t *holder);
 int store_worker_heartbeat(store_t *st, int64_t worker);      /* NOTFOUND when gone */
 /* The data-plane directory: the newest live worker registered at
  * data_addr with a UCX address: its id and that address (base64,
  * malloc'd; the caller frees). STORE_NOTFOUND when there is none. */
 int store_worker_peer(store_t *st, const char *data_addr, int64_t *peer, char **ucx_address);
-/* Who holds data_addr: the oldest live worker registered at it, in
- * *holder; STORE_NOTFOUND when none. A read. Registration refuses an
- * address a live worker holds (api_worker.c): peers find a worker by its
- * data_addr, so two live holders would hand them the wrong one. */
-int store_worker_addr_holder(store_t *st, const char *data_addr, int64_t *holder);
 /* Figures a worker sends with its heartbeat (all >= 0): its object store
  * now, and what its data plane refused since it started (cumulative). */
 typedef struct worker_stats {

@@ -70,7 +70,29 @@ static json_t *register_reply(store_t *st, int64_t id, const worker_reg_t *reg, 
     return out;
 }
 
-int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out)
+/* Who holds data_addr: the oldest live worker registered at it, in
+ * *holder. STORE_OK, STORE_NOTFOUND when none, STORE_ERR. */
+static int addr_holder(store_t *st, const char *data_addr, int64_t *holder)
+{
+    /* Live, not "heartbeat within the lease": a worker whose lease ran out
+     * stays live until the scheduler's next expiry pass declares it lost
+     * (store_sched_expire, within one scheduler tick), and a renewal of
+     * it may still be stored until then. */
+    static const char sql[] =
+        "SELECT id FROM workers WHERE data_addr = ? AND state = 'live' ORDER BY id LIMIT 1";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return STORE_ERR;
+    sqlite3_bind_text(s, 1, data_addr, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        *holder = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
+}
+
+int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us, json_t **out,
+                          int64_t *holder)
 {
     static const char ins_sql[] =
         "INSERT INTO workers(island_id, first_device, ndevices, data_addr, host, pid, backend,"
@@ -88,6 +110,21 @@ int store_worker_register(store_t *st, const worker_reg_t *reg, int64_t lease_us
         rc = STORE_NOTFOUND;
         goto fail;
     }
+    /* Peers find a worker by its data_addr (store_worker_peer): a second
+     * live holder would take the first one's place in the directory.
+     * Checked in the write transaction that inserts, so two registrations
+     * racing for one address cannot both pass. */
+    int64_t held = 0;
+    rc = addr_holder(st, reg->data_addr, &held);
+    if (rc != STORE_NOTFOUND) {
+        if (rc == STORE_OK) {
+            rc = STORE_CONFLICT;
+            if (holder)
+                *holder = held;
+        }
+        goto fail;
+    }
+    rc = STORE_ERR;
     int64_t first = free_block(st, island, reg->ndevices);
     if (first < 0) {
         rc = STORE_FULL;
@@ -299,24 +336,6 @@ int store_worker_secret(store_t *st, int64_t worker, char hash[65], int *live)
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
 }
 
-int store_worker_addr_holder(store_t *st, const char *data_addr, int64_t *holder)
-{
-    /* Live, not "heartbeat within the lease": a worker whose lease ran out
-     * stays live until the scheduler's next expiry pass declares it lost
-     * (store_sched_expire, within one scheduler tick), and a renewal of
-     * it may still be stored until then. */
-    static const char sql[] =
-        "SELECT id FROM workers WHERE data_addr = ? AND state = 'live' ORDER BY id LIMIT 1";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return STORE_ERR;
-    sqlite3_bind_text(s, 1, data_addr, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW)
-        *holder = sqlite3_column_int64(s, 0);
-    sqlite3_reset(s);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
-}
 
 int store_worker_peer(store_t *st, const char *data_addr, int64_t *peer, char **ucx_address)
 {

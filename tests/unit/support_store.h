@@ -95,7 +95,7 @@ static inline int64_t support_store_register(store_t *st, const char *island, co
 {
     worker_reg_t reg = {island, "sim", addr, "localhost", ndev, 1, "00", NULL};
     json_t *out = NULL;
-    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
+    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out, NULL), STORE_OK);
     int64_t id = json_integer_value(json_object_get(out, "id"));
     json_decref(out);
     assert_true(id > 0);

@@ -332,7 +332,7 @@ static int64_t register_at(store_t *st, const char *addr, const char *ucx)
 {
     worker_reg_t reg = {"west", "sim", addr, "localhost", 1, 1, "00", ucx};
     json_t *out = NULL;
-    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out), STORE_OK);
+    assert_int_equal(store_worker_register(st, &reg, 60 * 1000000LL, &out, NULL), STORE_OK);
     int64_t id = json_integer_value(json_object_get(out, "id"));
     json_decref(out);
     return id;
@@ -362,13 +362,21 @@ static void test_peer_directory(void **state)
     expect_peer(f->st, "127.0.0.1:7", a, "QUJD");
     expect_peer(f->st, "127.0.0.1:8", 0, NULL);     /* registered without one */
     expect_peer(f->st, "127.0.0.1:9", 0, NULL);     /* nobody there */
-    /* A worker restarted on the same port: the new registration answers. */
-    int64_t b = register_at(f->st, "127.0.0.1:7", "REVG");
-    expect_peer(f->st, "127.0.0.1:7", b, "REVG");
-    assert_int_equal(store_worker_leave(f->st, b), STORE_OK);
+    /* A second worker at a live worker's port is refused (the directory
+     * keeps answering the first); restarted there once the first left,
+     * the new registration answers. */
+    worker_reg_t reg = {"west", "sim", "127.0.0.1:7", "localhost", 1, 1, "00", "REVG"};
+    json_t *out = NULL;
+    int64_t holder = 0;
+    assert_int_equal(store_worker_register(f->st, &reg, 60 * 1000000LL, &out, &holder),
+                     STORE_CONFLICT);
+    assert_null(out);
+    assert_int_equal(holder, a);
     expect_peer(f->st, "127.0.0.1:7", a, "QUJD");
     assert_int_equal(store_worker_leave(f->st, a), STORE_OK);
     expect_peer(f->st, "127.0.0.1:7", 0, NULL);     /* gone: never a dead peer's address */
+    int64_t b = register_at(f->st, "127.0.0.1:7", "REVG");
+    expect_peer(f->st, "127.0.0.1:7", b, "REVG");
 }
 
 int main(void)
