@@ -246,16 +246,12 @@ int store_job_slice_at(store_t *st, int64_t job, const char *island, int64_t idx
  * 5.8 MB answer, 600 ms to build). */
 #define STORE_WORKERS_GONE_LISTED 128
 
-/* How many gone workers there are; -1 on error. */
+/* How many gone workers there are; -1 on error. (The query takes no
+ * parameter: store_scalar's argument binds nothing.) */
 static int64_t workers_gone(store_t *st)
 {
     static const char sql[] = "SELECT COUNT(*) FROM workers WHERE state <> 'live'";
-    sqlite3_stmt *s = store_stmt(st, sql);
-    if (!s)
-        return -1;
-    int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
-    sqlite3_reset(s);
-    return n;
+    return store_scalar(st, sql, 0, -1);
 }
 
 json_t *store_workers_json(store_t *st, int64_t lease_us)

@@ -137,6 +137,11 @@ int hx_request(hx_client_t *cl, const char *method, const char *path,
  * NULL) added to the request. */
 int hx_request_h(hx_client_t *cl, const char *method, const char *path, const char *body,
                  size_t body_len, const char *const *headers, hx_resp_t *r);
+/* One call as a worker: secret (NULL: none) in X-Atoll-Worker-Secret,
+ * body (may be NULL) of len bytes. The status, 0 on a transport failure;
+ * *out (when not NULL) the JSON answer, a new reference or NULL. */
+long hx_worker_call(hx_client_t *cl, const char *secret, const char *method, const char *path,
+                    const char *body, size_t len, json_t **out);
 /* Sets (token non-NULL) or clears the bearer token and the CA file (NULL:
  * libcurl's default trust) of a client. 0, or -1 when one is too long. */
 int hx_client_set_auth(hx_client_t *cl, const char *token, const char *ca_file);

@@ -202,6 +202,22 @@ cleanup:
     return rc;
 }
 
+long hx_worker_call(hx_client_t *cl, const char *secret, const char *method, const char *path,
+                    const char *body, size_t len, json_t **out)
+{
+    char hdr[300];
+    const char *hdrs[] = {hdr, NULL};
+    snprintf(hdr, sizeof hdr, "X-Atoll-Worker-Secret: %s", secret ? secret : "");
+    hx_resp_t r;
+    int rc = hx_request_h(cl, method, path, body, len, secret ? hdrs : NULL, &r);
+    if (out)
+        *out = rc == 0 ? json_incref(r.json) : NULL;
+    long st = rc == 0 ? r.status : 0;
+    if (rc == 0)
+        hx_resp_clear(&r);
+    return st;
+}
+
 void hx_client_print_last(const hx_client_t *cl)
 {
     fprintf(stderr, "  last request : %s\n  last response: %s\n", cl->last_req, cl->last_resp);

@@ -508,24 +508,6 @@ static void test_allow_run_off(void **state)
     T_CHECK(unclean == 0, "the atolld without --allow-run did not exit cleanly on SIGTERM");
 }
 
-/* One call as the played worker of test_log_uploads_bounded (its secret
- * in the header); the status, or 0 on a transport failure. */
-static long played_call(hx_client_t *cl, const char *secret, const char *method,
-                        const char *path, const char *body, size_t len, json_t **out)
-{
-    char hdr[300];
-    const char *hdrs[] = {hdr, NULL};
-    snprintf(hdr, sizeof hdr, "X-Atoll-Worker-Secret: %s", secret);
-    hx_resp_t r;
-    if (hx_request_h(cl, method, path, body, len, hdrs, &r) != 0)
-        return 0;
-    long st = r.status;
-    if (out)
-        *out = json_incref(r.json);
-    hx_resp_clear(&r);
-    return st;
-}
-
 /* Output uploads are bounded (DESIGN Part E: every received size is
  * checked): a worker posts output only for a run computation it holds a
  * task of, only for a process that computation has (below its shard
@@ -543,7 +525,7 @@ static void test_log_uploads_bounded(void **state)
     T_CHECK(hx_client_init(&cl, c2.url) == 0, "client");
     json_t *ans = NULL;
     static const char reg[] = "{\"island\":\"p\",\"devices\":4,\"data_addr\":\"127.0.0.1:19\"}";
-    long st = played_call(&cl, "", "POST", "/v1/workers", reg, strlen(reg), &ans);
+    long st = hx_worker_call(&cl, NULL, "POST", "/v1/workers", reg, strlen(reg), &ans);
     int64_t wid = json_integer_value(json_object_get(ans, "id"));
     char secret[256], path[256];
     const char *sec = json_string_value(json_object_get(ans, "secret"));
@@ -567,7 +549,7 @@ static void test_log_uploads_bounded(void **state)
     for (int i = 0; i < 20 && got < 2; i++) {
         snprintf(path, sizeof path, "/v1/workers/%lld/tasks?wait_ms=2000&ack=0", (long long)wid);
         json_t *poll = NULL;
-        if (played_call(&cl, secret, "GET", path, NULL, 0, &poll) == 200)
+        if (hx_worker_call(&cl, secret, "GET", path, NULL, 0, &poll) == 200)
             got = (int)json_array_size(json_object_get(poll, "jobs"));
         json_decref(poll);
     }
@@ -581,7 +563,7 @@ static void test_log_uploads_bounded(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "/v1/workers/%lld/logs?job=%lld&attempt=0&comp=0&process=%d",
                  (long long)wid, (long long)cases[i].job, cases[i].process);
-        st = played_call(&cl, secret, "POST", path, seg, sizeof seg - 1, NULL);
+        st = hx_worker_call(&cl, secret, "POST", path, seg, sizeof seg - 1, NULL);
         T_CHECK(st == cases[i].want, "logs of job %lld process %d answered %ld, want %ld",
                 (long long)cases[i].job, cases[i].process, st, cases[i].want);
     }
@@ -595,16 +577,16 @@ static void test_log_uploads_bounded(void **state)
     body[3] = (char)((big >> 16) & 0xff);
     snprintf(path, sizeof path, "/v1/workers/%lld/logs?job=%lld&attempt=0&comp=0&process=0",
              (long long)wid, (long long)jr);
-    st = played_call(&cl, secret, "POST", path, body, big + 5, NULL);
+    st = hx_worker_call(&cl, secret, "POST", path, body, big + 5, NULL);
     free(body);
     T_CHECK(st == 413, "a log upload over 512 KiB answered %ld, want 413", st);
     /* Nothing left for a drain to wait on: the jobs end, the worker goes. */
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)(i ? jr : jp));
-        played_call(&cl, secret, "DELETE", path, NULL, 0, NULL);
+        hx_worker_call(&cl, secret, "DELETE", path, NULL, 0, NULL);
     }
     snprintf(path, sizeof path, "/v1/workers/%lld", (long long)wid);
-    played_call(&cl, secret, "DELETE", path, NULL, 0, NULL);
+    hx_worker_call(&cl, secret, "DELETE", path, NULL, 0, NULL);
     hx_client_cleanup(&cl);
     T_CHECK(hx_cluster_stop(&c2) == 0, "atolld did not exit cleanly");
 }

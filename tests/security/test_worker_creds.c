@@ -42,18 +42,7 @@ static char att_secret[256];
 static long wcall(const char *method, const char *path, const char *body, const char *secret,
                   json_t **out)
 {
-    char hdr[300];
-    const char *hdrs[] = {hdr, NULL};
-    snprintf(hdr, sizeof hdr, SECRET_HEADER ": %s", secret ? secret : "");
-    hx_resp_t r;
-    int rc = hx_request_h(&join_cl, method, path, body, body ? strlen(body) : 0,
-                          secret ? hdrs : NULL, &r);
-    long st = rc == 0 ? r.status : 0;
-    if (out)
-        *out = rc == 0 ? json_incref(r.json) : NULL;
-    if (rc == 0)
-        hx_resp_clear(&r);
-    return st;
+    return hx_worker_call(&join_cl, secret, method, path, body, body ? strlen(body) : 0, out);
 }
 
 /* Registers on island `island` (2 devices) with the join token; the id, and
