@@ -336,11 +336,10 @@ int store_worker_secret(store_t *st, int64_t worker, char hash[65], int *live)
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
 }
 
-
 int store_worker_peer(store_t *st, const char *data_addr, int64_t *peer, char **ucx_address)
 {
     /* The newest live worker at that address. Registration refuses an
-     * address a live worker holds (api_worker.c), so there is one; rows
+     * address a live worker holds (store_worker_register), so there is one; rows
      * from before that rule may hold two, and a restarted worker's is the
      * newer. */
     static const char sql[] =

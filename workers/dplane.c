@@ -161,6 +161,12 @@ int dp_addr_answer(dplane_t *dp)
 /* Queues ep for closing by the progress thread. Holds mu. */
 static void close_later_locked(dplane_t *dp, ucp_ep_h ep)
 {
+    /* Once: a sender that found its peer restarted (peer_served) and UCX
+     * failing the same endpoint (ep_failed) both queue it, and closing it
+     * twice would touch a freed endpoint. */
+    for (int i = 0; i < dp->nclosing; i++)
+        if (dp->closing[i] == ep)
+            return;
     if (dp->nclosing < DPLANE_MAX_CLOSING)
         dp->closing[dp->nclosing++] = ep;
     /* else: leaked until ucp_worker_destroy, which frees every endpoint */
@@ -307,8 +313,14 @@ static int peer_served(dplane_t *dp, const char *addr, ucp_ep_h ep, void *served
             p->no_rma = 0;             /* a new process: what it reads is learned again */
             served = NULL;
         }
+    } else if (served) {
+        p->checked_us = util_mono_us();     /* the same process: confirmed now */
     } else {
-        p->checked_us = util_mono_us();
+        /* No answer (a busy process, or ours failed): nothing confirmed.
+         * Asked again in DPLANE_PROBE_RETRY_US, not after a whole
+         * recheck_us: a port that accepts before its new process answers
+         * must not get a stale endpoint trusted for half a lease. */
+        p->checked_us = util_mono_us() - atomic_load(&dp->recheck_us) + DPLANE_PROBE_RETRY_US;
     }
     pthread_mutex_unlock(&dp->mu);
     free(served);

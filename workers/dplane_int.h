@@ -66,6 +66,10 @@ enum { DPLANE_ACK_OK = 0, DPLANE_ACK_NO_RMA = 1, DPLANE_ACK_FAILED = 2 };
 /* How long the progress thread progresses on while UCX refuses to arm
  * with nothing to do, before it naps (dplane_progress.c). */
 #define DPLANE_BUSY_SPIN_US 2000
+/* A peer whose port did not answer a check is asked again after this
+ * (dplane.c, peer_served): its address was not confirmed. */
+#define DPLANE_PROBE_RETRY_US 1000000
+
 /* A progress thread that never sleeps (events keep coming) still answers
  * the address port this often: a peer's recheck waits for the answer
  * DPLANE_PROBE_TIMEOUT_MS at most (dplane.h) and takes silence for a

@@ -387,6 +387,17 @@ const char *wclient_problem_detail(const json_t *resp)
 /* Takes the controller's body cap from an answer's "max_body" (caller
  * holds mu). Bounded both ways: a forged tiny cap would make every report
  * lose its values, a huge one is no promise we need. */
+/* Takes the controller's lease (wc->mu held) when it is one: 30 ms to a
+ * day. Anything else keeps the one known: an int cast of a larger number
+ * would wrap, and the heartbeat's sleep and the data plane's recheck are
+ * derived from it. */
+static void lease_learn(wclient_t *wc, const json_t *lease)
+{
+    if (json_is_integer(lease) && json_integer_value(lease) >= 30 &&
+        json_integer_value(lease) <= 24 * 3600 * 1000)
+        wc->lease_ms = (int)json_integer_value(lease);
+}
+
 static void max_body_learn(wclient_t *wc, const json_t *cap)
 {
     if (json_is_integer(cap) && json_integer_value(cap) >= 16384 &&
@@ -425,8 +436,7 @@ int wclient_register(wclient_t *wc, json_t **resp)
             pthread_mutex_lock(&wc->mu);
             snprintf(wc->secret, sizeof wc->secret, "%s", secret ? secret : "");
             wc->id = json_integer_value(id);
-            if (json_is_integer(lease) && json_integer_value(lease) >= 30)
-                wc->lease_ms = (int)json_integer_value(lease);
+            lease_learn(wc, lease);
             max_body_learn(wc, cap);
             pthread_mutex_unlock(&wc->mu);
         }
@@ -508,9 +518,9 @@ int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body)
     int st = call_as(wc, id, "POST", path, body ? body : empty, 5000, NULL, &ans);
     json_decref(empty);
     const json_t *lease = json_object_get(ans, "lease_ms");
-    if (st == 200 && json_is_integer(lease) && json_integer_value(lease) >= 30) {
+    if (st == 200) {
         pthread_mutex_lock(&wc->mu);
-        wc->lease_ms = (int)json_integer_value(lease);
+        lease_learn(wc, lease);
         pthread_mutex_unlock(&wc->mu);
     }
     json_decref(ans);

@@ -28,7 +28,10 @@
 #include "itest.h"
 #include "support_faults.h"
 
-#define LEASE_MS 1500
+/* Long enough that a loaded 2-core machine neither loses the surviving
+ * worker nor lets the killed one's registration lapse before the test
+ * has asked for its address again. */
+#define LEASE_MS 4000
 /* A job after a restart: far less than the workers' 60 s peer timeout. */
 #define JOB_WAIT_MS 20000
 
