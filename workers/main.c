@@ -183,14 +183,12 @@ static int register_first(worker_t *w)
             json_decref(ans);
             return -1;
         }
-        int addr_held = wclient_addr_held(st, ans);
         if (!warned++ || st > 0)
             log_warn("registration: %s (HTTP %d %s); retrying",
                      st < 0 ? "controller unreachable" : "not accepted yet", st,
                      wclient_problem_detail(ans));
+        wclient_register_backoff(st, ans, &delay);
         json_decref(ans);
-        if (addr_held && delay > WCLIENT_ADDR_HELD_RETRY_MS)
-            delay = WCLIENT_ADDR_HELD_RETRY_MS;
         if (wclient_sleep_backoff(&delay, &g_stop))
             return -1;
     }

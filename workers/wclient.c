@@ -448,10 +448,13 @@ int wclient_register(wclient_t *wc, json_t **resp)
     return status;
 }
 
-int wclient_addr_held(int status, const json_t *resp)
+int wclient_register_backoff(int status, const json_t *resp, int *delay)
 {
     const char *field = json_string_value(json_object_get(resp, "field"));
-    return status == 409 && field && strcmp(field, "data_addr") == 0;
+    int held = status == 409 && field && strcmp(field, "data_addr") == 0;
+    if (held && *delay > WCLIENT_ADDR_HELD_RETRY_MS)
+        *delay = WCLIENT_ADDR_HELD_RETRY_MS;
+    return held;
 }
 
 int wclient_reregister(wclient_t *wc, int64_t stale_id, const atomic_int *stop)
@@ -471,8 +474,7 @@ int wclient_reregister(wclient_t *wc, int64_t stale_id, const atomic_int *stop)
         }
         if (st > 0)
             log_warn("register: HTTP %d %s", st, wclient_problem_detail(ans));
-        if (wclient_addr_held(st, ans) && delay > WCLIENT_ADDR_HELD_RETRY_MS)
-            delay = WCLIENT_ADDR_HELD_RETRY_MS;
+        wclient_register_backoff(st, ans, &delay);
         json_decref(ans);
         if (wclient_sleep_backoff(&delay, stop)) {
             rc = -1;

@@ -49,16 +49,17 @@ int wclient_call(wclient_t *wc, const char *method, const char *path, const json
  * the answer (new reference). Other statuses: *resp is the problem
  * document if any. */
 int wclient_register(wclient_t *wc, json_t **resp);
-/* Whether a registration's answer (status, problem document) says a live
- * worker holds our data_addr (409, field "data_addr"): usually our own
- * previous process (restarted on a fixed --data-listen), whose lease runs
- * out within seconds. Such a refusal is retried at least every
- * WCLIENT_ADDR_HELD_RETRY_MS, not after the backoff's 5 s, so the worker
- * comes up about a lease after its predecessor's last call. */
+/* The backoff before the next registration try, after an answer (status,
+ * problem document): *delay as it stands, except when a live worker holds
+ * our data_addr (409, field "data_addr"), usually our own previous process
+ * (restarted on a fixed --data-listen) whose lease runs out within
+ * seconds: then at most WCLIENT_ADDR_HELD_RETRY_MS, not the backoff's 5 s,
+ * so the worker comes up about a lease after its predecessor's last call.
+ * Returns whether the address was held. */
 #define WCLIENT_ADDR_HELD_RETRY_MS 500
-int wclient_addr_held(int status, const json_t *resp);
+int wclient_register_backoff(int status, const json_t *resp, int *delay);
 /* Registers again unless another thread already replaced stale_id; retries
- * with backoff (see wclient_addr_held) until it succeeds or *stop becomes
+ * with backoff (wclient_register_backoff) until it succeeds or *stop becomes
  * non-zero. Returns 0 when registered, -1 when stopped. */
 int wclient_reregister(wclient_t *wc, int64_t stale_id, const atomic_int *stop);
 
