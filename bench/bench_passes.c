@@ -142,7 +142,8 @@ static int play_register(hx_client_t *cl, int i)
 }
 
 /* Appends the report of one host task (every shard: output z, 4 zeros). */
-static int report_add(char **body, size_t *len, size_t *cap, int64_t task, size_t nshards)
+static int report_add(char **body, size_t *len, size_t *cap, int64_t task, int64_t comp,
+                      size_t nshards)
 {
     size_t need = 160 + nshards * 64;
     if (*len + need > *cap) {
@@ -154,9 +155,10 @@ static int report_add(char **body, size_t *len, size_t *cap, int64_t task, size_
         *cap = ncap;
     }
     *len += (size_t)snprintf(*body + *len, *cap - *len,
-                             "%s{\"task\":%" PRId64 ",\"state\":\"succeeded\",\"started_us\":1,"
-                             "\"inputs_ready_us\":2,\"finished_us\":3,\"outputs\":{\"z\":[",
-                             *len > 12 ? "," : "", task);
+                             "%s{\"task\":%" PRId64 ",\"comp\":%" PRId64 ",\"state\":"
+                             "\"succeeded\",\"started_us\":1,\"inputs_ready_us\":2,"
+                             "\"finished_us\":3,\"outputs\":{\"z\":[",
+                             *len > 12 ? "," : "", task, comp);
     for (size_t s = 0; s < nshards; s++)
         *len += (size_t)snprintf(*body + *len, *cap - *len, "%s{\"shape\":[4],\"sum\":0,"
                                  "\"values_f32\":\"AAAAAAAAAAAAAAAAAAAAAA==\"}", s ? "," : "");
@@ -192,6 +194,7 @@ static int play_worker(hx_client_t *cl, int w, int64_t job)
             *got(w, json_integer_value(json_object_get(g, "job"))) = 1;
             json_array_foreach(json_object_get(g, "tasks"), k, t)
                 rc |= report_add(&body, &len, &cap, json_integer_value(json_object_get(t, "task")),
+                                 json_integer_value(json_object_get(t, "comp")),
                                  json_array_size(json_object_get(t, "shards")));
         }
         hx_resp_clear(&r);

@@ -42,6 +42,7 @@ typedef struct played {
     int64_t id;
     char hdr[160];              /* X-Atoll-Worker-Secret: ... */
     int64_t *tasks;             /* owned: its task ids, in lease order */
+    int64_t *comps;             /* owned: each task's computation (a run's share an id) */
     size_t ntasks, cap;
     int batch;
     int devices;
@@ -66,16 +67,21 @@ static int played_register(hx_client_t *cl, played_t *w, int i)
     return w->id > 0 && secret ? 0 : -1;
 }
 
-static int played_add(played_t *w, int64_t task)
+static int played_add(played_t *w, int64_t task, int64_t comp)
 {
     if (w->ntasks == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 1024;
         int64_t *t = realloc(w->tasks, cap * sizeof *t);
-        if (!t)
+        if (t)
+            w->tasks = t;
+        int64_t *c = realloc(w->comps, cap * sizeof *c);
+        if (c)
+            w->comps = c;
+        if (!t || !c)
             return -1;
-        w->tasks = t;
         w->cap = cap;
     }
+    w->comps[w->ntasks] = comp;
     w->tasks[w->ntasks++] = task;
     return 0;
 }
@@ -99,7 +105,8 @@ static int played_lease(hx_client_t *cl, played_t *w, size_t want)
         json_t *job, *task;
         json_array_foreach(json_object_get(r.json, "jobs"), i, job)
             json_array_foreach(json_object_get(job, "tasks"), k, task)
-                if (played_add(w, json_integer_value(json_object_get(task, "task"))) != 0) {
+                if (played_add(w, json_integer_value(json_object_get(task, "task")),
+                               json_integer_value(json_object_get(task, "comp"))) != 0) {
                     hx_resp_clear(&r);
                     return -1;
                 }
@@ -110,12 +117,12 @@ static int played_lease(hx_client_t *cl, played_t *w, size_t want)
 
 /* One report item: succeeded, output b (hx_compute_chain_doc's) with one
  * scalar of value 0 per shard (ndev). Returns its length. */
-static size_t report_item(char *buf, size_t n, int64_t task, int ndev)
+static size_t report_item(char *buf, size_t n, int64_t task, int64_t comp, int ndev)
 {
     size_t len = (size_t)snprintf(buf, n,
-                                  "{\"task\":%" PRId64 ",\"state\":\"succeeded\",\"started_us\":1,"
-                                  "\"inputs_ready_us\":2,\"finished_us\":3,\"outputs\":{\"b\":[",
-                                  task);
+                                  "{\"task\":%" PRId64 ",\"comp\":%" PRId64 ",\"state\":"
+                                  "\"succeeded\",\"started_us\":1,\"inputs_ready_us\":2,"
+                                  "\"finished_us\":3,\"outputs\":{\"b\":[", task, comp);
     for (int d = 0; d < ndev && len < n; d++)
         len += (size_t)snprintf(buf + len, n - len, "%s{\"shape\":[],\"sum\":0,"
                                 "\"values_f32\":\"AAAAAA==\"}", d ? "," : "");
@@ -139,7 +146,7 @@ static void *played_report(void *arg)
     for (size_t i = 0; body && item && i < w->ntasks && !w->failed; i += (size_t)w->batch) {
         size_t len = (size_t)snprintf(body, cap, "{\"reports\":[");
         for (size_t k = i; k < w->ntasks && k < i + (size_t)w->batch; k++) {
-            report_item(item, icap, w->tasks[k], w->devices);
+            report_item(item, icap, w->tasks[k], w->comps[k], w->devices);
             len += (size_t)snprintf(body + len, cap - len, "%s%s", k > i ? "," : "", item);
         }
         len += (size_t)snprintf(body + len, cap - len, "]}");
@@ -232,8 +239,10 @@ int main(int argc, char **argv)
 out_cl:
     hx_client_cleanup(&cl);
 out:
-    for (int i = 0; i < WORKERS; i++)
+    for (int i = 0; i < WORKERS; i++) {
         free(w[i].tasks);
+        free(w[i].comps);
+    }
     free(doc);
     hx_cluster_stop(&c);
     return rc;

@@ -160,7 +160,7 @@ static int batch_flush(store_t *st, task_batch_t *b, int rc_in)
 
 /* Adds the host task of refs[0..n-1] (one worker's shards, increasing)
  * to b, writing b's rows first when it is full. 0 or -1. */
-static int batch_add(store_t *st, task_batch_t *b, const sched_job_t *job, int c,
+static int batch_add(store_t *st, task_batch_t *b, const sched_job_t *job, int c, int ncomps,
                      int64_t island, int64_t seq, int blocked, const shard_ref_t *refs, int n)
 {
     if (b->n == STORE_TASK_ROWS && batch_flush(st, b, 0) != 0)
@@ -175,9 +175,28 @@ static int batch_add(store_t *st, task_batch_t *b, const sched_job_t *job, int c
     refs_text(refs, n, 1, devices_txt);
     b->text[2 * b->n] = shards_txt;
     b->text[2 * b->n + 1] = devices_txt;
-    b->t[b->n++] = (sched_task_t){job->id, job->attempt, c, island, refs[0].worker, seq,
-                                  shards_txt, n, blocked, devices_txt};
+    b->t[b->n++] = (sched_task_t){job->id, job->attempt, c, ncomps, island, refs[0].worker,
+                                  seq, shards_txt, n, blocked, devices_txt};
     return 0;
+}
+
+/* Writes, for each computation c .. c + ncomps - 1 of a run, its island
+ * sequence number (seq, seq + 1, ...) and the payload its host tasks share.
+ * 0 or -1. */
+static int comps_heads(store_t *st, const sched_job_t *job, const job_plan_t *plan,
+                       const json_t *doc, int c, int ncomps, int64_t island, int64_t seq,
+                       int blocked)
+{
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < ncomps; k++) {
+        json_t *base = task_base(plan, doc, job, c + k, seq + k);
+        char *text = base ? jtext_dump(base, NULL) : NULL;
+        rc = text && store_sched_set_comp(st, job->id, c + k, island, seq + k, !blocked) == 0
+                 ? store_sched_add_comp_payload(st, job->id, job->attempt, c + k, text) : -1;
+        json_decref(base);
+        free(text);
+    }
+    return rc;
 }
 
 /* Writes computation c's host tasks, the lo-th to before the hi-th of
@@ -188,23 +207,17 @@ static int batch_add(store_t *st, task_batch_t *b, const sched_job_t *job, int c
  * first writes the computation's island sequence number seq (reserved by
  * the caller) and the payload its host tasks share; later parts carry the
  * seq written then. blocked: the tasks wait (sequential dispatch) until
- * store_progress.c releases them. 0 or -1. */
+ * store_progress.c releases them. A run (ncomps > 1, see sched_internal.h)
+ * writes every computation's number and payload, then one row per worker
+ * for them all. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                         const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
-                        int64_t seq, int blocked, int lo, int hi)
+                        int ncomps, int64_t seq, int blocked, int lo, int hi)
 {
     const comp_t *cp = &plan->comps[c];
     const alloc_placement_t *p = &pl[cp->slice];
     int64_t island = r->island_id[p->island];
-    int rc = 0;
-    if (lo == 0) {
-        json_t *base = task_base(plan, doc, job, c, seq);
-        char *text = base ? jtext_dump(base, NULL) : NULL;
-        rc = text && store_sched_set_comp(st, job->id, c, island, seq, !blocked) == 0
-                 ? store_sched_add_comp_payload(st, job->id, job->attempt, c, text) : -1;
-        json_decref(base);
-        free(text);
-    }
+    int rc = lo == 0 ? comps_heads(st, job, plan, doc, c, ncomps, island, seq, blocked) : 0;
     shard_ref_t *refs = rc == 0 ? malloc(sizeof *refs * (size_t)p->nshards) : NULL;
     if (!refs)
         return -1;
@@ -218,7 +231,7 @@ int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *p
         for (j = i + 1; j < p->nshards && refs[j].worker == refs[i].worker; j++)
             ;
         if (g >= lo)
-            rc = batch_add(st, &b, job, c, island, seq, blocked, &refs[i], j - i);
+            rc = batch_add(st, &b, job, c, ncomps, island, seq, blocked, &refs[i], j - i);
     }
     rc = batch_flush(st, &b, rc);
     free(refs);
@@ -472,11 +485,33 @@ static void chunk_cost(int64_t n, int64_t task_us, int k, int64_t fixed_us)
     }
 }
 
+/* How many computations from topological position t on (whole ones, up to
+ * position last) go out as one run (schema/032): consecutive positions
+ * whose computations have consecutive indexes and one slice, so one row
+ * per worker covers them. Never under sequential dispatch (each waits for
+ * its producers' reports), and a users' program (a run computation, DESIGN
+ * Part F: its processes start and report apart) goes alone. (A shared
+ * job's computations never come here: the feed dispatches them one at a
+ * time.) 1 at least. */
+static int run_length(const job_plan_t *plan, int t, int last)
+{
+    int c = plan->topo[t], n = 1;
+    if (sched_cfg.sequential || plan->comps[c].run_json)
+        return 1;
+    while (t + n <= last && plan->topo[t + n] == c + n && !plan->comps[c + n].run_json &&
+           plan->comps[c + n].slice == plan->comps[c].slice)
+        n++;
+    return n;
+}
+
 /* Dispatches the job's host tasks from position from to before position
  * to, inside the caller's transaction. Each island's sequence numbers for
  * the computations whose first host task is among them are reserved at
  * once and handed out in topological order; a computation begun in an
- * earlier chunk keeps its own (from_seq). 0 or -1. */
+ * earlier chunk keeps its own (from_seq). Whole computations in a row on
+ * one slice go out as runs (run_length): a run never holds a computation
+ * a chunk splits, so a later chunk starts at a computation of its own.
+ * 0 or -1. */
 static int dispatch_range(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                           const json_t *doc, round_t *r, const alloc_placement_t *pl,
                           dpos_t from, dpos_t to, int64_t from_seq)
@@ -484,16 +519,20 @@ static int dispatch_range(store_t *st, const sched_job_t *job, const job_plan_t 
     int count[SCHED_MAX_ISLANDS] = {0}, waiting[SCHED_MAX_ISLANDS] = {0};
     int64_t seq[SCHED_MAX_ISLANDS];
     int last = to.part > 0 ? to.t : to.t - 1;     /* the last position touched */
+    int last_whole = to.part > 0 ? to.t - 1 : last;
     for (int t = from.part > 0 ? from.t + 1 : from.t; t <= last; t++)
         count[pl[plan->comps[plan->topo[t]].slice].island]++;
     for (int i = 0; i < r->n; i++)
         if (count[i] > 0 && (seq[i] = store_sched_take_seq(st, r->island_id[i], count[i])) < 0)
             return -1;
-    for (int t = from.t; t <= last; t++) {
+    for (int t = from.t, n; t <= last; t += n) {
         int c = plan->topo[t], i = pl[plan->comps[c].slice].island;
         int lo = t == from.t ? from.part : 0, hi = t == to.t ? to.part : -1;
-        int64_t q = lo > 0 ? from_seq : seq[i]++;
-        if (sched_dispatch_comp(st, job, plan, doc, r, pl, c, q,
+        n = lo == 0 && hi < 0 ? run_length(plan, t, last_whole) : 1;
+        int64_t q = lo > 0 ? from_seq : seq[i];
+        if (lo == 0)
+            seq[i] += n;
+        if (sched_dispatch_comp(st, job, plan, doc, r, pl, c, n, q,
                                 sequential_waits(plan, pl, c, waiting), lo, hi) != 0)
             return -1;
     }

@@ -164,7 +164,7 @@ static int feed_comp(store_t *st, round_t *r, const sched_feed_job_t *fj,
     if (rc == 0) {
         sched_job_t job = {fj->id, fj->attempt, fj->tenant, 0, 0};
         int64_t seq = store_sched_take_seq(st, r->island_id[pl[cp->slice].island], 1);
-        rc = seq < 0 ? -1 : sched_dispatch_comp(st, &job, plan, pe->doc, r, pl, c, seq, 0, 0, -1);
+        rc = seq < 0 ? -1 : sched_dispatch_comp(st, &job, plan, pe->doc, r, pl, c, 1, seq, 0, 0, -1);
         if (rc == 0)
             rc = store_sched_started(st, fj->id);
     }

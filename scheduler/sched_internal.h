@@ -283,10 +283,13 @@ void sched_plans_free_all(void);
  * id order; hi < 0: all from lo), inside the caller's transaction, blocked
  * (sequential dispatch) or pending; with lo = 0 first its island sequence
  * number seq (reserved by the caller: store_sched_take_seq) and shared
- * payload. 0 or -1. */
+ * payload. With ncomps > 1 (then lo = 0, hi < 0, not blocked) the host
+ * tasks cover the run of computations c .. c + ncomps - 1 (schema/032:
+ * consecutive in the job's topological order, on c's slice), numbered seq
+ * .. seq + ncomps - 1, one row per worker for all of them. 0 or -1. */
 int sched_dispatch_comp(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                         const json_t *doc, round_t *r, const alloc_placement_t *pl, int c,
-                        int64_t seq, int blocked, int lo, int hi);
+                        int ncomps, int64_t seq, int blocked, int lo, int hi);
 /* Writes the job's allocation, placement and (exclusive jobs) its first
  * chunk of host tasks, or all of them under sequential dispatch, in one
  * transaction of its own. 1 when chunks are left (sched_dispatch_more),

@@ -47,6 +47,10 @@ fail:
 int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int shared,
                     int64_t nshards, int64_t t0, int64_t t1, int64_t t2)
 {
+    /* Stamps are at most REPORT_TIME_MAX_US (2^52) and shards a worker's
+     * 4,096 devices at most: the sums saturate rather than overflow. */
+    int64_t span = t2 > t1 ? t2 - t1 : 0;
+    int64_t busy = nshards > 0 && span > INT64_MAX / nshards ? INT64_MAX : span * nshards;
     /* From the newest: a computation's other reports are seldom far back
      * (one batch per worker, each in computation order). */
     for (size_t i = a->ncomp; i-- > 0;) {
@@ -54,6 +58,7 @@ int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
         if (c->comp != comp || c->job != job || c->attempt != attempt)
             continue;
         c->shards += nshards;
+        c->busy_us = c->busy_us > INT64_MAX - busy ? INT64_MAX : c->busy_us + busy;
         c->t0 = t0 < c->t0 ? t0 : c->t0;
         c->t1 = t1 > c->t1 ? t1 : c->t1;
         c->t2 = t2 > c->t2 ? t2 : c->t2;
@@ -61,7 +66,8 @@ int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
     }
     if (grow((void **)&a->comp, &a->capcomp, a->ncomp, sizeof *a->comp))
         return -1;
-    a->comp[a->ncomp++] = (report_acc_comp_t){job, attempt, comp, shared, nshards, t0, t1, t2};
+    a->comp[a->ncomp++] =
+        (report_acc_comp_t){job, attempt, comp, shared, nshards, t0, t1, t2, busy};
     return 0;
 }
 

@@ -55,6 +55,7 @@ typedef struct report_acc_comp {
     int shared;                 /* the job's `shared` (its computations are fed) */
     int64_t shards;
     int64_t t0, t1, t2;
+    int64_t busy_us;            /* sum over its reports of (t2 - t1) x their shards */
 } report_acc_comp_t;
 
 /* Computations of a job that succeeded in this transaction (counted into
@@ -95,7 +96,8 @@ typedef struct report_acc {
 int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *devices_txt,
                    int64_t us, int64_t job, int64_t job_us);
 /* Adds nshards done and the stamps to computation comp of job attempt
- * (one entry per computation and attempt). 0, or -1 (OOM: nothing added). */
+ * (one entry per computation and attempt), and the report's device time,
+ * (t2 - t1) x nshards, saturating. 0, or -1 (OOM: nothing added). */
 int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int shared,
                     int64_t nshards, int64_t t0, int64_t t1, int64_t t2);
 /* Counts one more succeeded computation of job. 0, or -1 (OOM). */

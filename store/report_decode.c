@@ -549,9 +549,29 @@ static int task_read(item_t *it, int *have)
     return 0;
 }
 
+/* The "comp" of a report (next in the text): which computation of its
+ * host task's run it reports (0..INT32_MAX). 0 or -1. */
+static int comp_read(item_t *it)
+{
+    jscan_num_t num;
+    if (jscan_peek(it->s) == JSCAN_NUMBER) {
+        if (jscan_number(it->s, &num) != 0)
+            return -1;
+        if (num.is_int && num.i >= 0 && num.i <= INT32_MAX) {
+            it->p->has_comp = 1;
+            it->p->comp = (int32_t)num.i;
+            return 0;
+        }
+    } else if (item_skip(it) != 0) {
+        return -1;
+    }
+    item_fail(it, RANK_FIELD, 400, "comp", "comp must be a computation index (0..2^31-1)");
+    return 0;
+}
+
 enum {
     F_TASK = 1, F_STATE = 2, F_ERROR = 4, F_STARTED = 8, F_READY = 16, F_FINISHED = 32,
-    F_OUTPUTS = 64, F_PEER = 128
+    F_OUTPUTS = 64, F_PEER = 128, F_COMP = 256
 };
 
 /* Which known field key names (batch: "task" too), 0 for none. */
@@ -560,7 +580,7 @@ static unsigned field_of(const jscan_str_t *key, int batch)
     static const struct { const char *name; unsigned bit; } fields[] = {
         {"state", F_STATE}, {"error", F_ERROR}, {"started_us", F_STARTED},
         {"inputs_ready_us", F_READY}, {"finished_us", F_FINISHED}, {"outputs", F_OUTPUTS},
-        {"unreachable_peer", F_PEER}, {"task", F_TASK}};
+        {"unreachable_peer", F_PEER}, {"task", F_TASK}, {"comp", F_COMP}};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if ((fields[i].bit != F_TASK || batch) && jscan_str_eq(key, fields[i].name))
             return fields[i].bit;
@@ -584,6 +604,7 @@ static int field_read(item_t *it, unsigned f, const jscan_str_t *key, int *have_
     case F_READY: return stamp_read(it, "inputs_ready_us", &p->inputs_ready_us);
     case F_FINISHED: return stamp_read(it, "finished_us", &p->finished_us);
     case F_OUTPUTS: return outputs_read(it);
+    case F_COMP: return comp_read(it);
     default: break;
     }
     char *name = str_dup(key);

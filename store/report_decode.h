@@ -77,6 +77,8 @@ int report_outputs_check(const char *sig, const report_prep_out_t *out, int nout
  * SQL alone. */
 typedef struct report_prep {
     int64_t task;
+    int has_comp;               /* "comp" given: the computation of a run it is of */
+    int32_t comp;               /* (schema/032); else 0 */
     const char *state;          /* "succeeded", "failed" or "cancelled" (static);
                                    NULL when refused */
     int64_t started_us, inputs_ready_us, finished_us;   /* 0 when not given */

@@ -591,11 +591,13 @@ int store_sched_add_slice(store_t *st, int64_t job, const char *name, int64_t is
  * store_sched_dispatched). 0 or -1. */
 int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
                          int dispatched);
-/* One host task: computation `comp` of the job attempt for one worker,
- * covering its `nshards` shards of the computation. Strings borrowed. */
+/* One host task: computations comp .. comp + ncomps - 1 of the job attempt
+ * (a run: consecutive in its dispatch order, on one slice, with seqs seq ..
+ * seq + ncomps - 1; schema/032) for one worker, covering its `nshards`
+ * shards of them. Strings borrowed. */
 typedef struct sched_task {
     int64_t job;
-    int attempt, comp;
+    int attempt, comp, ncomps;
     int64_t island, worker, seq;
     const char *shards;         /* JSON array of shard indexes, increasing */
     int nshards;                /* >= 1 */

@@ -346,26 +346,19 @@ static void buf_int_or_null(store_buf_t *b, const char *sep, const char *key, sq
         store_buf_printf(b, "%s\"%s\":%lld", sep, key, (long long)sqlite3_column_int64(s, col));
 }
 
-/* What the job's current attempt's succeeded host tasks say per
- * computation, read in one grouped pass: the shards reported (every (job,
- * attempt, comp, shard) belongs to one host task row and a row leaves
- * 'leased' once, so for a succeeded job this equals shards_total; more
- * would mean a shard result was counted twice, which the fault suite
- * checks) and their device time (inputs ready to finished, once per shard,
- * the same measure as devices.busy_us). */
-typedef struct comp_reported {
-    int64_t shards, busy_us;
-} comp_reported_t;
-
-/* *out: ncomps entries indexed by computation (calloc'd; the caller
- * frees), or NULL when ncomps is 0. 0, or -1 on OOM. */
-static int job_comps_reported(store_t *st, int64_t id, int64_t ncomps, comp_reported_t **out)
+/* The shards the job's current attempt's host tasks reported succeeded,
+ * per computation, read in one pass over its rows: a row covers the run
+ * comp_idx .. comp_idx + ncomps - 1 and its first `done` computations
+ * succeeded (schema/032), each for its nshards. Every (job, attempt, comp,
+ * shard) belongs to one row and a run's computation counts once (the
+ * applier's task_comp), so for a succeeded job this equals shards_total;
+ * more would mean a shard result was counted twice, which the fault suite
+ * checks. O(computations x workers). */
+static int job_comps_reported(store_t *st, int64_t id, int64_t ncomps, int64_t **out)
 {
     static const char sql[] =
-        "SELECT t.comp_idx, SUM(t.nshards), SUM(MAX(0, t.finished_us - t.inputs_ready_us) * t.nshards)"
-        " FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        " WHERE t.job_id = ? AND t.attempt = j.attempt AND t.state = 'succeeded'"
-        " GROUP BY t.comp_idx";
+        "SELECT t.comp_idx, t.done, t.nshards FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.job_id = ? AND t.attempt = j.attempt AND t.done > 0";
     *out = NULL;
     if (ncomps <= 0)
         return 0;
@@ -376,9 +369,9 @@ static int job_comps_reported(store_t *st, int64_t id, int64_t ncomps, comp_repo
         return 0;
     sqlite3_bind_int64(s, 1, id);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        int64_t c = sqlite3_column_int64(s, 0);
-        if (c >= 0 && c < ncomps)
-            (*out)[c] = (comp_reported_t){sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2)};
+        int64_t c = sqlite3_column_int64(s, 0), done = sqlite3_column_int64(s, 1);
+        for (int64_t k = c < 0 ? 0 : c; k < c + done && k < ncomps; k++)
+            (*out)[k] += sqlite3_column_int64(s, 2);
     }
     sqlite3_reset(s);
     return 0;
@@ -390,17 +383,18 @@ static int job_comps_reported(store_t *st, int64_t id, int64_t ncomps, comp_repo
 static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t *b)
 {
     /* times_us.queued: when the current attempt entered the queue (the job's
-     * creation, or its latest requeue event). busy_us and shards_reported:
-     * job_comps_reported. */
+     * creation, or its latest requeue event). busy_us: the device time its
+     * reports brought (inputs ready to finished, once per shard, the same
+     * measure as devices.busy_us); shards_reported: job_comps_reported. */
     static const char sql[] =
         "SELECT c.idx, c.name, c.slice, i.name, c.seq, c.state, c.shards_total, c.shards_done,"
         " c.dispatched_at, c.started_at, c.inputs_ready_at, c.finished_at,"
         " COALESCE((SELECT MAX(at) FROM events WHERE job_id = ?1"
         "           AND kind IN ('requeued', 'preempted')),"
-        "          (SELECT created_at FROM jobs WHERE id = ?1))"
+        "          (SELECT created_at FROM jobs WHERE id = ?1)), c.busy_us"
         " FROM computations c LEFT JOIN islands i ON i.id = c.island_id"
         " WHERE c.job_id = ?1 ORDER BY c.idx";
-    comp_reported_t *rep = NULL;
+    int64_t *rep = NULL;
     if (job_comps_reported(st, id, ncomps, &rep) != 0)
         b->failed = 1;
     sqlite3_stmt *s = store_stmt(st, sql);
@@ -433,9 +427,9 @@ static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t 
         buf_int_or_null(b, ",", "started", s, 9);
         buf_int_or_null(b, ",", "inputs_ready", s, 10);
         buf_int_or_null(b, ",", "finished", s, 11);
-        comp_reported_t none = {0, 0}, *r = rep && idx >= 0 && idx < ncomps ? &rep[idx] : &none;
+        int64_t reported = rep && idx >= 0 && idx < ncomps ? rep[idx] : 0;
         store_buf_printf(b, "},\"busy_us\":%lld,\"shards_reported\":%lld}",
-                         (long long)r->busy_us, (long long)r->shards);
+                         (long long)sqlite3_column_int64(s, 13), (long long)reported);
     }
     if (s)
         sqlite3_reset(s);

@@ -275,8 +275,8 @@ static int poll_read(store_t *st, int64_t worker, int64_t ack, poll_groups_t *gs
         "SELECT t.id, p.payload, t.job_id, t.attempt, j.placement, t.leased_at, t.shards,"
         " t.devices FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
         " JOIN comp_payloads p ON p.job_id = t.job_id AND p.attempt = t.attempt"
-        " AND p.comp_idx = t.comp_idx WHERE" POLL_DELIVER_WHERE
-        " ORDER BY t.seq, t.id";
+        " AND p.comp_idx BETWEEN t.comp_idx AND t.comp_idx + t.ncomps - 1 WHERE"
+        POLL_DELIVER_WHERE " ORDER BY t.seq, t.id, p.comp_idx";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;

@@ -24,6 +24,7 @@
  * task_take. */
 typedef struct task_row {
     int64_t job, attempt, comp, island, job_attempt;
+    int64_t first, ncomps, done;    /* its run (schema/032): comp_idx, ncomps, done */
     int nshards;
     int shared;                 /* the job's `shared` */
     int64_t *shards;            /* owned: nshards shard indexes, increasing */
@@ -138,77 +139,134 @@ static int comp_outputs_check(store_t *st, int64_t job, int comp, const report_p
     return rc;
 }
 
-/* Fencing and marking: the task leaves 'leased' for `state` (with the
- * report's times and error) only while it is leased to `worker`, once; a
- * worker whose lease expired is gone (its tasks were cancelled when it was
- * lost), and one that re-registered has a new id, so a result of the old
- * lease can never count, nor count twice. The read and the write are one
- * step: the caller's write transaction holds the lock between them. (Two
- * plain statements, not an UPDATE ... RETURNING: SQLite buffers RETURNING
- * rows in a temporary table, which cost more than the whole UPDATE.) The
- * caller checked that `worker` is live. On STORE_OK r holds the row and
- * its job's state; else STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR (with
- * e filled, 400, when a live attempt's succeeded report does not bring one
- * tensor per shard of the task: refused before the row is marked), r
- * empty. */
-static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const char *msg,
-                     task_row_t *r, err_t *e)
+/* Which computation of the row's run the report is of (r->comp), or a
+ * refusal: a run's computations succeed in order, each once, so a success
+ * is of the next one (comp_idx + done); a success that names another is
+ * STORE_CONFLICT (reported already, or out of order), and one of a run of
+ * several that names none is 400 (field comp: it could not be told from a
+ * retried one). A failure or cancel ends the run: it may name any of the
+ * computations not yet reported (a cancel reaches the queued ones before
+ * the one running), or none. STORE_OK, STORE_CONFLICT or STORE_ERR (e
+ * set). */
+static int task_comp(const report_prep_t *p, task_row_t *r, err_t *e)
 {
-    int64_t task = p->task;
+    int64_t next = r->first + r->done;
+    r->comp = p->has_comp ? p->comp : next;
+    if (p->has_comp && (p->comp < next || p->comp >= r->first + r->ncomps))
+        return STORE_CONFLICT;
+    if (strcmp(p->state, "succeeded") != 0)
+        return STORE_OK;
+    if (!p->has_comp && r->ncomps > 1) {
+        err_set(e, 400, "comp", "a report of a computation of a run (a host task of %lld"
+                " computations) names it in comp", (long long)r->ncomps);
+        return STORE_ERR;
+    }
+    return r->comp == next ? STORE_OK : STORE_CONFLICT;
+}
+
+/* Reads the row of the reported task, leased to worker, with its job's
+ * state, into r. STORE_OK, STORE_NOTFOUND (no such leased row: the caller
+ * tells why) or STORE_ERR. */
+static int task_read(store_t *st, int64_t task, int64_t worker, task_row_t *r)
+{
     static const char read_sql[] =
         "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
-        " j.state, j.attempt, j.shared FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
-        " WHERE t.id = ?1 AND t.worker_id = ?2 AND t.state = 'leased'";
-    static const char mark_sql[] =
-        "UPDATE host_tasks SET state = ?2, started_us = ?3, inputs_ready_us = ?4,"
-        " finished_us = ?5, error = ?6 WHERE id = ?1";
-    memset(r, 0, sizeof *r);
+        " j.state, j.attempt, j.shared, t.ncomps, t.done FROM host_tasks t"
+        " JOIN jobs j ON j.id = t.job_id WHERE t.id = ?1 AND t.worker_id = ?2"
+        " AND t.state = 'leased'";
     sqlite3_stmt *s = store_stmt(st, read_sql);
     if (!s)
         return STORE_ERR;
     sqlite3_bind_int64(s, 1, task);
     sqlite3_bind_int64(s, 2, worker);
-    int step = sqlite3_step(s), rc = STORE_ERR;
+    int step = sqlite3_step(s), rc = step == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
     if (step == SQLITE_ROW) {
         r->job = sqlite3_column_int64(s, 0);
         r->attempt = sqlite3_column_int64(s, 1);
-        r->comp = sqlite3_column_int64(s, 2);
+        r->first = sqlite3_column_int64(s, 2);
         r->island = sqlite3_column_int64(s, 3);
         r->nshards = sqlite3_column_int(s, 4);
         const char *dev = (const char *)sqlite3_column_text(s, 6);
         snprintf(r->job_state, sizeof r->job_state, "%s", sqlite3_column_text(s, 7));
         r->job_attempt = sqlite3_column_int64(s, 8);
         r->shared = sqlite3_column_int(s, 9);
+        r->ncomps = sqlite3_column_int64(s, 10);
+        r->done = sqlite3_column_int64(s, 11);
         if (task_shards(r, (const char *)sqlite3_column_text(s, 5)) == 0 &&
             (r->devices_txt = strdup(dev ? dev : "[]")))
             rc = STORE_OK;
     }
     sqlite3_reset(s);
+    return rc;
+}
+
+/* Marks the row as the report says: a success of a run's computation
+ * other than its last only counts it (the task stays leased: the rest of
+ * the run is still to come; its first report's stamps are the run's
+ * start); anything else ends it. 0 or -1. */
+static int task_mark(store_t *st, const report_prep_t *p, const task_row_t *r, const char *msg)
+{
+    static const char step_sql[] =
+        "UPDATE host_tasks SET done = done + 1, started_us = COALESCE(started_us, ?2),"
+        " inputs_ready_us = COALESCE(inputs_ready_us, ?3) WHERE id = ?1";
+    static const char mark_sql[] =
+        "UPDATE host_tasks SET state = ?2, started_us = COALESCE(started_us, ?3),"
+        " inputs_ready_us = COALESCE(inputs_ready_us, ?4), finished_us = ?5, error = ?6,"
+        " done = done + (?2 = 'succeeded') WHERE id = ?1";
+    int more = strcmp(p->state, "succeeded") == 0 && r->done + 1 < r->ncomps;
+    sqlite3_stmt *s = store_stmt(st, more ? step_sql : mark_sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, p->task);
+    if (more) {
+        sqlite3_bind_int64(s, 2, p->started_us);
+        sqlite3_bind_int64(s, 3, p->inputs_ready_us);
+        return store_step_done(s);
+    }
+    sqlite3_bind_text(s, 2, p->state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, p->started_us);
+    sqlite3_bind_int64(s, 4, p->inputs_ready_us);
+    sqlite3_bind_int64(s, 5, p->finished_us);
+    if (msg)
+        sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
+    return store_step_done(s);
+}
+
+/* Fencing and marking: the task leaves 'leased' for `state` (with the
+ * report's times and error) only while it is leased to `worker`, once (a
+ * run's computations each once, in order: task_comp); a worker whose
+ * lease expired is gone (its tasks were cancelled when it was lost), and
+ * one that re-registered has a new id, so a result of the old lease can
+ * never count, nor count twice. The read and the write are one step: the
+ * caller's write transaction holds the lock between them. (Two plain
+ * statements, not an UPDATE ... RETURNING: SQLite buffers RETURNING rows
+ * in a temporary table, which cost more than the whole UPDATE.) The caller
+ * checked that `worker` is live. On STORE_OK r holds the row, the
+ * reported computation (r->comp) and its job's state; else
+ * STORE_CONFLICT, STORE_NOTFOUND or STORE_ERR (with e filled, 400, when a
+ * live attempt's succeeded report does not bring one tensor per shard of
+ * the task: refused before the row is marked), r empty. */
+static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const char *msg,
+                     task_row_t *r, err_t *e)
+{
+    memset(r, 0, sizeof *r);
+    int rc = task_read(st, p->task, worker, r);
+    if (rc == STORE_NOTFOUND)
+        return task_refusal(st, p->task);
+    if (rc == STORE_OK)
+        rc = task_comp(p, r, e);
     /* The last refusals, before the first write (a live attempt's success
      * only: a stale report's outputs are not kept): outputs that are not
      * one tensor per shard of the task, or not the computation's (names,
      * each shard's shape). */
-    int check = step == SQLITE_ROW && rc == STORE_OK && task_row_live(r) &&
-                strcmp(p->state, "succeeded") == 0;
+    int check = rc == STORE_OK && task_row_live(r) && strcmp(p->state, "succeeded") == 0;
     for (int i = 0; check && rc == STORE_OK && i < p->nout; i++)
         if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
             rc = STORE_ERR;
     if (check && rc == STORE_OK)
         rc = comp_outputs_check(st, r->job, (int)r->comp, p, e);
-    if (step == SQLITE_DONE)
-        return task_refusal(st, task);
-    if (rc == STORE_OK && (s = store_stmt(st, mark_sql))) {
-        sqlite3_bind_int64(s, 1, task);
-        sqlite3_bind_text(s, 2, p->state, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 3, p->started_us);
-        sqlite3_bind_int64(s, 4, p->inputs_ready_us);
-        sqlite3_bind_int64(s, 5, p->finished_us);
-        if (msg)
-            sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
-        rc = store_step_done(s) == 0 ? STORE_OK : STORE_ERR;
-    } else {
+    if (rc == STORE_OK && task_mark(st, p, r, msg) != 0)
         rc = STORE_ERR;
-    }
     if (rc != STORE_OK)
         task_row_clear(r);
     return rc;
@@ -443,6 +501,8 @@ static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
 {
     static const char comp_sql[] =
         "UPDATE computations SET shards_done = shards_done + ?6,"
+        " busy_us = CASE WHEN busy_us > 9223372036854775807 - ?7 THEN 9223372036854775807"
+        " ELSE busy_us + ?7 END,"
         " started_at = MIN(COALESCE(started_at, ?3), ?3),"
         " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"
         " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"
@@ -464,6 +524,7 @@ static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
         sqlite3_bind_int64(s, 4, c->t1);
         sqlite3_bind_int64(s, 5, c->t2);
         sqlite3_bind_int64(s, 6, c->shards);
+        sqlite3_bind_int64(s, 7, c->busy_us);
         if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql))) {
             rc = -1;
             break;

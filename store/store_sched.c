@@ -447,9 +447,9 @@ int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int
  * (bench_reports 300 32 4 under callgrind: 35.9K -> 31.1K instructions a
  * row; the rest is the row's indexes and watch trigger). */
 #define TASK_HEAD "INSERT INTO host_tasks(job_id, attempt, comp_idx, island_id, worker_id," \
-    " seq, shards, nshards, state, devices, dispatched_at, leased_at) VALUES "
-#define TASK_COLS "(?,?,?,?,?,?,?,?,?,?,?,?)"
-#define TASK_NCOLS 12
+    " seq, shards, nshards, state, devices, dispatched_at, leased_at, ncomps) VALUES "
+#define TASK_COLS "(?,?,?,?,?,?,?,?,?,?,?,?,?)"
+#define TASK_NCOLS 13
 static char task_insert_sql[STORE_TASK_ROWS][sizeof TASK_HEAD + STORE_TASK_ROWS * sizeof TASK_COLS];
 static pthread_once_t task_insert_once = PTHREAD_ONCE_INIT;
 
@@ -480,6 +480,7 @@ static void task_bind(sqlite3_stmt *s, int r, const sched_task_t *t)
         sqlite3_bind_int64(s, b + 11, util_wall_us());
         sqlite3_bind_int64(s, b + 12, store_lease_id());
     }
+    sqlite3_bind_int(s, b + 13, t->ncomps);
 }
 
 int store_sched_add_tasks(store_t *st, const sched_task_t *t, int n)
@@ -802,6 +803,7 @@ static int job_requeue(store_t *st, int64_t job, const char *why, int retry)
         "DELETE FROM outputs WHERE job_id = ?1",
         "DELETE FROM slices WHERE job_id = ?1",
         "UPDATE computations SET state = 'waiting', island_id = NULL, seq = NULL, shards_done = 0,"
+        " busy_us = 0,"
         " deps_left = json_array_length(producers), dispatched_at = NULL, started_at = NULL,"
         " inputs_ready_at = NULL, finished_at = NULL WHERE job_id = ?1",
     };

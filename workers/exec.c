@@ -73,11 +73,11 @@ struct exec {
     pthread_t *threads;
 };
 
-static void report(exec_t *ex, int64_t id, char *body, int hold)
+static void report(exec_t *ex, int64_t id, int32_t comp, char *body, int hold)
 {
     if (!body)
         log_error("task %lld: out of memory building its report", (long long)id);
-    ex->report_fn(ex->report_ctx, id, body, hold);
+    ex->report_fn(ex->report_ctx, id, comp, body, hold);
 }
 
 /* Whether h's report may wait (exec_report_fn): it succeeded, its attempt
@@ -233,7 +233,7 @@ static void *runner_main(void *arg)
         pthread_mutex_lock(&ex->mu);
         int hold = report_may_hold(ex, h, succeeded);
         pthread_mutex_unlock(&ex->mu);
-        report(ex, h->t->id, body, hold);
+        report(ex, h->t->id, h->t->comp, body, hold);
 
         pthread_mutex_lock(&ex->mu);
         unqueue(ex, h);
@@ -345,15 +345,25 @@ static int enqueue_locked(exec_t *ex, hnode_t *h)
     return 0;
 }
 
-/* Reports task `id` failed (when its id is known) and frees what was made
- * of it. */
-static void reject_task(exec_t *ex, int64_t id, hnode_t *h, wtask_t *t, const char *err)
+/* Reports task `id` (computation comp, -1 when unknown) failed when its
+ * id is known, and frees what was made of it. */
+static void reject_task(exec_t *ex, int64_t id, int32_t comp, hnode_t *h, wtask_t *t,
+                        const char *err)
 {
     log_warn("rejecting task %lld: %s", (long long)id, err);
     free(h);
     wtask_free(t);
     if (id >= 0)
-        report(ex, id, exec_report_failed(err), 0);
+        report(ex, id, comp, exec_report_failed(err), 0);
+}
+
+/* Member key of a TASK as a non-negative integer in 0..max, else -1 (read
+ * only to name a task that cannot be run). */
+static int64_t task_member(const json_t *tj, const char *key, int64_t max)
+{
+    const json_t *v = json_object_get(tj, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= max
+               ? json_integer_value(v) : -1;
 }
 
 /* Parses one TASK of a group into a node ready to queue (its mailbox
@@ -362,20 +372,19 @@ static hnode_t *task_prepare(exec_t *ex, const json_t *tj, wplace_t *place, cons
 {
     char err[256];
     int64_t id = -1;
+    int32_t comp = (int32_t)task_member(tj, "comp", INT32_MAX);
     wtask_t *t = NULL;
     hnode_t *h = NULL;
     if (group_err) {
-        json_t *idj = json_object_get(tj, "task");
-        id = json_is_integer(idj) && json_integer_value(idj) >= 0 ? json_integer_value(idj) : -1;
-        reject_task(ex, id, NULL, NULL, group_err);
+        reject_task(ex, task_member(tj, "task", INT64_MAX), comp, NULL, NULL, group_err);
         return NULL;
     }
     if (wtask_parse(tj, place, ex->ndev, &t, &id, err, sizeof err) != 0) {
-        reject_task(ex, id, NULL, t, err);
+        reject_task(ex, id, comp, NULL, t, err);
         return NULL;
     }
     if (!(h = calloc(1, sizeof *h)) || task_expect(ex, t) != 0) {
-        reject_task(ex, id, h, t, "out of memory");
+        reject_task(ex, id, comp, h, t, "out of memory");
         return NULL;
     }
     /* Leftover messages of this job's earlier (failed) attempts are stale. */
@@ -406,7 +415,7 @@ static void enqueue_group(exec_t *ex, hnode_t **hs, size_t n)
     pthread_mutex_unlock(&ex->mu);
     for (size_t i = 0; i < nfailed; i++) {
         task_done(ex, hs[i]->t);
-        reject_task(ex, hs[i]->t->id, hs[i], hs[i]->t,
+        reject_task(ex, hs[i]->t->id, hs[i]->t->comp, hs[i], hs[i]->t,
                     stopping ? "worker shutting down" : "out of memory");
     }
 }
@@ -491,7 +500,7 @@ int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
         hnode_t *h = removed;
         removed = h->next_removed;
         task_done(ex, h->t);
-        report(ex, h->t->id, exec_report_cancelled(), 0);
+        report(ex, h->t->id, h->t->comp, exec_report_cancelled(), 0);
         wtask_free(h->t);
         free(h);
         fresh++;
@@ -577,7 +586,7 @@ void exec_stop(exec_t *ex)
         hnode_t *h = left;
         left = h->next_removed;
         task_done(ex, h->t);
-        report(ex, h->t->id, exec_report_failed("worker shutting down"), 0);
+        report(ex, h->t->id, h->t->comp, exec_report_failed("worker shutting down"), 0);
         wtask_free(h->t);
         free(h);
     }

@@ -24,11 +24,13 @@
 #include "mbox.h"
 #include "ostore.h"
 
-/* hold: 1 when the report may wait (the task succeeded, its placement says
- * "hold_reports", and a later task of the same job attempt is queued here
- * on one of its devices), so that a chain's reports leave in batches; 0
- * when it should go at once. */
-typedef void (*exec_report_fn)(void *ctx, int64_t task_id, char *body, int hold);
+/* comp: the task's computation (the report names it: a host task may
+ * cover a run of computations, each reported apart), or -1 when the task
+ * could not be read that far. hold: 1 when the report may wait (the task
+ * succeeded, its placement says "hold_reports", and a later task of the
+ * same job attempt is queued here on one of its devices), so that a
+ * chain's reports leave in batches; 0 when it should go at once. */
+typedef void (*exec_report_fn)(void *ctx, int64_t task_id, int32_t comp, char *body, int hold);
 
 typedef struct exec_cfg {
     int ndevices;

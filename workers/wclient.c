@@ -538,14 +538,17 @@ int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
     return call_as(wc, id, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
 }
 
-/* Appends {"task", "status", "detail"} to *refused (created on first use). */
-static void note_refused(json_t **refused, const json_t *r, json_int_t code)
+/* Appends {"item", "task", "status", "detail"} to *refused (created on
+ * first use); item: the result's position, which is its report's in the
+ * batch (the results come in the reports' order; a task id alone does not
+ * tell which, since a run's computations share their task's id). */
+static void note_refused(json_t **refused, size_t item, const json_t *r, json_int_t code)
 {
     if (!*refused && !(*refused = json_array()))
         return;
     const char *detail = json_string_value(json_object_get(r, "detail"));
-    json_array_append_new(*refused, json_pack("{s:O?, s:I, s:s}", "task",
-                                              json_object_get(r, "task"), "status", code,
+    json_array_append_new(*refused, json_pack("{s:I, s:O?, s:I, s:s}", "item", (json_int_t)item,
+                                              "task", json_object_get(r, "task"), "status", code,
                                               "detail", detail ? detail : ""));
 }
 
@@ -581,7 +584,7 @@ int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len
                      json_string_value(json_object_get(r, "detail"))
                          ? json_string_value(json_object_get(r, "detail")) : "");
             if (code != 404 && code != 409)
-                note_refused(refused, r, code);
+                note_refused(refused, i, r, code);
         }
     }
     json_decref(ans);

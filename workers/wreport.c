@@ -28,8 +28,10 @@
 
 typedef struct rnode {
     int64_t task;
+    int32_t comp;               /* the task's computation, or -1: not named */
     char *body;                 /* owned: the report as compact JSON text, an
-                                 * object without "task" (report_text adds it) */
+                                 * object without "task" and "comp" (report_text
+                                 * adds them) */
     int last_word;              /* the failure sent for a refused report:
                                  * if it is refused too, nothing follows */
     int hold;                   /* may wait (wreport_exec_fn's hold) */
@@ -57,12 +59,13 @@ struct wreport {
 /* {"reports":[ ... ]} around the reports. */
 #define WREPORT_ENVELOPE_BYTES 16
 
-static void push_node(wreport_t *wr, int64_t task, char *body, int last_word, int hold);
+static void push_node(wreport_t *wr, int64_t task, int32_t comp, char *body, int last_word,
+                      int hold);
 
 /* A report the controller refused for its content can never be accepted,
  * and its job would wait for it forever: the task is reported failed
  * instead, naming the refusal (unless this was already that failure). */
-static void fail_refused(wreport_t *wr, int64_t task, int last_word, int status,
+static void fail_refused(wreport_t *wr, int64_t task, int32_t comp, int last_word, int status,
                          const char *detail)
 {
     if (last_word || task < 1)
@@ -70,25 +73,17 @@ static void fail_refused(wreport_t *wr, int64_t task, int last_word, int status,
     char msg[512];
     snprintf(msg, sizeof msg, "the controller refused this task's report (%d: %.400s)",
              status, detail ? detail : "");
-    push_node(wr, task, exec_report_failed(msg), 1, 0);
+    push_node(wr, task, comp, exec_report_failed(msg), 1, 0);
 }
 
 /* The tasks of one request body, in order. */
 typedef struct batch_meta {
     int64_t task[WREPORT_BATCH_MAX];
+    int32_t comp[WREPORT_BATCH_MAX];
     int last_word[WREPORT_BATCH_MAX];
     size_t count;
     size_t cap;                 /* the body cap the batch was built under */
 } batch_meta_t;
-
-/* Index of task in m, or the count when absent. */
-static size_t meta_find(const batch_meta_t *m, int64_t task)
-{
-    size_t i = 0;
-    while (i < m->count && m->task[i] != task)
-        i++;
-    return i;
-}
 
 static void send_list(wreport_t *wr, rnode_t *list);
 
@@ -116,8 +111,9 @@ static int resend_under_cap(wreport_t *wr, const char *body, size_t len, const b
             log_error("out of memory: %zu reports dropped", m->count - i);
             break;
         }
-        json_object_del(r, "task");     /* report_text adds it again */
-        *n = (rnode_t){m->task[i], jtext_dump(r, NULL), m->last_word[i], 0, 0, NULL};
+        json_object_del(r, "task");     /* report_text adds them again */
+        json_object_del(r, "comp");
+        *n = (rnode_t){m->task[i], m->comp[i], jtext_dump(r, NULL), m->last_word[i], 0, 0, NULL};
         if (!n->body) {
             free(n);
             log_error("out of memory: %zu reports dropped", m->count - i);
@@ -144,10 +140,9 @@ static void deliver(wreport_t *wr, const char *body, size_t len, const batch_met
         size_t i;
         int st = wclient_report_batch(wr->wc, id, body, len, m->count, &refused);
         json_array_foreach(refused, i, r) {
-            int64_t task = json_integer_value(json_object_get(r, "task"));
-            size_t k = meta_find(m, task);
-            if (k < m->count)
-                fail_refused(wr, task, m->last_word[k],
+            json_int_t k = json_integer_value(json_object_get(r, "item"));
+            if (k >= 0 && (size_t)k < m->count)
+                fail_refused(wr, m->task[k], m->comp[k], m->last_word[k],
                              (int)json_integer_value(json_object_get(r, "status")),
                              json_string_value(json_object_get(r, "detail")));
         }
@@ -160,7 +155,7 @@ static void deliver(wreport_t *wr, const char *body, size_t len, const batch_met
             return;
         if (st == 400 || st == 413 || st == 422)
             for (i = 0; i < m->count; i++)
-                fail_refused(wr, m->task[i], m->last_word[i], st, "the whole batch");
+                fail_refused(wr, m->task[i], m->comp[i], m->last_word[i], st, "the whole batch");
         if (st >= 200 && st < 500)
             return;                     /* done, or final refusal (logged) */
         if (wclient_sleep_backoff(&delay, &wr->give_up)) {
@@ -193,13 +188,15 @@ static char *strip_values(int64_t task, const char *body, size_t bytes, size_t c
     return text;
 }
 
-/* The report as sent, {"task":N, then the body's members; a report that
+/* The report as sent, {"task":N (,"comp":K), then the body's members; a report that
  * could not fit a request alone loses its values. malloc'd, its length in
  * *tl; NULL on OOM. */
 static char *report_text(rnode_t *n, size_t cap, size_t *tl)
 {
-    char head[40];
-    int hl = snprintf(head, sizeof head, "{\"task\":%lld,", (long long)n->task);
+    char head[64];
+    int hl = n->comp >= 0 ? snprintf(head, sizeof head, "{\"task\":%lld,\"comp\":%d,",
+                                     (long long)n->task, (int)n->comp)
+                          : snprintf(head, sizeof head, "{\"task\":%lld,", (long long)n->task);
     size_t bl = strlen(n->body);
     if (bl < 2 || n->body[0] != '{')
         return NULL;                    /* never: bodies are objects with a state */
@@ -259,6 +256,7 @@ static void send_list(wreport_t *wr, rnode_t *list)
             memcpy(buf + len, text, tl);
             len += tl;
             m.task[m.count] = n->task;
+            m.comp[m.count] = n->comp;
             m.last_word[m.count++] = n->last_word;
         } else {
             log_error("out of memory: report of task %lld dropped", (long long)n->task);
@@ -350,7 +348,8 @@ wreport_t *wreport_start(wclient_t *wc, int64_t hold_ms)
     return wr;
 }
 
-static void push_node(wreport_t *wr, int64_t task, char *body, int last_word, int hold)
+static void push_node(wreport_t *wr, int64_t task, int32_t comp, char *body, int last_word,
+                      int hold)
 {
     if (!body)
         return;
@@ -360,7 +359,7 @@ static void push_node(wreport_t *wr, int64_t task, char *body, int last_word, in
         free(body);
         return;
     }
-    *n = (rnode_t){task, body, last_word, hold, util_mono_us(), NULL};
+    *n = (rnode_t){task, comp, body, last_word, hold, util_mono_us(), NULL};
     pthread_mutex_lock(&wr->mu);
     if (wr->tail)
         wr->tail->next = n;
@@ -376,14 +375,14 @@ static void push_node(wreport_t *wr, int64_t task, char *body, int last_word, in
     pthread_mutex_unlock(&wr->mu);
 }
 
-void wreport_push(wreport_t *wr, int64_t task, char *body)
+void wreport_push(wreport_t *wr, int64_t task, int32_t comp, char *body)
 {
-    push_node(wr, task, body, 0, 0);
+    push_node(wr, task, comp, body, 0, 0);
 }
 
-void wreport_exec_fn(void *ctx, int64_t task, char *body, int hold)
+void wreport_exec_fn(void *ctx, int64_t task, int32_t comp, char *body, int hold)
 {
-    push_node(ctx, task, body, 0, hold);
+    push_node(ctx, task, comp, body, 0, hold);
 }
 
 void wreport_stop(wreport_t *wr, int64_t timeout_ms)

@@ -21,8 +21,8 @@
  * they take what is held with them).
  *
  * Ownership: wreport_push() and wreport_exec_fn() take the body: the
- * report as compact JSON text (an object without "task", which is added
- * when it is sent), malloc'd; the reporter frees it. */
+ * report as compact JSON text (an object without "task" and "comp", which
+ * are added when it is sent), malloc'd; the reporter frees it. */
 #ifndef ATOLL_WREPORT_H
 #define ATOLL_WREPORT_H
 
@@ -36,11 +36,12 @@ typedef struct wreport wreport_t;
 /* wc is borrowed and must outlive the reporter; hold_ms: how long a held
  * report may wait (0: none waits). NULL on failure. */
 wreport_t *wreport_start(wclient_t *wc, int64_t hold_ms);
-/* Queues a report to send at once (body taken; NULL is ignored). */
-void wreport_push(wreport_t *wr, int64_t task, char *body);
+/* Queues a report of task (its computation comp, named in the report
+ * when >= 0) to send at once (body taken; NULL is ignored). */
+void wreport_push(wreport_t *wr, int64_t task, int32_t comp, char *body);
 /* exec_report_fn adapter (ctx: the wreport_t): queues the report, held
  * when `hold`. */
-void wreport_exec_fn(void *ctx, int64_t task, char *body, int hold);
+void wreport_exec_fn(void *ctx, int64_t task, int32_t comp, char *body, int hold);
 /* Sends what is queued for at most timeout_ms, then stops the thread and
  * frees; undelivered reports are logged and dropped. */
 void wreport_stop(wreport_t *wr, int64_t timeout_ms);

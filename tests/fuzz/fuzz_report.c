@@ -19,7 +19,8 @@
  *  - an item (or the single report) is prepared exactly when the model
  *    accepts it: an object, a positive integer "task" in a batch, known
  *    fields only, *_us integers in 0..REPORT_TIME_MAX_US, a known state,
- *    error a string, unreachable_peer a string of 1..63 bytes, outputs an
+ *    error a string, unreachable_peer a string of 1..63 bytes, comp an
+ *    integer in 0..INT32_MAX, outputs an
  *    object of value names each an array of 1..REPORT_SHARDS_MAX tensors
  *    whose "values_f32" (if any) are strings; for a succeeded report each
  *    tensor exactly {shape, sum, values_f32?} with an independent 128-bit
@@ -126,7 +127,8 @@ static int outputs_model(const json_t *outs, int decode)
 static int report_model(const json_t *r, int batch)
 {
     static const char *const known[] = {"state", "error", "started_us", "inputs_ready_us",
-                                        "finished_us", "outputs", "unreachable_peer", "task"};
+                                        "finished_us", "outputs", "unreachable_peer", "comp",
+                                        "task"};
     const char *key;
     const json_t *v;
     if (!json_is_object(r))
@@ -144,6 +146,10 @@ static int report_model(const json_t *r, int batch)
                                    json_integer_value(v) > REPORT_TIME_MAX_US))
             return 0;
     }
+    const json_t *comp = json_object_get(r, "comp");
+    if (comp && (!json_is_integer(comp) || json_integer_value(comp) < 0 ||
+                 json_integer_value(comp) > INT32_MAX))
+        return 0;
     const char *state = json_string_value(json_object_get(r, "state"));
     if (!state || (strcmp(state, "succeeded") && strcmp(state, "failed") &&
                    strcmp(state, "cancelled")))
@@ -232,6 +238,8 @@ static void check_prep(const report_prep_t *p, int rc, const json_t *r, int batc
         p->started_us != stamp(r, "started_us") ||
         p->inputs_ready_us != stamp(r, "inputs_ready_us") ||
         p->finished_us != stamp(r, "finished_us") ||
+        p->has_comp != (json_object_get(r, "comp") != NULL) ||
+        p->comp != (int32_t)json_integer_value(json_object_get(r, "comp")) ||
         !same_text(p->error, json_object_get(r, "error")) ||
         !same_text(p->unreachable_peer, json_object_get(r, "unreachable_peer")))
         abort();

@@ -760,6 +760,11 @@ static void test_worker_protocol(void **state)
         {"{'state':'succeeded','started_us':-1}", "started_us"},
         {"{'state':'succeeded','finished_us':9223372036854775807}", "finished_us"},
         {"{'state':'succeeded','colour':'red'}", "colour"},
+        /* comp: a computation index, 0..2^31-1 (schema/032's runs) */
+        {"{'state':'succeeded','comp':-1}", "comp"},
+        {"{'state':'succeeded','comp':2147483648}", "comp"},
+        {"{'state':'succeeded','comp':'c0'}", "comp"},
+        {"{'state':'succeeded','comp':0.5}", "comp"},
         {"{'state':'succeeded','outputs':[]}", "outputs"},
         /* a tensor per output, not an array of one per shard (before host tasks) */
         {"{'state':'succeeded','outputs':{'i':{'shape':[],'sum':0}}}", "outputs"},

@@ -192,7 +192,7 @@ static void test_refused_report_fails_task(void **state)
     int64_t task = poll_one_task(wc);
     wreport_t *wr = wreport_start(wc, 0);
     T_CHECK(wr != NULL, "reporter did not start");
-    wreport_push(wr, task, strdup("{\"state\":\"succeeded\",\"outputs\":[]}"));
+    wreport_push(wr, task, 0, strdup("{\"state\":\"succeeded\",\"outputs\":[]}"));
     json_t *j = itest_wait_state(job, "failed");
     const char *err = json_string_value(json_object_get(j, "error"));
     int named = err && strstr(err, "refused this task's report") && strstr(err, "outputs");

@@ -108,6 +108,21 @@ static const char half_doc[] =
     "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
     "{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]}]}";
 
+/* Six computations on two slices of wide, a chain through both: c0-c2 on
+ * a, c3 on b, c4-c5 on a. */
+static const char two_slice_doc[] =
+    "{\"name\":\"two\",\"slices\":{\"a\":{\"shape\":[1,2]},\"b\":{\"shape\":[1,2]}},"
+    "\"computations\":["
+    "{\"name\":\"c0\",\"slice\":\"a\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+    "\"value\":1.0}],\"outputs\":[\"x\"]}"
+#define TWO_STEP(k, sl, prev)                                                                 \
+    ",{\"name\":\"c" #k "\",\"slice\":\"" sl "\",\"ops\":[{\"op\":\"input\",\"out\":\"p\","          \
+    "\"from\":\"c" #prev ".x\"},{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],"  \
+    "\"outputs\":[\"x\"]}"
+    TWO_STEP(1, "a", 0) TWO_STEP(2, "a", 1) TWO_STEP(3, "b", 2) TWO_STEP(4, "a", 3)
+    TWO_STEP(5, "a", 4) "]}";
+#undef TWO_STEP
+
 /* A job of two computations on [1,4] of wide: 8 host tasks in all. */
 static const char small_doc[] =
     "{\"name\":\"small\",\"slices\":{\"s\":{\"shape\":[1,4]}},\"computations\":["
@@ -140,15 +155,19 @@ static int allocate_job(fixture_t *f, int64_t id)
     assert_int_equal(sched_round_load(f->st, &r), 0);
     plan_entry_t *pe = sched_plan_get(f->st, id);
     assert_non_null(pe);
-    alloc_request_t req = {pe->plan->slices[0].shape, NULL};
-    alloc_placement_t pl[1];
-    sched_gang_t g = {&req, 1, 0, 0};
+    int n = pe->plan->nslices;
+    assert_true(n >= 1 && n <= 4);
+    alloc_request_t req[4];
+    for (int s = 0; s < n; s++)
+        req[s] = (alloc_request_t){pe->plan->slices[s].shape, NULL};
+    alloc_placement_t pl[4];
+    sched_gang_t g = {req, n, 0, 0};
     int by_memory;
     assert_int_equal(sched_place(&r, &g, pl, &by_memory), ALLOC_OK);
     sched_round_take(&r, pl, &g, id);
     sched_job_t job = {id, 0, 0, 0, 0};
     int rc = sched_dispatch_job(f->st, &job, pe->plan, pe->doc, &r, pl, 0);
-    alloc_placements_release(pl, 1);
+    alloc_placements_release(pl, n);
     sched_round_free(&r);
     return rc;
 }
@@ -213,8 +232,9 @@ static void test_chunks_double(void **state)
     assert_int_equal(dispatched(f, &in_order), CHAIN);
 }
 
-/* Computation comp's host tasks so far: how many, on how many distinct
- * workers, and their smallest and largest seq (-1 when none). */
+/* The host tasks covering computation comp so far (a run's row covers
+ * each of its computations, schema/032): how many, on how many distinct
+ * workers, and the smallest and largest seq they give it (-1 when none). */
 typedef struct comp_rows {
     int n, workers;
     int64_t seq_min, seq_max;
@@ -226,8 +246,10 @@ static comp_rows_t comp_rows_of(fixture_t *f, int64_t job, int comp)
     comp_rows_t c = {0, 0, -1, -1};
     assert_int_equal(sqlite3_prepare_v2(store_db(f->st),
                                         "SELECT COUNT(*), COUNT(DISTINCT worker_id),"
-                                        " IFNULL(MIN(seq), -1), IFNULL(MAX(seq), -1)"
-                                        " FROM host_tasks WHERE job_id = ? AND comp_idx = ?",
+                                        " IFNULL(MIN(seq + ?2 - comp_idx), -1),"
+                                        " IFNULL(MAX(seq + ?2 - comp_idx), -1) FROM host_tasks"
+                                        " WHERE job_id = ?1 AND comp_idx <= ?2"
+                                        " AND ?2 < comp_idx + ncomps",
                                         -1, &s, NULL),
                      SQLITE_OK);
     sqlite3_bind_int64(s, 1, job);
@@ -274,6 +296,39 @@ static void test_unplain_address_refused(void **state)
 
 /* Sequential dispatch releases blocked computations from reports in seq
  * order (store_progress.c): all of them are written at allocation. */
+/* The job's host tasks as runs (schema/032): "first:ncomps@seq" per
+ * distinct run, in computation order, into buf. */
+static void runs_of(fixture_t *f, int64_t job, char *buf, size_t len)
+{
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(f->st),
+                                        "SELECT group_concat(r, ' ') FROM (SELECT DISTINCT"
+                                        " comp_idx || ':' || ncomps || '@' || seq AS r"
+                                        " FROM host_tasks WHERE job_id = ? ORDER BY comp_idx)",
+                                        -1, &s, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(s, 1, job);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    snprintf(buf, len, "%s", sqlite3_column_text(s, 0) ? (const char *)sqlite3_column_text(s, 0)
+                                                        : "");
+    sqlite3_finalize(s);
+}
+
+/* Under parallel dispatch each chunk of the chain goes out as one run: one
+ * row for its 32, 32 and 36 computations, numbered from its first one's
+ * seq (the chain's seqs are 1..100). */
+static void test_chain_chunks_are_runs(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    char runs[256];
+    assert_int_equal(allocate(f), 1);
+    assert_int_equal(more(f, &wrote), 1);
+    assert_int_equal(more(f, &wrote), 0);
+    runs_of(f, f->job, runs, sizeof runs);
+    assert_string_equal(runs, "0:32@1 32:32@33 64:36@65");
+}
+
 static void test_sequential_writes_all(void **state)
 {
     fixture_t *f = *state;
@@ -286,6 +341,9 @@ static void test_sequential_writes_all(void **state)
     assert_true(in_order);
     assert_int_equal(more(f, &wrote), 0);
     assert_int_equal(wrote, 0);
+    /* Each computation waits for its producer's report: no runs. */
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM host_tasks"
+                                              " WHERE ncomps = 1"), CHAIN);
 }
 
 /* A job cancelled between two chunks gets no more host tasks. */
@@ -465,6 +523,67 @@ static void test_small_first_chunk_at_once(void **state)
     assert_int_equal(comp_rows_of(f, small, 1).n, 4);
 }
 
+/* Submits doc on wide, allocates it (its first chunk is all of it) and
+ * checks its runs (runs_of) are `want`. The job's id. */
+static int64_t expect_runs(fixture_t *f, const char *doc, const char *want)
+{
+    int64_t job = support_store_submit(f->st, doc, wide, 1);
+    char runs[256];
+    assert_int_equal(allocate_job(f, job), 0);
+    runs_of(f, job, runs, sizeof runs);
+    assert_string_equal(runs, want);
+    return job;
+}
+
+/* A run is a row of computations on one slice: a chain that leaves the
+ * slice ends its run there, and one that comes back starts another; each
+ * worker of a gets one row per run, b's workers one for c3. Sequence
+ * numbers follow the chain: 1-3, 4, 5-6. */
+static void test_runs_end_at_slice_changes(void **state)
+{
+    fixture_t *f = *state;
+    int64_t job = expect_runs(f, two_slice_doc, "0:3@1 3:1@4 4:2@5");
+    assert_int_equal(comp_rows_of(f, job, 1).n, 2);     /* a: two workers */
+    assert_int_equal(comp_rows_of(f, job, 3).n, 2);     /* b: two others */
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM host_tasks"), 6);
+}
+
+/* A users' program (a run computation, DESIGN Part F) goes alone: its
+ * processes start and report apart. The ops computations around it form
+ * runs of their own. */
+static const char program_doc[] =
+    "{\"name\":\"prog\",\"slices\":{\"s\":{\"shape\":[1,2]}},\"computations\":["
+#define FILL_STEP(k)                                                                          \
+    "{\"name\":\"c" #k "\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"  \
+    "\"value\":1.0}],\"outputs\":[\"x\"]}"
+    FILL_STEP(0) "," FILL_STEP(1) ",{\"name\":\"c2\",\"slice\":\"s\",\"run\":{\"command\":"
+    "[\"/bin/true\"]},\"outputs\":[]}," FILL_STEP(3) "," FILL_STEP(4) "]}";
+#undef FILL_STEP
+
+static void test_program_runs_alone(void **state)
+{
+    expect_runs(*state, program_doc, "0:2@1 2:1@3 3:2@4");
+}
+
+/* A run covers consecutive computation indexes (its row names the first
+ * and a count): a chain whose document lists its computations out of
+ * their order (c0 reads c1, c2 reads c0) goes out one computation a row. */
+static const char reversed_doc[] =
+    "{\"name\":\"rev\",\"slices\":{\"s\":{\"shape\":[1,2]}},\"computations\":["
+    "{\"name\":\"c0\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\","
+    "\"from\":\"c1.x\"},{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],"
+    "\"outputs\":[\"x\"]},"
+    "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+    "\"value\":1.0}],\"outputs\":[\"x\"]},"
+    "{\"name\":\"c2\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\","
+    "\"from\":\"c0.x\"},{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],"
+    "\"outputs\":[\"x\"]}]}";
+
+static void test_runs_follow_indexes(void **state)
+{
+    expect_runs(*state, reversed_doc, "0:1@2 1:1@1 2:1@3");
+}
+
 /* Two jobs in mid-dispatch and time for one chunk per pass (a chunk may
  * take 1 µs): each pass advances one job, the one after the job the last
  * pass served, so both go on in turn; the one left over counts as left. */
@@ -513,6 +632,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_chunks_double, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequential_writes_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chain_chunks_are_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancelled_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requeued_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_allocation_fails_job, setup, teardown),
@@ -525,6 +645,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_small_first_chunk_at_once, setup_wide,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pass_time_shared_in_turn, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_runs_end_at_slice_changes, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_program_runs_alone, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_runs_follow_indexes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_unplain_address_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

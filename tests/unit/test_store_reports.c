@@ -457,6 +457,136 @@ static void test_requeue_after_success(void **state)
     assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 0);
 }
 
+/* A running chain of n computations on slice [2] dispatched as runs
+ * (schema/032): two host tasks, one per shard, each covering computations
+ * 0 .. n-1 (seqs 1 .. n), leased to the fixture's worker; their ids in
+ * task[shard]. The job's id. */
+static int64_t leased_run(fixture_t *f, int n, int64_t task[2])
+{
+    char *doc = chain_doc(n);
+    int64_t job = support_store_submit(f->st, doc, islands, 1);
+    free(doc);
+    char sql[640];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'running' WHERE id = %lld;"
+             " UPDATE computations SET state = 'dispatched', seq = idx + 1, island_id ="
+             " (SELECT id FROM islands WHERE name = 'west') WHERE job_id = %lld",
+             (long long)job, (long long)job);
+    support_store_write(f->st, sql);
+    for (int k = 0; k < 2; k++) {
+        snprintf(sql, sizeof sql, "INSERT INTO host_tasks (job_id, attempt, comp_idx, ncomps,"
+                 " island_id, worker_id, seq, shards, nshards, state, devices, leased_at)"
+                 " VALUES (%lld, 0, 0, %d, (SELECT id FROM islands WHERE name = 'west'), %lld,"
+                 " 1, '[%d]', 1, 'leased', '[%d]', 5)", (long long)job, n,
+                 (long long)f->worker, k, k);
+        support_store_write(f->st, sql);
+        task[k] = sqlite3_last_insert_rowid(store_db(f->st));
+    }
+    return job;
+}
+
+/* One report of a run's test batch: of task[shard], naming computation
+ * comp (-1: none), in `state`, and the status it must get. */
+typedef struct run_rep {
+    int shard, comp;
+    const char *state;
+    int want;
+} run_rep_t;
+
+/* Appends the report of r to the batch text in b (len so far), with its
+ * output when succeeded. The new length. */
+static size_t run_item(char *b, size_t cap, size_t len, const int64_t task[2], const run_rep_t *r)
+{
+    len += (size_t)snprintf(b + len, cap - len, "%s{\"task\":%lld,", len > 12 ? "," : "",
+                            (long long)task[r->shard]);
+    if (r->comp >= 0)
+        len += (size_t)snprintf(b + len, cap - len, "\"comp\":%d,", r->comp);
+    if (strcmp(r->state, "succeeded") == 0)
+        return len + (size_t)snprintf(b + len, cap - len, "\"state\":\"succeeded\","
+                                      "\"inputs_ready_us\":10,\"finished_us\":15,"
+                                      "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}}");
+    return len + (size_t)snprintf(b + len, cap - len, "\"state\":\"%s\"}", r->state);
+}
+
+/* Applies reports r[0..n) (n <= 8) in one batch and checks each status. */
+static void apply_runs(fixture_t *f, const int64_t task[2], const run_rep_t *r, int n)
+{
+    char body[4096];
+    size_t len = (size_t)snprintf(body, sizeof body, "{\"reports\":[");
+    for (int i = 0; i < n; i++)
+        len = run_item(body, sizeof body, len, task, &r[i]);
+    snprintf(body + len, sizeof body - len, "]}");
+    int status[8] = {0};
+    apply_batch(f, body, status);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(status[i], r[i].want);
+}
+
+/* A run's computations are reported in order, each once, naming itself:
+ * the next one is taken (the row stays leased until the last), one again
+ * or one ahead is 409, a success of a run that names none is 400 (field
+ * comp); each computation succeeds when both shards' runs reported it, and
+ * the job when its last did. Its device time is kept per computation. */
+static void test_run_reports_in_order(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    int64_t job = leased_run(f, 3, task);
+    static const run_rep_t first[] = {
+        {0, 0, "succeeded", 200}, {0, 0, "succeeded", 409},     /* again */
+        {0, 2, "succeeded", 409},                               /* ahead */
+        {0, -1, "succeeded", 400},                              /* unnamed */
+        {0, 1, "succeeded", 200}, {0, 3, "succeeded", 409},     /* past its end */
+    };
+    apply_runs(f, task, first, 6);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT state = 'leased' AND done = 2 FROM host_tasks WHERE id = %lld",
+             (long long)task[0]);
+    assert_int_equal(support_store_int(f->st, sql), 1);
+    /* The job's view counts the shards reported per computation from the
+     * runs' rows: shard 0's run has reported computations 0 and 1. */
+    json_t *view = store_job_json(f->st, job);
+    json_t *comps = json_object_get(view, "computations");
+    for (int c = 0; c < 3; c++)
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(comps, (size_t)c),
+                                                            "shards_reported")), c < 2);
+    json_decref(view);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM computations WHERE job_id = %lld"
+                            " AND state = 'succeeded'", job), 0);
+    static const run_rep_t rest[] = {
+        {1, 0, "succeeded", 200}, {1, 1, "succeeded", 200}, {1, 2, "succeeded", 200},
+        {0, 2, "succeeded", 200},
+    };
+    apply_runs(f, task, rest, 4);
+    assert_int_equal(job_int(f, "SELECT state = 'succeeded' AND comps_done = 3 FROM jobs"
+                            " WHERE id = %lld", job), 1);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM host_tasks WHERE job_id = %lld"
+                            " AND state = 'succeeded' AND done = 3", job), 2);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 6);
+    assert_int_equal(job_int(f, "SELECT SUM(busy_us = 10 AND shards_done = 2) FROM computations"
+                            " WHERE job_id = %lld", job), 3);
+}
+
+/* A failure or cancel ends a run, naming any computation of it not yet
+ * reported (a cancel reaches the queued ones before the one running) or
+ * none; the computations reported before it stay succeeded. One naming a
+ * computation already reported is 409. */
+static void test_run_ended_by_failure(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    int64_t job = leased_run(f, 3, task);
+    static const run_rep_t reps[] = {
+        {0, 0, "succeeded", 200}, {0, 0, "cancelled", 409},     /* reported */
+        {0, 2, "cancelled", 200}, {1, -1, "failed", 200},
+    };
+    apply_runs(f, task, reps, 4);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT state = 'cancelled' AND done = 1 FROM host_tasks"
+             " WHERE id = %lld", (long long)task[0]);
+    assert_int_equal(support_store_int(f->st, sql), 1);
+    assert_int_equal(job_int(f, "SELECT state = 'failed' FROM jobs WHERE id = %lld", job), 1);
+}
+
 static void test_concurrent_batches(void **state)
 {
     fixture_t *f = *state;
@@ -490,6 +620,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_completes_computation, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_batch_ends_job, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_requeue_after_success, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_run_reports_in_order, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_run_ended_by_failure, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -205,7 +205,8 @@ static void add_done_task(store_t *st, sqlite3 *db, int64_t job, int64_t w, int6
                           int64_t ready, int64_t end)
 {
     static int seq;
-    sched_task_t t = {job, 0, 0, store_island_id(st, "west"), w, ++seq, "[0]", 1, 0, "[0]"};
+    sched_task_t t = {.job = job, .ncomps = 1, .island = store_island_id(st, "west"), .worker = w,
+                      .seq = ++seq, .shards = "[0]", .nshards = 1, .devices = "[0]"};
     assert_int_equal(store_begin(st), 0);
     assert_int_equal(store_sched_add_tasks(st, &t, 1), 0);
     assert_int_equal(store_commit(st), 0);
@@ -221,7 +222,8 @@ static void add_done_task(store_t *st, sqlite3 *db, int64_t job, int64_t w, int6
 static int64_t lease_one(store_t *st, int64_t job, int64_t w)
 {
     static int seq = 1000;
-    sched_task_t t = {job, 0, 0, store_island_id(st, "west"), w, ++seq, "[0]", 1, 0, "[0]"};
+    sched_task_t t = {.job = job, .ncomps = 1, .island = store_island_id(st, "west"), .worker = w,
+                      .seq = ++seq, .shards = "[0]", .nshards = 1, .devices = "[0]"};
     assert_int_equal(store_begin(st), 0);
     assert_int_equal(store_sched_add_tasks(st, &t, 1), 0);
     int64_t id = sqlite3_last_insert_rowid(store_db(st));
@@ -248,8 +250,10 @@ static void test_add_tasks_rows(void **state)
     char shards[N][16];
     for (int i = 0; i < N; i++) {
         snprintf(shards[i], sizeof shards[i], "[%d]", i);
-        t[i] = (sched_task_t){job, 0, i, store_island_id(f->st, "west"), w, 100 + i, shards[i],
-                              1, i == N - 1, "[0]"};
+        t[i] = (sched_task_t){.job = job, .comp = i, .ncomps = 1,
+                              .island = store_island_id(f->st, "west"), .worker = w,
+                              .seq = 100 + i, .shards = shards[i], .nshards = 1,
+                              .blocked = i == N - 1, .devices = "[0]"};
     }
     assert_int_equal(store_begin(f->st), 0);
     assert_int_equal(store_sched_add_tasks(f->st, t, N), 0);

@@ -82,8 +82,9 @@ static int64_t add_task(fixture_t *f, int64_t w, const char *state)
  * scheduler does (store_sched_add_tasks, in its own write transaction). */
 static void dispatch_task(fixture_t *f, int64_t w, int64_t job, int attempt)
 {
-    sched_task_t task = {job, attempt, 0, store_island_id(f->st, "west"), w, 1, "[0]", 1, 0,
-                         "[0]"};
+    sched_task_t task = {.job = job, .attempt = attempt, .ncomps = 1,
+                         .island = store_island_id(f->st, "west"), .worker = w, .seq = 1,
+                         .shards = "[0]", .nshards = 1, .devices = "[0]"};
     assert_int_equal(store_begin(f->st), 0);
     assert_int_equal(store_sched_add_tasks(f->st, &task, 1), 0);
     assert_int_equal(store_commit(f->st), 0);

@@ -40,6 +40,7 @@ typedef struct sink {
     int64_t task[MAX_REPORTS];
     json_t *body[MAX_REPORTS];
     int hold[MAX_REPORTS];              /* exec_report_fn's hold */
+    int32_t comp[MAX_REPORTS];          /* exec_report_fn's comp */
 } sink_t;
 
 typedef struct proc {
@@ -57,7 +58,7 @@ typedef struct cluster {
 
 /* Keeps each report as the tree of its text: a text that is not JSON
  * becomes NULL, which every check of the report then fails. */
-static void sink_fn(void *ctx, int64_t task, char *text, int hold)
+static void sink_fn(void *ctx, int64_t task, int32_t comp, char *text, int hold)
 {
     sink_t *s = ctx;
     json_t *body = text ? json_loads(text, 0, NULL) : NULL;
@@ -65,6 +66,7 @@ static void sink_fn(void *ctx, int64_t task, char *text, int hold)
     pthread_mutex_lock(&s->mu);
     if (s->n < MAX_REPORTS) {
         s->task[s->n] = task;
+        s->comp[s->n] = comp;
         s->hold[s->n] = hold;
         s->body[s->n++] = body;
     } else {
