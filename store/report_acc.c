@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "store_internal.h"
 
@@ -235,8 +236,64 @@ int report_acc_flush(store_t *st, report_acc_t *a)
     return rc;
 }
 
+void report_row_clear(report_row_t *r)
+{
+    free(r->shards);
+    free(r->shards_txt);
+    free(r->devices_txt);
+    r->shards = NULL;
+    r->shards_txt = r->devices_txt = NULL;
+}
+
+int report_row_copy(report_row_t *dst, const report_row_t *src)
+{
+    *dst = *src;
+    size_t nb = sizeof *src->shards * (size_t)(src->nshards > 0 ? src->nshards : 0);
+    dst->shards = nb ? malloc(nb) : NULL;
+    dst->shards_txt = src->shards_txt ? strdup(src->shards_txt) : NULL;
+    dst->devices_txt = src->devices_txt ? strdup(src->devices_txt) : NULL;
+    if ((nb && !dst->shards) || (src->shards_txt && !dst->shards_txt) ||
+        (src->devices_txt && !dst->devices_txt)) {
+        report_row_clear(dst);
+        return -1;
+    }
+    if (nb)
+        memcpy(dst->shards, src->shards, nb);
+    return 0;
+}
+
+report_acc_run_t *report_acc_run_find(report_acc_t *a, int64_t task, int64_t worker)
+{
+    for (size_t i = 0; i < a->nrun; i++)
+        if (a->run[i].task == task && a->run[i].worker == worker)
+            return &a->run[i];
+    return NULL;
+}
+
+int report_acc_run_add(report_acc_t *a, int64_t task, int64_t worker, const report_row_t *row,
+                       int64_t t0, int64_t t1)
+{
+    if (grow((void **)&a->run, &a->caprun, a->nrun, sizeof *a->run))
+        return -1;
+    report_acc_run_t *r = &a->run[a->nrun];
+    *r = (report_acc_run_t){task, worker, {0}, t0, t1};
+    if (report_row_copy(&r->row, row) != 0)
+        return -1;
+    a->nrun++;
+    return 0;
+}
+
+void report_acc_run_drop(report_acc_t *a, report_acc_run_t *r)
+{
+    report_row_clear(&r->row);
+    *r = a->run[--a->nrun];
+}
+
 void report_acc_free(report_acc_t *a)
 {
+    while (a->nrun > 0)
+        report_acc_run_drop(a, &a->run[a->nrun - 1]);
+    free(a->run);
     out_clear(a);
     free(a->dev);
     free(a->job);

@@ -39,6 +39,35 @@
 
 #include "store.h"
 
+/* A host task's row as the applier read it under its report's
+ * transaction (store_progress.c), with its job's state. */
+typedef struct report_row {
+    int64_t job, attempt, comp, island, job_attempt;
+    int64_t first, ncomps, done;    /* its run (schema/032): comp_idx, ncomps, done */
+    int nshards;
+    int shared;                 /* the job's `shared` */
+    int64_t *shards;            /* owned: nshards shard indexes, increasing */
+    char *shards_txt;           /* owned: the same as JSON text, for messages */
+    char *devices_txt;          /* owned: the worker-local devices of the shards (JSON) */
+    char job_state[16];
+} report_row_t;
+
+/* Frees what r owns and empties it. */
+void report_row_clear(report_row_t *r);
+/* A deep copy of src into dst. 0, or -1 (OOM: dst empty). */
+int report_row_copy(report_row_t *dst, const report_row_t *src);
+
+/* A run (schema/032) of which this transaction took reports without
+ * ending it: its row, `done` advanced past them, and the first report's
+ * started and inputs-ready stamps. The row is read once per transaction
+ * and its progress written once, at the flush (store_progress.c), not a
+ * read and a write per computation. */
+typedef struct report_acc_run {
+    int64_t task, worker;
+    report_row_t row;           /* owned */
+    int64_t t0, t1;
+} report_acc_run_t;
+
 typedef struct report_acc_dev {
     int64_t island, idx, us;
 } report_acc_dev_t;
@@ -85,9 +114,11 @@ typedef struct report_acc {
     size_t nout, capout;
     report_acc_done_t *done;    /* in order of first success */
     size_t ndone, capdone;
+    report_acc_run_t *run;      /* runs taken in part, unordered */
+    size_t nrun, caprun;
 } report_acc_t;
 
-#define REPORT_ACC_INIT {NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0}
+#define REPORT_ACC_INIT {NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0}
 
 /* Adds us to island devices first + d for each d of devices_txt (a JSON
  * array of non-negative worker-local device numbers, as the scheduler
@@ -113,6 +144,14 @@ int report_acc_flush_outputs(store_t *st, report_acc_t *a);
  * tenant upsert per job) in the caller's transaction and empties them.
  * Outputs and computations must have been flushed before. 0 or -1. */
 int report_acc_flush(store_t *st, report_acc_t *a);
+/* The run entry of (task, worker), or NULL. */
+report_acc_run_t *report_acc_run_find(report_acc_t *a, int64_t task, int64_t worker);
+/* Adds the run entry of (task, worker): a copy of row, with stamps t0 and
+ * t1. 0, or -1 (OOM: nothing added). */
+int report_acc_run_add(report_acc_t *a, int64_t task, int64_t worker, const report_row_t *row,
+                       int64_t t0, int64_t t1);
+/* Removes entry r (one of a's), freeing its row. */
+void report_acc_run_drop(report_acc_t *a, report_acc_run_t *r);
 void report_acc_free(report_acc_t *a);
 
 #endif

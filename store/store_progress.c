@@ -20,27 +20,10 @@
 #include "util.h"
 
 /* The row of a host task being reported, as its report took it (under the
- * report's transaction). task_row_clear() it after a successful
- * task_take. */
-typedef struct task_row {
-    int64_t job, attempt, comp, island, job_attempt;
-    int64_t first, ncomps, done;    /* its run (schema/032): comp_idx, ncomps, done */
-    int nshards;
-    int shared;                 /* the job's `shared` */
-    int64_t *shards;            /* owned: nshards shard indexes, increasing */
-    char *shards_txt;           /* owned: the same as JSON text, for messages */
-    char *devices_txt;          /* owned: the worker-local devices of the shards (JSON) */
-    char job_state[16];
-} task_row_t;
-
-static void task_row_clear(task_row_t *r)
-{
-    free(r->shards);
-    free(r->shards_txt);
-    free(r->devices_txt);
-    r->shards = NULL;
-    r->shards_txt = r->devices_txt = NULL;
-}
+ * report's transaction): report_acc.h's report_row_t. task_row_clear() it
+ * after a successful task_take. */
+typedef report_row_t task_row_t;
+#define task_row_clear report_row_clear
 
 /* Whether the row's job attempt is its job's current one and live: only
  * such a report moves the job. */
@@ -200,36 +183,72 @@ static int task_read(store_t *st, int64_t task, int64_t worker, task_row_t *r)
     return rc;
 }
 
-/* Marks the row as the report says: a success of a run's computation
- * other than its last only counts it (the task stays leased: the rest of
- * the run is still to come; its first report's stamps are the run's
- * start); anything else ends it. 0 or -1. */
-static int task_mark(store_t *st, const report_prep_t *p, const task_row_t *r, const char *msg)
+/* Marks the row as the report says. A success of a run's computation
+ * other than its last only counts it: the task stays leased, and its
+ * progress waits in acc's run entry (cached, or added now) until the flush
+ * (runs_write), so a run's row is written once per transaction, not once
+ * per computation. Anything else ends it in one write, with the run's
+ * first stamps and its count of computations done, and drops its entry.
+ * 0 or -1. */
+static int task_mark(store_t *st, const report_prep_t *p, const task_row_t *r, const char *msg,
+                     int64_t worker, report_acc_t *acc, report_acc_run_t *cached)
 {
-    static const char step_sql[] =
-        "UPDATE host_tasks SET done = done + 1, started_us = COALESCE(started_us, ?2),"
-        " inputs_ready_us = COALESCE(inputs_ready_us, ?3) WHERE id = ?1";
     static const char mark_sql[] =
         "UPDATE host_tasks SET state = ?2, started_us = COALESCE(started_us, ?3),"
         " inputs_ready_us = COALESCE(inputs_ready_us, ?4), finished_us = ?5, error = ?6,"
-        " done = done + (?2 = 'succeeded') WHERE id = ?1";
-    int more = strcmp(p->state, "succeeded") == 0 && r->done + 1 < r->ncomps;
-    sqlite3_stmt *s = store_stmt(st, more ? step_sql : mark_sql);
+        " done = ?7 WHERE id = ?1";
+    int succeeded = strcmp(p->state, "succeeded") == 0;
+    if (succeeded && r->done + 1 < r->ncomps) {
+        if (cached) {
+            cached->row.done++;
+            return 0;
+        }
+        if (report_acc_run_add(acc, p->task, worker, r, p->started_us, p->inputs_ready_us) != 0)
+            return -1;
+        acc->run[acc->nrun - 1].row.done++;
+        return 0;
+    }
+    sqlite3_stmt *s = store_stmt(st, mark_sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, p->task);
-    if (more) {
-        sqlite3_bind_int64(s, 2, p->started_us);
-        sqlite3_bind_int64(s, 3, p->inputs_ready_us);
-        return store_step_done(s);
-    }
     sqlite3_bind_text(s, 2, p->state, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, p->started_us);
-    sqlite3_bind_int64(s, 4, p->inputs_ready_us);
+    sqlite3_bind_int64(s, 3, cached ? cached->t0 : p->started_us);
+    sqlite3_bind_int64(s, 4, cached ? cached->t1 : p->inputs_ready_us);
     sqlite3_bind_int64(s, 5, p->finished_us);
     if (msg)
         sqlite3_bind_text(s, 6, msg, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 7, r->done + succeeded);
+    if (cached)
+        report_acc_run_drop(acc, cached);
     return store_step_done(s);
+}
+
+/* Writes the progress of the runs acc took in part (done, and the first
+ * stamps where the row has none) and forgets them: at the transaction's
+ * end, and before a failure is applied, which may end or requeue their
+ * jobs (the entries' job state would then be stale). 0 or -1. */
+static int runs_write(store_t *st, report_acc_t *acc)
+{
+    static const char sql[] =
+        "UPDATE host_tasks SET done = ?2, started_us = COALESCE(started_us, ?3),"
+        " inputs_ready_us = COALESCE(inputs_ready_us, ?4) WHERE id = ?1";
+    int rc = 0;
+    while (acc->nrun > 0) {
+        report_acc_run_t *r = &acc->run[acc->nrun - 1];
+        sqlite3_stmt *s = rc == 0 ? store_stmt(st, sql) : NULL;
+        if (s) {
+            sqlite3_bind_int64(s, 1, r->task);
+            sqlite3_bind_int64(s, 2, r->row.done);
+            sqlite3_bind_int64(s, 3, r->t0);
+            sqlite3_bind_int64(s, 4, r->t1);
+            rc = store_step_done(s);
+        } else {
+            rc = -1;
+        }
+        report_acc_run_drop(acc, r);
+    }
+    return rc;
 }
 
 /* Fencing and marking: the task leaves 'leased' for `state` (with the
@@ -247,10 +266,14 @@ static int task_mark(store_t *st, const report_prep_t *p, const task_row_t *r, c
  * live attempt's succeeded report does not bring one tensor per shard of
  * the task: refused before the row is marked), r empty. */
 static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const char *msg,
-                     task_row_t *r, err_t *e)
+                     task_row_t *r, report_acc_t *acc, err_t *e)
 {
     memset(r, 0, sizeof *r);
-    int rc = task_read(st, p->task, worker, r);
+    /* A run this transaction already took reports of: its row as read
+     * then, `done` advanced (task_mark). */
+    report_acc_run_t *cached = report_acc_run_find(acc, p->task, worker);
+    int rc = !cached ? task_read(st, p->task, worker, r)
+             : report_row_copy(r, &cached->row) == 0 ? STORE_OK : STORE_ERR;
     if (rc == STORE_NOTFOUND)
         return task_refusal(st, p->task);
     if (rc == STORE_OK)
@@ -265,7 +288,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
             rc = STORE_ERR;
     if (check && rc == STORE_OK)
         rc = comp_outputs_check(st, r->job, (int)r->comp, p, e);
-    if (rc == STORE_OK && task_mark(st, p, r, msg) != 0)
+    if (rc == STORE_OK && task_mark(st, p, r, msg, worker, acc, cached) != 0)
         rc = STORE_ERR;
     if (rc != STORE_OK)
         task_row_clear(r);
@@ -510,7 +533,7 @@ static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
     /* Read back apart, not RETURNING (see task_take). */
     static const char done_sql[] =
         "SELECT shards_done = shards_total FROM computations WHERE job_id = ?1 AND idx = ?2";
-    int rc = report_acc_flush_outputs(st, acc);
+    int rc = runs_write(st, acc) == 0 ? report_acc_flush_outputs(st, acc) : -1;
     for (size_t i = 0; rc == 0 && i < acc->ncomp; i++) {
         const report_acc_comp_t *c = &acc->comp[i];
         sqlite3_stmt *s = store_stmt(st, comp_sql);
@@ -612,7 +635,7 @@ static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t 
         return task_refusal(st, p->task);  /* fenced: see task_take */
     const char *msg = p->error;
     task_row_t r;
-    int rc = task_take(st, p, rep->id, msg, &r, e);
+    int rc = task_take(st, p, rep->id, msg, &r, acc, e);
     if (rc != STORE_OK)
         return rc;
     rc = STORE_ERR;

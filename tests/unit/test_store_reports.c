@@ -521,6 +521,14 @@ static void apply_runs(fixture_t *f, const int64_t task[2], const run_rep_t *r, 
         assert_int_equal(status[i], r[i].want);
 }
 
+/* Whether host task `task`'s row meets SQL condition cond. */
+static int row_is(fixture_t *f, int64_t task, const char *cond)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT %s FROM host_tasks WHERE id = %lld", cond, (long long)task);
+    return support_store_int(f->st, sql) == 1;
+}
+
 /* A run's computations are reported in order, each once, naming itself:
  * the next one is taken (the row stays leased until the last), one again
  * or one ahead is 409, a success of a run that names none is 400 (field
@@ -538,10 +546,7 @@ static void test_run_reports_in_order(void **state)
         {0, 1, "succeeded", 200}, {0, 3, "succeeded", 409},     /* past its end */
     };
     apply_runs(f, task, first, 6);
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT state = 'leased' AND done = 2 FROM host_tasks WHERE id = %lld",
-             (long long)task[0]);
-    assert_int_equal(support_store_int(f->st, sql), 1);
+    assert_true(row_is(f, task[0], "state = 'leased' AND done = 2"));
     /* The job's view counts the shards reported per computation from the
      * runs' rows: shard 0's run has reported computations 0 and 1. */
     json_t *view = store_job_json(f->st, job);
@@ -580,11 +585,30 @@ static void test_run_ended_by_failure(void **state)
         {0, 2, "cancelled", 200}, {1, -1, "failed", 200},
     };
     apply_runs(f, task, reps, 4);
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT state = 'cancelled' AND done = 1 FROM host_tasks"
-             " WHERE id = %lld", (long long)task[0]);
-    assert_int_equal(support_store_int(f->st, sql), 1);
+    assert_true(row_is(f, task[0], "state = 'cancelled' AND done = 1"));
     assert_int_equal(job_int(f, "SELECT state = 'failed' FROM jobs WHERE id = %lld", job), 1);
+}
+
+/* A run's progress within a transaction waits in memory (report_acc's run
+ * entries) and is written before a failure applies and at the end: a
+ * computation reported after another run's failure in the same batch sees
+ * the job failed (no progress counted for it), and the row keeps every
+ * computation it took. */
+static void test_run_after_failure_in_batch(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    int64_t job = leased_run(f, 3, task);
+    static const run_rep_t reps[] = {
+        {0, 0, "succeeded", 200}, {1, -1, "failed", 200}, {0, 1, "succeeded", 200},
+    };
+    apply_runs(f, task, reps, 3);
+    assert_true(row_is(f, task[0], "state = 'leased' AND done = 2"));
+    assert_int_equal(job_int(f, "SELECT state = 'failed' FROM jobs WHERE id = %lld", job), 1);
+    assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
+                            " AND idx = 0", job), 1);
+    assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
+                            " AND idx = 1", job), 0);
 }
 
 static void test_concurrent_batches(void **state)
@@ -622,6 +646,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_requeue_after_success, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_run_reports_in_order, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_run_ended_by_failure, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_run_after_failure_in_batch, setup,
+                                        support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
