@@ -261,7 +261,9 @@ json_t *store_workers_json(store_t *st, int64_t lease_us)
     static const char sql[] =
         "SELECT w.id, i.name, w.first_device, w.ndevices, w.data_addr, w.host, w.pid, w.backend,"
         " w.state, w.epoch, w.registered_at, w.heartbeat_at,"
-        " (SELECT COUNT(*) FROM host_tasks t WHERE t.worker_id = w.id AND t.state = 'leased'),"
+        /* Computations, not rows: a run's row counts those not yet reported. */
+        " (SELECT COALESCE(SUM(t.ncomps - t.done), 0) FROM host_tasks t"
+        "  WHERE t.worker_id = w.id AND t.state = 'leased'),"
         " w.store_objects, w.store_bytes, w.store_cap_bytes"
         " FROM workers w JOIN islands i ON i.id = w.island_id"
         " WHERE w.state = 'live' OR w.id >= COALESCE((SELECT id FROM workers"

@@ -436,6 +436,49 @@ static void test_sequential_store_drained_after_cancel(void **state)
     cancel_running_then_drained();
 }
 
+/* The most computations any live worker holds leased (tasks_leased). */
+static long most_leased(void)
+{
+    json_t *live = live_workers();
+    long most = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(live, i, w)
+        if (json_integer_value(json_object_get(w, "tasks_leased")) > most)
+            most = (long)json_integer_value(json_object_get(w, "tasks_leased"));
+    json_decref(live);
+    return most;
+}
+
+/* tasks_leased counts computations, not host tasks: a chain of three on
+ * one slice goes to each of its workers as one host task (a run) and
+ * counts 3 there until its first computation is reported. */
+static void test_parallel_run_counts_computations(void **state)
+{
+    (void)state;
+#define RUN_STEP(k, prev)                                                                      \
+    ",{'name':'c" #k "','slice':'a','ops':[{'op':'input','out':'p','from':'c" #prev ".x'},"      \
+    "{'op':'compute','out':'w','us':300000},{'op':'scale','out':'x','args':['p'],"             \
+    "'factor':2.0}],'outputs':['x']}"
+    static const char doc[] =
+        "{'name':'run3','slices':{'a':{'shape':[2,2]}},'computations':["
+        "{'name':'c0','slice':'a','ops':[{'op':'compute','out':'w','us':300000},"
+        "{'op':'fill','out':'x','shape':[],'value':1.0}],'outputs':['x']}"
+        RUN_STEP(1, 0) RUN_STEP(2, 1) "]}";
+#undef RUN_STEP
+    int64_t id = itest_submit(doc);
+    long most = 0;
+    for (int64_t deadline = hx_now_ms() + 10000; most < 3 && hx_now_ms() < deadline;) {
+        long m = most_leased();
+        most = m > most ? m : most;
+        if (most < 3)
+            hx_sleep_ms(5);
+    }
+    T_CHECK(most == 3, "a worker of the 3-computation run showed %ld leased, not 3", most);
+    json_t *job = itest_wait_state(id, "succeeded");
+    json_decref(job);
+}
+
 /* ---- group: a shard fails ---- */
 
 /* The live worker whose pid is `pid`: its tasks_leased, or -1. */
@@ -543,6 +586,7 @@ int main(void)
         cmocka_unit_test_teardown(test_parallel_store_drained_after_success, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_parallel_store_drained_after_cancel, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_device_accounting, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_parallel_run_counts_computations, itest_cancel_leftovers),
     };
     const struct CMUnitTest sequential[] = {
         cmocka_unit_test_teardown(test_sequential_consumer_dispatched_after_producer,
