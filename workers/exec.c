@@ -496,11 +496,18 @@ int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
      * newer attempt of the job (maybe queued here already) is untouched:
      * its tags, gate entries and store keys all carry its own attempt. */
     mbox_cancel_job(ex->env.mb, job, attempt);
+    /* A run's computations share their host task's id and come together
+     * here: one cancelled report ends the whole run at the controller
+     * (docs/worker-protocol.md, Host tasks), so each further one would
+     * only be answered 409. */
+    int64_t last_id = -1;
     while (removed) {
         hnode_t *h = removed;
         removed = h->next_removed;
         task_done(ex, h->t);
-        report(ex, h->t->id, h->t->comp, exec_report_cancelled(), 0);
+        if (h->t->id != last_id)
+            report(ex, h->t->id, h->t->comp, exec_report_cancelled(), 0);
+        last_id = h->t->id;
         wtask_free(h->t);
         free(h);
         fresh++;

@@ -575,6 +575,37 @@ static void test_cancel_is_attempt_exact(void **state)
     cluster_free(c);
 }
 
+/* A run's computations (TASKs sharing their host task's id) cancelled
+ * while queued: one cancelled report for the run, which ends it at the
+ * controller (each further one would be a 409), naming one of its
+ * computations not yet reported. */
+static void test_cancel_reports_a_run_once(void **state)
+{
+    (void)state;
+    cluster_t *c = cluster_new(1, 2, 0, 10000);
+    json_t *g = group(20, 0, placement(c, 1, 2),
+                      json_pack("[o]", host_task(c, 200, 20, 0, 0, 1, 1, 2, 0,
+                                                 compute_ops(300000), NULL, NULL)));
+    exec_submit(c->p[0].ex, g);
+    json_decref(g);
+    json_t *run = json_array();
+    for (int k = 0; k < 3; k++)
+        json_array_append_new(run, host_task(c, 220, 22, 0, k, 2 + k, 1, 2, 0,
+                                             compute_ops(1000), NULL, NULL));
+    g = group(22, 0, placement(c, 1, 2), run);
+    assert_int_equal(exec_submit(c->p[0].ex, g), 3);
+    json_decref(g);
+    assert_true(exec_cancel_attempt(c->p[0].ex, 22, 0) >= 1);
+    assert_int_equal(sink_wait(&c->p[0].sink, 2), 2);
+    assert_int_equal(exec_drain(c->p[0].ex, 10000), 0);
+    assert_int_equal(c->p[0].sink.n, 2);
+    assert_int_equal(c->p[0].sink.task[0], 220);
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 220)), "cancelled");
+    assert_int_equal(c->p[0].sink.comp[0], 2);
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 200)), "succeeded");
+    cluster_free(c);
+}
+
 /* ---- gang order: overlapping tasks submitted out of seq order ---- */
 
 /* y = the sum of shard_index over the slice (a [1,4] or [2,2] slice: 6). */
@@ -867,6 +898,7 @@ int main(void)
         cmocka_unit_test(test_fold_order_rule),
         cmocka_unit_test(test_forged_pack_fails_task),
         cmocka_unit_test(test_cancel_is_attempt_exact),
+        cmocka_unit_test(test_cancel_reports_a_run_once),
         cmocka_unit_test(test_gang_order_overlapping),
         cmocka_unit_test(test_claim_wakes_next),
         cmocka_unit_test(test_malformed_reported_failed),
