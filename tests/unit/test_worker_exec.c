@@ -545,17 +545,25 @@ static json_t *compute_ops(int us)
                      "us", us, "op", "add", "out", "y", "args", "c", "c");
 }
 
-static void test_cancel_is_attempt_exact(void **state)
+/* One process of two devices, both held by a long task of job 20 (id 200,
+ * seq 1) that the test's tasks queue behind. */
+static cluster_t *cluster_busy(void)
 {
-    (void)state;
     cluster_t *c = cluster_new(1, 2, 0, 10000);
-    /* A long task of job 20 holds both devices; behind it attempt 0 and
-     * attempt 1 of job 21 wait. */
     json_t *g = group(20, 0, placement(c, 1, 2),
                       json_pack("[o]", host_task(c, 200, 20, 0, 0, 1, 1, 2, 0,
                                                  compute_ops(300000), NULL, NULL)));
     exec_submit(c->p[0].ex, g);
     json_decref(g);
+    return c;
+}
+
+static void test_cancel_is_attempt_exact(void **state)
+{
+    (void)state;
+    /* Behind the long task, attempt 0 and attempt 1 of job 21 wait. */
+    cluster_t *c = cluster_busy();
+    json_t *g;
     for (int a = 0; a < 2; a++) {
         g = group(21, a, placement(c, 1, 2),
                   json_pack("[o]", host_task(c, 210 + a, 21, a, 0, 2 + a, 1, 2, 0,
@@ -582,17 +590,12 @@ static void test_cancel_is_attempt_exact(void **state)
 static void test_cancel_reports_a_run_once(void **state)
 {
     (void)state;
-    cluster_t *c = cluster_new(1, 2, 0, 10000);
-    json_t *g = group(20, 0, placement(c, 1, 2),
-                      json_pack("[o]", host_task(c, 200, 20, 0, 0, 1, 1, 2, 0,
-                                                 compute_ops(300000), NULL, NULL)));
-    exec_submit(c->p[0].ex, g);
-    json_decref(g);
+    cluster_t *c = cluster_busy();
     json_t *run = json_array();
     for (int k = 0; k < 3; k++)
         json_array_append_new(run, host_task(c, 220, 22, 0, k, 2 + k, 1, 2, 0,
                                              compute_ops(1000), NULL, NULL));
-    g = group(22, 0, placement(c, 1, 2), run);
+    json_t *g = group(22, 0, placement(c, 1, 2), run);
     assert_int_equal(exec_submit(c->p[0].ex, g), 3);
     json_decref(g);
     assert_true(exec_cancel_attempt(c->p[0].ex, 22, 0) >= 1);
