@@ -180,19 +180,18 @@ static int batch_add(store_t *st, task_batch_t *b, const sched_job_t *job, int c
     return 0;
 }
 
-/* Writes, for each computation c .. c + ncomps - 1 of a run, its island
- * sequence number (seq, seq + 1, ...) and the payload its host tasks share.
- * 0 or -1. */
+/* Writes the island sequence numbers of the computations c .. c + ncomps -
+ * 1 of a run (seq, seq + 1, ...: one statement), and for each the payload
+ * its host tasks share. 0 or -1. */
 static int comps_heads(store_t *st, const sched_job_t *job, const job_plan_t *plan,
                        const json_t *doc, int c, int ncomps, int64_t island, int64_t seq,
                        int blocked)
 {
-    int rc = 0;
+    int rc = store_sched_set_comp(st, job->id, c, ncomps, island, seq, !blocked);
     for (int k = 0; rc == 0 && k < ncomps; k++) {
         json_t *base = task_base(plan, doc, job, c + k, seq + k);
         char *text = base ? jtext_dump(base, NULL) : NULL;
-        rc = text && store_sched_set_comp(st, job->id, c + k, island, seq + k, !blocked) == 0
-                 ? store_sched_add_comp_payload(st, job->id, job->attempt, c + k, text) : -1;
+        rc = text ? store_sched_add_comp_payload(st, job->id, job->attempt, c + k, text) : -1;
         json_decref(base);
         free(text);
     }

@@ -585,12 +585,13 @@ int store_sched_set_reason(store_t *st, int64_t job, const char *reason);
 int64_t store_sched_take_seq(store_t *st, int64_t island, int count);
 int store_sched_add_slice(store_t *st, int64_t job, const char *name, int64_t island,
                           const shape_t *shape, const int64_t *devices, int n);
-/* Computation `comp` gets its island and seq, and is dispatched unless it
- * waits (sequential dispatch). The job's row is not touched: its move to
- * running is written once per transaction (store_sched_mark_allocated,
- * store_sched_dispatched). 0 or -1. */
-int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
-                         int dispatched);
+/* Computations comp .. comp + ncomps - 1 (a run, schema/032: one write
+ * for all) get their island and seqs seq .. seq + ncomps - 1, and are
+ * dispatched unless they wait (sequential dispatch). The job's row is not
+ * touched: its move to running is written once per transaction
+ * (store_sched_mark_allocated, store_sched_dispatched). 0 or -1. */
+int store_sched_set_comp(store_t *st, int64_t job, int comp, int ncomps, int64_t island,
+                         int64_t seq, int dispatched);
 /* One host task: computations comp .. comp + ncomps - 1 of the job attempt
  * (a run: consecutive in its dispatch order, on one slice, with seqs seq ..
  * seq + ncomps - 1; schema/032) for one worker, covering its `nshards`

@@ -422,18 +422,20 @@ cleanup:
     return rc;
 }
 
-int store_sched_set_comp(store_t *st, int64_t job, int comp, int64_t island, int64_t seq,
-                         int dispatched)
+int store_sched_set_comp(store_t *st, int64_t job, int comp, int ncomps, int64_t island,
+                         int64_t seq, int dispatched)
 {
     static const char sql[] =
-        "UPDATE computations SET island_id = ?3, seq = ?4,"
+        "UPDATE computations SET island_id = ?3, seq = ?4 + (idx - ?2),"
         " state = CASE WHEN ?5 THEN 'dispatched' ELSE 'waiting' END,"
-        " dispatched_at = CASE WHEN ?5 THEN ?6 END WHERE job_id = ?1 AND idx = ?2";
+        " dispatched_at = CASE WHEN ?5 THEN ?6 END"
+        " WHERE job_id = ?1 AND idx BETWEEN ?2 AND ?2 + ?7 - 1";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, job);
     sqlite3_bind_int(s, 2, comp);
+    sqlite3_bind_int(s, 7, ncomps);
     sqlite3_bind_int64(s, 3, island);
     sqlite3_bind_int64(s, 4, seq);
     sqlite3_bind_int(s, 5, dispatched);
