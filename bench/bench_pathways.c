@@ -16,9 +16,9 @@
  * computation goes (setup, worker step, hand-off, controller tail), and the
  * smallest `compute` duration that brings device utilization to 95 %, and
  * whether the cost of a computation grows with the chain's length (64
- * against LONG_STEPS computations: time and atolld's CPU per computation,
- * the latter counted from submission to the checked result), and issue
- * 9's own figure under both dispatch modes: (T(200) - T(1)) / 199, T a
+ * against LONG_STEPS computations: time, and atolld's and the workers'
+ * CPU per computation, counted from submission to the checked result),
+ * and issue 9's own figure under both dispatch modes: (T(200) - T(1)) / 199, T a
  * chained job's created -> finished time (chain_marginal).
  * Last, same-host edge bandwidth (a 16 MiB tensor between computations on
  * two worker processes, from worker timestamps: the median over pairs of
@@ -381,6 +381,16 @@ static void sweep_utilization(hx_client_t *cl, int di)
  * jobs) and atolld's CPU (counted in clock ticks, so the short chain runs
  * LONG_STEPS / N_STEPS times), and their ratios, long over short (1.0:
  * the cost does not grow with the chain). */
+/* The CPU time of every worker process of the cluster (µs; the idle ones
+ * of other islands add their heartbeats only). */
+static int64_t workers_cpu_us(const hx_cluster_t *c)
+{
+    int64_t us = 0;
+    for (int k = 0; k < c->nworkers; k++)
+        us += hx_cpu_us(c->workers[k].pid);
+    return us;
+}
+
 static void chain_length(hx_cluster_t *c, hx_client_t *cl, int di)
 {
     enum { SHORT_RUNS = LONG_STEPS / N_STEPS };
@@ -388,7 +398,7 @@ static void chain_length(hx_cluster_t *c, hx_client_t *cl, int di)
     double us[2], cpu[2];
     for (int i = 0; i < 2; i++) {
         int64_t t[SHORT_RUNS];      /* ns per computation */
-        int64_t c0 = hx_cpu_us(c->atolld.pid);
+        int64_t c0 = hx_cpu_us(c->atolld.pid), w0 = workers_cpu_us(c);
         for (int k = 0; k < runs[i]; k++) {
             double r = over_budget() ? -1 : run_case(cl, M_CHAINED, di, lens[i], 0, NULL);
             if (r <= 0) {
@@ -403,6 +413,8 @@ static void chain_length(hx_cluster_t *c, hx_client_t *cl, int di)
         printf("pw.chained.d%d.p4.steps_%d.us_per_comp %.1f\n", grid_d[di], lens[i], us[i]);
         printf("pw.chained.d%d.p4.steps_%d.atolld_cpu_us_per_comp %.1f\n", grid_d[di], lens[i],
                cpu[i]);
+        printf("pw.chained.d%d.p4.steps_%d.workers_cpu_us_per_comp %.1f\n", grid_d[di], lens[i],
+               (double)(workers_cpu_us(c) - w0) / (lens[i] * runs[i]));
     }
     printf("pw.chained.d%d.p4.long_over_short.us_per_comp %.2f\n", grid_d[di], us[1] / us[0]);
     printf("pw.chained.d%d.p4.long_over_short.atolld_cpu_per_comp %.2f\n", grid_d[di],
