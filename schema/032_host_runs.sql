@@ -15,3 +15,13 @@ ALTER TABLE host_tasks ADD COLUMN done INTEGER NOT NULL DEFAULT 0;
 -- inputs ready), kept as reports come: the job view read it from the host
 -- tasks' stamps, which a run now has per run, not per computation.
 ALTER TABLE computations ADD COLUMN busy_us INTEGER NOT NULL DEFAULT 0;
+-- Rows written before this version are runs of one: a succeeded one
+-- counted its computation (the job view counts a run's first `done`
+-- computations as reported), and its computation's device time came from
+-- its stamps.
+UPDATE host_tasks SET done = 1 WHERE state = 'succeeded';
+UPDATE computations SET busy_us = COALESCE((SELECT SUM(MAX(0, t.finished_us - t.inputs_ready_us)
+    * t.nshards) FROM host_tasks t JOIN jobs j ON j.id = t.job_id
+  WHERE t.job_id = computations.job_id AND t.attempt = j.attempt
+    AND t.comp_idx = computations.idx AND t.state = 'succeeded'), 0)
+  WHERE shards_done > 0;
