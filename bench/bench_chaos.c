@@ -1,5 +1,7 @@
-/* bench_chaos.c - a long chaos run: N jobs (default 1000) with results
- * known in closed form, while atolld and workers are killed with SIGKILL
+/* bench_chaos.c - a long chaos run: N jobs (default 1000) of six kinds (a
+ * cross-island edge, collectives, one device, a busy device, a chain on one
+ * slice, which goes out as a run of host tasks) with results known in
+ * closed form, while atolld and workers are killed with SIGKILL
  * at random moments (issue 13). Prints what was lost, counted twice or
  * wrong (all three must be 0), how many jobs failed and why, and the
  * worker-loss detection time: from the kill -9 of a worker to the moment
@@ -35,7 +37,7 @@
 #define BC_WEST_WORKERS 4
 #define BC_EAST_WORKERS 2
 #define BC_WORKERS (BC_WEST_WORKERS + BC_EAST_WORKERS)
-#define BC_MAX_OUT 2
+#define BC_MAX_OUT 4
 #define BC_MAX_DETECT 4096
 #define BC_FINISH_CAP_MS (40 * 60 * 1000)
 #define BC_DETECT_POLL_MS 20
@@ -84,8 +86,9 @@ typedef struct bc {
 
 static bc_t bc;
 
-static const char *const bc_kind_names[] = {"design", "reduce", "single", "edge", "busy"};
-#define BC_KINDS 5
+static const char *const bc_kind_names[] = {"design", "reduce", "single", "edge", "busy",
+                                            "chain"};
+#define BC_KINDS 6
 
 static void bc_url(char *out)
 {
@@ -175,6 +178,23 @@ static int bc_make(bc_job_t *j, int i, unsigned *seed)
         bc_add_out(j, "consume.w", n, 4, red * 0.5, 0);
         break;
     }
+    case 5: /* a chain on one slice (a run of host tasks, schema/032): produce, then
+             * three steps doubling it, the first one busy for 20 ms */
+        snprintf(buf, sizeof buf, "{'name':'chain-%d','slices':{'a':{'shape':%s}},"
+                 "'computations':[%s"
+                 ",{'name':'s1','slice':'a','ops':[{'op':'input','out':'p','from':'produce.z'},"
+                 "{'op':'compute','out':'b','us':20000},{'op':'scale','out':'w','args':['p'],"
+                 "'factor':2}],'outputs':['w']}"
+                 ",{'name':'s2','slice':'a','ops':[{'op':'input','out':'p','from':'s1.w'},"
+                 "{'op':'scale','out':'w','args':['p'],'factor':2}],'outputs':['w']}"
+                 ",{'name':'s3','slice':'a','ops':[{'op':'input','out':'p','from':'s2.w'},"
+                 "{'op':'scale','out':'w','args':['p'],'factor':2}],'outputs':['w']}]}",
+                 i, bc_shapes[s], p);
+        bc_add_out(j, "produce.z", n, 4, red, 0);
+        bc_add_out(j, "s1.w", n, 4, 2 * red, 0);
+        bc_add_out(j, "s2.w", n, 4, 4 * red, 0);
+        bc_add_out(j, "s3.w", n, 4, 8 * red, 0);
+        break;
     default: /* a device-busy computation, then the shard index */
         snprintf(buf, sizeof buf, "{'name':'busy-%d','slices':{'a':{'shape':%s}},"
                  "'computations':[{'name':'busy','slice':'a','ops':[{'op':'compute','out':'b',"
