@@ -264,7 +264,9 @@ int report_row_copy(report_row_t *dst, const report_row_t *src)
 
 report_acc_run_t *report_acc_run_find(report_acc_t *a, int64_t task, int64_t worker)
 {
-    for (size_t i = 0; i < a->nrun; i++)
+    /* From the newest: a worker's batch reports a run's computations one
+     * after another, so the entry is nearly always the last one added. */
+    for (size_t i = a->nrun; i-- > 0;)
         if (a->run[i].task == task && a->run[i].worker == worker)
             return &a->run[i];
     return NULL;

@@ -40,7 +40,8 @@
 #include "store.h"
 
 /* A host task's row as the applier read it under its report's
- * transaction (store_progress.c), with its job's state. */
+ * transaction (store_progress.c's task_take), with its job's state;
+ * report_row_clear() it once taken. */
 typedef struct report_row {
     int64_t job, attempt, comp, island, job_attempt;
     int64_t first, ncomps, done;    /* its run (schema/032): comp_idx, ncomps, done */

@@ -19,15 +19,9 @@
 #include "jtext.h"
 #include "util.h"
 
-/* The row of a host task being reported, as its report took it (under the
- * report's transaction): report_acc.h's report_row_t. task_row_clear() it
- * after a successful task_take. */
-typedef report_row_t task_row_t;
-#define task_row_clear report_row_clear
-
 /* Whether the row's job attempt is its job's current one and live: only
  * such a report moves the job. */
-static int task_row_live(const task_row_t *r)
+static int report_row_live(const report_row_t *r)
 {
     return r->attempt == r->job_attempt && !store_state_is_terminal(r->job_state);
 }
@@ -36,7 +30,7 @@ static int task_row_live(const task_row_t *r)
  * integers, as the scheduler writes it (sched_dispatch.c). Read without
  * jansson: this runs on the report applier, once per report item. 0, or
  * -1 for anything else (or OOM). */
-static int task_shards(task_row_t *r, const char *txt)
+static int task_shards(report_row_t *r, const char *txt)
 {
     if (!txt || txt[0] != '[' || r->nshards < 1 ||
         !(r->shards = malloc(sizeof *r->shards * (size_t)r->nshards)))
@@ -131,7 +125,7 @@ static int comp_outputs_check(store_t *st, int64_t job, int comp, const report_p
  * computations not yet reported (a cancel reaches the queued ones before
  * the one running), or none. STORE_OK, STORE_CONFLICT or STORE_ERR (e
  * set). */
-static int task_comp(const report_prep_t *p, task_row_t *r, err_t *e)
+static int task_comp(const report_prep_t *p, report_row_t *r, err_t *e)
 {
     int64_t next = r->first + r->done;
     r->comp = p->has_comp ? p->comp : next;
@@ -150,7 +144,7 @@ static int task_comp(const report_prep_t *p, task_row_t *r, err_t *e)
 /* Reads the row of the reported task, leased to worker, with its job's
  * state, into r. STORE_OK, STORE_NOTFOUND (no such leased row: the caller
  * tells why) or STORE_ERR. */
-static int task_read(store_t *st, int64_t task, int64_t worker, task_row_t *r)
+static int task_read(store_t *st, int64_t task, int64_t worker, report_row_t *r)
 {
     static const char read_sql[] =
         "SELECT t.job_id, t.attempt, t.comp_idx, t.island_id, t.nshards, t.shards, t.devices,"
@@ -190,7 +184,7 @@ static int task_read(store_t *st, int64_t task, int64_t worker, task_row_t *r)
  * per computation. Anything else ends it in one write, with the run's
  * first stamps and its count of computations done, and drops its entry.
  * 0 or -1. */
-static int task_mark(store_t *st, const report_prep_t *p, const task_row_t *r, const char *msg,
+static int task_mark(store_t *st, const report_prep_t *p, const report_row_t *r, const char *msg,
                      int64_t worker, report_acc_t *acc, report_acc_run_t *cached)
 {
     static const char mark_sql[] =
@@ -266,7 +260,7 @@ static int runs_write(store_t *st, report_acc_t *acc)
  * live attempt's succeeded report does not bring one tensor per shard of
  * the task: refused before the row is marked), r empty. */
 static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const char *msg,
-                     task_row_t *r, report_acc_t *acc, err_t *e)
+                     report_row_t *r, report_acc_t *acc, err_t *e)
 {
     memset(r, 0, sizeof *r);
     /* A run this transaction already took reports of: its row as read
@@ -282,7 +276,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
      * only: a stale report's outputs are not kept): outputs that are not
      * one tensor per shard of the task, or not the computation's (names,
      * each shard's shape). */
-    int check = rc == STORE_OK && task_row_live(r) && strcmp(p->state, "succeeded") == 0;
+    int check = rc == STORE_OK && report_row_live(r) && strcmp(p->state, "succeeded") == 0;
     for (int i = 0; check && rc == STORE_OK && i < p->nout; i++)
         if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
             rc = STORE_ERR;
@@ -291,7 +285,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
     if (rc == STORE_OK && task_mark(st, p, r, msg, worker, acc, cached) != 0)
         rc = STORE_ERR;
     if (rc != STORE_OK)
-        task_row_clear(r);
+        report_row_clear(r);
     return rc;
 }
 
@@ -302,7 +296,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
  * prepared) and its listed values. task_take refused any other tensor
  * count; one here is a store error, never a read past the row's shards.
  * The row is written by report_acc_flush_outputs. 0 or -1. */
-static int report_output_row(report_acc_t *acc, const task_row_t *r, const report_prep_out_t *o)
+static int report_output_row(report_acc_t *acc, const report_row_t *r, const report_prep_out_t *o)
 {
     if (o->n != r->nshards)
         return -1;
@@ -341,7 +335,7 @@ static int report_output_row(report_acc_t *acc, const task_row_t *r, const repor
 /* Queues the prepared report's outputs, one row per output (GET
  * /v1/jobs/{id}/result splits it per shard); task_take checked their
  * tensor counts. 0 or -1. */
-static int report_outputs(report_acc_t *acc, const task_row_t *r, const report_prep_t *p)
+static int report_outputs(report_acc_t *acc, const report_row_t *r, const report_prep_t *p)
 {
     for (int i = 0; i < p->nout; i++)
         if (report_output_row(acc, r, &p->out[i]) != 0)
@@ -498,7 +492,7 @@ static int reporter_load(store_t *st, int64_t worker, reporter_t *rep)
  * worker-local devices of its shards, so their island indexes are the
  * reporter's first device plus those: O(task), never O(slice); the
  * reporter is live (fenced), so its block is current. */
-static int host_succeeded(const reporter_t *rep, const task_row_t *r, const report_prep_t *p,
+static int host_succeeded(const reporter_t *rep, const report_row_t *r, const report_prep_t *p,
                           report_acc_t *acc)
 {
     int64_t t0 = p->started_us, t1 = p->inputs_ready_us, t2 = p->finished_us;
@@ -565,7 +559,7 @@ static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
 
 /* The computation's name for messages; "?" if it cannot be read. The
  * returned text lives in a per-thread buffer until the next call. */
-static const char *comp_name(store_t *st, const task_row_t *r)
+static const char *comp_name(store_t *st, const report_row_t *r)
 {
     static const char sql[] = "SELECT name FROM computations WHERE job_id = ? AND idx = ?";
     static _Thread_local char name[NAME_MAX_LEN];
@@ -587,7 +581,7 @@ static const char *comp_name(store_t *st, const task_row_t *r)
  * expires a moment later) or is cut off. Such a job is retried like one
  * that lost a worker, not failed outright. Returns 1 when handled, 0 when
  * the error is not of that kind, -1 on a store error. */
-static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, const char *msg,
+static int peer_unreachable(store_t *st, const report_row_t *r, int64_t worker, const char *msg,
                             const char *addr)
 {
     static const char sql[] =
@@ -609,7 +603,7 @@ static int peer_unreachable(store_t *st, const task_row_t *r, int64_t worker, co
 
 /* A failed report of the job's live attempt: requeue (unreachable peer)
  * or fail the job. 0 or -1. */
-static int host_failed(store_t *st, const task_row_t *r, int64_t worker, const char *peer_addr,
+static int host_failed(store_t *st, const report_row_t *r, int64_t worker, const char *peer_addr,
                        const char *msg)
 {
     int peer = peer_unreachable(st, r, worker, msg, peer_addr);
@@ -634,13 +628,13 @@ static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t 
     if (!rep->live)
         return task_refusal(st, p->task);  /* fenced: see task_take */
     const char *msg = p->error;
-    task_row_t r;
+    report_row_t r;
     int rc = task_take(st, p, rep->id, msg, &r, acc, e);
     if (rc != STORE_OK)
         return rc;
     rc = STORE_ERR;
     /* Only the job's current attempt, while it is live, moves the job. */
-    int live = task_row_live(&r);
+    int live = report_row_live(&r);
     if (live && strcmp(p->state, "succeeded") == 0) {
         if (host_succeeded(rep, &r, p, acc) != 0)
             goto out;
@@ -655,7 +649,7 @@ static int report_apply(store_t *st, const reporter_t *rep, const report_prep_t 
     }
     rc = STORE_OK;
 out:
-    task_row_clear(&r);
+    report_row_clear(&r);
     return rc;
 }
 

@@ -68,6 +68,13 @@ static inline int itest_stop(void)
     return unclean ? -1 : 0;
 }
 
+/* The group teardown of a suite whose cluster itest_stop() ends. */
+static inline int itest_group_teardown(void **state)
+{
+    (void)state;
+    return itest_stop();
+}
+
 /* Submits a single-quoted JSON document; fails the test unless 201. */
 static inline int64_t itest_submit(const char *doc_q)
 {

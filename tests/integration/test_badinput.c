@@ -861,12 +861,6 @@ static int group_setup(void **state)
     return itest_start(isl, 2);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -882,5 +876,5 @@ int main(void)
         cmocka_unit_test_teardown(test_worker_protocol, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_no_5xx, itest_cancel_leftovers),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

@@ -194,12 +194,6 @@ fail:
     return -1;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* ---- tests ---- */
 
 /* Waits until job id is past queued and allocated (running, unless it
@@ -501,5 +495,5 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_auth),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

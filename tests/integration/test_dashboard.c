@@ -28,12 +28,6 @@ static int group_setup(void **state)
     return itest_start(isl, 1);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* A stream connection and everything read from it so far. */
 typedef struct sse {
     int fd;
@@ -235,5 +229,5 @@ int main(void)
         cmocka_unit_test_teardown(test_utilization_series, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_has_document, itest_cancel_leftovers),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

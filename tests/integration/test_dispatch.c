@@ -571,12 +571,6 @@ static int setup_fault(void **state)
     return rc;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 int main(void)
 {
     const struct CMUnitTest parallel[] = {
@@ -602,10 +596,10 @@ int main(void)
     const struct CMUnitTest fault[] = {
         cmocka_unit_test_teardown(test_failed_shard_then_drained, itest_cancel_leftovers),
     };
-    int failed = cmocka_run_group_tests_name("parallel", parallel, setup_parallel, group_teardown);
+    int failed = cmocka_run_group_tests_name("parallel", parallel, setup_parallel, itest_group_teardown);
     failed += cmocka_run_group_tests_name("sequential", sequential, setup_sequential,
-                                          group_teardown);
-    failed += cmocka_run_group_tests_name("fault", fault, setup_fault, group_teardown);
+                                          itest_group_teardown);
+    failed += cmocka_run_group_tests_name("fault", fault, setup_fault, itest_group_teardown);
     json_decref(parallel_outputs);
     return failed ? 1 : 0;
 }

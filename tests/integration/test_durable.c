@@ -42,12 +42,6 @@ static int group_setup(void **state)
     return itest_start(isl, 1);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 static void test_each_ack_waits_for_its_own_round(void **state)
 {
     (void)state;
@@ -210,5 +204,5 @@ int main(void)
         cmocka_unit_test(test_second_controller_refused),
         cmocka_unit_test(test_backup_holds_every_accepted_job),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

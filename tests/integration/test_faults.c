@@ -151,12 +151,6 @@ static int group_setup(void **state)
     return itest_start(isl, 1);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* Stops the worker holding the job's slice past its lease; checks fencing
  * while it is gone, then resumes it. Returns the stopped worker's old id. */
 static int64_t stop_holder_past_lease(int64_t job_id, json_t *job, int down_expected)
@@ -708,7 +702,7 @@ int main(void)
     };
     if (hx_init() != 0)
         return 1;
-    int rc = cmocka_run_group_tests_name("lease", lease, group_setup, group_teardown);
+    int rc = cmocka_run_group_tests_name("lease", lease, group_setup, itest_group_teardown);
     rc |= cmocka_run_group_tests_name("chaos", chaos, NULL, NULL);
     return rc;
 }

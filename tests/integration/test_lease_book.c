@@ -42,12 +42,6 @@ static int group_setup(void **state)
     return hx_client_init(&itest_client, itest_cluster.url);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 static void play(played_t *w, int port)
 {
     char reg[128];
@@ -115,5 +109,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_heartbeat_stored_without_calls),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

@@ -319,12 +319,6 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* GET /metrics, parsed; fails on a transport, status or format error. */
 static void fetch_metrics(prom_t *p)
 {
@@ -680,5 +674,5 @@ int main(void)
         cmocka_unit_test(test_scheduler_pass_histogram),
         cmocka_unit_test(test_json_logs),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

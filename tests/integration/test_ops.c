@@ -794,12 +794,6 @@ static int group_setup(void **state)
     return itest_start(isl, 2);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -823,5 +817,5 @@ int main(void)
         cmocka_unit_test_teardown(test_design_example, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_chain_three_stages, itest_cancel_leftovers),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

@@ -255,12 +255,6 @@ static int group_setup(void **state)
     return rc;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,5 +266,5 @@ int main(void)
         cmocka_unit_test_teardown(test_shared_job_preempts, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_bad_field, itest_cancel_leftovers),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

@@ -53,12 +53,6 @@ static int group_setup(void **state)
     return hx_client_init(&itest_client, itest_cluster.url);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* GET the worker's tasks with `query` appended; returns the answer's
  * status and, on 200, its body in *out (caller frees). */
 static long poll(int64_t wid, const char *query, json_t **out)
@@ -336,5 +330,5 @@ int main(void)
         cmocka_unit_test(test_parked_poll_wakes),
         cmocka_unit_test(test_acknowledged_poll_reads_nothing),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

@@ -63,12 +63,6 @@ static int group_setup(void **state)
     return hx_client_init(&itest_client, itest_cluster.url);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* A job of `ncomp` independent computations on a [4] slice, each output
  * y = iota([n]) * 0.1 on every shard. Returns the document (caller frees). */
 static char *iota_job(int ncomp, int n)
@@ -337,6 +331,6 @@ int main(void)
     const struct CMUnitTest restart[] = {
         cmocka_unit_test(test_cap_shrunk_by_restart),
     };
-    int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+    int failed = cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
     return failed | cmocka_run_group_tests_name("restart", restart, NULL, NULL);
 }

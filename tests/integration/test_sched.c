@@ -421,12 +421,6 @@ static int group_setup(void **state)
     return itest_start(isl, 1);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -441,5 +435,5 @@ int main(void)
         cmocka_unit_test_teardown(test_unknown_job_404, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_result_409_before_success, itest_cancel_leftovers),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

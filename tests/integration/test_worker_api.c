@@ -55,12 +55,6 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* A played worker: its id and credential. */
 typedef struct played {
     int64_t id;
@@ -445,5 +439,5 @@ int main(void)
         cmocka_unit_test(test_gone_workers_bounded),
         cmocka_unit_test(test_refused_before_body),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

@@ -90,12 +90,6 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* Both workers' processes exchange: z = all_reduce(1 + i) over the two
  * shards (3 per element, 4 elements: sum 12 each); w = ppermute of
  * 524288 values of 1 + i (2 MiB, from the workers' shared-memory pools),
@@ -185,5 +179,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_restart_in_place, itest_cancel_leftovers),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

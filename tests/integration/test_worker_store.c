@@ -28,12 +28,6 @@ static int group_setup(void **state)
     return itest_start(isl, 1);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* Sums of store.objects and store.bytes over the live workers; -1 when a
  * worker has not reported figures yet (cap_bytes still 0). */
 static int store_totals(int64_t *objects, int64_t *bytes)
@@ -202,5 +196,5 @@ int main(void)
         cmocka_unit_test_teardown(test_store_empty_after_failure, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_store_empty_after_cancel, itest_cancel_leftovers),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

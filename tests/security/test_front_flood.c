@@ -53,12 +53,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* Milliseconds until atolld closes fd (sending a header line every
  * line_ms when line_ms > 0), or -1 when still open after limit_ms. */
 static int64_t time_to_close(int fd, int line_ms, int limit_ms)
@@ -198,5 +192,5 @@ int main(void)
         cmocka_unit_test(test_header_deadline),
         cmocka_unit_test(test_flood),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, itest_group_teardown);
 }

@@ -42,12 +42,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* Sends req on a new connection and reads every byte answered until the
  * server closes it (*closed = 1) or EXCHANGE_MS pass. NUL-terminated in
  * out; returns its length. */
@@ -204,5 +198,5 @@ int main(void)
         cmocka_unit_test(test_content_length_list_refused_and_closed),
         cmocka_unit_test(test_sound_framing_kept_alive),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, itest_group_teardown);
 }

@@ -95,12 +95,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 static void test_nosniff_everywhere(void **state)
 {
     (void)state;
@@ -417,5 +411,5 @@ int main(void)
         cmocka_unit_test(test_head),
         cmocka_unit_test(test_multipart_any_case),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, itest_group_teardown);
 }

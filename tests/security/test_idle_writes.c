@@ -67,12 +67,6 @@ fail:
     return -1;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* How many live workers have had their first heartbeat with store figures
  * applied (store.cap_bytes > 0 in GET /v1/workers), or -1. */
 static int workers_reported(void)
@@ -150,5 +144,5 @@ static void test_idle_rate_then_wake(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_idle_rate_then_wake)};
-    return cmocka_run_group_tests_name("idle writes", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("idle writes", tests, group_setup, itest_group_teardown);
 }

@@ -186,12 +186,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 static void build_tokens(void)
 {
     make_tenant("alice", tenant_tok, sizeof tenant_tok);
@@ -275,5 +269,5 @@ int main(void)
         cmocka_unit_test(test_tokens_x_routes),
         cmocka_unit_test(test_tenant_token_identifies),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, itest_group_teardown);
 }

@@ -47,12 +47,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    return itest_stop();
-}
-
 /* Live worker ids (ascending, as the API lists them) into ids; how many. */
 static int live_ids(int64_t ids[4])
 {
@@ -125,5 +119,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flood_keeps_workers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, itest_group_teardown);
 }
