@@ -426,19 +426,24 @@ static int store_busy(void *unused, int tries)
 /* Process-wide SQLite settings, before its first use. MEMSTATUS off:
  * with it on (SQLite's default) every sqlite3_malloc and sqlite3_free
  * takes one global mutex to keep statistics Atoll never reads, shared by
- * every thread's connection: 6 % of the scheduler thread's CPU under
- * bench_passes went to that lock alone. Fails harmlessly (SQLITE_MISUSE)
- * if something initialised SQLite first. */
+ * every thread's connection: the scheduler thread slept on that lock
+ * inside its passes (bench_passes, off-CPU stacks in sqlite3_free), and
+ * 6 % of its CPU went to it. sqlite3_config fails (SQLITE_MISUSE) once
+ * SQLite is initialised, which any call that finds a VFS does: so the
+ * first caller is store_vfs_name's registration, which every connection
+ * (the owner probe included) goes through first. A test asserts it took
+ * effect (test_store_core, sqlite3_memory_used() stays 0). */
 static pthread_once_t store_sqlite_once = PTHREAD_ONCE_INIT;
 static void store_sqlite_setup(void)
 {
     if (sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) != SQLITE_OK)
-        log_debug("store: SQLite was initialised before its settings");
+        log_warn("store: SQLite was initialised before its settings");
 }
+
+void store_sqlite_init(void) { pthread_once(&store_sqlite_once, store_sqlite_setup); }
 
 static store_t *store_open(const char *path)
 {
-    pthread_once(&store_sqlite_once, store_sqlite_setup);
     store_t *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;

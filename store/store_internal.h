@@ -43,6 +43,9 @@ int store_job_retry(store_t *st, int64_t job, const char *why);
  * could not be. Anything in the process that opens the database must use
  * it: a connection through another VFS would not share the WAL index. */
 const char *store_vfs_name(void);
+/* SQLite's process-wide settings (store.c), once, before anything else
+ * initialises SQLite: store_vfs_name's registration calls it first. */
+void store_sqlite_init(void);
 /* Removes the copy a backup left beside database db when atolld stopped
  * halfway (store_backup.c); at start, before anything else runs. */
 void store_backup_clean(const char *db);

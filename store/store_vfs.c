@@ -315,6 +315,7 @@ static pthread_once_t vfs_once = PTHREAD_ONCE_INIT;
 
 static void vfs_register(void)
 {
+    store_sqlite_init();        /* sqlite3_vfs_find initialises SQLite */
     vfs_real = sqlite3_vfs_find(STORE_VFS_BASE);
     if (!vfs_real || vfs_real->iVersion < 2 || !vfs_real->xCurrentTimeInt64)
         return;

@@ -6,7 +6,7 @@
  * island's idle time is read from its shared jobs' host tasks; lease ids
  * keep growing across a restart; the data-plane directory answers the
  * newest live worker at an address, and nothing for one gone or without a
- * UCX address. */
+ * UCX address; SQLite keeps no memory statistics (their global lock). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -383,9 +383,24 @@ static void test_peer_directory(void **state)
     expect_peer(f->st, "127.0.0.1:7", b, "REVG");
 }
 
+/* SQLite keeps no memory statistics in atolld (store.c, store_sqlite_init):
+ * with them, every sqlite3_malloc and sqlite3_free of every thread takes
+ * one global mutex, on which the scheduler's passes slept. The setting
+ * only holds when made before SQLite is first initialised, so this counts
+ * what SQLite reports after a store was opened and written through. */
+static void test_sqlite_keeps_no_statistics(void **state)
+{
+    fixture_t *f = *state;
+    assert_true(submit(f->st) > 0);
+    assert_int_equal(sqlite3_memory_used(), 0);
+    assert_int_equal(sqlite3_memory_highwater(0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sqlite_keeps_no_statistics, setup,
+                                        support_store_teardown),
         cmocka_unit_test_setup_teardown(test_preempt_leaves_ended_job, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_preempt_leaves_queued_job, setup,
