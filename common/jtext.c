@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 /* The text being written (jtext.h's writer); failed once an allocation
  * failed (then every later write is dropped and jtext_dump answers
  * NULL). */
@@ -47,15 +49,8 @@ static void put_c(jbuf_t *b, char c)
 
 static void put_int(jbuf_t *b, json_int_t v)
 {
-    char tmp[24];
-    size_t n = sizeof tmp;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do
-        tmp[--n] = (char)('0' + u % 10);
-    while ((u /= 10) != 0);
-    if (v < 0)
-        tmp[--n] = '-';
-    put(b, tmp + n, sizeof tmp - n);
+    char tmp[UTIL_I64_TEXT_MAX];
+    put(b, tmp, util_i64_text((int64_t)v, tmp));
 }
 
 /* A real as jansson writes it (jsonp_dtostr, precision 17). */

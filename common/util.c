@@ -37,6 +37,20 @@ int util_hex_digit(char c)
     return -1;
 }
 
+size_t util_i64_text(int64_t v, char out[UTIL_I64_TEXT_MAX])
+{
+    char tmp[UTIL_I64_TEXT_MAX];
+    size_t n = sizeof tmp;
+    uint64_t u = v < 0 ? 0ULL - (uint64_t)v : (uint64_t)v;
+    do
+        tmp[--n] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        tmp[--n] = '-';
+    memcpy(out, tmp + n, sizeof tmp - n);
+    return sizeof tmp - n;
+}
+
 void util_malloc_keep(size_t mmap_min, size_t trim_min)
 {
 #ifdef __GLIBC__

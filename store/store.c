@@ -707,6 +707,12 @@ void store_buf_put(store_buf_t *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
+void store_buf_int(store_buf_t *b, int64_t v)
+{
+    char t[UTIL_I64_TEXT_MAX];
+    store_buf_put(b, t, util_i64_text(v, t));
+}
+
 int store_step_done(sqlite3_stmt *s)
 {
     int rc = sqlite3_step(s);

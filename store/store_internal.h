@@ -172,6 +172,11 @@ store_buf_t store_buf_new(size_t cap);
 void store_buf_printf(store_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends n bytes of s (no NUL needed). */
 void store_buf_put(store_buf_t *b, const char *s, size_t n);
+/* Appends a string literal. */
+#define STORE_BUF_LIT(b, lit) store_buf_put((b), (lit), sizeof(lit) - 1)
+/* Appends v in decimal (util_i64_text: no printf on the answers' hot
+ * paths, a job view's rows are mostly integers). */
+void store_buf_int(store_buf_t *b, int64_t v);
 
 /* The connection's cache of computations' outputs (store_progress.c):
  * `size` zeroed bytes on first use, the same block afterwards (it belongs

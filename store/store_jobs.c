@@ -336,14 +336,16 @@ static void buf_json_str(store_buf_t *b, const char *s)
     store_buf_put(b, "\"", 1);
 }
 
-/* Appends sep, "key": and column col of s: its integer, or null. */
-static void buf_int_or_null(store_buf_t *b, const char *sep, const char *key, sqlite3_stmt *s,
-                            int col)
+/* Appends the literal head (a separator and "key":) and column col of s:
+ * its integer, or null. */
+#define BUF_INT_OR_NULL(b, head, s, col) buf_int_or_null((b), (head), sizeof(head) - 1, (s), (col))
+static void buf_int_or_null(store_buf_t *b, const char *head, size_t n, sqlite3_stmt *s, int col)
 {
+    store_buf_put(b, head, n);
     if (sqlite3_column_type(s, col) == SQLITE_NULL)
-        store_buf_printf(b, "%s\"%s\":null", sep, key);
+        STORE_BUF_LIT(b, "null");
     else
-        store_buf_printf(b, "%s\"%s\":%lld", sep, key, (long long)sqlite3_column_int64(s, col));
+        store_buf_int(b, sqlite3_column_int64(s, col));
 }
 
 /* The shards the job's current attempt's host tasks reported succeeded,
@@ -407,7 +409,11 @@ static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t 
         const char *slice = (const char *)sqlite3_column_text(s, 2);
         const char *island = (const char *)sqlite3_column_text(s, 3);
         const char *state = (const char *)sqlite3_column_text(s, 5);
-        store_buf_printf(b, "%s{\"index\":%lld,\"name\":", first ? "" : ",", (long long)idx);
+        if (!first)
+            STORE_BUF_LIT(b, ",");
+        STORE_BUF_LIT(b, "{\"index\":");
+        store_buf_int(b, idx);
+        STORE_BUF_LIT(b, ",\"name\":");
         buf_json_str(b, name ? name : "");
         store_buf_put(b, ",\"slice\":", 9);
         buf_json_str(b, slice ? slice : "");
@@ -416,20 +422,23 @@ static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t 
             buf_json_str(b, island);
         else
             store_buf_put(b, "null", 4);
-        buf_int_or_null(b, ",", "seq", s, 4);
+        BUF_INT_OR_NULL(b, ",\"seq\":", s, 4);
         store_buf_put(b, ",\"state\":", 9);
         buf_json_str(b, state ? state : "");
-        store_buf_printf(b, ",\"shards_total\":%lld,\"shards_done\":%lld,\"times_us\":{",
-                         (long long)sqlite3_column_int64(s, 6),
-                         (long long)sqlite3_column_int64(s, 7));
-        buf_int_or_null(b, "", "queued", s, 12);
-        buf_int_or_null(b, ",", "dispatched", s, 8);
-        buf_int_or_null(b, ",", "started", s, 9);
-        buf_int_or_null(b, ",", "inputs_ready", s, 10);
-        buf_int_or_null(b, ",", "finished", s, 11);
-        int64_t reported = rep && idx >= 0 && idx < ncomps ? rep[idx] : 0;
-        store_buf_printf(b, "},\"busy_us\":%lld,\"shards_reported\":%lld}",
-                         (long long)sqlite3_column_int64(s, 13), (long long)reported);
+        STORE_BUF_LIT(b, ",\"shards_total\":");
+        store_buf_int(b, sqlite3_column_int64(s, 6));
+        STORE_BUF_LIT(b, ",\"shards_done\":");
+        store_buf_int(b, sqlite3_column_int64(s, 7));
+        BUF_INT_OR_NULL(b, ",\"times_us\":{\"queued\":", s, 12);
+        BUF_INT_OR_NULL(b, ",\"dispatched\":", s, 8);
+        BUF_INT_OR_NULL(b, ",\"started\":", s, 9);
+        BUF_INT_OR_NULL(b, ",\"inputs_ready\":", s, 10);
+        BUF_INT_OR_NULL(b, ",\"finished\":", s, 11);
+        STORE_BUF_LIT(b, "},\"busy_us\":");
+        store_buf_int(b, sqlite3_column_int64(s, 13));
+        STORE_BUF_LIT(b, ",\"shards_reported\":");
+        store_buf_int(b, rep && idx >= 0 && idx < ncomps ? rep[idx] : 0);
+        STORE_BUF_LIT(b, "}");
     }
     if (s)
         sqlite3_reset(s);
@@ -481,7 +490,10 @@ static void buf_json(store_buf_t *b, const char *key, json_t *v)
         b->failed = 1;
         return;
     }
-    store_buf_printf(b, ",\"%s\":%s", key, t);
+    STORE_BUF_LIT(b, ",\"");
+    store_buf_put(b, key, strlen(key));
+    STORE_BUF_LIT(b, "\":");
+    store_buf_put(b, t, strlen(t));
     free(t);
 }
 

@@ -1,6 +1,7 @@
 /* test_jtext.c - common/jtext.c writes exactly the bytes of
  * json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY): on fixed trees that
- * reach every escape and every real fix-up, and on many random trees. */
+ * reach every escape and every real fix-up, and on many random trees; and
+ * its integers' text (util_i64_text) is printf's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,10 +9,12 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "jtext.h"
+#include "util.h"
 
 static void same_as_jansson(const json_t *v)
 {
@@ -152,12 +155,36 @@ static void test_writer(void **state)
     assert_int_equal(w.failed, 0);
 }
 
+/* util_i64_text (jtext's integers and the store's job views) writes what
+ * printf's %lld does, at the extremes and on random values of every
+ * length. */
+static void test_i64_text(void **state)
+{
+    (void)state;
+    static const int64_t edges[] = {0, 1, -1, 9, 10, -10, 99, 100, INT64_MAX, INT64_MIN,
+                                    INT64_MAX - 1, INT64_MIN + 1};
+    char got[UTIL_I64_TEXT_MAX + 1], want[32];
+    srand(7);
+    for (int i = 0; i < 2000; i++) {
+        int64_t v = i < (int)(sizeof edges / sizeof edges[0])
+                        ? edges[i]
+                        : (int64_t)(((uint64_t)rand() << 33) ^ ((uint64_t)rand() << 2)) >>
+                              (rand() % 63);
+        size_t n = util_i64_text(v, got);
+        got[n] = '\0';
+        snprintf(want, sizeof want, "%lld", (long long)v);
+        if (strcmp(got, want) != 0)
+            fail_msg("%s written as %s", want, got);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars),
         cmocka_unit_test(test_random_trees),
         cmocka_unit_test(test_writer),
+        cmocka_unit_test(test_i64_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
