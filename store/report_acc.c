@@ -21,6 +21,40 @@ static int grow(void **arr, size_t *cap, size_t n, size_t sz)
     return 0;
 }
 
+/* Adds, saturating: stamps are bounded (REPORT_TIME_MAX_US), but a device
+ * may appear in many reports. */
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* Whether the devices just appended, dev[n0..ndev), are those of the
+ * previous report (the group that ends at n0): then they go into it. */
+static int same_group(const report_acc_t *a, size_t n0)
+{
+    size_t n = a->ndev - n0;
+    if (a->grp_n != n || a->grp_at + n != n0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (a->dev[a->grp_at + i].island != a->dev[n0 + i].island ||
+            a->dev[a->grp_at + i].idx != a->dev[n0 + i].idx)
+            return 0;
+    return 1;
+}
+
+/* The job's time: into the last entry when it is the same job. */
+static int add_job(report_acc_t *a, int64_t job, int64_t us)
+{
+    if (a->njob && a->job[a->njob - 1].job == job) {
+        a->job[a->njob - 1].us = sat_add(a->job[a->njob - 1].us, us);
+        return 0;
+    }
+    if (grow((void **)&a->job, &a->capjob, a->njob, sizeof *a->job))
+        return -1;
+    a->job[a->njob++] = (report_acc_job_t){job, us};
+    return 0;
+}
+
 int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *devices_txt,
                    int64_t us, int64_t job, int64_t job_us)
 {
@@ -36,9 +70,16 @@ int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *d
         a->dev[a->ndev++] = (report_acc_dev_t){island, first + d, us};
         p = *end == ',' ? end + 1 : end;
     }
-    if (*p != ']' || grow((void **)&a->job, &a->capjob, a->njob, sizeof *a->job))
+    if (*p != ']' || add_job(a, job, job_us) != 0)
         goto fail;
-    a->job[a->njob++] = (report_acc_job_t){job, job_us};
+    if (same_group(a, n0)) {
+        for (size_t i = 0; i < a->grp_n; i++)
+            a->dev[a->grp_at + i].us = sat_add(a->dev[a->grp_at + i].us, us);
+        a->ndev = n0;
+    } else {
+        a->grp_at = n0;
+        a->grp_n = a->ndev - n0;
+    }
     return 0;
 fail:
     a->ndev = n0;
@@ -165,13 +206,6 @@ static int job_cmp(const void *x, const void *y)
     return a->job < b->job ? -1 : a->job > b->job;
 }
 
-/* Adds, saturating: stamps are bounded (REPORT_TIME_MAX_US), but a device
- * may appear in many reports. */
-static int64_t sat_add(int64_t a, int64_t b)
-{
-    return a > INT64_MAX - b ? INT64_MAX : a + b;
-}
-
 /* Sums each device's time in place (a->dev sorted), leaving one entry per
  * device in a->dev[0..return). */
 static size_t sum_devices(report_acc_t *a)
@@ -232,7 +266,7 @@ static int flush_jobs(store_t *st, report_acc_t *a)
 int report_acc_flush(store_t *st, report_acc_t *a)
 {
     int rc = flush_devices(st, a) == 0 && flush_jobs(st, a) == 0 ? 0 : -1;
-    a->ndev = a->njob = 0;
+    a->ndev = a->njob = a->grp_n = 0;
     return rc;
 }
 

@@ -432,7 +432,7 @@ static int store_busy(void *unused, int tries)
  * SQLite is initialised, which any call that finds a VFS does: so the
  * first caller is store_vfs_name's registration, which every connection
  * (the owner probe included) goes through first. A test asserts it took
- * effect (test_store_core, sqlite3_memory_used() stays 0). */
+ * effect (test_store_sched: sqlite3_memory_used() stays 0). */
 static pthread_once_t store_sqlite_once = PTHREAD_ONCE_INIT;
 static void store_sqlite_setup(void)
 {

@@ -148,6 +148,40 @@ static void test_acc_sums(void **state)
                      13);
 }
 
+/* A report on the devices of the one just before adds into its entries
+ * (a worker's batch of a chain), and a job's time into its last entry:
+ * what report_acc_flush sorts stays one entry per device and job, and the
+ * sums are those of one entry per report. */
+static void test_acc_merges_repeats(void **state)
+{
+    fixture_t *f = *state;
+    store_t *st = f->st;
+    int64_t isl = support_store_int(st, "SELECT id FROM islands WHERE name = 'west'");
+    int64_t used0 = support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
+    report_acc_t a = REPORT_ACC_INIT;
+    assert_int_equal(store_begin(st), 0);
+    for (int k = 1; k <= 3; k++)
+        assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", k, 99, 2 * k), 0);
+    assert_int_equal(a.ndev, 2);
+    assert_int_equal(a.njob, 1);
+    /* Another group in between: no merge across it. */
+    assert_int_equal(report_acc_add(&a, isl, 4, "[0]", 10, 98, 10), 0);
+    assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", 100, 99, 100), 0);
+    assert_int_equal(a.ndev, 5);
+    assert_int_equal(a.njob, 3);
+    /* A malformed one adds nothing and leaves the last group mergeable. */
+    assert_int_equal(report_acc_add(&a, isl, 4, "[0,x]", 1000, 99, 1000), -1);
+    assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", 1000, 99, 1000), 0);
+    assert_int_equal(a.ndev, 5);
+    assert_int_equal(report_acc_flush(st, &a), 0);
+    assert_int_equal(store_commit(st), 0);
+    report_acc_free(&a);
+    assert_int_equal(busy_of(st, 4), 1 + 2 + 3 + 10 + 100 + 1000);
+    assert_int_equal(busy_of(st, 5), 1 + 2 + 3 + 100 + 1000);
+    assert_int_equal(support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage") - used0,
+                     2 + 4 + 6 + 10 + 100 + 1000);
+}
+
 static int64_t job_int(fixture_t *f, const char *expr, int64_t job);
 static char *chain_doc(int n);
 
@@ -637,6 +671,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_batches, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_acc_sums, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_acc_merges_repeats, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_acc_outputs_and_comps, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_success_cost_flat_in_unfed, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_outputs_must_be_the_computations, setup,
