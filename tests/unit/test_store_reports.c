@@ -117,12 +117,21 @@ static int64_t busy_of(store_t *st, int idx)
     return support_store_int(st, sql);
 }
 
+/* The island's id, and the device time every tenant was charged. */
+static int64_t west_id(store_t *st)
+{
+    return support_store_int(st, "SELECT id FROM islands WHERE name = 'west'");
+}
+static int64_t tenant_used(store_t *st)
+{
+    return support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
+}
+
 static void test_acc_sums(void **state)
 {
     fixture_t *f = *state;
     store_t *st = f->st;
-    int64_t isl = support_store_int(st, "SELECT id FROM islands WHERE name = 'west'");
-    int64_t used0 = support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
+    int64_t isl = west_id(st), used0 = tenant_used(st);
     report_acc_t a = REPORT_ACC_INIT;
     assert_int_equal(store_begin(st), 0);
     assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", 5, 99, 10), 0);
@@ -144,8 +153,7 @@ static void test_acc_sums(void **state)
     assert_int_equal(busy_of(st, 1), 9);
     assert_int_equal(busy_of(st, 2), 9);
     assert_int_equal(busy_of(st, 3), 4);
-    assert_int_equal(support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage") - used0,
-                     13);
+    assert_int_equal(tenant_used(st) - used0, 13);
 }
 
 /* A report on the devices of the one just before adds into its entries
@@ -156,8 +164,7 @@ static void test_acc_merges_repeats(void **state)
 {
     fixture_t *f = *state;
     store_t *st = f->st;
-    int64_t isl = support_store_int(st, "SELECT id FROM islands WHERE name = 'west'");
-    int64_t used0 = support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
+    int64_t isl = west_id(st), used0 = tenant_used(st);
     report_acc_t a = REPORT_ACC_INIT;
     assert_int_equal(store_begin(st), 0);
     for (int k = 1; k <= 3; k++)
@@ -178,8 +185,7 @@ static void test_acc_merges_repeats(void **state)
     report_acc_free(&a);
     assert_int_equal(busy_of(st, 4), 1 + 2 + 3 + 10 + 100 + 1000);
     assert_int_equal(busy_of(st, 5), 1 + 2 + 3 + 100 + 1000);
-    assert_int_equal(support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage") - used0,
-                     2 + 4 + 6 + 10 + 100 + 1000);
+    assert_int_equal(tenant_used(st) - used0, 2 + 4 + 6 + 10 + 100 + 1000);
 }
 
 static int64_t job_int(fixture_t *f, const char *expr, int64_t job);
