@@ -484,7 +484,8 @@ json_t *store_job_summary(store_t *st, int64_t id)
  * NULL v (out of memory) fails b. */
 static void buf_json(store_buf_t *b, const char *key, json_t *v)
 {
-    char *t = v ? jtext_dump(v, NULL) : NULL;
+    size_t len = 0;
+    char *t = v ? jtext_dump(v, &len) : NULL;
     json_decref(v);
     if (!t) {
         b->failed = 1;
@@ -493,7 +494,7 @@ static void buf_json(store_buf_t *b, const char *key, json_t *v)
     STORE_BUF_LIT(b, ",\"");
     store_buf_put(b, key, strlen(key));
     STORE_BUF_LIT(b, "\":");
-    store_buf_put(b, t, strlen(t));
+    store_buf_put(b, t, len);
     free(t);
 }
 

@@ -127,6 +127,14 @@ static int64_t tenant_used(store_t *st)
     return support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
 }
 
+/* Writes what a gathered and ends the transaction; frees a. */
+static void acc_commit(store_t *st, report_acc_t *a)
+{
+    assert_int_equal(report_acc_flush(st, a), 0);
+    assert_int_equal(store_commit(st), 0);
+    report_acc_free(a);
+}
+
 static void test_acc_sums(void **state)
 {
     fixture_t *f = *state;
@@ -142,9 +150,7 @@ static void test_acc_sums(void **state)
     assert_int_equal(report_acc_add(&a, isl, 0, "[3]", 4, 99, 0), 0);
     assert_int_equal(report_acc_add(&a, isl, 0, "[0,x]", 1000, 99, 1000), -1);
     assert_int_equal(report_acc_add(&a, isl, 0, "0", 1000, 99, 1000), -1);
-    assert_int_equal(report_acc_flush(st, &a), 0);
-    assert_int_equal(store_commit(st), 0);
-    report_acc_free(&a);
+    acc_commit(st, &a);
     /* The worker's block starts at island device 4: local 0 -> 4, 1 -> 5. */
     assert_int_equal(busy_of(st, 4), 5);
     assert_int_equal(busy_of(st, 5), 8);
@@ -180,9 +186,7 @@ static void test_acc_merges_repeats(void **state)
     assert_int_equal(report_acc_add(&a, isl, 4, "[0,x]", 1000, 99, 1000), -1);
     assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", 1000, 99, 1000), 0);
     assert_int_equal(a.ndev, 5);
-    assert_int_equal(report_acc_flush(st, &a), 0);
-    assert_int_equal(store_commit(st), 0);
-    report_acc_free(&a);
+    acc_commit(st, &a);
     assert_int_equal(busy_of(st, 4), 1 + 2 + 3 + 10 + 100 + 1000);
     assert_int_equal(busy_of(st, 5), 1 + 2 + 3 + 100 + 1000);
     assert_int_equal(tenant_used(st) - used0, 2 + 4 + 6 + 10 + 100 + 1000);
