@@ -168,9 +168,10 @@ void api_healthz(http_req_t *req, http_resp_t *resp)
  * checkpoints. */
 static size_t metrics_store(char *buf, size_t len, size_t cap)
 {
-    uint64_t runs, frames, forced, kicks, mem, file;
+    uint64_t runs, frames, forced, kicks, mem, file, db_mem, db_file;
     store_ckpt_counts(&runs, &frames, &forced, &kicks);
-    store_wal_reads(&mem, &file);
+    store_file_reads(1, &mem, &file);
+    store_file_reads(0, &db_mem, &db_file);
     return util_appendf(buf, len, cap,
                         "# HELP atoll_store_write_transactions_total SQLite write"
                         " transactions committed.\n"
@@ -205,11 +206,17 @@ static size_t metrics_store(char *buf, size_t len, size_t cap)
                         " its copy in memory or from the file.\n"
                         "# TYPE atoll_store_wal_reads_total counter\n"
                         "atoll_store_wal_reads_total{from=\"memory\"} %lu\n"
-                        "atoll_store_wal_reads_total{from=\"file\"} %lu\n",
+                        "atoll_store_wal_reads_total{from=\"file\"} %lu\n"
+                        "# HELP atoll_store_db_reads_total Reads of the database file,"
+                        " answered from its copy in memory or from the file.\n"
+                        "# TYPE atoll_store_db_reads_total counter\n"
+                        "atoll_store_db_reads_total{from=\"memory\"} %lu\n"
+                        "atoll_store_db_reads_total{from=\"file\"} %lu\n",
                         (unsigned long)store_write_transactions(),
                         (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits(),
                         (unsigned long)runs, (unsigned long)frames, (unsigned long)forced,
-                        (unsigned long)kicks, (unsigned long)mem, (unsigned long)file);
+                        (unsigned long)kicks, (unsigned long)mem, (unsigned long)file,
+                        (unsigned long)db_mem, (unsigned long)db_file);
 }
 
 /* The workers' data-plane drop counters (summed from their heartbeats);

@@ -274,9 +274,10 @@ void store_ckpt_stop(void);
  * and commits that asked for one (kicks: at most one per STORE_CKPT_PAGES
  * frames the WAL gained). */
 void store_ckpt_counts(uint64_t *runs, uint64_t *frames, uint64_t *forced, uint64_t *kicks);
-/* For /metrics: reads of the WAL answered from its copy in memory and
- * reads that went to the file (store_walmirror.c). */
-void store_wal_reads(uint64_t *memory, uint64_t *file);
+/* For /metrics: reads of the WAL (wal) or of the database file (!wal)
+ * answered from its copy in memory, and reads that went to the file (a
+ * chunk loaded included) (store_filemirror.c). */
+void store_file_reads(int wal, uint64_t *memory, uint64_t *file);
 
 /* ---- jobs (store_jobs.c) ---- */
 /* What a submission brings besides its plan. Strings are borrowed. */

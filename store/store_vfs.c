@@ -43,7 +43,7 @@
  * so a buffer needs no lock. Ownership: the buffer is the file's, freed on
  * xClose. */
 #include "store_internal.h"
-#include "store_walmirror.h"
+#include "store_filemirror.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ typedef struct vfs_file {
     size_t len;                 /* bytes buffered */
     sqlite3_int64 off;          /* file offset of buf[0] */
     int commit_hdr;             /* the last buffered write was a commit frame's header */
-    walmirror_t *mirror;        /* a -wal file's copy in memory (a reference), or NULL */
+    filemirror_t *mirror;       /* the database's or WAL's copy in memory (a reference), or NULL */
 } vfs_file_t;
 
 static sqlite3_vfs vfs_shim;
@@ -79,8 +79,15 @@ static int vfs_write_real(vfs_file_t *p, const void *data, int n, sqlite3_int64 
 {
     int rc = p->real->pMethods->xWrite(p->real, data, n, off);
     if (p->mirror)
-        walmirror_wrote(p->mirror, data, (size_t)n, off, rc == SQLITE_OK);
+        filemirror_wrote(p->mirror, data, (size_t)n, off, rc == SQLITE_OK);
     return rc;
+}
+
+/* The mirror's loader: the real file's bytes (filemirror_load_fn). */
+static int vfs_load(void *ctx, void *out, size_t n, int64_t off)
+{
+    sqlite3_file *real = ctx;
+    return real->pMethods->xRead(real, out, (int)n, off) != SQLITE_OK;
 }
 
 /* Writes the buffer out. SQLITE_OK or the real write's error (the buffer
@@ -103,7 +110,7 @@ static int vfs_close(sqlite3_file *f)
     int rc2 = p->real->pMethods->xClose(p->real);
     free(p->buf);
     p->buf = NULL;
-    walmirror_put(p->mirror);
+    filemirror_put(p->mirror);
     p->mirror = NULL;
     return rc != SQLITE_OK ? rc : rc2;
 }
@@ -114,7 +121,8 @@ static int vfs_read(sqlite3_file *f, void *out, int n, sqlite3_int64 off)
     int rc = vfs_flush(p);
     if (rc != SQLITE_OK)
         return rc;
-    if (p->mirror && n > 0 && walmirror_read(p->mirror, out, (size_t)n, off))
+    if (p->mirror && n > 0 &&
+        filemirror_read(p->mirror, out, (size_t)n, off, vfs_load, p->real))
         return SQLITE_OK;
     return p->real->pMethods->xRead(p->real, out, n, off);
 }
@@ -130,7 +138,7 @@ static int vfs_write(sqlite3_file *f, const void *data, int n, sqlite3_int64 off
 {
     vfs_file_t *p = (vfs_file_t *)f;
     if (!p->wal)
-        return p->real->pMethods->xWrite(p->real, data, n, off);
+        return vfs_write_real(p, data, n, off);
     /* Read before a flush for room clears it: a commit frame whose header
      * went out in that flush still sends its page at once. */
     int completes_commit = p->commit_hdr && n != WAL_FRAME_HDR;
@@ -160,8 +168,8 @@ static int vfs_truncate(sqlite3_file *f, sqlite3_int64 size)
     if (rc != SQLITE_OK)
         return rc;
     rc = p->real->pMethods->xTruncate(p->real, size);
-    if (p->mirror)      /* failed or not, the file holds no more than size */
-        walmirror_truncated(p->mirror, size);
+    if (p->mirror)
+        filemirror_sized(p->mirror, size, rc == SQLITE_OK);
     return rc;
 }
 
@@ -187,6 +195,11 @@ static int vfs_check_lock(sqlite3_file *f, int *out)
     return REAL(f)->pMethods->xCheckReservedLock(REAL(f), out);
 }
 
+/* A size hint may grow the file (with zeros; the unix VFS does so only
+ * once a chunk size is set, which Atoll never does): the mirror need not
+ * know, since it sends reads past the size it knows to the file, and a
+ * chunk it makes past that size for a write is zeros where the file has
+ * zeros. */
 static int vfs_file_control(sqlite3_file *f, int op, void *arg)
 {
     int rc = vfs_flush((vfs_file_t *)f);
@@ -226,6 +239,18 @@ static const sqlite3_io_methods vfs_methods = {
     vfs_shm_map, vfs_shm_lock, vfs_shm_barrier, vfs_shm_unmap, vfs_fetch, vfs_unfetch,
 };
 
+/* Gives a newly opened database or WAL file its mirror (none: its reads
+ * go to the file). Other files (a VACUUM INTO's target, temporary ones)
+ * have none. */
+static void vfs_mirror(vfs_file_t *p, const char *name, int flags)
+{
+    sqlite3_int64 size;
+    if (!name || !(flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL)) ||
+        p->real->pMethods->xFileSize(p->real, &size) != SQLITE_OK)
+        return;
+    p->mirror = filemirror_get(name, p->wal ? FILEMIRROR_WAL : FILEMIRROR_DB, size);
+}
+
 static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out)
 {
     (void)vfs;
@@ -238,8 +263,7 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int fla
      * memory and mmap); otherwise SQLite must not call ours at all. */
     if (rc == SQLITE_OK && p->real->pMethods && p->real->pMethods->iVersion >= 3) {
         p->base.pMethods = &vfs_methods;
-        if (p->wal && name)
-            p->mirror = walmirror_get(name);    /* NULL: reads go to the file */
+        vfs_mirror(p, name, flags);
     } else if (rc == SQLITE_OK) {
         if (p->real->pMethods)
             p->real->pMethods->xClose(p->real);

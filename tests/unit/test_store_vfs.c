@@ -6,10 +6,11 @@
  * a rolled-back one leaves nothing, and the files reopen intact
  * (integrity_check) after the WAL was checkpointed. And one process owns
  * the file: no other can read it or open a store on it meanwhile. Reads
- * of the WAL come from its copy in memory (store_walmirror.c), which holds
- * exactly the file's bytes: after commits, a WAL that starts over, a
- * truncation, a write the disk refused, and a WAL left by a process that
- * died (read from the file until SQLite starts it over). */
+ * of the WAL and of the database file come from their copies in memory
+ * (store_filemirror.c), which hold exactly the files' bytes: after
+ * commits, checkpoints, a WAL that starts over, truncations, a VACUUM, a
+ * budget smaller than the files, and a WAL left by a process that died;
+ * a write the disk refused stops the copy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,10 +26,11 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "store_internal.h"
-#include "store_walmirror.h"
+#include "store_filemirror.h"
 #include "support_proc.h"
 #include "support_store.h"
 
@@ -242,37 +244,51 @@ static void test_one_process_owns_the_file(void **state)
     assert_int_equal(got % 4, 1);
 }
 
-/* The mirror of d's WAL holds exactly the file's bytes: no more than the
- * file has, and each byte the same. Returns the bytes it holds. */
-static int64_t mirror_matches_file(const support_store_t *d)
+/* The mirror of the file at path holds exactly the file's bytes: the
+ * size the file has, and each chunk it holds the same as the file's range
+ * (read through fd, kept open by the caller: closing a descriptor of the
+ * database would drop this process's lock on it). Returns the bytes held. */
+static int64_t mirror_matches(const char *path, int fd)
 {
-    char wal[128];
-    snprintf(wal, sizeof wal, "%s-wal", d->db);
-    int64_t held = walmirror_held(wal);
-    assert_true(held >= 0);
     struct stat sb;
-    assert_int_equal(stat(wal, &sb), 0);
-    assert_true(held <= (int64_t)sb.st_size);
-    walmirror_t *m = walmirror_get(wal);
-    assert_non_null(m);
-    unsigned char *mem = malloc((size_t)held + 1), *disk = malloc((size_t)held + 1);
+    assert_int_equal(fstat(fd, &sb), 0);
+    int64_t size = -1, held = 0;
+    unsigned char *mem = malloc(FILEMIRROR_CHUNK), *disk = malloc(FILEMIRROR_CHUNK);
     assert_true(mem && disk);
-    FILE *f = fopen(wal, "rb");
-    assert_non_null(f);
-    assert_int_equal(fread(disk, 1, (size_t)held, f), (size_t)held);
-    fclose(f);
-    assert_true(held == 0 || walmirror_read(m, mem, (size_t)held, 0));
-    assert_memory_equal(mem, disk, (size_t)held);
+    for (int64_t at = 0; at < (int64_t)sb.st_size; at += (int64_t)FILEMIRROR_CHUNK) {
+        size_t n = (size_t)((int64_t)sb.st_size - at < (int64_t)FILEMIRROR_CHUNK
+                                ? (int64_t)sb.st_size - at : (int64_t)FILEMIRROR_CHUNK);
+        int got = filemirror_peek(path, mem, n, at, &size);
+        assert_true(got >= 0);
+        if (got) {
+            assert_int_equal(pread(fd, disk, n, at), (ssize_t)n);
+            assert_memory_equal(mem, disk, n);
+            held += (int64_t)n;
+        }
+    }
+    assert_true(filemirror_peek(path, mem, 0, 0, &size) >= 0);
+    assert_int_equal(size, (int64_t)sb.st_size);
     free(mem);
     free(disk);
-    walmirror_put(m);
     return held;
 }
 
-static uint64_t mirror_hits(void)
+/* mirror_matches for d's WAL. */
+static int64_t wal_matches(const support_store_t *d)
+{
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s-wal", d->db);
+    int fd = open(wal, O_RDONLY);
+    assert_true(fd >= 0);
+    int64_t held = mirror_matches(wal, fd);
+    close(fd);
+    return held;
+}
+
+static uint64_t mirror_hits(int wal)
 {
     uint64_t mem, file;
-    store_wal_reads(&mem, &file);
+    store_file_reads(wal, &mem, &file);
     return mem;
 }
 
@@ -289,37 +305,139 @@ static void test_wal_reads_from_memory(void **state)
         insert_rows(a, (int)rows + 1, 4, 1500);
         rows += 4;
         bytes += 4 * 1500;
-        uint64_t before = mirror_hits();
+        uint64_t before = mirror_hits(1);
         assert_int_equal(blob_bytes(b), bytes);
-        assert_true(mirror_hits() > before);
+        assert_true(mirror_hits(1) > before);
     }
-    assert_true(mirror_matches_file(d) > 20 * 4 * 1500);
+    assert_true(wal_matches(d) > 20 * 4 * 1500);
     exec_ok(a, "PRAGMA wal_checkpoint(RESTART)");  /* the next commit starts over at 0 */
     insert_rows(a, (int)rows + 1, 3, 1500);
     rows += 3;
     bytes += 3 * 1500;
     assert_int_equal(blob_bytes(b), bytes);
-    mirror_matches_file(d);
+    wal_matches(d);
     exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
-    assert_int_equal(mirror_matches_file(d), 0);   /* the file is empty: so is the copy */
+    assert_int_equal(wal_matches(d), 0);   /* the file is empty: so is the copy */
     insert_rows(a, (int)rows + 1, 2, 1500);
     rows += 2;
     assert_int_equal(count_rows(b), rows);
-    assert_true(mirror_matches_file(d) > 2 * 1500);
+    assert_true(wal_matches(d) > 2 * 1500);
     sqlite3_close(a);
     sqlite3_close(b);
 }
 
-/* A commit the disk refused (the file size limit: EFBIG) leaves the copy
- * no longer than what the file surely has; commits after it read right. */
-static void test_refused_write_cuts_the_copy(void **state)
+/* Pages of the database file another connection checkpointed come from
+ * memory once loaded, and read what was checkpointed; the copy follows
+ * the file as checkpoints write into it and as a VACUUM shrinks it (the
+ * checkpoint after it truncates the file). */
+static void test_db_reads_from_memory(void **state)
+{
+    support_store_t *d = *state;
+    sqlite3 *a, *b;
+    open_pair(d->db, &a, &b);
+    int fd = open(d->db, O_RDONLY);     /* closed after the connections (see mirror_matches) */
+    assert_true(fd >= 0);
+    insert_rows(a, 1, 300, 1500);
+    exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");      /* every page now in the file */
+    assert_int_equal(blob_bytes(b), 300 * 1500);        /* loads the chunks b reads */
+    insert_rows(a, 301, 1, 10);          /* b's cache goes: it reads every page again */
+    uint64_t before = mirror_hits(0);
+    assert_int_equal(blob_bytes(b), 300 * 1500 + 10);
+    assert_true(mirror_hits(0) >= before + 100);        /* ~2 rows a 4 KiB page */
+    assert_true(mirror_matches(d->db, fd) > 300 * 1500);
+    exec_ok(a, "DELETE FROM t WHERE k > 20");
+    exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
+    struct stat big;
+    assert_int_equal(fstat(fd, &big), 0);
+    exec_ok(a, "VACUUM");
+    exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
+    struct stat small;
+    assert_int_equal(fstat(fd, &small), 0);
+    assert_true(small.st_size < big.st_size / 4);       /* the file was cut */
+    assert_int_equal(blob_bytes(b), 20 * 1500);
+    mirror_matches(d->db, fd);
+    insert_rows(a, 21, 50, 1500);                       /* and grows again */
+    exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
+    assert_int_equal(blob_bytes(b), 70 * 1500);
+    mirror_matches(d->db, fd);
+    sqlite3_close(a);
+    sqlite3_close(b);
+    close(fd);
+}
+
+/* The loader of the module test below: fd's bytes (filemirror_load_fn). */
+static int fd_load(void *ctx, void *out, size_t n, int64_t off)
+{
+    return pread(*(int *)ctx, out, n, off) != (ssize_t)n;
+}
+
+/* Writes n bytes at off to the file, then tells the mirror, as the VFS does. */
+static void file_write(int fd, filemirror_t *m, const void *data, size_t n, int64_t off)
+{
+    assert_int_equal(pwrite(fd, data, n, off), (ssize_t)n);
+    filemirror_wrote(m, data, n, off, 1);
+}
+
+/* n bytes at off read through the mirror equal the file's. */
+static void reads_as_file(int fd, filemirror_t *m, size_t n, int64_t off)
+{
+    unsigned char *mem = malloc(n), *disk = malloc(n);
+    assert_true(mem && disk);
+    assert_int_equal(filemirror_read(m, mem, n, off, fd_load, &fd), 1);
+    assert_int_equal(pread(fd, disk, n, off), (ssize_t)n);
+    assert_memory_equal(mem, disk, n);
+    free(mem);
+    free(disk);
+}
+
+/* The mirror module on a plain file, for what SQLite does too rarely to
+ * test through it: a write into a chunk it does not hold keeps the rest
+ * of that chunk the file's (loaded on the next read, not made of zeros),
+ * and a file cut inside a chunk and grown again past a gap reads zeros in
+ * the gap, as the file does. */
+static void test_mirror_on_a_plain_file(void **state)
+{
+    support_store_t *d = *state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/plain.bin", d->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    const size_t len = 3 * FILEMIRROR_CHUNK;
+    unsigned char *bytes = malloc(len);
+    assert_non_null(bytes);
+    for (size_t i = 0; i < len; i++)
+        bytes[i] = (unsigned char)(i * 7 + 1);
+    assert_int_equal(pwrite(fd, bytes, len, 0), (ssize_t)len);
+    filemirror_t *m = filemirror_get(path, FILEMIRROR_DB, (int64_t)len);
+    assert_non_null(m);
+    file_write(fd, m, "abcdef", 6, 1000);        /* chunk 0, not held yet */
+    reads_as_file(fd, m, 4000, 0);
+    reads_as_file(fd, m, len, 0);                /* every chunk held now */
+    int64_t cut = (int64_t)FILEMIRROR_CHUNK + 5000;
+    assert_int_equal(ftruncate(fd, cut), 0);
+    filemirror_sized(m, cut, 1);
+    file_write(fd, m, "xyz", 3, 2 * (int64_t)FILEMIRROR_CHUNK + 100);   /* past a gap */
+    reads_as_file(fd, m, FILEMIRROR_CHUNK + 103, FILEMIRROR_CHUNK);
+    unsigned char one;
+    assert_int_equal(filemirror_read(m, &one, 1, 3 * (int64_t)FILEMIRROR_CHUNK, fd_load, &fd),
+                     0);                         /* past the end: the file's to answer */
+    filemirror_put(m);
+    close(fd);
+    free(bytes);
+    unlink(path);
+}
+
+/* A commit the disk refused (the file size limit: EFBIG) stops the WAL's
+ * copy, whose bytes would be unknown; commits after it read right, from
+ * the file. */
+static void test_refused_write_stops_the_copy(void **state)
 {
     support_store_t *d = *state;
     sqlite3 *a, *b;
     open_pair(d->db, &a, &b);
     insert_rows(a, 1, 10, 1000);
     assert_int_equal(count_rows(b), 10);
-    int64_t held = mirror_matches_file(d);
+    int64_t held = wal_matches(d);
     struct rlimit old, lim;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
@@ -335,29 +453,58 @@ static void test_refused_write_cuts_the_copy(void **state)
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, prev);
     assert_int_not_equal(rc, SQLITE_OK);
-    mirror_matches_file(d);
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s-wal", d->db);
+    assert_int_equal(filemirror_held(wal), -1);
     assert_int_equal(count_rows(b), 10);
     insert_rows(a, 11, 5, 1000);
     assert_int_equal(count_rows(b), 15);
     assert_int_equal(blob_bytes(b), 15 * 1000);
-    mirror_matches_file(d);
     sqlite3_close(a);
     sqlite3_close(b);
 }
 
-/* A WAL larger than the copy's cap: the copy holds its first
- * WALMIRROR_CAP bytes, and the frames past them are read from the file. */
-static void test_copy_stops_at_its_cap(void **state)
+/* Files larger than the copies' budgets: each copy keeps to its budget,
+ * dropping chunks no read touched lately, and what it holds and what is
+ * read through it stays the file's. */
+static void test_copy_keeps_to_its_budget(void **state)
 {
     support_store_t *d = *state;
+    const int64_t budget = 8 * (int64_t)FILEMIRROR_CHUNK;
+    filemirror_set_budget(FILEMIRROR_DB, budget);
+    filemirror_set_budget(FILEMIRROR_WAL, budget);
     sqlite3 *a, *b;
     open_pair(d->db, &a, &b);
-    int rows = (int)(WALMIRROR_CAP / 4000) + 2000;
-    insert_rows(a, 1, rows, 4000);
-    assert_int_equal(mirror_matches_file(d), WALMIRROR_CAP);
-    assert_int_equal(blob_bytes(b), (long long)rows * 4000);
+    int fd = open(d->db, O_RDONLY);
+    assert_true(fd >= 0);
+    int rows = (int)(4 * budget / 3000);                /* ~4 budgets of WAL */
+    insert_rows(a, 1, rows, 3000);
+    assert_int_equal(blob_bytes(b), (long long)rows * 3000);
+    int64_t held = wal_matches(d);
+    assert_true(held > 0 && held <= budget);
+    exec_ok(a, "PRAGMA wal_checkpoint(TRUNCATE)");
+    insert_rows(a, rows + 1, 1, 10);
+    for (int i = 0; i < 3; i++)                          /* every page loaded, again and again */
+        assert_int_equal(blob_bytes(b), (long long)rows * 3000 + 10);
+    held = mirror_matches(d->db, fd);
+    assert_true(held > 0 && held <= budget);
+    /* The last rows' pages, read twice, come from memory the second time:
+     * their chunks took the place of ones the scans left untouched. */
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT total(length(v)) FROM t WHERE k > %d", rows - 20);
+    exec_ok(b, sql);
+    insert_rows(a, rows + 2, 1, 10);     /* b's cache goes */
+    uint64_t mem0, file0, mem1, file1;
+    store_file_reads(0, &mem0, &file0);
+    exec_ok(b, sql);
+    store_file_reads(0, &mem1, &file1);
+    assert_true(mem1 - mem0 >= 20);      /* a 4 KiB page a row */
+    assert_true(file1 - file0 < 5);
     sqlite3_close(a);
     sqlite3_close(b);
+    close(fd);
+    filemirror_set_budget(FILEMIRROR_DB, 64 * 1024 * 1024);
+    filemirror_set_budget(FILEMIRROR_WAL, 32 * 1024 * 1024);
 }
 
 /* Leaves d's database with committed frames in a WAL nobody checkpointed:
@@ -382,10 +529,10 @@ static void leave_wal_behind(const support_store_t *d)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-/* A WAL this process did not write is read from the file: the copy keeps
- * nothing until SQLite starts the WAL over, and writes appended after the
- * recovered frames are not kept either (a gap would read as zeros). */
-static void test_recovered_wal_read_from_file(void **state)
+/* A WAL this process did not write is copied from the file as it is
+ * read: recovery reads the frames left behind, appends after them and a
+ * restart from offset 0 read right, through new connections too. */
+static void test_recovered_wal_read_right(void **state)
 {
     support_store_t *d = *state;
     leave_wal_behind(d);
@@ -396,10 +543,10 @@ static void test_recovered_wal_read_from_file(void **state)
     sqlite3 *b = open_db(d->db, vfs);               /* an empty page cache */
     assert_int_equal(count_rows(b), 45);
     assert_int_equal(blob_bytes(b), 45 * 900);
-    assert_int_equal(mirror_matches_file(d), 0);
+    assert_true(wal_matches(d) > 40 * 900);
     exec_ok(a, "PRAGMA wal_checkpoint(RESTART)");
-    insert_rows(a, 46, 5, 900);                    /* the WAL starts over: kept from 0 */
-    assert_true(mirror_matches_file(d) > 5 * 900);
+    insert_rows(a, 46, 5, 900);                    /* the WAL starts over at 0 */
+    wal_matches(d);
     sqlite3 *c = open_db(d->db, vfs);
     assert_int_equal(blob_bytes(c), 50 * 900);
     sqlite3_close(a);
@@ -430,11 +577,15 @@ int main(int argc, char **argv)
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_wal_reads_from_memory, setup,
                                         support_store_teardown),
-        cmocka_unit_test_setup_teardown(test_refused_write_cuts_the_copy, setup,
+        cmocka_unit_test_setup_teardown(test_db_reads_from_memory, setup,
                                         support_store_teardown),
-        cmocka_unit_test_setup_teardown(test_recovered_wal_read_from_file, setup,
+        cmocka_unit_test_setup_teardown(test_mirror_on_a_plain_file, setup,
                                         support_store_teardown),
-        cmocka_unit_test_setup_teardown(test_copy_stops_at_its_cap, setup,
+        cmocka_unit_test_setup_teardown(test_refused_write_stops_the_copy, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_recovered_wal_read_right, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_copy_keeps_to_its_budget, setup,
                                         support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
