@@ -327,6 +327,14 @@ void filemirror_sized(filemirror_t *m, int64_t size, int ok)
     pthread_rwlock_unlock(&m->lock);
 }
 
+int64_t filemirror_size(filemirror_t *m)
+{
+    pthread_rwlock_rdlock(&m->lock);
+    int64_t size = m->size;
+    pthread_rwlock_unlock(&m->lock);
+    return size;
+}
+
 void store_file_reads(int wal, uint64_t *memory, uint64_t *file)
 {
     int k = wal ? FILEMIRROR_WAL : FILEMIRROR_DB;

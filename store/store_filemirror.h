@@ -44,6 +44,8 @@ int filemirror_read(filemirror_t *m, void *out, size_t n, int64_t off,
 /* After a write of n bytes at off reached the file (ok) or failed (!ok:
  * what the file holds is unknown, and the mirror stops for good). */
 void filemirror_wrote(filemirror_t *m, const void *data, size_t n, int64_t off, int ok);
+/* The file's size as the mirror knows it, or -1 (stopped). */
+int64_t filemirror_size(filemirror_t *m);
 /* After the file was truncated to size bytes (ok), or its truncation
  * failed (!ok: the mirror stops). */
 void filemirror_sized(filemirror_t *m, int64_t size, int ok);

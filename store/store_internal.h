@@ -73,6 +73,9 @@ void store_idx_coords(const shape_t *shape, int64_t idx, int64_t *c);
  * a reader that held the old WAL for long) is given back at the next
  * restart instead of staying the file's size for good. */
 #define STORE_WAL_KEEP_BYTES 25165824 /* 24 MiB; a literal: PRAGMA takes no expression */
+/* The WAL grows by zeros written this many bytes at a time ahead of its
+ * frames (store_vfs.c), so that a commit overwrites the file in place. */
+#define STORE_WAL_STEP ((int64_t)1024 * 1024)
 /* Every connection's sqlite3_wal_hook (store_ckpt.c): it replaces
  * auto-checkpointing, so no COMMIT checkpoints. Returns SQLITE_OK. */
 int store_ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages);

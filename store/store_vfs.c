@@ -90,6 +90,41 @@ static int vfs_load(void *ctx, void *out, size_t n, int64_t off)
     return real->pMethods->xRead(real, out, (int)n, off) != SQLITE_OK;
 }
 
+/* The WAL grows in steps of zeros written ahead of its frames: an
+ * fdatasync of a file that grew must commit the new size (and the new
+ * blocks) to the filesystem's journal, one of a file overwritten in place
+ * only writes the data back. Appending 15 KiB then fdatasync, as a
+ * submission's commit and group-commit round do: p50 234 us against 163
+ * in place on this project's VM (ext4). Zeros past the last frame are
+ * what SQLite leaves there itself when it starts the WAL over (old frames,
+ * or zeros after a truncation): a frame whose salt and checksum do not
+ * match ends the WAL at recovery. The unix VFS takes writes of at most
+ * 128 KiB, hence the pieces. (Every STORE_WAL_STEP bytes of frames, one
+ * fdatasync also writes the new blocks and size.) */
+#define VFS_ZERO_PIECE 65536
+static const unsigned char vfs_zeros[VFS_ZERO_PIECE];
+
+/* Extends p's WAL with zeros to the next multiple of STORE_WAL_STEP at or
+ * past end when end lies beyond its size. SQLITE_OK or the write's
+ * error. */
+static int vfs_wal_ahead(vfs_file_t *p, sqlite3_int64 end)
+{
+    sqlite3_int64 size = p->mirror ? filemirror_size(p->mirror) : -1;
+    if (size < 0 && p->real->pMethods->xFileSize(p->real, &size) != SQLITE_OK)
+        return SQLITE_OK;       /* no size known: frames append as they come */
+    if (end <= size)
+        return SQLITE_OK;
+    sqlite3_int64 to = (end + STORE_WAL_STEP - 1) / STORE_WAL_STEP * STORE_WAL_STEP;
+    while (size < to) {
+        int n = to - size < VFS_ZERO_PIECE ? (int)(to - size) : VFS_ZERO_PIECE;
+        int rc = vfs_write_real(p, vfs_zeros, n, size);
+        if (rc != SQLITE_OK)
+            return rc;
+        size += n;
+    }
+    return SQLITE_OK;
+}
+
 /* Writes the buffer out. SQLITE_OK or the real write's error (the buffer
  * is dropped either way: SQLite treats a failed write as a failed
  * transaction and rolls back). */
@@ -97,7 +132,9 @@ static int vfs_flush(vfs_file_t *p)
 {
     if (p->len == 0)
         return SQLITE_OK;
-    int rc = vfs_write_real(p, p->buf, (int)p->len, p->off);
+    int rc = vfs_wal_ahead(p, p->off + (sqlite3_int64)p->len);
+    if (rc == SQLITE_OK)
+        rc = vfs_write_real(p, p->buf, (int)p->len, p->off);
     p->len = 0;
     p->commit_hdr = 0;
     return rc;
@@ -151,7 +188,8 @@ static int vfs_write(sqlite3_file *f, const void *data, int n, sqlite3_int64 off
         p->buf = malloc(VFS_BUF_CAP);
     if (!p->buf || (size_t)n > VFS_BUF_CAP) {       /* no buffer: as it comes */
         p->commit_hdr = 0;
-        return vfs_write_real(p, data, n, off);
+        rc = vfs_wal_ahead(p, off + n);
+        return rc != SQLITE_OK ? rc : vfs_write_real(p, data, n, off);
     }
     if (p->len == 0)
         p->off = off;

@@ -437,15 +437,19 @@ static void test_refused_write_stops_the_copy(void **state)
     open_pair(d->db, &a, &b);
     insert_rows(a, 1, 10, 1000);
     assert_int_equal(count_rows(b), 10);
-    int64_t held = wal_matches(d);
+    assert_true(wal_matches(d) > 0);
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s-wal", d->db);
+    struct stat sb;
+    assert_int_equal(stat(wal, &sb), 0);
     struct rlimit old, lim;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     lim = old;
-    lim.rlim_cur = (rlim_t)held + 20000;         /* the WAL may grow by less than the commit */
+    lim.rlim_cur = (rlim_t)sb.st_size + 20000;  /* the commit needs the WAL to grow a step */
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
     exec_ok(a, "BEGIN IMMEDIATE");
-    exec_ok(a, "WITH RECURSIVE c(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM c WHERE i < 299)"
+    exec_ok(a, "WITH RECURSIVE c(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM c WHERE i < 1599)"
                " INSERT INTO t SELECT i, randomblob(1000) FROM c");
     int rc = sqlite3_exec(a, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -453,8 +457,6 @@ static void test_refused_write_stops_the_copy(void **state)
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, prev);
     assert_int_not_equal(rc, SQLITE_OK);
-    char wal[128];
-    snprintf(wal, sizeof wal, "%s-wal", d->db);
     assert_int_equal(filemirror_held(wal), -1);
     assert_int_equal(count_rows(b), 10);
     insert_rows(a, 11, 5, 1000);
@@ -508,14 +510,15 @@ static void test_copy_keeps_to_its_budget(void **state)
 }
 
 /* Leaves d's database with committed frames in a WAL nobody checkpointed:
- * a process that commits and dies without closing. */
-static void leave_wal_behind(const support_store_t *d)
+ * a process that commits and dies without closing, through vfs (NULL:
+ * SQLite's own). */
+static void leave_wal_behind(const support_store_t *d, const char *vfs)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         sqlite3 *db = NULL;
-        if (sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) ||
+        if (sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs) ||
             sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;"
                              " CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB);"
                              " WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c"
@@ -529,13 +532,45 @@ static void leave_wal_behind(const support_store_t *d)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* The WAL's size, or -1. */
+static long long wal_size(const support_store_t *d)
+{
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s-wal", d->db);
+    struct stat sb;
+    return stat(wal, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+/* The WAL grows by zeros a step at a time ahead of its frames, so that
+ * commits overwrite it in place; a process that died leaves the zeros past
+ * its last frame, and recovery reads its frames and stops there. */
+static void test_wal_grows_in_steps(void **state)
+{
+    support_store_t *d = *state;
+    leave_wal_behind(d, store_vfs_name());
+    assert_int_equal(wal_size(d), STORE_WAL_STEP);
+    sqlite3 *a = open_db(d->db, store_vfs_name());
+    assert_int_equal(count_rows(a), 40);
+    for (int i = 0; i < 10; i++)
+        insert_rows(a, 41 + i, 1, 900);
+    assert_int_equal(wal_size(d), STORE_WAL_STEP);     /* in place */
+    insert_rows(a, 51, 1500, 1000);                    /* ~1.6 MB more */
+    long long size = wal_size(d);
+    assert_true(size > STORE_WAL_STEP && size % STORE_WAL_STEP == 0);
+    sqlite3 *b = open_db(d->db, store_vfs_name());
+    assert_int_equal(count_rows(b), 1550);
+    assert_int_equal(blob_bytes(b), 50 * 900 + 1500 * 1000);
+    sqlite3_close(a);
+    sqlite3_close(b);
+}
+
 /* A WAL this process did not write is copied from the file as it is
  * read: recovery reads the frames left behind, appends after them and a
  * restart from offset 0 read right, through new connections too. */
 static void test_recovered_wal_read_right(void **state)
 {
     support_store_t *d = *state;
-    leave_wal_behind(d);
+    leave_wal_behind(d, NULL);
     const char *vfs = store_vfs_name();
     sqlite3 *a = open_db(d->db, vfs);
     assert_int_equal(count_rows(a), 40);
@@ -583,6 +618,7 @@ int main(int argc, char **argv)
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_refused_write_stops_the_copy, setup,
                                         support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_wal_grows_in_steps, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_recovered_wal_read_right, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_copy_keeps_to_its_budget, setup,
