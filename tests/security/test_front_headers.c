@@ -337,16 +337,23 @@ static void test_head(void **state)
         raw_resp_t g, h;
         size_t gbody, hbody;
         const char *auth = cases[i].auth ? "Authorization: " ADMIN_AUTH "\r\n" : "";
-        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n",
-                 t, auth);
-        whole_request(req, &g, &gbody);
-        snprintf(req, sizeof req, "HEAD %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n",
-                 t, auth);
-        whole_request(req, &h, &hbody);
+        /* /metrics counts what happens meanwhile (requests, the store's
+         * reads): its length may move by a digit between the two requests,
+         * so a pair whose lengths differ is tried again, a few times. */
+        for (int tries = 0; tries < 5; tries++) {
+            snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n",
+                     t, auth);
+            whole_request(req, &g, &gbody);
+            snprintf(req, sizeof req, "HEAD %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n",
+                     t, auth);
+            whole_request(req, &h, &hbody);
+            raw_header(&g, "Content-Length", len_get, sizeof len_get);
+            raw_header(&h, "Content-Length", len_head, sizeof len_head);
+            if (strcmp(len_get, len_head) == 0 || strcmp(t, "/metrics") != 0)
+                break;
+        }
         raw_header(&g, "Content-Type", ct_get, sizeof ct_get);
         raw_header(&h, "Content-Type", ct_head, sizeof ct_head);
-        raw_header(&g, "Content-Length", len_get, sizeof len_get);
-        raw_header(&h, "Content-Length", len_head, sizeof len_head);
         T_CHECK(g.status == cases[i].status && h.status == cases[i].status,
                 "GET %s: %d, HEAD: %d, expected %d", t, g.status, h.status, cases[i].status);
         T_CHECK(strcmp(ct_get, ct_head) == 0, "%s: Content-Type GET '%s' HEAD '%s'", t, ct_get,

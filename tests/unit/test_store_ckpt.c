@@ -122,10 +122,11 @@ static void test_checkpoints_off_the_commit_path(void **state)
     assert_int_equal(forced, 0);
     store_ckpt_stop();
 
-    /* Every frame was copied: the next commit starts the WAL over, so the
-     * file does not grow past what it was. */
+    /* The frames were copied: the WAL grows by no more than the next
+     * commit (rounded up to the step it grows by, store_vfs.c). */
     write_rows(db, ROWS_PER_TXN, &next);
-    assert_true(wal_bytes(&d) <= before + page * (ROWS_PER_TXN + 8));
+    long long most = before + page * (ROWS_PER_TXN + 8);
+    assert_true(wal_bytes(&d) <= (most + STORE_WAL_STEP - 1) / STORE_WAL_STEP * STORE_WAL_STEP);
     assert_int_equal(count_rows(db), next - 1);
     sqlite3_stmt *s = NULL;
     assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &s, NULL), SQLITE_OK);
