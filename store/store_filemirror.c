@@ -26,8 +26,8 @@
  *     the file (its short read is SQLite's to see). An absent chunk is
  *     loaded from the caller's own file under the lock held alone. A write
  *     updates the chunks present and makes those wholly past the old end
- *     (the WAL's appends); it leaves the others absent, loaded on the next
- *     read. A write or truncation that failed leaves the file's bytes
+ *     in a WAL (its appends); it leaves the others absent, loaded on the
+ *     next read. A write or truncation that failed leaves the file's bytes
  *     unknown: the mirror stops and every read goes to the file.
  *   - Writes of one file are ordered by SQLite's locks (one WAL writer,
  *     one checkpointer), and each reaches the mirror before its writer
@@ -99,6 +99,23 @@ static void mirror_stop(filemirror_t *m)
     m->size = -1;
 }
 
+/* A lock that lets a waiting writer in before new readers: with glibc's
+ * default (readers first) a steady stream of reading threads could hold
+ * a commit's write, which waits for this lock, back for as long as it
+ * lasts. 0 or an error number. */
+static int mirror_lock_init(pthread_rwlock_t *lock)
+{
+    pthread_rwlockattr_t attr;
+    int rc = pthread_rwlockattr_init(&attr);
+    if (rc != 0)
+        return rc;
+    rc = pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    if (rc == 0)
+        rc = pthread_rwlock_init(lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    return rc;
+}
+
 filemirror_t *filemirror_get(const char *path, filemirror_kind_t kind, int64_t size)
 {
     struct stat sb;
@@ -109,7 +126,7 @@ filemirror_t *filemirror_get(const char *path, filemirror_kind_t kind, int64_t s
     while (m && !(m->dev == sb.st_dev && m->ino == sb.st_ino))
         m = m->next;
     if (!m && (m = calloc(1, sizeof *m)) != NULL) {
-        if (pthread_rwlock_init(&m->lock, NULL) != 0) {
+        if (mirror_lock_init(&m->lock) != 0) {
             free(m);
             m = NULL;
         } else {
@@ -292,8 +309,11 @@ void filemirror_wrote(filemirror_t *m, const void *data, size_t n, int64_t off, 
         size_t take = FILEMIRROR_CHUNK - in < n - done ? FILEMIRROR_CHUNK - in : n - done;
         unsigned char *p = c < m->n ? m->chunk[c] : NULL;
         /* Past the old end a new chunk is exact: the gap before the write
-         * reads as zero in the file too. Else it waits for a read's load. */
-        if (!p && (int64_t)c * CHUNK >= m->size)
+         * reads as zero in the file too. Else it waits for a read's load.
+         * Only a WAL's appends make chunks: a database grows by writes
+         * (checkpoints; VACUUM INTO's copy, a backup nobody reads back)
+         * whose pages are read later if at all. */
+        if (!p && m->kind == FILEMIRROR_WAL && (int64_t)c * CHUNK >= m->size)
             p = mirror_new_chunk(m, c, c, c);
         if (p)
             memcpy(p + in, (const unsigned char *)data + done, take);
