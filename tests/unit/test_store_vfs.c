@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -512,6 +513,136 @@ static void test_copy_keeps_to_its_budget(void **state)
     filemirror_set_budget(FILEMIRROR_WAL, 32 * 1024 * 1024);
 }
 
+/* Threads of the test below; each has its own connection. Failures are
+ * counted, not asserted (cmocka's asserts jump: one thread only). */
+typedef struct race {
+    const char *path;
+    int writing;                /* guarded by mu */
+    int errors;                 /* guarded by mu */
+    pthread_mutex_t mu;
+} race_t;
+
+#define RACE_ROWS 1500
+#define RACE_VALUE "printf('%.*c', 1500, char(65 + k % 26))"
+
+static int race_writing(race_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int w = r->writing;
+    pthread_mutex_unlock(&r->mu);
+    return w;
+}
+
+static void race_error(race_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->errors++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static sqlite3 *race_open(race_t *r)
+{
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(r->path, &db, SQLITE_OPEN_READWRITE, store_vfs_name()) != SQLITE_OK) {
+        race_error(r);
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    return db;
+}
+
+/* Rows in transactions of 5, each row's value a function of its key. */
+static void *race_writer(void *arg)
+{
+    race_t *r = arg;
+    sqlite3 *db = race_open(r);
+    char sql[200];
+    for (int k = 1; db && k <= RACE_ROWS; k += 5) {
+        snprintf(sql, sizeof sql, "WITH RECURSIVE c(k) AS (SELECT %d UNION ALL SELECT k + 1"
+                 " FROM c WHERE k < %d) INSERT INTO t SELECT k, printf('%%.*c', 1500,"
+                 " char(65 + k %% 26)) FROM c", k, k + 4);     /* RACE_VALUE */
+        if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+            race_error(r);
+    }
+    sqlite3_close(db);
+    pthread_mutex_lock(&r->mu);
+    r->writing = 0;
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Reads every row while the writer runs: none differs from its value, and
+ * the count never goes back. */
+static void *race_reader(void *arg)
+{
+    race_t *r = arg;
+    sqlite3 *db = race_open(r);
+    sqlite3_stmt *s = NULL;
+    if (db && sqlite3_prepare_v2(db, "SELECT count(*), total(v <> " RACE_VALUE ") FROM t", -1,
+                                 &s, NULL) != SQLITE_OK)
+        race_error(r);
+    long long seen = 0;
+    for (int more = 1; s && more;) {
+        more = race_writing(r);         /* one last read after the writer ended */
+        if (sqlite3_step(s) != SQLITE_ROW || sqlite3_column_int64(s, 0) < seen ||
+            sqlite3_column_double(s, 1) != 0)
+            race_error(r);
+        seen = sqlite3_column_int64(s, 0);
+        sqlite3_reset(s);
+    }
+    if (seen != RACE_ROWS)
+        race_error(r);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return NULL;
+}
+
+/* Checkpoints while the writer runs: passive ones, and now and then one
+ * that starts the WAL over (busy is an answer, not an error). */
+static void *race_checkpointer(void *arg)
+{
+    race_t *r = arg;
+    sqlite3 *db = race_open(r);
+    for (int i = 0; db && race_writing(r); i++) {
+        int rc = sqlite3_wal_checkpoint_v2(db, NULL, i % 8 ? SQLITE_CHECKPOINT_PASSIVE
+                                                           : SQLITE_CHECKPOINT_RESTART, NULL, NULL);
+        if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+            race_error(r);
+    }
+    sqlite3_close(db);
+    return NULL;
+}
+
+/* Connections on several threads share the copies while one writes, two
+ * read and one checkpoints, with budgets of 8 chunks so that loads and
+ * drops race with the writes: every read sees rows as written, and the
+ * database is intact after. */
+static void test_threads_share_the_copies(void **state)
+{
+    support_store_t *d = *state;
+    filemirror_set_budget(FILEMIRROR_DB, 8 * (int64_t)FILEMIRROR_CHUNK);
+    filemirror_set_budget(FILEMIRROR_WAL, 8 * (int64_t)FILEMIRROR_CHUNK);
+    sqlite3 *keep = open_db(d->db, store_vfs_name());   /* the table; the files stay open */
+    race_t r = {.path = d->db, .writing = 1, .mu = PTHREAD_MUTEX_INITIALIZER};
+    pthread_t t[4];
+    void *(*fn[4])(void *) = {race_writer, race_reader, race_reader, race_checkpointer};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, fn[i], &r), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(r.errors, 0);
+    assert_int_equal(count_rows(keep), RACE_ROWS);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(keep, "PRAGMA integrity_check", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(s, 0), "ok");
+    sqlite3_finalize(s);
+    sqlite3_close(keep);
+    filemirror_set_budget(FILEMIRROR_DB, 64 * 1024 * 1024);
+    filemirror_set_budget(FILEMIRROR_WAL, 32 * 1024 * 1024);
+}
+
 /* Leaves d's database with committed frames in a WAL nobody checkpointed:
  * a process that commits and dies without closing, through vfs (NULL:
  * SQLite's own). */
@@ -622,6 +753,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_refused_write_stops_the_copy, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_wal_grows_in_steps, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_threads_share_the_copies, setup,
+                                        support_store_teardown),
         cmocka_unit_test_setup_teardown(test_recovered_wal_read_right, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_copy_keeps_to_its_budget, setup,
