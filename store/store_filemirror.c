@@ -116,15 +116,22 @@ static int mirror_lock_init(pthread_rwlock_t *lock)
     return rc;
 }
 
+/* The registered mirror of the file sb describes, or NULL. Holds reg_mu. */
+static filemirror_t *reg_lookup(const struct stat *sb)
+{
+    filemirror_t *m = reg_head;
+    while (m && !(m->dev == sb->st_dev && m->ino == sb->st_ino))
+        m = m->next;
+    return m;
+}
+
 filemirror_t *filemirror_get(const char *path, filemirror_kind_t kind, int64_t size)
 {
     struct stat sb;
     if (stat(path, &sb) != 0 || size < 0)
         return NULL;
     pthread_mutex_lock(&reg_mu);
-    filemirror_t *m = reg_head;
-    while (m && !(m->dev == sb.st_dev && m->ino == sb.st_ino))
-        m = m->next;
+    filemirror_t *m = reg_lookup(&sb);
     if (!m && (m = calloc(1, sizeof *m)) != NULL) {
         if (mirror_lock_init(&m->lock) != 0) {
             free(m);
@@ -175,16 +182,18 @@ static int mirror_has(const filemirror_t *m, size_t first, size_t last)
     return 1;
 }
 
-/* Copies n bytes at off out of present chunks, marking them touched.
- * Holds the lock (shared will do). */
-static void mirror_copy_out(filemirror_t *m, void *out, size_t n, int64_t off)
+/* Copies n bytes at off out of present chunks, marking them touched
+ * when touch (a read; not a test's peek). Holds the lock (shared will
+ * do). */
+static void mirror_copy_out(filemirror_t *m, void *out, size_t n, int64_t off, int touch)
 {
     for (size_t done = 0; done < n;) {
         int64_t at = off + (int64_t)done;
         size_t c = (size_t)(at / CHUNK), in = (size_t)(at % CHUNK);
         size_t take = FILEMIRROR_CHUNK - in < n - done ? FILEMIRROR_CHUNK - in : n - done;
         memcpy((unsigned char *)out + done, m->chunk[c] + in, take);
-        atomic_store_explicit(&m->touched[c], 1, memory_order_relaxed);
+        if (touch)
+            atomic_store_explicit(&m->touched[c], 1, memory_order_relaxed);
         done += take;
     }
 }
@@ -277,7 +286,7 @@ int filemirror_read(filemirror_t *m, void *out, size_t n, int64_t off,
     int inside = m->size >= 0 && (int64_t)n <= m->size - off;
     int held = inside && mirror_has(m, first, last);
     if (held)
-        mirror_copy_out(m, out, n, off);
+        mirror_copy_out(m, out, n, off, 1);
     pthread_rwlock_unlock(&m->lock);
     if (held) {
         atomic_fetch_add_explicit(&hits[m->kind], 1, memory_order_relaxed);
@@ -291,7 +300,7 @@ int filemirror_read(filemirror_t *m, void *out, size_t n, int64_t off,
     int ok = m->size >= 0 && (int64_t)n <= m->size - off &&
              mirror_load(m, first, last, load, ctx) == 0;
     if (ok)
-        mirror_copy_out(m, out, n, off);
+        mirror_copy_out(m, out, n, off, 1);
     pthread_rwlock_unlock(&m->lock);
     return ok;
 }
@@ -375,9 +384,7 @@ static filemirror_t *mirror_find(const char *path)
     if (stat(path, &sb) != 0)
         return NULL;
     pthread_mutex_lock(&reg_mu);
-    filemirror_t *m = reg_head;
-    while (m && !(m->dev == sb.st_dev && m->ino == sb.st_ino))
-        m = m->next;
+    filemirror_t *m = reg_lookup(&sb);
     if (m)
         pthread_rwlock_rdlock(&m->lock);
     else
@@ -402,15 +409,8 @@ int filemirror_peek(const char *path, void *out, size_t n, int64_t off, int64_t 
             *size = m->size;
         rc = n > 0 && off >= 0 &&
              mirror_has(m, (size_t)(off / CHUNK), (size_t)((off + (int64_t)n - 1) / CHUNK));
-        if (rc) {
-            for (size_t done = 0; done < n;) {
-                int64_t at = off + (int64_t)done;
-                size_t in = (size_t)(at % CHUNK);
-                size_t take = FILEMIRROR_CHUNK - in < n - done ? FILEMIRROR_CHUNK - in : n - done;
-                memcpy((unsigned char *)out + done, m->chunk[at / CHUNK] + in, take);
-                done += take;
-            }
-        }
+        if (rc)
+            mirror_copy_out(m, out, n, off, 0);
     }
     mirror_found_done(m);
     return rc;

@@ -319,7 +319,7 @@ static json_t *job_slices_json(store_t *st, int64_t id)
  * backslashes and control characters need escaping. */
 static void buf_json_str(store_buf_t *b, const char *s)
 {
-    store_buf_put(b, "\"", 1);
+    STORE_BUF_LIT(b, "\"");
     for (const char *run = s;; s++) {
         unsigned char c = (unsigned char)*s;
         if (c != '\0' && c != '"' && c != '\\' && c >= 0x20)
@@ -333,7 +333,7 @@ static void buf_json_str(store_buf_t *b, const char *s)
             store_buf_printf(b, "\\u%04x", c);
         run = s + 1;
     }
-    store_buf_put(b, "\"", 1);
+    STORE_BUF_LIT(b, "\"");
 }
 
 /* Appends the literal head (a separator and "key":) and column col of s:
@@ -400,7 +400,7 @@ static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t 
     if (job_comps_reported(st, id, ncomps, &rep) != 0)
         b->failed = 1;
     sqlite3_stmt *s = store_stmt(st, sql);
-    store_buf_put(b, "[", 1);
+    STORE_BUF_LIT(b, "[");
     if (s)
         sqlite3_bind_int64(s, 1, id);
     for (int first = 1; s && !b->failed && sqlite3_step(s) == SQLITE_ROW; first = 0) {
@@ -415,15 +415,15 @@ static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t 
         store_buf_int(b, idx);
         STORE_BUF_LIT(b, ",\"name\":");
         buf_json_str(b, name ? name : "");
-        store_buf_put(b, ",\"slice\":", 9);
+        STORE_BUF_LIT(b, ",\"slice\":");
         buf_json_str(b, slice ? slice : "");
-        store_buf_put(b, ",\"island\":", 10);
+        STORE_BUF_LIT(b, ",\"island\":");
         if (island)
             buf_json_str(b, island);
         else
-            store_buf_put(b, "null", 4);
+            STORE_BUF_LIT(b, "null");
         BUF_INT_OR_NULL(b, ",\"seq\":", s, 4);
-        store_buf_put(b, ",\"state\":", 9);
+        STORE_BUF_LIT(b, ",\"state\":");
         buf_json_str(b, state ? state : "");
         STORE_BUF_LIT(b, ",\"shards_total\":");
         store_buf_int(b, sqlite3_column_int64(s, 6));
@@ -442,7 +442,7 @@ static void job_comps_text(store_t *st, int64_t id, int64_t ncomps, store_buf_t 
     }
     if (s)
         sqlite3_reset(s);
-    store_buf_put(b, "]", 1);
+    STORE_BUF_LIT(b, "]");
     free(rep);
 }
 

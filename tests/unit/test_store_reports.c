@@ -127,6 +127,17 @@ static int64_t tenant_used(store_t *st)
     return support_store_int(st, "SELECT COALESCE(SUM(device_us), 0) FROM tenant_usage");
 }
 
+/* The fixture's store inside a transaction, for an accumulator test:
+ * the island's id in *isl, the tenants' device time so far in *used0. */
+static store_t *acc_begin(void **state, int64_t *isl, int64_t *used0)
+{
+    fixture_t *f = *state;
+    *isl = west_id(f->st);
+    *used0 = tenant_used(f->st);
+    assert_int_equal(store_begin(f->st), 0);
+    return f->st;
+}
+
 /* Writes what a gathered and ends the transaction; frees a. */
 static void acc_commit(store_t *st, report_acc_t *a)
 {
@@ -137,11 +148,9 @@ static void acc_commit(store_t *st, report_acc_t *a)
 
 static void test_acc_sums(void **state)
 {
-    fixture_t *f = *state;
-    store_t *st = f->st;
-    int64_t isl = west_id(st), used0 = tenant_used(st);
+    int64_t isl, used0;
+    store_t *st = acc_begin(state, &isl, &used0);
     report_acc_t a = REPORT_ACC_INIT;
-    assert_int_equal(store_begin(st), 0);
     assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", 5, 99, 10), 0);
     assert_int_equal(report_acc_add(&a, isl, 4, "[1]", 3, 99, 3), 0);
     /* Devices 1-2 gained the same time: one run (one UPDATE), bounded by
@@ -168,11 +177,9 @@ static void test_acc_sums(void **state)
  * sums are those of one entry per report. */
 static void test_acc_merges_repeats(void **state)
 {
-    fixture_t *f = *state;
-    store_t *st = f->st;
-    int64_t isl = west_id(st), used0 = tenant_used(st);
+    int64_t isl, used0;
+    store_t *st = acc_begin(state, &isl, &used0);
     report_acc_t a = REPORT_ACC_INIT;
-    assert_int_equal(store_begin(st), 0);
     for (int k = 1; k <= 3; k++)
         assert_int_equal(report_acc_add(&a, isl, 4, "[0,1]", k, 99, 2 * k), 0);
     assert_int_equal(a.ndev, 2);
