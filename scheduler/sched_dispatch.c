@@ -716,6 +716,9 @@ static int dispatch_chunk(store_t *st, round_t *r, const sched_more_t *m, const 
                   " needs; failing it", (long)m->id);
         rc = store_sched_fail_dispatch(st, m->id, "its allocation could not be read back") == 0
                  ? 0 : -1;
+        /* Its devices freed by this connection, and not in the round's
+         * view: the mirror must not keep the view (sched_round_keep). */
+        sched_round_invalidate();
         goto cleanup;
     }
     dpos_t end = chunk_end(plan, tasks, from, chunk_budget(plan, tasks, from, deadline, jobs));

@@ -131,6 +131,7 @@ typedef struct round {
     alloc_island_t *isl[SCHED_MAX_ISLANDS];
     sched_dev_t *devs[SCHED_MAX_ISLANDS];
     uint64_t own_commits;       /* store_devices_commits() when it was loaded */
+    uint64_t gen[SCHED_MAX_ISLANDS];    /* each island's mirror's generation then */
     int evicted;                /* a job was preempted in this round (sched_try_preempt) */
 } round_t;
 

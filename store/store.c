@@ -193,6 +193,8 @@ uint64_t store_stale_gen(int64_t worker) { return watch_read(&store_stale_watch,
 uint64_t store_job_gen(int64_t job) { return watch_read(&store_job_watch, job); }
 uint64_t store_devices_commits(const store_t *st) { return st->device_commits; }
 
+uint32_t store_devlog_writer(const store_t *st) { return st->devchg.writer; }
+
 /* What a worker's poll answers (store_poll.c's probe) depends on: its host
  * tasks becoming leased (dispatch, release) or cancelled, a job
  * it holds leased tasks of ending or moving to a new attempt (they must be
@@ -444,9 +446,11 @@ void store_sqlite_init(void) { pthread_once(&store_sqlite_once, store_sqlite_set
 
 static store_t *store_open(const char *path)
 {
+    static _Atomic uint32_t next_writer = 1;
     store_t *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;
+    st->devchg.writer = atomic_fetch_add(&next_writer, 1);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     if (sqlite3_open_v2(path, &st->db, flags, store_vfs_name()) != SQLITE_OK) {
         log_error("cannot open database %s: %s", path, st->db ? sqlite3_errmsg(st->db) : "out of memory");

@@ -203,6 +203,8 @@ typedef struct store_devlog_view {
     int64_t jobs[STORE_DEVLOG_JOBS];
     int njobs;
     uint64_t upto;
+    uint32_t skip_writer;       /* in: changes this connection committed are left out
+                                 * (store_devlog_writer; 0: none are) */
 } store_devlog_view_t;
 /* Fills v (idx and cap set by the caller) with the changes on island
  * since generation `since`: 0, or -1 when that is unknown or not worth it
@@ -214,6 +216,10 @@ int store_devlog_since(uint64_t since, int64_t island, store_devlog_view_t *v);
  * thread that knows what its commits changed can tell whether anyone
  * else's did (the scheduler's round mirror, sched_place.c). */
 uint64_t store_devices_commits(const store_t *st);
+/* st's tag in the record of device changes: what a store_devlog_view_t's
+ * skip_writer names to leave out the changes st committed (a reader that
+ * already holds them: the scheduler's round mirror). Never 0. */
+uint32_t store_devlog_writer(const store_t *st);
 void store_rollback(store_t *st);
 /* Runs a statement that returns no rows; 0 or -1 (logged). */
 int store_step_done(sqlite3_stmt *s);

@@ -41,6 +41,7 @@ typedef struct devlog_ent {
     uint64_t gen;
     int64_t island;             /* for DEVLOG_FREED: the job */
     int64_t idx;                /* a device, DEVLOG_ALL or DEVLOG_FREED */
+    uint32_t writer;            /* the committing connection's tag; 0: unknown */
 } devlog_ent_t;
 #define DEVLOG_ALL (-1)         /* everything changed */
 #define DEVLOG_FREED (-2)       /* every device of job `island` was freed */
@@ -76,9 +77,9 @@ void store_devlog_note_freed(store_devchg_t *c, int64_t job)
         c->freed[c->nfreed++] = job;
 }
 
-static void devlog_put(uint64_t gen, int64_t island, int64_t idx)
+static void devlog_put(uint64_t gen, int64_t island, int64_t idx, uint32_t writer)
 {
-    devlog[devlog_n % DEVLOG_CAP] = (devlog_ent_t){gen, island, idx};
+    devlog[devlog_n % DEVLOG_CAP] = (devlog_ent_t){gen, island, idx, writer};
     devlog_n++;
 }
 
@@ -86,13 +87,14 @@ void store_devlog_publish(store_devchg_t *c)
 {
     pthread_mutex_lock(&devlog_mu);
     uint64_t gen = atomic_load(&devlog_gen) + 1;
+    uint32_t w = c ? c->writer : 0;
     if (!c || c->all || (c->n == 0 && c->nfreed == 0)) {
-        devlog_put(gen, 0, DEVLOG_ALL);
+        devlog_put(gen, 0, DEVLOG_ALL, w);
     } else {
         for (int i = 0; i < c->nfreed; i++)
-            devlog_put(gen, c->freed[i], DEVLOG_FREED);
+            devlog_put(gen, c->freed[i], DEVLOG_FREED, w);
         for (int i = 0; i < c->n; i++)
-            devlog_put(gen, c->dev[i][0], c->dev[i][1]);
+            devlog_put(gen, c->dev[i][0], c->dev[i][1], w);
     }
     atomic_store(&devlog_gen, gen);
     pthread_mutex_unlock(&devlog_mu);
@@ -126,7 +128,13 @@ int store_devlog_since(uint64_t since, int64_t island, store_devlog_view_t *v)
      * concern every island (a job's devices may be on any). */
     for (; i > 0 && devlog[(i - 1) % DEVLOG_CAP].gen > since; i--) {
         const devlog_ent_t *e = &devlog[(i - 1) % DEVLOG_CAP];
-        if (devlog_n - (i - 1) > DEVLOG_CAP || e->idx == DEVLOG_ALL) {
+        if (devlog_n - (i - 1) > DEVLOG_CAP) {
+            rc = -1;
+            break;
+        }
+        if (v->skip_writer != 0 && e->writer == v->skip_writer)
+            continue;   /* the reader holds its own changes already */
+        if (e->idx == DEVLOG_ALL) {
             rc = -1;
             break;
         }

@@ -90,6 +90,7 @@ void store_ckpt_once(sqlite3 *db);
 typedef struct store_devchg {
     int all;                    /* not one device's change, or too many */
     int n;
+    uint32_t writer;            /* the connection's tag in the record (store_devlog_writer) */
     int quiet;                  /* the triggers' notes are ignored (store_free_job_devices) */
     int nfreed;
     int64_t dev[STORE_DEVCHG_MAX][2];   /* island id, device index */

@@ -154,8 +154,9 @@ static void two_running_jobs(fixture_t *f)
 
 /* A round that places a job commits the placement and records it in its
  * view (sched_round_take): kept, the next round reads nothing, and sees
- * it. A change another connection committed meanwhile makes the round's
- * view stale: not kept, read again, both seen. */
+ * it. A change another connection committed meanwhile is patched in by
+ * the next round, alone (the devices it named), never a read of the
+ * island: both seen. */
 static void test_round_keeps_its_own_changes(void **state)
 {
     fixture_t *f = *state;
@@ -173,6 +174,7 @@ static void test_round_keeps_its_own_changes(void **state)
     assert_int_equal(refreshes(), reads);
 
     assert_int_equal(sched_round_load(f->st, &r), 0);
+    uint64_t whole = sched_round_device_reads();
     r.devs[0][2].job = 77;
     support_store_write(f->st, ALLOC_SQL(2, 2, 77));
     write_elsewhere(ALLOC_SQL(0, 0, 79));
@@ -181,6 +183,51 @@ static void test_round_keeps_its_own_changes(void **state)
     round_device(f, 0, &job, &worker);
     assert_int_equal(job, 79);
     assert_int_equal(refreshes(), reads + 1);
+    assert_int_equal(sched_round_device_reads(), whole);
+    round_device(f, 2, &job, &worker);
+    assert_int_equal(job, 77);
+}
+
+/* The round's own change that the record holds as "everything" (as a
+ * whole-island allocation is: more devices than a transaction notes),
+ * with another connection's change beside it: the next round patches in
+ * the other's device and reads nothing, since the kept view holds its
+ * own change already. An own commit after the view was kept is not in
+ * it: the next round takes it in like anyone's. */
+static void test_round_leaves_out_its_own_everything(void **state)
+{
+    fixture_t *f = *state;
+    round_t r;
+    int64_t isl = store_island_id(f->st, "west"), job, worker;
+    two_running_jobs(f);
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    uint64_t whole = sched_round_device_reads(), patches = sched_round_device_patches();
+    r.devs[0][1].job = 77;
+    support_store_write(f->st, ALLOC_SQL(1, 1, 77));
+    store_devchg_t c = {.writer = store_devlog_writer(f->st)};
+    store_devlog_note(&c, isl, -1);
+    store_devlog_publish(&c);
+    write_elsewhere(ALLOC_SQL(0, 0, 79));
+    sched_round_keep(f->st, &r);
+    sched_round_free(&r);
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 79);
+    round_device(f, 1, &job, &worker);
+    assert_int_equal(job, 77);
+    assert_int_equal(sched_round_device_reads(), whole);
+    assert_int_equal(sched_round_device_patches(), patches + 1);
+
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    r.devs[0][2].job = 77;
+    support_store_write(f->st, ALLOC_SQL(2, 2, 77));
+    write_elsewhere("DELETE FROM allocations WHERE job_id = 79");
+    sched_round_keep(f->st, &r);
+    sched_round_free(&r);
+    support_store_write(f->st, ALLOC_SQL(3, 3, 79));   /* not in any round's view */
+    round_device(f, 3, &job, &worker);
+    assert_int_equal(job, 79);
+    round_device(f, 0, &job, &worker);
+    assert_int_equal(job, 0);
     round_device(f, 2, &job, &worker);
     assert_int_equal(job, 77);
 }
@@ -295,6 +342,46 @@ static void test_devlog_names_changed_devices(void **state)
     }
     assert_int_equal(since(g2, isl, idx, 8, &upto), -1);
     assert_int_equal(since(store_devices_gen() - 5, isl, idx, 8, &upto), 0);
+}
+
+/* A reader naming a connection (skip_writer) is told the changes of every
+ * other connection only: that connection's devices and its "everything"
+ * are left out, the others' still count, and so does a range the ring
+ * no longer holds. */
+static void test_devlog_leaves_out_one_writer(void **state)
+{
+    fixture_t *f = *state;
+    int64_t isl = store_island_id(f->st, "west"), idx[8];
+    uint32_t me = store_devlog_writer(f->st);
+    two_running_jobs(f);
+    uint64_t g = store_devices_gen();
+    support_store_write(f->st, ALLOC_SQL(1, 1, 77));
+    write_elsewhere(ALLOC_SQL(0, 0, 79));
+    store_devlog_view_t v = {.idx = idx, .cap = 8, .skip_writer = me};
+    assert_int_equal(store_devlog_since(g, isl, &v), 0);
+    assert_int_equal(v.n, 1);
+    assert_int_equal(idx[0], 0);
+    assert_int_equal(v.upto, g + 2);
+    v.skip_writer = 0;
+    assert_int_equal(store_devlog_since(g, isl, &v), 0);
+    assert_int_equal(v.n, 2);
+
+    uint64_t g1 = store_devices_gen();
+    store_devchg_t c = {.writer = me};
+    store_devlog_note(&c, isl, -1);
+    store_devlog_publish(&c);
+    v.skip_writer = me;
+    assert_int_equal(store_devlog_since(g1, isl, &v), 0);
+    assert_int_equal(v.n, 0);
+    v.skip_writer = me + 1;
+    assert_int_equal(store_devlog_since(g1, isl, &v), -1);
+    for (int i = 0; i < 20000; i++) {
+        c.writer = me;
+        store_devlog_note(&c, isl, 0);
+        store_devlog_publish(&c);
+    }
+    v.skip_writer = me;
+    assert_int_equal(store_devlog_since(g1, isl, &v), -1);
 }
 
 /* Jobs placed (allocated, or running once their tasks were leased). */
@@ -626,6 +713,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unplaced_job_waits_for_a_device_change, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_devlog_leaves_out_one_writer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_leaves_out_its_own_everything, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_rounds_cut_short_at_most_32_in_a_row, setup_wide,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
