@@ -5,6 +5,9 @@
  *   loop.jobs_per_s.serial       tiny jobs submitted and waited to success
  *                                one after another by one client
  *   loop.jobs_per_s.clients8     the same with 8 concurrent clients
+ *   loop.jobs_per_s.serial_1dev  one client's tiny jobs of one device (the
+ *                                issue's "tiny 1-device jobs"): one worker,
+ *                                one host task, one report per job
  *   loop.jobs_per_s.*.stage.*    where a tiny job's time went, stage by
  *                                stage (print_stages)
  *   loop.jobs_per_s.*.cpu_us_per_job.{atolld,workers}
@@ -48,16 +51,21 @@ static const char tiny_doc_q[] =
     "{'name':'tiny','slices':{'s':{'shape':[2,2]}},'computations':[{'name':'c','slice':'s',"
     "'ops':[{'op':'fill','out':'x','shape':[1],'value':1.0},"
     "{'op':'all_reduce','out':'z','args':['x'],'reduce':'sum'}],'outputs':['z']}]}";
+/* The same on one device: its all_reduce is the shard's own value. */
+static const char one_doc_q[] =
+    "{'name':'one','slices':{'s':{'shape':[1]}},'computations':[{'name':'c','slice':'s',"
+    "'ops':[{'op':'fill','out':'x','shape':[1],'value':1.0},"
+    "{'op':'all_reduce','out':'z','args':['x'],'reduce':'sum'}],'outputs':['z']}]}";
 
-static char *tiny_doc;            /* hx_text_q(tiny_doc_q), set once in main */
+static char *tiny_doc, *one_doc;  /* hx_text_q of the above, set once in main */
 static const char *bench_url;
 static const hx_cluster_t *bench_cluster;
 
 /* Runs one tiny job to success; *out_id its id. 0 or -1 (reason printed). */
-static int bench_one(hx_client_t *cl, int64_t *out_id)
+static int bench_one(hx_client_t *cl, const char *doc, int64_t *out_id)
 {
     int64_t id;
-    int status = hx_job_submit(cl, tiny_doc, &id, NULL);
+    int status = hx_job_submit(cl, doc, &id, NULL);
     if (status != 201) {
         fprintf(stderr, "bench: submit answered %d\n", status);
         hx_client_print_last(cl);
@@ -76,6 +84,7 @@ static int bench_one(hx_client_t *cl, int64_t *out_id)
 
 /* Shared by the client threads of one phase. */
 typedef struct phase {
+    const char *doc;              /* the jobs' document */
     atomic_int started;           /* jobs claimed so far */
     atomic_int done;              /* jobs that succeeded */
     atomic_int failed;
@@ -93,7 +102,7 @@ static void *bench_client(void *arg)
     }
     while (hx_now_ms() < ph->deadline_ms && atomic_fetch_add(&ph->started, 1) < BENCH_JOBS) {
         int64_t id = 0;
-        if (bench_one(&cl, &id) != 0) {
+        if (bench_one(&cl, ph->doc, &id) != 0) {
             atomic_fetch_add(&ph->failed, 1);
             break;
         }
@@ -181,10 +190,11 @@ static void bench_cpu(int64_t cpu[2])
 
 /* Runs a phase with n client threads; prints jobs/s under `name`, then
  * where the time went (print_stages). 0 or -1. */
-static int bench_jobs_phase(const char *name, int n)
+static int bench_jobs_phase(const char *name, const char *doc, int n)
 {
     static phase_t ph;            /* ids: too large for the stack */
     memset(&ph, 0, sizeof ph);
+    ph.doc = doc;
     ph.deadline_ms = hx_now_ms() + BENCH_PHASE_MS;
     pthread_t th[BENCH_CLIENTS];
     int nthreads = 0;
@@ -377,7 +387,8 @@ int main(int argc, char **argv)
     if (hx_init() != 0 || hx_cluster_start(&c, islands, 2) != 0)
         return 1;
     tiny_doc = hx_text_q(tiny_doc_q);
-    if (!tiny_doc || hx_client_init(&cl, c.url) != 0)
+    one_doc = hx_text_q(one_doc_q);
+    if (!tiny_doc || !one_doc || hx_client_init(&cl, c.url) != 0)
         goto cleanup;
     for (int w = 0; w < 4; w++)
         if (hx_worker_start(&c, "west", 4) != 0)
@@ -385,7 +396,8 @@ int main(int argc, char **argv)
     bench_url = c.url;
     bench_cluster = &c;
     int64_t warm_id;
-    if (bench_one(&cl, &warm_id) != 0)        /* warm-up, and a check that it works */
+    if (bench_one(&cl, tiny_doc, &warm_id) != 0 ||   /* warm-up, and a check that it works */
+        bench_one(&cl, one_doc, &warm_id) != 0)
         goto cleanup;
     if (parked > 0) {
         int64_t long_job = bench_park_job(&cl);
@@ -395,8 +407,9 @@ int main(int argc, char **argv)
         }
         printf("loop.parked_waits %d\n", nfds);
     }
-    if (bench_jobs_phase("loop.jobs_per_s.serial", 1) != 0 ||
-        bench_jobs_phase("loop.jobs_per_s.clients8", BENCH_CLIENTS) != 0 ||
+    if (bench_jobs_phase("loop.jobs_per_s.serial", tiny_doc, 1) != 0 ||
+        bench_jobs_phase("loop.jobs_per_s.clients8", tiny_doc, BENCH_CLIENTS) != 0 ||
+        bench_jobs_phase("loop.jobs_per_s.serial_1dev", one_doc, 1) != 0 ||
         bench_chain(&cl, BENCH_CHAIN) != 0)
         goto cleanup;
     rc = 0;
@@ -407,6 +420,7 @@ cleanup:
         hx_cluster_dump_logs(&c, 3000);
     hx_client_cleanup(&cl);
     free(tiny_doc);
+    free(one_doc);
     if (hx_cluster_stop(&c) != 0)
         fprintf(stderr, "bench: some process did not exit cleanly\n");
     return rc;
