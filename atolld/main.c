@@ -335,6 +335,7 @@ static int open_store(const options_t *o)
     store_durability_t dur = STORE_DURABLE_GROUP;
     store_durability_parse(o->durability, &dur);    /* checked in apply() */
     store_sync_setup(o->db, dur);
+    store_sync_hook(http_wake);     /* answers parked for their sync round go out */
     if (store_global_init(o->db, o->islands, o->nislands, &e) != 0) {
         fprintf(stderr, "atolld: %s\n", e.detail[0] ? e.detail : "cannot open the database");
         return -1;
@@ -446,6 +447,7 @@ int main(int argc, char **argv)
     api_runs_stop();     /* and log follows */
     http_stop();
     store_reports_stop();
+    store_sync_stop();
     store_ckpt_stop();
     store_thread_close();
     store_sync_close();

@@ -44,6 +44,18 @@ static inline void api_sched_notify(void)
         api_cfg.wake_scheduler();
 }
 
+/* api_durable.c: answers status with text (JSON, len bytes; taken) and
+ * resp->location once every commit made before this call is on disk
+ * (group commit): the request parks meanwhile, holding no thread, and
+ * when the disk refuses the sync it answers 503 with the detail fail_fmt
+ * formats instead. A handler that answers this way calls
+ * api_durable_rerun() first: on the request's next runs it sends the held
+ * answer (or parks again) and returns 1, so the handler's write is never
+ * done twice. */
+void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *text, size_t len,
+                        const char *fail_fmt, ...) __attribute__((format(printf, 6, 7)));
+int api_durable_rerun(http_req_t *req, http_resp_t *resp);
+
 /* The router: the handler given to http_start(). */
 void api_route(http_req_t *req, http_resp_t *resp);
 /* Its gate (http_config_t): the refusals a request's headers decide (the

@@ -107,6 +107,8 @@ static int job_refused_early(const http_req_t *req, store_t *st, const job_plan_
 
 void api_jobs_create(http_req_t *req, http_resp_t *resp)
 {
+    if (api_durable_rerun(req, resp))
+        return;     /* stored in an earlier run; its answer waited for the disk */
     job_plan_t *plan = NULL;
     err_t e = {0};
     json_t *doc = api_body_json(req, resp);
@@ -166,15 +168,11 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 500, NULL, "job %ld stored but could not be read back", (long)id);
         goto cleanup;
     }
-    if (store_durable() != 0) {
-        free(job);
-        http_problem(resp, 503, NULL, "job %ld was stored but the disk refused to sync it;"
-                     " retry with the same Idempotency-Key", (long)id);
-        goto cleanup;
-    }
     snprintf(resp->location, sizeof resp->location, "/v1/jobs/%ld", (long)id);
     /* A retried submission with the same key answers the first job, 200. */
-    http_json_text(resp, rc == STORE_OK ? 201 : 200, job, len);
+    api_answer_durable(req, resp, rc == STORE_OK ? 201 : 200, job, len,
+                       "job %ld was stored but the disk refused to sync it; retry with the"
+                       " same Idempotency-Key", (long)id);
 cleanup:
     job_plan_free(plan);
     json_decref(doc);
@@ -287,6 +285,8 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
 
 void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
 {
+    if (api_durable_rerun(req, resp))
+        return;     /* cancelled in an earlier run */
     store_t *st = NULL;
     int64_t id = api_visible_job(req, resp, &st);
     if (id < 1)
@@ -307,15 +307,11 @@ void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
     }
     api_sched_notify();
     http_wake();    /* workers holding its tasks learn of it on their poll */
-    if (store_durable() != 0) {
-        http_problem(resp, 503, NULL, "job %ld was cancelled but the disk refused to sync it",
-                     (long)id);
-        return;
-    }
     size_t len;
     char *text = store_job_json_text(st, id, &len);
     if (text)
-        http_json_text(resp, 200, text, len);
+        api_answer_durable(req, resp, 200, text, len,
+                           "job %ld was cancelled but the disk refused to sync it", (long)id);
     else
         http_problem(resp, 500, NULL, "job %ld cancelled but could not be read back", (long)id);
 }

@@ -47,8 +47,24 @@ static int int_field(json_t *body, const char *key, int64_t lo, int64_t hi, int6
     return 0;
 }
 
+/* Answers v (taken) as JSON text once it is on disk (api_answer_durable);
+ * fail: the 503's detail if the disk refuses. */
+static void answer_durable_json(http_req_t *req, http_resp_t *resp, int status, json_t *v,
+                                const char *fail)
+{
+    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    if (!text) {
+        http_problem(resp, 500, NULL, "out of memory");
+        return;
+    }
+    api_answer_durable(req, resp, status, text, strlen(text), "%s", fail);
+}
+
 void api_tenants_create(http_req_t *req, http_resp_t *resp)
 {
+    if (api_durable_rerun(req, resp))
+        return;     /* stored in an earlier run: the token shown is that run's */
     json_t *body = api_body_json(req, resp);
     store_t *st;
     if (!body || !(st = api_store(resp)))
@@ -90,17 +106,18 @@ void api_tenants_create(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 409, "name", "tenant '%s' exists", name);
     else if (rc != STORE_OK)
         http_problem(resp, 503, NULL, "tenant could not be stored");
-    else if (store_durable() != 0)    /* its token is shown once: it must be on disk */
-        http_problem(resp, 503, NULL, "tenant stored but the disk refused to sync it");
     else
-        /* The token is shown once; only its hash is kept. */
-        http_json(resp, 201, json_pack("{s:I, s:s, s:s, s:o, s:I, s:I, s:I}", "id",
-                                       (json_int_t)id, "name", name, "token", token,
-                                       "quota_devices", lim.quota ? json_integer(lim.quota)
-                                                                  : json_null(),
-                                       "share", (json_int_t)lim.share, "max_queued",
-                                       (json_int_t)lim.max_queued, "max_priority",
-                                       (json_int_t)lim.max_priority));
+        /* The token is shown once, so only once it is on disk; only its
+         * hash is kept. */
+        answer_durable_json(req, resp, 201,
+                            json_pack("{s:I, s:s, s:s, s:o, s:I, s:I, s:I}", "id",
+                                      (json_int_t)id, "name", name, "token", token,
+                                      "quota_devices", lim.quota ? json_integer(lim.quota)
+                                                                 : json_null(),
+                                      "share", (json_int_t)lim.share, "max_queued",
+                                      (json_int_t)lim.max_queued, "max_priority",
+                                      (json_int_t)lim.max_priority),
+                            "tenant stored but the disk refused to sync it");
 cleanup:
     json_decref(body);
 }
@@ -120,6 +137,8 @@ void api_tenants_list(http_req_t *req, http_resp_t *resp)
 
 void api_tenants_revoke(http_req_t *req, http_resp_t *resp)
 {
+    if (api_durable_rerun(req, resp))
+        return;     /* revoked in an earlier run */
     store_t *st = api_store(resp);
     if (!st)
         return;
@@ -128,10 +147,10 @@ void api_tenants_revoke(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 404, "name", "no active tenant '%.64s'", req->params[0]);
     else if (rc != STORE_OK)
         http_problem(resp, 503, NULL, "could not revoke");
-    else if (store_durable() != 0)
-        http_problem(resp, 503, NULL, "revoked but the disk refused to sync it");
     else
-        http_json(resp, 200, json_pack("{s:s, s:b}", "name", req->params[0], "revoked", 1));
+        answer_durable_json(req, resp, 200,
+                            json_pack("{s:s, s:b}", "name", req->params[0], "revoked", 1),
+                            "revoked but the disk refused to sync it");
 }
 
 /* GET /v1/stats/tenants?seconds=N (DESIGN Part D): device time by tenant

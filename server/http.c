@@ -713,6 +713,8 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
     track_deadline(conn, util_mono_us() + (int64_t)HTTP_IDLE_TIMEOUT_S * 1000000);
     conn_ctx_t *c = *con_cls;
     if (c) {
+        if (c->req.user_free)
+            c->req.user_free(c->req.user_ptr);
         free(c->body);
         free(c->raw_target);
         free(c);
@@ -849,3 +851,5 @@ void http_stop(void)
     parked = NULL;
     nparked = parked_cap = 0;
 }
+
+int http_stopping_now(void) { return atomic_load(&http_stopping); }

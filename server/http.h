@@ -66,6 +66,9 @@ typedef struct http_req {
                                        handler answers at once instead of parking */
     int runs;                       /* how many times the handler ran (parking) */
     uint64_t user_gen;              /* the handler's own, kept across runs (0 at first) */
+    void *user_ptr;                 /* the handler's own, kept across runs (NULL at first);
+                                       user_free(user_ptr) runs when the request is done */
+    void (*user_free)(void *ptr);
     int64_t tenant;                 /* set by the router: the caller's tenant id,
                                        0 = may see every tenant's jobs */
 } http_req_t;
@@ -135,6 +138,9 @@ static inline void http_park_until(http_resp_t *resp, uint64_t (*gen)(int64_t ar
 
 /* Resumes every parked request, then stops the daemon. */
 void http_stop(void);
+/* Whether http_stop() began: a handler run again then answers now (a park
+ * would be refused with a 503). */
+int http_stopping_now(void);
 /* Runs again the parked requests whose generation moved (something they
  * wait for changed); the others stay parked. */
 void http_wake(void);

@@ -247,14 +247,28 @@ int store_durability_parse(const char *s, store_durability_t *out);
 /* Before store_global_init(): the database path and the mode. */
 void store_sync_setup(const char *db_path, store_durability_t mode);
 store_durability_t store_durability(void);
-/* Call after a committed write and before acknowledging it to a client:
- * returns 0 once it is on disk (group mode: an fdatasync of the WAL that
- * began after the call, shared with concurrent callers; other modes return
- * at once). -1 when the disk refused a sync: the write is committed but
- * may not survive power loss; answer 503 (sticky until restart). Blocks
- * for about one fdatasync. */
+/* Group commit (store_sync.c). After a committed write and before
+ * acknowledging it to a client, ask for a round: the ticket names the
+ * fdatasync of the WAL, begun after this call and shared with concurrent
+ * callers, that puts the write on disk (0 in the other modes: nothing to
+ * wait for). store_sync_check: 1 once that round finished, 0 while it is
+ * pending, -1 when the disk refused a sync (the write is committed but may
+ * not survive power loss; answer 503; sticky until restart).
+ * store_sync_gen is the same as a generation for http_park_until (arg:
+ * the ticket; 0 pending, 1 decided), and the hook (set once, before the
+ * first request) runs after each round on the sync thread: atolld wakes
+ * parked requests with it. store_sync_wait blocks until the ticket is
+ * decided (0 or -1); store_durable() is request and wait, for callers
+ * that may block (not an HTTP handler). store_sync_stop runs the rounds
+ * still asked for and ends the thread (shutdown, after HTTP stopped). */
+uint64_t store_sync_request(void);
+int store_sync_check(uint64_t ticket);
+uint64_t store_sync_gen(int64_t ticket);
+int store_sync_wait(uint64_t ticket);
+void store_sync_hook(void (*fn)(void));
 int store_durable(void);
-/* For /metrics: fdatasync rounds run and store_durable() calls. */
+void store_sync_stop(void);
+/* For /metrics: fdatasync rounds run and rounds asked for (requests). */
 uint64_t store_sync_rounds(void);
 uint64_t store_sync_waits(void);
 /* Closes the WAL descriptor (shutdown). */

@@ -5,11 +5,20 @@
  * appends its frames to the -wal file with write() and no fsync, which is
  * durable across a process crash (kill -9) but not across power loss. A
  * handler about to acknowledge a write to a client (the 201 of POST
- * /v1/jobs) calls store_durable(): it returns once an fdatasync of the WAL
- * that *began after* the caller's COMMIT returned has finished. Such an
- * fdatasync covers every commit before it, from any connection, so callers
- * arriving while one runs wait for the next round and share it: one fsync
- * per round, not per commit, and no fsync inside SQLite's write lock.
+ * /v1/jobs) asks for a round (store_sync_request) and answers once that
+ * round, an fdatasync of the WAL that *began after* the caller's COMMIT
+ * returned, has finished. Such an fdatasync covers every commit before
+ * it, from any connection, so callers asking while one runs wait for the
+ * next round and share it: one fsync per round, not per commit, and no
+ * fsync inside SQLite's write lock.
+ *
+ * Rounds run on one thread of their own (atoll-sync, started with the
+ * first request). An HTTP handler does not wait for its round: it parks
+ * its request (store_sync_gen), and the thread's hook (store_sync_hook:
+ * atolld's http_wake) runs it again after each round. A handler that ran
+ * the fdatasync itself, as before, held its HTTP thread for the sync's
+ * 150-350 us, and every other connection that thread served (a worker's
+ * poll answering the job just admitted) waited behind it.
  *
  * Checkpoints stay correct without us: with synchronous=NORMAL SQLite
  * syncs the WAL before copying frames into the database and the database
@@ -17,11 +26,13 @@
  * our round is on disk already.
  *
  * Invariant (under sync_mu): rounds run one at a time and are numbered in
- * the order they start; sync_done is the number of the last round that
- * finished. A caller entering when sync_started == k needs round k + 1.
- * A failed fdatasync is sticky (the kernel may have dropped the dirty
- * pages: retrying could report success for lost data), so every later
- * call fails too until atolld is restarted and SQLite recovers the WAL. */
+ * the order they start; sync_started is the number of the last round that
+ * began, sync_done of the last that finished, sync_wanted the highest
+ * round asked for. A request made when sync_started == k needs round
+ * k + 1 (its ticket). A failed fdatasync is sticky (the kernel may have
+ * dropped the dirty pages: retrying could report success for lost data),
+ * so every ticket fails from then on until atolld is restarted and SQLite
+ * recovers the WAL. */
 #include "store.h"
 
 #include <errno.h>
@@ -106,33 +117,131 @@ static int sync_wal(void)
     return 0;
 }
 
-int store_durable(void)
+/* The sync thread: a round whenever one was asked for that has not begun,
+ * until store_sync_stop and every asked round ran. */
+static pthread_cond_t sync_work_cv = PTHREAD_COND_INITIALIZER;
+static pthread_once_t sync_once = PTHREAD_ONCE_INIT;
+static pthread_t sync_thread;
+static uint64_t sync_wanted;
+static int sync_on, sync_stopping;      /* guarded by sync_mu */
+static void (*sync_hook)(void);         /* set before the first request */
+
+/* One round, sync_mu held on entry and return (dropped around the sync). */
+static void sync_round(void)
+{
+    sync_busy = 1;
+    uint64_t round = ++sync_started;
+    pthread_mutex_unlock(&sync_mu);
+    int rc = sync_wal();
+    pthread_mutex_lock(&sync_mu);
+    sync_busy = 0;
+    if (rc != 0)
+        sync_failed = 1;
+    else
+        sync_done = round;
+    pthread_cond_broadcast(&sync_cv);
+}
+
+static void *sync_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "atoll-sync");
+    pthread_mutex_lock(&sync_mu);
+    for (;;) {
+        while (sync_wanted <= sync_started && !sync_stopping)
+            pthread_cond_wait(&sync_work_cv, &sync_mu);
+        if (sync_wanted <= sync_started)
+            break;      /* stopping, and every asked round ran */
+        sync_round();
+        pthread_mutex_unlock(&sync_mu);
+        if (sync_hook)
+            sync_hook();    /* parked answers whose round this was go out */
+        pthread_mutex_lock(&sync_mu);
+    }
+    pthread_mutex_unlock(&sync_mu);
+    return NULL;
+}
+
+static void sync_start(void)
+{
+    pthread_mutex_lock(&sync_mu);
+    if (!sync_stopping && pthread_create(&sync_thread, NULL, sync_main, NULL) == 0)
+        sync_on = 1;
+    else if (!sync_stopping)
+        log_warn("group commit: no sync thread; each acknowledgement syncs on its own thread");
+    pthread_mutex_unlock(&sync_mu);
+}
+
+void store_sync_hook(void (*fn)(void)) { sync_hook = fn; }
+
+uint64_t store_sync_request(void)
 {
     if (sync_mode != STORE_DURABLE_GROUP)
         return 0;
     atomic_fetch_add(&sync_waits, 1);
+    pthread_once(&sync_once, sync_start);
     pthread_mutex_lock(&sync_mu);
-    uint64_t need = sync_started + 1;
-    while (sync_done < need && !sync_failed) {
-        if (sync_busy) {
-            pthread_cond_wait(&sync_cv, &sync_mu);
-            continue;
+    uint64_t ticket = sync_started + 1;
+    if (ticket > sync_wanted)
+        sync_wanted = ticket;
+    if (sync_on) {
+        pthread_cond_signal(&sync_work_cv);
+    } else {
+        /* No thread (it could not start, or the store is stopping): the
+         * caller runs the rounds it needs. */
+        while (sync_done < ticket && !sync_failed) {
+            if (sync_busy)
+                pthread_cond_wait(&sync_cv, &sync_mu);
+            else
+                sync_round();
         }
-        sync_busy = 1;
-        uint64_t round = ++sync_started;
-        pthread_mutex_unlock(&sync_mu);
-        int rc = sync_wal();
-        pthread_mutex_lock(&sync_mu);
-        sync_busy = 0;
-        if (rc != 0)
-            sync_failed = 1;
-        else
-            sync_done = round;
-        pthread_cond_broadcast(&sync_cv);
     }
+    pthread_mutex_unlock(&sync_mu);
+    return ticket;
+}
+
+int store_sync_check(uint64_t ticket)
+{
+    if (ticket == 0)
+        return 1;
+    pthread_mutex_lock(&sync_mu);
+    int rc = sync_failed ? -1 : sync_done >= ticket ? 1 : 0;
+    pthread_mutex_unlock(&sync_mu);
+    return rc;
+}
+
+uint64_t store_sync_gen(int64_t ticket)
+{
+    return store_sync_check((uint64_t)ticket) != 0;
+}
+
+int store_sync_wait(uint64_t ticket)
+{
+    if (ticket == 0)
+        return 0;
+    pthread_mutex_lock(&sync_mu);
+    while (sync_done < ticket && !sync_failed)
+        pthread_cond_wait(&sync_cv, &sync_mu);
     int rc = sync_failed ? -1 : 0;
     pthread_mutex_unlock(&sync_mu);
     return rc;
+}
+
+int store_durable(void)
+{
+    return store_sync_wait(store_sync_request());
+}
+
+void store_sync_stop(void)
+{
+    pthread_mutex_lock(&sync_mu);
+    sync_stopping = 1;
+    int on = sync_on;
+    sync_on = 0;
+    pthread_cond_broadcast(&sync_work_cv);
+    pthread_mutex_unlock(&sync_mu);
+    if (on)
+        pthread_join(sync_thread, NULL);
 }
 
 uint64_t store_sync_rounds(void) { return atomic_load(&sync_rounds); }

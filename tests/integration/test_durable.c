@@ -5,8 +5,11 @@
  * its commit. On one connection requests are sequential, so N submits need
  * N sync rounds at least: the counters in /metrics
  * (atoll_store_sync_waits_total, atoll_store_sync_rounds_total) must move
- * by that much. Deleting the store_durable() call from a handler, or
- * letting a round that began before a commit cover it, fails here. With
+ * by that much. Deleting the wait from a handler, or letting a round that
+ * began before a commit cover it, fails here. A request waits for its
+ * round parked, holding no HTTP thread (store_sync.c runs the rounds on a
+ * thread of its own): the parked requests' resumes move with the submits
+ * (in a cluster with nothing else that parks). With
  * --durability none no round runs at all, and a bad mode is refused at
  * start (exit 2, naming the flag).
  *
@@ -47,7 +50,8 @@ static void test_each_ack_waits_for_its_own_round(void **state)
     (void)state;
     double r0 = hx_metric(&itest_client, "atoll_store_sync_rounds_total");
     double w0 = hx_metric(&itest_client, "atoll_store_sync_waits_total");
-    T_CHECK(r0 >= 0 && w0 >= 0, "sync counters missing from /metrics");
+    double p0 = hx_metric(&itest_client, "atoll_http_park_resumes_total");
+    T_CHECK(r0 >= 0 && w0 >= 0 && p0 >= 0, "sync counters missing from /metrics");
     int64_t last = 0;
     for (int i = 0; i < SUBMITS; i++)
         last = itest_submit(doc_q);
@@ -57,6 +61,11 @@ static void test_each_ack_waits_for_its_own_round(void **state)
             w1 - w0, SUBMITS);
     T_CHECK(r1 - r0 >= SUBMITS, "%.0f sync rounds for %d sequential submits", r1 - r0,
             SUBMITS);
+    /* Each handler looks at its round right after asking for it: one
+     * already done by then (no park) would need the sync thread to have
+     * run a whole fdatasync in between, every time. */
+    double p1 = hx_metric(&itest_client, "atoll_http_park_resumes_total");
+    T_CHECK(p1 - p0 >= 1, "no submit waited parked for its round (%.0f resumes)", p1 - p0);
 
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%" PRId64, last);

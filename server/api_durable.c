@@ -1,0 +1,89 @@
+/* api_durable.c - answers that wait for group commit (store_sync.c).
+ *
+ * A handler that acknowledges a write (a job's 201, a cancel's 200, a
+ * tenant's token) builds its answer, then hands it here: the request asks
+ * for a sync round and parks, holding no HTTP thread, until the round is
+ * decided; the handler's next run (api_durable_rerun, first thing in the
+ * handler) sends the held answer, or a 503 naming the refusal when the
+ * disk refused the sync. The write itself is never done twice: a run
+ * again finds the answer held in req->user_ptr.
+ *
+ * Ownership: the held answer (its text included) belongs to the request
+ * (user_ptr, freed by the front door with it). */
+#include "api.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store.h"
+
+typedef struct held {
+    uint64_t ticket;
+    int status;
+    char *text;                 /* owned until answered */
+    size_t len;
+    char location[128];
+    char fail[256];             /* the 503's detail when the sync is refused */
+} held_t;
+
+static void held_free(void *ptr)
+{
+    held_t *h = ptr;
+    if (h)
+        free(h->text);
+    free(h);
+}
+
+/* Sends h, or parks the request again while its round is pending. */
+static void held_answer(http_req_t *req, http_resp_t *resp, held_t *h)
+{
+    int v = store_sync_check(h->ticket);
+    if (v == 0 && http_stopping_now())
+        v = store_sync_wait(h->ticket) == 0 ? 1 : -1;   /* shutdown: no parking */
+    if (v == 0) {
+        http_park_until(resp, store_sync_gen, (int64_t)h->ticket, 0, 0);
+        return;
+    }
+    if (v < 0) {
+        resp->location[0] = '\0';
+        http_problem(resp, 503, NULL, "%s", h->fail);
+        return;
+    }
+    memcpy(resp->location, h->location, sizeof resp->location);
+    http_json_text(resp, h->status, h->text, h->len);
+    h->text = NULL;             /* the response's now */
+    (void)req;
+}
+
+int api_durable_rerun(http_req_t *req, http_resp_t *resp)
+{
+    if (req->runs == 0 || req->user_free != held_free || !req->user_ptr)
+        return 0;
+    held_answer(req, resp, req->user_ptr);
+    return 1;
+}
+
+void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *text, size_t len,
+                        const char *fail_fmt, ...)
+{
+    held_t *h = calloc(1, sizeof *h);
+    if (!h) {
+        free(text);
+        http_problem(resp, 503, NULL, "out of memory; retry");
+        return;
+    }
+    h->ticket = store_sync_request();
+    h->status = status;
+    h->text = text;
+    h->len = len;
+    memcpy(h->location, resp->location, sizeof h->location);
+    va_list ap;
+    va_start(ap, fail_fmt);
+    vsnprintf(h->fail, sizeof h->fail, fail_fmt, ap);
+    va_end(ap);
+    req->user_ptr = h;
+    req->user_free = held_free;
+    held_answer(req, resp, h);
+}
