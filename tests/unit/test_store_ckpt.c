@@ -133,7 +133,7 @@ static void test_checkpoints_off_the_commit_path(void **state)
     assert_int_equal(sqlite3_step(s), SQLITE_ROW);
     assert_string_equal((const char *)sqlite3_column_text(s, 0), "ok");
     sqlite3_finalize(s);
-    store_thread_close();
+    support_store_remove(d.dir);
 }
 
 static uint64_t kicks_now(void)
@@ -190,7 +190,7 @@ static void test_kicks_count_new_frames(void **state)
 
     assert_int_equal(count_rows(db), next - 1);
     sqlite3_close(rd);
-    store_thread_close();
+    support_store_remove(d.dir);
 }
 
 /* The checkpoint's connection waits here while a RESTART checkpoint waits
@@ -280,7 +280,7 @@ static void test_full_wal_started_over(void **state)
     sqlite3_close(rd);
     sqlite3_close(w.db);
     assert_int_equal(count_rows(db), next - 1);
-    store_thread_close();
+    support_store_remove(d.dir);
     print_message("the run waited for the old reader: %d; frames after the next commit: %d\n",
                   waited, frames);
     assert_true(waited);
@@ -306,7 +306,7 @@ static void test_wal_file_cut_back(void **state)
     print_message("-wal: %lld bytes after the spike, %lld after the restart\n", spike, after);
     assert_true(after <= STORE_WAL_KEEP_BYTES);
     assert_int_equal(count_rows(db), next - 1);
-    store_thread_close();
+    support_store_remove(d.dir);
 }
 
 int main(void)
