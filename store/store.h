@@ -258,15 +258,14 @@ store_durability_t store_durability(void);
  * the ticket; 0 pending, 1 decided), and the hook (set once, before the
  * first request) runs after each round on the sync thread: atolld wakes
  * parked requests with it. store_sync_wait blocks until the ticket is
- * decided (0 or -1); store_durable() is request and wait, for callers
- * that may block (not an HTTP handler). store_sync_stop runs the rounds
+ * decided (0 or -1), for callers that may block (not an HTTP handler).
+ * store_sync_stop runs the rounds
  * still asked for and ends the thread (shutdown, after HTTP stopped). */
 uint64_t store_sync_request(void);
 int store_sync_check(uint64_t ticket);
 uint64_t store_sync_gen(int64_t ticket);
 int store_sync_wait(uint64_t ticket);
 void store_sync_hook(void (*fn)(void));
-int store_durable(void);
 void store_sync_stop(void);
 /* For /metrics: fdatasync rounds run and rounds asked for (requests). */
 uint64_t store_sync_rounds(void);

@@ -126,7 +126,8 @@ static uint64_t sync_wanted;
 static int sync_on, sync_stopping;      /* guarded by sync_mu */
 static void (*sync_hook)(void);         /* set before the first request */
 
-/* One round, sync_mu held on entry and return (dropped around the sync). */
+/* One round, sync_mu held on entry and return (dropped around the sync);
+ * only while no other round runs (!sync_busy): rounds are one at a time. */
 static void sync_round(void)
 {
     sync_busy = 1;
@@ -140,6 +141,7 @@ static void sync_round(void)
     else
         sync_done = round;
     pthread_cond_broadcast(&sync_cv);
+    pthread_cond_broadcast(&sync_work_cv);     /* the thread may wait for this round's end */
 }
 
 static void *sync_main(void *arg)
@@ -148,7 +150,9 @@ static void *sync_main(void *arg)
     pthread_setname_np(pthread_self(), "atoll-sync");
     pthread_mutex_lock(&sync_mu);
     for (;;) {
-        while (sync_wanted <= sync_started && !sync_stopping)
+        /* A caller runs rounds itself once the thread is told to stop
+         * (store_sync_request): never two at once. */
+        while (sync_busy || (sync_wanted <= sync_started && !sync_stopping))
             pthread_cond_wait(&sync_work_cv, &sync_mu);
         if (sync_wanted <= sync_started)
             break;      /* stopping, and every asked round ran */
@@ -225,11 +229,6 @@ int store_sync_wait(uint64_t ticket)
     int rc = sync_failed ? -1 : 0;
     pthread_mutex_unlock(&sync_mu);
     return rc;
-}
-
-int store_durable(void)
-{
-    return store_sync_wait(store_sync_request());
 }
 
 void store_sync_stop(void)

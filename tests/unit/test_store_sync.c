@@ -80,7 +80,7 @@ static void test_other_modes_wait_for_nothing(void **state)
     assert_int_equal(store_sync_request(), 0);
     assert_int_equal(store_sync_check(0), 1);
     assert_int_equal(store_sync_gen(0), 1);
-    assert_int_equal(store_durable(), 0);
+    assert_int_equal(store_sync_wait(store_sync_request()), 0);
     assert_int_equal(store_sync_rounds(), rounds);
 }
 
@@ -105,7 +105,7 @@ static void test_ticket_pending_until_its_round(void **state)
     assert_int_equal(store_sync_check(t2), 1);
     assert_true(store_sync_rounds() - rounds >= 2);
     assert_int_equal(store_sync_waits() - waits, 2);
-    assert_int_equal(store_durable(), 0);
+    assert_int_equal(store_sync_wait(store_sync_request()), 0);
 }
 
 /* Last: the refusal is sticky for the rest of the process. */
@@ -123,7 +123,7 @@ static void test_refused_sync_fails_every_ticket(void **state)
     assert_int_equal(store_sync_check(t), -1);
     assert_int_equal(store_sync_gen((int64_t)t), 1);   /* decided: a parked request runs */
     assert_int_equal(store_sync_check(before), -1);
-    assert_int_equal(store_durable(), -1);
+    assert_int_equal(store_sync_wait(store_sync_request()), -1);
     store_sync_stop();
 }
 
