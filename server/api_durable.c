@@ -37,7 +37,7 @@ static void held_free(void *ptr)
 }
 
 /* Sends h, or parks the request again while its round is pending. */
-static void held_answer(http_req_t *req, http_resp_t *resp, held_t *h)
+static void held_answer(http_resp_t *resp, held_t *h)
 {
     int v = store_sync_check(h->ticket);
     if (v == 0 && http_stopping_now())
@@ -54,14 +54,13 @@ static void held_answer(http_req_t *req, http_resp_t *resp, held_t *h)
     memcpy(resp->location, h->location, sizeof resp->location);
     http_json_text(resp, h->status, h->text, h->len);
     h->text = NULL;             /* the response's now */
-    (void)req;
 }
 
 int api_durable_rerun(http_req_t *req, http_resp_t *resp)
 {
     if (req->runs == 0 || req->user_free != held_free || !req->user_ptr)
         return 0;
-    held_answer(req, resp, req->user_ptr);
+    held_answer(resp, req->user_ptr);
     return 1;
 }
 
@@ -85,5 +84,5 @@ void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *te
     va_end(ap);
     req->user_ptr = h;
     req->user_free = held_free;
-    held_answer(req, resp, h);
+    held_answer(resp, h);
 }
