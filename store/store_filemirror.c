@@ -182,19 +182,26 @@ static int mirror_has(const filemirror_t *m, size_t first, size_t last)
     return 1;
 }
 
+/* The piece of a byte range that lies in one chunk: the range's bytes
+ * from `at` on (left of them) that chunk *c holds, from offset *in in it.
+ * Returns how many. */
+static size_t chunk_piece(int64_t at, size_t left, size_t *c, size_t *in)
+{
+    *c = (size_t)(at / CHUNK);
+    *in = (size_t)(at % CHUNK);
+    return FILEMIRROR_CHUNK - *in < left ? FILEMIRROR_CHUNK - *in : left;
+}
+
 /* Copies n bytes at off out of present chunks, marking them touched
  * when touch (a read; not a test's peek). Holds the lock (shared will
  * do). */
 static void mirror_copy_out(filemirror_t *m, void *out, size_t n, int64_t off, int touch)
 {
-    for (size_t done = 0; done < n;) {
-        int64_t at = off + (int64_t)done;
-        size_t c = (size_t)(at / CHUNK), in = (size_t)(at % CHUNK);
-        size_t take = FILEMIRROR_CHUNK - in < n - done ? FILEMIRROR_CHUNK - in : n - done;
+    for (size_t done = 0, c, in, take; done < n; done += take) {
+        take = chunk_piece(off + (int64_t)done, n - done, &c, &in);
         memcpy((unsigned char *)out + done, m->chunk[c] + in, take);
         if (touch)
             atomic_store_explicit(&m->touched[c], 1, memory_order_relaxed);
-        done += take;
     }
 }
 
@@ -312,10 +319,8 @@ void filemirror_wrote(filemirror_t *m, const void *data, size_t n, int64_t off, 
     pthread_rwlock_wrlock(&m->lock);
     if (!ok && m->size >= 0)
         mirror_stop(m);
-    for (size_t done = 0; m->size >= 0 && done < n;) {
-        int64_t at = off + (int64_t)done;
-        size_t c = (size_t)(at / CHUNK), in = (size_t)(at % CHUNK);
-        size_t take = FILEMIRROR_CHUNK - in < n - done ? FILEMIRROR_CHUNK - in : n - done;
+    for (size_t done = 0, c, in, take; m->size >= 0 && done < n; done += take) {
+        take = chunk_piece(off + (int64_t)done, n - done, &c, &in);
         unsigned char *p = c < m->n ? m->chunk[c] : NULL;
         /* Past the old end a new chunk is exact: the gap before the write
          * reads as zero in the file too. Else it waits for a read's load.
@@ -326,7 +331,6 @@ void filemirror_wrote(filemirror_t *m, const void *data, size_t n, int64_t off, 
             p = mirror_new_chunk(m, c, c, c);
         if (p)
             memcpy(p + in, (const unsigned char *)data + done, take);
-        done += take;
     }
     if (m->size >= 0 && off + (int64_t)n > m->size)
         m->size = off + (int64_t)n;
