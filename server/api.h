@@ -48,10 +48,11 @@ static inline void api_sched_notify(void)
  * resp->location once every commit made before this call is on disk
  * (group commit): the request parks meanwhile, holding no thread, and
  * when the disk refuses the sync it answers 503 with the detail fail_fmt
- * formats instead. A handler that answers this way calls
- * api_durable_rerun() first: on the request's next runs it sends the held
- * answer (or parks again) and returns 1, so the handler's write is never
- * done twice. */
+ * formats instead. The router calls api_durable_rerun() before anything
+ * else: on the request's next runs it sends the held answer (or parks
+ * again) and returns 1, so the handler's write is never done twice, and
+ * the request is not routed again (its access was decided in the run that
+ * wrote). */
 void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *text, size_t len,
                         const char *fail_fmt, ...) __attribute__((format(printf, 6, 7)));
 int api_durable_rerun(http_req_t *req, http_resp_t *resp);

@@ -3,10 +3,12 @@
  * A handler that acknowledges a write (a job's 201, a cancel's 200, a
  * tenant's token) builds its answer, then hands it here: the request asks
  * for a sync round and parks, holding no HTTP thread, until the round is
- * decided; the handler's next run (api_durable_rerun, first thing in the
- * handler) sends the held answer, or a 503 naming the refusal when the
- * disk refused the sync. The write itself is never done twice: a run
- * again finds the answer held in req->user_ptr.
+ * decided; the request's next run (api_durable_rerun, which the router
+ * calls before routing) sends the held answer, or a 503 naming the
+ * refusal when the disk refused the sync. The write itself is never done
+ * twice, nor its access decided again (a token revoked during the round
+ * does not take back the answer): a run again finds the answer held in
+ * req->user_ptr.
  *
  * Ownership: the held answer (its text included) belongs to the request
  * (user_ptr, freed by the front door with it). */

@@ -107,8 +107,6 @@ static int job_refused_early(const http_req_t *req, store_t *st, const job_plan_
 
 void api_jobs_create(http_req_t *req, http_resp_t *resp)
 {
-    if (api_durable_rerun(req, resp))
-        return;     /* stored in an earlier run; its answer waited for the disk */
     job_plan_t *plan = NULL;
     err_t e = {0};
     json_t *doc = api_body_json(req, resp);
@@ -285,8 +283,6 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
 
 void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
 {
-    if (api_durable_rerun(req, resp))
-        return;     /* cancelled in an earlier run */
     store_t *st = NULL;
     int64_t id = api_visible_job(req, resp, &st);
     if (id < 1)

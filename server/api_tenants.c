@@ -63,8 +63,6 @@ static void answer_durable_json(http_req_t *req, http_resp_t *resp, int status, 
 
 void api_tenants_create(http_req_t *req, http_resp_t *resp)
 {
-    if (api_durable_rerun(req, resp))
-        return;     /* stored in an earlier run: the token shown is that run's */
     json_t *body = api_body_json(req, resp);
     store_t *st;
     if (!body || !(st = api_store(resp)))
@@ -137,8 +135,6 @@ void api_tenants_list(http_req_t *req, http_resp_t *resp)
 
 void api_tenants_revoke(http_req_t *req, http_resp_t *resp)
 {
-    if (api_durable_rerun(req, resp))
-        return;     /* revoked in an earlier run */
     store_t *st = api_store(resp);
     if (!st)
         return;

@@ -72,6 +72,12 @@ void api_route(http_req_t *req, http_resp_t *resp)
     /* Captures must outlive parked re-runs of the handler: kept per thread
      * and refilled on every run, since the path does not change. */
     static _Thread_local char buf[512];
+    /* A write stored in an earlier run, its answer waiting for the disk
+     * (api_durable.c), is answered as it stands. Routed again, its token
+     * would be checked again: one revoked during the sync round turned the
+     * 201 of a job already stored into a 401. */
+    if (api_durable_rerun(req, resp))
+        return;
     route_decision_t d;
     route_of(req, buf, sizeof buf, &d);
     if (d.status != 0)

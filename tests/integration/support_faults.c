@@ -154,3 +154,52 @@ cleanup:
     free(b);
     return status;
 }
+
+#ifndef ATOLL_SYNCGATE_SO
+/* bench/ builds these files without tests/ and its shim. */
+int fx_syncgate_env(int on, const char *gate, const char *fail)
+{
+    (void)gate;
+    (void)fail;
+    return on ? -1 : 0;
+}
+#else
+/* What fx_syncgate_env(1, ...) replaced: ASAN_OPTIONS's value (NULL: unset). */
+static char *syncgate_asan_was;
+static int syncgate_asan_set;
+
+int fx_syncgate_env(int on, const char *gate, const char *fail)
+{
+    if (!on) {
+        unsetenv("LD_PRELOAD");
+        unsetenv("ATOLL_TEST_SYNC_GATE");
+        unsetenv("ATOLL_TEST_SYNC_FAIL");
+        if (syncgate_asan_was)
+            setenv("ASAN_OPTIONS", syncgate_asan_was, 1);
+        else
+            unsetenv("ASAN_OPTIONS");
+        free(syncgate_asan_was);
+        syncgate_asan_was = NULL;
+        syncgate_asan_set = 0;
+        return 0;
+    }
+    /* ASan wants its runtime first in the link order; a preloaded
+     * library comes before it (the sanitizer build). */
+    const char *asan = getenv("ASAN_OPTIONS");
+    char opts[512];
+    snprintf(opts, sizeof opts, "%s%sverify_asan_link_order=0", asan ? asan : "",
+             asan && *asan ? ":" : "");
+    if (!syncgate_asan_set) {
+        if (asan && !(syncgate_asan_was = strdup(asan)))
+            return -1;
+        syncgate_asan_set = 1;
+    }
+    setenv("ASAN_OPTIONS", opts, 1);
+    setenv("LD_PRELOAD", ATOLL_SYNCGATE_SO, 1);
+    if (gate)
+        setenv("ATOLL_TEST_SYNC_GATE", gate, 1);
+    if (fail)
+        setenv("ATOLL_TEST_SYNC_FAIL", fail, 1);
+    return 0;
+}
+#endif

@@ -29,6 +29,13 @@ int fx_worker_start(hx_proc_t *p, const char *dir, const char *name, const char 
 /* POST /v1/jobs with an Idempotency-Key header (timeout 10 s). Returns
  * the HTTP status (-1: no answer) and, on 200/201, the job id in *id. */
 int fx_submit(const char *url, const char *doc, const char *key, int64_t *id);
+/* Sets (on = 1) the environment that makes the next atolld started load
+ * tests/integration/shim_syncgate.c, with its fdatasync held while the
+ * file `gate` exists and refused (EIO) while the file `fail` exists
+ * (either may be NULL); on = 0 puts the environment back as it was, so
+ * that later processes (workers) start without it. Call around the start,
+ * from the main thread. 0 or -1 (out of memory). */
+int fx_syncgate_env(int on, const char *gate, const char *fail);
 /* kill -9 and reap. No-op when p is not running. */
 void fx_kill(hx_proc_t *p);
 /* SIGTERM, wait up to grace_ms (then SIGKILL), reap. Returns 1 when it

@@ -18,6 +18,13 @@
  * is the online backup instead, a whole SQLite file holding every job
  * accepted before it.
  *
+ * A disk that refuses a round (fdatasync fails: an atolld of its own with
+ * tests/integration/shim_syncgate.c preloaded) gets the job's client a
+ * 503 naming the job and the retry, and every later acknowledged write a
+ * 503 too until atolld is restarted (the kernel may have dropped the
+ * pages); nothing stored is lost: after the restart a retry with the same
+ * Idempotency-Key answers the job stored before the refusal (200).
+ *
  * Cluster: cold=2x2 with no worker (jobs stay queued; acceptance only). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +38,7 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "support_faults.h"
 
 #define SUBMITS 6
 
@@ -204,6 +212,78 @@ static void test_backup_holds_every_accepted_job(void **state)
     T_CHECK(queued >= 3, "the copy holds %lld queued jobs, at least 3 expected", queued);
 }
 
+/* POST /v1/jobs doc_q with Idempotency-Key `key` on cl: the status, the
+ * job id (200/201) and the problem's detail (else) into detail. */
+static long submit_keyed(hx_client_t *cl, const char *key, int64_t *id, char *detail, size_t cap)
+{
+    char hdr[96], *doc = hx_text_q(doc_q);
+    snprintf(hdr, sizeof hdr, "Idempotency-Key: %s", key);
+    const char *const hdrs[] = {hdr, "Content-Type: application/json", NULL};
+    hx_resp_t r;
+    long status = doc && hx_request_h(cl, "POST", "/v1/jobs", doc, strlen(doc), hdrs, &r) == 0
+                      ? r.status : 0;
+    free(doc);
+    *id = 0;
+    detail[0] = '\0';
+    if (status) {
+        const char *d = json_string_value(json_object_get(r.json, "detail"));
+        snprintf(detail, cap, "%s", d ? d : "");
+        *id = json_integer_value(json_object_get(r.json, "id"));
+        hx_resp_clear(&r);
+    }
+    return status;
+}
+
+static void test_refused_sync_answers_503_and_keeps_the_job(void **state)
+{
+    (void)state;
+    static const char *const islands[] = {"cold=2x2"};
+    char dir[HX_DIR_MAX], fail[HX_DIR_MAX + 16], url[HX_URL_MAX], detail[512];
+    snprintf(dir, sizeof dir, "/tmp/atoll-eio-XXXXXX");
+    T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(fail, sizeof fail, "%s/sync-fail", dir);
+    hx_proc_t p = {0};
+    int port = 0;
+    int up = fx_syncgate_env(1, NULL, fail) == 0 &&
+             fx_atolld_start(&p, dir, "atolld-eio", 0, 5000, islands, 1, url, sizeof url,
+                             &port) == 0;
+    fx_syncgate_env(0, NULL, NULL);
+    hx_client_t cl;
+    T_CHECK(up && hx_client_init(&cl, url) == 0, "cannot start atolld with the sync shim");
+    int64_t id = 0, first = 0;
+    T_CHECK(submit_keyed(&cl, "eio-0", &first, detail, sizeof detail) == 201 && first > 0,
+            "before the refusal: %s", detail);
+    FILE *f = fopen(fail, "w");
+    T_CHECK(f != NULL, "cannot create %s", fail);
+    fclose(f);
+    /* The refused round: the job is stored, its client told so. */
+    long s1 = submit_keyed(&cl, "eio-1", &id, detail, sizeof detail);
+    char want[64];
+    snprintf(want, sizeof want, "job %" PRId64 " was stored", first + 1);
+    T_CHECK(s1 == 503 && strstr(detail, want) && strstr(detail, "Idempotency-Key"),
+            "a refused sync answered %ld '%s', expected 503 naming %s and the retry", s1,
+            detail, want);
+    /* Sticky: the disk is "back", but what it dropped cannot be known. */
+    unlink(fail);
+    long s2 = submit_keyed(&cl, "eio-2", &id, detail, sizeof detail);
+    T_CHECK(s2 == 503, "after a refused sync, a submit answered %ld (%s), expected 503", s2,
+            detail);
+    /* Restarted (no shim): the first refused job is there for its retry. */
+    T_CHECK(fx_term(&p, 15000) == 1, "atolld did not exit 0 on SIGTERM after the refusal");
+    T_CHECK(fx_atolld_start(&p, dir, "atolld-eio2", port, 5000, islands, 1, url, sizeof url,
+                            &port) == 0, "atolld did not start again on its database");
+    long s3 = submit_keyed(&cl, "eio-1", &id, detail, sizeof detail);
+    T_CHECK(s3 == 200 && id == first + 1, "the retry answered %ld with job %" PRId64
+            ", expected 200 with job %" PRId64 " (%s)", s3, id, first + 1, detail);
+    long s4 = submit_keyed(&cl, "eio-3", &id, detail, sizeof detail);
+    T_CHECK(s4 == 201 && id > first + 1, "a new submit after the restart answered %ld", s4);
+    hx_client_cleanup(&cl);
+    fx_term(&p, 15000);
+    char cmd[HX_DIR_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    T_CHECK(system(cmd) == 0, "cannot remove %s", dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_bad_mode_refused),
         cmocka_unit_test(test_second_controller_refused),
         cmocka_unit_test(test_backup_holds_every_accepted_job),
+        cmocka_unit_test(test_refused_sync_answers_503_and_keeps_the_job),
     };
     return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
 }

@@ -9,7 +9,11 @@
  *   - quotas: a job bigger than the quota is 422, a job that would go past
  *     it waits with a "quota" pending_reason;
  *   - fair share: among equal priorities the tenant using fewer devices is
- *     admitted first.
+ *     admitted first;
+ *   - a token revoked while a job of its tenant waits for its sync round
+ *     (stored, its 201 not sent yet) does not take the 201 back: atolld
+ *     runs with tests/integration/shim_syncgate.c preloaded, which holds
+ *     the round open while the test revokes.
  * Cluster: west=2x2 (two workers of 2 devices), east=2x4 (two of 4). The
  * tests run in order and share it; the workers are started by
  * test_worker_tokens, after checking that a worker without the token
@@ -19,9 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "itest.h"
+#include "support_faults.h"
 
 #define ADMIN_TOKEN "admin-token-0123456789abcdef"
 #define WORKER_TOKEN "worker-token-0123456789abcdef"
@@ -32,6 +42,8 @@
  * leftover-cancelling teardown sees every job). */
 static hx_client_t anon_cl, read_cl, alice_cl, bob_cl, carol_cl, dave_cl;
 static char alice_token[128], bob_token[128];
+/* While this file exists, atolld's fdatasync waits (shim_syncgate.c). */
+static char sync_gate[HX_PATH_MAX];
 
 /* Fails the test, reporting `cl`'s last exchange and the logs. */
 #define C_CHECK(cl, cond, ...)                                                          \
@@ -152,6 +164,15 @@ static void create_tenant(const char *body_q, char *out, size_t cap)
     T_CHECK(ok, "POST /v1/tenants %s: expected 201 with a token", body_q);
 }
 
+/* Creates a tenant as the admin and a client holding its token in cl. */
+static void tenant_client(const char *body_q, hx_client_t *cl)
+{
+    char token[128];
+    create_tenant(body_q, token, sizeof token);
+    T_CHECK(hx_client_init(cl, itest_cluster.url) == 0 &&
+                hx_client_set_auth(cl, token, NULL) == 0, "client");
+}
+
 /* ---- setup: atolld with tokens, no workers yet ---- */
 
 static int group_setup(void **state)
@@ -160,7 +181,12 @@ static int group_setup(void **state)
     static const char *const islands[] = {"west=2x2", "east=2x4"};
     static const char *const extra[] = {"--admin-token", ADMIN_TOKEN, "--worker-token",
                                         WORKER_TOKEN, "--read-token", READ_TOKEN, NULL};
-    if (hx_init() != 0 || hx_cluster_start_args(&itest_cluster, islands, 2, extra) != 0)
+    /* Only atolld gets the shim (support_faults.h). */
+    snprintf(sync_gate, sizeof sync_gate, "/tmp/atoll-syncgate-%ld", (long)getpid());
+    int started = hx_init() == 0 && fx_syncgate_env(1, sync_gate, NULL) == 0 &&
+                  hx_cluster_start_args(&itest_cluster, islands, 2, extra) == 0;
+    fx_syncgate_env(0, NULL, NULL);
+    if (!started)
         return -1;
     hx_client_t *all[] = {&itest_client, &anon_cl, &read_cl, &alice_cl, &bob_cl, &carol_cl,
                           &dave_cl};
@@ -181,6 +207,7 @@ fail:
 static int group_teardown(void **state)
 {
     (void)state;
+    unlink(sync_gate);
     hx_client_t *others[] = {&anon_cl, &read_cl, &alice_cl, &bob_cl, &carol_cl, &dave_cl};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         hx_client_cleanup(others[i]);
@@ -473,11 +500,8 @@ static int count_series(const char *text)
 static void test_tenant_device_time(void **state)
 {
     (void)state;
-    char erin_token[128];
     hx_client_t erin_cl;
-    create_tenant("{'name':'erin','share':4}", erin_token, sizeof erin_token);
-    T_CHECK(hx_client_init(&erin_cl, itest_cluster.url) == 0 &&
-                hx_client_set_auth(&erin_cl, erin_token, NULL) == 0, "client");
+    tenant_client("{'name':'erin','share':4}", &erin_cl);
     int64_t id = submit_as(&erin_cl, "erin-busy", "[2,2]", "west", 300000, NULL, 201);
     json_decref(wait_ok(&erin_cl, id));
     json_t *all = call(&itest_client, "GET", "/v1/stats/tenants?seconds=600", NULL, NULL, 200);
@@ -521,6 +545,96 @@ static void test_tenant_device_time(void **state)
     T_CHECK(metric >= 1.2, "atoll_tenant_device_seconds_total{tenant=\"erin\"} = %g", metric);
 }
 
+/* ---- a revocation racing a stored job's acknowledgement ---- */
+
+/* One request run on a thread of its own: it waits for a sync round the
+ * test holds open. */
+typedef struct async_call {
+    hx_client_t *cl;
+    const char *method, *path, *body;
+    long status;                /* 0: no answer */
+    int64_t id;
+    _Atomic int answered;       /* set once the call returned */
+    pthread_t th;
+} async_call_t;
+
+static void *async_call_main(void *arg)
+{
+    async_call_t *a = arg;
+    hx_resp_t r;
+    if (hx_request(a->cl, a->method, a->path, a->body, a->body ? strlen(a->body) : 0, &r) == 0) {
+        a->status = r.status;
+        a->id = json_integer_value(json_object_get(r.json, "id"));
+        hx_resp_clear(&r);
+    }
+    atomic_store(&a->answered, 1);
+    return NULL;
+}
+
+/* Waits (30 s at most) until /metrics counts at least `want` writes that
+ * waited for a sync round: each one is stored by then. */
+static int sync_waits_reach(double want)
+{
+    struct timespec nap = {0, ITEST_POLL_MS * 1000000L};
+    for (int i = 0; i < 30000 / ITEST_POLL_MS; i++) {
+        if (hx_metric(&itest_client, "atoll_store_sync_waits_total") >= want)
+            return 1;
+        nanosleep(&nap, NULL);
+    }
+    return 0;
+}
+
+static void test_revoke_during_sync_keeps_the_201(void **state)
+{
+    (void)state;
+    hx_client_t frank_cl;
+    tenant_client("{'name':'frank'}", &frank_cl);
+    double w0 = hx_metric(&itest_client, "atoll_store_sync_waits_total");
+    int fd = open(sync_gate, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    T_CHECK(fd >= 0 && w0 >= 0, "cannot create %s (or no sync counter)", sync_gate);
+    close(fd);
+    /* frank's job is stored and waits for its round, held open... */
+    char *doc = busy_doc("frank-job", "[1]", "west", 1000);
+    async_call_t submit = {.cl = &frank_cl, .method = "POST", .path = "/v1/jobs", .body = doc};
+    async_call_t revoke = {.method = "DELETE", .path = "/v1/tenants/frank"};
+    hx_client_t admin2;
+    int ok = hx_client_init(&admin2, itest_cluster.url) == 0 &&
+             hx_client_set_auth(&admin2, ADMIN_TOKEN, NULL) == 0;
+    revoke.cl = &admin2;
+    int sub_on = ok && pthread_create(&submit.th, NULL, async_call_main, &submit) == 0;
+    int stored = sub_on && sync_waits_reach(w0 + 1);
+    /* ...while the admin revokes frank's token (stored too, then waiting). */
+    int rev_on = stored && pthread_create(&revoke.th, NULL, async_call_main, &revoke) == 0;
+    int revoked = rev_on && sync_waits_reach(w0 + 2);
+    int queued = (int)hx_metric(&itest_client, "atoll_store_sync_waits_total");
+    int held = !atomic_load(&submit.answered);  /* the gate did hold its round */
+    unlink(sync_gate);      /* the rounds finish */
+    if (sub_on)
+        pthread_join(submit.th, NULL);
+    if (rev_on)
+        pthread_join(revoke.th, NULL);
+    free(doc);
+    hx_client_cleanup(&admin2);
+    /* After the rounds: frank's token is no more. */
+    hx_resp_t r;
+    long after = hx_request(&frank_cl, "GET", "/v1/jobs", NULL, 0, &r) == 0 ? r.status : 0;
+    if (after)
+        hx_resp_clear(&r);
+    hx_client_cleanup(&frank_cl);
+    T_CHECK(stored && revoked, "the submit (%d) or the revocation (%d) never waited for its"
+            " round (%d waits since %.0f)", stored, revoked, queued, w0);
+    T_CHECK(held, "the submit was answered before its round was let go: the sync gate"
+            " (shim_syncgate.c, LD_PRELOAD) did not hold it");
+    T_CHECK(submit.status == 201 && submit.id > 0,
+            "a job stored before its token was revoked answered %ld, expected its 201",
+            submit.status);
+    T_CHECK(revoke.status == 200 && after == 401,
+            "the revocation answered %ld, frank's token then %ld", revoke.status, after);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, submit.id);
+    json_decref(call(&itest_client, "GET", path, NULL, NULL, 200));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -531,6 +645,7 @@ int main(void)
         cmocka_unit_test_teardown(test_quota_waits, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_fair_share, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_tenant_device_time, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_revoke_during_sync_keeps_the_201, itest_cancel_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
