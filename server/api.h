@@ -55,6 +55,11 @@ static inline void api_sched_notify(void)
  * wrote). */
 void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *text, size_t len,
                         const char *fail_fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Asks for the sync round of what the handler just committed, before it
+ * builds its answer: the round's fdatasync then runs while the handler
+ * reads back (one request alone on a connection waits for both, not their
+ * sum). api_answer_durable, called later, waits for that round. */
+void api_durable_request(http_req_t *req);
 int api_durable_rerun(http_req_t *req, http_resp_t *resp);
 
 /* The router: the handler given to http_start(). */

@@ -62,20 +62,42 @@ int api_durable_rerun(http_req_t *req, http_resp_t *resp)
 {
     if (req->runs == 0 || req->user_free != held_free || !req->user_ptr)
         return 0;
-    held_answer(resp, req->user_ptr);
+    held_t *h = req->user_ptr;
+    if (h->status == 0)
+        return 0;       /* a round asked for, no answer held: not parked by us */
+    held_answer(resp, h);
     return 1;
+}
+
+/* The request's held answer, made (and its round asked for) on the first
+ * call; NULL when out of memory. */
+static held_t *held_of(http_req_t *req)
+{
+    if (req->user_free == held_free && req->user_ptr)
+        return req->user_ptr;
+    held_t *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->ticket = store_sync_request();
+    req->user_ptr = h;
+    req->user_free = held_free;
+    return h;
+}
+
+void api_durable_request(http_req_t *req)
+{
+    (void)held_of(req);     /* out of memory: api_answer_durable answers 503 */
 }
 
 void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *text, size_t len,
                         const char *fail_fmt, ...)
 {
-    held_t *h = calloc(1, sizeof *h);
+    held_t *h = held_of(req);
     if (!h) {
         free(text);
         http_problem(resp, 503, NULL, "out of memory; retry");
         return;
     }
-    h->ticket = store_sync_request();
     h->status = status;
     h->text = text;
     h->len = len;
@@ -84,7 +106,5 @@ void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *te
     va_start(ap, fail_fmt);
     vsnprintf(h->fail, sizeof h->fail, fail_fmt, ap);
     va_end(ap);
-    req->user_ptr = h;
-    req->user_free = held_free;
     held_answer(resp, h);
 }

@@ -144,8 +144,11 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
         job_refused(rc, id, &lim, resp);
         goto cleanup;
     }
-    /* The scheduler is woken at once: its pass (allocation, dispatch)
-     * overlaps the sync instead of waiting for it. Nothing is lost by a
+    api_durable_request(req);
+    /* The sync round is asked for at once, so that its fdatasync runs
+     * while this thread reads the job back, and the scheduler is woken:
+     * its pass (allocation, dispatch) overlaps the sync instead of waiting
+     * for it. Nothing is lost by a
      * job that runs before it is on disk: only power loss can drop the
      * WAL's tail, and then the job's rows, its allocation and its tasks go
      * together, and its client, which never got the 201, submits again.
@@ -157,11 +160,11 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
     }
     if (rc == STORE_OK)
         api_sched_notify();
-    /* Read back before the sync, not after: this connection's pages are
-     * still the ones its commit just wrote (SQLite drops them once another
-     * connection commits, and during the sync the scheduler allocates the
-     * job), so the read costs ~40 us instead of ~165. The answer is the
-     * job as stored, queued. */
+    /* Read back now, not once the round is over: this connection's pages
+     * are still the ones its commit just wrote (SQLite drops them once
+     * another connection commits, and during the sync the scheduler
+     * allocates the job), so the read costs ~40 us instead of ~165. The
+     * answer is the job as stored, queued. */
     if (!(job = store_job_json_text(st, id, &len))) {
         http_problem(resp, 500, NULL, "job %ld stored but could not be read back", (long)id);
         goto cleanup;
@@ -301,6 +304,7 @@ void api_jobs_cancel(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, NULL, "job %ld could not be cancelled now; retry", (long)id);
         return;
     }
+    api_durable_request(req);
     api_sched_notify();
     http_wake();    /* workers holding its tasks learn of it on their poll */
     size_t len;
