@@ -148,10 +148,10 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
     /* The sync round is asked for at once, so that its fdatasync runs
      * while this thread reads the job back, and the scheduler is woken:
      * its pass (allocation, dispatch) overlaps the sync instead of waiting
-     * for it. Nothing is lost by a
-     * job that runs before it is on disk: only power loss can drop the
-     * WAL's tail, and then the job's rows, its allocation and its tasks go
-     * together, and its client, which never got the 201, submits again.
+     * for it. Nothing is lost by a job that runs before it is on disk:
+     * only power loss can drop the WAL's tail, and then the job's rows,
+     * its allocation and its tasks go together, and its client, which
+     * never got the 201, submits again.
      * 201 promises the job is on disk; a replay (200) waits too, in case
      * its first answer was lost to a failed sync. */
     if (rc == STORE_OK && api_cfg.job_planned) {

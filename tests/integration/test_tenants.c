@@ -606,7 +606,7 @@ static void test_revoke_during_sync_keeps_the_201(void **state)
     /* ...while the admin revokes frank's token (stored too, then waiting). */
     int rev_on = stored && pthread_create(&revoke.th, NULL, async_call_main, &revoke) == 0;
     int revoked = rev_on && sync_waits_reach(w0 + 2);
-    int queued = (int)hx_metric(&itest_client, "atoll_store_sync_waits_total");
+    int waits = (int)hx_metric(&itest_client, "atoll_store_sync_waits_total");
     int held = !atomic_load(&submit.answered);  /* the gate did hold its round */
     unlink(sync_gate);      /* the rounds finish */
     if (sub_on)
@@ -622,7 +622,7 @@ static void test_revoke_during_sync_keeps_the_201(void **state)
         hx_resp_clear(&r);
     hx_client_cleanup(&frank_cl);
     T_CHECK(stored && revoked, "the submit (%d) or the revocation (%d) never waited for its"
-            " round (%d waits since %.0f)", stored, revoked, queued, w0);
+            " round (%d waits since %.0f)", stored, revoked, waits, w0);
     T_CHECK(held, "the submit was answered before its round was let go: the sync gate"
             " (shim_syncgate.c, LD_PRELOAD) did not hold it");
     T_CHECK(submit.status == 201 && submit.id > 0,
