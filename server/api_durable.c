@@ -26,7 +26,7 @@ typedef struct held {
     int status;
     char *text;                 /* owned until answered */
     size_t len;
-    char location[128];
+    char location[sizeof ((http_resp_t *)0)->location];
     char fail[256];             /* the 503's detail when the sync is refused */
 } held_t;
 
@@ -86,7 +86,9 @@ static held_t *held_of(http_req_t *req)
 
 void api_durable_request(http_req_t *req)
 {
-    (void)held_of(req);     /* out of memory: api_answer_durable answers 503 */
+    /* Out of memory: api_answer_durable tries again (its round then asked
+     * for later), and answers 503 if that fails too. */
+    (void)held_of(req);
 }
 
 void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *text, size_t len,

@@ -5,10 +5,15 @@
 #ifndef ATOLL_ITEST_H
 #define ATOLL_ITEST_H
 
+#include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "support_check.h"
 #include "support_harness.h"
@@ -73,6 +78,72 @@ static inline int itest_group_teardown(void **state)
 {
     (void)state;
     return itest_stop();
+}
+
+/* One request run on a thread of its own (itest_call_start, then
+ * itest_call_join), for a test that holds the request's answer back (a
+ * sync round held open: support_faults.h's fx_syncgate_env) and looks at
+ * the cluster meanwhile. cl, method, path and body are the caller's and
+ * must outlive the call. */
+typedef struct itest_call {
+    hx_client_t *cl;
+    const char *method, *path, *body;
+    long status;                /* 0: no answer */
+    int64_t id;                 /* the answer's "id", if any */
+    atomic_int answered;        /* set once the request returned */
+    int on;                     /* the thread runs (joined by itest_call_join) */
+    pthread_t th;
+} itest_call_t;
+
+static inline void *itest_call_main(void *arg)
+{
+    itest_call_t *a = arg;
+    hx_resp_t r;
+    if (hx_request(a->cl, a->method, a->path, a->body, a->body ? strlen(a->body) : 0, &r) == 0) {
+        a->status = r.status;
+        a->id = json_integer_value(json_object_get(r.json, "id"));
+        hx_resp_clear(&r);
+    }
+    atomic_store(&a->answered, 1);
+    return NULL;
+}
+
+/* Starts a's request; 1 when its thread runs. */
+static inline int itest_call_start(itest_call_t *a)
+{
+    a->on = pthread_create(&a->th, NULL, itest_call_main, a) == 0;
+    return a->on;
+}
+
+static inline void itest_call_join(itest_call_t *a)
+{
+    if (a->on)
+        pthread_join(a->th, NULL);
+    a->on = 0;
+}
+
+/* Creates the file at path (a sync gate: fx_syncgate_env); 0 or -1. */
+static inline int itest_touch(const char *path)
+{
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+/* Waits (30 s at most) until /metrics counts at least `want` writes that
+ * waited for a sync round (each one is stored by then); 1, or 0 on time
+ * out. */
+static inline int itest_sync_waits_reach(double want)
+{
+    struct timespec nap = {0, ITEST_POLL_MS * 1000000L};
+    for (int i = 0; i < 30000 / ITEST_POLL_MS; i++) {
+        if (hx_metric(&itest_client, "atoll_store_sync_waits_total") >= want)
+            return 1;
+        nanosleep(&nap, NULL);
+    }
+    return 0;
 }
 
 /* Submits a single-quoted JSON document; fails the test unless 201. */

@@ -8,8 +8,10 @@
  * by that much. Deleting the wait from a handler, or letting a round that
  * began before a commit cover it, fails here. A request waits for its
  * round parked, holding no HTTP thread (store_sync.c runs the rounds on a
- * thread of its own): the parked requests' resumes move with the submits
- * (in a cluster with nothing else that parks). With
+ * thread of its own): with its round held open (the group's atolld runs
+ * with tests/integration/shim_syncgate.c preloaded) a submit is stored and
+ * not answered, and once the round ends it is resumed (in a cluster with
+ * nothing else that parks) and answered 201. With
  * --durability none no round runs at all, and a bad mode is refused at
  * start (exit 2, naming the flag).
  *
@@ -46,11 +48,24 @@ static const char doc_q[] =
     "{'name':'d','slices':{'s':{'shape':[1,1],'island':'cold'}},'computations':["
     "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}";
 
+/* While this file exists, the group's atolld holds its sync rounds open
+ * (shim_syncgate.c). */
+static char sync_gate[HX_PATH_MAX];
+
 static int group_setup(void **state)
 {
     (void)state;
     static const itest_island_t isl[] = {{"cold=2x2", "cold", 0, 0}};
-    return itest_start(isl, 1);
+    snprintf(sync_gate, sizeof sync_gate, "/tmp/atoll-syncgate-%ld", (long)getpid());
+    int rc = fx_syncgate_env(1, sync_gate, NULL) == 0 ? itest_start(isl, 1) : -1;
+    fx_syncgate_env(0, NULL, NULL);
+    return rc;
+}
+
+static int group_teardown(void **state)
+{
+    unlink(sync_gate);
+    return itest_group_teardown(state);
 }
 
 static void test_each_ack_waits_for_its_own_round(void **state)
@@ -58,8 +73,7 @@ static void test_each_ack_waits_for_its_own_round(void **state)
     (void)state;
     double r0 = hx_metric(&itest_client, "atoll_store_sync_rounds_total");
     double w0 = hx_metric(&itest_client, "atoll_store_sync_waits_total");
-    double p0 = hx_metric(&itest_client, "atoll_http_park_resumes_total");
-    T_CHECK(r0 >= 0 && w0 >= 0 && p0 >= 0, "sync counters missing from /metrics");
+    T_CHECK(r0 >= 0 && w0 >= 0, "sync counters missing from /metrics");
     int64_t last = 0;
     for (int i = 0; i < SUBMITS; i++)
         last = itest_submit(doc_q);
@@ -69,11 +83,30 @@ static void test_each_ack_waits_for_its_own_round(void **state)
             w1 - w0, SUBMITS);
     T_CHECK(r1 - r0 >= SUBMITS, "%.0f sync rounds for %d sequential submits", r1 - r0,
             SUBMITS);
-    /* Each handler looks at its round right after asking for it: one
-     * already done by then (no park) would need the sync thread to have
-     * run a whole fdatasync in between, every time. */
+    /* A submit whose round is held open is stored, not answered, and
+     * parked (nothing else parks in this cluster): it is resumed once the
+     * round ends. */
+    double p0 = hx_metric(&itest_client, "atoll_http_park_resumes_total");
+    T_CHECK(p0 >= 0 && itest_touch(sync_gate) == 0, "cannot create %s", sync_gate);
+    char *doc = hx_text_q(doc_q);
+    hx_client_t cl;         /* its own: itest_client asks /metrics meanwhile */
+    int ok = doc && hx_client_init(&cl, itest_cluster.url) == 0;
+    itest_call_t held = {.cl = &cl, .method = "POST", .path = "/v1/jobs", .body = doc};
+    int stored = ok && itest_call_start(&held) && itest_sync_waits_reach(w1 + 1);
+    int unanswered = !atomic_load(&held.answered);
+    unlink(sync_gate);
+    itest_call_join(&held);
     double p1 = hx_metric(&itest_client, "atoll_http_park_resumes_total");
-    T_CHECK(p1 - p0 >= 1, "no submit waited parked for its round (%.0f resumes)", p1 - p0);
+    if (ok)
+        hx_client_cleanup(&cl);
+    free(doc);
+    T_CHECK(stored && unanswered, "a submit with its round held open: stored %d, unanswered %d",
+            stored, unanswered);
+    T_CHECK(held.status == 201 && p1 - p0 >= 1,
+            "the held submit answered %ld after %.0f resumes, expected 201 after one",
+            held.status, p1 - p0);
+    w1 += 1;
+    r1 = hx_metric(&itest_client, "atoll_store_sync_rounds_total");
 
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%" PRId64, last);
@@ -294,5 +327,5 @@ int main(void)
         cmocka_unit_test(test_backup_holds_every_accepted_job),
         cmocka_unit_test(test_refused_sync_answers_503_and_keeps_the_job),
     };
-    return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -23,11 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "itest.h"
@@ -547,72 +543,30 @@ static void test_tenant_device_time(void **state)
 
 /* ---- a revocation racing a stored job's acknowledgement ---- */
 
-/* One request run on a thread of its own: it waits for a sync round the
- * test holds open. */
-typedef struct async_call {
-    hx_client_t *cl;
-    const char *method, *path, *body;
-    long status;                /* 0: no answer */
-    int64_t id;
-    _Atomic int answered;       /* set once the call returned */
-    pthread_t th;
-} async_call_t;
-
-static void *async_call_main(void *arg)
-{
-    async_call_t *a = arg;
-    hx_resp_t r;
-    if (hx_request(a->cl, a->method, a->path, a->body, a->body ? strlen(a->body) : 0, &r) == 0) {
-        a->status = r.status;
-        a->id = json_integer_value(json_object_get(r.json, "id"));
-        hx_resp_clear(&r);
-    }
-    atomic_store(&a->answered, 1);
-    return NULL;
-}
-
-/* Waits (30 s at most) until /metrics counts at least `want` writes that
- * waited for a sync round: each one is stored by then. */
-static int sync_waits_reach(double want)
-{
-    struct timespec nap = {0, ITEST_POLL_MS * 1000000L};
-    for (int i = 0; i < 30000 / ITEST_POLL_MS; i++) {
-        if (hx_metric(&itest_client, "atoll_store_sync_waits_total") >= want)
-            return 1;
-        nanosleep(&nap, NULL);
-    }
-    return 0;
-}
-
 static void test_revoke_during_sync_keeps_the_201(void **state)
 {
     (void)state;
     hx_client_t frank_cl;
     tenant_client("{'name':'frank'}", &frank_cl);
     double w0 = hx_metric(&itest_client, "atoll_store_sync_waits_total");
-    int fd = open(sync_gate, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-    T_CHECK(fd >= 0 && w0 >= 0, "cannot create %s (or no sync counter)", sync_gate);
-    close(fd);
+    T_CHECK(itest_touch(sync_gate) == 0 && w0 >= 0, "cannot create %s (or no sync counter)",
+            sync_gate);
     /* frank's job is stored and waits for its round, held open... */
     char *doc = busy_doc("frank-job", "[1]", "west", 1000);
-    async_call_t submit = {.cl = &frank_cl, .method = "POST", .path = "/v1/jobs", .body = doc};
-    async_call_t revoke = {.method = "DELETE", .path = "/v1/tenants/frank"};
+    itest_call_t submit = {.cl = &frank_cl, .method = "POST", .path = "/v1/jobs", .body = doc};
+    itest_call_t revoke = {.method = "DELETE", .path = "/v1/tenants/frank"};
     hx_client_t admin2;
     int ok = hx_client_init(&admin2, itest_cluster.url) == 0 &&
              hx_client_set_auth(&admin2, ADMIN_TOKEN, NULL) == 0;
     revoke.cl = &admin2;
-    int sub_on = ok && pthread_create(&submit.th, NULL, async_call_main, &submit) == 0;
-    int stored = sub_on && sync_waits_reach(w0 + 1);
+    int stored = ok && itest_call_start(&submit) && itest_sync_waits_reach(w0 + 1);
     /* ...while the admin revokes frank's token (stored too, then waiting). */
-    int rev_on = stored && pthread_create(&revoke.th, NULL, async_call_main, &revoke) == 0;
-    int revoked = rev_on && sync_waits_reach(w0 + 2);
+    int revoked = stored && itest_call_start(&revoke) && itest_sync_waits_reach(w0 + 2);
     int waits = (int)hx_metric(&itest_client, "atoll_store_sync_waits_total");
     int held = !atomic_load(&submit.answered);  /* the gate did hold its round */
     unlink(sync_gate);      /* the rounds finish */
-    if (sub_on)
-        pthread_join(submit.th, NULL);
-    if (rev_on)
-        pthread_join(revoke.th, NULL);
+    itest_call_join(&submit);
+    itest_call_join(&revoke);
     free(doc);
     hx_client_cleanup(&admin2);
     /* After the rounds: frank's token is no more. */
