@@ -23,18 +23,27 @@ static json_t *shape_json(const shape_t *s)
     return a;
 }
 
-/* Where computation c's outputs go: one entry per `input` op that reads
- * one of them. The same for every shard (shard k feeds shard k of the
- * consumer, or, for a cross-mesh edge, the pieces its "reshard" names), so
- * a host task carries the consumer's slice name and the worker resolves
- * the destination processes from the placement. New reference, or NULL. */
-static json_t *task_sends(const job_plan_t *plan, int c)
+/* Where computations c .. c + n - 1's outputs go: sends[k] gets one entry
+ * per `input` op that reads an output of computation c + k. The same for
+ * every shard (shard k feeds shard k of the consumer, or, for a cross-mesh
+ * edge, the pieces its "reshard" names), so a host task carries the
+ * consumer's slice name and the worker resolves the destination processes
+ * from the placement. One scan of the plan for the whole run, not one per
+ * computation: per computation that was O(computations), a 1,024-step
+ * chain's dispatch O(computations^2). On success every sends[k] is a new
+ * reference; on -1 (out of memory) none is. */
+static int task_sends(const job_plan_t *plan, int c, int n, json_t **sends)
 {
-    json_t *sends = json_array();
-    for (int c2 = 0; sends && c2 < plan->ncomps; c2++) {
+    for (int k = 0; k < n; k++)
+        sends[k] = json_array();
+    for (int k = 0; k < n; k++)
+        if (!sends[k])
+            goto fail;
+    for (int c2 = 0; c2 < plan->ncomps; c2++) {
         const comp_t *cc = &plan->comps[c2];
         for (int i = 0; i < cc->ninputs; i++) {
-            if (cc->inputs[i].producer != c)
+            int p = cc->inputs[i].producer;
+            if (p < c || p >= c + n)
                 continue;
             json_t *e = json_pack("{s:s, s:i, s:i, s:s}", "value", cc->inputs[i].value,
                                   "comp", c2, "op", cc->inputs[i].op_index,
@@ -45,13 +54,17 @@ static json_t *task_sends(const job_plan_t *plan, int c)
                 json_decref(e);
                 e = NULL;
             }
-            if (!e || json_array_append_new(sends, e) != 0) {
-                json_decref(sends);
-                return NULL;
-            }
+            if (!e || json_array_append_new(sends[p - c], e) != 0)
+                goto fail;
         }
     }
-    return sends;
+    return 0;
+fail:
+    for (int k = 0; k < n; k++) {
+        json_decref(sends[k]);
+        sends[k] = NULL;
+    }
+    return -1;
 }
 
 /* A global computation's "full_values" (gspmd.h), set on base when it
@@ -74,9 +87,10 @@ static int task_full_values(const job_plan_t *plan, const comp_t *cp, json_t *ba
 /* What every host task of computation c has in common (TASK of
  * docs/worker-protocol.md without "task", "shards" and "devices"), stored
  * once per computation; new reference, or NULL. O(computation size),
- * never O(shards) or O(workers). */
+ * never O(shards) or O(workers). sends (task_sends) is stolen, also on
+ * failure. */
 static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_job_t *job,
-                         int c, int64_t seq)
+                         int c, int64_t seq, json_t *sends)
 {
     const comp_t *cp = &plan->comps[c];
     json_t *inputs = json_object();
@@ -91,7 +105,7 @@ static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_
                              "job", (json_int_t)job->id, "attempt", job->attempt, "comp", c,
                              "seq", (json_int_t)seq, "slice", plan->slices[cp->slice].name,
                              "slice_shape", shape_json(&cp->slice_shape), "computation", comp,
-                             "input_shapes", inputs, "sends", task_sends(plan, c));
+                             "input_shapes", inputs, "sends", sends);
     if (base && cp->gspmd && task_full_values(plan, cp, base) != 0) {
         json_decref(base);
         base = NULL;
@@ -187,14 +201,21 @@ static int comps_heads(store_t *st, const sched_job_t *job, const job_plan_t *pl
                        const json_t *doc, int c, int ncomps, int64_t island, int64_t seq,
                        int blocked)
 {
-    int rc = store_sched_set_comp(st, job->id, c, ncomps, island, seq, !blocked);
+    json_t **sends = calloc((size_t)ncomps, sizeof *sends);
+    int rc = sends ? store_sched_set_comp(st, job->id, c, ncomps, island, seq, !blocked) : -1;
+    if (rc == 0)
+        rc = task_sends(plan, c, ncomps, sends);
     for (int k = 0; rc == 0 && k < ncomps; k++) {
-        json_t *base = task_base(plan, doc, job, c + k, seq + k);
+        json_t *base = task_base(plan, doc, job, c + k, seq + k, sends[k]);
         char *text = base ? jtext_dump(base, NULL) : NULL;
+        sends[k] = NULL;        /* stolen by task_base */
         rc = text ? store_sched_add_comp_payload(st, job->id, job->attempt, c + k, text) : -1;
         json_decref(base);
         free(text);
     }
+    for (int k = 0; sends && k < ncomps; k++)
+        json_decref(sends[k]);      /* those not handed over after a failure */
+    free(sends);
     return rc;
 }
 
