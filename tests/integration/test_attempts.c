@@ -1,4 +1,4 @@
-/* test_attempts.c - aborts name an attempt, not a job (docs/architecture.md,
+/* test_attempts.c - aborts name an attempt, not a job (docs/internals.md,
  * "Leases and fencing"; docs/worker-protocol.md, poll `cancel`).
  *
  * requeue_same_worker: atolld (--lease-ms 20000) with island w=1x2 and one
