@@ -453,8 +453,6 @@ int64_t store_job_tenant(store_t *st, int64_t job);
  * bytes): STORE_OK, STORE_NOTFOUND when none does, STORE_ERR. */
 int store_job_slice_at(store_t *st, int64_t job, const char *island, int64_t idx, char *out,
                        size_t cap);
-/* A tenant's device quota (0 = none). */
-int64_t store_tenant_quota(store_t *st, int64_t tenant);
 /* A tenant's limits (schema/008_tenant_limits.sql). */
 typedef struct tenant_limits {
     int64_t quota;              /* devices in use at most; 0 = no cap */

@@ -25,12 +25,6 @@ int64_t store_job_tenant(store_t *st, int64_t job)
     return store_scalar(st, sql, job, -1);
 }
 
-int64_t store_tenant_quota(store_t *st, int64_t tenant)
-{
-    static const char sql[] = "SELECT quota_devices FROM tenants WHERE id = ?";
-    return store_scalar(st, sql, tenant, 0);
-}
-
 int store_tenant_limits(store_t *st, int64_t tenant, tenant_limits_t *out)
 {
     static const char sql[] =

@@ -517,23 +517,6 @@ int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
     return fresh;
 }
 
-/* Every attempt held here: the newest one queued or running bounds it, so
- * an attempt this worker has not seen yet is not marked. */
-int exec_cancel_job(exec_t *ex, int64_t job)
-{
-    int32_t held = -1;
-    pthread_mutex_lock(&ex->mu);
-    for (int d = 0; d < ex->ndev; d++)
-        for (const qent_t *q = ex->dev[d].queue; q; q = q->next)
-            if (q->h->t->job == job && q->h->t->attempt > held)
-                held = q->h->t->attempt;
-    pthread_mutex_unlock(&ex->mu);
-    if (held >= 0)
-        return exec_cancel_attempt(ex, job, held);
-    mbox_drop_job(ex->env.mb, job, INT32_MAX);      /* the job ended: its messages too */
-    return 0;
-}
-
 int exec_pending(exec_t *ex)
 {
     pthread_mutex_lock(&ex->mu);
@@ -615,7 +598,3 @@ exec_counters_t *exec_counters(exec_t *ex)
     return &ex->counters;
 }
 
-ostore_t *exec_store(exec_t *ex)
-{
-    return ex->env.st;
-}

@@ -67,13 +67,8 @@ int exec_submit(exec_t *ex, const json_t *group);
  * Returns how many tasks this call newly aborted (0 when the controller
  * repeats a cancel we already applied). */
 int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt);
-/* Aborts every attempt of the job held here (exec_cancel_attempt with the
- * newest attempt queued or running). Same return value. */
-int exec_cancel_job(exec_t *ex, int64_t job);
 /* Collective algorithm counts so far (borrowed). */
 exec_counters_t *exec_counters(exec_t *ex);
-/* The object store the tasks use (borrowed). */
-ostore_t *exec_store(exec_t *ex);
 /* Tasks queued or running. */
 int exec_pending(exec_t *ex);
 /* Waits until nothing is queued or running, at most timeout_ms. Returns 0

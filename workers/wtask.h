@@ -121,12 +121,6 @@ int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
                 int64_t *task_id, char *err, size_t errlen);
 void wtask_free(wtask_t *t);
 
-/* The proc that runs shard k of this task's computation. */
-static inline int wtask_proc_of(const wtask_t *t, int k)
-{
-    return t->place->slices[t->slice].proc_of[k];
-}
-
 /* Non-zero when shard `shard`'s output `value` is reported with up to
  * GSPMD_GLOBAL_VALUES_MAX values: the value is listed in "full_values" and
  * the shard's coordinate is 0 on each of its replica axes. */
