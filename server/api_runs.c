@@ -138,8 +138,11 @@ static const char *event_bad(const json_t *ev)
     if (!host || strlen(host) > 255)
         return "host";
     const json_t *code = json_object_get(ev, "exit_code"), *sig = json_object_get(ev, "signal");
-    if ((code && !json_is_integer(code)) || (sig && !json_is_integer(sig)))
+    if (code && !json_is_integer(code))
         return "exit_code";
+    /* Its own name: a bad signal was answered as a bad exit_code. */
+    if (sig && !json_is_integer(sig))
+        return "signal";
     return NULL;
 }
 

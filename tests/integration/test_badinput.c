@@ -325,6 +325,49 @@ static void test_document_as_sent(void **state)
     T_CHECK(in_get, "GET %s does not carry the document as sent", path);
 }
 
+/* An Idempotency-Key is 1 to 128 characters: an empty one ("Name;" makes
+ * curl send the header without a value) or one of 129 is 400 naming it,
+ * no job created; one of 128 is taken. */
+static void test_idempotency_key_bounds(void **state)
+{
+    (void)state;
+    int before = job_count();
+    char *doc = hx_text_q(ONE_COMP("{'op':'shard_index','out':'x'}"));
+    T_CHECK(doc != NULL, "out of memory");
+    char long_key[200];
+    snprintf(long_key, sizeof long_key, "Idempotency-Key: %0129d", 7);
+    static const char empty_key[] = "Idempotency-Key;";
+    const char *const keys[] = {empty_key, long_key};
+    for (int i = 0; i < 2; i++) {
+        const char *const hdrs[] = {keys[i], NULL};
+        hx_resp_t r;
+        int sent = hx_request_h(&itest_client, "POST", "/v1/jobs", doc, strlen(doc), hdrs,
+                                &r) == 0;
+        long status = sent ? r.status : 0;
+        const char *f = sent ? json_string_value(json_object_get(r.json, "field")) : NULL;
+        int named = f && strcmp(f, "Idempotency-Key") == 0;
+        if (sent)
+            hx_resp_clear(&r);
+        if (status != 400 || !named)
+            free(doc);
+        T_CHECK(status == 400 && named, "%s answered %ld, want 400 at Idempotency-Key",
+                i ? "a key of 129 characters" : "an empty key", status);
+    }
+    T_CHECK(job_count() == before, "a refused key created a job");
+    char key[200];
+    snprintf(key, sizeof key, "Idempotency-Key: %0128d", 8);
+    const char *const hdrs[] = {key, NULL};
+    hx_resp_t r;
+    int sent = hx_request_h(&itest_client, "POST", "/v1/jobs", doc, strlen(doc), hdrs, &r) == 0;
+    long status = sent ? r.status : 0;
+    int64_t id = sent ? json_integer_value(json_object_get(r.json, "id")) : 0;
+    if (sent)
+        hx_resp_clear(&r);
+    free(doc);
+    T_CHECK(status == 201, "a key of 128 characters answered %ld, want 201", status);
+    json_decref(itest_wait_state(id, "succeeded"));
+}
+
 /* ---- GET /v1/jobs, /v1/jobs/{id}, DELETE, /result ---- */
 
 static void test_job_queries(void **state)
@@ -503,6 +546,12 @@ static void check_directory(int64_t wid)
     expect_fault("GET", path, NULL, 0, 400, "addr");
     snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers?addr=a%%20b:1", wid);
     expect_fault("GET", path, NULL, 0, 400, "addr");
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers?addr=:9", wid);
+    expect_fault("GET", path, NULL, 0, 400, "addr");
+    /* 64 characters: one past a data_addr's 63, well formed otherwise. */
+    snprintf(path, sizeof path, "/v1/workers/%" PRId64 "/peers?addr=%s:9", wid,
+             "h1234567890123456789012345678901234567890123456789012345678901");
+    expect_fault("GET", path, NULL, 0, 400, "addr");
     /* A caller that is not a live worker: 409, as for its logs and procs. */
     expect_fault("GET", "/v1/workers/999999/peers?addr=127.0.0.1:9", NULL, 0, 409, "id");
     /* Without the worker's own credential: refused before any lookup. */
@@ -531,6 +580,12 @@ static const char *const bad_registrations[][2] = {
     {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','pid':'1'}", "pid"},
     {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','colour':1}", "colour"},
     {"{'island':7,'devices':2,'data_addr':'127.0.0.1:1'}", "island"},
+    /* Empty strings: an island (not looked up: 400, not 404), a backend
+     * (not taken for the default), a host; an address without a host. */
+    {"{'island':'','devices':2,'data_addr':'127.0.0.1:1'}", "island"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','backend':''}", "backend"},
+    {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','host':''}", "host"},
+    {"{'island':'fake','devices':2,'data_addr':':1'}", "data_addr"},
     /* The UCX address peers are handed: base64 (padded) of 1..8192 bytes. */
     {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','ucx_address':7}", "ucx_address"},
     {"{'island':'fake','devices':2,'data_addr':'127.0.0.1:1','ucx_address':''}", "ucx_address"},
@@ -869,6 +924,7 @@ int main(void)
         cmocka_unit_test_teardown(test_job_document_faults, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_valid_job_still_runs, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_document_as_sent, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_idempotency_key_bounds, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_queries, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_wait, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_islands, itest_cancel_leftovers),

@@ -508,6 +508,133 @@ static void test_allow_run_off(void **state)
     T_CHECK(unclean == 0, "the atolld without --allow-run did not exit cleanly on SIGTERM");
 }
 
+/* A worker call's status and, for a problem, its field (into field). */
+static long worker_call_field(hx_client_t *cl, const char *secret, const char *method,
+                              const char *path, const char *body, size_t len, char *field,
+                              size_t cap)
+{
+    json_t *ans = NULL;
+    long st = hx_worker_call(cl, secret, method, path, body, len, &ans);
+    const char *f = json_string_value(json_object_get(ans, "field"));
+    snprintf(field, cap, "%s", f ? f : "");
+    json_decref(ans);
+    return st;
+}
+
+/* POSTs {"events": [n copies of event]} to worker wid's /procs; the status
+ * and the problem's field. */
+static long post_events(hx_client_t *cl, const char *secret, int64_t wid, const char *event,
+                        int n, char *field, size_t cap)
+{
+    size_t le = strlen(event), bcap = 32 + (le + 1) * (size_t)n;
+    char *body = malloc(bcap), path[96];
+    T_CHECK(body != NULL, "oom");
+    if (!body)      /* (T_CHECK longjmps; the compiler does not know) */
+        return 0;
+    size_t len = (size_t)snprintf(body, bcap, "{\"events\":[");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(body + len, bcap - len, "%s%s", i ? "," : "", event);
+    len += (size_t)snprintf(body + len, bcap - len, "]}");
+    snprintf(path, sizeof path, "/v1/workers/%lld/procs", (long long)wid);
+    long st = worker_call_field(cl, secret, "POST", path, body, len, field, cap);
+    free(body);
+    return st;
+}
+
+/* What else a worker's uploads about job jr's run computation (comp 0,
+ * processes 0 and 1, attempt 0) are held to, each bound at its first
+ * value past it (every case fails when its check is deleted):
+ *   - logs: attempt 0..1000, comp below JOB_MAX_COMPS (1024), a body of
+ *     segments whose stream is 1 or 2 and whose length fits, at most
+ *     4096 of them;
+ *   - procs: at most 4096 events, each pid 0..INT32_MAX, a state running,
+ *     exited or killed, a host of at most 255 bytes, integer exit_code and
+ *     signal;
+ *   - a reader's follow is 0 or 1. */
+static void check_upload_fields(hx_client_t *cl, const char *secret, int64_t wid, int64_t jr)
+{
+    static const char seg[] = "\001\005\000\000\000hello";
+    static const struct { const char *query, *field; } queries[] = {
+        {"attempt=1001&comp=0&process=0", "attempt"},
+        {"attempt=0&comp=1024&process=0", "comp"},
+    };
+    char path[256], field[128];
+    for (size_t i = 0; i < sizeof queries / sizeof queries[0]; i++) {
+        snprintf(path, sizeof path, "/v1/workers/%lld/logs?job=%lld&%s", (long long)wid,
+                 (long long)jr, queries[i].query);
+        long st = worker_call_field(cl, secret, "POST", path, seg, sizeof seg - 1, field,
+                                    sizeof field);
+        T_CHECK(st == 400 && strcmp(field, queries[i].field) == 0,
+                "logs with %s answered %ld at '%s', want 400 at %s", queries[i].query, st, field,
+                queries[i].field);
+    }
+    snprintf(path, sizeof path, "/v1/workers/%lld/logs?job=%lld&attempt=0&comp=0&process=0",
+             (long long)wid, (long long)jr);
+    static const struct { const char *body; size_t len; const char *what; } segs[] = {
+        {"\003\005\000\000\000hello", 10, "a stream 3"},
+        {"\001\006\000\000\000hello", 10, "a length past the body"},
+        {"\001\005\000\000", 4, "a cut header"},
+    };
+    for (size_t i = 0; i < sizeof segs / sizeof segs[0]; i++) {
+        long st = worker_call_field(cl, secret, "POST", path, segs[i].body, segs[i].len, field,
+                                    sizeof field);
+        T_CHECK(st == 400 && strcmp(field, "body") == 0,
+                "logs with %s answered %ld at '%s', want 400 at body", segs[i].what, st, field);
+    }
+    /* 4096 empty segments are taken, 4097 are not. */
+    char *many = calloc(4097, 5);
+    T_CHECK(many != NULL, "oom");
+    for (int i = 0; i < 4097; i++)
+        many[5 * i] = 1;
+    long st4096 = worker_call_field(cl, secret, "POST", path, many, 5 * 4096, field,
+                                    sizeof field);
+    long st4097 = worker_call_field(cl, secret, "POST", path, many, 5 * 4097, field,
+                                    sizeof field);
+    free(many);
+    T_CHECK(st4096 == 200 && st4097 == 400 && strcmp(field, "body") == 0,
+            "4096 segments answered %ld, 4097 %ld at '%s' (want 200, then 400 at body)", st4096,
+            st4097, field);
+
+    char ev[640];
+#define EVENT(FMT, ...) \
+    snprintf(ev, sizeof ev, "{\"job\":%lld,\"attempt\":0,\"comp\":0,\"process\":0," FMT "}", \
+             (long long)jr, __VA_ARGS__)
+    /* An exited process: nothing is left running for the drain below. */
+    EVENT("\"pid\":%d,\"state\":\"exited\",\"host\":\"h\",\"exit_code\":%d", 7, 0);
+    long st = post_events(cl, secret, wid, ev, 1, field, sizeof field);
+    T_CHECK(st == 200, "a valid process state answered %ld", st);
+    st = post_events(cl, secret, wid, ev, 4097, field, sizeof field);
+    T_CHECK(st == 400 && strcmp(field, "events") == 0,
+            "4097 process states answered %ld at '%s', want 400 at events", st, field);
+    static const struct { const char *tail, *field; } bad[] = {
+        {"\"pid\":2147483648,\"state\":\"exited\",\"host\":\"h\"", "events[0].pid"},
+        {"\"pid\":7,\"state\":\"sleeping\",\"host\":\"h\"", "events[0].state"},
+        {"\"pid\":7,\"state\":\"exited\",\"host\":\"h\",\"exit_code\":\"0\"",
+         "events[0].exit_code"},
+        {"\"pid\":7,\"state\":\"killed\",\"host\":\"h\",\"signal\":9.5", "events[0].signal"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        EVENT("%s", bad[i].tail);
+        st = post_events(cl, secret, wid, ev, 1, field, sizeof field);
+        T_CHECK(st == 400 && strcmp(field, bad[i].field) == 0,
+                "process state %s answered %ld at '%s', want 400 at %s", ev, st, field,
+                bad[i].field);
+    }
+    char host[260];
+    memset(host, 'h', 256);
+    host[256] = '\0';
+    EVENT("\"pid\":7,\"state\":\"exited\",\"host\":\"%s\"", host);
+    st = post_events(cl, secret, wid, ev, 1, field, sizeof field);
+    T_CHECK(st == 400 && strcmp(field, "events[0].host") == 0,
+            "a host of 256 bytes answered %ld at '%s', want 400 at events[0].host", st, field);
+#undef EVENT
+
+    snprintf(path, sizeof path, "/v1/jobs/%lld/logs?follow=2", (long long)jr);
+    st = worker_call_field(cl, NULL, "GET", path, NULL, 0, field, sizeof field);
+    T_CHECK(st == 400 && strcmp(field, "follow") == 0,
+            "logs?follow=2 answered %ld at '%s', want 400 at follow", st, field);
+}
+
 /* Output uploads are bounded (DESIGN Part E: every received size is
  * checked): a worker posts output only for a run computation it holds a
  * task of, only for a process that computation has (below its shard
@@ -581,6 +708,7 @@ static void test_log_uploads_bounded(void **state)
         T_CHECK(st == cases[i].want, "logs of job %lld process %d answered %ld, want %ld",
                 (long long)cases[i].job, cases[i].process, st, cases[i].want);
     }
+    check_upload_fields(&cl, secret, wid, jr);
     /* One segment of 512 KiB (its header makes the body 5 bytes more). */
     size_t big = (size_t)512 << 10;
     char *body = calloc(1, big + 5);

@@ -3,7 +3,9 @@
  *   - POST /v1/tenants takes max_queued (default 1000) and max_priority
  *     (default 0), shown by GET /v1/tenants; quota_devices 0 is 400, an
  *     absent quota is no cap (shown as null, and a job of the whole island
- *     runs);
+ *     runs); every other bound of the body (the name's length and
+ *     characters, unknown fields, quota, share and max_queued ranges) is
+ *     400 naming its field, and the bounds themselves are taken;
  *   - past max_queued a submission is 429 with Retry-After; a slot opens
  *     when a queued job leaves; a replay of an accepted submission still
  *     answers its job; admin submissions are not capped;
@@ -69,6 +71,31 @@ static void test_tenant_fields(void **state)
     check_field(&itest_client, call_q(&itest_client, "POST", "/v1/tenants",
                                       "{'name':'mp','max_priority':'high'}", NULL, 400),
                 "max_priority");
+    /* Every other bound of the body, each at its first value past it: a
+     * tenant named by more than 63 characters, or by one outside
+     * [A-Za-z0-9_-], a field the controller does not know, a quota, share
+     * or queue cap past its range, a share of 0 (weights are positive). */
+    static const char *const bad[][2] = {
+        {"{'name':'n123456789012345678901234567890123456789012345678901234567890123'}", "name"},
+        {"{'name':'a b'}", "name"},
+        {"{'name':'a.b'}", "name"},
+        {"{'name':'col','colour':'red'}", "colour"},
+        {"{'name':'q','quota_devices':1000001}", "quota_devices"},
+        {"{'name':'s0','share':0}", "share"},
+        {"{'name':'s1','share':1001}", "share"},
+        {"{'name':'mq1','max_queued':100001}", "max_queued"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        check_field(&itest_client, call_q(&itest_client, "POST", "/v1/tenants", bad[i][0], NULL,
+                                          400),
+                    bad[i][1]);
+    /* The bounds themselves are allowed: a 63-character name, the largest
+     * quota, share and queue cap. */
+    json_t *edge = call_q(&itest_client, "POST", "/v1/tenants",
+                          "{'name':'e1234567890123456789012345678901234567890123456789"
+                          "0123456789012','quota_devices':1000000,'share':1000,"
+                          "'max_queued':100000}", NULL, 201);
+    json_decref(edge);
     json_t *t = tenant_new("{'name':'lim','max_queued':5,'max_priority':3}", &lim_cl, lim_tok,
                            sizeof lim_tok);
     int ok = int_of(t, "max_queued") == 5 && int_of(t, "max_priority") == 3 &&

@@ -506,6 +506,48 @@ static void test_errors_edges(void **state)
 #define SL(slices) \
     "{'slices': " slices ", 'computations': [{'name': 'c', 'slice': 'a', 'ops': [" F4 "]}]}"
 
+/* A job of n slices s0..s{n-1} of shape [1] (its computation on s0):
+ * compiled, 0 or the status. */
+static int compile_slices(int n, err_t *e)
+{
+    char doc[8192] = "{'slices': {";
+    for (int i = 0; i < n; i++)
+        snprintf(doc + strlen(doc), sizeof doc - strlen(doc), "%s's%d': {'shape': [1]}",
+                 i ? ", " : "", i);
+    snprintf(doc + strlen(doc), sizeof doc - strlen(doc),
+             "}, 'computations': [{'name': 'c', 'slice': 's0', 'ops': [" F4 "]}]}");
+    job_plan_t *plan;
+    int rc = compile_text(doc, &plan, e);
+    job_plan_free(plan);
+    return rc;
+}
+
+/* A job has 1 to 64 slices (SLICES_MAX). */
+static void expect_slice_count(void)
+{
+    err_t e;
+    assert_int_equal(compile_slices(64, &e), 0);
+    assert_int_equal(compile_slices(65, &e), 400);
+    assert_string_equal(e.field, "slices");
+}
+
+/* A name whose JSON string holds a NUL (jansson builds one through
+ * json_stringn; the router's parser refuses \u0000, other callers may
+ * not) is refused: the name stored would be cut at the NUL. */
+static void expect_name_nul(void)
+{
+    json_t *doc = doc_load(SL("{'a': {'shape': [2]}}"));
+    json_object_set_new(doc, "name", json_stringn("a\0b", 3));
+    job_plan_t *plan = NULL;
+    err_t e;
+    memset(&e, 0, sizeof e);
+    int rc = compiler_job(doc, islands, 2, &plan, &e);
+    json_decref(doc);
+    job_plan_free(plan);
+    assert_int_equal(rc, 400);
+    assert_string_equal(e.field, "name");
+}
+
 static void test_errors_slices_and_top(void **state)
 {
     (void)state;
@@ -523,6 +565,12 @@ static void test_errors_slices_and_top(void **state)
     expect_error(SL("{'a': {}}"), 400, "slices.a.shape", NULL);
     expect_error(SL("{'a': {'shape': [2]}, 'b c': {'shape': [2]}}"), 400, "slices.b c", NULL);
     expect_error(SL("{}"), 400, "slices", NULL);
+    /* axes name each dim of the shape: not fewer, not more. */
+    expect_error(SL("{'a': {'shape': [2, 2], 'axes': ['x']}}"), 400, "slices.a.axes",
+                 "each of its 2 dims");
+    expect_error(SL("{'a': {'shape': [2], 'axes': ['x', 'y']}}"), 400, "slices.a.axes",
+                 "each of its 1 dims");
+    expect_slice_count();
     expect_error(SL("[]"), 400, "slices", NULL);
     expect_error("{'computations': []}", 400, "slices", "missing");
     expect_error("[1]", 400, "", NULL);
@@ -533,6 +581,7 @@ static void test_errors_slices_and_top(void **state)
                  NULL);
     expect_error("{'name': 7, 'slices': {}, 'computations': []}", 400, "name", NULL);
     expect_name_limits();
+    expect_name_nul();
 
     /* Without an island list (NULL) the island checks are skipped. */
     json_t *doc = doc_load(SL("{'a': {'shape': [64, 64], 'island': 'anywhere'}}"));

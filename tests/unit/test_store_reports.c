@@ -18,7 +18,11 @@
  * A computation's success costs the same whatever the number of its job's
  * computations still waiting for their dispatch chunk (parallel dispatch:
  * waiting without a seq): it looks only for consumers blocked on it
- * (computations_blocked, schema 030). Counted in SQLite VM instructions. */
+ * (computations_blocked, schema 030). Counted in SQLite VM instructions.
+ *
+ * The report decoder's own bounds (report_decode.c), on bodies alone:
+ * tensor sizes, tensors per output, output names, unreachable_peer, and a
+ * batch's item count, envelope and tasks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -682,6 +686,128 @@ static void test_concurrent_batches(void **state)
         assert_int_equal(one_batch(f->st, f->worker, THREADS, r), 0);
 }
 
+/* ---- the decoder's bounds (report_decode.c), no store needed ---- */
+
+/* report_parse_one of text for task 1: its status; the refusal's field
+ * and detail are checked against want_field and a part of the detail
+ * (NULL: any). */
+static void expect_one(const char *text, int want, const char *want_field, const char *detail)
+{
+    report_prep_t p;
+    int rc = report_parse_one(text, strlen(text), 1, &p);
+    int ok = rc == want && (!want_field || strcmp(p.e.field, want_field) == 0) &&
+             (!detail || strstr(p.e.detail, detail));
+    char got[ERR_FIELD_MAX + ERR_DETAIL_MAX + 16];
+    snprintf(got, sizeof got, "%d at '%s': %s", rc, p.e.field, p.e.detail);
+    report_prep_clear(&p);
+    if (!ok)
+        fail_msg("want %d at '%s' (%s), got %s\n  body: %.200s", want,
+                 want_field ? want_field : "-", detail ? detail : "-", got, text);
+}
+
+/* "{"reports":[" n copies of item "]}" (caller frees). */
+static char *batch_of(const char *item, int n, const char *after)
+{
+    size_t li = strlen(item), cap = 32 + (li + 1) * (size_t)n + strlen(after);
+    char *b = malloc(cap);
+    assert_non_null(b);
+    size_t len = (size_t)snprintf(b, cap, "{\"reports\":[");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(b + len, cap - len, "%s%s", i ? "," : "", item);
+    snprintf(b + len, cap - len, "]%s}", after);
+    return b;
+}
+
+/* report_parse_batch of text: its status; with want_field, the body's
+ * refusal names it. */
+static void expect_batch(const char *text, int want, const char *want_field)
+{
+    report_prep_t *preps = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    int rc = report_parse_batch(text, strlen(text), &preps, &n, &e);
+    for (size_t i = 0; i < n; i++)
+        report_prep_clear(&preps[i]);
+    free(preps);
+    if (rc != want || (want_field && strcmp(e.field, want_field) != 0))
+        fail_msg("want %d at '%s', got %d at '%s': %s\n  body: %.200s", want,
+                 want_field ? want_field : "-", rc, e.field, e.detail, text);
+}
+
+/* Each bound of a report is the decoder's own: the store's checks behind
+ * it (the computation's outputs, one tensor per shard) would refuse some
+ * of these too, but later, after a tensor of any size was decoded, and
+ * under another field. Every case fails when its check is deleted. */
+static void test_decode_bounds(void **state)
+{
+    (void)state;
+    /* A tensor's elements are counted before they are multiplied. */
+    expect_one("{\"state\":\"succeeded\",\"outputs\":{\"x\":[{\"shape\":[4096,4097],\"sum\":0}]}}",
+               400, "outputs.x[0]", "too large");
+    expect_one("{\"state\":\"succeeded\",\"outputs\":{\"x\":[{\"shape\":[4096,4096],\"sum\":0}]}}",
+               0, NULL, NULL);
+    /* values_f32 is decoded only for a tensor of at most REPORT_VALUES_MAX
+     * elements (it is not allocated for more). */
+    char text[256];
+    snprintf(text, sizeof text, "{\"state\":\"succeeded\",\"outputs\":{\"x\":[{\"shape\":[%d],"
+             "\"sum\":0,\"values_f32\":\"AAAAAA==\"}]}}", REPORT_VALUES_MAX + 1);
+    expect_one(text, 400, "outputs.x[0]", "at most");
+    /* An output lists 1..REPORT_SHARDS_MAX tensors. */
+    expect_one("{\"state\":\"succeeded\",\"outputs\":{\"x\":[]}}", 400, "outputs",
+               "array of 1 to");
+    size_t cap = 64 + 22 * (REPORT_SHARDS_MAX + 1);      /* 20 bytes a tensor, and a "," */
+    char *many = malloc(cap);
+    assert_non_null(many);
+    for (int n = REPORT_SHARDS_MAX; n <= REPORT_SHARDS_MAX + 1; n++) {
+        size_t len = (size_t)snprintf(many, cap, "{\"state\":\"succeeded\",\"outputs\":{\"x\":[");
+        for (int i = 0; i < n; i++)
+            len += (size_t)snprintf(many + len, cap - len, "%s{\"shape\":[],\"sum\":0}",
+                                    i ? "," : "");
+        snprintf(many + len, cap - len, "]}}");
+        if (n > REPORT_SHARDS_MAX)
+            expect_one(many, 400, "outputs", "array of 1 to");
+        else
+            expect_one(many, 0, NULL, NULL);
+    }
+    free(many);
+    /* Output names are value names. */
+    expect_one("{\"state\":\"succeeded\",\"outputs\":"
+               "{\"no such name!\":[{\"shape\":[],\"sum\":0}]}}", 400, "outputs", "value names");
+    /* unreachable_peer is a data address: 1..63 bytes. */
+    expect_one("{\"state\":\"failed\",\"unreachable_peer\":"
+               "\"hh23456789012345678901234567890123456789012345678901234567890:99\"}",
+               400, "unreachable_peer", NULL);
+    expect_one("{\"state\":\"failed\",\"unreachable_peer\":"
+               "\"hh2345678901234567890123456789012345678901234567890123456789:99\"}",
+               0, NULL, NULL);
+
+    /* A batch: 1..REPORT_BATCH_MAX items, nothing beside "reports", each
+     * item naming its task. */
+    expect_batch("{\"reports\":[]}", 400, "reports");
+    char *b = batch_of("{\"task\":1,\"state\":\"failed\"}", REPORT_BATCH_MAX, "");
+    expect_batch(b, 0, NULL);
+    free(b);
+    b = batch_of("{\"task\":1,\"state\":\"failed\"}", REPORT_BATCH_MAX + 1, "");
+    expect_batch(b, 400, "reports");
+    free(b);
+    b = batch_of("{\"task\":1,\"state\":\"failed\"}", 1, ",\"extra\":1");
+    expect_batch(b, 400, "reports");
+    free(b);
+    report_prep_t *preps = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    static const char untasked[] = "{\"reports\":[{\"state\":\"failed\"}]}";
+    assert_int_equal(report_parse_batch(untasked, strlen(untasked), &preps, &n, &e), 0);
+    assert_int_equal(n, 1);
+    int item = preps[0].e.status;
+    char field[ERR_FIELD_MAX];
+    snprintf(field, sizeof field, "%s", preps[0].e.field);
+    report_prep_clear(&preps[0]);
+    free(preps);
+    assert_int_equal(item, 400);
+    assert_string_equal(field, "task");
+}
+
 int main(void)
 {
     log_setup("test_store_reports", LOG_WARN, 0);
@@ -700,6 +826,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_ended_by_failure, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_run_after_failure_in_batch, setup,
                                         support_store_teardown),
+        cmocka_unit_test(test_decode_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
