@@ -319,6 +319,38 @@ static void test_gate(void **state)
     mbox_free(mb);
 }
 
+/* The cap over all connections: four origins each at their own cap fill
+ * MBOX_UNCLAIMED_TOTAL_BYTES, and a fifth, with nothing of its own yet,
+ * is refused (over_cap) until one of them gives its room back. A frame
+ * of a negative size is refused outright (it would reserve room back). */
+static void test_total_cap(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    mbox_tag_t tag = tag_of(8, 1, 0, 0, 0);
+    int full = (int)(MBOX_UNCLAIMED_TOTAL_BYTES / MBOX_UNCLAIMED_ORIGIN_BYTES);
+    assert_true(full >= 2);
+    for (int o = 1; o <= full; o++)
+        assert_int_equal(mbox_admit(mb, &tag, &K, o, MBOX_UNCLAIMED_ORIGIN_BYTES, 0),
+                         MBOX_ADMIT_UNCLAIMED);
+    assert_int_equal(mbox_admit(mb, &tag, &K, full + 1, 4, 0), MBOX_ADMIT_DROP);
+    mbox_guard_stats_t g;
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.over_cap, 1);
+    assert_int_equal(g.unclaimed_bytes, MBOX_UNCLAIMED_TOTAL_BYTES);
+    assert_int_equal(mbox_admit(mb, &tag, &K, full + 1, -4, 0), MBOX_ADMIT_DROP);
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.unclaimed_bytes, MBOX_UNCLAIMED_TOTAL_BYTES);
+    mbox_unreserve(mb, 1, MBOX_UNCLAIMED_ORIGIN_BYTES);
+    assert_int_equal(mbox_admit(mb, &tag, &K, full + 1, 4, 0), MBOX_ADMIT_UNCLAIMED);
+    mbox_unreserve(mb, full + 1, 4);
+    for (int o = 2; o <= full; o++)
+        mbox_unreserve(mb, o, MBOX_UNCLAIMED_ORIGIN_BYTES);
+    mbox_guard_stats(mb, &g);
+    assert_int_equal(g.unclaimed_bytes, 0);
+    mbox_free(mb);
+}
+
 /* Many tasks at once (a worker holds a whole job: 5,000 declared shards
  * for a 1,000-computation chain), so the gate finds them by hash: each is
  * its own, ending one forgets it, and the ended ring remembers exactly the
@@ -639,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_many_and_duplicates),
         cmocka_unit_test(test_concurrent_takers),
         cmocka_unit_test(test_gate),
+        cmocka_unit_test(test_total_cap),
         cmocka_unit_test(test_many_tasks_and_ended_ring),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_network_duplicate_dropped),

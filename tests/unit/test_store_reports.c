@@ -584,6 +584,87 @@ static int row_is(fixture_t *f, int64_t task, const char *cond)
     return support_store_int(f->st, sql) == 1;
 }
 
+/* Reports task's success (computation 0's one output) as the worker in a
+ * batch of its own; its status. */
+static int report_success(fixture_t *f, int64_t task)
+{
+    char body[256];
+    int status[8] = {0};
+    snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
+             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}}]}", (long long)task);
+    apply_batch(f, body, status);
+    return status[0];
+}
+
+/* Fencing: a report is taken only from the task's holder while it is
+ * live, and only while the task is leased (so once); a success of an
+ * attempt the job has left is taken but moves nothing (no output, no
+ * shard counted). Each refusal is 409 and writes nothing. */
+static void test_report_fencing(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    int64_t job = two_task_job(f, task);
+    char sql[256];
+    /* Leased to another worker. */
+    snprintf(sql, sizeof sql, "UPDATE host_tasks SET worker_id = %lld WHERE id = %lld",
+             (long long)(f->worker + 1), (long long)task[1]);
+    support_store_write(f->st, sql);
+    assert_int_equal(report_success(f, task[1]), 409);
+    assert_true(row_is(f, task[1], "state = 'leased'"));
+    /* Reported already. */
+    assert_int_equal(report_success(f, task[0]), 200);
+    assert_true(row_is(f, task[0], "state = 'succeeded'"));
+    assert_int_equal(report_success(f, task[0]), 409);
+    assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
+                            " AND idx = 0", job), 1);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 1);
+    /* Back to this worker, but the job is on its next attempt. */
+    snprintf(sql, sizeof sql, "UPDATE host_tasks SET worker_id = %lld WHERE id = %lld;"
+             " UPDATE jobs SET attempt = 1 WHERE id = %lld", (long long)f->worker,
+             (long long)task[1], (long long)job);
+    support_store_write(f->st, sql);
+    assert_int_equal(report_success(f, task[1]), 200);
+    assert_true(row_is(f, task[1], "state = 'succeeded'"));
+    assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
+                            " AND idx = 0", job), 1);
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 1);
+    /* A holder that is no longer live. */
+    int64_t other[2];
+    int64_t job2 = two_task_job(f, other);
+    snprintf(sql, sizeof sql, "UPDATE workers SET state = 'gone' WHERE id = %lld",
+             (long long)f->worker);
+    support_store_write(f->st, sql);
+    assert_int_equal(report_success(f, other[0]), 409);
+    assert_true(row_is(f, other[0], "state = 'leased'"));
+    assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job2), 0);
+}
+
+/* A success's device time is finished_us - inputs_ready_us on each of
+ * its devices; stamps out of order (the decoder takes each on its own)
+ * count as none, never as time taken back. */
+static void test_stamps_out_of_order(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    two_task_job(f, task);
+    int64_t used0 = tenant_used(f->st);
+    char body[512];
+    int status[8] = {0};
+    snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
+             "\"started_us\":100,\"inputs_ready_us\":500,\"finished_us\":200,"
+             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}},{\"task\":%lld,"
+             "\"state\":\"succeeded\",\"started_us\":100,\"inputs_ready_us\":500,"
+             "\"finished_us\":800,\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}}]}",
+             (long long)task[0], (long long)task[1]);
+    apply_batch(f, body, status);
+    assert_int_equal(status[0], 200);
+    assert_int_equal(status[1], 200);
+    assert_int_equal(busy_of(f->st, 0), 0);     /* task[0]: device 0 */
+    assert_int_equal(busy_of(f->st, 1), 300);   /* task[1]: device 1 */
+    assert_int_equal(tenant_used(f->st) - used0, 300);
+}
+
 /* A run's computations are reported in order, each once, naming itself:
  * the next one is taken (the row stays leased until the last), one again
  * or one ahead is 409, a success of a run that names none is 400 (field
@@ -822,6 +903,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_completes_computation, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_batch_ends_job, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_requeue_after_success, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_report_fencing, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_stamps_out_of_order, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_run_reports_in_order, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_run_ended_by_failure, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_run_after_failure_in_batch, setup,

@@ -383,6 +383,25 @@ static void test_peer_directory(void **state)
     expect_peer(f->st, "127.0.0.1:7", b, "REVG");
 }
 
+/* A worker that left is fenced in the store: its heartbeat renews
+ * nothing and a second leave finds nobody (NOTFOUND: it must register
+ * again), while a live one's heartbeat and leave are taken. */
+static void test_gone_worker_fenced(void **state)
+{
+    fixture_t *f = *state;
+    int64_t a = register_at(f->st, "127.0.0.1:7", NULL);
+    assert_int_equal(store_worker_heartbeat(f->st, a), STORE_OK);
+    assert_int_equal(store_worker_leave(f->st, a), STORE_OK);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT heartbeat_at FROM workers WHERE id = %lld", (long long)a);
+    int64_t beat = support_store_int(f->st, sql);
+    assert_int_equal(store_worker_heartbeat(f->st, a), STORE_NOTFOUND);
+    assert_int_equal(support_store_int(f->st, sql), beat);
+    assert_int_equal(store_worker_leave(f->st, a), STORE_NOTFOUND);
+    snprintf(sql, sizeof sql, "SELECT state = 'gone' FROM workers WHERE id = %lld", (long long)a);
+    assert_int_equal(support_store_int(f->st, sql), 1);
+}
+
 /* SQLite keeps no memory statistics in atolld (store.c, store_sqlite_init):
  * with them, every sqlite3_malloc and sqlite3_free of every thread takes
  * one global mutex, on which the scheduler's passes slept. The setting
@@ -416,6 +435,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_allocate_checks_worker, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_peer_directory, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_gone_worker_fenced, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_add_tasks_rows, setup, support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -93,6 +93,14 @@ static void test_hdr_rejects_bad_frames(void **state)
     memcpy(buf, good, sizeof buf);
     buf[7] = 5;                                      /* rank 5 */
     assert_int_equal(dplane_hdr_decode(buf, &d), -1);
+
+    /* Rank 5 over four dims that would all pass (1 element, 4 bytes):
+     * refused for the rank alone (shape_t holds TENSOR_MAX_RANK dims). */
+    h = (dplane_hdr_t){.shape = {.rank = 4, .dim = {1, 1, 1, 1}}, .nbytes = 4};
+    dplane_hdr_encode(&h, buf);
+    assert_int_equal(dplane_hdr_decode(buf, &d), 0);
+    buf[7] = 5;
+    assert_int_equal(dplane_hdr_decode(buf, &d), -1);
 }
 
 static void test_parse_addr(void **state)

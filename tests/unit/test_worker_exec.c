@@ -537,6 +537,74 @@ static void test_forged_pack_fails_task(void **state)
     cluster_free(c);
 }
 
+/* ---- an input of the wrong shape ---- */
+
+/* A computation's `input` op takes the value the plan declares
+ * (input_shapes): a tensor of another shape under its exact tag fails the
+ * task, naming both shapes, and counts as bad_size. */
+static void test_input_wrong_shape_fails_task(void **state)
+{
+    (void)state;
+    cluster_t *c = cluster_new(2, 2, 0, 3000);
+    shape_t s = {.rank = 1, .dim = {3}};
+    tensor_t *junk = tensor_new(&s);
+    /* Proc 1 holds shards 2 and 3 of slice [1, 4]; shard 2's input. */
+    mbox_tag_t tag = {.job = 12, .attempt = 0, .comp = 1, .op = 0, .src = 2, .dst = 2};
+    json_t *tasks = json_pack("[o]", host_task(c, 72, 12, 0, 1, 1, 1, 4, 1,
+                                               json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:[s,s]}]",
+                                                         "op", "input", "out", "x", "from",
+                                                         "c0.y", "op", "add", "out", "y",
+                                                         "args", "x", "x"),
+                                               json_pack("{s:[i]}", "c0.y", 2), NULL));
+    json_t *g = group(12, 0, placement(c, 1, 4), tasks);
+    exec_submit(c->p[1].ex, g);
+    json_decref(g);
+    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
+    tensor_free(junk);
+    assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
+    const json_t *b = sink_find(&c->p[1].sink, 72);
+    assert_string_equal(state_of(b), "failed");
+    const char *err = json_string_value(json_object_get(b, "error"));
+    if (!strstr(err, "input op 0 of shard 2 received shape"))
+        fail_msg("error: %s", err);
+    assert_int_equal(atomic_load(&exec_counters(c->p[1].ex)->bad_size), 1);
+    cluster_free(c);
+}
+
+/* The same across meshes: a piece of a cross-mesh input (its reshard
+ * edge) of another shape than the box it must fill fails the task before
+ * a byte is copied. Producer [4] split on its one axis, consumer [1, 4]
+ * split on axis 1: consumer shard 2 takes producer shard 2's one element. */
+static void test_reshard_piece_wrong_shape_fails_task(void **state)
+{
+    (void)state;
+    cluster_t *c = cluster_new(2, 2, 0, 3000);
+    shape_t s = {.rank = 1, .dim = {3}};
+    tensor_t *junk = tensor_new(&s);
+    mbox_tag_t tag = {.job = 13, .attempt = 0, .comp = 1, .op = 0, .src = 2, .dst = 2};
+    json_t *edge = json_pack("{s:[i], s:[i], s:[[i]], s:[i,i], s:[[i]]}", "global", 4,
+                             "from_mesh", 4, "from", 0, "to_mesh", 1, 4, "to", 1);
+    json_t *tasks = json_pack("[o]", host_task(c, 73, 13, 0, 1, 1, 1, 4, 1,
+                                               json_pack("[{s:s,s:s,s:s,s:o},{s:s,s:s,s:[s,s]}]",
+                                                         "op", "input", "out", "x", "from",
+                                                         "c0.y", "reshard", edge, "op", "add",
+                                                         "out", "y", "args", "x", "x"),
+                                               json_pack("{s:[i]}", "c0.y", 1), NULL));
+    json_t *g = group(13, 0, placement(c, 1, 4), tasks);
+    exec_submit(c->p[1].ex, g);
+    json_decref(g);
+    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
+    tensor_free(junk);
+    assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
+    const json_t *b = sink_find(&c->p[1].sink, 73);
+    assert_string_equal(state_of(b), "failed");
+    const char *err = json_string_value(json_object_get(b, "error"));
+    if (!strstr(err, "piece from shard 2 has the wrong shape"))
+        fail_msg("error: %s", err);
+    assert_int_equal(atomic_load(&exec_counters(c->p[1].ex)->bad_size), 1);
+    cluster_free(c);
+}
+
 /* ---- attempt-exact cancel ---- */
 
 static json_t *compute_ops(int us)
@@ -900,6 +968,8 @@ int main(void)
         cmocka_unit_test(test_packs_differ_per_peer),
         cmocka_unit_test(test_fold_order_rule),
         cmocka_unit_test(test_forged_pack_fails_task),
+        cmocka_unit_test(test_input_wrong_shape_fails_task),
+        cmocka_unit_test(test_reshard_piece_wrong_shape_fails_task),
         cmocka_unit_test(test_cancel_is_attempt_exact),
         cmocka_unit_test(test_cancel_reports_a_run_once),
         cmocka_unit_test(test_gang_order_overlapping),
