@@ -17,8 +17,8 @@ happened. A rule is
   BUILDFAIL   the mutation does not compile (rewrite it).
 A line with "equivalent" is a rule no client can observe (its reason says
 why); it is reported, not counted. Exits 1 when any rule survived or is
-stale or failed to build. A build and a test run per rule (the 89 rules of
-stop 62: 14 minutes on 2 cores), so not part of scripts/test.sh; run it
+stale or failed to build. A build and a test run per rule (the 134 rules of
+stop 62: about 22 minutes on 2 cores), so not part of scripts/test.sh; run it
 after changing a rule or its tests. Needs a clean work tree for the
 files it mutates: it refuses to start otherwise.
 """
