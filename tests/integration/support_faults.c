@@ -184,16 +184,18 @@ int fx_syncgate_env(int on, const char *gate, const char *fail)
         return 0;
     }
     /* ASan wants its runtime first in the link order; a preloaded
-     * library comes before it (the sanitizer build). */
-    const char *asan = getenv("ASAN_OPTIONS");
-    char opts[512];
-    snprintf(opts, sizeof opts, "%s%sverify_asan_link_order=0", asan ? asan : "",
-             asan && *asan ? ":" : "");
+     * library comes before it (the sanitizer build). Built from the value
+     * before the first call, so that calling again adds nothing twice. */
     if (!syncgate_asan_set) {
+        const char *asan = getenv("ASAN_OPTIONS");
         if (asan && !(syncgate_asan_was = strdup(asan)))
             return -1;
         syncgate_asan_set = 1;
     }
+    const char *asan = syncgate_asan_was;
+    char opts[512];
+    snprintf(opts, sizeof opts, "%s%sverify_asan_link_order=0", asan ? asan : "",
+             asan && *asan ? ":" : "");
     setenv("ASAN_OPTIONS", opts, 1);
     setenv("LD_PRELOAD", ATOLL_SYNCGATE_SO, 1);
     if (gate)

@@ -539,36 +539,44 @@ static void test_forged_pack_fails_task(void **state)
 
 /* ---- an input of the wrong shape ---- */
 
+/* Runs host task `task` of job `job` on proc 1 (shards 2 and 3 of slice
+ * [1, 4], computation 1: `ops`, whose input c0.y has shape `in_shape` =
+ * [in_dim]), then sends shard 2 of c0.y from proc 0 as a tensor of shape
+ * [3]: the task must fail saying `want` and count one bad_size. ops is
+ * stolen. */
+static void junk_input_fails(int64_t task, int64_t job, json_t *ops, int in_dim,
+                             const char *want)
+{
+    cluster_t *c = cluster_new(2, 2, 0, 3000);
+    shape_t s = {.rank = 1, .dim = {3}};
+    tensor_t *junk = tensor_new(&s);
+    mbox_tag_t tag = {.job = job, .attempt = 0, .comp = 1, .op = 0, .src = 2, .dst = 2};
+    json_t *tasks = json_pack("[o]", host_task(c, task, job, 0, 1, 1, 1, 4, 1, ops,
+                                               json_pack("{s:[i]}", "c0.y", in_dim), NULL));
+    json_t *g = group(job, 0, placement(c, 1, 4), tasks);
+    exec_submit(c->p[1].ex, g);
+    json_decref(g);
+    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
+    tensor_free(junk);
+    assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
+    const json_t *b = sink_find(&c->p[1].sink, task);
+    assert_string_equal(state_of(b), "failed");
+    const char *err = json_string_value(json_object_get(b, "error"));
+    if (!strstr(err, want))
+        fail_msg("error: %s", err);
+    assert_int_equal(atomic_load(&exec_counters(c->p[1].ex)->bad_size), 1);
+    cluster_free(c);
+}
+
 /* A computation's `input` op takes the value the plan declares
  * (input_shapes): a tensor of another shape under its exact tag fails the
  * task, naming both shapes, and counts as bad_size. */
 static void test_input_wrong_shape_fails_task(void **state)
 {
     (void)state;
-    cluster_t *c = cluster_new(2, 2, 0, 3000);
-    shape_t s = {.rank = 1, .dim = {3}};
-    tensor_t *junk = tensor_new(&s);
-    /* Proc 1 holds shards 2 and 3 of slice [1, 4]; shard 2's input. */
-    mbox_tag_t tag = {.job = 12, .attempt = 0, .comp = 1, .op = 0, .src = 2, .dst = 2};
-    json_t *tasks = json_pack("[o]", host_task(c, 72, 12, 0, 1, 1, 1, 4, 1,
-                                               json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:[s,s]}]",
-                                                         "op", "input", "out", "x", "from",
-                                                         "c0.y", "op", "add", "out", "y",
-                                                         "args", "x", "x"),
-                                               json_pack("{s:[i]}", "c0.y", 2), NULL));
-    json_t *g = group(12, 0, placement(c, 1, 4), tasks);
-    exec_submit(c->p[1].ex, g);
-    json_decref(g);
-    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
-    tensor_free(junk);
-    assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
-    const json_t *b = sink_find(&c->p[1].sink, 72);
-    assert_string_equal(state_of(b), "failed");
-    const char *err = json_string_value(json_object_get(b, "error"));
-    if (!strstr(err, "input op 0 of shard 2 received shape"))
-        fail_msg("error: %s", err);
-    assert_int_equal(atomic_load(&exec_counters(c->p[1].ex)->bad_size), 1);
-    cluster_free(c);
+    json_t *ops = json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:[s,s]}]", "op", "input", "out", "x",
+                            "from", "c0.y", "op", "add", "out", "y", "args", "x", "x");
+    junk_input_fails(72, 12, ops, 2, "input op 0 of shard 2 received shape");
 }
 
 /* The same across meshes: a piece of a cross-mesh input (its reshard
@@ -578,31 +586,12 @@ static void test_input_wrong_shape_fails_task(void **state)
 static void test_reshard_piece_wrong_shape_fails_task(void **state)
 {
     (void)state;
-    cluster_t *c = cluster_new(2, 2, 0, 3000);
-    shape_t s = {.rank = 1, .dim = {3}};
-    tensor_t *junk = tensor_new(&s);
-    mbox_tag_t tag = {.job = 13, .attempt = 0, .comp = 1, .op = 0, .src = 2, .dst = 2};
     json_t *edge = json_pack("{s:[i], s:[i], s:[[i]], s:[i,i], s:[[i]]}", "global", 4,
                              "from_mesh", 4, "from", 0, "to_mesh", 1, 4, "to", 1);
-    json_t *tasks = json_pack("[o]", host_task(c, 73, 13, 0, 1, 1, 1, 4, 1,
-                                               json_pack("[{s:s,s:s,s:s,s:o},{s:s,s:s,s:[s,s]}]",
-                                                         "op", "input", "out", "x", "from",
-                                                         "c0.y", "reshard", edge, "op", "add",
-                                                         "out", "y", "args", "x", "x"),
-                                               json_pack("{s:[i]}", "c0.y", 1), NULL));
-    json_t *g = group(13, 0, placement(c, 1, 4), tasks);
-    exec_submit(c->p[1].ex, g);
-    json_decref(g);
-    assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
-    tensor_free(junk);
-    assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
-    const json_t *b = sink_find(&c->p[1].sink, 73);
-    assert_string_equal(state_of(b), "failed");
-    const char *err = json_string_value(json_object_get(b, "error"));
-    if (!strstr(err, "piece from shard 2 has the wrong shape"))
-        fail_msg("error: %s", err);
-    assert_int_equal(atomic_load(&exec_counters(c->p[1].ex)->bad_size), 1);
-    cluster_free(c);
+    json_t *ops = json_pack("[{s:s,s:s,s:s,s:o},{s:s,s:s,s:[s,s]}]", "op", "input", "out", "x",
+                            "from", "c0.y", "reshard", edge, "op", "add", "out", "y", "args",
+                            "x", "x");
+    junk_input_fails(73, 13, ops, 1, "piece from shard 2 has the wrong shape");
 }
 
 /* ---- attempt-exact cancel ---- */
