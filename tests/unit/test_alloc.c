@@ -83,6 +83,10 @@ static void test_island_new_rejects_bad_shapes(void **state)
                      shp(2, 4097, 1, 0), shp(3, 32, 32, 8)};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_null(alloc_island_new("x", &bad[i]));
+    /* Rank 4 with every dim positive: islands are 1-3-D (the model pads
+     * to 3 axes on the left; a 4th has nowhere to go). */
+    shape_t rank4 = {.rank = 4, .dim = {2, 2, 2, 2}};
+    assert_null(alloc_island_new("x", &rank4));
     alloc_island_t *isl = island("big", 3, 16, 16, 16);
     assert_int_equal(alloc_island_size(isl), 4096);
     assert_string_equal(alloc_island_name(isl), "big");
@@ -459,6 +463,10 @@ static void test_empty_and_bad_requests(void **state)
     assert_int_equal(alloc_gang(&isl, 1, &huge, 1, &pl), ALLOC_ENOSPACE);
     assert_int_equal(alloc_gang(&isl, 1, &norank, 1, &pl), ALLOC_ENOSPACE);
     assert_int_equal(alloc_ever_fits(&isl, 1, &huge, 1), 0);
+    /* A dim past the island's that an int would wrap to 1 never fits. */
+    alloc_request_t wraps = req(NULL, 2, ((int64_t)1 << 32) + 1, 4, 0);
+    assert_int_equal(alloc_gang(&isl, 1, &wraps, 1, &pl), ALLOC_ENOSPACE);
+    assert_int_equal(alloc_ever_fits(&isl, 1, &wraps, 1), 0);
     assert_int_equal(alloc_gang(NULL, 0, &zero, 1, &pl), ALLOC_ENOSPACE);
     assert_int_equal(count_state(isl, ALLOC_FREE), 16);
     alloc_island_free(isl);
