@@ -653,24 +653,26 @@ static void test_compiler_comp(void **state)
 
 /* The worker's path refuses what compiler_job would: a slice dim past
  * SLICE_DIM_MAX, a global computation (partitioned by compiler_job, never
- * compiled per shard), an input whose producer's shape is invalid, and in
- * a run computation's lowered form any op but its inputs and outputs. */
-static int lookup_invalid(void *ctx, const char *from, shape_t *shape)
+ * compiled per shard), an input whose producer's shape is invalid, in a
+ * run computation's lowered form any op but its inputs and outputs, and a
+ * cross-mesh edge that does not fit its input or its slice. */
+/* Every input has the shape ctx points to. */
+static int lookup_given(void *ctx, const char *from, shape_t *shape)
 {
-    (void)ctx;
     (void)from;
-    memset(shape, 0, sizeof *shape);
-    shape->rank = 1;                /* dim 0: no valid tensor */
+    *shape = *(const shape_t *)ctx;
     return 0;
 }
 
-static void expect_comp_error(const char *text, const shape_t *slice, compiler_input_fn fn,
+/* compiler_comp() on text must answer 400 at field; input: every input's
+ * shape (NULL: no input resolves). */
+static void expect_comp_error(const char *text, const shape_t *slice, const shape_t *input,
                               const char *field, const char *detail_part)
 {
     json_t *cj = doc_load(text);
     comp_t *c = NULL;
     err_t e = {0};
-    int rc = compiler_comp(cj, slice, fn, NULL, &c, &e);
+    int rc = compiler_comp(cj, slice, input ? lookup_given : NULL, (void *)input, &c, &e);
     if (rc != 400 || strcmp(e.field, field) != 0 || !strstr(e.detail, detail_part))
         fail_msg("want 400 at '%s' (%s), got %d at '%s': %s", field, detail_part, rc, e.field,
                  e.detail);
@@ -682,16 +684,34 @@ static void test_compiler_comp_refusals(void **state)
 {
     (void)state;
     shape_t slice = {1, {2, 0, 0, 0}}, wide = {1, {SLICE_DIM_MAX + 1, 0, 0, 0}};
+    shape_t invalid = {1, {0, 0, 0, 0}}, three = {1, {3, 0, 0, 0}}, four = {1, {4, 0, 0, 0}};
     expect_comp_error("{'name': 'c', 'slice': 's', 'ops': [" F4 "]}", &wide, NULL,
                       "slice_shape", "1..4096");
     expect_comp_error("{'name': 'c', 'slice': 's', 'global': true, 'ops': [" F4 "]}", &slice,
                       NULL, "global", "per-shard");
     expect_comp_error("{'name': 'c', 'slice': 's', 'ops': [{'op': 'input', 'out': 'z',"
-                      " 'from': 'p.z'}]}", &slice, lookup_invalid, "ops[0].from",
+                      " 'from': 'p.z'}]}", &slice, &invalid, "ops[0].from",
                       "invalid shape");
     expect_comp_error("{'name': 'r', 'slice': 's', 'run': {'command': ['true']}, 'ops': ["
                       F4 "], 'outputs': ['x']}", &slice, NULL, "ops[0].op",
                       "only its inputs and outputs");
+
+    /* A cross-mesh edge (gspmd.h): [4] split over a mesh of 2 gives the
+     * producer's pieces of [2], gathered whole here on a slice of 2. The
+     * pieces must be what the input holds, the mesh this slice. */
+    static const char reshard[] =
+        "{'name': 'c', 'slice': 's', 'ops': [{'op': 'input', 'out': 'z', 'from': 'p.z',"
+        " 'reshard': {'global': [4], 'from_mesh': [2], 'from': [[0]], 'to_mesh': [2],"
+        " 'to': [[]]}}], 'outputs': ['z']}";
+    json_t *cj = doc_load(reshard);
+    comp_t *c = NULL;
+    err_t e = {0};
+    assert_int_equal(compiler_comp(cj, &slice, lookup_given, &slice, &c, &e), 0);
+    assert_shape(&c->vshapes[0], 1, 4, 0, 0);
+    comp_free(c);
+    json_decref(cj);
+    expect_comp_error(reshard, &four, &slice, "ops[0].reshard", "does not match");
+    expect_comp_error(reshard, &slice, &three, "ops[0].reshard", "does not match");
 }
 
 /* Run computations (DESIGN Part F): ops or run, never both; never global;

@@ -43,11 +43,7 @@ typedef support_worker_fixture_t fixture_t;
 
 static int setup(void **state)
 {
-    fixture_t *f = support_worker_fixture(islands, 2, 4);
-    /* No round is cut short by its time (a loaded machine's would be). */
-    sched_cfg = (sched_config_t){islands, 2, 60 * 1000000LL, 0, NULL, 0, 0};
-    sched_cfg.round_admit_us = INT64_MAX;
-    *state = f;
+    *state = support_sched_fixture(islands, 2, 4);
     return 0;
 }
 
