@@ -70,9 +70,11 @@ static inline int64_t support_store_int(store_t *st, const char *sql)
     return v;
 }
 
-/* Submits the job document `doc` as POST /v1/jobs would; its id. */
-static inline int64_t support_store_submit(store_t *st, const char *doc,
-                                           const island_desc_t *islands, int n)
+/* Submits the job document `doc` as POST /v1/jobs would for tenant
+ * (0: none, as admin); its id. */
+static inline int64_t support_store_submit_as(store_t *st, const char *doc,
+                                              const island_desc_t *islands, int n,
+                                              int64_t tenant)
 {
     json_error_t jerr;
     json_t *d = json_loads(doc, 0, &jerr);
@@ -80,12 +82,18 @@ static inline int64_t support_store_submit(store_t *st, const char *doc,
     job_plan_t *plan = NULL;
     err_t e = {0};
     assert_int_equal(compiler_job(d, islands, n, &plan, &e), 0);
-    store_job_new_t nj = {doc, NULL, NULL, 0, 0};
+    store_job_new_t nj = {doc, NULL, NULL, tenant, 0};
     int64_t id = 0;
     assert_int_equal(store_job_create(st, plan, &nj, &id), STORE_OK);
     job_plan_free(plan);
     json_decref(d);
     return id;
+}
+
+static inline int64_t support_store_submit(store_t *st, const char *doc,
+                                           const island_desc_t *islands, int n)
+{
+    return support_store_submit_as(st, doc, islands, n, 0);
 }
 
 /* Registers a sim worker of ndev devices on `island` with data address

@@ -83,6 +83,10 @@ static void test_island_new_rejects_bad_shapes(void **state)
                      shp(2, 4097, 1, 0), shp(3, 32, 32, 8)};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_null(alloc_island_new("x", &bad[i]));
+    /* Rank 4 with every dim positive: islands are 1-3-D (the model pads
+     * to 3 axes on the left; a 4th has nowhere to go). */
+    shape_t rank4 = {.rank = 4, .dim = {2, 2, 2, 2}};
+    assert_null(alloc_island_new("x", &rank4));
     alloc_island_t *isl = island("big", 3, 16, 16, 16);
     assert_int_equal(alloc_island_size(isl), 4096);
     assert_string_equal(alloc_island_name(isl), "big");
@@ -447,6 +451,26 @@ static void test_backtracking_one_island(void **state)
     alloc_island_free(isl);
 }
 
+/* Larger requests are placed first, whatever the caller's order. On a 6x3
+ * island with devices 0, 5 and 12 busy, a [2,3] fits on rows 2-3 only; a
+ * [3] placed first goes where it costs the largest free box (rows 2-5 of
+ * columns 1-2) least, and each of the places the search would try for it
+ * takes a device of rows 2-3. Largest first, the gang fits. */
+static void test_larger_requests_first(void **state)
+{
+    (void)state;
+    alloc_island_t *isl = island("i0", 2, 6, 3, 0);
+    int64_t busy[] = {0, 5, 12}, rows23[] = {6, 7, 8, 9, 10, 11};
+    set_many(isl, busy, 3, ALLOC_BUSY);
+    alloc_request_t r[2] = {req("i0", 1, 3, 0, 0), req(NULL, 2, 2, 3, 0)};
+    alloc_placement_t pl[2];
+    assert_int_equal(alloc_gang(&isl, 1, r, 2, pl), ALLOC_OK);
+    assert_devices(&pl[1], rows23, 6);
+    assert_int_equal(pl[0].nshards, 3);
+    alloc_placements_release(pl, 2);
+    alloc_island_free(isl);
+}
+
 static void test_empty_and_bad_requests(void **state)
 {
     (void)state;
@@ -459,6 +483,10 @@ static void test_empty_and_bad_requests(void **state)
     assert_int_equal(alloc_gang(&isl, 1, &huge, 1, &pl), ALLOC_ENOSPACE);
     assert_int_equal(alloc_gang(&isl, 1, &norank, 1, &pl), ALLOC_ENOSPACE);
     assert_int_equal(alloc_ever_fits(&isl, 1, &huge, 1), 0);
+    /* A dim past the island's that an int would wrap to 1 never fits. */
+    alloc_request_t wraps = req(NULL, 2, ((int64_t)1 << 32) + 1, 4, 0);
+    assert_int_equal(alloc_gang(&isl, 1, &wraps, 1, &pl), ALLOC_ENOSPACE);
+    assert_int_equal(alloc_ever_fits(&isl, 1, &wraps, 1), 0);
     assert_int_equal(alloc_gang(NULL, 0, &zero, 1, &pl), ALLOC_ENOSPACE);
     assert_int_equal(count_state(isl, ALLOC_FREE), 16);
     alloc_island_free(isl);
@@ -514,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_ever_fits_vs_now),
         cmocka_unit_test(test_backtracking_across_islands),
         cmocka_unit_test(test_backtracking_one_island),
+        cmocka_unit_test(test_larger_requests_first),
         cmocka_unit_test(test_empty_and_bad_requests),
         cmocka_unit_test(test_speed_16x16),
     };

@@ -450,6 +450,9 @@ static void test_errors_values_and_collectives(void **state)
     expect_error(ONE("{'op': 'iota', 'out': 'x', 'shape': [6]}, {'op': 'reduce_scatter', "
                      "'out': 'y', 'args': ['x'], 'axis': 0, 'reduce': 'sum'}"), 400,
                  OP1 "axis", "not divisible by the group size 4");
+    expect_error(ONE("{'op': 'iota', 'out': 'x', 'shape': [6]}, {'op': 'shard_slice', "
+                     "'out': 'y', 'args': ['x'], 'axis': 0, 'mesh_axes': [0, 1]}"), 400,
+                 OP1 "axis", "not divisible by the group size 4");
     expect_error(ONE("{'op': 'iota', 'out': 'x', 'shape': [3, 4]}, {'op': 'all_to_all', "
                      "'out': 'y', 'args': ['x'], 'split_axis': 0, 'concat_axis': 1, "
                      "'mesh_axes': [1]}"), 400, OP1 "split_axis", "group size 2");
@@ -648,6 +651,100 @@ static void test_compiler_comp(void **state)
     json_decref(cj);
 }
 
+/* The worker's path refuses what compiler_job would: a slice dim past
+ * SLICE_DIM_MAX, a global computation (partitioned by compiler_job, never
+ * compiled per shard), an input whose producer's shape is invalid, in a
+ * run computation's lowered form any op but its inputs and outputs, and a
+ * cross-mesh edge that does not fit its input or its slice. */
+/* Every input has the shape ctx points to. */
+static int lookup_given(void *ctx, const char *from, shape_t *shape)
+{
+    (void)from;
+    *shape = *(const shape_t *)ctx;
+    return 0;
+}
+
+/* compiler_comp() on text must answer 400 at field; input: every input's
+ * shape (NULL: no input resolves). */
+static void expect_comp_error(const char *text, const shape_t *slice, const shape_t *input,
+                              const char *field, const char *detail_part)
+{
+    json_t *cj = doc_load(text);
+    comp_t *c = NULL;
+    err_t e = {0};
+    int rc = compiler_comp(cj, slice, input ? lookup_given : NULL, (void *)input, &c, &e);
+    if (rc != 400 || strcmp(e.field, field) != 0 || !strstr(e.detail, detail_part))
+        fail_msg("want 400 at '%s' (%s), got %d at '%s': %s", field, detail_part, rc, e.field,
+                 e.detail);
+    assert_null(c);
+    json_decref(cj);
+}
+
+static void test_compiler_comp_refusals(void **state)
+{
+    (void)state;
+    shape_t slice = {1, {2, 0, 0, 0}}, wide = {1, {SLICE_DIM_MAX + 1, 0, 0, 0}};
+    shape_t invalid = {1, {0, 0, 0, 0}}, three = {1, {3, 0, 0, 0}}, four = {1, {4, 0, 0, 0}};
+    expect_comp_error("{'name': 'c', 'slice': 's', 'ops': [" F4 "]}", &wide, NULL,
+                      "slice_shape", "1..4096");
+    expect_comp_error("{'name': 'c', 'slice': 's', 'global': true, 'ops': [" F4 "]}", &slice,
+                      NULL, "global", "per-shard");
+    expect_comp_error("{'name': 'c', 'slice': 's', 'ops': [{'op': 'input', 'out': 'z',"
+                      " 'from': 'p.z'}]}", &slice, &invalid, "ops[0].from",
+                      "invalid shape");
+    expect_comp_error("{'name': 'r', 'slice': 's', 'run': {'command': ['true']}, 'ops': ["
+                      F4 "], 'outputs': ['x']}", &slice, NULL, "ops[0].op",
+                      "only its inputs and outputs");
+
+    /* A cross-mesh edge (gspmd.h): [4] split over a mesh of 2 gives the
+     * producer's pieces of [2], gathered whole here on a slice of 2. The
+     * pieces must be what the input holds, the mesh this slice. */
+    static const char reshard[] =
+        "{'name': 'c', 'slice': 's', 'ops': [{'op': 'input', 'out': 'z', 'from': 'p.z',"
+        " 'reshard': {'global': [4], 'from_mesh': [2], 'from': [[0]], 'to_mesh': [2],"
+        " 'to': [[]]}}], 'outputs': ['z']}";
+    json_t *cj = doc_load(reshard);
+    comp_t *c = NULL;
+    err_t e = {0};
+    assert_int_equal(compiler_comp(cj, &slice, lookup_given, &slice, &c, &e), 0);
+    assert_shape(&c->vshapes[0], 1, 4, 0, 0);
+    comp_free(c);
+    json_decref(cj);
+    expect_comp_error(reshard, &four, &slice, "ops[0].reshard", "does not match");
+    expect_comp_error(reshard, &slice, &three, "ops[0].reshard", "does not match");
+}
+
+/* Run computations (DESIGN Part F): ops or run, never both; never global;
+ * "inputs" only with run; run.shapes names its outputs only. And at most
+ * JOB_MAX_OPS ops in a computation. */
+#define RUN1(fields) \
+    "{'slices': {'s': {'shape': [2]}}, 'computations': [{'name': 'r', 'slice': 's'" fields "}]}"
+
+static void test_errors_run_and_ops(void **state)
+{
+    (void)state;
+    expect_error(RUN1(", 'global': true, 'run': {'command': ['true']}"), 400,
+                 "computations[0].global", "cannot be global");
+    expect_error(RUN1(", 'run': {'command': ['true']}, 'ops': [" F4 "]"), 400,
+                 "computations[0].run", "not both");
+    expect_error(RUN1(", 'inputs': {'a': 'p.x'}, 'ops': [" F4 "]"), 400,
+                 "computations[0].inputs", "belong to run");
+    expect_error(RUN1(", 'outputs': ['y'], 'run': {'command': ['true'], 'shapes': {'z': [3]}}"),
+                 400, "computations[0].run.shapes.z", "not one of its outputs");
+
+    size_t cap = 64 * (JOB_MAX_OPS + 1) + 256, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    len += (size_t)snprintf(text + len, cap - len, "%s", "{'slices': {'s': {'shape': [2]}},"
+                            " 'computations': [{'name': 'c', 'slice': 's', 'ops': [");
+    for (int j = 0; j <= JOB_MAX_OPS; j++)
+        len += (size_t)snprintf(text + len, cap - len, "%s{'op': 'fill', 'out': 'x%d',"
+                                " 'shape': [1], 'value': 1}", j ? ", " : "", j);
+    snprintf(text + len, cap - len, "]}]}");
+    expect_error(text, 400, "computations[0].ops", "1 to 4096 ops");
+    free(text);
+}
+
 static void test_slice_fits_and_mesh_parse(void **state)
 {
     (void)state;
@@ -711,6 +808,8 @@ int main(void)
         cmocka_unit_test(test_errors_edges),
         cmocka_unit_test(test_errors_slices_and_top),
         cmocka_unit_test(test_compiler_comp),
+        cmocka_unit_test(test_compiler_comp_refusals),
+        cmocka_unit_test(test_errors_run_and_ops),
         cmocka_unit_test(test_slice_fits_and_mesh_parse),
         cmocka_unit_test(test_opcode_names),
     };

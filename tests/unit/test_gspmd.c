@@ -524,20 +524,28 @@ static void expect_error(const char *text, const char *field, const char *needle
     " \"global\": true, \"ops\": [{\"op\": \"fill\", \"out\": \"a\", \"shape\": [4, 6],"       \
     " \"value\": 1}, " OP "]}]}"
 
+/* A neg of ONE_OP's [4, 6] on a 2x2 mesh annotated with `sharding` (JSON)
+ * is refused at its sharding with needle. */
+static void expect_sharding_error(const char *sharding, const char *needle)
+{
+    char buf[1024], op[256];
+    snprintf(op, sizeof op, "{\"op\": \"neg\", \"out\": \"b\", \"args\": [\"a\"],"
+             " \"sharding\": %s}", sharding);
+    snprintf(buf, sizeof buf, ONE_OP("%s", "%s"),
+             "{\"shape\": [2, 2], \"axes\": [\"data\", \"model\"]}", op);
+    expect_error(buf, "computations[0].ops[1].sharding", needle);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
     const char *mesh = "{\"shape\": [2, 2], \"axes\": [\"data\", \"model\"]}";
     char buf[1024];
-    snprintf(buf, sizeof buf, ONE_OP("%s", "{\"op\": \"neg\", \"out\": \"b\", \"args\": [\"a\"],"
-             " \"sharding\": [\"nope\", null]}"), mesh);
-    expect_error(buf, "computations[0].ops[1].sharding", "unknown mesh axis 'nope'");
-    snprintf(buf, sizeof buf, ONE_OP("%s", "{\"op\": \"neg\", \"out\": \"b\", \"args\": [\"a\"],"
-             " \"sharding\": [\"data\", \"data\"]}"), mesh);
-    expect_error(buf, "computations[0].ops[1].sharding", "used twice");
-    snprintf(buf, sizeof buf, ONE_OP("%s", "{\"op\": \"neg\", \"out\": \"b\", \"args\": [\"a\"],"
-             " \"sharding\": [\"data\"]}"), mesh);
-    expect_error(buf, "computations[0].ops[1].sharding", "rank 2");
+    expect_sharding_error("[\"nope\", null]", "unknown mesh axis 'nope'");
+    expect_sharding_error("[\"data\", \"data\"]", "used twice");
+    expect_sharding_error("[\"data\"]", "rank 2");
+    expect_sharding_error("[\"data\", null, null]", "rank 2");
+    expect_sharding_error("[[], null]", "a list of axes has 1 to");
     snprintf(buf, sizeof buf, ONE_OP("{\"shape\": [3], \"axes\": [\"t\"]}",
              "{\"op\": \"neg\", \"out\": \"b\", \"args\": [\"a\"], \"sharding\": [\"t\", null]}"));
     expect_error(buf, "computations[0].ops[1].sharding", "not divisible");
@@ -560,6 +568,55 @@ static void test_errors(void **state)
                  " \"outputs\": [\"a\"]}, {\"name\": \"c\", \"slice\": \"n\", \"global\": true,"
                  " \"ops\": [{\"op\": \"input\", \"out\": \"a\", \"from\": \"p.a\"}]}]}",
                  "computations[1].ops[0].from", "cannot be joined");
+    expect_error("{\"slices\": {\"m\": {\"shape\": [2], \"axes\": [\"t\"]}},"
+                 " \"computations\": [{\"name\": \"p\", \"slice\": \"m\", \"global\": true,"
+                 " \"ops\": [{\"op\": \"fill\", \"out\": \"a\", \"shape\": [4], \"value\": 1}],"
+                 " \"outputs\": [\"a\"]}, {\"name\": \"c\", \"slice\": \"m\", \"global\": true,"
+                 " \"ops\": [{\"op\": \"input\", \"out\": \"a\", \"from\": \"p.a\","
+                 " \"sharding\": [\"t\"]}]}]}",
+                 "computations[1].ops[0].sharding", "an input has its producer's sharding");
+}
+
+/* A cross-mesh edge's JSON is refused unless valid on both meshes (an axis
+ * once, every split dividing its dim, exactly its five keys); a piece held
+ * by several producer shards (replicas) goes to each consumer shard from
+ * exactly one of them (replica ordinal c mod their number). */
+static void test_edge_parse_and_one_sender(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "{\"global\": [4, 4], \"from_mesh\": [2], \"from\": [[0], [0]], \"to_mesh\": [2],"
+        " \"to\": [[], []]}",
+        "{\"global\": [3], \"from_mesh\": [2], \"from\": [[0]], \"to_mesh\": [2],"
+        " \"to\": [[]]}",
+        "{\"global\": [4], \"from_mesh\": [2], \"from\": [[0]], \"to_mesh\": [2],"
+        " \"to\": [[]], \"extra\": 1}",
+    };
+    char why[256];
+    gspmd_edge_t e;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *j = parse(bad[i]);
+        if (gspmd_edge_parse(j, &e, why, sizeof why) != -1)
+            fail_msg("edge taken: %s", bad[i]);
+        json_decref(j);
+    }
+    json_t *j = parse("{\"global\": [4], \"from_mesh\": [2], \"from\": [[]],"
+                      " \"to_mesh\": [2], \"to\": [[0]]}");
+    assert_int_equal(gspmd_edge_parse(j, &e, why, sizeof why), 0);
+    json_decref(j);
+    for (int c = 0; c < 2; c++) {
+        int64_t lo[TENSOR_MAX_RANK], hi[TENSOR_MAX_RANK];
+        int senders = 0;
+        for (int p = 0; p < 2; p++) {
+            if (!gspmd_edge_piece(&e, p, c, lo, hi))
+                continue;
+            senders++;
+            assert_int_equal(p, c);
+            assert_int_equal(lo[0], 2 * c);
+            assert_int_equal(hi[0], 2 * c + 2);
+        }
+        assert_int_equal(senders, 1);
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -889,6 +946,7 @@ int main(void)
         cmocka_unit_test(test_softmax_split_axis),
         cmocka_unit_test(test_edge_between_globals),
         cmocka_unit_test(test_cross_mesh_edges),
+        cmocka_unit_test(test_edge_parse_and_one_sender),
         cmocka_unit_test(test_examples),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_property_random_programs),

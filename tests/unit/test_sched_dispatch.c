@@ -346,6 +346,40 @@ static void test_sequential_writes_all(void **state)
                                               " WHERE ncomps = 1"), CHAIN);
 }
 
+/* c0 fills, c1 scales c0's x, c2 fills again: c2 reads nothing, yet it
+ * follows c1 in the job's order on the same island. */
+static const char waits_doc[] =
+    "{\"name\":\"waits\",\"slices\":{\"s\":{\"shape\":[2,2]}},\"computations\":["
+    "{\"name\":\"c0\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+    "\"value\":1.0}],\"outputs\":[\"x\"]},"
+    "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
+    "{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]},"
+    "{\"name\":\"c2\",\"slice\":\"s\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+    "\"value\":3.0}],\"outputs\":[\"x\"]}]}";
+
+/* Under sequential dispatch a computation with inputs waits blocked for
+ * its producers' reports, and so does every later one on its island, even
+ * one without inputs: were c2 handed out at once, a worker could start it before c1,
+ * which another worker of the island may be running first (two collectives
+ * met in different orders deadlock). The first waits for nobody: it is
+ * leased at once. */
+static void test_sequential_later_comps_wait(void **state)
+{
+    fixture_t *f = *state;
+    int64_t id = support_store_submit(f->st, waits_doc, islands, 1);
+    char sql[160];
+    sched_cfg.sequential = 1;
+    int rc = allocate_job(f, id);
+    sched_cfg.sequential = 0;
+    assert_int_equal(rc, 0);
+    static const char *const want[] = {"leased", "blocked", "blocked"};
+    for (int c = 0; c < 3; c++) {
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM host_tasks WHERE job_id = %lld"
+                 " AND comp_idx = %d AND state = '%s'", (long long)id, c, want[c]);
+        assert_int_equal(support_store_int(f->st, sql), 1);
+    }
+}
+
 /* A job cancelled between two chunks gets no more host tasks. */
 static void test_cancelled_job_not_continued(void **state)
 {
@@ -392,22 +426,27 @@ static void corrupt_then_expect_failed(fixture_t *f, const char *sql)
     assert_int_equal(store_sched_dispatching(f->st, m, 1), 0);
 }
 
+/* corrupt_then_expect_failed on the job's slice row, its devices set to
+ * `devices` (JSON text). */
+static void corrupt_slice_then_expect_failed(fixture_t *f, const char *devices)
+{
+    assert_int_equal(allocate(f), 1);
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE slices SET devices = '%s' WHERE job_id = %lld", devices,
+             (long long)f->job);
+    corrupt_then_expect_failed(f, sql);
+}
+
 /* A job whose allocation no longer reads back as its plan needs (here its
  * slice row names one device) fails with a reason instead of holding up
  * every other job's next chunk (one transaction writes them all). */
 static void test_unreadable_allocation_fails_job(void **state)
 {
-    fixture_t *f = *state;
-    assert_int_equal(allocate(f), 1);
-    char sql[96];
-    snprintf(sql, sizeof sql, "UPDATE slices SET devices = '[0]' WHERE job_id = %lld",
-             (long long)f->job);
-    corrupt_then_expect_failed(f, sql);
+    corrupt_slice_then_expect_failed(*state, "[0]");
 }
 
-/* A dispatch position read back from the file past the plan's end (or a
- * device index off the island) is refused before it indexes anything: the
- * job fails. */
+/* A dispatch position read back from the file past the plan's end is
+ * refused before it indexes anything: the job fails. */
 static void test_position_off_plan_fails_job(void **state)
 {
     fixture_t *f = *state;
@@ -416,6 +455,13 @@ static void test_position_off_plan_fails_job(void **state)
     snprintf(sql, sizeof sql, "UPDATE jobs SET dispatch_next = %d WHERE id = %lld", CHAIN + 7,
              (long long)f->job);
     corrupt_then_expect_failed(f, sql);
+}
+
+/* So is a device index off the island (west has 4): it would index the
+ * round's device array. */
+static void test_device_off_island_fails_job(void **state)
+{
+    corrupt_slice_then_expect_failed(*state, "[0,1,2,4]");
 }
 
 /* A gang of 128 workers: the allocation writes 32 of c0's host tasks; the
@@ -632,11 +678,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_chunks_double, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequential_writes_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sequential_later_comps_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chain_chunks_are_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancelled_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requeued_job_not_continued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_allocation_fails_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_position_off_plan_fails_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_off_island_fails_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_split_across_passes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_written_position_fails_job, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_chunks_bounded_by_time, setup_wide, teardown),

@@ -5,7 +5,9 @@
  * joins devices other shared jobs hold only while its memory fits beside
  * theirs, and waits with a reason naming memory otherwise; preemption
  * evicts a lower-priority shared job to make room in memory, and only when
- * its eviction does make room.
+ * its eviction does make room; an exclusive job frees a shared device only
+ * by evicting every holder; a shared gang goes to the least-loaded
+ * devices.
  *
  * The island west=2x2 is one worker of 4 devices whose store cap is set to
  * 4,000 bytes: 1,000 per device; east=2 has no worker unless a test adds
@@ -224,6 +226,8 @@ static void test_preemption_makes_room_in_memory(void **state)
     assert_int_equal(by_memory, 1);
     assert_int_equal(sched_try_preempt(f->st, &r, &job, &g), 1);
     assert_int_equal(r.devs[0][1].held_bytes, 300);
+    /* 70 still holds it: busy for an exclusive job in the rest of the round. */
+    assert_int_equal(alloc_island_get(r.isl[0], 1), ALLOC_BUSY);
     assert_int_equal(sched_place(&r, &g, pl, &by_memory), ALLOC_OK);
     alloc_placements_release(pl, 1);
     sched_round_free(&r);
@@ -237,6 +241,45 @@ static void test_preemption_makes_room_in_memory(void **state)
     assert_int_equal(sched_try_preempt(f->st, &r, &job, &g), 0);
     sched_round_free(&r);
     expect_state(f, 72, "running");
+}
+
+/* An exclusive job frees a shared device only by evicting every job that
+ * holds it: one of the two holders here may not be evicted, so evicting
+ * the other would free nothing, and nothing is evicted. */
+static void test_exclusive_preemption_needs_every_holder(void **state)
+{
+    fixture_t *f = *state;
+    round_t r;
+    hold(f, 70, 0, 0, 0, 3, 100);       /* not preemptible */
+    hold(f, 71, 0, 1, 0, 3, 100);
+    sched_gang_t g = {&whole, 1, 0, 0};
+    sched_job_t job = {.id = 99, .priority = 5};
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(sched_try_preempt(f->st, &r, &job, &g), 0);
+    sched_round_free(&r);
+    expect_state(f, 71, "running");
+}
+
+/* A shared gang lands on the least-loaded devices that take it: with
+ * devices 0-1 held by a shared job and 2-3 by none, on 2-3, although the
+ * memory would fit beside the holder (and, all else equal, the allocator
+ * takes the lowest devices first). */
+static void test_shared_gang_least_loaded_first(void **state)
+{
+    fixture_t *f = *state;
+    round_t r;
+    int by_memory;
+    alloc_placement_t pl[1];
+    static const alloc_request_t two = {{1, {2, 0, 0, 0}}, "west"};
+    hold(f, 70, 0, 0, 0, 1, 100);
+    sched_gang_t g = {&two, 1, 1, 100};
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(sched_place(&r, &g, pl, &by_memory), ALLOC_OK);
+    assert_int_equal(pl[0].nshards, 2);
+    assert_int_equal(pl[0].devices[0], 2);
+    assert_int_equal(pl[0].devices[1], 3);
+    alloc_placements_release(pl, 1);
+    sched_round_free(&r);
 }
 
 /* The planner's estimate: the largest computation's per-shard values. */
@@ -271,6 +314,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memory_reason_names_its_islands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_take_adds_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preemption_makes_room_in_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exclusive_preemption_needs_every_holder, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_shared_gang_least_loaded_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_bytes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,6 +26,7 @@
 #include "sched_internal.h"
 #include "store_internal.h"
 #include "support_store.h"
+#include "support_sched.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
 /* Holds west's devices lo..hi for job, as an allocation run. */
@@ -35,20 +36,17 @@ static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
 
 typedef support_worker_fixture_t fixture_t;
 
+static int teardown(void **state)
+{
+    return support_sched_teardown(state);
+}
+
 static int setup(void **state)
 {
     fixture_t *f = support_worker_fixture(islands, 1, 4);
     sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0, 0};
     *state = f;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    sched_round_cache_free();
-    sched_plans_free_all();
-    sched_admit_free();
-    return support_store_teardown(state);
 }
 
 /* Loads a round; device k's allocator state and exclusive job. */
