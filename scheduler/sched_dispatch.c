@@ -416,17 +416,24 @@ static int comp_tasks(const job_plan_t *plan, const int *tasks, int t)
     return tasks[plan->comps[plan->topo[t]].slice];
 }
 
-/* Where the chunk that starts at from ends: budget host tasks later (none
- * when budget < 1), or at the job's end ({ncomps, 0}). A computation's
- * host tasks may be split between chunks: a whole-island gang's 512 rows
- * written in one pass kept every other job waiting for 3-10 ms. */
+/* Where the chunk that starts at from ends: at most budget host tasks
+ * later (none when budget < 1), or at the job's end ({ncomps, 0}). A
+ * computation's host tasks are split between chunks only when it alone
+ * fills the chunk: a whole-island gang's 512 rows written in one pass kept
+ * every other job waiting for 3-10 ms. Any other one that does not fit
+ * whole goes to the next chunk: split, it went out as rows of its own
+ * (a run never holds a split computation), half of its workers' rows a
+ * chunk later than the others', so every chunk boundary of a long chain
+ * cost a computation that waited for the next chunk, and ended the
+ * workers' runs and report batches there. */
 static dpos_t chunk_end(const job_plan_t *plan, const int *tasks, dpos_t from, int64_t budget)
 {
     dpos_t e = from;
     while (e.t < plan->ncomps && budget > 0) {
         int left = comp_tasks(plan, tasks, e.t) - e.part;
         if (left > budget) {
-            e.part += (int)budget;
+            if (e.t == from.t)
+                e.part += (int)budget;
             break;
         }
         budget -= left;

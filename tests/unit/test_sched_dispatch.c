@@ -630,6 +630,37 @@ static void test_runs_follow_indexes(void **state)
     expect_runs(*state, reversed_doc, "0:1@2 1:1@1 2:1@3");
 }
 
+/* A chain of 40 computations on [1,3] of wide: 3 host tasks each, so a
+ * chunk's 32 host tasks end inside a computation. None is split between
+ * chunks (only one that alone fills a chunk is): the chunks hold 10, 10
+ * and 20 whole computations (30, then at least SCHED_CHUNK_FIRST_TASKS,
+ * then as many as written so far), each one run per worker, and no
+ * computation goes out as rows of its own. */
+static void test_chunks_keep_computations_whole(void **state)
+{
+    fixture_t *f = *state;
+    char doc[16384], runs[256];
+    int len = snprintf(doc, sizeof doc, "{\"name\":\"c3\",\"slices\":{\"s\":{\"shape\":"
+                       "[1,3]}},\"computations\":[{\"name\":\"c0\",\"slice\":\"s\","
+                       "\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[],"
+                       "\"value\":1.0}],\"outputs\":[\"x\"]}");
+    for (int c = 1; c < 40; c++)
+        len += snprintf(doc + len, sizeof doc - (size_t)len,
+                        ",{\"name\":\"c%d\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\","
+                        "\"out\":\"p\",\"from\":\"c%d.x\"},{\"op\":\"scale\",\"out\":"
+                        "\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]}",
+                        c, c - 1);
+    snprintf(doc + len, sizeof doc - (size_t)len, "]}");
+    int64_t job = support_store_submit(f->st, doc, wide, 1);
+    int wrote = 0;
+    assert_int_equal(allocate_job(f, job), 1);
+    assert_int_equal(more(f, &wrote), 1);
+    assert_int_equal(more(f, &wrote), 0);
+    runs_of(f, job, runs, sizeof runs);
+    assert_string_equal(runs, "0:10@1 10:10@11 20:20@21");
+    assert_int_equal(support_store_int(f->st, "SELECT COUNT(*) FROM host_tasks"), 9);
+}
+
 /* Two jobs in mid-dispatch and time for one chunk per pass (a chunk may
  * take 1 µs): each pass advances one job, the one after the job the last
  * pass served, so both go on in turn; the one left over counts as left. */
@@ -696,6 +727,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_runs_end_at_slice_changes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_program_runs_alone, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_runs_follow_indexes, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_chunks_keep_computations_whole, setup_wide,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_unplain_address_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
