@@ -420,12 +420,11 @@ static int comp_tasks(const job_plan_t *plan, const int *tasks, int t)
  * later (none when budget < 1), or at the job's end ({ncomps, 0}). A
  * computation's host tasks are split between chunks only when it alone
  * fills the chunk: a whole-island gang's 512 rows written in one pass kept
- * every other job waiting for 3-10 ms. Any other one that does not fit
- * whole goes to the next chunk: split, it went out as rows of its own
- * (a run never holds a split computation), half of its workers' rows a
- * chunk later than the others', so every chunk boundary of a long chain
- * cost a computation that waited for the next chunk, and ended the
- * workers' runs and report batches there. */
+ * every other job waiting for 3-10 ms. Any other that does not fit whole
+ * waits for the next chunk: a split one goes out as rows of its own (a
+ * run never holds a split computation), half of its workers' rows a
+ * chunk later than the others', and ends the workers' runs and report
+ * batches there. Progress: with budget >= 1 the chunk is never empty. */
 static dpos_t chunk_end(const job_plan_t *plan, const int *tasks, dpos_t from, int64_t budget)
 {
     dpos_t e = from;

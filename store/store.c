@@ -32,6 +32,11 @@
 #define STORE_STMT_CACHE 96
 #define STORE_BUSY_TIMEOUT_MS 10000
 
+/* The transaction statements, by index into store_t.txn and
+ * store_txn_sql. */
+enum { STORE_TXN_BEGIN, STORE_TXN_BEGIN_READ, STORE_TXN_COMMIT, STORE_TXN_ROLLBACK,
+       STORE_TXN__N };
+
 /* Poll watch (STORE_WATCH_SQL): whose parked requests the open
  * transaction concerns, in one family (workers, or jobs), applied to that
  * family's generations by store_commit. */
@@ -61,10 +66,9 @@ struct store {
     sqlite3_stmt *stmt[STORE_STMT_CACHE];
     /* BEGIN IMMEDIATE, BEGIN DEFERRED, COMMIT, ROLLBACK (store_txn_sql),
      * prepared on first use: through sqlite3_exec each was parsed again
-     * every time, ~15K instructions a transaction end, about 7 % of a
-     * tiny job's atolld CPU (callgrind, stop 63). Owned; finalized by
-     * store_close. */
-    sqlite3_stmt *txn[4];
+     * every time, ~62K instructions of a tiny job's ~2.2M in atolld
+     * (callgrind, stop 63). Owned; finalized by store_close. */
+    sqlite3_stmt *txn[STORE_TXN__N];
     void *outputs_cache;        /* store_progress.c's (store_outputs_cache): one block */
 };
 
@@ -111,7 +115,7 @@ static void store_close(store_t *st)
         return;
     for (int i = 0; i < st->nstmts; i++)
         sqlite3_finalize(st->stmt[i]);
-    for (size_t i = 0; i < sizeof st->txn / sizeof st->txn[0]; i++)
+    for (int i = 0; i < STORE_TXN__N; i++)
         sqlite3_finalize(st->txn[i]);
     sqlite3_close(st->db);      /* rolls back a transaction left open */
     if (st->holds_write)
@@ -141,10 +145,8 @@ static int store_exec(store_t *st, const char *sql)
     return 0;
 }
 
-/* The transaction statements, by index into store_t.txn. */
-enum { STORE_TXN_BEGIN, STORE_TXN_BEGIN_READ, STORE_TXN_COMMIT, STORE_TXN_ROLLBACK };
-static const char *const store_txn_sql[] = {"BEGIN IMMEDIATE", "BEGIN DEFERRED", "COMMIT",
-                                            "ROLLBACK"};
+static const char *const store_txn_sql[STORE_TXN__N] = {"BEGIN IMMEDIATE", "BEGIN DEFERRED",
+                                                        "COMMIT", "ROLLBACK"};
 
 /* Runs transaction statement `which` (its prepared copy, made on first
  * use). A failure is logged and leaves the transaction as SQLite left it
