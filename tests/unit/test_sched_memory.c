@@ -27,6 +27,7 @@
 #include "sched_internal.h"
 #include "store_internal.h"
 #include "support_store.h"
+#include "support_sched.h"
 
 static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}, {"east", {1, {2, 0, 0, 0}}}};
 static const alloc_request_t whole = {{2, {2, 2, 0, 0}}, "west"};
@@ -57,18 +58,10 @@ static void hold(fixture_t *f, int id, int prio, int preemptible, int lo, int hi
 
 static int setup(void **state)
 {
-    fixture_t *f = support_worker_fixture(islands, 2, 4);
-    sched_cfg = (sched_config_t){islands, 2, 60 * 1000000LL, 0, NULL, 0, 0};
+    fixture_t *f = support_sched_fixture(islands, 2, 4);
     set_cap(f, 4000);
     *state = f;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    sched_round_cache_free();
-    sched_plans_free_all();
-    return support_store_teardown(state);
 }
 
 /* The round sees each device's holds (a hold makes a device busy for
@@ -207,6 +200,18 @@ static void expect_state(fixture_t *f, int id, const char *want)
     free(got);
 }
 
+/* A round in which job (gang g) evicts nothing: sched_try_preempt answers
+ * 0 and job `kept` is still running. */
+static void expect_no_eviction(fixture_t *f, const sched_job_t *job, const sched_gang_t *g,
+                               int kept)
+{
+    round_t r;
+    assert_int_equal(sched_round_load(f->st, &r), 0);
+    assert_int_equal(sched_try_preempt(f->st, &r, job, g), 0);
+    sched_round_free(&r);
+    expect_state(f, kept, "running");
+}
+
 /* A high-priority shared job kept out by memory evicts the preemptible
  * shared job whose memory makes room, and spares a preemptible one whose
  * eviction would not (a shared gang never evicts only to join devices). */
@@ -237,10 +242,7 @@ static void test_preemption_makes_room_in_memory(void **state)
 
     /* Nothing evictable makes room: nothing is evicted. */
     g.bytes = 800;
-    assert_int_equal(sched_round_load(f->st, &r), 0);
-    assert_int_equal(sched_try_preempt(f->st, &r, &job, &g), 0);
-    sched_round_free(&r);
-    expect_state(f, 72, "running");
+    expect_no_eviction(f, &job, &g, 72);
 }
 
 /* An exclusive job frees a shared device only by evicting every job that
@@ -249,15 +251,11 @@ static void test_preemption_makes_room_in_memory(void **state)
 static void test_exclusive_preemption_needs_every_holder(void **state)
 {
     fixture_t *f = *state;
-    round_t r;
     hold(f, 70, 0, 0, 0, 3, 100);       /* not preemptible */
     hold(f, 71, 0, 1, 0, 3, 100);
     sched_gang_t g = {&whole, 1, 0, 0};
     sched_job_t job = {.id = 99, .priority = 5};
-    assert_int_equal(sched_round_load(f->st, &r), 0);
-    assert_int_equal(sched_try_preempt(f->st, &r, &job, &g), 0);
-    sched_round_free(&r);
-    expect_state(f, 71, "running");
+    expect_no_eviction(f, &job, &g, 71);
 }
 
 /* A shared gang lands on the least-loaded devices that take it: with
@@ -308,16 +306,16 @@ static void test_plan_bytes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_sees_device_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_sees_device_memory, setup, support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_shared_job_joins_only_where_memory_fits, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_memory_reason_names_its_islands, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_round_take_adds_memory, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_preemption_makes_room_in_memory, setup, teardown),
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_memory_reason_names_its_islands, setup, support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_round_take_adds_memory, setup, support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_preemption_makes_room_in_memory, setup, support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_exclusive_preemption_needs_every_holder, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_shared_gang_least_loaded_first, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_plan_bytes, setup, teardown),
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_gang_least_loaded_first, setup, support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_plan_bytes, setup, support_sched_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,16 +36,9 @@ static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
 
 typedef support_worker_fixture_t fixture_t;
 
-static int teardown(void **state)
-{
-    return support_sched_teardown(state);
-}
-
 static int setup(void **state)
 {
-    fixture_t *f = support_worker_fixture(islands, 1, 4);
-    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0, 0};
-    *state = f;
+    *state = support_sched_fixture(islands, 1, 4);
     return 0;
 }
 
@@ -701,31 +694,31 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_mirror_reads_only_after_device_changes, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, teardown),
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_round_keeps_its_own_changes, setup, support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_round_current_until_another_writer, setup,
-                                        teardown),
+                                        support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_rolled_back_free_publishes_nothing, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, teardown),
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_round_stops_placing_past_its_time, setup, support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_unplaced_job_waits_for_a_device_change, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_devlog_leaves_out_one_writer, setup, teardown),
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_devlog_names_changed_devices, setup, support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_devlog_leaves_out_one_writer, setup, support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_round_leaves_out_its_own_everything, setup,
-                                        teardown),
+                                        support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_rounds_cut_short_at_most_32_in_a_row, setup_wide,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, teardown),
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_usage_follows_holders, setup, support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_freed_job_reaches_mirror_without_read, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_allocation_names_its_devices, setup, teardown),
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_allocation_names_its_devices, setup, support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_shared_job_runs_from_its_first_feed, setup,
-                                        teardown),
+                                        support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_offered_plan_used_instead_of_document, setup,
-                                        teardown),
+                                        support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_stale_mirror_read_again_after_failed_allocation,
-                                        setup, teardown),
+                                        setup, support_sched_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
