@@ -15,9 +15,7 @@
  * Then, on the (16 devices, 4 processes) chained case: where the time per
  * computation goes (setup, worker step, hand-off, controller tail), and the
  * smallest `compute` duration that brings device utilization to 95 %
- * (next to the ceiling this machine's timers set on it: a thread of the
- * bench sleeps as the sim backend's compute does while each case runs,
- * and the wake-ups' mean lateness L bounds utilization by us / (us + L)), and
+ * (sweep_utilization: over a chain of SWEEP_STEPS, and in steady state), and
  * whether the cost of a computation grows with the chain's length (64
  * against LONG_STEPS computations: time, and atolld's and the workers'
  * CPU per computation, counted from submission to the checked result),
@@ -28,28 +26,26 @@
  * a fill job and the edge job, paired_cost) against memcpy in this
  * process, and all-reduce bus bandwidth (the same way).
  *
- * Workers use the `sim` backend (compute sleeps) so that D device threads
- * on a 2-core host do not fight over the cores; data still moves for real.
+ * Workers use the `sim` backend (devices are modelled streams: compute is
+ * device time, not host CPU) so that D devices on a 2-core host do not
+ * fight over the cores; data still moves for real.
  * Bounded by BENCH_BUDGET_MS: configurations past it are skipped and named.
  * Output: plain `name value` lines. `bench_pathways grid` or `bench_pathways
  * bandwidth` runs one section alone; `bench_pathways util` only the
  * (16 devices, 4 processes) chained case under both dispatch modes, with
  * its profile, marginal cost and (parallel) the utilization sweep. */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 
 #include "support_harness.h"
 
 #define N_STEPS 64
 #define OPBYOP_JOBS 32
-#define SWEEP_STEPS 32
+#define SWEEP_STEPS 128         /* a training loop's steps, not its start */
 #define LONG_STEPS 1000          /* chain_length; a job holds at most 1,024 */
 #define BENCH_BUDGET_MS 150000
 #define POLL_MS 10
@@ -350,41 +346,11 @@ static void profile_chained(const char *tag, const json_t *job, int n)
     printf("profile.%s.controller_tail_us %" PRId64 "\n", tag, finished - last_fin);
 }
 
-/* A thread that sleeps `us` at a time to absolute deadlines, timer slack
- * 1 ns, as the sim backend's `compute` does in a worker, and sums how late
- * it woke: this machine's timers under the load of the case running
- * meanwhile. A step of the chain waits for the latest of its 4 workers'
- * wake-ups, so us / (us + mean lateness) is an upper bound on the
- * utilization the case can reach here, whatever Atoll does. */
-typedef struct late_probe {
-    int us;
-    atomic_int stop;
-    int64_t sum, n, max;        /* the thread's until joined */
-    pthread_t th;
-} late_probe_t;
-
-static void *late_probe_main(void *arg)
-{
-    late_probe_t *p = arg;
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    while (!atomic_load(&p->stop)) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        int64_t deadline = (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000 + p->us;
-        struct timespec d = {(time_t)(deadline / 1000000), (long)(deadline % 1000000) * 1000};
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &d, NULL) != 0)
-            ;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        int64_t late = (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000 - deadline;
-        p->sum += late;
-        p->n++;
-        if (late > p->max)
-            p->max = late;
-    }
-    return NULL;
-}
-
-/* Chained d16 over 4 processes with a `compute` per step: utilization. */
+/* Chained d16 over 4 processes with a `compute` per step: utilization,
+ * n * us over the chain's wall time (its first computation's start to its
+ * last one's end, server stamps), and the same in steady state, from the
+ * first computation's end: the first one also waits for the slowest
+ * worker's first poll of the job. */
 static void sweep_utilization(hx_client_t *cl, int di)
 {
     static const int us_list[] = {100, 250, 500, 1000, 2000, 5000};
@@ -395,33 +361,22 @@ static void sweep_utilization(hx_client_t *cl, int di)
             break;
         }
         json_t *job = NULL;
-        late_probe_t probe = {.us = us_list[i]};
-        int probing = pthread_create(&probe.th, NULL, late_probe_main, &probe) == 0;
-        int rc = run_case(cl, M_CHAINED, di, SWEEP_STEPS, us_list[i], &job);
-        atomic_store(&probe.stop, 1);
-        if (probing)
-            pthread_join(probe.th, NULL);
-        if (rc < 0)
+        if (run_case(cl, M_CHAINED, di, SWEEP_STEPS, us_list[i], &job) < 0)
             return;
         int n = SWEEP_STEPS, D = grid_d[di];
-        int64_t wall = hx_comp_time_us(job, n - 1, "finished") - hx_comp_time_us(job, 0, "started");
+        int64_t first_end = hx_comp_time_us(job, 0, "finished");
+        int64_t last_end = hx_comp_time_us(job, n - 1, "finished");
+        int64_t wall = last_end - hx_comp_time_us(job, 0, "started");
         int64_t busy = 0;
         for (int k = 0; k < n; k++)
             busy += cbusy_of(job, k);
         json_decref(job);
         double util = (double)n * us_list[i] / (double)wall;
         printf("util.chained.d%d.p4.compute_%dus %.3f\n", D, us_list[i], util);
+        printf("util.chained.d%d.p4.compute_%dus.steady %.3f\n", D, us_list[i],
+               (double)(n - 1) * us_list[i] / (double)(last_end - first_end));
         printf("util.chained.d%d.p4.compute_%dus.measured_busy %.3f\n", D, us_list[i],
                (double)busy / ((double)D * (double)wall));
-        if (probing && probe.n > 0) {
-            double late = (double)probe.sum / (double)probe.n;
-            printf("util.chained.d%d.p4.compute_%dus.sleep_lateness_us %.1f\n", D, us_list[i],
-                   late);
-            printf("util.chained.d%d.p4.compute_%dus.sleep_lateness_max_us %" PRId64 "\n", D,
-                   us_list[i], probe.max);
-            printf("util.chained.d%d.p4.compute_%dus.timer_ceiling %.3f\n", D, us_list[i],
-                   us_list[i] / (us_list[i] + late));
-        }
         if (util >= 0.95)
             found = us_list[i];
     }

@@ -91,6 +91,7 @@ static tensor_t *tensor_make(const shape_t *s, int zero)
     /* Copy only the used dims so the "dims beyond rank are 0" invariant
      * holds even if the caller left garbage there. */
     memset(&t->shape, 0, sizeof t->shape);
+    t->ready_us = 0;
     t->shape.rank = s->rank;
     for (int i = 0; i < s->rank; i++)
         t->shape.dim[i] = s->dim[i];
@@ -121,6 +122,7 @@ tensor_t *tensor_clone(const tensor_t *t)
     if (!c)
         return NULL;
     memcpy(c->data, t->data, (size_t)shape_numel(&t->shape) * sizeof *t->data);
+    c->ready_us = t->ready_us;
     return c;
 }
 

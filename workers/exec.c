@@ -49,6 +49,8 @@ typedef struct qent {
 } qent_t;
 
 typedef struct device {
+    int64_t free_us;            /* monotonic: when the tasks it ran end on it
+                                   (a `sim` host runs ahead: exec_clock_t) */
     qent_t *queue;              /* sorted by increasing seq */
     qent_t *tail;               /* its last entry (NULL when empty): a job's
                                  * tasks arrive in seq order, so enqueueing
@@ -73,11 +75,11 @@ struct exec {
     pthread_t *threads;
 };
 
-static void report(exec_t *ex, int64_t id, int32_t comp, char *body, int hold)
+static void report(exec_t *ex, int64_t id, int32_t comp, char *body, int hold, int64_t due_us)
 {
     if (!body)
         log_error("task %lld: out of memory building its report", (long long)id);
-    ex->report_fn(ex->report_ctx, id, comp, body, hold);
+    ex->report_fn(ex->report_ctx, id, comp, body, hold, due_us);
 }
 
 /* Whether h's report may wait (exec_report_fn): it succeeded, its attempt
@@ -210,6 +212,16 @@ static void log_start(const wtask_t *t)
                   (int)t->devices[l]);
 }
 
+/* When t's devices finish the tasks that ran on them before it. Holds mu. */
+static int64_t devices_free(const exec_t *ex, const wtask_t *t)
+{
+    int64_t at = 0;
+    for (int l = 0; l < t->nlocal; l++)
+        if (ex->dev[t->devices[l]].free_us > at)
+            at = ex->dev[t->devices[l]].free_us;
+    return at;
+}
+
 static void *runner_main(void *arg)
 {
     exec_t *ex = arg;
@@ -221,21 +233,25 @@ static void *runner_main(void *arg)
         if (!h)
             break;
         h->running = 1;
+        exec_clock_t clk = {.free_us = devices_free(ex, h->t)};
         wake_one(ex);
         pthread_mutex_unlock(&ex->mu);
 
         if (log_enabled(LOG_DEBUG))
             log_start(h->t);
         int succeeded = 0;
-        char *body = exec_run_task(&ex->env, h->t, &succeeded);
+        char *body = exec_run_task(&ex->env, h->t, &clk, &succeeded);
         log_debug("task %lld ended: %s", (long long)h->t->id, succeeded ? "succeeded" : "not");
         task_done(ex, h->t);
         pthread_mutex_lock(&ex->mu);
         int hold = report_may_hold(ex, h, succeeded);
         pthread_mutex_unlock(&ex->mu);
-        report(ex, h->t->id, h->t->comp, body, hold);
+        report(ex, h->t->id, h->t->comp, body, hold, clk.end_us);
 
         pthread_mutex_lock(&ex->mu);
+        /* The next task on these devices starts where this one ends. */
+        for (int l = 0; l < h->t->nlocal; l++)
+            ex->dev[h->t->devices[l]].free_us = clk.end_us;
         unqueue(ex, h);
         wtask_free(h->t);
         free(h);
@@ -354,7 +370,7 @@ static void reject_task(exec_t *ex, int64_t id, int32_t comp, hnode_t *h, wtask_
     free(h);
     wtask_free(t);
     if (id >= 0)
-        report(ex, id, comp, exec_report_failed(err), 0);
+        report(ex, id, comp, exec_report_failed(err), 0, 0);
 }
 
 /* Member key of a TASK as a non-negative integer in 0..max, else -1 (read
@@ -506,7 +522,7 @@ int exec_cancel_attempt(exec_t *ex, int64_t job, int32_t attempt)
         removed = h->next_removed;
         task_done(ex, h->t);
         if (h->t->id != last_id)
-            report(ex, h->t->id, h->t->comp, exec_report_cancelled(), 0);
+            report(ex, h->t->id, h->t->comp, exec_report_cancelled(), 0, 0);
         last_id = h->t->id;
         wtask_free(h->t);
         free(h);
@@ -576,7 +592,7 @@ void exec_stop(exec_t *ex)
         hnode_t *h = left;
         left = h->next_removed;
         task_done(ex, h->t);
-        report(ex, h->t->id, h->t->comp, exec_report_failed("worker shutting down"), 0);
+        report(ex, h->t->id, h->t->comp, exec_report_failed("worker shutting down"), 0, 0);
         wtask_free(h->t);
         free(h);
     }

@@ -29,8 +29,11 @@
  * could not be read that far. hold: 1 when the report may wait (the task
  * succeeded, its placement says "hold_reports", and a later task of the
  * same job attempt is queued here on one of its devices), so that a
- * chain's reports leave in batches; 0 when it should go at once. */
-typedef void (*exec_report_fn)(void *ctx, int64_t task_id, int32_t comp, char *body, int hold);
+ * chain's reports leave in batches; 0 when it should go at once.
+ * due_us: the report may not leave before this monotonic time, when the
+ * task ends on its devices (a `sim` host runs ahead of them; exec_clock_t). */
+typedef void (*exec_report_fn)(void *ctx, int64_t task_id, int32_t comp, char *body, int hold,
+                               int64_t due_us);
 
 typedef struct exec_cfg {
     int ndevices;

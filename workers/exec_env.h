@@ -36,6 +36,11 @@
  * per-worker option: a slice's workers run one build. */
 #define EXEC_RELAY_MIN_PROCS_DEFAULT 4
 
+/* How far (us) a `sim` worker's host may run ahead of its devices' clock:
+ * enough to hide a host's delays behind device time, little enough that a
+ * cancel leaves at most this much queued device time behind. */
+#define EXEC_SIM_AHEAD_US 1000
+
 /* How collectives ran (for tests and logs). */
 typedef struct exec_counters {
     atomic_llong ring;          /* all_reduces summed in ring order (per host task) */
@@ -66,8 +71,10 @@ typedef struct exec_env {
     exec_counters_t *counters;  /* borrowed; may be NULL */
     int64_t peer_timeout_us;    /* how long one wait for a peer may take */
     int relay_min_procs;        /* see EXEC_RELAY_MIN_PROCS_DEFAULT */
-    int sim;                    /* `sim` backend: real arithmetic, but `compute`
-                                   sleeps instead of busy-waiting */
+    int sim;                    /* `sim` backend: real arithmetic, but devices
+                                   are modelled streams: `compute` is device
+                                   time the host does not wait out
+                                   (exec_run.c: run_compute) */
     const exec_run_opts_t *run; /* borrowed; NULL: run computations fail */
 } exec_env_t;
 

@@ -31,8 +31,12 @@ typedef struct run {
     int *refs;                  /* consumers of each value (same for every shard):
                                    ops reading it, sends of it, +1 for an output */
     int *send_slot;             /* value of each of t->sends */
-    int64_t started_us;
+    int64_t started_us;         /* wall clock: when its devices start it */
     int64_t inputs_ready_us;    /* last `input` edge taken, else started_us */
+    int64_t dev_at;             /* monotonic: when its devices finish the work
+                                   queued on them so far (sim: run_compute) */
+    int64_t end_us;             /* monotonic: when it ends on its devices, set
+                                   once its ops ran (run_stamp_end) */
     int cancelled;
     int gang_ran;               /* a run computation's processes ran (exec_gang.c) */
     tensor_t **gang_outs;       /* noutputs * nl tensors they wrote, owned until the
@@ -53,5 +57,9 @@ int exec_io_take(run_t *r, const mbox_tag_t *tag, tensor_t **out);
 int exec_io_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_t *v);
 /* Counts a received message whose size disagrees with the plan. */
 void exec_io_count_bad(const run_t *r);
+/* Blocks the host until monotonic time at_us (util_mono_us), in slices of
+ * at most 1 ms so that the job's cancel stops it within about a
+ * millisecond. Returns 0, or -1 with r->cancelled set. */
+int exec_io_wait_until(run_t *r, int64_t at_us);
 
 #endif

@@ -103,6 +103,8 @@ static int run_input_reshard(run_t *r, int i, const gspmd_edge_t *e, int c, tens
             return -1;
         }
         gspmd_box_copy(piece->data, &piece->shape, zero, (*out)->data, &(*out)->shape, at, ext);
+        if (piece->ready_us > (*out)->ready_us)
+            (*out)->ready_us = piece->ready_us;
         tensor_free(piece);
     }
     return 0;
@@ -135,48 +137,68 @@ static int run_input(run_t *r, int i, tensor_t **outs)
     }
     /* Only DAG edges count as inputs; ops run in order, so the last
      * `input` op taken sets the final value. */
-    r->inputs_ready_us = util_wall_us();
+    int64_t now = util_wall_us();       /* no earlier than the task's device start */
+    r->inputs_ready_us = now > r->started_us ? now : r->started_us;
     return 0;
 }
 
-/* Sleeps until monotonic time end_us (util_mono_us's clock). */
-static void sleep_until_us(int64_t end_us)
+/* When op i's arguments exist on the devices (their latest ready_us over
+ * the local shards; 0: they exist now). */
+static int64_t run_args_ready_at(const run_t *r, int i)
 {
-    struct timespec ts = {(time_t)(end_us / 1000000), (long)(end_us % 1000000) * 1000};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
+    const op_t *op = &r->comp->ops[i];
+    int64_t at = 0;
+    for (int a = 0; a < op->nargs && a < 2; a++)
+        for (int l = 0; l < r->nl; l++) {
+            const tensor_t *v = ostore_tensor(r->objs[l * r->nv + op->arg[a]]);
+            if (v->ready_us > at)
+                at = v->ready_us;
+        }
+    return at;
 }
 
-/* The `compute` op: the task's devices compute side by side, so the host
- * task is busy for `us` once, not once per shard; in 1 ms slices so that a
- * cancelled job stops within about a millisecond. cpu busy-waits (the
- * devices are occupied); sim sleeps: modelled time that leaves the host's
- * cores to the other simulated devices. The slices end at deadlines
- * counted from the start, so the time a thread was not running (a late
- * wake-up, 70-130 us per sleep on the 2-core development VM; a busy-wait
- * preempted by other processes) is paid once per op, not once a slice:
- * 5 ms in relative 1 ms sleeps took ~5.6 ms there, and a 6 s busy-wait
- * in relative 1 ms slices ran past 30 s with two test suites beside it. */
+/* The `compute` op: the task's devices compute side by side, so the task
+ * is busy for `us` once, not once per shard.
+ * cpu busy-waits: the devices are the host's cores, occupied for real.
+ * sim models an accelerator's in-order stream: the op occupies the devices
+ * from when they are free (r->dev_at, carried from the task before on
+ * them: exec_run_task's clock) or its arguments exist, whichever is later,
+ * for `us`, and the host goes on without waiting, as a host enqueues work
+ * on a device and continues. What reads the result waits for it instead
+ * (ready_us: a collective, a send to another process, the report), so the
+ * host's own delays (a late wake-up, a peer's collective) overlap device
+ * time rather than add to it. The host stays at most EXEC_SIM_AHEAD_US
+ * ahead of its devices, which bounds how much queued device time a cancel
+ * leaves behind. */
 static int run_compute(run_t *r, int i, tensor_t **outs)
 {
     const op_t *op = &r->comp->ops[i];
-    int64_t end = util_mono_us() + op->us;
-    for (int64_t left = op->us; left > 0; left -= 1000) {
-        int64_t chunk = left < 1000 ? left : 1000;
-        if (r->env->sim)
-            sleep_until_us(end - left + chunk);
-        else
-            kernel_compute_spin(end - left + chunk - util_mono_us());
-        if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
-            r->cancelled = 1;
+    int64_t ready = 0;
+    if (r->env->sim) {
+        int64_t start = run_args_ready_at(r, i);
+        if (start < r->dev_at)
+            start = r->dev_at;
+        ready = r->dev_at = start + op->us;
+        if (exec_io_wait_until(r, r->dev_at - EXEC_SIM_AHEAD_US) != 0)
             return -1;
+    } else {
+        int64_t end = util_mono_us() + op->us;
+        for (int64_t left = op->us; left > 0; left -= 1000) {
+            int64_t chunk = left < 1000 ? left : 1000;
+            kernel_compute_spin(end - left + chunk - util_mono_us());
+            if (mbox_is_cancelled(r->env->mb, r->t->job, r->t->attempt)) {
+                r->cancelled = 1;
+                return -1;
+            }
         }
     }
-    for (int l = 0; l < r->nl; l++)
+    for (int l = 0; l < r->nl; l++) {
         if (!(outs[l] = tensor_new(&op->shape))) {
             snprintf(r->err, sizeof r->err, "compute op %d: out of memory", i);
             return -1;
         }
+        outs[l]->ready_us = ready;
+    }
     return 0;
 }
 
@@ -184,6 +206,7 @@ static int run_compute(run_t *r, int i, tensor_t **outs)
 static int run_local(run_t *r, int i, tensor_t **outs)
 {
     const op_t *op = &r->comp->ops[i];
+    int64_t ready = run_args_ready_at(r, i);   /* a sim device computes it then */
     for (int l = 0; l < r->nl; l++) {
         const tensor_t *args[2] = {NULL, NULL};
         for (int a = 0; a < op->nargs && a < 2; a++)
@@ -193,6 +216,7 @@ static int run_local(run_t *r, int i, tensor_t **outs)
                      opcode_name(op->code), i);
             return -1;
         }
+        outs[l]->ready_us = ready;
     }
     return 0;
 }
@@ -220,6 +244,18 @@ static int run_args_ready(run_t *r, int i)
     return 0;
 }
 
+/* Waits until every value the task holds exists on its devices (sim; at
+ * once otherwise): before a run computation's processes read them. 0 or -1
+ * (cancelled). */
+static int run_values_ready(run_t *r)
+{
+    int64_t at = 0;
+    for (int k = 0; k < r->nl * r->nv; k++)
+        if (r->objs[k] && ostore_tensor(r->objs[k])->ready_us > at)
+            at = ostore_tensor(r->objs[k])->ready_us;
+    return exec_io_wait_until(r, at);
+}
+
 static int run_dispatch(run_t *r, int i, tensor_t **outs)
 {
     const op_t *op = &r->comp->ops[i];
@@ -228,9 +264,12 @@ static int run_dispatch(run_t *r, int i, tensor_t **outs)
     if (op->code == OP_COMPUTE)
         return run_compute(r, i, outs);
     if (op->code == OP_RUN_OUTPUT)
-        return exec_gang_output(r, i, outs);
+        return run_values_ready(r) == 0 ? exec_gang_output(r, i, outs) : -1;
     if (!opcode_is_collective(op->code))
         return run_local(r, i, outs);
+    /* The host exchanges the values: they must exist first (sim). */
+    if (exec_io_wait_until(r, run_args_ready_at(r, i)) != 0)
+        return -1;
     const tensor_t **args = calloc((size_t)r->nl, sizeof *args);
     if (!args) {
         snprintf(r->err, sizeof r->err, "out of memory");
@@ -496,9 +535,24 @@ static void success_text(jtext_w_t *w, run_t *r)
     JTEXT_LIT(w, ",\"inputs_ready_us\":");
     jtext_int(w, r->inputs_ready_us);
     JTEXT_LIT(w, ",\"finished_us\":");
-    jtext_int(w, util_wall_us());
+    jtext_int(w, util_wall_us() + (r->end_us - util_mono_us()));
     JTEXT_LIT(w, ",");
     run_outputs_text(w, r);
+}
+
+/* The task's ops have all run on the host: it ends on its devices at
+ * r->end_us, the later of its device clock (sim) and now. A computation's
+ * results exist when it has ended, as a device runtime's output buffers
+ * become ready when the whole program completes, not when one of its ops
+ * wrote them: every value the task still holds (outputs, sends) is
+ * stamped so, and its consumers wait for that, here or elsewhere. */
+static void run_stamp_end(run_t *r)
+{
+    int64_t now = util_mono_us();
+    r->end_us = r->dev_at > now ? r->dev_at : now;
+    for (int k = 0; k < r->nl * r->nv; k++)
+        if (r->objs[k])
+            ostore_ready_after(r->objs[k], r->end_us);
 }
 
 /* Compiles once and runs every op and send. Returns 0 or -1. */
@@ -523,9 +577,16 @@ static int run_body(run_t *r)
         if (run_op(r, i) != 0)
             return -1;
     }
-    if (r->comp->run && !r->gang_ran && exec_gang_output(r, -1, NULL) != 0)
+    if (r->comp->run && !r->gang_ran &&
+        (run_values_ready(r) != 0 || exec_gang_output(r, -1, NULL) != 0))
         return -1;
-    return run_sends(r);
+    run_stamp_end(r);
+    if (run_sends(r) != 0)
+        return -1;
+    int64_t now = util_mono_us();
+    if (r->end_us < now)
+        r->end_us = now;
+    return 0;
 }
 
 /* Outputs are dropped once reported (the controller keeps the result
@@ -551,13 +612,18 @@ static void run_cleanup(run_t *r)
     comp_free(r->comp);
 }
 
-char *exec_run_task(const exec_env_t *env, const wtask_t *t, int *succeeded)
+char *exec_run_task(const exec_env_t *env, const wtask_t *t, exec_clock_t *clk, int *succeeded)
 {
     run_t r = {.env = env, .t = t};
     jtext_w_t w = {0};
-    r.started_us = util_wall_us();
+    int64_t now = util_mono_us();
+    /* The devices start it when the work queued before it ends (sim), or now. */
+    r.dev_at = clk->free_us > now ? clk->free_us : now;
+    r.started_us = util_wall_us() + (r.dev_at - now);
     r.inputs_ready_us = r.started_us;
     *succeeded = run_body(&r) == 0;
+    /* A task that failed or was cancelled holds its devices no longer. */
+    clk->end_us = *succeeded ? r.end_us : util_mono_us();
     if (*succeeded)
         success_text(&w, &r);
     else if (r.cancelled)

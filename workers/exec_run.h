@@ -20,14 +20,24 @@
 #include "tensor.h"
 #include "wtask.h"
 
+/* A task's place on its devices' clock (monotonic, util_mono_us). */
+typedef struct exec_clock {
+    int64_t free_us;            /* in: when its devices finish the tasks before it
+                                   (sim; at most now otherwise) */
+    int64_t end_us;             /* out: when it ends on them; its report may not
+                                   leave before, the next task starts there */
+} exec_clock_t;
+
 /* Runs t (borrowed, as env is) on the calling runner thread, which it
- * blocks for the whole task: waits for peers and for store room are
- * bounded by env->peer_timeout_us, a run computation's by its timeout_s,
- * and the job's cancel ends them early.
+ * blocks until the task's host work is done (with `sim`, at most
+ * EXEC_SIM_AHEAD_US before clk->end_us; at end_us otherwise): waits for
+ * peers and for store room are bounded by env->peer_timeout_us, a run
+ * computation's by its timeout_s, and the job's cancel ends them early.
  * Returns the report as compact JSON text, malloc'd (the caller frees),
  * or NULL only when out of memory; *succeeded says whether its state is
  * "succeeded". */
-char *exec_run_task(const exec_env_t *env, const wtask_t *t, int *succeeded);
+
+char *exec_run_task(const exec_env_t *env, const wtask_t *t, exec_clock_t *clk, int *succeeded);
 
 /* Report bodies for tasks that never ran, as text (the caller frees);
  * NULL on OOM. */

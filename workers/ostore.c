@@ -180,6 +180,12 @@ const tensor_t *ostore_tensor(const ostore_obj_t *o)
     return o->t;
 }
 
+void ostore_ready_after(ostore_obj_t *o, int64_t ready_us)
+{
+    if (o->t->ready_us < ready_us)
+        o->t->ready_us = ready_us;
+}
+
 /* Unlinks o and gives back its charge. Caller holds mu and frees o. */
 static void unlink_locked(ostore_t *s, ostore_obj_t *o)
 {

@@ -93,6 +93,10 @@ ostore_obj_t *ostore_put(ostore_t *s, const ostore_key_t *key, tensor_t *t, int 
                          int64_t reserved);
 /* The object's tensor (borrowed; valid until its last release). */
 const tensor_t *ostore_tensor(const ostore_obj_t *o);
+/* Raises the object's tensor's ready_us to at least ready_us (tensor.h).
+ * Only the task that made the object calls it, before anyone else reads
+ * the object (its sends clone it). */
+void ostore_ready_after(ostore_obj_t *o, int64_t ready_us);
 /* Drops n references; frees the object at zero. Returns the references
  * left (0 = freed: the handle is gone). */
 int ostore_release(ostore_t *s, ostore_obj_t *o, int n);

@@ -36,6 +36,8 @@ typedef struct rnode {
                                  * if it is refused too, nothing follows */
     int hold;                   /* may wait (wreport_exec_fn's hold) */
     int64_t queued_us;          /* util_mono_us() when pushed */
+    int64_t due_us;             /* leaves no earlier (monotonic; 0: at once): the
+                                   task's end on its devices (exec_report_fn) */
     struct rnode *next;
 } rnode_t;
 
@@ -60,7 +62,7 @@ struct wreport {
 #define WREPORT_ENVELOPE_BYTES 16
 
 static void push_node(wreport_t *wr, int64_t task, int32_t comp, char *body, int last_word,
-                      int hold);
+                      int hold, int64_t due_us);
 
 /* A report the controller refused for its content can never be accepted,
  * and its job would wait for it forever: the task is reported failed
@@ -73,7 +75,7 @@ static void fail_refused(wreport_t *wr, int64_t task, int32_t comp, int last_wor
     char msg[512];
     snprintf(msg, sizeof msg, "the controller refused this task's report (%d: %.400s)",
              status, detail ? detail : "");
-    push_node(wr, task, comp, exec_report_failed(msg), 1, 0);
+    push_node(wr, task, comp, exec_report_failed(msg), 1, 0, 0);
 }
 
 /* The tasks of one request body, in order. */
@@ -113,7 +115,8 @@ static int resend_under_cap(wreport_t *wr, const char *body, size_t len, const b
         }
         json_object_del(r, "task");     /* report_text adds them again */
         json_object_del(r, "comp");
-        *n = (rnode_t){m->task[i], m->comp[i], jtext_dump(r, NULL), m->last_word[i], 0, 0, NULL};
+        *n = (rnode_t){m->task[i], m->comp[i], jtext_dump(r, NULL), m->last_word[i], 0, 0, 0,
+                       NULL};
         if (!n->body) {
             free(n);
             log_error("out of memory: %zu reports dropped", m->count - i);
@@ -268,34 +271,43 @@ static void send_list(wreport_t *wr, rnode_t *list)
     free(buf);
 }
 
-/* Whether the queue leaves now: something in it may not wait, a full
- * batch is there, the oldest held report waited hold_us, or the reporter
- * stops. Holds mu. */
+/* Whether the queue leaves now: its oldest report is due (the task has
+ * ended on its devices), and something in it may not wait, a full batch
+ * is there, the oldest held report waited hold_us, or the reporter stops
+ * (which sends what is queued, due or not). Holds mu. */
 static int send_due(const wreport_t *wr, int64_t now)
 {
-    return wr->head && (wr->nprompt > 0 || wr->nqueued >= WREPORT_BATCH_MAX ||
-                        now - wr->head->queued_us >= wr->hold_us ||
-                        atomic_load(&wr->stopping));
+    if (!wr->head)
+        return 0;
+    if (atomic_load(&wr->stopping))
+        return 1;
+    return now >= wr->head->due_us &&
+           (wr->nprompt > 0 || wr->nqueued >= WREPORT_BATCH_MAX ||
+            now - wr->head->queued_us >= wr->hold_us);
 }
 
-/* Sleeps until send_due may have changed: a push, a stop, or the oldest
- * held report's deadline. Holds mu. */
+/* Sleeps until send_due may have changed: a push, a stop, the oldest
+ * report's due time or its hold deadline. Holds mu. */
 static void wait_due(wreport_t *wr)
 {
     if (!wr->head) {
         pthread_cond_wait(&wr->cv, &wr->mu);
         return;
     }
-    int64_t at = wr->head->queued_us + wr->hold_us;
+    int64_t at = wr->head->due_us > util_mono_us() ? wr->head->due_us
+                                                   : wr->head->queued_us + wr->hold_us;
     struct timespec ts = {.tv_sec = (time_t)(at / 1000000), .tv_nsec = (long)(at % 1000000) * 1000};
     pthread_cond_timedwait(&wr->cv, &wr->mu, &ts);
 }
 
-/* Takes up to WREPORT_BATCH_MAX nodes off the head of the queue. Holds mu. */
+/* Takes up to WREPORT_BATCH_MAX nodes off the head of the queue, up to
+ * the first not yet due (order is kept), unless the reporter stops. Holds
+ * mu. */
 static rnode_t *take_batch(wreport_t *wr)
 {
     rnode_t *list = wr->head, **cut = &list;
-    for (int k = 0; k < WREPORT_BATCH_MAX && *cut; k++) {
+    int64_t now = atomic_load(&wr->stopping) ? INT64_MAX : util_mono_us();
+    for (int k = 0; k < WREPORT_BATCH_MAX && *cut && (*cut)->due_us <= now; k++) {
         wr->nqueued--;
         wr->nprompt -= !(*cut)->hold;
         cut = &(*cut)->next;
@@ -349,7 +361,7 @@ wreport_t *wreport_start(wclient_t *wc, int64_t hold_ms)
 }
 
 static void push_node(wreport_t *wr, int64_t task, int32_t comp, char *body, int last_word,
-                      int hold)
+                      int hold, int64_t due_us)
 {
     if (!body)
         return;
@@ -359,7 +371,7 @@ static void push_node(wreport_t *wr, int64_t task, int32_t comp, char *body, int
         free(body);
         return;
     }
-    *n = (rnode_t){task, comp, body, last_word, hold, util_mono_us(), NULL};
+    *n = (rnode_t){task, comp, body, last_word, hold, util_mono_us(), due_us, NULL};
     pthread_mutex_lock(&wr->mu);
     if (wr->tail)
         wr->tail->next = n;
@@ -377,12 +389,13 @@ static void push_node(wreport_t *wr, int64_t task, int32_t comp, char *body, int
 
 void wreport_push(wreport_t *wr, int64_t task, int32_t comp, char *body)
 {
-    push_node(wr, task, comp, body, 0, 0);
+    push_node(wr, task, comp, body, 0, 0, 0);
 }
 
-void wreport_exec_fn(void *ctx, int64_t task, int32_t comp, char *body, int hold)
+void wreport_exec_fn(void *ctx, int64_t task, int32_t comp, char *body, int hold,
+                     int64_t due_us)
 {
-    push_node(ctx, task, comp, body, 0, hold);
+    push_node(ctx, task, comp, body, 0, hold, due_us);
 }
 
 void wreport_stop(wreport_t *wr, int64_t timeout_ms)

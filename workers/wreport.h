@@ -20,6 +20,12 @@
  * failure and every cancellation go at once (the queue stays in order, so
  * they take what is held with them).
  *
+ * Due times: no report leaves before its due time, when its task ends on
+ * its devices (a `sim` worker's host runs up to EXEC_SIM_AHEAD_US ahead of
+ * them), so the controller never learns of an end before it happened; the
+ * queue waits for its oldest report's due time, keeping the order. A
+ * stopping reporter sends what it holds at once.
+ *
  * Ownership: wreport_push() and wreport_exec_fn() take the body: the
  * report as compact JSON text (an object without "task" and "comp", which
  * are added when it is sent), malloc'd; the reporter frees it. */
@@ -40,8 +46,9 @@ wreport_t *wreport_start(wclient_t *wc, int64_t hold_ms);
  * when >= 0) to send at once (body taken; NULL is ignored). */
 void wreport_push(wreport_t *wr, int64_t task, int32_t comp, char *body);
 /* exec_report_fn adapter (ctx: the wreport_t): queues the report, held
- * when `hold`. */
-void wreport_exec_fn(void *ctx, int64_t task, int32_t comp, char *body, int hold);
+ * when `hold`, due at due_us (monotonic; 0: at once). */
+void wreport_exec_fn(void *ctx, int64_t task, int32_t comp, char *body, int hold,
+                     int64_t due_us);
 /* Sends what is queued for at most timeout_ms, then stops the thread and
  * frees; undelivered reports are logged and dropped. */
 void wreport_stop(wreport_t *wr, int64_t timeout_ms);

@@ -36,6 +36,7 @@
 
 #include "itest.h"
 #include "support_faults.h"
+#include "util.h"
 #include "wclient.h"
 #include "wreport.h"
 
@@ -167,6 +168,26 @@ static int64_t poll_one_task(wclient_t *wc)
     return task;
 }
 
+/* A worker played by the test on the spare island (one device, nobody
+ * else there), registered with the worker's own client (workers/wclient.c). */
+static wclient_t *spare_worker(void)
+{
+    wclient_reg_req_t req = {"spare", 1, "sim", "127.0.0.1:1", NULL};
+    wclient_t *wc = wclient_new(itest_cluster.url, &req);
+    T_CHECK(wc != NULL, "out of memory");
+    int st = wclient_register(wc, NULL);
+    T_CHECK(st == 201, "registration on spare answered %d", st);
+    return wc;
+}
+
+/* Stops the played worker's reporter (sending what it holds) and leaves. */
+static void spare_worker_leave(wclient_t *wc, wreport_t *wr)
+{
+    wreport_stop(wr, 5000);
+    wclient_leave(wc, wclient_id(wc));
+    wclient_free(wc);
+}
+
 /* A report the controller can never accept (its outputs are not an
  * object: 400 for that item) used to be dropped by the worker and its job
  * stayed "running"; the worker's own reporter now sends a "failed" report
@@ -175,11 +196,7 @@ static int64_t poll_one_task(wclient_t *wc)
 static void test_refused_report_fails_task(void **state)
 {
     (void)state;
-    wclient_reg_req_t req = {"spare", 1, "sim", "127.0.0.1:1", NULL};
-    wclient_t *wc = wclient_new(itest_cluster.url, &req);
-    T_CHECK(wc != NULL, "out of memory");
-    int st = wclient_register(wc, NULL);
-    T_CHECK(st == 201, "registration on spare answered %d", st);
+    wclient_t *wc = spare_worker();
     int64_t job = itest_submit("{'name':'refused','slices':{'s':{'shape':[1],"
                                "'island':'spare'}},'computations':[{'name':'c','slice':'s',"
                                "'ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}");
@@ -193,10 +210,54 @@ static void test_refused_report_fails_task(void **state)
     char copy[300];
     snprintf(copy, sizeof copy, "%s", err ? err : "(none)");
     json_decref(j);
-    wreport_stop(wr, 5000);
-    wclient_leave(wc, wclient_id(wc));
-    wclient_free(wc);
+    spare_worker_leave(wc, wr);
     T_CHECK(named, "the job's error should name the refusal: %s", copy);
+}
+
+/* No report leaves before its due time (wreport.h): a `sim` worker's host
+ * runs ahead of its devices, and the controller must not learn of an end
+ * before it happened. Played on the spare island: a job of two
+ * computations (one host task), the first one's report due at once, the
+ * second's 1.5 s after it is queued. A long-poll of the job until 0.3 s
+ * before that must not see it end (sent with the first, it would end
+ * within milliseconds), and it ends after. */
+static void test_report_waits_for_due(void **state)
+{
+    (void)state;
+    wclient_t *wc = spare_worker();
+    int64_t job = itest_submit("{'name':'due','slices':{'s':{'shape':[1],'island':'spare'}},"
+                               "'computations':[{'name':'c0','slice':'s','ops':[{'op':"
+                               "'shard_index','out':'i'}],'outputs':['i']},{'name':'c1',"
+                               "'slice':'s','ops':[{'op':'shard_index','out':'i'}],"
+                               "'outputs':['i']}]}");
+    int64_t task = poll_one_task(wc);
+    wreport_t *wr = wreport_start(wc, 0);
+    T_CHECK(wr != NULL, "reporter did not start");
+    int64_t due = util_mono_us() + 1500000, wall = util_wall_us();
+    for (int c = 0; c < 2; c++) {
+        char body[320];
+        int64_t fin = c ? wall + 1500000 : wall;
+        snprintf(body, sizeof body, "{\"state\":\"succeeded\",\"started_us\":%lld,"
+                 "\"inputs_ready_us\":%lld,\"finished_us\":%lld,\"outputs\":{\"i\":"
+                 "[{\"shape\":[],\"sum\":0.0}]}}", (long long)wall, (long long)wall,
+                 (long long)fin);
+        wreport_exec_fn(wr, task, c, strdup(body), 0, c ? due : 0);
+    }
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%lld?view=summary&wait_ms=1200", (long long)job);
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", path, NULL, 0, &r) == 0 && r.status == 200,
+            "GET %s answered %ld", path, r.status);
+    char seen[32];
+    snprintf(seen, sizeof seen, "%s", hx_job_state(r.json));
+    int64_t back = util_mono_us();
+    hx_resp_clear(&r);
+    json_t *j = itest_wait_state(job, "succeeded");
+    json_decref(j);
+    spare_worker_leave(wc, wr);
+    T_CHECK(back >= due || strcmp(seen, "succeeded") != 0,
+            "the job ended %lld ms before its last report was due",
+            (long long)((due - back) / 1000));
 }
 
 /* The cap workers batch by is in the registration answer (a played
@@ -324,6 +385,7 @@ int main(void)
         cmocka_unit_test_teardown(test_batches_fit_the_cap, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_oversize_report_keeps_sums, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_refused_report_fails_task, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_report_waits_for_due, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_held_reports_leave_together, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_shared_reports_not_held, itest_cancel_leftovers),
         cmocka_unit_test(test_register_says_cap),

@@ -41,6 +41,8 @@ typedef struct sink {
     json_t *body[MAX_REPORTS];
     int hold[MAX_REPORTS];              /* exec_report_fn's hold */
     int32_t comp[MAX_REPORTS];          /* exec_report_fn's comp */
+    int64_t due[MAX_REPORTS];           /* exec_report_fn's due_us */
+    int64_t at[MAX_REPORTS];            /* util_mono_us() when handed over */
 } sink_t;
 
 typedef struct proc {
@@ -58,7 +60,7 @@ typedef struct cluster {
 
 /* Keeps each report as the tree of its text: a text that is not JSON
  * becomes NULL, which every check of the report then fails. */
-static void sink_fn(void *ctx, int64_t task, int32_t comp, char *text, int hold)
+static void sink_fn(void *ctx, int64_t task, int32_t comp, char *text, int hold, int64_t due_us)
 {
     sink_t *s = ctx;
     json_t *body = text ? json_loads(text, 0, NULL) : NULL;
@@ -68,6 +70,8 @@ static void sink_fn(void *ctx, int64_t task, int32_t comp, char *text, int hold)
         s->task[s->n] = task;
         s->comp[s->n] = comp;
         s->hold[s->n] = hold;
+        s->due[s->n] = due_us;
+        s->at[s->n] = util_mono_us();
         s->body[s->n++] = body;
     } else {
         json_decref(body);
@@ -253,6 +257,21 @@ static json_t *chain_ops(int k)
                      "y", "args", "r", "r");
 }
 
+/* Proc q's host task (id) of step k of an n-step chain of job `job` on
+ * the whole [side, side] mesh, seq 10 + k: its input is step k - 1's y,
+ * its y goes to step k + 1 (shard to same shard). ops: stolen. */
+static json_t *chain_task(const cluster_t *c, int64_t id, int64_t job, int k, int n, int side,
+                          int q, json_t *ops)
+{
+    char from[32];
+    snprintf(from, sizeof from, "c%d.y", k - 1);
+    json_t *in = k ? json_pack("{s:[]}", from) : NULL;
+    json_t *snd = k + 1 < n ? json_pack("[{s:s, s:i, s:i, s:s}]", "value", "y", "comp", k + 1,
+                                        "op", 0, "slice", "a")
+                            : NULL;
+    return host_task(c, id, job, 0, k, 10 + k, side, side, q, ops, in, snd);
+}
+
 static void test_chain_four_procs(void **state)
 {
     (void)state;
@@ -261,14 +280,8 @@ static void test_chain_four_procs(void **state)
     for (int q = 0; q < 4; q++) {
         json_t *tasks = json_array();
         for (int k = 0; k < CHAIN; k++) {
-            char from[32];
-            snprintf(from, sizeof from, "c%d.y", k - 1);
-            json_t *in = k ? json_pack("{s:[]}", from) : NULL;
-            json_t *snd = k + 1 < CHAIN ? json_pack("[{s:s, s:i, s:i, s:s}]", "value", "y",
-                                                    "comp", k + 1, "op", 0, "slice", "a")
-                                        : NULL;
-            json_array_append_new(tasks, host_task(c, 1000 + q * CHAIN + k, 7, 0, k, 10 + k, 4,
-                                                   4, q, chain_ops(k), in, snd));
+            json_array_append_new(tasks, chain_task(c, 1000 + q * CHAIN + k, 7, k, CHAIN, 4, q,
+                                                    chain_ops(k)));
         }
         json_t *g = group(7, 0, placement(c, 4, 4), tasks);
         assert_int_equal(exec_submit(c->p[q].ex, g), CHAIN);
@@ -592,6 +605,85 @@ static void test_reshard_piece_wrong_shape_fails_task(void **state)
                             "from", "c0.y", "reshard", edge, "op", "add", "out", "y", "args",
                             "x", "x");
     junk_input_fails(73, 13, ops, 1, "piece from shard 2 has the wrong shape");
+}
+
+/* ---- sim devices are streams (exec_run.c: run_compute) ---- */
+
+#define STREAM_STEPS 12
+#define STREAM_US 500
+
+/* Report i of proc q's sink, by task id; the sink's index through *at. */
+static const json_t *sink_find_at(sink_t *s, int64_t task, int *at)
+{
+    const json_t *b = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        if (s->task[i] == task) {
+            b = s->body[i];
+            *at = i;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+static int64_t stamp(const json_t *b, const char *key)
+{
+    return json_integer_value(json_object_get(b, key));
+}
+
+/* A chain on sim devices, each step `compute` STREAM_US, then all_reduce
+ * of the step's input, on 2 processes of 2 devices. The host enqueues a
+ * step's device time and goes on, but on each process: a step occupies
+ * its devices for its whole compute time; the next starts no earlier than
+ * it ends (stream order, wall stamps from one clock: 2 us for rounding);
+ * reports are due STREAM_US apart at least; and a step's host work ends
+ * no earlier than the previous step's end, when its input exists (the
+ * collective waits for it: the host never exchanges a value its devices
+ * have not made). Values are exact. */
+static void test_sim_devices_are_streams(void **state)
+{
+    (void)state;
+    test_sim = 1;
+    cluster_t *c = cluster_new(2, 2, 0, 20000);
+    test_sim = 0;
+    for (int q = 0; q < 2; q++) {
+        json_t *tasks = json_array();
+        for (int k = 0; k < STREAM_STEPS; k++) {
+            json_t *ops = chain_ops(k);
+            json_array_insert_new(ops, 1, json_pack("{s:s, s:s, s:i}", "op", "compute", "out",
+                                                    "w", "us", STREAM_US));
+            json_array_append_new(tasks, chain_task(c, 3000 + q * 100 + k, 30, k, STREAM_STEPS,
+                                                    2, q, ops));
+        }
+        json_t *g = group(30, 0, placement(c, 2, 2), tasks);
+        assert_int_equal(exec_submit(c->p[q].ex, g), STREAM_STEPS);
+        json_decref(g);
+    }
+    for (int q = 0; q < 2; q++)
+        assert_int_equal(sink_wait(&c->p[q].sink, STREAM_STEPS), STREAM_STEPS);
+    for (int q = 0; q < 2; q++) {
+        sink_t *s = &c->p[q].sink;
+        const json_t *prev = NULL;
+        int pi = -1;
+        float want = 3.0f;              /* max over shards 0..3, doubled each step */
+        for (int k = 0; k < STREAM_STEPS; k++, want *= 2.0f) {
+            int i = -1;
+            const json_t *b = sink_find_at(s, 3000 + q * 100 + k, &i);
+            assert_non_null(b);
+            assert_string_equal(state_of(b), "succeeded");
+            for (int l = 0; l < 2; l++)
+                assert_true(out_value(b, l, 0) == 2.0f * want);
+            assert_true(stamp(b, "finished_us") - stamp(b, "started_us") >= STREAM_US - 2);
+            if (prev) {
+                assert_true(stamp(b, "started_us") >= stamp(prev, "finished_us") - 2);
+                assert_true(s->due[i] - s->due[pi] >= STREAM_US);
+                assert_true(s->at[i] >= s->due[pi]);
+            }
+            prev = b;
+            pi = i;
+        }
+    }
+    cluster_free(c);
 }
 
 /* ---- attempt-exact cancel ---- */
@@ -953,6 +1045,7 @@ int main(void)
     log_setup("test_worker_exec", LOG_WARN, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_four_procs),
+        cmocka_unit_test(test_sim_devices_are_streams),
         cmocka_unit_test(test_gang_port_below_ephemeral),
         cmocka_unit_test(test_packs_differ_per_peer),
         cmocka_unit_test(test_fold_order_rule),
