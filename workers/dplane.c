@@ -854,6 +854,17 @@ int dplane_send(dplane_t *dp, const char *addr, const mbox_tag_t *tag, const mbo
     return dplane_send_until(dp, addr, tag, key, t, util_mono_us() + DPLANE_SEND_TIMEOUT_US);
 }
 
+/* A value's ready time (tensor_t.ready_us, this host's monotonic clock)
+ * as the frame carries it: unix microseconds, which another host can read
+ * (to its clocks' skew: `sim` device time is a model); 0 stays 0. */
+static int64_t dp_ready_to_unix(int64_t ready_mono_us)
+{
+    if (ready_mono_us <= 0)
+        return 0;
+    int64_t u = ready_mono_us + (util_wall_us() - util_mono_us());
+    return u < 0 ? 0 : u > DPLANE_READY_MAX ? DPLANE_READY_MAX : u;
+}
+
 int dplane_send_until(dplane_t *dp, const char *addr, const mbox_tag_t *tag,
                       const mbox_key_t *key, const tensor_t *t, int64_t deadline_mono_us)
 {
@@ -865,7 +876,8 @@ int dplane_send_until(dplane_t *dp, const char *addr, const mbox_tag_t *tag,
         return 0;
     }
     dplane_hdr_t h = {.tag = *tag, .shape = t->shape, .key = *key,
-                      .nbytes = (uint64_t)shape_numel(&t->shape) * sizeof(float)};
+                      .nbytes = (uint64_t)shape_numel(&t->shape) * sizeof(float),
+                      .ready_unix_us = dp_ready_to_unix(t->ready_us)};
     uint8_t hdr[DPLANE_HDR_SIZE];
     dplane_hdr_encode(&h, hdr);
     shmpool_ref_t ref;

@@ -48,7 +48,8 @@ void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE])
     for (int i = 0; i < TENSOR_MAX_RANK; i++)
         put_u64(buf + 36 + 8 * i, (uint64_t)h->shape.dim[i]);
     put_u64(buf + 68, h->nbytes);
-    memcpy(buf + 76, h->key.b, MBOX_KEY_SIZE);
+    put_u64(buf + 76, (uint64_t)h->ready_unix_us);
+    memcpy(buf + 84, h->key.b, MBOX_KEY_SIZE);
 }
 
 int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h)
@@ -83,7 +84,10 @@ int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h)
     h->nbytes = get_u64(buf + 68);
     if (h->nbytes != (uint64_t)numel * sizeof(float))
         return -1;
-    memcpy(h->key.b, buf + 76, MBOX_KEY_SIZE);
+    h->ready_unix_us = (int64_t)get_u64(buf + 76);
+    if (h->ready_unix_us < 0 || h->ready_unix_us > DPLANE_READY_MAX)
+        return -1;
+    memcpy(h->key.b, buf + 84, MBOX_KEY_SIZE);
     return 0;
 }
 

@@ -10,7 +10,11 @@
  *
  * Frame header (all integers big-endian):
  *   u32 magic "ATDP" | u32 rank | i64 job | i32 attempt | i32 comp | i32 op
- *   | i32 src | i32 dst | 4 x i64 dims | u64 payload bytes | 16 key bytes */
+ *   | i32 src | i32 dst | 4 x i64 dims | u64 payload bytes | i64 ready
+ *   | 16 key bytes
+ * ready: when the value exists on the sender's devices (a `sim` worker's
+ * modelled device time, tensor_t.ready_us), as unix microseconds, 0..2^52;
+ * 0: it exists now. */
 #ifndef ATOLL_DPLANE_FRAME_H
 #define ATOLL_DPLANE_FRAME_H
 
@@ -20,12 +24,16 @@
 #include "tensor.h"
 
 #define DPLANE_MAGIC 0x41544450u   /* "ATDP" */
-#define DPLANE_HDR_SIZE 92
+#define DPLANE_HDR_SIZE 100
+#define DPLANE_READY_MAX ((int64_t)1 << 52)
+/* The furthest ahead a received value's ready time may be (dplane_rx.c). */
+#define DPLANE_READY_AHEAD_US 1000000
 
 typedef struct dplane_hdr {
     mbox_tag_t tag;
     shape_t shape;
     uint64_t nbytes;            /* payload bytes = numel * 4 */
+    int64_t ready_unix_us;      /* 0..DPLANE_READY_MAX (see above) */
     mbox_key_t key;
 } dplane_hdr_t;
 
@@ -45,7 +53,8 @@ typedef struct dplane_rma_ref {
 /* Frame codec: pure functions, unit-tested and fuzzed on their own. */
 void dplane_hdr_encode(const dplane_hdr_t *h, uint8_t buf[DPLANE_HDR_SIZE]);
 /* Returns 0, or -1 when the bytes are not a valid header (bad magic, rank,
- * negative dim, too many elements, payload size not matching the shape). */
+ * negative dim, too many elements, payload size not matching the shape,
+ * ready out of range). */
 int dplane_hdr_decode(const uint8_t buf[DPLANE_HDR_SIZE], dplane_hdr_t *h);
 /* A pool send's header: DPLANE_HDR_SIZE + DPLANE_RMA_FIXED + r->rkey_len
  * bytes into buf (cap bytes); returns that length, or 0 when it does not

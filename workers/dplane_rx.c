@@ -220,10 +220,24 @@ typedef enum rx_fate {
  * copied from eager data, fetched by rendezvous (completed in rx_done),
  * or read from the sender's pool block (rma_read, at once).
  * The reservation of an UNCLAIMED admit is consumed or given back. */
+/* A frame's ready time (unix us, 0: now) on this host's monotonic clock,
+ * at most DPLANE_READY_AHEAD_US from now: a value a peer says exists only
+ * later (its device time runs at most EXEC_SIM_AHEAD_US ahead; clocks of
+ * two hosts differ a little) delays its consumer, never past that bound. */
+static int64_t rx_ready_mono(int64_t ready_unix_us)
+{
+    if (ready_unix_us <= 0)
+        return 0;
+    int64_t now = util_mono_us(), at = ready_unix_us - (util_wall_us() - now);
+    return at > now + DPLANE_READY_AHEAD_US ? now + DPLANE_READY_AHEAD_US : at;
+}
+
 static rx_fate_t rx_take(dplane_t *dp, const dplane_hdr_t *h, int origin, mbox_admit_t a,
                          void *data, int rndv, const dp_rma_t *rma)
 {
     tensor_t *t = tensor_new_uninit(&h->shape);
+    if (t)
+        t->ready_us = rx_ready_mono(h->ready_unix_us);
     int fetch = rndv || rma;
     dp_rx_t *rx = fetch && t ? malloc(sizeof *rx) : NULL;
     if (!t || (fetch && !rx)) {

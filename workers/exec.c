@@ -302,6 +302,8 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
                            .relay_min_procs = cfg->relay_min_procs > 0
                                                   ? cfg->relay_min_procs
                                                   : EXEC_RELAY_MIN_PROCS_DEFAULT,
+                           .sim_ahead_us = cfg->sim_ahead_us > 0 ? cfg->sim_ahead_us
+                                                                 : EXEC_SIM_AHEAD_US,
                            .counters = &ex->counters};
     snprintf(ex->self_addr, sizeof ex->self_addr, "%s", cfg->self_addr ? cfg->self_addr : "");
     ex->report_fn = report_fn;

@@ -44,6 +44,7 @@ typedef struct exec_cfg {
     int64_t ring_min_bytes;     /* 0: EXEC_RING_MIN_BYTES_DEFAULT; INT64_MAX:
                                    collectives always exchange directly */
     int relay_min_procs;        /* 0: EXEC_RELAY_MIN_PROCS_DEFAULT */
+    int64_t sim_ahead_us;       /* 0: EXEC_SIM_AHEAD_US (exec_env.h) */
     const char *self_addr;      /* this worker's data address (borrowed, copied):
                                    names its proc in every placement */
     const exec_run_opts_t *run; /* users' programs (borrowed, must outlive the

@@ -65,6 +65,9 @@ typedef struct coll {
     const float **all;          /* nsh (root in relay mode): every shard's argument */
     int64_t arg_numel, piece_numel;
     const tensor_t *const *args;
+    int64_t ready;              /* when every contribution taken so far exists
+                                   (tensor_t.ready_us): the local arguments, then
+                                   each pack received; packs sent carry it */
     const tensor_t **pieces;    /* nl * n (ppermute: entry 0 only), borrowed or views */
     tensor_t *views;            /* nl * n view structs into received packs */
     tensor_t **temps;           /* nl * n local all_to_all chunks (owned) */
@@ -201,7 +204,8 @@ static int send_frames(coll_t *c, int q, const float *buf, int64_t total)
     for (int f = 0; (int64_t)f * TENSOR_MAX_ELEMS < total; f++) {
         int64_t off = (int64_t)f * TENSOR_MAX_ELEMS;
         int64_t len = total - off < TENSOR_MAX_ELEMS ? total - off : TENSOR_MAX_ELEMS;
-        tensor_t view = {.shape = {.rank = 1, .dim = {len}}, .data = (float *)buf + off};
+        tensor_t view = {.shape = {.rank = 1, .dim = {len}}, .data = (float *)buf + off,
+                         .ready_us = c->ready};
         mbox_tag_t tag = pack_tag(c, f, c->self, q);
         if (exec_io_send(c->r, to, &tag, &view) != 0)
             return -1;
@@ -409,6 +413,8 @@ static const float *take_pack(coll_t *c, int q, int64_t total)
         tensor_t *t = NULL;
         if (exec_io_take(r, &tag, &t) != 0)
             return NULL;
+        if (t->ready_us > c->ready)
+            c->ready = t->ready_us;
         if (t->shape.rank != 1 || t->shape.dim[0] != len) {
             snprintf(r->err, sizeof r->err, "op %d: pack from process %d has %lld elements, "
                      "expected %lld", c->i, q, (long long)shape_numel(&t->shape),
@@ -662,13 +668,14 @@ static void coll_release(coll_t *c)
     free(c->bufs);
 }
 
-int exec_coll_run(run_t *r, int i, const tensor_t *const *args, tensor_t **outs)
+int exec_coll_run(run_t *r, int i, int64_t ready_us, const tensor_t *const *args,
+                  tensor_t **outs)
 {
     const wplace_t *pl = r->t->place;
     coll_t c = {.r = r, .op = &r->comp->ops[i], .i = i, .ss = &r->comp->slice_shape,
                 .axes = r->comp->ops[i].mesh_axes,
                 .proc_of = pl->slices[r->t->slice].proc_of, .nprocs = pl->nprocs,
-                .self = pl->self, .nl = r->nl, .args = args,
+                .self = pl->self, .nl = r->nl, .args = args, .ready = ready_us,
                 .arg_numel = shape_numel(&args[0]->shape)};
     int lead, pos, rc = -1;
     if (coll_group_of(c.ss, c.axes, r->t->shards[0], &lead, &c.n, &pos) != 0 || c.n < 1) {
@@ -687,6 +694,10 @@ int exec_coll_run(run_t *r, int i, const tensor_t *const *args, tensor_t **outs)
     if (send_packs(&c) != 0 || recv_packs(&c) != 0 || local_pieces(&c) != 0 ||
         combine(&c, outs) != 0)
         goto cleanup;
+    /* A modelled device combines when the last contribution exists (sim:
+     * the host may have exchanged them earlier). */
+    for (int l = 0; l < c.nl; l++)
+        outs[l]->ready_us = c.ready;
     rc = 0;
 cleanup:
     if (rc != 0)

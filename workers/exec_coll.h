@@ -11,8 +11,11 @@
 /* Runs collective op i for every local shard: args[l] is shard l's
  * argument (borrowed), outs[l] receives its result (caller owns). Sends
  * every pack first, then blocks for the peers' (each take bounded by the
- * peer timeout). Returns 0, or -1 with r->err or r->cancelled set (outs
- * all NULL then). */
-int exec_coll_run(run_t *r, int i, const tensor_t *const *args, tensor_t **outs);
+ * peer timeout). ready_us: when the local arguments exist (a `sim`
+ * device's clock, tensor_t.ready_us); packs carry it, and the results
+ * exist when the last contribution of any process does. Returns 0, or -1
+ * with r->err or r->cancelled set (outs all NULL then). */
+int exec_coll_run(run_t *r, int i, int64_t ready_us, const tensor_t *const *args,
+                  tensor_t **outs);
 
 #endif

@@ -36,9 +36,10 @@
  * per-worker option: a slice's workers run one build. */
 #define EXEC_RELAY_MIN_PROCS_DEFAULT 4
 
-/* How far (us) a `sim` worker's host may run ahead of its devices' clock:
- * enough to hide a host's delays behind device time, little enough that a
- * cancel leaves at most this much queued device time behind. */
+/* How far (us) a `sim` worker's host may run ahead of its devices' clock
+ * by default: enough to hide a host's delays behind device time, little
+ * enough that a cancel leaves at most this much queued device time
+ * behind. */
 #define EXEC_SIM_AHEAD_US 1000
 
 /* How collectives ran (for tests and logs). */
@@ -75,6 +76,7 @@ typedef struct exec_env {
                                    are modelled streams: `compute` is device
                                    time the host does not wait out
                                    (exec_run.c: run_compute) */
+    int64_t sim_ahead_us;       /* how far the host may run ahead of them */
     const exec_run_opts_t *run; /* borrowed; NULL: run computations fail */
 } exec_env_t;
 

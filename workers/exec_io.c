@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <string.h>
 #include <time.h>
 
 #include "util.h"
@@ -76,11 +75,6 @@ void exec_io_count_bad(const run_t *r)
  * first with a vaguer reason. */
 int exec_io_send(run_t *r, const char *to, const mbox_tag_t *tag, const tensor_t *v)
 {
-    /* Another process sees the value when it arrives: not before it exists
-     * (sim). A copy to this process keeps its ready_us instead. */
-    if (v->ready_us > util_mono_us() && strcmp(to, dplane_addr(r->env->dp)) != 0 &&
-        exec_io_wait_until(r, v->ready_us) != 0)
-        return -1;
     int64_t t0 = util_mono_us(), deadline = t0 + r->env->peer_timeout_us;
     long backoff_ms = 50;
     for (;;) {

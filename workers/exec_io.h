@@ -33,6 +33,7 @@ typedef struct run {
     int *send_slot;             /* value of each of t->sends */
     int64_t started_us;         /* wall clock: when its devices start it */
     int64_t inputs_ready_us;    /* last `input` edge taken, else started_us */
+    int64_t dev_start;          /* monotonic: when its devices start it */
     int64_t dev_at;             /* monotonic: when its devices finish the work
                                    queued on them so far (sim: run_compute) */
     int64_t end_us;             /* monotonic: when it ends on its devices, set

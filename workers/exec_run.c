@@ -136,18 +136,25 @@ static int run_input(run_t *r, int i, tensor_t **outs)
         }
     }
     /* Only DAG edges count as inputs; ops run in order, so the last
-     * `input` op taken sets the final value. */
-    int64_t now = util_wall_us();       /* no earlier than the task's device start */
-    r->inputs_ready_us = now > r->started_us ? now : r->started_us;
+     * `input` op taken sets the final value: when its inputs exist (their
+     * ready time, or now for ones that exist already), no earlier than
+     * the task's device start. */
+    int64_t now = util_mono_us(), at = now;
+    for (int l = 0; l < r->nl; l++)
+        if (outs[l]->ready_us > at)
+            at = outs[l]->ready_us;
+    int64_t wall = util_wall_us() + (at - now);
+    r->inputs_ready_us = wall > r->started_us ? wall : r->started_us;
     return 0;
 }
 
-/* When op i's arguments exist on the devices (their latest ready_us over
- * the local shards; 0: they exist now). */
+/* When op i's arguments exist on the devices: their latest ready_us over
+ * the local shards, and no earlier than the task's device start (nothing
+ * of a task runs before its devices start it). */
 static int64_t run_args_ready_at(const run_t *r, int i)
 {
     const op_t *op = &r->comp->ops[i];
-    int64_t at = 0;
+    int64_t at = r->dev_start;
     for (int a = 0; a < op->nargs && a < 2; a++)
         for (int l = 0; l < r->nl; l++) {
             const tensor_t *v = ostore_tensor(r->objs[l * r->nv + op->arg[a]]);
@@ -179,7 +186,7 @@ static int run_compute(run_t *r, int i, tensor_t **outs)
         if (start < r->dev_at)
             start = r->dev_at;
         ready = r->dev_at = start + op->us;
-        if (exec_io_wait_until(r, r->dev_at - EXEC_SIM_AHEAD_US) != 0)
+        if (exec_io_wait_until(r, r->dev_at - r->env->sim_ahead_us) != 0)
             return -1;
     } else {
         int64_t end = util_mono_us() + op->us;
@@ -267,9 +274,6 @@ static int run_dispatch(run_t *r, int i, tensor_t **outs)
         return run_values_ready(r) == 0 ? exec_gang_output(r, i, outs) : -1;
     if (!opcode_is_collective(op->code))
         return run_local(r, i, outs);
-    /* The host exchanges the values: they must exist first (sim). */
-    if (exec_io_wait_until(r, run_args_ready_at(r, i)) != 0)
-        return -1;
     const tensor_t **args = calloc((size_t)r->nl, sizeof *args);
     if (!args) {
         snprintf(r->err, sizeof r->err, "out of memory");
@@ -277,7 +281,7 @@ static int run_dispatch(run_t *r, int i, tensor_t **outs)
     }
     for (int l = 0; l < r->nl; l++)
         args[l] = ostore_tensor(r->objs[l * r->nv + op->arg[0]]);
-    int rc = exec_coll_run(r, i, args, outs);
+    int rc = exec_coll_run(r, i, run_args_ready_at(r, i), args, outs);
     free(args);
     return rc;
 }
@@ -551,6 +555,9 @@ static void run_stamp_end(run_t *r)
     int64_t now = util_mono_us();
     r->end_us = r->dev_at > now ? r->dev_at : now;
     for (int k = 0; k < r->nl * r->nv; k++)
+        if (r->objs[k] && ostore_tensor(r->objs[k])->ready_us > r->end_us)
+            r->end_us = ostore_tensor(r->objs[k])->ready_us;
+    for (int k = 0; k < r->nl * r->nv; k++)
         if (r->objs[k])
             ostore_ready_after(r->objs[k], r->end_us);
 }
@@ -618,7 +625,7 @@ char *exec_run_task(const exec_env_t *env, const wtask_t *t, exec_clock_t *clk, 
     jtext_w_t w = {0};
     int64_t now = util_mono_us();
     /* The devices start it when the work queued before it ends (sim), or now. */
-    r.dev_at = clk->free_us > now ? clk->free_us : now;
+    r.dev_start = r.dev_at = clk->free_us > now ? clk->free_us : now;
     r.started_us = util_wall_us() + (r.dev_at - now);
     r.inputs_ready_us = r.started_us;
     *succeeded = run_body(&r) == 0;

@@ -6,7 +6,7 @@
  * then messages: one selector byte (bit 0: the AM header is 8 bytes too
  * long, which dp_am_recv counts as a bad frame; bit 1: the frame may wait for
  * room, as a rendezvous one can; bit 2: a pool send's header, see
- * frames()), a 92-byte header (dplane_hdr_decode,
+ * frames()), a 100-byte header (dplane_hdr_decode,
  * the attempt key in its last 16 bytes) and its payload. As in dp_am_recv():
  * a bad header or a payload length other than its claim is dropped and the
  * endpoint goes on; mbox_admit() decides before anything is allocated; an
@@ -20,7 +20,7 @@
  * frames addressed to it with K2 and drops the others (bad key).
  *
  * Invariants (a violation aborts, which libFuzzer reports):
- *  - an accepted header encodes back to the same 92 bytes, has a valid
+ *  - an accepted header encodes back to the same 100 bytes, has a valid
  *    shape and nbytes == numel * 4;
  *  - the gate's answer is the model's: TASK exactly for a declared task's
  *    tag with key K1 and a source inside its slice; DROP for the cancelled,

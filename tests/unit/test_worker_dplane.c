@@ -36,8 +36,8 @@ static void test_hdr_roundtrip(void **state)
     dplane_hdr_t h = {.tag = {.job = (int64_t)1 << 40, .attempt = 2, .comp = 3, .op = 4,
                               .src = 5, .dst = 6},
                       .shape = {.rank = 3, .dim = {2, 3, 4, 0}},
-                      .nbytes = 24 * 4, .key = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
-                                                 15, 16}}};
+                      .nbytes = 24 * 4, .ready_unix_us = DPLANE_READY_MAX - 7,
+                      .key = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}};
     uint8_t buf[DPLANE_HDR_SIZE];
     dplane_hdr_encode(&h, buf);
     /* Big-endian magic "ATDP" leads the frame. */
@@ -52,6 +52,7 @@ static void test_hdr_roundtrip(void **state)
     assert_int_equal(d.tag.dst, 6);
     assert_true(shape_equal(&d.shape, &h.shape));
     assert_int_equal(d.nbytes, 96);
+    assert_true(d.ready_unix_us == DPLANE_READY_MAX - 7);
     assert_memory_equal(d.key.b, h.key.b, MBOX_KEY_SIZE);
 
     dplane_hdr_t scalar = {.shape = {.rank = 0}, .nbytes = 4};
@@ -87,6 +88,18 @@ static void test_hdr_rejects_bad_frames(void **state)
 
     h = (dplane_hdr_t){.shape = {.rank = 2, .dim = {1 << 13, 1 << 12}},    /* 32 Mi elements */
                        .nbytes = (uint64_t)1 << 27};
+    dplane_hdr_encode(&h, buf);
+    assert_int_equal(dplane_hdr_decode(buf, &d), -1);
+
+    /* ready past 2^52, or negative (a top bit set): what no clock says. */
+    h = (dplane_hdr_t){.shape = {.rank = 2, .dim = {2, 2}}, .nbytes = 16,
+                       .ready_unix_us = DPLANE_READY_MAX};
+    dplane_hdr_encode(&h, buf);
+    assert_int_equal(dplane_hdr_decode(buf, &d), 0);
+    h.ready_unix_us = DPLANE_READY_MAX + 1;
+    dplane_hdr_encode(&h, buf);
+    assert_int_equal(dplane_hdr_decode(buf, &d), -1);
+    h.ready_unix_us = -1;
     dplane_hdr_encode(&h, buf);
     assert_int_equal(dplane_hdr_decode(buf, &d), -1);
 

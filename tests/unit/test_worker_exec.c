@@ -121,8 +121,10 @@ static void store_acct(void *ctx, int64_t dobjects, int64_t dbytes)
 
 /* exec_cfg_t.relay_min_procs of the procs cluster_new() starts (0: default). */
 static int test_relay_min;
-/* exec_cfg_t.sim of the procs cluster_new() starts: `compute` sleeps. */
+/* exec_cfg_t.sim of the procs cluster_new() starts: devices are modelled
+ * streams; and their sim_ahead_us (0: the default). */
 static int test_sim;
+static int64_t test_sim_ahead_us;
 
 static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeout_ms)
 {
@@ -135,7 +137,8 @@ static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeo
         return -1;
     exec_cfg_t cfg = {.ndevices = ndev, .peer_timeout_us = timeout_ms * 1000, .store = p->st,
                       .ring_min_bytes = ring_min_bytes, .relay_min_procs = test_relay_min,
-                      .sim = test_sim, .self_addr = dplane_addr(p->dp)};
+                      .sim = test_sim, .sim_ahead_us = test_sim_ahead_us,
+                      .self_addr = dplane_addr(p->dp)};
     p->ex = exec_start(&cfg, p->mb, p->dp, sink_fn, &p->sink);
     return p->ex ? 0 : -1;
 }
@@ -607,85 +610,6 @@ static void test_reshard_piece_wrong_shape_fails_task(void **state)
     junk_input_fails(73, 13, ops, 1, "piece from shard 2 has the wrong shape");
 }
 
-/* ---- sim devices are streams (exec_run.c: run_compute) ---- */
-
-#define STREAM_STEPS 12
-#define STREAM_US 500
-
-/* Report i of proc q's sink, by task id; the sink's index through *at. */
-static const json_t *sink_find_at(sink_t *s, int64_t task, int *at)
-{
-    const json_t *b = NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
-        if (s->task[i] == task) {
-            b = s->body[i];
-            *at = i;
-        }
-    pthread_mutex_unlock(&s->mu);
-    return b;
-}
-
-static int64_t stamp(const json_t *b, const char *key)
-{
-    return json_integer_value(json_object_get(b, key));
-}
-
-/* A chain on sim devices, each step `compute` STREAM_US, then all_reduce
- * of the step's input, on 2 processes of 2 devices. The host enqueues a
- * step's device time and goes on, but on each process: a step occupies
- * its devices for its whole compute time; the next starts no earlier than
- * it ends (stream order, wall stamps from one clock: 2 us for rounding);
- * reports are due STREAM_US apart at least; and a step's host work ends
- * no earlier than the previous step's end, when its input exists (the
- * collective waits for it: the host never exchanges a value its devices
- * have not made). Values are exact. */
-static void test_sim_devices_are_streams(void **state)
-{
-    (void)state;
-    test_sim = 1;
-    cluster_t *c = cluster_new(2, 2, 0, 20000);
-    test_sim = 0;
-    for (int q = 0; q < 2; q++) {
-        json_t *tasks = json_array();
-        for (int k = 0; k < STREAM_STEPS; k++) {
-            json_t *ops = chain_ops(k);
-            json_array_insert_new(ops, 1, json_pack("{s:s, s:s, s:i}", "op", "compute", "out",
-                                                    "w", "us", STREAM_US));
-            json_array_append_new(tasks, chain_task(c, 3000 + q * 100 + k, 30, k, STREAM_STEPS,
-                                                    2, q, ops));
-        }
-        json_t *g = group(30, 0, placement(c, 2, 2), tasks);
-        assert_int_equal(exec_submit(c->p[q].ex, g), STREAM_STEPS);
-        json_decref(g);
-    }
-    for (int q = 0; q < 2; q++)
-        assert_int_equal(sink_wait(&c->p[q].sink, STREAM_STEPS), STREAM_STEPS);
-    for (int q = 0; q < 2; q++) {
-        sink_t *s = &c->p[q].sink;
-        const json_t *prev = NULL;
-        int pi = -1;
-        float want = 3.0f;              /* max over shards 0..3, doubled each step */
-        for (int k = 0; k < STREAM_STEPS; k++, want *= 2.0f) {
-            int i = -1;
-            const json_t *b = sink_find_at(s, 3000 + q * 100 + k, &i);
-            assert_non_null(b);
-            assert_string_equal(state_of(b), "succeeded");
-            for (int l = 0; l < 2; l++)
-                assert_true(out_value(b, l, 0) == 2.0f * want);
-            assert_true(stamp(b, "finished_us") - stamp(b, "started_us") >= STREAM_US - 2);
-            if (prev) {
-                assert_true(stamp(b, "started_us") >= stamp(prev, "finished_us") - 2);
-                assert_true(s->due[i] - s->due[pi] >= STREAM_US);
-                assert_true(s->at[i] >= s->due[pi]);
-            }
-            prev = b;
-            pi = i;
-        }
-    }
-    cluster_free(c);
-}
-
 /* ---- attempt-exact cancel ---- */
 
 static json_t *compute_ops(int us)
@@ -861,6 +785,95 @@ static void test_claim_wakes_next(void **state)
                       2, index_sum_ops());
         }
     assert_pair_sums(c, 3, 62);
+    cluster_free(c);
+}
+
+/* ---- sim devices are streams (exec_run.c: run_compute) ---- */
+
+#define STREAM_STEPS 12
+#define STREAM_US 500
+
+/* Report i of proc q's sink, by task id; the sink's index through *at. */
+static const json_t *sink_find_at(sink_t *s, int64_t task, int *at)
+{
+    const json_t *b = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        if (s->task[i] == task) {
+            b = s->body[i];
+            *at = i;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+static int64_t stamp(const json_t *b, const char *key)
+{
+    return json_integer_value(json_object_get(b, key));
+}
+
+/* A chain on sim devices, each step `compute` STREAM_US, then all_reduce
+ * of the step's input, on 2 processes (rows) of 2 devices, whose hosts may
+ * run 100 ms ahead of their devices; proc 1's devices are first busy for
+ * 200 ms with another job's task. On each process: a step occupies its
+ * devices for its whole compute time; the next starts no earlier than it
+ * ends (stream order; wall stamps from one clock: 2 us for rounding);
+ * reports are due STREAM_US apart at least. Across them: a step's
+ * collective result exists only when every contribution does, so proc 0
+ * ends each step no earlier than proc 1's devices started it, although
+ * proc 1's host sent its part up to 100 ms before (the packs carry when
+ * their values exist). Values are exact. */
+static void test_sim_devices_are_streams(void **state)
+{
+    (void)state;
+    test_sim = 1;
+    test_sim_ahead_us = 100000;
+    cluster_t *c = cluster_new(2, 2, 0, 20000);
+    test_sim = 0;
+    test_sim_ahead_us = 0;
+    static const int row1[4] = {1, 0, 1, 2};
+    submit_on(c, 1, 29, 1, row1, 0, 0, 2,
+              json_pack("[{s:s,s:s}, {s:s,s:s,s:i}]", "op", "shard_index", "out", "y", "op",
+                        "compute", "out", "b", "us", 200000));
+    for (int q = 0; q < 2; q++) {
+        json_t *tasks = json_array();
+        for (int k = 0; k < STREAM_STEPS; k++) {
+            json_t *ops = chain_ops(k);
+            json_array_insert_new(ops, 1, json_pack("{s:s, s:s, s:i}", "op", "compute", "out",
+                                                    "w", "us", STREAM_US));
+            json_array_append_new(tasks, chain_task(c, 3000 + q * 100 + k, 30, k, STREAM_STEPS,
+                                                    2, q, ops));
+        }
+        json_t *g = group(30, 0, placement(c, 2, 2), tasks);
+        assert_int_equal(exec_submit(c->p[q].ex, g), STREAM_STEPS);
+        json_decref(g);
+    }
+    for (int q = 0; q < 2; q++)
+        assert_int_equal(sink_wait(&c->p[q].sink, STREAM_STEPS + q), STREAM_STEPS + q);
+    for (int q = 0; q < 2; q++) {
+        sink_t *s = &c->p[q].sink;
+        const json_t *prev = NULL;
+        int pi = -1;
+        float want = 3.0f;              /* max over shards 0..3, doubled each step */
+        for (int k = 0; k < STREAM_STEPS; k++, want *= 2.0f) {
+            int i = -1, i1 = -1;
+            const json_t *b = sink_find_at(s, 3000 + q * 100 + k, &i);
+            const json_t *b1 = sink_find_at(&c->p[1].sink, 3100 + k, &i1);
+            assert_non_null(b);
+            assert_non_null(b1);
+            assert_string_equal(state_of(b), "succeeded");
+            for (int l = 0; l < 2; l++)
+                assert_true(out_value(b, l, 0) == 2.0f * want);
+            assert_true(stamp(b, "finished_us") - stamp(b, "started_us") >= STREAM_US - 2);
+            assert_true(stamp(b, "finished_us") >= stamp(b1, "started_us") - 2);
+            if (prev) {
+                assert_true(stamp(b, "started_us") >= stamp(prev, "finished_us") - 2);
+                assert_true(s->due[i] - s->due[pi] >= STREAM_US);
+            }
+            prev = b;
+            pi = i;
+        }
+    }
     cluster_free(c);
 }
 
