@@ -740,7 +740,7 @@ static void test_gang_order_overlapping(void **state)
  * a deadlock until the peer timeout fails them. */
 static json_t *box_placement(const cluster_t *c, int orow, int ocol, int brows, int bcols)
 {
-    json_t *p = placement(c, 2, 4);
+    json_t *p = placement(c, c->nprocs, c->ndev);       /* a row of devices per proc */
     json_t *a = json_object_get(json_object_get(p, "slices"), "a");
     json_object_set_new(a, "origin", json_pack("[i,i]", orow, ocol));
     json_object_set_new(a, "box", json_pack("[i,i]", brows, bcols));
@@ -850,6 +850,7 @@ static void test_sim_devices_are_streams(void **state)
     }
     for (int q = 0; q < 2; q++)
         assert_int_equal(sink_wait(&c->p[q].sink, STREAM_STEPS + q), STREAM_STEPS + q);
+    assert_string_equal(state_of(sink_find(&c->p[1].sink, 291)), "succeeded");
     for (int q = 0; q < 2; q++) {
         sink_t *s = &c->p[q].sink;
         const json_t *prev = NULL;
