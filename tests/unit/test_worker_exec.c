@@ -878,6 +878,41 @@ static void test_sim_devices_are_streams(void **state)
     cluster_free(c);
 }
 
+/* A cancel ends a sim task's device time too: the next task on its devices
+ * starts when it was cancelled, not when its compute would have ended.
+ * Job 40 runs a short step, then 10 s of compute on both devices of one
+ * process; once the first step reported (the second is then claimed), the
+ * job is cancelled; job 41's step, queued behind, starts within 5 s. */
+static void test_sim_cancel_frees_devices(void **state)
+{
+    (void)state;
+    test_sim = 1;
+    cluster_t *c = cluster_new(1, 2, 0, 20000);
+    test_sim = 0;
+    json_t *idx = json_pack("[{s:s,s:s}]", "op", "shard_index", "out", "y");
+    json_t *g = group(40, 0, placement(c, 1, 2),
+                      json_pack("[o,o]", host_task(c, 400, 40, 0, 0, 1, 1, 2, 0,
+                                                   json_deep_copy(idx), NULL, NULL),
+                                host_task(c, 401, 40, 0, 1, 2, 1, 2, 0,
+                                          json_pack("[{s:s,s:s,s:i}]", "op", "compute", "out",
+                                                    "y", "us", 10000000),
+                                          NULL, NULL)));
+    assert_int_equal(exec_submit(c->p[0].ex, g), 2);
+    json_decref(g);
+    g = group(41, 0, placement(c, 1, 2),
+              json_pack("[o]", host_task(c, 410, 41, 0, 0, 3, 1, 2, 0, idx, NULL, NULL)));
+    assert_int_equal(exec_submit(c->p[0].ex, g), 1);
+    json_decref(g);
+    assert_int_equal(sink_wait(&c->p[0].sink, 1), 1);
+    assert_true(exec_cancel_attempt(c->p[0].ex, 40, 0) >= 0);
+    assert_int_equal(sink_wait(&c->p[0].sink, 3), 3);
+    const json_t *first = sink_find(&c->p[0].sink, 400), *next = sink_find(&c->p[0].sink, 410);
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 401)), "cancelled");
+    assert_string_equal(state_of(next), "succeeded");
+    assert_true(stamp(next, "started_us") < stamp(first, "finished_us") + 5000000);
+    cluster_free(c);
+}
+
 /* ---- malformed groups and tasks ---- */
 
 /* gang_run() announces a process's end only after what it wrote before
@@ -1060,6 +1095,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_four_procs),
         cmocka_unit_test(test_sim_devices_are_streams),
+        cmocka_unit_test(test_sim_cancel_frees_devices),
         cmocka_unit_test(test_gang_port_below_ephemeral),
         cmocka_unit_test(test_packs_differ_per_peer),
         cmocka_unit_test(test_fold_order_rule),
