@@ -22,9 +22,10 @@ typedef struct tensor {
     shape_t shape;
     float *data;                      /* owned; shape_numel(&shape) floats */
     int64_t ready_us;                 /* a `sim` worker's device clock (util_mono_us)
-                                       * when the value exists on its devices; 0:
-                                       * it exists now. Set by the executor only
-                                       * (workers/exec_run.c), kept by tensor_clone */
+                                       * when the value exists on its devices; 0 or
+                                       * past: it exists now. Set by the executor
+                                       * and the data plane only (workers/), kept
+                                       * by tensor_clone */
 } tensor_t;
 
 int64_t shape_numel(const shape_t *s);

@@ -125,6 +125,8 @@ static int test_relay_min;
  * streams; and their sim_ahead_us (0: the default). */
 static int test_sim;
 static int64_t test_sim_ahead_us;
+/* When not 0: proc q is sim when bit q is set, whatever test_sim says. */
+static unsigned test_sim_mask;
 
 static int proc_start(proc_t *p, int ndev, int64_t ring_min_bytes, int64_t timeout_ms)
 {
@@ -162,8 +164,13 @@ static cluster_t *cluster_new(int nprocs, int ndev, int64_t ring_min_bytes, int6
     assert_non_null(c);
     c->nprocs = nprocs;
     c->ndev = ndev;
-    for (int i = 0; i < nprocs; i++)
+    int sim = test_sim;
+    for (int i = 0; i < nprocs; i++) {
+        if (test_sim_mask)
+            test_sim = (int)(test_sim_mask >> i) & 1;
         assert_int_equal(proc_start(&c->p[i], ndev, ring_min_bytes, timeout_ms), 0);
+    }
+    test_sim = sim;
     return c;
 }
 
@@ -913,6 +920,41 @@ static void test_sim_cancel_frees_devices(void **state)
     cluster_free(c);
 }
 
+/* Ready times are a sim model: a cpu process ignores them, so a sim peer's
+ * (or another host's clock) never delays its results or reports. Proc 0
+ * (sim, its host 100 ms ahead of its devices) is busy for 200 ms, then
+ * both procs all_reduce their shard indexes: proc 0's pack says its value
+ * exists ~100 ms after it arrives; proc 1 (cpu) ends when its host does:
+ * its report is due no later than it is handed over. */
+static void test_cpu_ignores_sim_clocks(void **state)
+{
+    (void)state;
+    test_sim_mask = 1;
+    test_sim_ahead_us = 100000;
+    cluster_t *c = cluster_new(2, 2, 0, 20000);
+    test_sim_mask = 0;
+    test_sim_ahead_us = 0;
+    static const int row0[4] = {0, 0, 1, 2};
+    submit_on(c, 0, 29, 1, row0, 0, 0, 2,
+              json_pack("[{s:s,s:s}, {s:s,s:s,s:i}]", "op", "shard_index", "out", "y", "op",
+                        "compute", "out", "b", "us", 200000));
+    for (int q = 0; q < 2; q++) {
+        json_t *g = group(31, 0, placement(c, 2, 2),
+                          json_pack("[o]", host_task(c, 310 + q, 31, 0, 0, 2, 2, 2, q,
+                                                     index_sum_ops(), NULL, NULL)));
+        assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+        json_decref(g);
+    }
+    assert_int_equal(sink_wait(&c->p[0].sink, 2), 2);
+    assert_int_equal(sink_wait(&c->p[1].sink, 1), 1);
+    int i = -1;
+    const json_t *b = sink_find_at(&c->p[1].sink, 311, &i);
+    assert_string_equal(state_of(b), "succeeded");
+    assert_true(out_value(b, 0, 0) == 6.0f);
+    assert_true(c->p[1].sink.due[i] <= c->p[1].sink.at[i]);
+    cluster_free(c);
+}
+
 /* ---- malformed groups and tasks ---- */
 
 /* gang_run() announces a process's end only after what it wrote before
@@ -1096,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_chain_four_procs),
         cmocka_unit_test(test_sim_devices_are_streams),
         cmocka_unit_test(test_sim_cancel_frees_devices),
+        cmocka_unit_test(test_cpu_ignores_sim_clocks),
         cmocka_unit_test(test_gang_port_below_ephemeral),
         cmocka_unit_test(test_packs_differ_per_peer),
         cmocka_unit_test(test_fold_order_rule),
