@@ -819,6 +819,24 @@ static int64_t stamp(const json_t *b, const char *key)
     return json_integer_value(json_object_get(b, key));
 }
 
+/* Two procs of 2 devices (island [2,2], proc q: row q), proc q sim when
+ * bit q of sim_mask is set, their hosts 100 ms ahead of their devices at
+ * most; proc `busy` first runs job 29 (task 291 or 290): 200 ms of compute
+ * on its row, seq 1. */
+static cluster_t *cluster_ahead_busy(unsigned sim_mask, int busy)
+{
+    test_sim_mask = sim_mask;
+    test_sim_ahead_us = 100000;
+    cluster_t *c = cluster_new(2, 2, 0, 20000);
+    test_sim_mask = 0;
+    test_sim_ahead_us = 0;
+    const int row[4] = {busy, 0, 1, 2};
+    submit_on(c, busy, 29, 1, row, 0, 0, 2,
+              json_pack("[{s:s,s:s}, {s:s,s:s,s:i}]", "op", "shard_index", "out", "y", "op",
+                        "compute", "out", "b", "us", 200000));
+    return c;
+}
+
 /* A chain on sim devices, each step `compute` STREAM_US, then all_reduce
  * of the step's input, on 2 processes (rows) of 2 devices, whose hosts may
  * run 100 ms ahead of their devices; proc 1's devices are first busy for
@@ -833,15 +851,7 @@ static int64_t stamp(const json_t *b, const char *key)
 static void test_sim_devices_are_streams(void **state)
 {
     (void)state;
-    test_sim = 1;
-    test_sim_ahead_us = 100000;
-    cluster_t *c = cluster_new(2, 2, 0, 20000);
-    test_sim = 0;
-    test_sim_ahead_us = 0;
-    static const int row1[4] = {1, 0, 1, 2};
-    submit_on(c, 1, 29, 1, row1, 0, 0, 2,
-              json_pack("[{s:s,s:s}, {s:s,s:s,s:i}]", "op", "shard_index", "out", "y", "op",
-                        "compute", "out", "b", "us", 200000));
+    cluster_t *c = cluster_ahead_busy(3, 1);
     for (int q = 0; q < 2; q++) {
         json_t *tasks = json_array();
         for (int k = 0; k < STREAM_STEPS; k++) {
@@ -929,15 +939,7 @@ static void test_sim_cancel_frees_devices(void **state)
 static void test_cpu_ignores_sim_clocks(void **state)
 {
     (void)state;
-    test_sim_mask = 1;
-    test_sim_ahead_us = 100000;
-    cluster_t *c = cluster_new(2, 2, 0, 20000);
-    test_sim_mask = 0;
-    test_sim_ahead_us = 0;
-    static const int row0[4] = {0, 0, 1, 2};
-    submit_on(c, 0, 29, 1, row0, 0, 0, 2,
-              json_pack("[{s:s,s:s}, {s:s,s:s,s:i}]", "op", "shard_index", "out", "y", "op",
-                        "compute", "out", "b", "us", 200000));
+    cluster_t *c = cluster_ahead_busy(1, 0);
     for (int q = 0; q < 2; q++) {
         json_t *g = group(31, 0, placement(c, 2, 2),
                           json_pack("[o]", host_task(c, 310 + q, 31, 0, 0, 2, 2, 2, q,
