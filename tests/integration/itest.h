@@ -132,18 +132,24 @@ static inline int itest_touch(const char *path)
     return 0;
 }
 
-/* Waits (30 s at most) until /metrics counts at least `want` writes that
- * waited for a sync round (each one is stored by then); 1, or 0 on time
- * out. */
-static inline int itest_sync_waits_reach(double want)
+/* Waits (30 s at most) until the /metrics figure `name` is at least
+ * `want`; 1, or 0 on time out. */
+static inline int itest_metric_reach(const char *name, double want)
 {
     struct timespec nap = {0, ITEST_POLL_MS * 1000000L};
     for (int i = 0; i < 30000 / ITEST_POLL_MS; i++) {
-        if (hx_metric(&itest_client, "atoll_store_sync_waits_total") >= want)
+        if (hx_metric(&itest_client, name) >= want)
             return 1;
         nanosleep(&nap, NULL);
     }
     return 0;
+}
+
+/* The same for writes that waited for a sync round (each one is stored
+ * by then). */
+static inline int itest_sync_waits_reach(double want)
+{
+    return itest_metric_reach("atoll_store_sync_waits_total", want);
 }
 
 /* Submits a single-quoted JSON document; fails the test unless 201. */

@@ -85,14 +85,18 @@ static void test_each_ack_waits_for_its_own_round(void **state)
             SUBMITS);
     /* A submit whose round is held open is stored, not answered, and
      * parked (nothing else parks in this cluster): it is resumed once the
-     * round ends. */
+     * round ends. The gate is let go only once it parked: let go between
+     * its request for a round and its parking, the round may end first,
+     * and the handler then answers at once, as it should (under load this
+     * test used to see that as "0 resumes"). */
     double p0 = hx_metric(&itest_client, "atoll_http_park_resumes_total");
     T_CHECK(p0 >= 0 && itest_touch(sync_gate) == 0, "cannot create %s", sync_gate);
     char *doc = hx_text_q(doc_q);
     hx_client_t cl;         /* its own: itest_client asks /metrics meanwhile */
     int ok = doc && hx_client_init(&cl, itest_cluster.url) == 0;
     itest_call_t held = {.cl = &cl, .method = "POST", .path = "/v1/jobs", .body = doc};
-    int stored = ok && itest_call_start(&held) && itest_sync_waits_reach(w1 + 1);
+    int stored = ok && itest_call_start(&held) && itest_sync_waits_reach(w1 + 1) &&
+                 itest_metric_reach("atoll_http_parked", 1);
     int unanswered = !atomic_load(&held.answered);
     unlink(sync_gate);
     itest_call_join(&held);
