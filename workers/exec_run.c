@@ -19,12 +19,10 @@
  * whatever the task still holds, so an ended task leaves no object. */
 #include "exec_run.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "exec_coll.h"
 #include "exec_gang.h"
@@ -171,12 +169,13 @@ static int64_t run_args_ready_at(const run_t *r, int i)
  * from when they are free (r->dev_at, carried from the task before on
  * them: exec_run_task's clock) or its arguments exist, whichever is later,
  * for `us`, and the host goes on without waiting, as a host enqueues work
- * on a device and continues. What reads the result waits for it instead
- * (ready_us: a collective, a send to another process, the report), so the
- * host's own delays (a late wake-up, a peer's collective) overlap device
- * time rather than add to it. The host stays at most EXEC_SIM_AHEAD_US
- * ahead of its devices, which bounds how much queued device time a cancel
- * leaves behind. */
+ * on a device and continues. What is made from the result carries its
+ * ready_us on (to other processes too: exec_coll.c, the frame's `ready`),
+ * and only what can be observed waits for it (a users' program, the
+ * report), so the host's own delays (a late wake-up, a peer's collective)
+ * overlap device time rather than add to it. The host stays at most
+ * env->sim_ahead_us (EXEC_SIM_AHEAD_US by default) ahead of its devices,
+ * which bounds how much queued device time a cancel leaves behind. */
 static int run_compute(run_t *r, int i, tensor_t **outs)
 {
     const op_t *op = &r->comp->ops[i];
@@ -549,7 +548,7 @@ static void success_text(jtext_w_t *w, run_t *r)
  * results exist when it has ended, as a device runtime's output buffers
  * become ready when the whole program completes, not when one of its ops
  * wrote them: every value the task still holds (outputs, sends) is
- * stamped so, and its consumers wait for that, here or elsewhere. */
+ * stamped so, and its consumers inherit that. */
 static void run_stamp_end(run_t *r)
 {
     int64_t now = util_mono_us();
