@@ -26,6 +26,16 @@ int64_t util_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t util_mono_to_wall_us(int64_t mono_us)
+{
+    return mono_us + (util_wall_us() - util_mono_us());
+}
+
+int64_t util_wall_to_mono_us(int64_t wall_us)
+{
+    return wall_us - (util_wall_us() - util_mono_us());
+}
+
 int util_hex_digit(char c)
 {
     if (c >= '0' && c <= '9')

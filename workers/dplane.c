@@ -861,7 +861,7 @@ static int64_t dp_ready_to_unix(int64_t ready_mono_us)
 {
     if (ready_mono_us <= 0)
         return 0;
-    int64_t u = ready_mono_us + (util_wall_us() - util_mono_us());
+    int64_t u = util_mono_to_wall_us(ready_mono_us);
     return u < 0 ? 0 : u > DPLANE_READY_MAX ? DPLANE_READY_MAX : u;
 }
 

@@ -216,22 +216,22 @@ typedef enum rx_fate {
     RX_DROPPED,                    /* refused or no memory: data unused */
 } rx_fate_t;
 
-/* Takes an admitted frame's payload into a new tensor for the mailbox:
- * copied from eager data, fetched by rendezvous (completed in rx_done),
- * or read from the sender's pool block (rma_read, at once).
- * The reservation of an UNCLAIMED admit is consumed or given back. */
 /* A frame's ready time (unix us, 0: now) on this host's monotonic clock,
  * at most DPLANE_READY_AHEAD_US from now: a value a peer says exists only
- * later (its device time runs at most EXEC_SIM_AHEAD_US ahead; clocks of
+ * later (its device time runs at most its sim_ahead_us ahead; clocks of
  * two hosts differ a little) delays its consumer, never past that bound. */
 static int64_t rx_ready_mono(int64_t ready_unix_us)
 {
     if (ready_unix_us <= 0)
         return 0;
-    int64_t now = util_mono_us(), at = ready_unix_us - (util_wall_us() - now);
+    int64_t now = util_mono_us(), at = util_wall_to_mono_us(ready_unix_us);
     return at > now + DPLANE_READY_AHEAD_US ? now + DPLANE_READY_AHEAD_US : at;
 }
 
+/* Takes an admitted frame's payload into a new tensor for the mailbox:
+ * copied from eager data, fetched by rendezvous (completed in rx_done),
+ * or read from the sender's pool block (rma_read, at once).
+ * The reservation of an UNCLAIMED admit is consumed or given back. */
 static rx_fate_t rx_take(dplane_t *dp, const dplane_hdr_t *h, int origin, mbox_admit_t a,
                          void *data, int rndv, const dp_rma_t *rma)
 {

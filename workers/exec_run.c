@@ -137,11 +137,11 @@ static int run_input(run_t *r, int i, tensor_t **outs)
      * `input` op taken sets the final value: when its inputs exist (their
      * ready time, or now for ones that exist already), no earlier than
      * the task's device start. */
-    int64_t now = util_mono_us(), at = now;
+    int64_t at = util_mono_us();
     for (int l = 0; l < r->nl; l++)
         if (outs[l]->ready_us > at)
             at = outs[l]->ready_us;
-    int64_t wall = util_wall_us() + (at - now);
+    int64_t wall = util_mono_to_wall_us(at);
     r->inputs_ready_us = wall > r->started_us ? wall : r->started_us;
     return 0;
 }
@@ -250,16 +250,23 @@ static int run_args_ready(run_t *r, int i)
     return 0;
 }
 
-/* Waits until every value the task holds exists on its devices (sim; at
- * once otherwise): before a run computation's processes read them. 0 or -1
- * (cancelled). */
-static int run_values_ready(run_t *r)
+/* When every value the task holds exists on its devices (the latest
+ * ready_us of its objects; 0 when it holds none). */
+static int64_t run_held_ready(const run_t *r)
 {
     int64_t at = 0;
     for (int k = 0; k < r->nl * r->nv; k++)
         if (r->objs[k] && ostore_tensor(r->objs[k])->ready_us > at)
             at = ostore_tensor(r->objs[k])->ready_us;
-    return exec_io_wait_until(r, at);
+    return at;
+}
+
+/* Waits until every value the task holds exists on its devices (sim; at
+ * once otherwise): before a run computation's processes read them. 0 or -1
+ * (cancelled). */
+static int run_values_ready(run_t *r)
+{
+    return exec_io_wait_until(r, run_held_ready(r));
 }
 
 static int run_dispatch(run_t *r, int i, tensor_t **outs)
@@ -538,7 +545,7 @@ static void success_text(jtext_w_t *w, run_t *r)
     JTEXT_LIT(w, ",\"inputs_ready_us\":");
     jtext_int(w, r->inputs_ready_us);
     JTEXT_LIT(w, ",\"finished_us\":");
-    jtext_int(w, util_wall_us() + (r->end_us - util_mono_us()));
+    jtext_int(w, util_mono_to_wall_us(r->end_us));
     JTEXT_LIT(w, ",");
     run_outputs_text(w, r);
 }
@@ -551,11 +558,10 @@ static void success_text(jtext_w_t *w, run_t *r)
  * stamped so, and its consumers inherit that. */
 static void run_stamp_end(run_t *r)
 {
-    int64_t now = util_mono_us();
+    int64_t now = util_mono_us(), held = run_held_ready(r);
     r->end_us = r->dev_at > now ? r->dev_at : now;
-    for (int k = 0; k < r->nl * r->nv; k++)
-        if (r->objs[k] && ostore_tensor(r->objs[k])->ready_us > r->end_us)
-            r->end_us = ostore_tensor(r->objs[k])->ready_us;
+    if (held > r->end_us)
+        r->end_us = held;
     for (int k = 0; k < r->nl * r->nv; k++)
         if (r->objs[k])
             ostore_ready_after(r->objs[k], r->end_us);
@@ -625,7 +631,7 @@ char *exec_run_task(const exec_env_t *env, const wtask_t *t, exec_clock_t *clk, 
     int64_t now = util_mono_us();
     /* The devices start it when the work queued before it ends (sim), or now. */
     r.dev_start = r.dev_at = clk->free_us > now ? clk->free_us : now;
-    r.started_us = util_wall_us() + (r.dev_at - now);
+    r.started_us = util_mono_to_wall_us(r.dev_at);
     r.inputs_ready_us = r.started_us;
     *succeeded = run_body(&r) == 0;
     /* A task that failed or was cancelled holds its devices no longer. */

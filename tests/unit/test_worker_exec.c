@@ -174,6 +174,15 @@ static cluster_t *cluster_new(int nprocs, int ndev, int64_t ring_min_bytes, int6
     return c;
 }
 
+/* cluster_new(nprocs, ndev, 0, 20000) of sim procs. */
+static cluster_t *cluster_new_sim(int nprocs, int ndev)
+{
+    test_sim = 1;
+    cluster_t *c = cluster_new(nprocs, ndev, 0, 20000);
+    test_sim = 0;
+    return c;
+}
+
 static void cluster_free(cluster_t *c)
 {
     for (int i = 0; i < c->nprocs; i++)
@@ -775,9 +784,7 @@ static void submit_on(cluster_t *c, int q, int64_t job, int64_t seq, const int b
 static void test_claim_wakes_next(void **state)
 {
     (void)state;
-    test_sim = 1;
-    cluster_t *c = cluster_new(2, 4, 0, 20000);
-    test_sim = 0;
+    cluster_t *c = cluster_new_sim(2, 4);
     static const int row[2][4] = {{0, 0, 1, 4}, {1, 0, 1, 4}};
     static const int left[4] = {0, 0, 2, 2}, right[4] = {0, 2, 2, 2};
     for (int q = 0; q < 2; q++)
@@ -903,9 +910,7 @@ static void test_sim_devices_are_streams(void **state)
 static void test_sim_cancel_frees_devices(void **state)
 {
     (void)state;
-    test_sim = 1;
-    cluster_t *c = cluster_new(1, 2, 0, 20000);
-    test_sim = 0;
+    cluster_t *c = cluster_new_sim(1, 2);
     json_t *idx = json_pack("[{s:s,s:s}]", "op", "shard_index", "out", "y");
     json_t *g = group(40, 0, placement(c, 1, 2),
                       json_pack("[o,o]", host_task(c, 400, 40, 0, 0, 1, 1, 2, 0,
