@@ -39,8 +39,12 @@
 /* How far (us) a `sim` worker's host may run ahead of its devices' clock
  * by default: enough to hide a host's delays behind device time, little
  * enough that a cancel leaves at most this much queued device time
- * behind. */
-#define EXEC_SIM_AHEAD_US 1000
+ * behind. On the 2-core VM a host's delays reach 2-5 ms (a wake-up that
+ * waits for a core behind the other processes, a poll answer parsed
+ * while the chunk after it is written): 1 ms hid the short ones only
+ * (0.5 ms chains in steady state: 94.4 % busy, 96.7 % with 4 ms;
+ * docs/performance.md, "Stop 65"). Real devices' queues run deeper. */
+#define EXEC_SIM_AHEAD_US 4000
 
 /* How collectives ran (for tests and logs). */
 typedef struct exec_counters {
