@@ -4,6 +4,7 @@
 #include <malloc.h>
 #endif
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -26,14 +27,60 @@ int64_t util_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* The wall clock's offset from the monotonic one, ns: a wall read between
+ * two monotonic reads, the tightest of a few tries. Read as wall - mono of
+ * two calls, as this was, a thread preempted between them skewed the
+ * offset by as long as it waited for a core: milliseconds on a loaded
+ * 2-core host, so a task's two stamps could lie closer together than its
+ * device time (seen in test_worker_exec) and a data-plane frame's ready
+ * time could land milliseconds late. */
+static int64_t clock_offset_sample_ns(void)
+{
+    int64_t best = 0, best_gap = INT64_MAX;
+    for (int i = 0; i < 8 && best_gap > 1000; i++) {
+        struct timespec a, w, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        clock_gettime(CLOCK_REALTIME, &w);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        int64_t m0 = (int64_t)a.tv_sec * 1000000000 + a.tv_nsec;
+        int64_t m1 = (int64_t)b.tv_sec * 1000000000 + b.tv_nsec;
+        int64_t wn = (int64_t)w.tv_sec * 1000000000 + w.tv_nsec;
+        if (m1 - m0 < best_gap) {
+            best_gap = m1 - m0;
+            best = wn - m0 - (m1 - m0) / 2;
+        }
+    }
+    return best;
+}
+
+/* The offset (us) all conversions use, sampled again at most every
+ * UTIL_CLOCK_OFFSET_US so that a slewed or stepped wall clock is followed:
+ * two conversions in between use the same offset, so their difference is
+ * exactly that of their monotonic times. clock_offset is stored before
+ * clock_offset_at: a reader that sees the new time sees the new offset. */
+#define UTIL_CLOCK_OFFSET_US 1000000
+static _Atomic int64_t clock_offset, clock_offset_at;
+
+static int64_t clock_offset_us(void)
+{
+    int64_t now = util_mono_us(), at = atomic_load(&clock_offset_at);
+    if (at != 0 && now - at >= 0 && now - at < UTIL_CLOCK_OFFSET_US)
+        return atomic_load(&clock_offset);
+    int64_t ns = clock_offset_sample_ns();
+    int64_t us = ns >= 0 ? (ns + 500) / 1000 : -((-ns + 500) / 1000);
+    atomic_store(&clock_offset, us);
+    atomic_store(&clock_offset_at, now > 0 ? now : 1);
+    return us;
+}
+
 int64_t util_mono_to_wall_us(int64_t mono_us)
 {
-    return mono_us + (util_wall_us() - util_mono_us());
+    return mono_us + clock_offset_us();
 }
 
 int64_t util_wall_to_mono_us(int64_t wall_us)
 {
-    return wall_us - (util_wall_us() - util_mono_us());
+    return wall_us - clock_offset_us();
 }
 
 int util_hex_digit(char c)

@@ -9,8 +9,10 @@
 int64_t util_wall_us(void);
 /* Monotonic microseconds (CLOCK_MONOTONIC): for durations and deadlines. */
 int64_t util_mono_us(void);
-/* A monotonic time as unix time, and back, by the clocks' offset now (a
- * deadline or a modelled time that is to be stamped or sent). */
+/* A monotonic time as unix time, and back, by the clocks' offset (a
+ * deadline or a modelled time that is to be stamped or sent). The offset
+ * is sampled so that a preemption cannot skew it, and kept for up to a
+ * second: conversions in between differ exactly as their inputs do. */
 int64_t util_mono_to_wall_us(int64_t mono_us);
 int64_t util_wall_to_mono_us(int64_t wall_us);
 /* The value of hex digit c (0-9, a-f, A-F), or -1 when c is not one. */
