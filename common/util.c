@@ -28,12 +28,11 @@ int64_t util_mono_us(void)
 }
 
 /* The wall clock's offset from the monotonic one, ns: a wall read between
- * two monotonic reads, the tightest of a few tries. Read as wall - mono of
- * two calls, as this was, a thread preempted between them skewed the
- * offset by as long as it waited for a core: milliseconds on a loaded
- * 2-core host, so a task's two stamps could lie closer together than its
- * device time (seen in test_worker_exec) and a data-plane frame's ready
- * time could land milliseconds late. */
+ * two monotonic reads, the tightest of up to 8 tries. A thread preempted
+ * between a wall read and a monotonic read would see an offset off by as
+ * long as it waited for a core (milliseconds on a loaded 2-core host); the
+ * bracketing monotonic reads show that wait, and the tightest pair is
+ * kept. */
 static int64_t clock_offset_sample_ns(void)
 {
     int64_t best = 0, best_gap = INT64_MAX;
@@ -69,7 +68,7 @@ static int64_t clock_offset_us(void)
     int64_t ns = clock_offset_sample_ns();
     int64_t us = ns >= 0 ? (ns + 500) / 1000 : -((-ns + 500) / 1000);
     atomic_store(&clock_offset, us);
-    atomic_store(&clock_offset_at, now > 0 ? now : 1);
+    atomic_store(&clock_offset_at, now);
     return us;
 }
 

@@ -36,7 +36,6 @@ typedef struct exec_clock {
  * Returns the report as compact JSON text, malloc'd (the caller frees),
  * or NULL only when out of memory; *succeeded says whether its state is
  * "succeeded". */
-
 char *exec_run_task(const exec_env_t *env, const wtask_t *t, exec_clock_t *clk, int *succeeded);
 
 /* Report bodies for tasks that never ran, as text (the caller frees);
