@@ -8,6 +8,10 @@
  *   loop.jobs_per_s.serial_1dev  one client's tiny jobs of one device (the
  *                                issue's "tiny 1-device jobs"): one worker,
  *                                one host task, one report per job
+ *   loop.jobs_per_s.stream_1dev  the same jobs submitted back to back by
+ *                                one client on one connection (each
+ *                                submission fsync'd before its 201), then
+ *                                waited: first creation to last end
  *   loop.jobs_per_s.*.stage.*    where a tiny job's time went, stage by
  *                                stage (print_stages)
  *   loop.jobs_per_s.*.cpu_us_per_job.{atolld,workers}
@@ -224,6 +228,58 @@ static int bench_jobs_phase(const char *name, const char *doc, int n)
     return 0;
 }
 
+/* One client, one keep-alive connection, jobs submitted back to back
+ * (each submission still waits for its fsync'd 201), then each waited to
+ * success: the loop's throughput when the client does not wait for a job
+ * before submitting the next. Prints jobs/s from the first job's creation
+ * to the last one's end (server stamps), the submissions' own rate (client
+ * clock), and CPU per job. 0 or -1. */
+static int bench_stream_phase(const char *name, const char *doc)
+{
+    static int64_t ids[BENCH_JOBS];
+    hx_client_t cl;
+    int n = 0, rc = -1;
+    int64_t cpu0[2], cpu1[2], first_created = -1, last_finished = -1;
+    if (hx_client_init(&cl, bench_url) != 0)
+        return -1;
+    bench_cpu(cpu0);
+    int64_t t0 = hx_now_ms(), deadline = t0 + BENCH_PHASE_MS / 2;
+    for (; n < BENCH_JOBS && hx_now_ms() < deadline; n++)
+        if (hx_job_submit(&cl, doc, &ids[n], NULL) != 201) {
+            fprintf(stderr, "bench: %s: submit %d refused\n", name, n);
+            hx_client_print_last(&cl);
+            goto cleanup;
+        }
+    int64_t submit_ms = hx_now_ms() - t0;
+    for (int i = n - 1; i >= 0; i--) {   /* the last first: the others end before it */
+        json_t *job = NULL;
+        int ok = hx_job_wait(&cl, ids[i], 20000, BENCH_POLL_MS, &job) == 0 &&
+                 strcmp(hx_job_state(job), "succeeded") == 0;
+        int64_t c = ok ? hx_job_time_us(job, "created") : 0, f = ok ? hx_job_time_us(job, "finished") : 0;
+        json_decref(job);
+        if (!ok || c <= 0 || f < c) {
+            fprintf(stderr, "bench: %s: job %" PRId64 " did not succeed\n", name, ids[i]);
+            goto cleanup;
+        }
+        if (i == n - 1)
+            bench_cpu(cpu1);
+        first_created = first_created < 0 || c < first_created ? c : first_created;
+        last_finished = f > last_finished ? f : last_finished;
+    }
+    if (n == 0 || last_finished <= first_created)
+        goto cleanup;
+    printf("%s %.1f\n", name, n * 1e6 / (double)(last_finished - first_created));
+    printf("%s.jobs %d\n", name, n);
+    printf("%s.submits_per_s %.1f\n", name, n * 1000.0 / (double)(submit_ms > 0 ? submit_ms : 1));
+    printf("%s.cpu_us_per_job.atolld %.0f\n", name, (double)(cpu1[0] - cpu0[0]) / n);
+    printf("%s.cpu_us_per_job.workers %.0f\n", name, (double)(cpu1[1] - cpu0[1]) / n);
+    fflush(stdout);
+    rc = 0;
+cleanup:
+    hx_client_cleanup(&cl);
+    return rc;
+}
+
 /* The chained job: c0 fills ones; c_i = input(c_{i-1}.x) + 1. Returns a
  * malloc'd document or NULL. */
 static char *bench_chain_doc(int k)
@@ -410,6 +466,7 @@ int main(int argc, char **argv)
     if (bench_jobs_phase("loop.jobs_per_s.serial", tiny_doc, 1) != 0 ||
         bench_jobs_phase("loop.jobs_per_s.clients8", tiny_doc, BENCH_CLIENTS) != 0 ||
         bench_jobs_phase("loop.jobs_per_s.serial_1dev", one_doc, 1) != 0 ||
+        bench_stream_phase("loop.jobs_per_s.stream_1dev", one_doc) != 0 ||
         bench_chain(&cl, BENCH_CHAIN) != 0)
         goto cleanup;
     rc = 0;
