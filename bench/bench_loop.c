@@ -12,6 +12,9 @@
  *                                one client on one connection (each
  *                                submission fsync'd before its 201), then
  *                                waited: first creation to last end
+ *   loop.jobs_per_s.stream_1dev_pipelined4
+ *                                the same with 4 submissions in flight on
+ *                                the connection (HTTP/1.1 pipelining)
  *   loop.jobs_per_s.*.stage.*    where a tiny job's time went, stage by
  *                                stage (print_stages)
  *   loop.jobs_per_s.*.cpu_us_per_job.{atolld,workers}
@@ -41,7 +44,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../tests/security/test_front_raw.h"
+#include "bench_pipe.h"
 #include "support_harness.h"
 
 #define BENCH_POLL_MS 2
@@ -228,13 +231,47 @@ static int bench_jobs_phase(const char *name, const char *doc, int n)
     return 0;
 }
 
+/* Submits doc up to BENCH_JOBS times until deadline_ms on one raw
+ * connection that keeps `depth` submissions in flight (HTTP/1.1
+ * pipelining), the ids into ids. How many were accepted, or -1 when an
+ * answer was not a 201 naming its job. */
+static int bench_submit_pipelined(const char *doc, int depth, int64_t deadline_ms, int64_t *ids)
+{
+    static pipe_rd_t p;
+    static char req[8192], body[16384];
+    int len = pipe_post(req, sizeof req, "/v1/jobs", doc), sent = 0, n = 0;
+    if (len < 0 || (p.fd = raw_connect(raw_port(bench_url))) < 0)
+        return -1;
+    p.len = 0;
+    while (n < sent || (sent < BENCH_JOBS && hx_now_ms() < deadline_ms)) {
+        while (sent - n < depth && sent < BENCH_JOBS && hx_now_ms() < deadline_ms &&
+               raw_send_all(p.fd, req, (size_t)len) == 0)
+            sent++;
+        if (n == sent)
+            break;
+        json_t *job = pipe_next(&p, body, sizeof body) == 201 ? json_loads(body, 0, NULL) : NULL;
+        json_int_t id = json_integer_value(json_object_get(job, "id"));
+        json_decref(job);
+        if (id < 1) {
+            fprintf(stderr, "bench: pipelined submit %d: no 201 naming a job\n", n);
+            n = -1;
+            break;
+        }
+        ids[n++] = id;
+    }
+    close(p.fd);
+    return n;
+}
+
 /* One client, one keep-alive connection, jobs submitted back to back
  * (each submission still waits for its fsync'd 201), then each waited to
  * success: the loop's throughput when the client does not wait for a job
- * before submitting the next. Prints jobs/s from the first job's creation
- * to the last one's end (server stamps), the submissions' own rate (client
- * clock), and CPU per job. 0 or -1. */
-static int bench_stream_phase(const char *name, const char *doc)
+ * before submitting the next. depth 1 submits through the harness's
+ * libcurl client, one request after the other; a larger depth keeps that
+ * many in flight (bench_submit_pipelined). Prints jobs/s from the first
+ * job's creation to the last one's end (server stamps), the submissions'
+ * own rate (client clock), and CPU per job. 0 or -1. */
+static int bench_stream_phase(const char *name, const char *doc, int depth)
 {
     static int64_t ids[BENCH_JOBS];
     hx_client_t cl;
@@ -244,7 +281,9 @@ static int bench_stream_phase(const char *name, const char *doc)
         return -1;
     bench_cpu(cpu0);
     int64_t t0 = hx_now_ms(), deadline = t0 + BENCH_PHASE_MS / 2;
-    for (; n < BENCH_JOBS && hx_now_ms() < deadline; n++)
+    if (depth > 1 && (n = bench_submit_pipelined(doc, depth, deadline, ids)) < 0)
+        goto cleanup;
+    for (; depth <= 1 && n < BENCH_JOBS && hx_now_ms() < deadline; n++)
         if (hx_job_submit(&cl, doc, &ids[n], NULL) != 201) {
             fprintf(stderr, "bench: %s: submit %d refused\n", name, n);
             hx_client_print_last(&cl);
@@ -466,7 +505,8 @@ int main(int argc, char **argv)
     if (bench_jobs_phase("loop.jobs_per_s.serial", tiny_doc, 1) != 0 ||
         bench_jobs_phase("loop.jobs_per_s.clients8", tiny_doc, BENCH_CLIENTS) != 0 ||
         bench_jobs_phase("loop.jobs_per_s.serial_1dev", one_doc, 1) != 0 ||
-        bench_stream_phase("loop.jobs_per_s.stream_1dev", one_doc) != 0 ||
+        bench_stream_phase("loop.jobs_per_s.stream_1dev", one_doc, 1) != 0 ||
+        bench_stream_phase("loop.jobs_per_s.stream_1dev_pipelined4", one_doc, 4) != 0 ||
         bench_chain(&cl, BENCH_CHAIN) != 0)
         goto cleanup;
     rc = 0;

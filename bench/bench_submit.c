@@ -10,6 +10,8 @@
  * submitters) it starts a fresh atolld with one island that has no worker
  * (jobs stay queued: this measures acceptance, not execution), then submits
  * tiny jobs for SECONDS on 1 keep-alive connection, then on 8 at once.
+ * In group mode a third run submits on 1 connection that pipelines
+ * (SUBMIT_PIPE_DEPTH requests in flight, raw HTTP/1.1).
  * Prints `name value` lines: accepted jobs/s per mode and connection count,
  * fdatasync rounds and jobs per round (from /metrics), the ratios against
  * `none`, and this disk's own fdatasync latency (the floor of one
@@ -25,10 +27,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_pipe.h"
 #include "support_harness.h"
 
 #define SUBMIT_MAX_CONNS 8
 #define SUBMIT_FSYNC_PROBES 200
+#define SUBMIT_PIPE_DEPTH 4       /* submissions in flight on the pipelining connection */
 
 static const char doc_q[] =
     "{'name':'s','slices':{'s':{'shape':[1,1],'island':'cold'}},'computations':["
@@ -80,6 +84,43 @@ static double submit_rate(const char *url, const char *doc, int nconns, int secs
         *errors += subs[i].errors;
     }
     return (double)acc * 1000.0 / (double)(hx_now_ms() - t0);
+}
+
+/* One connection keeping `depth` submissions in flight (HTTP/1.1
+ * pipelining) for secs seconds: accepted jobs per second, or -1. The
+ * server answers a connection's requests in order, one at a time; what
+ * a client gains by pipelining is its own turn-around between an answer
+ * and its next request. */
+static double submit_pipelined(const char *url, const char *doc, int depth, int secs,
+                               long *errors)
+{
+    static pipe_rd_t p;
+    char req[8192];
+    int n = pipe_post(req, sizeof req, "/v1/jobs", doc);
+    if (n < 0 || (p.fd = raw_connect(raw_port(url))) < 0)
+        return -1;
+    p.len = 0;
+    long sent = 0, answered = 0;
+    int64_t t0 = hx_now_ms(), deadline = t0 + secs * 1000;
+    while (answered < sent || hx_now_ms() < deadline) {
+        while (sent - answered < depth && hx_now_ms() < deadline) {
+            if (raw_send_all(p.fd, req, (size_t)n) != 0)
+                break;
+            sent++;
+        }
+        if (answered == sent)
+            break;
+        int status = pipe_next(&p, NULL, 0);
+        if (status < 0) {
+            *errors += sent - answered;
+            break;
+        }
+        answered++;
+        *errors += status != 201;
+    }
+    int64_t ms = hx_now_ms() - t0;
+    close(p.fd);
+    return (double)answered * 1000.0 / (double)(ms > 0 ? ms : 1);
 }
 
 /* Median latency of pwrite(4 KiB) + fdatasync in dir, in microseconds. */
@@ -157,6 +198,9 @@ int main(int argc, char **argv)
                 printf("submit_group_conns%d_syncs %.0f jobs_per_sync %.2f\n", conns[k], rounds,
                        rounds > 0 ? waits / rounds : 0);
         }
+        if (m == 2)
+            printf("submit_group_conns1_pipelined%d_jobs_per_s %.0f\n", SUBMIT_PIPE_DEPTH,
+                   submit_pipelined(c.url, doc, SUBMIT_PIPE_DEPTH, secs, &errors));
         hx_client_cleanup(&cl);
         if (hx_cluster_stop(&c) != 0)
             rc = 1;

@@ -1,0 +1,69 @@
+/* bench_pipe.h - one HTTP/1.1 connection that pipelines: requests are
+ * written without waiting for the answers before them, and the answers,
+ * which arrive back to back in request order, are read off one buffer.
+ * Static functions: one copy per bench program. Nothing here asserts. */
+#ifndef ATOLL_BENCH_PIPE_H
+#define ATOLL_BENCH_PIPE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "../tests/security/test_front_raw.h"
+
+/* Answers read back to back from one connection: buf holds what arrived
+ * and was not consumed yet. */
+typedef struct pipe_rd {
+    int fd;
+    char buf[1 << 16];
+    size_t len;
+} pipe_rd_t;
+
+/* A POST of body (JSON) to target as one request's bytes in out (size
+ * cap); its length, or -1 when it does not fit. */
+static inline int pipe_post(char *out, size_t cap, const char *target, const char *body)
+{
+    int n = snprintf(out, cap, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     target, strlen(body), body);
+    return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+/* The status of the next whole answer on p, or -1 on a closed connection,
+ * a missing or bad Content-Length, or an answer larger than the buffer.
+ * The answer is consumed; with body, its first bodycap - 1 bytes are
+ * copied there, NUL-terminated. */
+static inline int pipe_next(pipe_rd_t *p, char *body, size_t bodycap)
+{
+    for (;;) {
+        char *end = memmem(p->buf, p->len, "\r\n\r\n", 4);
+        if (end) {
+            size_t hl = (size_t)(end - p->buf) + 4;
+            char head[4096];
+            snprintf(head, sizeof head, "%.*s", (int)(hl < sizeof head ? hl : sizeof head - 1),
+                     p->buf);
+            const char *cl = strcasestr(head, "\r\nContent-Length:");
+            long blen = cl ? strtol(cl + 17, NULL, 10) : -1;
+            int status = 0;
+            if (blen < 0 || hl + (size_t)blen > sizeof p->buf ||
+                sscanf(head, "HTTP/1.%*d %d", &status) != 1)
+                return -1;
+            if (p->len >= hl + (size_t)blen) {
+                if (body && bodycap > 0)
+                    snprintf(body, bodycap, "%.*s", (int)blen, p->buf + hl);
+                p->len -= hl + (size_t)blen;
+                memmove(p->buf, p->buf + hl + blen, p->len);
+                return status;
+            }
+        }
+        if (p->len == sizeof p->buf)
+            return -1;
+        ssize_t n = recv(p->fd, p->buf + p->len, sizeof p->buf - p->len, 0);
+        if (n <= 0)
+            return -1;
+        p->len += (size_t)n;
+    }
+}
+
+#endif
