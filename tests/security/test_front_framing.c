@@ -10,7 +10,8 @@
  * Transfer-Encoding over Content-Length): the first request got a 400 from
  * the handler and the hidden one its 200 on the still-open connection.
  * Sound framing (one Content-Length, chunked alone) keeps the connection
- * and its pipelined requests working. Auth on; west=2x2, no workers. */
+ * and its pipelined requests working, accepted submissions too (each
+ * parked for its durability round). Auth on; west=2x2, no workers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,9 +44,9 @@ static int setup(void **state)
 }
 
 /* Sends req on a new connection and reads every byte answered until the
- * server closes it (*closed = 1) or EXCHANGE_MS pass. NUL-terminated in
- * out; returns its length. */
-static size_t exchange(const char *req, char *out, size_t cap, int *closed)
+ * server closes it (*closed = 1) or ms pass. NUL-terminated in out;
+ * returns its length. */
+static size_t exchange_ms(const char *req, char *out, size_t cap, int *closed, int ms)
 {
     size_t len = 0;
     *closed = 0;
@@ -56,7 +57,7 @@ static size_t exchange(const char *req, char *out, size_t cap, int *closed)
             close(fd);
         return 0;
     }
-    int64_t deadline = raw_now_ms() + EXCHANGE_MS;
+    int64_t deadline = raw_now_ms() + ms;
     while (len < cap - 1) {
         int64_t left = deadline - raw_now_ms();
         struct pollfd p = {fd, POLLIN, 0};
@@ -72,6 +73,11 @@ static size_t exchange(const char *req, char *out, size_t cap, int *closed)
     out[len] = '\0';
     close(fd);
     return len;
+}
+
+static size_t exchange(const char *req, char *out, size_t cap, int *closed)
+{
+    return exchange_ms(req, out, cap, closed, EXCHANGE_MS);
 }
 
 /* Number of responses (status lines) in text. */
@@ -191,12 +197,71 @@ static void test_sound_framing_kept_alive(void **state)
     }
 }
 
+/* Accepted submissions pipelined on one connection: each parks until its
+ * group-commit round (store_sync.c) while the next one waits unread in the
+ * connection's buffer. Every one is answered 201 in the order sent, names
+ * its own job, and is stored once: nothing buffered behind a parked
+ * request is lost, run twice or answered out of turn. */
+#define PIPELINED 8
+static void test_pipelined_submissions_answered_in_order(void **state)
+{
+    (void)state;
+    static char reqs[PIPELINED * 1024], out[PIPELINED * 8192];
+    size_t len = 0;
+    for (int k = 0; k < PIPELINED; k++) {
+        char body[256];
+        int bl = snprintf(body, sizeof body,
+                          "{\"name\":\"pipe-%d\",\"slices\":{\"s\":{\"shape\":[1]}},"
+                          "\"computations\":[{\"name\":\"c\",\"slice\":\"s\",\"ops\":["
+                          "{\"op\":\"shard_index\",\"out\":\"i\"}],\"outputs\":[\"i\"]}]}",
+                          k);
+        len += (size_t)snprintf(reqs + len, sizeof reqs - len,
+                                "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                                "Content-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
+                                ADMIN_TOKEN, bl, k == PIPELINED - 1 ? "Connection: close\r\n" : "",
+                                body);
+    }
+    int closed;
+    size_t got = exchange_ms(reqs, out, sizeof out, &closed, 60000);
+    T_CHECK(closed && count_responses(out) == PIPELINED, "%d answers expected, read %zu bytes:\n%s",
+            PIPELINED, got, out);
+    const char *p = out;
+    json_int_t prev = 0;
+    for (int k = 0; k < PIPELINED; k++) {
+        int status = 0;
+        const char *cl = strcasestr(p, "\r\nContent-Length:"), *end = strstr(p, "\r\n\r\n");
+        T_CHECK(cl && end && sscanf(p, "HTTP/1.1 %d", &status) == 1, "answer %d unreadable:\n%s",
+                k, p);
+        long blen = strtol(cl + 17, NULL, 10);
+        json_t *job = json_loadb(end + 4, (size_t)blen, 0, NULL);
+        char want[32];
+        snprintf(want, sizeof want, "pipe-%d", k);
+        const char *name = json_string_value(json_object_get(job, "name"));
+        json_int_t id = json_integer_value(json_object_get(job, "id"));
+        T_CHECK(status == 201 && name && strcmp(name, want) == 0 && id > prev,
+                "answer %d: status %d, job %s (id %lld after %lld), expected 201 for %s", k,
+                status, name ? name : "?", (long long)id, (long long)prev, want);
+        json_decref(job);
+        prev = id;
+        p = end + 4 + blen;
+    }
+    T_CHECK(hx_client_set_auth(&itest_client, ADMIN_TOKEN, NULL) == 0, "client auth");
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "GET", "/v1/jobs?limit=100", NULL, 0, &r) == 0 &&
+            r.status == 200, "GET /v1/jobs: %ld", r.status);
+    json_t *jobs = json_is_array(r.json) ? r.json : json_object_get(r.json, "jobs");
+    size_t n = json_array_size(jobs);
+    hx_resp_clear(&r);
+    T_CHECK(n == PIPELINED, "%zu jobs stored, expected %d (each once)", n, PIPELINED);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ambiguous_framing_refused_and_closed),
         cmocka_unit_test(test_content_length_list_refused_and_closed),
         cmocka_unit_test(test_sound_framing_kept_alive),
+        cmocka_unit_test(test_pipelined_submissions_answered_in_order),
     };
     return cmocka_run_group_tests(tests, setup, itest_group_teardown);
 }
