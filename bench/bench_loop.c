@@ -294,7 +294,8 @@ static int bench_stream_phase(const char *name, const char *doc, int depth)
         json_t *job = NULL;
         int ok = hx_job_wait(&cl, ids[i], 20000, BENCH_POLL_MS, &job) == 0 &&
                  strcmp(hx_job_state(job), "succeeded") == 0;
-        int64_t c = ok ? hx_job_time_us(job, "created") : 0, f = ok ? hx_job_time_us(job, "finished") : 0;
+        int64_t c = ok ? hx_job_time_us(job, "created") : 0;
+        int64_t f = ok ? hx_job_time_us(job, "finished") : 0;
         json_decref(job);
         if (!ok || c <= 0 || f < c) {
             fprintf(stderr, "bench: %s: job %" PRId64 " did not succeed\n", name, ids[i]);

@@ -236,9 +236,9 @@ static void test_pipelined_submissions_answered_in_order(void **state)
     for (int k = 0; k < PIPELINED; k++) {
         int status = 0;
         const char *cl = strcasestr(p, "\r\nContent-Length:"), *end = strstr(p, "\r\n\r\n");
-        T_CHECK(cl && end && sscanf(p, "HTTP/1.1 %d", &status) == 1, "answer %d unreadable:\n%s",
-                k, p);
-        long blen = strtol(cl + 17, NULL, 10);
+        long blen = cl && end && cl < end ? strtol(cl + 17, NULL, 10) : -1;
+        T_CHECK(blen >= 0 && end + 4 + blen <= out + got && sscanf(p, "HTTP/1.1 %d", &status) == 1,
+                "answer %d unreadable:\n%s", k, p);
         json_t *job = json_loadb(end + 4, (size_t)blen, 0, NULL);
         if (k == BAD_ONE) {
             const char *field = json_string_value(json_object_get(job, "field"));
@@ -261,7 +261,7 @@ static void test_pipelined_submissions_answered_in_order(void **state)
         p = end + 4 + blen;
     }
     T_CHECK(hx_client_set_auth(&itest_client, ADMIN_TOKEN, NULL) == 0, "client auth");
-    hx_resp_t r;
+    hx_resp_t r = {0};
     T_CHECK(hx_request(&itest_client, "GET", "/v1/jobs?limit=100", NULL, 0, &r) == 0 &&
             r.status == 200, "GET /v1/jobs: %ld", r.status);
     json_t *jobs = json_is_array(r.json) ? r.json : json_object_get(r.json, "jobs");
