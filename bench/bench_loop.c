@@ -231,36 +231,45 @@ static int bench_jobs_phase(const char *name, const char *doc, int n)
     return 0;
 }
 
-/* Submits doc up to BENCH_JOBS times until deadline_ms on one raw
- * connection that keeps `depth` submissions in flight (HTTP/1.1
+/* The ids of the jobs answered so far (pipe_window's ctx). */
+typedef struct id_sink {
+    int64_t *ids;
+    int n;
+} id_sink_t;
+
+/* pipe_window's answer: takes the job id of a 201; stops at anything else. */
+static int take_id(int status, const char *body, void *ctx)
+{
+    id_sink_t *k = ctx;
+    json_t *job = status == 201 ? json_loads(body, 0, NULL) : NULL;
+    json_int_t id = json_integer_value(json_object_get(job, "id"));
+    json_decref(job);
+    if (id < 1) {
+        fprintf(stderr, "bench: pipelined submit %d: answered %d, no 201 naming a job\n", k->n,
+                status);
+        return -1;
+    }
+    k->ids[k->n++] = id;
+    return 0;
+}
+
+/* Submits doc up to BENCH_JOBS times until deadline_ms (monotonic) on one
+ * raw connection that keeps `depth` submissions in flight (HTTP/1.1
  * pipelining), the ids into ids. How many were accepted, or -1 when an
  * answer was not a 201 naming its job. */
 static int bench_submit_pipelined(const char *doc, int depth, int64_t deadline_ms, int64_t *ids)
 {
     static pipe_rd_t p;
     static char req[8192], body[16384];
-    int len = pipe_post(req, sizeof req, "/v1/jobs", doc), sent = 0, n = 0;
+    id_sink_t sink = {ids, 0};
+    int len = pipe_post(req, sizeof req, "/v1/jobs", doc);
     if (len < 0 || (p.fd = raw_connect(raw_port(bench_url))) < 0)
         return -1;
     p.len = 0;
-    while (n < sent || (sent < BENCH_JOBS && hx_now_ms() < deadline_ms)) {
-        while (sent - n < depth && sent < BENCH_JOBS && hx_now_ms() < deadline_ms &&
-               raw_send_all(p.fd, req, (size_t)len) == 0)
-            sent++;
-        if (n == sent)
-            break;
-        json_t *job = pipe_next(&p, body, sizeof body) == 201 ? json_loads(body, 0, NULL) : NULL;
-        json_int_t id = json_integer_value(json_object_get(job, "id"));
-        json_decref(job);
-        if (id < 1) {
-            fprintf(stderr, "bench: pipelined submit %d: no 201 naming a job\n", n);
-            n = -1;
-            break;
-        }
-        ids[n++] = id;
-    }
+    long answered = pipe_window(&p, req, len, depth, BENCH_JOBS, deadline_ms, body, sizeof body,
+                                take_id, &sink);
     close(p.fd);
-    return n;
+    return answered == sink.n ? sink.n : -1;
 }
 
 /* One client, one keep-alive connection, jobs submitted back to back

@@ -66,4 +66,29 @@ static inline int pipe_next(pipe_rd_t *p, char *body, size_t bodycap)
     }
 }
 
+/* Keeps `depth` copies of req (len bytes) in flight on p until max were
+ * sent or deadline_ms (monotonic ms, raw_now_ms) passed, and reads every
+ * answer to what was sent, handing each to answer(status, body, ctx)
+ * (status -1: the connection failed; body: the first bodycap - 1 bytes,
+ * or "" with body NULL). Stops at the first answer for which answer
+ * returns non-zero. Returns how many answers were read. */
+static inline long pipe_window(pipe_rd_t *p, const char *req, int len, int depth, long max,
+                               int64_t deadline_ms, char *body, size_t bodycap,
+                               int (*answer)(int status, const char *body, void *ctx),
+                               void *ctx)
+{
+    long sent = 0, answered = 0;
+    for (;;) {
+        while (sent - answered < depth && sent < max && raw_now_ms() < deadline_ms &&
+               raw_send_all(p->fd, req, (size_t)len) == 0)
+            sent++;
+        if (answered == sent)
+            return answered;
+        int status = pipe_next(p, body, bodycap);
+        answered++;
+        if (answer(status, body ? body : "", ctx) != 0 || status < 0)
+            return answered;
+    }
+}
+
 #endif

@@ -18,6 +18,7 @@
  * connection's fsync'd submit: requests on one connection are sequential).
  * Exits 1 when a submit was not answered 201. */
 #include <fcntl.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -86,6 +87,15 @@ static double submit_rate(const char *url, const char *doc, int nconns, int secs
     return (double)acc * 1000.0 / (double)(hx_now_ms() - t0);
 }
 
+/* pipe_window's answer: counts in *(long *)ctx the answers other than 201
+ * (a failed connection, -1, among them: pipe_window stops there). */
+static int count_refused(int status, const char *body, void *ctx)
+{
+    (void)body;
+    *(long *)ctx += status != 201;
+    return 0;
+}
+
 /* One connection keeping `depth` submissions in flight (HTTP/1.1
  * pipelining) for secs seconds: accepted jobs per second, or -1. The
  * server answers a connection's requests in order, one at a time; what
@@ -100,27 +110,14 @@ static double submit_pipelined(const char *url, const char *doc, int depth, int 
     if (n < 0 || (p.fd = raw_connect(raw_port(url))) < 0)
         return -1;
     p.len = 0;
-    long sent = 0, answered = 0;
-    int64_t t0 = hx_now_ms(), deadline = t0 + secs * 1000;
-    while (answered < sent || hx_now_ms() < deadline) {
-        while (sent - answered < depth && hx_now_ms() < deadline) {
-            if (raw_send_all(p.fd, req, (size_t)n) != 0)
-                break;
-            sent++;
-        }
-        if (answered == sent)
-            break;
-        int status = pipe_next(&p, NULL, 0);
-        if (status < 0) {
-            *errors += sent - answered;
-            break;
-        }
-        answered++;
-        *errors += status != 201;
-    }
-    int64_t ms = hx_now_ms() - t0;
+    long refused = 0;
+    int64_t t0 = raw_now_ms();
+    long answered = pipe_window(&p, req, n, depth, LONG_MAX, t0 + secs * 1000, NULL, 0,
+                                count_refused, &refused);
+    int64_t ms = raw_now_ms() - t0;
     close(p.fd);
-    return (double)answered * 1000.0 / (double)(ms > 0 ? ms : 1);
+    *errors += refused;
+    return (double)(answered - refused) * 1000.0 / (double)(ms > 0 ? ms : 1);
 }
 
 /* Median latency of pwrite(4 KiB) + fdatasync in dir, in microseconds. */
