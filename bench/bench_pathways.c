@@ -21,7 +21,9 @@
  * against LONG_STEPS computations: time, and atolld's and the workers'
  * CPU per computation, counted from submission to the checked result),
  * and issue 9's own figure under both dispatch modes: (T(200) - T(1)) / 199, T a
- * chained job's created -> finished time (chain_marginal).
+ * chained job's created -> finished time, with the CPU one more computation
+ * costs atolld and the workers (chain_marginal); then the same figure on
+ * `cpu` workers, as the issue states it (run_chain_cpu).
  * Last, same-host edge bandwidth (a 16 MiB tensor between computations on
  * two worker processes, from worker timestamps: the median over pairs of
  * a fill job and the edge job, paired_cost) against memcpy in this
@@ -34,7 +36,8 @@
  * Output: plain `name value` lines. `bench_pathways grid` or `bench_pathways
  * bandwidth` runs one section alone; `bench_pathways util` only the
  * (16 devices, 4 processes) chained case under both dispatch modes, with
- * its profile, marginal cost and (parallel) the utilization sweep. */
+ * its profile, marginal cost and (parallel) the utilization sweep, and the
+ * marginal cost on `cpu` workers. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -433,18 +436,33 @@ static void chain_length(hx_cluster_t *c, hx_client_t *cl, int di)
            cpu[1] / cpu[0]);
 }
 
+/* The CPU time (hx_sched_cpu_us) of atolld, [0], and of every worker of
+ * the cluster, [1], in µs. */
+static void cluster_cpu_us(const hx_cluster_t *c, int64_t out[2])
+{
+    out[0] = hx_sched_cpu_us(c->atolld.pid);
+    out[1] = 0;
+    for (int k = 0; k < c->nworkers; k++)
+        out[1] += hx_sched_cpu_us(c->workers[k].pid);
+}
+
 /* Issue 9's own figure: per computation, (T(MARGINAL_LONG) - T(1)) /
  * (MARGINAL_LONG - 1), T a chained job's created -> finished time, each
  * the median of MARGINAL_RUNS jobs. The difference leaves out what every
  * job pays once (submission, allocation, the last reports), so it is the
- * marginal cost of one more computation in a chain. Returns it in us, or
- * -1 (printed as skipped). */
-static double chain_marginal(hx_client_t *cl, int di, const char *tag)
+ * marginal cost of one more computation in a chain. With it, the CPU that
+ * one more computation costs atolld and the workers, the same way (each
+ * length's runs together, to the nanosecond; reading each finished job and
+ * its result back, as run_case checks it, included), and how many of the
+ * machine's cores that keeps busy. Returns the time in us, or -1 (printed
+ * as skipped). */
+static double chain_marginal(const hx_cluster_t *c, hx_client_t *cl, int di, const char *tag)
 {
     static const int lens[2] = {1, MARGINAL_LONG};
-    double t[2];
+    double t[2], cpu[2][2];
     for (int i = 0; i < 2; i++) {
-        int64_t runs[MARGINAL_RUNS];
+        int64_t runs[MARGINAL_RUNS], c0[2], c1[2];
+        cluster_cpu_us(c, c0);
         for (int k = 0; k < MARGINAL_RUNS; k++) {
             double r = over_budget() ? -1 : run_case(cl, M_CHAINED, di, lens[i], 0, NULL);
             if (r <= 0) {
@@ -453,14 +471,48 @@ static double chain_marginal(hx_client_t *cl, int di, const char *tag)
             }
             runs[k] = (int64_t)(lens[i] * 1e6 / r);     /* us, created -> finished */
         }
+        cluster_cpu_us(c, c1);
+        for (int p = 0; p < 2; p++)
+            cpu[i][p] = (double)(c1[p] - c0[p]) / MARGINAL_RUNS;
         qsort(runs, MARGINAL_RUNS, sizeof runs[0], hx_cmp_i64);
         t[i] = (double)runs[MARGINAL_RUNS / 2];
     }
     double us = (t[1] - t[0]) / (MARGINAL_LONG - 1);
+    double ca = (cpu[1][0] - cpu[0][0]) / (MARGINAL_LONG - 1);
+    double cw = (cpu[1][1] - cpu[0][1]) / (MARGINAL_LONG - 1);
     printf("pw.%s.job_of_1_us %.0f\n", tag, t[0]);
     printf("pw.%s.job_of_%d_us %.0f\n", tag, MARGINAL_LONG, t[1]);
     printf("pw.%s.marginal_us_per_comp %.1f\n", tag, us);
+    printf("pw.%s.marginal_cpu_us_per_comp.atolld %.1f\n", tag, ca);
+    printf("pw.%s.marginal_cpu_us_per_comp.workers %.1f\n", tag, cw);
+    if (us > 0)
+        printf("pw.%s.marginal_cores_busy %.2f\n", tag, (ca + cw) / us);
     return us;
+}
+
+/* The issue's chained figure as it states it, on `cpu` workers (the grid
+ * above runs `sim` ones): d16 over 4 processes, parallel dispatch, its
+ * marginal cost and CPU (chain_marginal). 0 or -1. */
+static int run_chain_cpu(void)
+{
+    enum { DI = 2, PI = 2 };        /* d16 = 4x4, 4 processes */
+    hx_cluster_t c;
+    hx_client_t cl = {0};
+    int rc = -1;
+    setenv("ATOLL_BACKEND", "cpu", 1);
+    if (start_grid_cluster(&c, PI, 0) == 0 && hx_client_init(&cl, c.url) == 0) {
+        rc = 0;
+        /* One chain first: the workers' data-plane endpoints are made. */
+        if (run_case(&cl, M_CHAINED, DI, N_STEPS, 0, NULL) < 0 ||
+            chain_marginal(&c, &cl, DI, "chained_cpu.d16.p4.parallel") < 0)
+            rc = -1;
+    }
+    if (rc != 0)
+        hx_cluster_dump_logs(&c, 3000);
+    hx_client_cleanup(&cl);
+    hx_cluster_stop(&c);
+    setenv("ATOLL_BACKEND", "sim", 1);
+    return rc;
 }
 
 /* ---- bandwidths ---- */
@@ -639,7 +691,7 @@ static int run_grid_p(int pi, int seq)
                 printf("pw.%s.us_per_comp %.1f\n", tag, 1e6 / r);
                 profile_chained(tag, job, N_STEPS);
                 json_decref(job);
-                marginal[seq] = chain_marginal(&cl, di, tag);
+                marginal[seq] = chain_marginal(&c, &cl, di, tag);
                 if (!seq) {
                     sweep_utilization(&cl, di);
                     chain_length(&c, &cl, di);
@@ -689,6 +741,8 @@ int main(int argc, char **argv)
     if (marginal[0] > 0 && marginal[1] > 0)
         printf("pw.chained.d16.p4.marginal.parallel_over_sequential %.2f\n",
                marginal[1] / marginal[0]);
+    if (rc == 0 && (!*only || only_util) && !over_budget())
+        rc = run_chain_cpu();
     unsetenv("ATOLL_BACKEND");
     if (rc == 0 && strcmp(only, "grid") != 0 && !only_util && run_bandwidths() != 0)
         rc = 1;

@@ -97,6 +97,11 @@ long hx_rss_kb(pid_t pid);
 /* User + system CPU time of pid so far in microseconds (/proc/PID/stat,
  * clock-tick resolution), or -1. */
 int64_t hx_cpu_us(pid_t pid);
+/* pid's CPU time in µs to the nanosecond: the sum of its live threads'
+ * /proc/PID/task/TID/schedstat (threads that ended are not counted; -1
+ * when none can be read). For windows of milliseconds, where
+ * hx_cpu_us's clock ticks (10 ms) are too coarse. */
+int64_t hx_sched_cpu_us(pid_t pid);
 /* The same for pid's threads named comm (/proc/PID/task/TID/comm), summed;
  * -1 when none is found. */
 int64_t hx_thread_cpu_us(pid_t pid, const char *comm);

@@ -537,9 +537,27 @@ int64_t hx_cpu_us(pid_t pid)
     return stat_cpu_us(path);
 }
 
-int64_t hx_thread_cpu_us(pid_t pid, const char *comm)
+/* The run time in /proc/PID/task/TID/schedstat (its first field, ns), in
+ * µs, or -1. */
+static int64_t schedstat_us(const char *path)
 {
-    char dir[64], path[64 + sizeof(((struct dirent *)0)->d_name) + 8], name[64];
+    FILE *f = fopen(path, "r");
+    long long ns = -1;
+    if (!f)
+        return -1;
+    if (fscanf(f, "%lld", &ns) != 1 || ns < 0)
+        ns = -1;
+    fclose(f);
+    return ns < 0 ? -1 : ns / 1000;
+}
+
+/* Sums read(/proc/PID/task/TID/FILE) over pid's threads, those named comm
+ * only when comm is not NULL; -1 when none could be read (a thread that
+ * ended meanwhile is skipped). */
+static int64_t task_sum(pid_t pid, const char *comm, const char *file,
+                        int64_t (*read)(const char *path))
+{
+    char dir[64], path[64 + sizeof(((struct dirent *)0)->d_name) + 16], name[64];
     snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
     DIR *d = opendir(dir);
     if (!d)
@@ -550,17 +568,19 @@ int64_t hx_thread_cpu_us(pid_t pid, const char *comm)
     while ((de = readdir(d))) {
         if (de->d_name[0] == '.')
             continue;
-        snprintf(path, sizeof path, "%s/%s/comm", dir, de->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        int ok = fgets(name, sizeof name, f) != NULL;
-        fclose(f);
-        name[strcspn(name, "\n")] = '\0';
-        if (!ok || strcmp(name, comm) != 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s/stat", dir, de->d_name);
-        int64_t us = stat_cpu_us(path);
+        if (comm) {
+            snprintf(path, sizeof path, "%s/%s/comm", dir, de->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f)
+                continue;
+            int ok = fgets(name, sizeof name, f) != NULL;
+            fclose(f);
+            name[strcspn(name, "\n")] = '\0';
+            if (!ok || strcmp(name, comm) != 0)
+                continue;
+        }
+        snprintf(path, sizeof path, "%s/%s/%s", dir, de->d_name, file);
+        int64_t us = read(path);
         if (us >= 0) {
             sum += us;
             found = 1;
@@ -568,6 +588,16 @@ int64_t hx_thread_cpu_us(pid_t pid, const char *comm)
     }
     closedir(d);
     return found ? sum : -1;
+}
+
+int64_t hx_thread_cpu_us(pid_t pid, const char *comm)
+{
+    return task_sum(pid, comm, "stat", stat_cpu_us);
+}
+
+int64_t hx_sched_cpu_us(pid_t pid)
+{
+    return task_sum(pid, NULL, "schedstat", schedstat_us);
 }
 
 int hx_job_processes(int64_t id)
