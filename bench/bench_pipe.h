@@ -30,39 +30,32 @@ static inline int pipe_post(char *out, size_t cap, const char *target, const cha
     return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
-/* The status of the next whole answer on p, or -1 on a closed connection,
- * a missing or bad Content-Length, or an answer larger than the buffer.
- * The answer is consumed; with body, its first bodycap - 1 bytes are
- * copied there, NUL-terminated. */
+/* The status of the next whole answer on p (raw_split_answer), or -1 on a
+ * closed connection, a missing or bad Content-Length, or an answer larger
+ * than the buffer. The answer is consumed; with body, its first
+ * bodycap - 1 bytes are copied there, NUL-terminated. */
 static inline int pipe_next(pipe_rd_t *p, char *body, size_t bodycap)
 {
     for (;;) {
-        char *end = memmem(p->buf, p->len, "\r\n\r\n", 4);
-        if (end) {
-            size_t hl = (size_t)(end - p->buf) + 4;
-            char head[4096];
-            snprintf(head, sizeof head, "%.*s", (int)(hl < sizeof head ? hl : sizeof head - 1),
-                     p->buf);
-            const char *cl = strcasestr(head, "\r\nContent-Length:");
-            long blen = cl ? strtol(cl + 17, NULL, 10) : -1;
-            int status = 0;
-            if (blen < 0 || hl + (size_t)blen > sizeof p->buf ||
-                sscanf(head, "HTTP/1.%*d %d", &status) != 1)
-                return -1;
-            if (p->len >= hl + (size_t)blen) {
-                if (body && bodycap > 0)
-                    snprintf(body, bodycap, "%.*s", (int)blen, p->buf + hl);
-                p->len -= hl + (size_t)blen;
-                memmove(p->buf, p->buf + hl + blen, p->len);
-                return status;
-            }
+        int status = 0;
+        const char *b = NULL;
+        size_t blen = 0;
+        long n = raw_split_answer(p->buf, p->len, &status, &b, &blen);
+        if (n < 0)
+            return -1;
+        if (n > 0) {
+            if (body && bodycap > 0)
+                snprintf(body, bodycap, "%.*s", (int)(blen < bodycap ? blen : bodycap - 1), b);
+            p->len -= (size_t)n;
+            memmove(p->buf, p->buf + n, p->len);
+            return status;
         }
         if (p->len == sizeof p->buf)
             return -1;
-        ssize_t n = recv(p->fd, p->buf + p->len, sizeof p->buf - p->len, 0);
-        if (n <= 0)
+        ssize_t got = recv(p->fd, p->buf + p->len, sizeof p->buf - p->len, 0);
+        if (got <= 0)
             return -1;
-        p->len += (size_t)n;
+        p->len += (size_t)got;
     }
 }
 

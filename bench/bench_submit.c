@@ -18,8 +18,8 @@
  * connection's fsync'd submit: requests on one connection are sequential).
  * Exits 1 when a submit was not answered 201. */
 #include <fcntl.h>
-#include <limits.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

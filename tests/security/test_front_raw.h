@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -160,6 +161,34 @@ static inline const char *raw_header(const raw_resp_t *r, const char *name, char
         }
     }
     return out;
+}
+
+/* The first whole answer in buf (len bytes of answers back to back, as a
+ * connection that pipelines receives them): its status in *status and its
+ * body, blen bytes not NUL-terminated, at *body. Returns the answer's
+ * length, 0 when it has not all arrived, or -1 when its head has no status
+ * line or no valid Content-Length, or is over RAW_HEAD_MAX bytes. */
+static inline long raw_split_answer(const char *buf, size_t len, int *status,
+                                    const char **body, size_t *blen)
+{
+    const char *end = memmem(buf, len, "\r\n\r\n", 4);
+    if (!end)
+        return len >= RAW_HEAD_MAX ? -1 : 0;
+    size_t hl = (size_t)(end - buf) + 4;
+    if (hl > RAW_HEAD_MAX)
+        return -1;
+    char head[RAW_HEAD_MAX + 1];
+    memcpy(head, buf, hl);
+    head[hl] = '\0';
+    const char *cl = strcasestr(head, "\r\nContent-Length:");
+    long n = cl ? strtol(cl + 17, NULL, 10) : -1;
+    if (n < 0 || n == LONG_MAX || sscanf(head, "HTTP/1.%*d %d", status) != 1)
+        return -1;
+    if (len - hl < (size_t)n)
+        return 0;
+    *body = buf + hl;
+    *blen = (size_t)n;
+    return (long)(hl + (size_t)n);
 }
 
 /* Raises this process's soft RLIMIT_NOFILE to the hard limit (the flood
