@@ -17,7 +17,9 @@
  * registration and during the jobs (count, mean, and the histogram buckets
  * that hold the 50th and 99th percentiles, from atoll_scheduler_pass_seconds
  * in /metrics; the same of their CPU time as *.cpu.*, from
- * atoll_scheduler_pass_cpu_seconds), and the jobs' rate. Exits 1 when a
+ * atoll_scheduler_pass_cpu_seconds), the store's write lock during the
+ * jobs (jobs.write_lock_wait.* and _hold.*: count, mean, p99 bucket, over 1
+ * ms; when atolld exposes them), and the jobs' rate. Exits 1 when a
  * request or a job fails.
  * To compare two builds, run it against each (ATOLL_BIN_DIR). */
 #include <inttypes.h>
@@ -118,6 +120,59 @@ static void hist_print(const char *tag, const hist_t *a, const hist_t *b)
     one_print(tag, &a->wall, &b->wall);
     snprintf(cpu, sizeof cpu, "%s.cpu", tag);
     one_print(cpu, &a->cpu, &b->cpu);
+}
+
+/* The store's write-lock histograms (atoll_store_write_lock_wait_seconds,
+ * _hold_seconds) as /metrics prints their buckets: the passes' wall time
+ * includes waits for the lock, and a long holder delays every writer. */
+#define LOCK_NBUCKETS 13
+static const char *const lock_le[LOCK_NBUCKETS] = {
+    "1e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
+    "0.025", "0.1", "1", "+Inf"};
+
+typedef struct lock_hists {
+    double bucket[2][LOCK_NBUCKETS];    /* wait, hold; cumulative */
+    double sum[2];
+    int ok;                             /* atolld exposes them (older builds do not) */
+} lock_hists_t;
+
+static void lock_read(hx_client_t *cl, lock_hists_t *h)
+{
+    static const char *const fam[2] = {"atoll_store_write_lock_wait_seconds",
+                                       "atoll_store_write_lock_hold_seconds"};
+    char name[96];
+    h->ok = 1;
+    for (int f = 0; f < 2 && h->ok; f++) {
+        for (int b = 0; b < LOCK_NBUCKETS; b++) {
+            snprintf(name, sizeof name, "%s_bucket{le=\"%s\"}", fam[f], lock_le[b]);
+            h->ok &= (h->bucket[f][b] = hx_metric(cl, name)) >= 0;
+        }
+        snprintf(name, sizeof name, "%s_sum", fam[f]);
+        h->ok &= (h->sum[f] = hx_metric(cl, name)) >= 0;
+    }
+}
+
+/* Between two readings, for waits and holds: count, mean, the p99 bucket
+ * and how many took over 1 ms. */
+static void lock_print(const char *tag, const lock_hists_t *a, const lock_hists_t *b)
+{
+    static const char *const what[2] = {"wait", "hold"};
+    if (!a->ok || !b->ok)
+        return;
+    for (int f = 0; f < 2; f++) {
+        double n = b->bucket[f][LOCK_NBUCKETS - 1] - a->bucket[f][LOCK_NBUCKETS - 1];
+        if (n <= 0)
+            continue;
+        printf("%s.write_lock_%s.count %.0f\n", tag, what[f], n);
+        printf("%s.write_lock_%s.mean_us %.0f\n", tag, what[f], (b->sum[f] - a->sum[f]) * 1e6 / n);
+        for (int i = 0; i < LOCK_NBUCKETS; i++)
+            if (b->bucket[f][i] - a->bucket[f][i] >= 0.99 * n) {
+                printf("%s.write_lock_%s.p99_le_s %s\n", tag, what[f], lock_le[i]);
+                break;
+            }
+        printf("%s.write_lock_%s.over_1ms %.0f\n", tag, what[f],
+               n - (b->bucket[f][5] - a->bucket[f][5]));
+    }
 }
 
 static int play_register(hx_client_t *cl, int i)
@@ -324,6 +379,7 @@ int main(int argc, char **argv)
     hx_cluster_t c;
     hx_client_t cl;
     hist_t h0, h1, h2;
+    lock_hists_t l1, l2;
     int64_t *ids = calloc((size_t)njobs, sizeof *ids);
     got_tasks = calloc((size_t)njobs * WORKERS, 1);
     if (!ids || !got_tasks || hx_init() != 0 || hx_cluster_start_args(&c, islands, 1, extra) != 0)
@@ -338,6 +394,7 @@ int main(int argc, char **argv)
     }
     printf("island big=32x64 devices %d played_workers %d\n", WORKERS * DEVS, WORKERS);
     hist_print("register", &h0, &h1);
+    lock_read(&cl, &l1);
     int64_t t0 = hx_now_ms();
     for (int j = 0; !rc && j < njobs; j++) {
         int sz = j % (ROWS_LOG + COLS_LOG + 1), rows = 1 << (sz / 2 < ROWS_LOG ? sz / 2 : ROWS_LOG);
@@ -362,10 +419,12 @@ int main(int argc, char **argv)
     }
     int64_t ms = hx_now_ms() - t0;
     rc = rc || hist_read(&cl, &h2) != 0;
+    lock_read(&cl, &l2);
     if (!rc) {
         printf("jobs %d\njobs_slice_sizes 1..%d\njobs_per_s %.1f\n", njobs, WORKERS * DEVS,
                njobs * 1000.0 / (double)(ms > 0 ? ms : 1));
         hist_print("jobs", &h1, &h2);
+        lock_print("jobs", &l1, &l2);
         printf("atolld_rss_mib %.1f\n", (double)hx_rss_kb(c.atolld.pid) / 1024.0);
     }
 out:

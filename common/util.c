@@ -131,6 +131,46 @@ size_t util_appendf(char *buf, size_t len, size_t cap, const char *fmt, ...)
     return (size_t)n < cap - len ? len + (size_t)n : cap - 1;
 }
 
+void util_hist_add(util_hist_t *h, int64_t us)
+{
+    if (us < 0)
+        us = 0;
+    int b = 0;
+    while (b < h->nbounds && us > h->bounds_us[b])
+        b++;
+    atomic_fetch_add(&h->n[b], 1);
+    atomic_fetch_add(&h->sum_us, (uint64_t)us);
+}
+
+void util_hist_read(const util_hist_t *h, uint64_t *cumulative, uint64_t *count,
+                    uint64_t *sum_us)
+{
+    /* The sum first: an entry added meanwhile shows in the counts, never
+     * in a sum without its count. count always equals the +Inf bucket. */
+    *sum_us = atomic_load(&h->sum_us);
+    uint64_t run = 0;
+    for (int b = 0; b < h->nbounds; b++) {
+        run += atomic_load(&h->n[b]);
+        cumulative[b] = run;
+    }
+    *count = run + atomic_load(&h->n[h->nbounds]);
+}
+
+size_t util_hist_prom(char *buf, size_t len, size_t cap, const util_hist_t *h,
+                      const char *name, const char *help)
+{
+    uint64_t cum[UTIL_HIST_MAX_BOUNDS], count, sum_us;
+    util_hist_read(h, cum, &count, &sum_us);
+    len = util_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int b = 0; b < h->nbounds; b++)
+        len = util_appendf(buf, len, cap, "%s_bucket{le=\"%g\"} %lu\n", name,
+                           (double)h->bounds_us[b] / 1e6, (unsigned long)cum[b]);
+    return util_appendf(buf, len, cap,
+                        "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.6f\n%s_count %lu\n", name,
+                        (unsigned long)count, name, (double)sum_us / 1e6, name,
+                        (unsigned long)count);
+}
+
 void log_setup(const char *program, log_level_t min_level, int json_lines)
 {
     log_program = program;

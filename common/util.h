@@ -2,6 +2,7 @@
 #ifndef ATOLL_UTIL_H
 #define ATOLL_UTIL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,29 @@ static inline void util_cpu_relax(void)
  * then cap - 1 (buf stays NUL-terminated), so calls can be chained. */
 size_t util_appendf(char *buf, size_t len, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* A duration histogram for /metrics: per-bucket counts (not cumulative;
+ * the last one counts what is past the largest bound) and their sum,
+ * updated and read lock-free by any thread (a reading may show an entry in
+ * some figures and not yet in others; the next catches up). bounds_us:
+ * increasing upper bounds, nbounds <= UTIL_HIST_MAX_BOUNDS, a static array
+ * the histogram borrows. Initialize as {.bounds_us = b, .nbounds = n}. */
+#define UTIL_HIST_MAX_BOUNDS 16
+typedef struct util_hist {
+    const int64_t *bounds_us;
+    int nbounds;
+    _Atomic uint64_t n[UTIL_HIST_MAX_BOUNDS + 1];
+    _Atomic uint64_t sum_us;
+} util_hist_t;
+void util_hist_add(util_hist_t *h, int64_t us);        /* us < 0 counts as 0 */
+/* Entries at or under each bound (cumulative, as Prometheus wants:
+ * cumulative has nbounds entries), all entries, and their total in µs. */
+void util_hist_read(const util_hist_t *h, uint64_t *cumulative, uint64_t *count,
+                    uint64_t *sum_us);
+/* Appends h as the Prometheus histogram family `name`, in seconds (HELP,
+ * TYPE, a bucket per bound and +Inf, _sum, _count), as util_appendf. */
+size_t util_hist_prom(char *buf, size_t len, size_t cap, const util_hist_t *h,
+                      const char *name, const char *help);
 
 /* glibc's allocator keeps what a program frees: blocks up to mmap_min
  * come from the heap (not a fresh mmap each), and up to trim_min of free

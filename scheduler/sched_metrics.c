@@ -48,23 +48,6 @@ static size_t metrics_rounds(char *buf, size_t len, size_t cap)
                         (double)round_max_us / 1e6);
 }
 
-/* One pass histogram (SCHED_PASS_*) as the family `name`. */
-static size_t metrics_pass(char *buf, size_t len, size_t cap, int which, const char *name,
-                           const char *help)
-{
-    static const double bounds[SCHED_PASS_NBUCKETS] = SCHED_PASS_BOUNDS_S;
-    uint64_t cum[SCHED_PASS_NBUCKETS], count, sum_us;
-    sched_pass_hist(which, cum, &count, &sum_us);
-    len = util_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (int b = 0; b < SCHED_PASS_NBUCKETS; b++)
-        len = util_appendf(buf, len, cap, "%s_bucket{le=\"%g\"} %lu\n", name, bounds[b],
-                           (unsigned long)cum[b]);
-    return util_appendf(buf, len, cap,
-                        "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.6f\n%s_count %lu\n", name,
-                        (unsigned long)count, name, (double)sum_us / 1e6, name,
-                        (unsigned long)count);
-}
-
 /* The shared jobs' lookahead per island (sched_feed.c): each island's
  * three figures are read together (one feed pass's), then written family
  * by family, as the text format wants each family's samples in one group. */
@@ -96,9 +79,10 @@ size_t sched_metrics(char *buf, size_t len, size_t cap)
     len = metrics_allocations(buf, len, cap);
     len = metrics_rounds(buf, len, cap);
     len = metrics_feed(buf, len, cap);
-    len = metrics_pass(buf, len, cap, SCHED_PASS_WALL, "atoll_scheduler_pass_seconds",
-                       "Duration of each admission and dispatch pass of the scheduler thread.");
-    return metrics_pass(buf, len, cap, SCHED_PASS_CPU, "atoll_scheduler_pass_cpu_seconds",
-                        "CPU time the scheduler thread spent in each admission and dispatch"
+    len = util_hist_prom(buf, len, cap, sched_pass_histogram(SCHED_PASS_WALL),
+                         "atoll_scheduler_pass_seconds",
+                         "Duration of each admission and dispatch pass of the scheduler thread.");
+    return util_hist_prom(buf, len, cap, sched_pass_histogram(SCHED_PASS_CPU),
+                          "atoll_scheduler_pass_cpu_seconds", "CPU time the scheduler thread spent in each admission and dispatch"
                         " pass (its wall time less the waits for a CPU or a lock).");
 }

@@ -24,20 +24,17 @@
 #define SCHED_EXPIRE_US 50000
 
 static _Atomic uint64_t sched_round_max_us;   /* for /metrics; the rest is in pass_hists */
-/* Upper bounds (µs) of the scheduler-pass histogram's buckets; the seconds
- * in scheduler.h's SCHED_PASS_BOUNDS_S, one order of magnitude per three. */
-static const uint64_t pass_bound_us[SCHED_PASS_NBUCKETS] = {
+/* Upper bounds (µs) of the scheduler-pass histograms' buckets, one order
+ * of magnitude per three. */
+static const int64_t pass_bound_us[] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000};
-/* One histogram of the passes: per bucket (not cumulative; the last one
- * counts those over 1 s) and the sum. Written by the scheduler thread. */
-typedef struct pass_hist {
-    _Atomic uint64_t n[SCHED_PASS_NBUCKETS + 1];
-    _Atomic uint64_t sum_us;
-} pass_hist_t;
+#define PASS_NBOUNDS ((int)(sizeof pass_bound_us / sizeof pass_bound_us[0]))
 /* Wall time (SCHED_PASS_WALL) and the thread's CPU time (SCHED_PASS_CPU):
  * on a machine short of cores a pass waits for one, and its wall time
- * then says more about the machine than about the pass's own work. */
-static pass_hist_t pass_hists[2];
+ * then says more about the machine than about the pass's own work.
+ * Written by the scheduler thread. */
+static util_hist_t pass_hists[2] = {{.bounds_us = pass_bound_us, .nbounds = PASS_NBOUNDS},
+                                    {.bounds_us = pass_bound_us, .nbounds = PASS_NBOUNDS}};
 static pthread_t sched_thread;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
@@ -53,15 +50,6 @@ static int sched_freed;
 static _Atomic uint64_t sched_freed_woke, sched_freed_skipped;   /* for /metrics */
 static int sched_running;       /* guarded by sched_mu */
 
-static void hist_add(pass_hist_t *h, uint64_t us)
-{
-    int b = 0;
-    while (b < SCHED_PASS_NBUCKETS && us > pass_bound_us[b])
-        b++;
-    atomic_fetch_add(&h->n[b], 1);
-    atomic_fetch_add(&h->sum_us, us);
-}
-
 /* This thread's CPU time, µs. */
 static int64_t thread_cpu_us(void)
 {
@@ -75,8 +63,8 @@ static int64_t thread_cpu_us(void)
  * them on a CPU. */
 static void pass_record(uint64_t us, uint64_t cpu_us)
 {
-    hist_add(&pass_hists[SCHED_PASS_WALL], us);
-    hist_add(&pass_hists[SCHED_PASS_CPU], cpu_us);
+    util_hist_add(&pass_hists[SCHED_PASS_WALL], (int64_t)us);
+    util_hist_add(&pass_hists[SCHED_PASS_CPU], (int64_t)cpu_us);
     if (us > atomic_load(&sched_round_max_us))
         atomic_store(&sched_round_max_us, us);   /* one writer: this thread */
 }
@@ -184,25 +172,14 @@ cleanup:
 
 void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us)
 {
-    uint64_t cum[SCHED_PASS_NBUCKETS];
-    sched_pass_hist(SCHED_PASS_WALL, cum, rounds, total_us);
+    uint64_t cum[UTIL_HIST_MAX_BOUNDS];
+    util_hist_read(&pass_hists[SCHED_PASS_WALL], cum, rounds, total_us);
     *max_us = atomic_load(&sched_round_max_us);
 }
 
-void sched_pass_hist(int which, uint64_t cumulative[SCHED_PASS_NBUCKETS], uint64_t *count,
-                     uint64_t *sum_us)
+const util_hist_t *sched_pass_histogram(int which)
 {
-    /* Lock-free reads: a pass recorded meanwhile may show in some figures
-     * and not yet in others; count always equals the +Inf bucket, and the
-     * next scrape catches up. */
-    const pass_hist_t *h = &pass_hists[which == SCHED_PASS_CPU];
-    *sum_us = atomic_load(&h->sum_us);
-    uint64_t run = 0;
-    for (int b = 0; b < SCHED_PASS_NBUCKETS; b++) {
-        run += atomic_load(&h->n[b]);
-        cumulative[b] = run;
-    }
-    *count = run + atomic_load(&h->n[SCHED_PASS_NBUCKETS]);
+    return &pass_hists[which == SCHED_PASS_CPU];
 }
 
 void sched_notify(void)

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "compiler.h"
+#include "util.h"
 
 /* Islands one controller schedules, at most (atolld refuses more). */
 #define SCHED_MAX_ISLANDS 16
@@ -75,18 +76,11 @@ void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us);
  * SCHED_PASS_WALL; atoll_scheduler_pass_cpu_seconds, SCHED_PASS_CPU): each
  * pass is one admission and dispatch round of the scheduler thread, timed
  * from its first read to its last commit, in wall time and in the
- * thread's CPU time. Bucket upper bounds in seconds: */
+ * thread's CPU time; buckets from 50 µs to 1 s. Any thread may read them
+ * (util_hist_read); static, never freed. */
 #define SCHED_PASS_WALL 0
 #define SCHED_PASS_CPU 1
-#define SCHED_PASS_NBUCKETS 14
-#define SCHED_PASS_BOUNDS_S \
-    {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, \
-     0.5, 1.0}
-/* Passes at or under each bound (cumulative, as Prometheus wants), all
- * passes, and their total time in µs, of the `which` histogram
- * (SCHED_PASS_*). Any thread. */
-void sched_pass_hist(int which, uint64_t cumulative[SCHED_PASS_NBUCKETS], uint64_t *count,
-                     uint64_t *sum_us);
+const util_hist_t *sched_pass_histogram(int which);
 /* Appends the scheduler's /metrics families (Prometheus text: allocation
  * attempts, rounds, the pass histogram) to buf at len, capacity cap;
  * returns the new length (util_appendf). Any thread. sched_metrics.c */

@@ -317,7 +317,9 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 500, NULL, "could not build metrics");
         return;
     }
-    size_t len = strlen(text), cap = len + 16384;
+    /* The families appended below take ~10 KB with one island, ~14 KB with
+     * SCHED_MAX_ISLANDS; util_appendf would cut anything past cap. */
+    size_t len = strlen(text), cap = len + 32768;
     char *all = realloc(text, cap);
     if (!all) {
         free(text);
@@ -327,6 +329,12 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
     if (api_cfg.scheduler_metrics)
         len = api_cfg.scheduler_metrics(all, len, cap);
     len = metrics_store(all, len, cap);
+    len = util_hist_prom(all, len, cap, store_lock_histogram(STORE_LOCK_WAIT),
+                         "atoll_store_write_lock_wait_seconds",
+                         "Time a write transaction waited for the store's write lock.");
+    len = util_hist_prom(all, len, cap, store_lock_histogram(STORE_LOCK_HOLD),
+                         "atoll_store_write_lock_hold_seconds",
+                         "Time a write transaction held the store's write lock.");
     len = metrics_dplane(st, all, len, cap);
     len = metrics_http(all, len, cap);
     free(resp->body);

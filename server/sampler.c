@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -95,7 +96,18 @@ static int insert_sample(sqlite3_stmt *ins, int64_t at, const char *kind, const 
     return store_step_done(ins);
 }
 
-int sampler_record(store_t *st, int64_t at_us, int retain_s)
+static const char *const sample_states[] = {"queued", "allocated", "running",
+                                            "succeeded", "failed", "cancelled"};
+
+typedef struct island_sample {
+    char name[NAME_MAX_LEN];
+    int64_t busy, down;
+} island_sample_t;
+
+/* What one sample records: busy and down devices per island, jobs per
+ * state, read in one read transaction (one snapshot). *isl: malloc'd, the
+ * caller frees (also on failure). 0 or -1. */
+static int sample_read(store_t *st, island_sample_t **isl, int *nisl, int64_t counts[6])
 {
     static const char dev_sql[] =
         "SELECT i.name, COALESCE(SUM(d.worker_id IS NOT NULL AND ("
@@ -104,50 +116,76 @@ int sampler_record(store_t *st, int64_t at_us, int retain_s)
         " COALESCE(SUM(d.worker_id IS NULL), 0) FROM islands i"
         " LEFT JOIN devices d ON d.island_id = i.id GROUP BY i.id ORDER BY i.id";
     static const char jobs_sql[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
+    int rc = SQLITE_ERROR, cap = 0;
+    *isl = NULL;
+    *nisl = 0;
+    if (store_begin_read(st) != 0)
+        return -1;
+    sqlite3_stmt *s = store_stmt(st, dev_sql);
+    while (s && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*nisl == cap) {
+            island_sample_t *grown = realloc(*isl, sizeof **isl * (size_t)(cap = cap ? 2 * cap : 8));
+            if (!grown) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            *isl = grown;
+        }
+        island_sample_t *e = &(*isl)[(*nisl)++];
+        snprintf(e->name, sizeof e->name, "%s", (const char *)sqlite3_column_text(s, 0));
+        e->busy = sqlite3_column_int64(s, 1);
+        e->down = sqlite3_column_int64(s, 2);
+    }
+    if (s)
+        sqlite3_reset(s);
+    if (rc == SQLITE_DONE && (s = store_stmt(st, jobs_sql))) {
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+            for (int i = 0; i < 6; i++)
+                if (strcmp((const char *)sqlite3_column_text(s, 0), sample_states[i]) == 0)
+                    counts[i] = sqlite3_column_int64(s, 1);
+        sqlite3_reset(s);
+    }
+    if (store_commit(st) != 0)      /* ends the read transaction */
+        return -1;
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Reads first, then takes the write lock for the inserts and the prune
+ * only: the device count over a 2,048-device island takes ~1 ms, and
+ * inside the write transaction every report and scheduler pass waited for
+ * it once a second. */
+int sampler_record(store_t *st, int64_t at_us, int retain_s)
+{
     static const char ins_sql[] =
         "INSERT OR REPLACE INTO samples(at, kind, key, value) VALUES (?, ?, ?, ?)";
     static const char prune_sql[] = "DELETE FROM samples WHERE at < ?";
-    static const char *const states[] = {"queued", "allocated", "running",
-                                         "succeeded", "failed", "cancelled"};
     int64_t counts[6] = {0};
-    if (store_begin(st) != 0)
-        return -1;
-    sqlite3_stmt *ins = store_stmt(st, ins_sql), *s = store_stmt(st, dev_sql);
-    if (!ins || !s)
+    island_sample_t *isl = NULL;
+    int nisl = 0, rc = -1;
+    if (sample_read(st, &isl, &nisl, counts) != 0 || store_begin(st) != 0)
+        goto cleanup;
+    sqlite3_stmt *ins = store_stmt(st, ins_sql), *s;
+    if (!ins)
         goto fail;
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        char name[NAME_MAX_LEN];
-        snprintf(name, sizeof name, "%s", (const char *)sqlite3_column_text(s, 0));
-        int64_t busy = sqlite3_column_int64(s, 1), down = sqlite3_column_int64(s, 2);
-        if (insert_sample(ins, at_us, "busy", name, busy) != 0 ||
-            insert_sample(ins, at_us, "down", name, down) != 0) {
-            sqlite3_reset(s);
+    for (int k = 0; k < nisl; k++)
+        if (insert_sample(ins, at_us, "busy", isl[k].name, isl[k].busy) != 0 ||
+            insert_sample(ins, at_us, "down", isl[k].name, isl[k].down) != 0)
             goto fail;
-        }
-    }
-    sqlite3_reset(s);
-    if (rc != SQLITE_DONE || !(s = store_stmt(st, jobs_sql)))
-        goto fail;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        for (int i = 0; i < 6; i++)
-            if (strcmp((const char *)sqlite3_column_text(s, 0), states[i]) == 0)
-                counts[i] = sqlite3_column_int64(s, 1);
-    sqlite3_reset(s);
-    if (rc != SQLITE_DONE)
-        goto fail;
     for (int i = 0; i < 6; i++)
-        if (insert_sample(ins, at_us, "jobs", states[i], counts[i]) != 0)
+        if (insert_sample(ins, at_us, "jobs", sample_states[i], counts[i]) != 0)
             goto fail;
     if (!(s = store_stmt(st, prune_sql)))
         goto fail;
     sqlite3_bind_int64(s, 1, at_us - (int64_t)retain_s * 1000000);
     if (store_step_done(s) != 0 || store_commit(st) != 0)
         goto fail;
-    return 0;
+    rc = 0;
+    goto cleanup;
 fail:
     store_rollback(st);
-    return -1;
+cleanup:
+    free(isl);
+    return rc;
 }
 
 json_t *sampler_series(store_t *st, int64_t since_us)
@@ -211,6 +249,7 @@ static int sampler_sleep(int ms)
 static void *sampler_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "atoll-sampler");
     store_t *st = store_thread();
     if (!st) {
         log_error("sampler: no database connection; utilization and live updates are off");

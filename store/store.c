@@ -61,6 +61,7 @@ struct store {
     store_devchg_t devchg;      /* which devices (store_devlog.c) */
     uint64_t device_commits;    /* commits of this connection that moved store_devices_gen */
     int holds_write;            /* this connection holds store_write_mu (store_begin) */
+    int64_t write_since_us;     /* when it took it (util_mono_us), while holds_write */
     int nstmts;
     const char *sql[STORE_STMT_CACHE];     /* cache key: pointer identity */
     sqlite3_stmt *stmt[STORE_STMT_CACHE];
@@ -106,6 +107,16 @@ static _Atomic int store_schema_ready;
  * a lock held tens of microseconds. Held from store_begin() to the end of
  * its transaction (store_commit or store_rollback), by one thread. */
 static pthread_mutex_t store_write_mu = PTHREAD_MUTEX_INITIALIZER;
+/* How long store_begin waited for store_write_mu, and how long each
+ * transaction then held it (/metrics): every write of every thread queues
+ * on this one lock, so a long holder delays reports, polls' leases and
+ * scheduler passes alike. */
+static const int64_t store_lock_bounds_us[] = {10,    50,    100,    250,    500,    1000,
+                                               2500,  5000,  10000,  25000,  100000, 1000000};
+#define STORE_LOCK_NBOUNDS ((int)(sizeof store_lock_bounds_us / sizeof store_lock_bounds_us[0]))
+static util_hist_t store_lock_hists[2] = {
+    {.bounds_us = store_lock_bounds_us, .nbounds = STORE_LOCK_NBOUNDS},
+    {.bounds_us = store_lock_bounds_us, .nbounds = STORE_LOCK_NBOUNDS}};
 static pthread_key_t store_key;
 static pthread_once_t store_key_once = PTHREAD_ONCE_INIT;
 
@@ -179,6 +190,11 @@ static int store_on_commit(void *arg)
 }
 
 uint64_t store_write_transactions(void) { return atomic_load(&store_write_txns); }
+
+const util_hist_t *store_lock_histogram(int which)
+{
+    return &store_lock_hists[which == STORE_LOCK_HOLD];
+}
 
 /* Lease ids (host_tasks.leased_at) only grow, even if the wall clock steps
  * back. Drawn inside write transactions, which take turns, so a larger id
@@ -579,6 +595,7 @@ static void store_write_end(store_t *st)
 {
     if (st->holds_write && sqlite3_get_autocommit(st->db)) {
         st->holds_write = 0;
+        util_hist_add(&store_lock_hists[STORE_LOCK_HOLD], util_mono_us() - st->write_since_us);
         pthread_mutex_unlock(&store_write_mu);
     }
 }
@@ -592,11 +609,14 @@ int store_begin(store_t *st)
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += STORE_BUSY_TIMEOUT_MS / 1000;
+    int64_t asked = util_mono_us();
     if (pthread_mutex_timedlock(&store_write_mu, &until) != 0) {
         log_error("store: no write lock after %d ms", STORE_BUSY_TIMEOUT_MS);
         return -1;
     }
     st->holds_write = 1;
+    st->write_since_us = util_mono_us();
+    util_hist_add(&store_lock_hists[STORE_LOCK_WAIT], st->write_since_us - asked);
     int rc = store_txn(st, STORE_TXN_BEGIN);
     store_write_end(st);        /* the BEGIN failed: no transaction */
     return rc;

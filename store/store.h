@@ -117,6 +117,7 @@
 #include "compiler.h"
 #include "err.h"
 #include "report_decode.h"
+#include "util.h"
 
 typedef struct store store_t;
 
@@ -164,6 +165,12 @@ int store_begin_read(store_t *st);
 /* Write transactions committed since the process started (every
  * connection, explicit or autocommit); for /metrics. */
 uint64_t store_write_transactions(void);
+/* The write lock's histograms (/metrics atoll_store_write_lock_wait_seconds
+ * and _hold_seconds): how long store_begin waited for it, how long each
+ * write transaction held it; 10 µs to 1 s. Any thread may read them
+ * (util_hist_read); static, never freed. */
+enum { STORE_LOCK_WAIT, STORE_LOCK_HOLD };
+const util_hist_t *store_lock_histogram(int which);
 /* 1 for a job state that never moves again: succeeded, failed, cancelled
  * (0 for NULL). */
 int store_state_is_terminal(const char *state);

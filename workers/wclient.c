@@ -72,7 +72,7 @@ struct wclient {
 
 typedef struct buf {
     char *data;
-    size_t len;
+    size_t len, cap;
     int overflow;
 } buf_t;
 
@@ -84,10 +84,16 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
         b->overflow = 1;
         return 0;                       /* makes curl fail the transfer */
     }
-    char *grown = realloc(b->data, b->len + n + 1);
-    if (!grown)
-        return 0;
-    b->data = grown;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 16384;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *grown = realloc(b->data, cap);
+        if (!grown)
+            return 0;
+        b->data = grown;
+        b->cap = cap;
+    }
     memcpy(b->data + b->len, ptr, n);
     b->len += n;
     b->data[b->len] = '\0';

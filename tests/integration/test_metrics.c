@@ -561,18 +561,14 @@ static void hist_read(const prom_t *p, const char *fam, hist_t *h)
     }
 }
 
-/* The scheduler-pass histograms, wall and CPU time: each a histogram from
- * 50 us to 1 s (14 finite buckets and +Inf), cumulative, +Inf == _count,
- * the same passes in both, and the jobs run above took at least one pass
- * each (fails before the histogram); a pass's CPU time is within its wall
- * time (the thread's clock runs only while it does). */
-static void test_scheduler_pass_histogram(void **state)
+/* Reads the two histogram families fam[] from one scrape into h[] and
+ * checks each: a histogram of `buckets` finite buckets from first_le to
+ * last_le (seconds) and +Inf, cumulative, +Inf == _count, at least one
+ * entry per job run above (fails before the histogram), a positive sum. */
+static void hist_pair(const char *const fam[2], int buckets, double first_le, double last_le,
+                      hist_t h[2])
 {
-    (void)state;
-    static const char *const fam[2] = {"atoll_scheduler_pass_seconds",
-                                       "atoll_scheduler_pass_cpu_seconds"};
     prom_t p;
-    hist_t h[2];
     int typed[2];
     fetch_metrics(&p);
     for (int i = 0; i < 2; i++) {
@@ -583,20 +579,48 @@ static void test_scheduler_pass_histogram(void **state)
     prom_free(&p);
     for (int i = 0; i < 2; i++) {
         T_CHECK(typed[i], "%s is not a histogram", fam[i]);
-        T_CHECK(h[i].buckets == 15 && h[i].ordered && h[i].first_le == 0.00005 &&
-                    h[i].last_le == 1.0,
-                "%s: %d buckets (want 15, 5e-05 .. 1, +Inf), cumulative %d, %g .. %g", fam[i],
-                h[i].buckets, h[i].ordered, h[i].first_le, h[i].last_le);
+        T_CHECK(h[i].buckets == buckets + 1 && h[i].ordered && h[i].first_le == first_le &&
+                    h[i].last_le == last_le,
+                "%s: %d buckets (want %d, %g .. %g, +Inf), cumulative %d, %g .. %g", fam[i],
+                h[i].buckets, buckets + 1, first_le, last_le, h[i].ordered, h[i].first_le,
+                h[i].last_le);
         T_CHECK(h[i].inf == h[i].count && h[i].count >= JOBS_RUN && h[i].sum > 0,
                 "%s: +Inf %g, _count %g (want equal, >= %d), _sum %g", fam[i], h[i].inf,
                 h[i].count, JOBS_RUN, h[i].sum);
     }
+}
+
+/* The scheduler-pass histograms, wall and CPU time, 50 us to 1 s: the
+ * same passes in both, and a pass's CPU time is within its wall time (the
+ * thread's clock runs only while it does). */
+static void test_scheduler_pass_histogram(void **state)
+{
+    (void)state;
+    static const char *const fam[2] = {"atoll_scheduler_pass_seconds",
+                                       "atoll_scheduler_pass_cpu_seconds"};
+    hist_t h[2];
+    hist_pair(fam, 14, 0.00005, 1.0, h);
     /* Read one family after the other (and a pass is added to one, then
      * the other): a pass may land in between, on either side. */
     T_CHECK(h[1].count >= h[0].count - 8 && h[1].count <= h[0].count + 8,
             "pass counts: wall %g, CPU %g", h[0].count, h[1].count);
     T_CHECK(h[1].sum <= h[0].sum * 1.05 + 0.05, "pass CPU time %g s over its wall time %g s",
             h[1].sum, h[0].sum);
+}
+
+/* The store's write-lock histograms, wait and hold, 10 us to 1 s (every
+ * job above took the lock for its submission): a transaction is counted
+ * as it waits before it is counted as it holds, so holds never lead waits
+ * by more than the writes between the two families' readings. */
+static void test_write_lock_histograms(void **state)
+{
+    (void)state;
+    static const char *const fam[2] = {"atoll_store_write_lock_wait_seconds",
+                                       "atoll_store_write_lock_hold_seconds"};
+    hist_t h[2];
+    hist_pair(fam, 12, 0.00001, 1.0, h);
+    T_CHECK(h[0].count + 64 >= h[1].count, "lock holds %g lead waits %g", h[1].count,
+            h[0].count);
 }
 
 static void test_parser_refuses(void **state)
@@ -673,6 +697,7 @@ int main(void)
         cmocka_unit_test(test_parser_refuses),
         cmocka_unit_test_teardown(test_metrics_families, itest_cancel_leftovers),
         cmocka_unit_test(test_scheduler_pass_histogram),
+        cmocka_unit_test(test_write_lock_histograms),
         cmocka_unit_test(test_json_logs),
     };
     return cmocka_run_group_tests(tests, group_setup, itest_group_teardown);
