@@ -124,25 +124,34 @@ static int sample_read(store_t *st, island_sample_t **isl, int *nisl, int64_t co
     sqlite3_stmt *s = store_stmt(st, dev_sql);
     while (s && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (*nisl == cap) {
-            island_sample_t *grown = realloc(*isl, sizeof **isl * (size_t)(cap = cap ? 2 * cap : 8));
+            int ncap = cap ? 2 * cap : 8;
+            island_sample_t *grown = realloc(*isl, sizeof **isl * (size_t)ncap);
             if (!grown) {
                 rc = SQLITE_NOMEM;
                 break;
             }
             *isl = grown;
+            cap = ncap;
+        }
+        const char *name = (const char *)sqlite3_column_text(s, 0);     /* NULL on OOM */
+        if (!name) {
+            rc = SQLITE_NOMEM;
+            break;
         }
         island_sample_t *e = &(*isl)[(*nisl)++];
-        snprintf(e->name, sizeof e->name, "%s", (const char *)sqlite3_column_text(s, 0));
+        snprintf(e->name, sizeof e->name, "%s", name);
         e->busy = sqlite3_column_int64(s, 1);
         e->down = sqlite3_column_int64(s, 2);
     }
     if (s)
         sqlite3_reset(s);
     if (rc == SQLITE_DONE && (s = store_stmt(st, jobs_sql))) {
-        while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-            for (int i = 0; i < 6; i++)
-                if (strcmp((const char *)sqlite3_column_text(s, 0), sample_states[i]) == 0)
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+            const char *state = (const char *)sqlite3_column_text(s, 0);   /* NULL on OOM */
+            for (int i = 0; state && i < 6; i++)
+                if (strcmp(state, sample_states[i]) == 0)
                     counts[i] = sqlite3_column_int64(s, 1);
+        }
         sqlite3_reset(s);
     }
     if (store_commit(st) != 0)      /* ends the read transaction */
