@@ -437,13 +437,16 @@ static void chain_length(hx_cluster_t *c, hx_client_t *cl, int di)
 }
 
 /* The CPU time (hx_sched_cpu_us) of atolld, [0], and of every worker of
- * the cluster, [1], in µs. */
-static void cluster_cpu_us(const hx_cluster_t *c, int64_t out[2])
+ * the cluster, [1], in µs; -1 when a process's could not be read. */
+static int cluster_cpu_us(const hx_cluster_t *c, int64_t out[2])
 {
     out[0] = hx_sched_cpu_us(c->atolld.pid);
     out[1] = 0;
-    for (int k = 0; k < c->nworkers; k++)
-        out[1] += hx_sched_cpu_us(c->workers[k].pid);
+    for (int k = 0; k < c->nworkers && out[1] >= 0; k++) {
+        int64_t w = hx_sched_cpu_us(c->workers[k].pid);
+        out[1] = w < 0 ? -1 : out[1] + w;
+    }
+    return out[0] < 0 || out[1] < 0 ? -1 : 0;
 }
 
 /* Issue 9's own figure: per computation, (T(MARGINAL_LONG) - T(1)) /
@@ -460,9 +463,10 @@ static double chain_marginal(const hx_cluster_t *c, hx_client_t *cl, int di, con
 {
     static const int lens[2] = {1, MARGINAL_LONG};
     double t[2], cpu[2][2];
+    int cpu_ok = 1;
     for (int i = 0; i < 2; i++) {
         int64_t runs[MARGINAL_RUNS], c0[2], c1[2];
-        cluster_cpu_us(c, c0);
+        cpu_ok &= cluster_cpu_us(c, c0) == 0;
         for (int k = 0; k < MARGINAL_RUNS; k++) {
             double r = over_budget() ? -1 : run_case(cl, M_CHAINED, di, lens[i], 0, NULL);
             if (r <= 0) {
@@ -471,7 +475,7 @@ static double chain_marginal(const hx_cluster_t *c, hx_client_t *cl, int di, con
             }
             runs[k] = (int64_t)(lens[i] * 1e6 / r);     /* us, created -> finished */
         }
-        cluster_cpu_us(c, c1);
+        cpu_ok &= cluster_cpu_us(c, c1) == 0;
         for (int p = 0; p < 2; p++)
             cpu[i][p] = (double)(c1[p] - c0[p]) / MARGINAL_RUNS;
         qsort(runs, MARGINAL_RUNS, sizeof runs[0], hx_cmp_i64);
@@ -483,6 +487,10 @@ static double chain_marginal(const hx_cluster_t *c, hx_client_t *cl, int di, con
     printf("pw.%s.job_of_1_us %.0f\n", tag, t[0]);
     printf("pw.%s.job_of_%d_us %.0f\n", tag, MARGINAL_LONG, t[1]);
     printf("pw.%s.marginal_us_per_comp %.1f\n", tag, us);
+    if (!cpu_ok) {
+        printf("pw.%s.marginal_cpu_us_per_comp skipped\n", tag);   /* a /proc read failed */
+        return us;
+    }
     printf("pw.%s.marginal_cpu_us_per_comp.atolld %.1f\n", tag, ca);
     printf("pw.%s.marginal_cpu_us_per_comp.workers %.1f\n", tag, cw);
     if (us > 0)

@@ -45,7 +45,7 @@ static inline int pipe_next(pipe_rd_t *p, char *body, size_t bodycap)
             return -1;
         if (n > 0) {
             if (body && bodycap > 0)
-                snprintf(body, bodycap, "%.*s", (int)(blen < bodycap ? blen : bodycap - 1), b);
+                snprintf(body, bodycap, "%.*s", (int)blen, b);   /* cut at bodycap */
             p->len -= (size_t)n;
             memmove(p->buf, p->buf + n, p->len);
             return status;
