@@ -16,7 +16,9 @@
  * computation goes (setup, worker step, hand-off, controller tail), and the
  * utilization curve at 0.1, 0.25, 0.5, 1, 2.3 (Pathways' parity point) and
  * 5 ms of `compute` a step, with the smallest that reaches 95 %
- * (sweep_utilization: over a chain of SWEEP_STEPS, and in steady state), and
+ * (sweep_utilization: over a chain of SWEEP_STEPS, and in steady state,
+ * with the first computation's duration: what the workers' skewed starts
+ * cost the whole figure), and
  * whether the cost of a computation grows with the chain's length (64
  * against LONG_STEPS computations: time, and atolld's and the workers'
  * CPU per computation, counted from submission to the checked result),
@@ -371,7 +373,8 @@ static void sweep_utilization(hx_client_t *cl, int di)
         int n = SWEEP_STEPS, D = grid_d[di];
         int64_t first_end = hx_comp_time_us(job, 0, "finished");
         int64_t last_end = hx_comp_time_us(job, n - 1, "finished");
-        int64_t wall = last_end - hx_comp_time_us(job, 0, "started");
+        int64_t first_start = hx_comp_time_us(job, 0, "started");
+        int64_t wall = last_end - first_start;
         int64_t busy = 0;
         for (int k = 0; k < n; k++)
             busy += cbusy_of(job, k);
@@ -382,6 +385,11 @@ static void sweep_utilization(hx_client_t *cl, int di)
                (double)(n - 1) * us_list[i] / (double)(last_end - first_end));
         printf("util.chained.d%d.p4.compute_%dus.measured_busy %.3f\n", D, us_list[i],
                (double)busy / ((double)D * (double)wall));
+        /* The whole figure's loss to the start: the first computation runs
+         * from its first shard's start to its all_reduce, which waits for
+         * the last worker to start. */
+        printf("util.chained.d%d.p4.compute_%dus.first_comp_us %" PRId64 "\n", D, us_list[i],
+               first_end - first_start);
         if (util >= 0.95 && found < 0)
             found = us_list[i];
     }
