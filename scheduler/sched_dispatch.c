@@ -786,9 +786,13 @@ int sched_dispatch_more(store_t *st, round_t *r, int *wrote)
     if (n <= 0)
         return n;
     /* Plans first, outside the transaction (a plan that no longer compiles
-     * fails its job in a transaction of its own). */
+     * fails its job in a transaction of its own); then their entries,
+     * since compiling one may move those got before it (sched_plan_find:
+     * after a restart every job in mid-dispatch compiles here). */
     for (int i = 0; i < n; i++)
         pe[i] = sched_plan_get(st, m[i].id);
+    for (int i = 0; i < n; i++)
+        pe[i] = pe[i] ? sched_plan_find(m[i].id) : NULL;
     while (first < n && m[first].id <= more_after)
         first++;
     int64_t t0 = util_mono_us(), deadline = pass_deadline > 0 ? pass_deadline : t0 + chunk_us();

@@ -241,6 +241,10 @@ int64_t sched_plan_bytes(const job_plan_t *plan);
  * sched_plans_sweep); NULL when the job cannot be planned now (a document
  * that no longer compiles fails its job). */
 plan_entry_t *sched_plan_get(store_t *st, int64_t id);
+/* The job's entry if it has one (never compiles). Entries live in one
+ * array that a sched_plan_get which compiles may move (it grows): a
+ * pointer taken before such a call must be looked up again. */
+plan_entry_t *sched_plan_find(int64_t id);
 /* Marks the job's cached plan, if any, as seen in this round without
  * compiling anything (a shared job with computations left to feed keeps
  * its plan through rounds that do not feed it). */

@@ -113,6 +113,12 @@ static int plan_find(int64_t id)
     return lo;
 }
 
+plan_entry_t *sched_plan_find(int64_t id)
+{
+    int k = plan_find(id);
+    return k < nplans && plans[k].id == id ? &plans[k] : NULL;
+}
+
 /* The job's compiled plan, compiling it on first sight. A document that no
  * longer compiles (the cluster changed, e.g. an island was removed from the
  * command line) fails its job. NULL when the job cannot be planned now. */

@@ -7,7 +7,9 @@
  * gets nothing more; one whose allocation no longer reads back fails; a
  * gang of more workers than a chunk holds is written over several passes,
  * each computation under one sequence number; a small first chunk goes
- * with its allocation even when its pass has no time left. */
+ * with its allocation even when its pass has no time left; jobs whose
+ * plans all compile in one pass (after a restart) each continue from
+ * their own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -664,16 +666,24 @@ static void test_chunks_keep_computations_whole(void **state)
 /* Two jobs in mid-dispatch and time for one chunk per pass (a chunk may
  * take 1 µs): each pass advances one job, the one after the job the last
  * pass served, so both go on in turn; the one left over counts as left. */
+/* Two half-island jobs, a then b, allocated b first: each in mid-dispatch
+ * with the first 32 of its first computation's 64 host tasks. */
+static void two_halves(fixture_t *f, int64_t *a, int64_t *b)
+{
+    *a = support_store_submit(f->st, half_doc, wide, 1);
+    *b = support_store_submit(f->st, half_doc, wide, 1);
+    assert_int_equal(allocate_job(f, *b), 1);
+    assert_int_equal(allocate_job(f, *a), 1);
+    assert_int_equal(comp_rows_of(f, *a, 0).n, 32);
+    assert_int_equal(comp_rows_of(f, *b, 0).n, 32);
+}
+
 static void test_pass_time_shared_in_turn(void **state)
 {
     fixture_t *f = *state;
     int wrote = 0;
-    int64_t a = support_store_submit(f->st, half_doc, wide, 1);
-    int64_t b = support_store_submit(f->st, half_doc, wide, 1);
-    assert_int_equal(allocate_job(f, b), 1);
-    assert_int_equal(allocate_job(f, a), 1);
-    assert_int_equal(comp_rows_of(f, a, 0).n, 32);
-    assert_int_equal(comp_rows_of(f, b, 0).n, 32);
+    int64_t a, b;
+    two_halves(f, &a, &b);
     sched_cfg.chunk_us = 1;
     assert_int_equal(more(f, &wrote), 2);
     assert_int_equal(wrote, 1);
@@ -685,6 +695,28 @@ static void test_pass_time_shared_in_turn(void **state)
     assert_int_equal(more(f, &wrote), 2);
     assert_int_equal(comp_rows_of(f, a, 1).n, 32);
     assert_int_equal(comp_rows_of(f, b, 1).n, 0);
+}
+
+/* After a restart every job in mid-dispatch compiles in the same pass, and
+ * compiling one may grow the plans' array under the entries got before it
+ * (64 entries, then 128): each job still gets its next chunk from its own
+ * plan. (Read through a stale entry, this is a use after free: the
+ * sanitizer build stops on it.) */
+static void test_plans_compiled_together(void **state)
+{
+    fixture_t *f = *state;
+    int wrote = 0;
+    int64_t a, b;
+    two_halves(f, &a, &b);
+    sched_plans_free_all();             /* as a restarted atolld: no entry yet */
+    assert_non_null(sched_plan_get(f->st, f->job));
+    for (int k = 0; k < 62; k++)        /* 63 entries: a's makes 64, b's grows them */
+        assert_non_null(sched_plan_get(f->st, support_store_submit(f->st, small_doc, wide, 1)));
+    assert_null(sched_plan_find(a));
+    assert_int_equal(more(f, &wrote), 2);
+    assert_int_equal(wrote, 2);
+    assert_int_equal(comp_rows_of(f, a, 0).n, 64);
+    assert_int_equal(comp_rows_of(f, b, 0).n, 64);
 }
 
 /* A position whose computation has every host task written already was
@@ -724,6 +756,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_small_first_chunk_at_once, setup_wide,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pass_time_shared_in_turn, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_plans_compiled_together, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_runs_end_at_slice_changes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_program_runs_alone, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_runs_follow_indexes, setup_wide, teardown),
