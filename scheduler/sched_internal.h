@@ -238,7 +238,8 @@ typedef struct plan_entry {
 int64_t sched_plan_bytes(const job_plan_t *plan);
 
 /* The job's entry, compiling it on first sight (borrowed until the next
- * sched_plans_sweep); NULL when the job cannot be planned now (a document
+ * sched_plans_sweep, or the next sched_plan_get that compiles: see
+ * sched_plan_find); NULL when the job cannot be planned now (a document
  * that no longer compiles fails its job). */
 plan_entry_t *sched_plan_get(store_t *st, int64_t id);
 /* The job's entry if it has one (never compiles). Entries live in one
