@@ -366,7 +366,7 @@ static int start_services(const options_t *o, int *port)
                              o->dispatch, o->allow_run, sched_notify, sched_notify_freed,
                              sched_ever_fits, sched_metrics, sched_plan_offer};
     sched_config_t sc = {o->islands, o->nislands, o->lease_ms * 1000,
-                         strcmp(o->dispatch, "sequential") == 0, http_wake, 0, 0};
+                         strcmp(o->dispatch, "sequential") == 0, http_wake, 0, 0, 0};
     if (sched_start(&sc) != 0) {
         fprintf(stderr, "atolld: cannot start the scheduler thread\n");
         return -1;

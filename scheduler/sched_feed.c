@@ -130,6 +130,32 @@ typedef struct vtime {
 static vtime_t vtimes[VT_MAX];
 static int nvtimes;
 
+/* How many keys the table keeps (sched_cfg.vtimes_max, at most VT_MAX). */
+static int vtimes_cap(void)
+{
+    int m = sched_cfg.vtimes_max;
+    return m > 0 && m < VT_MAX ? m : VT_MAX;
+}
+
+/* Before a pass takes an entry: when its n keys might not fit, forgets
+ * the keys that were not backlogged in the last pass. Entries move only
+ * here, before the pass holds pointers to any (vtime_get hands them out
+ * for the whole pass: compacting inside it moved entries under pointers
+ * already handed out, so a job's virtual time was charged to another key
+ * and its own was lost). */
+static void vtime_room(int n)
+{
+    if (nvtimes + n <= vtimes_cap())
+        return;
+    int w = 0;
+    for (int i = 0; i < nvtimes; i++)
+        if (vtimes[i].active)
+            vtimes[w++] = vtimes[i];
+    nvtimes = w;
+}
+
+/* key's entry, added when absent; NULL when the table is full (the job
+ * waits for a pass with room). Never moves an entry. */
 static vtime_t *vtime_get(int64_t key, double vstart)
 {
     for (int i = 0; i < nvtimes; i++)
@@ -138,17 +164,23 @@ static vtime_t *vtime_get(int64_t key, double vstart)
                 vtimes[i].v = vstart;
             return &vtimes[i];
         }
-    if (nvtimes == VT_MAX) {            /* forget the inactive */
-        int w = 0;
-        for (int i = 0; i < nvtimes; i++)
-            if (vtimes[i].active)
-                vtimes[w++] = vtimes[i];
-        nvtimes = w;
-        if (nvtimes == VT_MAX)
-            return NULL;
-    }
+    if (nvtimes >= vtimes_cap())
+        return NULL;
     vtimes[nvtimes] = (vtime_t){key, vstart, 0};
     return &vtimes[nvtimes++];
+}
+
+double sched_feed_vtime(int64_t key)
+{
+    for (int i = 0; i < nvtimes; i++)
+        if (vtimes[i].key == key)
+            return vtimes[i].v;
+    return -1;
+}
+
+void sched_feed_forget(void)
+{
+    nvtimes = 0;
 }
 
 /* Dispatches computation c of a live shared job, inside the caller's
@@ -369,6 +401,10 @@ int sched_feed_shared(store_t *st, round_t *r, int *live)
             vstart = vtimes[i].v;
     if (vstart == INFINITY)
         vstart = 0;
+    int wanting = 0;
+    for (int i = 0; i < n; i++)
+        wanting += fj[i].undispatched > 0;
+    vtime_room(wanting);
     for (int i = 0; i < n; i++)
         vt[i] = fj[i].undispatched > 0
                     ? vtime_get(fj[i].tenant ? fj[i].tenant : -fj[i].id, vstart) : NULL;

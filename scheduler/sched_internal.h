@@ -347,6 +347,11 @@ double sched_feed_budget_next(double budget_us, double idle);
  * after the last feed pass, in seconds; returns the computations in
  * flight, or -1 for no such island. */
 int sched_feed_gauge(int island, double *budget_s, double *inflight_s);
+/* The feed's virtual time of key (a tenant id, or -id of a job without
+ * one), -1 when it keeps none; and forgetting them all. Scheduler thread
+ * (or a test with no scheduler thread). */
+double sched_feed_vtime(int64_t key);
+void sched_feed_forget(void);
 
 /* ---- the admission round (sched_admit.c) ---- */
 

@@ -33,6 +33,9 @@ typedef struct sched_config {
                                      * placed one; 0: SCHED_ROUND_ADMIT_US (sched_admit.c) */
     int64_t chunk_us;               /* a pass writes host tasks for about this long (µs)
                                      * from its start; 0: SCHED_CHUNK_US (sched_internal.h) */
+    int vtimes_max;                 /* the feed's virtual times kept at most (tenants, or
+                                     * jobs without one); 0 or more than VT_MAX: VT_MAX
+                                     * (sched_feed.c) */
 } sched_config_t;
 
 int sched_start(const sched_config_t *cfg);

@@ -5,7 +5,8 @@
  * itself, on a real SQLite file and real rounds: fresh jobs go over the
  * island's budget only while few of them are in flight there; virtual
  * time is device time over the tenant's share; and while the job of least
- * virtual time cannot be fed, no other job of its island is. */
+ * virtual time cannot be fed, no other job of its island is; and a full
+ * table of virtual times never gives one job's entry to another. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +148,30 @@ static void test_share_divides_virtual_time(void **state)
     assert_int_equal(fb, 2);
 }
 
+/* The feed keeps at most sched_cfg.vtimes_max keys (3 here). A pass feeds
+ * jobs a and b (one computation each, no tenant); the next, c and d: c
+ * takes the third entry, d finds none and waits, and c's virtual time is
+ * its own, charged for what it got. (When the table was compacted while
+ * the pass handed entries out, d's entry took c's place under c's
+ * pointer: both were fed, on one key, and c's was lost.) */
+static void test_full_vtimes_keep_their_keys(void **state)
+{
+    fixture_t *f = *state;
+    sched_feed_forget();
+    sched_cfg.vtimes_max = 3;
+    int64_t a = shared_job(f, 1, "[1]", 0), b = shared_job(f, 1, "[1]", 0);
+    sched_admit(f->st);
+    assert_int_equal(fed(f, a), 1);
+    assert_int_equal(fed(f, b), 1);
+    int64_t c = shared_job(f, 1, "[1]", 0), d = shared_job(f, 1, "[1]", 0);
+    sched_admit(f->st);
+    assert_int_equal(fed(f, c), 1);
+    assert_int_equal(fed(f, d), 0);
+    assert_true(sched_feed_vtime(-c) > 0);
+    assert_true(sched_feed_vtime(-d) < 0);
+    sched_feed_forget();        /* none of these keys outlives the test */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -158,6 +183,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_least_virtual_time_holds_its_island, setup,
                                         support_sched_teardown),
         cmocka_unit_test_setup_teardown(test_share_divides_virtual_time, setup,
+                                        support_sched_teardown),
+        cmocka_unit_test_setup_teardown(test_full_vtimes_keep_their_keys, setup,
                                         support_sched_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
