@@ -153,7 +153,8 @@ static void test_share_divides_virtual_time(void **state)
  * takes the third entry, d finds none and waits, and c's virtual time is
  * its own, charged for what it got. (When the table was compacted while
  * the pass handed entries out, d's entry took c's place under c's
- * pointer: both were fed, on one key, and c's was lost.) */
+ * pointer: both were fed, on one key, and c's was lost.) The pass after
+ * forgets the keys no longer backlogged to make room. */
 static void test_full_vtimes_keep_their_keys(void **state)
 {
     fixture_t *f = *state;
@@ -169,6 +170,14 @@ static void test_full_vtimes_keep_their_keys(void **state)
     assert_int_equal(fed(f, d), 0);
     assert_true(sched_feed_vtime(-c) > 0);
     assert_true(sched_feed_vtime(-d) < 0);
+    /* a and b, fed out, were not backlogged in that pass: the next one
+     * that needs room forgets them, so d and a new e get entries. */
+    int64_t e = shared_job(f, 1, "[1]", 0);
+    sched_admit(f->st);
+    assert_int_equal(fed(f, d), 1);
+    assert_int_equal(fed(f, e), 1);
+    assert_true(sched_feed_vtime(-a) < 0);
+    assert_true(sched_feed_vtime(-c) > 0);
     sched_feed_forget();        /* none of these keys outlives the test */
 }
 
