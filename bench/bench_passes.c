@@ -129,6 +129,7 @@ static void hist_print(const char *tag, const hist_t *a, const hist_t *b)
 static const char *const lock_le[LOCK_NBUCKETS] = {
     "1e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
     "0.025", "0.1", "1", "+Inf"};
+#define LOCK_LE_1MS 5                   /* lock_le[LOCK_LE_1MS] is "0.001" */
 
 typedef struct lock_hists {
     double bucket[2][LOCK_NBUCKETS];    /* wait, hold; cumulative */
@@ -171,7 +172,7 @@ static void lock_print(const char *tag, const lock_hists_t *a, const lock_hists_
                 break;
             }
         printf("%s.write_lock_%s.over_1ms %.0f\n", tag, what[f],
-               n - (b->bucket[f][5] - a->bucket[f][5]));
+               n - (b->bucket[f][LOCK_LE_1MS] - a->bucket[f][LOCK_LE_1MS]));
     }
 }
 

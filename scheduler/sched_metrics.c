@@ -83,6 +83,7 @@ size_t sched_metrics(char *buf, size_t len, size_t cap)
                          "atoll_scheduler_pass_seconds",
                          "Duration of each admission and dispatch pass of the scheduler thread.");
     return util_hist_prom(buf, len, cap, sched_pass_histogram(SCHED_PASS_CPU),
-                          "atoll_scheduler_pass_cpu_seconds", "CPU time the scheduler thread spent in each admission and dispatch"
-                        " pass (its wall time less the waits for a CPU or a lock).");
+                          "atoll_scheduler_pass_cpu_seconds",
+                          "CPU time the scheduler thread spent in each admission and dispatch"
+                          " pass (its wall time less the waits for a CPU or a lock).");
 }

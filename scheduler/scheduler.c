@@ -29,6 +29,7 @@ static _Atomic uint64_t sched_round_max_us;   /* for /metrics; the rest is in pa
 static const int64_t pass_bound_us[] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000};
 #define PASS_NBOUNDS ((int)(sizeof pass_bound_us / sizeof pass_bound_us[0]))
+_Static_assert(PASS_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the pass buckets");
 /* Wall time (SCHED_PASS_WALL) and the thread's CPU time (SCHED_PASS_CPU):
  * on a machine short of cores a pass waits for one, and its wall time
  * then says more about the machine than about the pass's own work.

@@ -114,6 +114,7 @@ static pthread_mutex_t store_write_mu = PTHREAD_MUTEX_INITIALIZER;
 static const int64_t store_lock_bounds_us[] = {10,    50,    100,    250,    500,    1000,
                                                2500,  5000,  10000,  25000,  100000, 1000000};
 #define STORE_LOCK_NBOUNDS ((int)(sizeof store_lock_bounds_us / sizeof store_lock_bounds_us[0]))
+_Static_assert(STORE_LOCK_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the lock buckets");
 static util_hist_t store_lock_hists[2] = {
     {.bounds_us = store_lock_bounds_us, .nbounds = STORE_LOCK_NBOUNDS},
     {.bounds_us = store_lock_bounds_us, .nbounds = STORE_LOCK_NBOUNDS}};

@@ -70,34 +70,16 @@ struct wclient {
     wclient_handle_t handles[WCLIENT_HANDLES];
 };
 
-typedef struct buf {
-    char *data;
-    size_t len, cap;
-    int overflow;
-} buf_t;
-
+/* curl's write callback: the answer grows in a jtext writer (its buffer
+ * doubles), at most WCLIENT_MAX_BODY bytes. */
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-    buf_t *b = userdata;
+    jtext_w_t *w = userdata;
     size_t n = size * nmemb;
-    if (b->len + n > WCLIENT_MAX_BODY) {
-        b->overflow = 1;
+    if (w->len + n > WCLIENT_MAX_BODY)
         return 0;                       /* makes curl fail the transfer */
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 16384;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *grown = realloc(b->data, cap);
-        if (!grown)
-            return 0;
-        b->data = grown;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
+    jtext_raw(w, ptr, n);
+    return w->failed ? 0 : n;           /* out of memory fails it too */
 }
 
 /* Aborts a call (a parked long poll) when *abort_flag is set, but only
@@ -178,7 +160,7 @@ void wclient_free(wclient_t *wc)
 /* Sets up one easy handle. Returns 0 or -1. */
 static int setup(CURL *c, const char *url, const char *method, const char *payload,
                  size_t payload_len, struct curl_slist *hdrs, long timeout_ms, const atomic_int *abort_flag,
-                 buf_t *b, const char *ca_file)
+                 jtext_w_t *b, const char *ca_file)
 {
     int bad = 0;
     if (ca_file)
@@ -259,7 +241,7 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
     int status = -1;
     char url[1024];
     char *payload = NULL;
-    buf_t b = {0};
+    jtext_w_t b = {0};
     struct curl_slist *hdrs = NULL, *h2 = NULL;
     CURL *c = NULL;
     int own = 1, failed = 1;
@@ -301,8 +283,8 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     status = (int)code;
     failed = 0;
-    if (resp && b.data && b.len > 0)
-        *resp = jscan_load(b.data, b.len, 0, NULL);
+    if (resp && !b.failed && b.len > 0)
+        *resp = jscan_load(b.p, b.len, 0, NULL);
 cleanup:
     if (c && own)
         curl_easy_cleanup(c);
@@ -310,7 +292,7 @@ cleanup:
         handle_drop(wc, c);
     curl_slist_free_all(hdrs);
     free(payload);
-    free(b.data);
+    jtext_drop(&b);
     return status;
 }
 
