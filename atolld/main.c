@@ -54,6 +54,7 @@ typedef struct options {
     int64_t max_conns;                  /* 0: derived from RLIMIT_NOFILE (http.h) */
     int64_t header_timeout_ms;          /* a request's header block, from accept */
     int allow_run;                      /* --allow-run: users' programs (DESIGN Part F) */
+    int64_t sched_priority;             /* 0, or the scheduler thread's SCHED_FIFO priority */
 } options_t;
 
 static void usage(FILE *out)
@@ -90,6 +91,10 @@ static void usage(FILE *out)
         "                       limit, less 256)\n"
         "  --header-timeout-ms N  a request's headers must be complete within N ms of\n"
         "                       the connection (ATOLL_HEADER_TIMEOUT_MS, default 10000)\n"
+        "  --sched-priority N   run the scheduler thread under SCHED_FIFO at priority N\n"
+        "                       (1..99; needs CAP_SYS_NICE, else a warning), so that no\n"
+        "                       other thread preempts a pass; 0 (default): the default\n"
+        "                       policy (ATOLL_SCHED_PRIORITY)\n"
         "  --help, --version\n", ATOLL_SOURCE_DIR);
 }
 
@@ -203,6 +208,7 @@ static int apply(options_t *o, int opt, const char *arg)
     case 'T': return parse_int("--drain-ms", arg, 0, 3600000, &o->drain_ms);
     case 'M': return parse_int("--max-connections", arg, 16, 1000000, &o->max_conns);
     case 'H': return parse_int("--header-timeout-ms", arg, 100, 600000, &o->header_timeout_ms);
+    case 'P': return parse_int("--sched-priority", arg, 0, 99, &o->sched_priority);
     default: return -1;
     }
 }
@@ -216,6 +222,7 @@ static int parse_env(options_t *o)
         {"ATOLL_WORKER_TOKEN", 'W'}, {"ATOLL_READ_TOKEN", 'R'}, {"ATOLL_TLS_CERT", 'C'},
         {"ATOLL_TLS_KEY", 'K'}, {"ATOLL_DRAIN_MS", 'T'}, {"ATOLL_MAX_CONNECTIONS", 'M'},
         {"ATOLL_HEADER_TIMEOUT_MS", 'H'}, {"ATOLL_DURABILITY", 'u'},
+        {"ATOLL_SCHED_PRIORITY", 'P'},
     };
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
@@ -248,6 +255,7 @@ static int parse_args(options_t *o, int argc, char **argv)
         {"max-connections", required_argument, NULL, 'M'},
         {"header-timeout-ms", required_argument, NULL, 'H'},
         {"durability", required_argument, NULL, 'u'},
+        {"sched-priority", required_argument, NULL, 'P'},
         {"allow-run", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
@@ -365,8 +373,10 @@ static int start_services(const options_t *o, int *port)
     api_cfg = (api_config_t){o->islands, o->nislands, o->lease_ms * 1000, o->web_dir,
                              o->dispatch, o->allow_run, sched_notify, sched_notify_freed,
                              sched_ever_fits, sched_metrics, sched_plan_offer};
-    sched_config_t sc = {o->islands, o->nislands, o->lease_ms * 1000,
-                         strcmp(o->dispatch, "sequential") == 0, http_wake, 0, 0, 0};
+    sched_config_t sc = {.islands = o->islands, .nislands = o->nislands,
+                         .lease_us = o->lease_ms * 1000,
+                         .sequential = strcmp(o->dispatch, "sequential") == 0,
+                         .on_dispatch = http_wake, .rt_priority = (int)o->sched_priority};
     if (sched_start(&sc) != 0) {
         fprintf(stderr, "atolld: cannot start the scheduler thread\n");
         return -1;
@@ -405,10 +415,12 @@ static void say_ready(const options_t *o, int port)
     }
     const char *scheme = o->tls_cert ? "https" : "http";
     log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s durability=%s lease_ms=%ld"
-             " max_body=%ld threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u header_timeout_ms=%ld",
+             " max_body=%ld threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u"
+             " header_timeout_ms=%ld sched_priority=%ld",
              o->host, port, o->db, islands, o->dispatch, o->durability, (long)o->lease_ms,
              (long)o->max_body, (long)o->threads, o->web_dir, auth_enabled() ? "tokens" : "off",
-             o->tls_cert ? "on" : "off", http_max_conns(), (long)o->header_timeout_ms);
+             o->tls_cert ? "on" : "off", http_max_conns(), (long)o->header_timeout_ms,
+             (long)o->sched_priority);
     printf("atolld ready: %s://%s:%d (db %s, islands %s)\n", scheme, o->host, port, o->db,
            islands);
     fflush(stdout);

@@ -1,7 +1,7 @@
 /* bench_passes.c - the scheduler's passes on a 2,048-device island, with
  * nothing else on the machine (issue 9: "scheduler pass p99 < 1 ms").
  *
- *   bench_passes [JOBS]      (default 1000)
+ *   bench_passes [JOBS [PRIORITY]]      (defaults 1000, 0)
  *
  * Runs the atolld of $ATOLL_BIN_DIR (default build/bin) with island
  * big=32x64 and no worker process: this bench plays 512 workers of 4
@@ -19,8 +19,15 @@
  * in /metrics; the same of their CPU time as *.cpu.*, from
  * atoll_scheduler_pass_cpu_seconds), the store's write lock during the
  * jobs (jobs.write_lock_wait.* and _hold.*: count, mean, p99 bucket, over 1
- * ms; when atolld exposes them), and the jobs' rate. Exits 1 when a
- * request or a job fails.
+ * ms; when atolld exposes them), the jobs' rate, and the share of the
+ * jobs' passes that took at most 1 ms (jobs.passes_le_1ms_share, and
+ * .cpu.). With PRIORITY > 0 the whole run is repeated on a fresh atolld
+ * started with --sched-priority PRIORITY (its scheduler thread SCHED_FIFO;
+ * needs CAP_SYS_NICE, `rt.sched_priority` says whether it took), its
+ * figures prefixed `rt.`, and rt_over_plain.jobs.passes_le_1ms_share
+ * compares the two: the passes' wall time less the preemptions by the
+ * controller's other threads and this bench. Exits 1 when a request or a
+ * job fails.
  * To compare two builds, run it against each (ATOLL_BIN_DIR). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -367,24 +374,44 @@ static int play_jobs(hx_client_t *cl, const int64_t *ids, int n)
     return left == 0 ? 0 : -1;
 }
 
-int main(int argc, char **argv)
+/* Share of the passes between two readings of one histogram that took at
+ * most 1 ms (bucket_le[PASS_LE_1MS]); -1 when there were none. */
+#define PASS_LE_1MS 4                   /* bucket_le[PASS_LE_1MS] is "0.001" */
+static double share_le_1ms(const one_hist_t *a, const one_hist_t *b)
 {
-    njobs = argc > 1 ? atoi(argv[1]) : 1000;
-    if (njobs < 1 || njobs > 100000) {
-        fprintf(stderr, "usage: bench_passes [JOBS (1..100000)]\n");
-        return 2;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    double n = b->bucket[NBUCKETS - 1] - a->bucket[NBUCKETS - 1];
+    return n > 0 ? (b->bucket[PASS_LE_1MS] - a->bucket[PASS_LE_1MS]) / n : -1;
+}
+
+/* What one cluster's jobs phase measured, for the comparison lines. */
+typedef struct outcome {
+    double wall_le_1ms, cpu_le_1ms;     /* shares of the passes */
+} outcome_t;
+
+/* One whole run on a fresh atolld: register the played workers, submit
+ * and play the jobs, print the figures under `tag` ("" or "rt.") and fill
+ * *out. `priority` > 0 starts atolld with --sched-priority. 0 or 1. */
+static int run_cluster(const char *tag, int priority, outcome_t *out)
+{
     static const char *const islands[] = {"big=32x64"};
-    static const char *const extra[] = {"--lease-ms", "600000", NULL};
+    char prio[16], t_reg[32], t_jobs[32];
+    snprintf(prio, sizeof prio, "%d", priority);
+    snprintf(t_reg, sizeof t_reg, "%sregister", tag);
+    snprintf(t_jobs, sizeof t_jobs, "%sjobs", tag);
+    /* Without the flag when 0: an older atolld (ATOLL_BIN_DIR) lacks it. */
+    const char *const extra[] = {"--lease-ms", "600000", priority > 0 ? "--sched-priority" : NULL,
+                                 prio, NULL};
     hx_cluster_t c;
     hx_client_t cl;
     hist_t h0, h1, h2;
     lock_hists_t l1, l2;
     int64_t *ids = calloc((size_t)njobs, sizeof *ids);
-    got_tasks = calloc((size_t)njobs * WORKERS, 1);
-    if (!ids || !got_tasks || hx_init() != 0 || hx_cluster_start_args(&c, islands, 1, extra) != 0)
+    memset(workers, 0, sizeof workers);
+    memset(got_tasks, 0, (size_t)njobs * WORKERS);
+    if (!ids || hx_cluster_start_args(&c, islands, 1, extra) != 0) {
+        free(ids);
         return 1;
+    }
     int rc = hx_client_init(&cl, c.url) != 0 || hist_read(&cl, &h0) != 0;
     for (int i = 0; !rc && i < WORKERS; i++)
         rc = play_register(&cl, i);
@@ -393,8 +420,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: registration failed\n");
         goto out;
     }
-    printf("island big=32x64 devices %d played_workers %d\n", WORKERS * DEVS, WORKERS);
-    hist_print("register", &h0, &h1);
+    printf("%sisland big=32x64 devices %d played_workers %d\n", tag, WORKERS * DEVS, WORKERS);
+    printf("%ssched_priority %.0f\n", tag, hx_metric(&cl, "atoll_scheduler_rt_priority"));
+    hist_print(t_reg, &h0, &h1);
     lock_read(&cl, &l1);
     int64_t t0 = hx_now_ms();
     for (int j = 0; !rc && j < njobs; j++) {
@@ -422,11 +450,15 @@ int main(int argc, char **argv)
     rc = rc || hist_read(&cl, &h2) != 0;
     lock_read(&cl, &l2);
     if (!rc) {
-        printf("jobs %d\njobs_slice_sizes 1..%d\njobs_per_s %.1f\n", njobs, WORKERS * DEVS,
-               njobs * 1000.0 / (double)(ms > 0 ? ms : 1));
-        hist_print("jobs", &h1, &h2);
-        lock_print("jobs", &l1, &l2);
-        printf("atolld_rss_mib %.1f\n", (double)hx_rss_kb(c.atolld.pid) / 1024.0);
+        printf("%sjobs %d\n%sjobs_slice_sizes 1..%d\n%sjobs_per_s %.1f\n", tag, njobs, tag,
+               WORKERS * DEVS, tag, njobs * 1000.0 / (double)(ms > 0 ? ms : 1));
+        hist_print(t_jobs, &h1, &h2);
+        lock_print(t_jobs, &l1, &l2);
+        printf("%sjobs.rt_rests %.0f\n", tag, hx_metric(&cl, "atoll_scheduler_rt_rests_total"));
+        printf("%satolld_rss_mib %.1f\n", tag, (double)hx_rss_kb(c.atolld.pid) / 1024.0);
+        *out = (outcome_t){share_le_1ms(&h1.wall, &h2.wall), share_le_1ms(&h1.cpu, &h2.cpu)};
+        printf("%sjobs.passes_le_1ms_share %.4f\n%sjobs.cpu.passes_le_1ms_share %.4f\n", tag,
+               out->wall_le_1ms, tag, out->cpu_le_1ms);
     }
 out:
     if (rc)
@@ -434,6 +466,31 @@ out:
     hx_client_cleanup(&cl);
     hx_cluster_stop(&c);
     free(ids);
-    free(got_tasks);
     return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    njobs = argc > 1 ? atoi(argv[1]) : 1000;
+    int priority = argc > 2 ? atoi(argv[2]) : 0;
+    if (njobs < 1 || njobs > 100000 || priority < 0 || priority > 99) {
+        fprintf(stderr, "usage: bench_passes [JOBS (1..100000) [PRIORITY (0..99)]]\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    got_tasks = calloc((size_t)njobs * WORKERS, 1);
+    if (!got_tasks || hx_init() != 0)
+        return 1;
+    outcome_t plain = {-1, -1}, rt = {-1, -1};
+    int rc = run_cluster("", 0, &plain);
+    if (rc == 0 && priority > 0) {
+        rc = run_cluster("rt.", priority, &rt);
+        /* The same jobs with the scheduler thread real-time: how much of the
+         * gap between wall and CPU time was preemption. */
+        if (rc == 0 && plain.wall_le_1ms > 0)
+            printf("rt_over_plain.jobs.passes_le_1ms_share %.3f\n",
+                   rt.wall_le_1ms / plain.wall_le_1ms);
+    }
+    free(got_tasks);
+    return rc;
 }

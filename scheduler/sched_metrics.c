@@ -1,6 +1,7 @@
 /* sched_metrics.c - the scheduler's /metrics families (Prometheus text):
  * allocation attempts, admission rounds, the job-success notices
- * (sched_notify_freed) and the pass histograms (wall and CPU time).
+ * (sched_notify_freed), the thread's real-time priority and rests, and
+ * the pass histograms (wall and CPU time).
  * Reads the scheduler thread's counters (scheduler.c, sched_admit.c; any
  * thread may). */
 #include "sched_internal.h"
@@ -74,10 +75,28 @@ static size_t metrics_feed(char *buf, size_t len, size_t cap)
     return len;
 }
 
+/* Whether the scheduler thread runs real-time (--sched-priority), and its
+ * rests between passes when it does (scheduler.c). */
+static size_t metrics_rt(char *buf, size_t len, size_t cap)
+{
+    return util_appendf(buf, len, cap,
+                        "# HELP atoll_scheduler_rt_priority The SCHED_FIFO priority the "
+                        "scheduler thread runs at; 0: the default policy.\n"
+                        "# TYPE atoll_scheduler_rt_priority gauge\n"
+                        "atoll_scheduler_rt_priority %d\n"
+                        "# HELP atoll_scheduler_rt_rests_total Times the real-time scheduler "
+                        "thread slept as long as its pass before the next one, leaving the "
+                        "core to other threads.\n"
+                        "# TYPE atoll_scheduler_rt_rests_total counter\n"
+                        "atoll_scheduler_rt_rests_total %lu\n",
+                        sched_rt_priority(), (unsigned long)sched_rt_rests());
+}
+
 size_t sched_metrics(char *buf, size_t len, size_t cap)
 {
     len = metrics_allocations(buf, len, cap);
     len = metrics_rounds(buf, len, cap);
+    len = metrics_rt(buf, len, cap);
     len = metrics_feed(buf, len, cap);
     len = util_hist_prom(buf, len, cap, sched_pass_histogram(SCHED_PASS_WALL),
                          "atoll_scheduler_pass_seconds",

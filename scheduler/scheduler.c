@@ -6,7 +6,9 @@
 #include "sched_internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 #include "util.h"
@@ -36,6 +38,17 @@ _Static_assert(PASS_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the pass
  * Written by the scheduler thread. */
 static util_hist_t pass_hists[2] = {{.bounds_us = pass_bound_us, .nbounds = PASS_NBOUNDS},
                                     {.bounds_us = pass_bound_us, .nbounds = PASS_NBOUNDS}};
+/* A real-time scheduler thread (--sched-priority) is never preempted by
+ * the HTTP threads, the report applier or the players on its host, which
+ * is what stretched a pass's wall time past its CPU time on 2 cores
+ * (docs/performance.md, "Stop 70"). But a SCHED_FIFO thread that runs
+ * pass after pass (chunks left, a round cut short, a stream of reports)
+ * would hold a core against every thread of the default policy; so when a
+ * pass is followed at once by another, it first rests as long as the pass
+ * took (at most SCHED_RT_REST_MAX_US): at most about half of a core. */
+#define SCHED_RT_REST_MAX_US 5000
+static _Atomic int sched_rt_prio;           /* in effect; 0: the default policy */
+static _Atomic uint64_t sched_rt_rest_count;
 static pthread_t sched_thread;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
@@ -70,10 +83,46 @@ static void pass_record(uint64_t us, uint64_t cpu_us)
         atomic_store(&sched_round_max_us, us);   /* one writer: this thread */
 }
 
+/* Puts the calling thread under SCHED_FIFO at sched_cfg.rt_priority when
+ * asked; refused (no CAP_SYS_NICE, a container without it, an RT budget of
+ * 0), it stays under the default policy and says so once. */
+static void rt_enter(void)
+{
+    if (sched_cfg.rt_priority <= 0)
+        return;
+    struct sched_param sp = {.sched_priority = sched_cfg.rt_priority};
+    int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+    if (rc != 0) {
+        log_warn("scheduler: SCHED_FIFO priority %d refused (%s): the scheduler thread keeps"
+                 " the default policy", sched_cfg.rt_priority, strerror(rc));
+        return;
+    }
+    atomic_store(&sched_rt_prio, sched_cfg.rt_priority);
+    log_info("scheduler: thread runs under SCHED_FIFO priority %d", sched_cfg.rt_priority);
+}
+
+/* After a pass of pass_us that another follows at once: a real-time thread
+ * sleeps as long, so that the threads it would preempt get the core back
+ * (see SCHED_RT_REST_MAX_US). Called without sched_mu. */
+static void rt_rest(int64_t pass_us)
+{
+    if (atomic_load(&sched_rt_prio) == 0)
+        return;
+    int64_t us = pass_us < 1 ? 1 : pass_us > SCHED_RT_REST_MAX_US ? SCHED_RT_REST_MAX_US
+                                                                  : pass_us;
+    struct timespec ts = {0, (long)us * 1000L};
+    nanosleep(&ts, NULL);
+    atomic_fetch_add(&sched_rt_rest_count, 1);
+}
+
+int sched_rt_priority(void) { return atomic_load(&sched_rt_prio); }
+uint64_t sched_rt_rests(void) { return atomic_load(&sched_rt_rest_count); }
+
 static void *sched_main(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "atoll-sched");
+    rt_enter();
     store_t *st = store_thread();
     if (!st) {
         log_error("scheduler: no database connection");
@@ -117,17 +166,24 @@ static void *sched_main(void *arg)
         /* Admission only when something changed, so idle ticks stay cheap
          * (a round reads each tenant's head, not the queue). */
         int waiting = -1;
+        int64_t pass_us = 0;
         if (woke) {
             int64_t t0 = util_mono_us(), c0 = thread_cpu_us();
             waiting = sched_admit(st);
             int64_t cpu = thread_cpu_us() - c0;
-            pass_record((uint64_t)(util_mono_us() - t0), (uint64_t)(cpu > 0 ? cpu : 0));
+            pass_us = util_mono_us() - t0;
+            pass_record((uint64_t)pass_us, (uint64_t)(cpu > 0 ? cpu : 0));
         }
         pthread_mutex_lock(&sched_mu);
         if (waiting >= 0) {
             sched_waiting = waiting;
             if (waiting && sched_freed)
                 sched_wake = 1;
+        }
+        if (woke && sched_wake && sched_running) {
+            pthread_mutex_unlock(&sched_mu);
+            rt_rest(pass_us);
+            pthread_mutex_lock(&sched_mu);
         }
     }
     pthread_mutex_unlock(&sched_mu);

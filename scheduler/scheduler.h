@@ -36,6 +36,10 @@ typedef struct sched_config {
     int vtimes_max;                 /* the feed's virtual times kept at most (tenants, or
                                      * jobs without one); 0 or more than VT_MAX: VT_MAX
                                      * (sched_feed.c) */
+    int rt_priority;                /* 1..99: the scheduler thread runs under SCHED_FIFO at
+                                     * this priority (--sched-priority; needs
+                                     * CAP_SYS_NICE, else a warning and the default
+                                     * policy); 0: the default policy */
 } sched_config_t;
 
 int sched_start(const sched_config_t *cfg);
@@ -84,6 +88,12 @@ void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us);
 #define SCHED_PASS_WALL 0
 #define SCHED_PASS_CPU 1
 const util_hist_t *sched_pass_histogram(int which);
+/* The SCHED_FIFO priority the scheduler thread runs at, 0 under the
+ * default policy (none asked, or refused), and how many times it rested
+ * between two passes so as not to hold a core (scheduler.c); for /metrics.
+ * Any thread. */
+int sched_rt_priority(void);
+uint64_t sched_rt_rests(void);
 /* Appends the scheduler's /metrics families (Prometheus text: allocation
  * attempts, rounds, the pass histogram) to buf at len, capacity cap;
  * returns the new length (util_appendf). Any thread. sched_metrics.c */

@@ -13,7 +13,8 @@ static inline support_worker_fixture_t *support_sched_fixture(const island_desc_
                                                               int n, int ndev)
 {
     support_worker_fixture_t *f = support_worker_fixture(islands, n, ndev);
-    sched_cfg = (sched_config_t){islands, n, 60 * 1000000LL, 0, NULL, 0, 0, 0};
+    sched_cfg = (sched_config_t){.islands = islands, .nislands = n,
+                                 .lease_us = 60 * 1000000LL};
     sched_cfg.round_admit_us = INT64_MAX;
     return f;
 }

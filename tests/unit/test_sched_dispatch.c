@@ -72,7 +72,8 @@ static int setup(void **state)
     assert_non_null(f);
     f->st = support_store_open(&f->d, islands, 1);
     /* Chunks sized by doubling alone: writing is never too slow here. */
-    sched_cfg = (sched_config_t){islands, 1, 60 * 1000000LL, 0, NULL, 0, INT64_MAX / 2, 0};
+    sched_cfg = (sched_config_t){.islands = islands, .nislands = 1, .lease_us = 60 * 1000000LL,
+                                 .chunk_us = INT64_MAX / 2};
     support_store_register(f->st, "west", "127.0.0.1:1", 4);
     char *doc = chain_doc();
     f->job = support_store_submit(f->st, doc, islands, 1);
@@ -138,7 +139,8 @@ static int setup_wide(void **state)
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->st = support_store_open(&f->d, wide, 1);
-    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 0, INT64_MAX / 2, 0};
+    sched_cfg = (sched_config_t){.islands = wide, .nislands = 1, .lease_us = 60 * 1000000LL,
+                                 .chunk_us = INT64_MAX / 2};
     for (int w = 0; w < 128; w++) {
         char addr[32];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", 2000 + w);

@@ -639,7 +639,8 @@ static const island_desc_t wide[] = {{"wide", {2, {8, 16, 0, 0}}}};
 static int setup_wide(void **state)
 {
     fixture_t *f = support_worker_fixture(wide, 1, 128);
-    sched_cfg = (sched_config_t){wide, 1, 60 * 1000000LL, 0, NULL, 1, 0, 0};
+    sched_cfg = (sched_config_t){.islands = wide, .nislands = 1, .lease_us = 60 * 1000000LL,
+                                 .round_admit_us = 1};
     *state = f;
     return 0;
 }
