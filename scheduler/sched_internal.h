@@ -116,6 +116,22 @@
 #include "scheduler.h"
 #include "store.h"
 
+/* The real-time scheduler thread's meter (scheduler.c): a token bucket of
+ * its passes' wall time. It earns half of the time that goes by, holds at
+ * most SCHED_RT_BURST_US, and spends each pass's time; when it is in debt
+ * after a pass that another follows at once (at_once), the thread sleeps
+ * twice the debt, at most SCHED_RT_REST_MAX_US, which earns it back. So
+ * over any stretch longer than a burst it holds at most about half a core,
+ * and passes that come apart never wait. Returns the sleep in µs (0: none).
+ * Pure; b starts as {0}; the scheduler thread's, or a test's. */
+#define SCHED_RT_BURST_US 5000
+#define SCHED_RT_REST_MAX_US 10000
+typedef struct sched_rt_bucket {
+    int64_t balance_us;         /* may go negative: the debt */
+    int64_t last_us;            /* util_mono_us of the last pass's end; 0: none yet */
+} sched_rt_bucket_t;
+int64_t sched_rt_rest_us(sched_rt_bucket_t *b, int64_t now_us, int64_t pass_us, int at_once);
+
 /* The configuration sched_start() was given (sched_place.c). */
 extern sched_config_t sched_cfg;
 

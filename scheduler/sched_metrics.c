@@ -85,11 +85,17 @@ static size_t metrics_rt(char *buf, size_t len, size_t cap)
                         "# TYPE atoll_scheduler_rt_priority gauge\n"
                         "atoll_scheduler_rt_priority %d\n"
                         "# HELP atoll_scheduler_rt_rests_total Times the real-time scheduler "
-                        "thread slept as long as its pass before the next one, leaving the "
-                        "core to other threads.\n"
+                        "thread slept before its next pass, its passes having used more than "
+                        "half of the time beyond a burst, leaving the core to other threads.\n"
                         "# TYPE atoll_scheduler_rt_rests_total counter\n"
-                        "atoll_scheduler_rt_rests_total %lu\n",
-                        sched_rt_priority(), (unsigned long)sched_rt_rests());
+                        "atoll_scheduler_rt_rests_total %lu\n"
+                        "# HELP atoll_scheduler_rt_burst_seconds What the real-time scheduler "
+                        "thread had left, after its last pass, of the time it may run back to "
+                        "back before resting; negative: a debt it rests off.\n"
+                        "# TYPE atoll_scheduler_rt_burst_seconds gauge\n"
+                        "atoll_scheduler_rt_burst_seconds %.6f\n",
+                        sched_rt_priority(), (unsigned long)sched_rt_rests(),
+                        (double)sched_rt_burst_left_us() / 1e6);
 }
 
 size_t sched_metrics(char *buf, size_t len, size_t cap)

@@ -41,14 +41,15 @@ static util_hist_t pass_hists[2] = {{.bounds_us = pass_bound_us, .nbounds = PASS
 /* A real-time scheduler thread (--sched-priority) is never preempted by
  * the HTTP threads, the report applier or the players on its host, which
  * is what stretched a pass's wall time past its CPU time on 2 cores
- * (docs/performance.md, "Stop 70"). But a SCHED_FIFO thread that runs
- * pass after pass (chunks left, a round cut short, a stream of reports)
- * would hold a core against every thread of the default policy; so when a
- * pass is followed at once by another, it first rests as long as the pass
- * took (at most SCHED_RT_REST_MAX_US): at most about half of a core. */
-#define SCHED_RT_REST_MAX_US 5000
+ * (docs/performance.md, "Stop 70"). But a SCHED_FIFO thread that ran pass
+ * after pass (chunks left, a round cut short, a stream of reports) would
+ * hold a core against every thread of the default policy: its passes'
+ * time is metered (sched_rt_rest_us) and it rests when they used more
+ * than half of the time since, beyond a short burst. */
 static _Atomic int sched_rt_prio;           /* in effect; 0: the default policy */
 static _Atomic uint64_t sched_rt_rest_count;
+static sched_rt_bucket_t sched_rt_meter;    /* the scheduler thread's */
+static _Atomic int64_t sched_rt_left_us;    /* its balance after the last pass, for /metrics */
 static pthread_t sched_thread;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
@@ -101,15 +102,34 @@ static void rt_enter(void)
     log_info("scheduler: thread runs under SCHED_FIFO priority %d", sched_cfg.rt_priority);
 }
 
-/* After a pass of pass_us that another follows at once: a real-time thread
- * sleeps as long, so that the threads it would preempt get the core back
- * (see SCHED_RT_REST_MAX_US). Called without sched_mu. */
-static void rt_rest(int64_t pass_us)
+int64_t sched_rt_rest_us(sched_rt_bucket_t *b, int64_t now_us, int64_t pass_us, int at_once)
+{
+    if (b->last_us == 0 || now_us < b->last_us) {
+        b->balance_us = SCHED_RT_BURST_US;      /* the first pass, or a clock gone back */
+        b->last_us = now_us;
+    }
+    b->balance_us += (now_us - b->last_us) / 2;
+    if (b->balance_us > SCHED_RT_BURST_US)
+        b->balance_us = SCHED_RT_BURST_US;      /* what it holds at most; the pass draws on it */
+    b->balance_us -= pass_us;
+    b->last_us = now_us;
+    if (!at_once || b->balance_us >= 0)
+        return 0;
+    /* Half of a rest is earned back: twice the debt clears it. */
+    return -2 * b->balance_us < SCHED_RT_REST_MAX_US ? -2 * b->balance_us : SCHED_RT_REST_MAX_US;
+}
+
+/* After a pass of pass_us (at_once: another follows at once), a real-time
+ * thread sleeps for what sched_rt_rest_us says, so that the threads it
+ * would preempt get the core back. Called without sched_mu. */
+static void rt_rest(int64_t pass_us, int at_once)
 {
     if (atomic_load(&sched_rt_prio) == 0)
         return;
-    int64_t us = pass_us < 1 ? 1 : pass_us > SCHED_RT_REST_MAX_US ? SCHED_RT_REST_MAX_US
-                                                                  : pass_us;
+    int64_t us = sched_rt_rest_us(&sched_rt_meter, util_mono_us(), pass_us, at_once);
+    atomic_store(&sched_rt_left_us, sched_rt_meter.balance_us);
+    if (us <= 0)
+        return;
     struct timespec ts = {0, (long)us * 1000L};
     nanosleep(&ts, NULL);
     atomic_fetch_add(&sched_rt_rest_count, 1);
@@ -117,6 +137,7 @@ static void rt_rest(int64_t pass_us)
 
 int sched_rt_priority(void) { return atomic_load(&sched_rt_prio); }
 uint64_t sched_rt_rests(void) { return atomic_load(&sched_rt_rest_count); }
+int64_t sched_rt_burst_left_us(void) { return atomic_load(&sched_rt_left_us); }
 
 static void *sched_main(void *arg)
 {
@@ -180,9 +201,10 @@ static void *sched_main(void *arg)
             if (waiting && sched_freed)
                 sched_wake = 1;
         }
-        if (woke && sched_wake && sched_running) {
+        if (woke) {
+            int at_once = sched_wake && sched_running;
             pthread_mutex_unlock(&sched_mu);
-            rt_rest(pass_us);
+            rt_rest(pass_us, at_once);
             pthread_mutex_lock(&sched_mu);
         }
     }

@@ -390,7 +390,7 @@ static void test_metrics_families(void **state)
         "atoll_store_checkpoint_requests_total", "atoll_scheduler_pass_cpu_seconds",
         "atoll_store_wal_reads_total", "atoll_store_db_reads_total",
         "atoll_sched_freed_notices_total", "atoll_scheduler_rt_priority",
-        "atoll_scheduler_rt_rests_total"};
+        "atoll_scheduler_rt_rests_total", "atoll_scheduler_rt_burst_seconds"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (!prom_type(&p, need[i]))
             snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s",
