@@ -1,8 +1,9 @@
 /* scheduler.c - the scheduler thread: its loop (lease expiry, then an
  * admission round when something changed), its start and stop, its
- * real-time policy when asked (--sched-priority), and its pass counters. The round itself is in sched_admit.c; the invariants of
- * the whole scheduler are at the top of sched_internal.h. See scheduler.h
- * for the contract and store_sched.c for the SQL. */
+ * real-time policy and meter when asked (--sched-priority), and its pass
+ * counters. The round itself is in sched_admit.c; the invariants of the
+ * whole scheduler are at the top of sched_internal.h. See scheduler.h for
+ * the contract and store_sched.c for the SQL. */
 #include "sched_internal.h"
 
 #include <pthread.h>
