@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -116,6 +117,16 @@ void util_malloc_keep(size_t mmap_min, size_t trim_min)
     (void)mmap_min;
     (void)trim_min;
 #endif
+}
+
+void util_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    const char *p = base;
+    for (size_t i = 1; i < n; i++)
+        if (cmp(p + (i - 1) * size, p + i * size) > 0) {
+            qsort(base, n, size, cmp);
+            return;
+        }
 }
 
 size_t util_appendf(char *buf, size_t len, size_t cap, const char *fmt, ...)

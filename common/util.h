@@ -24,6 +24,12 @@ int util_hex_digit(char c);
 #define UTIL_I64_TEXT_MAX 20
 size_t util_i64_text(int64_t v, char out[UTIL_I64_TEXT_MAX]);
 
+/* qsort(base, n, size, cmp) unless base is in order already (one pass
+ * of n - 1 comparisons): a whole island's 2,048 placement entries, which a
+ * one-slice gang lists in island order, cost their allocation's pass the
+ * sort's n log n comparisons every time. */
+void util_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
+
 /* A hint inside a spin-wait loop (x86 pause, arm yield): the spinning
  * core backs off for its sibling hyper-thread and the memory bus. */
 static inline void util_cpu_relax(void)

@@ -304,17 +304,12 @@ static char *placement_procs(const job_plan_t *plan, round_t *r, const alloc_pla
         for (int k = 0; k < pl[s].nshards; k++)
             ps[n++] = (proc_ref_t){alloc_island_name(r->isl[pl[s].island]),
                                    &r->devs[pl[s].island][pl[s].devices[k]]};
-    /* A one-slice job's shards come in island index order already (a
-     * whole-island gang's 2,048: the sort was ~100 us of its allocation's
-     * pass); only a job whose slices interleave needs sorting. */
-    int sorted = 1;
-    for (int i = 1; sorted && i < n; i++)
-        sorted = proc_ref_cmp(&ps[i - 1], &ps[i]) <= 0;
-    if (!sorted)
-        qsort(ps, (size_t)n, sizeof *ps, proc_ref_cmp);
+    /* A one-slice job's shards come in island index order already; only a
+     * job whose slices interleave is sorted. */
+    util_sort(ps, (size_t)n, sizeof *ps, proc_ref_cmp);
     int plain = 1, written = 0;
     JTEXT_LIT(&w, "[");
-    for (int i = 0; plain && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         if (i > 0 && ps[i].dev->worker == ps[i - 1].dev->worker)
             continue;   /* same worker: same island and first, so adjacent */
         if (!(plain = json_plain(ps[i].dev->addr) && json_plain(ps[i].island)))

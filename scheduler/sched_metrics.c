@@ -79,6 +79,7 @@ static size_t metrics_feed(char *buf, size_t len, size_t cap)
  * rests between passes when it does (scheduler.c). */
 static size_t metrics_rt(char *buf, size_t len, size_t cap)
 {
+    sched_rt_stats_t rt = sched_rt_stats();
     return util_appendf(buf, len, cap,
                         "# HELP atoll_scheduler_rt_priority The SCHED_FIFO priority the "
                         "scheduler thread runs at; 0: the default policy.\n"
@@ -94,8 +95,7 @@ static size_t metrics_rt(char *buf, size_t len, size_t cap)
                         "back before resting; negative: a debt it rests off.\n"
                         "# TYPE atoll_scheduler_rt_burst_seconds gauge\n"
                         "atoll_scheduler_rt_burst_seconds %.6f\n",
-                        sched_rt_priority(), (unsigned long)sched_rt_rests(),
-                        (double)sched_rt_burst_left_us() / 1e6);
+                        rt.priority, (unsigned long)rt.rests, (double)rt.burst_left_us / 1e6);
 }
 
 size_t sched_metrics(char *buf, size_t len, size_t cap)

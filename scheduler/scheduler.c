@@ -136,9 +136,11 @@ static void rt_rest(int64_t pass_us, int at_once)
     atomic_fetch_add(&sched_rt_rest_count, 1);
 }
 
-int sched_rt_priority(void) { return atomic_load(&sched_rt_prio); }
-uint64_t sched_rt_rests(void) { return atomic_load(&sched_rt_rest_count); }
-int64_t sched_rt_burst_left_us(void) { return atomic_load(&sched_rt_left_us); }
+sched_rt_stats_t sched_rt_stats(void)
+{
+    return (sched_rt_stats_t){atomic_load(&sched_rt_prio), atomic_load(&sched_rt_rest_count),
+                              atomic_load(&sched_rt_left_us)};
+}
 
 static void *sched_main(void *arg)
 {

@@ -88,15 +88,18 @@ void sched_round_stats(uint64_t *rounds, uint64_t *total_us, uint64_t *max_us);
 #define SCHED_PASS_WALL 0
 #define SCHED_PASS_CPU 1
 const util_hist_t *sched_pass_histogram(int which);
-/* The SCHED_FIFO priority the scheduler thread runs at, 0 under the
- * default policy (none asked, or refused); how many times it rested
- * between two passes so as not to hold a core; and what was left of its
- * burst after its last pass (µs; negative: a debt it rests off; 0 under
- * the default policy, which meters nothing). scheduler.c; for /metrics.
- * Any thread. */
-int sched_rt_priority(void);
-uint64_t sched_rt_rests(void);
-int64_t sched_rt_burst_left_us(void);
+/* The scheduler thread's real-time state, for /metrics: the SCHED_FIFO
+ * priority it runs at (0 under the default policy: none asked, or
+ * refused), how many times it rested between two passes so as not to hold
+ * a core, and what was left of its burst after its last pass (µs;
+ * negative: a debt it rests off; 0 under the default policy, which meters
+ * nothing). scheduler.c; any thread. */
+typedef struct sched_rt_stats {
+    int priority;
+    uint64_t rests;
+    int64_t burst_left_us;
+} sched_rt_stats_t;
+sched_rt_stats_t sched_rt_stats(void);
 /* Appends the scheduler's /metrics families (Prometheus text: allocation
  * attempts, rounds, the pass histogram) to buf at len, capacity cap;
  * returns the new length (util_appendf). Any thread. sched_metrics.c */

@@ -639,13 +639,7 @@ int store_sched_mark_allocated(store_t *st, int64_t job, int shared, int64_t byt
         " allocated_at = ?2, started_at = CASE WHEN ?4 THEN ?2 END, pending_reason = NULL,"
         " placement = ?3, dispatch_next = ?5 WHERE id = ?1 AND state = 'queued'";
     sqlite3_stmt *s;
-    /* A one-slice gang comes in island index order already: the sort of
-     * a whole island's 2,048 marks was a cost of its allocation's pass. */
-    int sorted = 1;
-    for (int i = 1; sorted && i < n; i++)
-        sorted = mark_cmp(&m[i - 1], &m[i]) <= 0;
-    if (!sorted)
-        qsort(m, (size_t)n, sizeof *m, mark_cmp);
+    util_sort(m, (size_t)n, sizeof *m, mark_cmp);   /* a one-slice gang's: in order */
     for (int i = 0, k; i < n; i = k) {
         for (k = i + 1; k < n && m[k].island == m[i].island && m[k].idx == m[k - 1].idx + 1; k++)
             ;
