@@ -598,15 +598,17 @@ static int send_abandon(dplane_t *dp, send_wait_t *w)
     return !done;
 }
 
-/* Progresses the worker while w is not done, for DPLANE_POLL_US at most
+/* Progresses the worker while w is not done, for dp->poll_now_us at most
  * (dp_poll): a send's completion, or a peer's read of our pool, is then
  * handled in this thread. */
 static void send_poll(dplane_t *dp, send_wait_t *w)
 {
-    int64_t end = util_mono_us() + DPLANE_POLL_US;
+    if (dp->poll_max_us <= 0)
+        return;
+    int64_t start = util_mono_us();
     dp_poll_enter(dp);
-    while (!atomic_load(&w->done) && util_mono_us() < end)
-        dp_poll(dp);
+    while (!atomic_load(&w->done) && dp_poll(dp, util_mono_us() - start))
+        ;
     dp_poll_leave(dp, !atomic_load(&w->done));
 }
 

@@ -28,7 +28,7 @@
  * mbox.h).
  *
  * Threads: a runner waiting in the mailbox for a message progresses the
- * UCX worker itself for up to DPLANE_POLL_US (mbox_set_poller), so
+ * UCX worker itself for a while (DPLANE_POLL_US, mbox_set_poller), so
  * the message is received by the thread that wants it, with no wake-up on
  * the way. Otherwise one progress thread drives the worker: it progresses
  * while there is work (and, with enough cores, for DPLANE_SPIN_US after),
@@ -69,14 +69,25 @@
 #define DPLANE_SPIN_US 50
 #define DPLANE_SPIN_MIN_CPUS 8
 /* A runner waiting for a message (mbox_set_poller) or for its send to
- * complete progresses the UCX worker itself this long before it sleeps:
- * the handler then runs in the thread that waits. Below
- * DPLANE_SPIN_MIN_CPUS it yields the core between polls. (Measured on 2
+ * complete progresses the UCX worker itself before it sleeps: the handler
+ * then runs in the thread that waits. Below DPLANE_SPIN_MIN_CPUS it
+ * polls DPLANE_POLL_US and yields the core between polls. (Measured on 2
  * cores: 50 us ended most waits of a ping-pong before the answer came;
  * a budget that halved after each such wait and doubled after each
  * answered one kept chained computations as they were but lost most of
- * the collectives' gain.) */
+ * the collectives' gain.) On larger hosts it polls DPLANE_POLL_LARGE_US,
+ * spinning for the first DPLANE_POLL_US and yielding between polls after
+ * (so that many worker processes on one host still hand the core to the
+ * peer they wait for). A waiter that sleeps is woken through the progress
+ * thread, two wake-ups that cost 0.1-0.5 ms on a VM whose idle vCPUs
+ * halt: measured on a 16-CPU one, with 200 us `sim` chains of 0.5 and
+ * 1 ms computations kept their devices under 95 % busy in 12 of 26 runs
+ * (30-80 %), with 2 ms in 1 of 14 (docs/performance.md, "Stop 71").
+ * While the host's CPUs are contended (cpupsi.h: many worker processes
+ * on one host), a longer budget falls back to DPLANE_POLL_US.
+ * dplane_set_poll_us() replaces the budget (the worker's --spin-us). */
 #define DPLANE_POLL_US 200
+#define DPLANE_POLL_LARGE_US 2000
 /* While runners poll, the progress thread sleeps unarmed and looks again
  * this often (dplane_progress.c, "waiters that progress"). */
 #define DPLANE_UNARMED_MS 1
@@ -115,6 +126,23 @@ shmpool_t *dplane_pool_new(dplane_transport_t tr, size_t keep_bytes);
  * pool"). Returns NULL with a logged reason on failure. */
 dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox_t *mb,
                        dplane_transport_t tr, shmpool_t *pool);
+/* The polling budget of this host's waiters (DPLANE_POLL_US): what a
+ * dplane starts with on a host of ncpu online CPUs. */
+int64_t dplane_poll_budget_us(long ncpu);
+/* Replaces dp's polling budget: us (0: waiters sleep at once, never
+ * poll); for takes from its mailbox (mbox_set_poller's spin_us) and for
+ * its sends. While no take or send is in progress (before the first
+ * task). */
+void dplane_set_poll_us(dplane_t *dp, int64_t us);
+/* The polling budget set (dplane_set_poll_us, or the host's). */
+int64_t dplane_poll_us(const dplane_t *dp);
+/* How long a waiter polls now: the budget set, or DPLANE_POLL_US while
+ * this host's CPUs are contended (cpupsi.h; sampled about once a second
+ * by the progress thread, only when the budget set is longer). */
+int64_t dplane_poll_now_us(dplane_t *dp);
+/* Reads the host's CPU pressure from path (borrowed; cpupsi.h's format)
+ * instead of /proc/pressure/cpu, from the next sample on (tests). */
+void dplane_set_pressure_file(dplane_t *dp, const char *path);
 /* Closes every endpoint and the listener, joins the progress thread,
  * frees. No thread may be inside dplane_send() or taking from mb. */
 void dplane_stop(dplane_t *dp);

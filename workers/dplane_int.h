@@ -42,6 +42,7 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
+#include "cpupsi.h"
 #include "dplane.h"
 #include "shmpool.h"
 
@@ -152,10 +153,18 @@ struct dplane {
     /* Takers that progress (dplane_progress.c): prog_mu is held by whoever
      * progresses the worker or touches the receive path's state; pollers:
      * takers polling now; unarmed: the progress thread sleeps unarmed;
-     * yield_polls: pollers yield the core between polls (small hosts). */
+     * yield_polls: pollers yield the core between polls from the start
+     * (small hosts), else once they polled DPLANE_POLL_US; poll_max_us:
+     * how long a waiter polls (dplane_set_poll_us; the mailbox's spin_us),
+     * poll_now_us: how long it polls now (poll_max_us, or DPLANE_POLL_US
+     * while the host's CPUs are contended: dp_pressure_check); psi: the
+     * progress thread's sampler of that. */
     pthread_mutex_t prog_mu;
     atomic_int pollers, unarmed;
     int yield_polls;
+    int64_t poll_max_us;
+    atomic_llong poll_now_us;
+    cpupsi_t psi;
     int wake_fd;                   /* eventfd: dp_wake() */
     int epfd_unarmed;              /* the unarmed sleep's: wake_fd, listen_fd */
     pthread_mutex_t mu;
@@ -203,10 +212,11 @@ ucs_status_t dp_am_ack(void *arg, const void *header, size_t header_length, void
 void dp_wake(dplane_t *dp);
 /* dplane_progress.c: a waiting runner's progress (ctx: the dplane), as
  * mb's poller (mbox.h): enter before polling, dp_poll (progress once if
- * nobody else is; never blocks) while waiting for DPLANE_POLL_US at most,
+ * nobody else is; never blocks; waited_us: how long this waiter has
+ * polled; 0 once that reached dp->poll_now_us: stop) while it returns 1,
  * leave when done; need: this or another waiter sleeps now. */
 void dp_poll_enter(void *ctx);
-void dp_poll(void *ctx);
+int dp_poll(void *ctx, int64_t waited_us);
 void dp_poll_leave(void *ctx, int need);
 
 /* dplane_progress.c: which shared memory and processes this process

@@ -55,8 +55,8 @@ static void wake_drain(dplane_t *dp, int r, const struct epoll_event *ev)
 /* ---- waiters that progress (dplane_int.h, dp_poll) ----
  *
  * A runner waiting for a message (mbox_set_poller) or for its send
- * progresses the worker itself for DPLANE_POLL_US at most (dplane.h):
- * the handler then runs in the waiting thread, with no wake-up between
+ * progresses the worker itself for dp->poll_now_us at most (dplane.h): the
+ * handler then runs in the waiting thread, with no wake-up between
  * the wire and the waiter. While waiters poll, the progress thread sleeps
  * without arming the worker: an armed worker would wake it for every
  * message the waiters receive anyway, and on a 2-core host those wake-ups
@@ -74,22 +74,26 @@ void dp_poll_enter(void *ctx)
     atomic_fetch_add(&dp->pollers, 1);
 }
 
-void dp_poll(void *ctx)
+int dp_poll(void *ctx, int64_t waited_us)
 {
     dplane_t *dp = ctx;
+    if (waited_us >= atomic_load_explicit(&dp->poll_now_us, memory_order_relaxed))
+        return 0;
     unsigned n = 0;
     if (pthread_mutex_trylock(&dp->prog_mu) == 0) {
         n = ucp_worker_progress(dp->worker);
         pthread_mutex_unlock(&dp->prog_mu);
     }
     if (n)
-        return;
+        return 1;
     /* With fewer cores than busy threads, give the core to whoever holds
-     * it from the peer that must answer. */
-    if (dp->yield_polls)
+     * it from the peer that must answer: on small hosts at once, on large
+     * ones past the first DPLANE_POLL_US (many processes may share it). */
+    if (dp->yield_polls || waited_us >= DPLANE_POLL_US)
         sched_yield();
     else
         util_cpu_relax();
+    return 1;
 }
 
 void dp_poll_leave(void *ctx, int need)
@@ -123,6 +127,27 @@ static void close_pending(dplane_t *dp)
     }
 }
 
+/* Waiters poll dp->poll_max_us on a host whose CPUs are free, and no
+ * longer than DPLANE_POLL_US while they are contended (cpupsi.h): measured
+ * with 512 worker processes on 16 CPUs (bench_scale), polling 2 ms cost
+ * the whole-island chain a third of its speed. About once a second
+ * (progress thread). */
+static void dp_pressure_check(dplane_t *dp, int64_t now)
+{
+    if (dp->poll_max_us <= DPLANE_POLL_US)
+        return;                    /* nothing to fall back to: no read */
+    int64_t was = atomic_load(&dp->poll_now_us);
+    pthread_mutex_lock(&dp->prog_mu);       /* psi: dplane_set_pressure_file */
+    int contended = cpupsi_sample(&dp->psi, now);
+    pthread_mutex_unlock(&dp->prog_mu);
+    int64_t want = contended ? DPLANE_POLL_US : dp->poll_max_us;
+    if (want == was)
+        return;
+    atomic_store(&dp->poll_now_us, want);
+    log_info("data plane: this host's CPUs are %s: a waiting runner polls %lld us",
+             want < dp->poll_max_us ? "contended" : "free again", (long long)want);
+}
+
 /* One pass of the progress thread's work on UCX, under prog_mu: progress,
  * parked frames, endpoints to close, expiry. How many events; *parked:
  * whether frames are still parked. */
@@ -140,6 +165,7 @@ static unsigned progress_pass(dplane_t *dp, int64_t now, int64_t *last_expire, i
     pthread_mutex_unlock(&dp->prog_mu);
     if (now - *last_expire > 1000000) {
         mbox_expire(dp->mb);
+        dp_pressure_check(dp, now);
         *last_expire = now;
     }
     return n;
@@ -454,6 +480,10 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     dp->spin_us = ncpu >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
     dp->yield_polls = ncpu < DPLANE_SPIN_MIN_CPUS;
+    dp->poll_max_us = dplane_poll_budget_us(ncpu);
+    atomic_init(&dp->poll_now_us, dp->poll_max_us);
+    cpupsi_init(&dp->psi, NULL);
+    cpupsi_sample(&dp->psi, util_mono_us());   /* the baseline: a share after 1 s */
     atomic_init(&dp->recheck_us, DPLANE_RECHECK_US);
     pthread_mutex_init(&dp->mu, NULL);
     pthread_mutex_init(&dp->prog_mu, NULL);
@@ -463,13 +493,42 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
         log_error("dplane: cannot start the progress thread");
         goto fail;
     }
-    mbox_poller_t poller = {.ctx = dp, .spin_us = DPLANE_POLL_US, .enter = dp_poll_enter,
-                            .poll = dp_poll, .leave = dp_poll_leave};
-    mbox_set_poller(mb, &poller);
+    dplane_set_poll_us(dp, dp->poll_max_us);
     return dp;
 fail:
     dplane_free(dp);
     return NULL;
+}
+
+int64_t dplane_poll_budget_us(long ncpu)
+{
+    return ncpu >= DPLANE_SPIN_MIN_CPUS ? DPLANE_POLL_LARGE_US : DPLANE_POLL_US;
+}
+
+void dplane_set_poll_us(dplane_t *dp, int64_t us)
+{
+    dp->poll_max_us = us > 0 ? us : 0;
+    atomic_store(&dp->poll_now_us, dp->poll_max_us);
+    mbox_poller_t poller = {.ctx = dp, .spin_us = dp->poll_max_us, .enter = dp_poll_enter,
+                            .poll = dp_poll, .leave = dp_poll_leave};
+    mbox_set_poller(dp->mb, &poller);
+}
+
+int64_t dplane_poll_us(const dplane_t *dp)
+{
+    return dp->poll_max_us;
+}
+
+int64_t dplane_poll_now_us(dplane_t *dp)
+{
+    return atomic_load(&dp->poll_now_us);
+}
+
+void dplane_set_pressure_file(dplane_t *dp, const char *path)
+{
+    pthread_mutex_lock(&dp->prog_mu);
+    cpupsi_init(&dp->psi, path);
+    pthread_mutex_unlock(&dp->prog_mu);
 }
 
 /* Closes ep and progresses until it is gone (stop only). */

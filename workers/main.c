@@ -321,6 +321,10 @@ static int worker_open(worker_t *w)
     if (!(w->dp = dplane_start(w->o.data_listen, w->o.data_advertise, w->mb,
                                w->o.data_transport, w->pool)))
         return -1;
+    if (w->o.spin_us >= 0)
+        dplane_set_poll_us(w->dp, w->o.spin_us);
+    log_info("data plane at %s; a waiting runner polls %lld us", dplane_addr(w->dp),
+             (long long)dplane_poll_us(w->dp));
     size_t ucx_len;
     const void *ucx = dplane_ucx_address(w->dp, &ucx_len);
     char *ucx_b64 = f32b64_bytes_encode(ucx, ucx_len);

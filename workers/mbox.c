@@ -301,21 +301,26 @@ static tensor_t *remove_locked(mbox_t *mb, const mbox_tag_t *tag)
 }
 
 /* A take's polling (mbox_set_poller). spin_end: 0 before polling began,
- * else when it ends; polling: between the poller's enter and leave. */
+ * else when it ends; spin_start: when it began; polling: between the
+ * poller's enter and leave. */
 typedef struct take_poll {
     mbox_poller_t p;
-    int64_t spin_end;
+    int64_t spin_start, spin_end;
     int polling;
 } take_poll_t;
 
-/* Polls the data plane until the mailbox changes, spin_end passes or the
- * mailbox stops. Without mu. */
-static void poll_until_change(mbox_t *mb, const mbox_poller_t *p, unsigned gen,
-                              int64_t spin_end)
+/* Polls the data plane until the mailbox changes, tp's spin_end passes or
+ * the poller says stop (then it ends tp's polling: spin_end moves to its
+ * start). Without mu. */
+static void poll_until_change(mbox_t *mb, take_poll_t *tp, unsigned gen)
 {
+    int64_t now = util_mono_us();
     while (atomic_load_explicit(&mb->gen, memory_order_acquire) == gen) {
-        p->poll(p->ctx);
-        if (util_mono_us() >= spin_end)
+        if (!tp->p.poll(tp->p.ctx, now - tp->spin_start)) {
+            tp->spin_end = tp->spin_start;
+            return;
+        }
+        if ((now = util_mono_us()) >= tp->spin_end)
             return;
     }
 }
@@ -330,6 +335,7 @@ static int take_poll_step(mbox_t *mb, take_poll_t *tp, int64_t now, int64_t dead
 {
     if (!tp->polling && tp->spin_end == 0 && mb->poller.poll && mb->poller.spin_us > 0) {
         tp->p = mb->poller;
+        tp->spin_start = now;
         tp->spin_end = now + tp->p.spin_us < deadline ? now + tp->p.spin_us : deadline;
         tp->polling = 1;
         pthread_mutex_unlock(&mb->mu);
@@ -342,7 +348,7 @@ static int take_poll_step(mbox_t *mb, take_poll_t *tp, int64_t now, int64_t dead
     if (now < tp->spin_end) {
         unsigned gen = atomic_load_explicit(&mb->gen, memory_order_relaxed);
         pthread_mutex_unlock(&mb->mu);
-        poll_until_change(mb, &tp->p, gen, tp->spin_end);
+        poll_until_change(mb, tp, gen);
     } else {
         tp->polling = 0;
         pthread_mutex_unlock(&mb->mu);

@@ -63,10 +63,11 @@ mbox_status_t mbox_take(mbox_t *mb, const mbox_tag_t *tag, int64_t deadline_mono
  * mailbox when the data plane is progressed; if only its own thread did
  * that, each message would cost two wake-ups (that thread, then the
  * taker). With a poller, a taker whose message is not there calls
- * enter(ctx), then poll(ctx) (progress once; never blocks, never calls
- * back into the mailbox's taking side) until the mailbox changes, for at
- * most spin_us, before it sleeps: the message is received by the thread
- * that wants it. leave(ctx, need) ends the polling; need: a taker sleeps
+ * enter(ctx), then poll(ctx, waited_us) (progress once; never blocks,
+ * never calls back into the mailbox's taking side; waited_us: how long
+ * this taker has polled; returns 0 when the taker should stop polling
+ * now) until the mailbox changes, for at most spin_us, before it sleeps:
+ * the message is received by the thread that wants it. leave(ctx, need) ends the polling; need: a taker sleeps
  * now (this one or another), so somebody else must progress for it. None
  * is called with the mailbox's lock held. p == NULL (or spin_us 0) turns
  * polling off. Set it while no take is in progress. */
@@ -74,7 +75,7 @@ typedef struct mbox_poller {
     void *ctx;
     int64_t spin_us;
     void (*enter)(void *ctx);
-    void (*poll)(void *ctx);
+    int (*poll)(void *ctx, int64_t waited_us);
     void (*leave)(void *ctx, int need);
 } mbox_poller_t;
 void mbox_set_poller(mbox_t *mb, const mbox_poller_t *p);

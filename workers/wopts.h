@@ -33,6 +33,9 @@ typedef struct wopts {
                                    sums in ring order (exec_env.h); default 64; 0: never */
     int report_hold_ms;         /* longest a held report waits (wreport.h); default 10;
                                    0: every report leaves at once */
+    int spin_us;                /* how long a runner waiting for a peer polls the data
+                                   plane before it sleeps (dplane_set_poll_us); default
+                                   -1: by the host's CPUs (dplane_poll_budget_us) */
     const char *token;          /* bearer token (the controller's worker token); NULL = none */
     const char *ca_file;        /* PEM CA bundle to trust for an https:// controller */
     const char *run_as;         /* user for users' programs (DESIGN Part F); NULL: this

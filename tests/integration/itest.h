@@ -39,6 +39,7 @@ typedef struct itest_island {
     const char *spec;           /* "west=4x4" */
     const char *name;           /* "west" */
     int workers, devices_each;
+    const char *const *worker_args; /* appended to each worker's (NULL-terminated); NULL: none */
 } itest_island_t;
 
 /* Group setup body: cluster + client; 0 or -1 (cmocka then skips the group). */
@@ -53,7 +54,10 @@ static inline int itest_start(const itest_island_t *isl, int n)
         return -1;
     for (int i = 0; i < n; i++)
         for (int w = 0; w < isl[i].workers; w++)
-            if (hx_worker_start(&itest_cluster, isl[i].name, isl[i].devices_each) != 0)
+            if ((isl[i].worker_args
+                     ? hx_worker_start_args(&itest_cluster, isl[i].name, isl[i].devices_each,
+                                            isl[i].worker_args, 15000, 0)
+                     : hx_worker_start(&itest_cluster, isl[i].name, isl[i].devices_each)) != 0)
                 goto fail;
     if (hx_client_init(&itest_client, itest_cluster.url) != 0)
         goto fail;

@@ -912,7 +912,8 @@ static int group_setup(void **state)
 {
     (void)state;
     /* fake has no worker process: the test registers one by hand. */
-    static const itest_island_t isl[] = {{"west=2x2", "west", 1, 4}, {"fake=2", "fake", 0, 0}};
+    static const itest_island_t isl[] = {{"west=2x2", "west", 1, 4, NULL},
+                                         {"fake=2", "fake", 0, 0, NULL}};
     return itest_start(isl, 2);
 }
 

@@ -24,7 +24,7 @@
 static int group_setup(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=2x2", "west", 1, 4}};
+    static const itest_island_t isl[] = {{"west=2x2", "west", 1, 4, NULL}};
     return itest_start(isl, 1);
 }
 

@@ -538,7 +538,7 @@ static void test_failed_shard_then_drained(void **state)
 static int setup_parallel(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}};
+    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4, NULL}};
     unsetenv("ATOLL_DISPATCH");
     return itest_start(isl, 1);
 }
@@ -546,7 +546,7 @@ static int setup_parallel(void **state)
 static int setup_sequential(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}};
+    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4, NULL}};
     /* Children inherit the environment: atolld reads ATOLL_DISPATCH, the
      * workers ATOLL_REPORT_HOLD_MS: a report held by mistake would wait
      * ten minutes (test_sequential_reports_not_held). */
@@ -561,7 +561,7 @@ static int setup_sequential(void **state)
 static int setup_fault(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=2x2", "west", 2, 2}};
+    static const itest_island_t isl[] = {{"west=2x2", "west", 2, 2, NULL}};
     setenv("ATOLL_PEER_TIMEOUT_MS", FAULT_PEER_TIMEOUT_MS, 1);
     setenv("ATOLL_LEASE_MS", FAULT_LEASE_MS, 1);
     figures_wait_ms = 2 * atoi(FAULT_LEASE_MS) / 3 + 1000;

@@ -55,7 +55,7 @@ static char sync_gate[HX_PATH_MAX];
 static int group_setup(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"cold=2x2", "cold", 0, 0}};
+    static const itest_island_t isl[] = {{"cold=2x2", "cold", 0, 0, NULL}};
     snprintf(sync_gate, sizeof sync_gate, "/tmp/atoll-syncgate-%ld", (long)getpid());
     int rc = fx_syncgate_env(1, sync_gate, NULL) == 0 ? itest_start(isl, 1) : -1;
     fx_syncgate_env(0, NULL, NULL);

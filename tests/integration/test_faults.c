@@ -144,7 +144,7 @@ static int64_t slice_device0(const json_t *job, const char *name)
 
 static int group_setup(void **state)
 {
-    static const itest_island_t isl[] = {{"west=2x2", "west", 2, 2}};
+    static const itest_island_t isl[] = {{"west=2x2", "west", 2, 2, NULL}};
     (void)state;
     /* atolld reads ATOLL_LEASE_MS; a short lease keeps the test short. */
     setenv("ATOLL_LEASE_MS", "1000", 1);

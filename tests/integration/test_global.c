@@ -308,7 +308,8 @@ static void test_bad_requests(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}, {"east=2x4", "east", 2, 4}};
+    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4, NULL},
+                                         {"east=2x4", "east", 2, 4, NULL}};
     return itest_start(isl, 2);
 }
 

@@ -1,6 +1,10 @@
 /* test_ops.c - every op of the DESIGN.md table, run for real on a cluster
  * (west=4x4 by 4 workers of 4 devices, east=2x4 by 2 workers of 4) and
  * compared element-wise with support_ref.c, an independent reference.
+ * East's workers run with --spin-us 0: their runners never poll the data
+ * plane and every message reaches them through the progress thread's
+ * wake-up (test_waiters_that_sleep), while west's poll as a host's do by
+ * default.
  *
  * Shard values differ per shard (built from shard_index) so a value routed
  * to the wrong shard, or a collective combining the wrong peers, changes
@@ -426,6 +430,16 @@ static void test_all_reduce(void **state)
 
 /* ---- all_reduce over the whole west island: 16 shards on 4 workers ---- */
 
+/* A job whose computation c, on a slice of `shape` of `island`, makes
+ * x = iota([3]) + shard_index and outputs its all_reduce sum (ws) and max
+ * (wm) over the slice's shards. */
+#define ALL_REDUCES_DOC(name, shape, island)                                                \
+    "{'name':'" name "','slices':{'s':{'shape':" shape ",'island':'" island "'}},"          \
+    "'computations':[{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'},"       \
+    "{'op':'iota','out':'t','shape':[3]},{'op':'add','out':'x','args':['t','i']},"          \
+    "{'op':'all_reduce','out':'ws','args':['x'],'reduce':'sum'},"                           \
+    "{'op':'all_reduce','out':'wm','args':['x'],'reduce':'max'}],'outputs':['ws','wm']}]}"
+
 static void expect_all_reduce16(const char *key, int k, rt_t *out)
 {
     (void)k;
@@ -439,15 +453,58 @@ static void expect_all_reduce16(const char *key, int k, rt_t *out)
 static void test_all_reduce_16_shards(void **state)
 {
     (void)state;
-    static const char doc[] =
-        "{'name':'allreduce16','slices':{'s':{'shape':[4,4],'island':'west'}},'computations':["
-        "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'},"
-        "{'op':'iota','out':'t','shape':[3]},{'op':'add','out':'x','args':['t','i']},"
-        "{'op':'all_reduce','out':'ws','args':['x'],'reduce':'sum'},"
-        "{'op':'all_reduce','out':'wm','args':['x'],'reduce':'max'}],"
-        "'outputs':['ws','wm']}]}";
     static const char *const keys[] = {"c.ws", "c.wm"};
-    run_and_check(doc, keys, NKEYS(keys), 16, expect_all_reduce16);
+    run_and_check(ALL_REDUCES_DOC("allreduce16", "[4,4]", "west"), keys, NKEYS(keys), 16,
+                  expect_all_reduce16);
+}
+
+/* [3] per shard k of 8: j + k; sum_k = 8j + 28, max = j + 7. */
+static void expect_all_reduce8(const char *key, int k, rt_t *out)
+{
+    (void)k;
+    rt_t t;
+    rt_iota(&t, 1, D3);
+    for (int64_t j = 0; j < 3; j++)
+        t.v[j] = strcmp(key, "c.ws") == 0 ? 8.0 * (double)j + 28.0 : (double)j + 7.0;
+    *out = t;
+}
+
+/* Whether the log of every worker of island (west, east) holds needle. */
+static int workers_log(const char *island, const char *needle)
+{
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "worker-%s-", island);
+    int seen = 0;
+    for (int w = 0; w < itest_cluster.nworkers; w++) {
+        const hx_proc_t *p = &itest_cluster.workers[w];
+        if (strncmp(p->name, prefix, strlen(prefix)) != 0)
+            continue;
+        char buf[65536];
+        FILE *f = fopen(p->log_path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        if (!strstr(buf, needle))
+            return 0;
+        seen++;
+    }
+    return seen > 0;
+}
+
+/* Workers started with --spin-us 0 say so, and an all_reduce over both of
+ * them (the whole [2,4] island) is exact: no taker polls, every message
+ * comes through the progress thread. West's workers poll (the default). */
+static void test_waiters_that_sleep(void **state)
+{
+    (void)state;
+    T_CHECK(workers_log("east", "a waiting runner polls 0 us"), "east's workers poll");
+    T_CHECK(workers_log("west", "a waiting runner polls ") &&
+                !workers_log("west", "a waiting runner polls 0 us"),
+            "west's workers do not say how long they poll, or do not poll");
+    static const char *const keys[] = {"c.ws", "c.wm"};
+    run_and_check(ALL_REDUCES_DOC("sleepers", "[2,4]", "east"), keys, NKEYS(keys), 8,
+                  expect_all_reduce8);
 }
 
 /* ---- all_gather ---- */
@@ -790,7 +847,9 @@ static void test_chain_three_stages(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4}, {"east=2x4", "east", 2, 4}};
+    static const char *const no_spin[] = {"--spin-us", "0", NULL};
+    static const itest_island_t isl[] = {{"west=4x4", "west", 4, 4, NULL},
+                                         {"east=2x4", "east", 2, 4, no_spin}};
     return itest_start(isl, 2);
 }
 
@@ -808,6 +867,7 @@ int main(void)
         cmocka_unit_test_teardown(test_new_ops, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_all_reduce, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_all_reduce_16_shards, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_waiters_that_sleep, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_all_gather, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_reduce_scatter, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_ppermute, itest_cancel_leftovers),

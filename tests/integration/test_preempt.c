@@ -243,7 +243,7 @@ static void test_bad_field(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=2x2", "west", 1, 4}};
+    static const itest_island_t isl[] = {{"west=2x2", "west", 1, 4, NULL}};
     /* Debug logs (kept only when a test fails): under very heavy load a
      * requeued attempt's host task was seen leased and never started, 4
      * times in many runs, not reproduced since; the worker's debug lines

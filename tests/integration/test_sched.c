@@ -417,7 +417,7 @@ static void test_result_409_before_success(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    static const itest_island_t isl[] = {{"west=2x2", "west", 2, 2}};
+    static const itest_island_t isl[] = {{"west=2x2", "west", 2, 2, NULL}};
     return itest_start(isl, 1);
 }
 

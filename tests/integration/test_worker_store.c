@@ -24,7 +24,7 @@ static int group_setup(void **state)
     (void)state;
     /* Workers inherit the environment: every flag has an ATOLL_ variable. */
     setenv("ATOLL_STORE_CAP_MB", "32", 1);
-    static const itest_island_t isl[] = {{"west=2x4", "west", 2, 4}};
+    static const itest_island_t isl[] = {{"west=2x4", "west", 2, 4, NULL}};
     return itest_start(isl, 1);
 }
 

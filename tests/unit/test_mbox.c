@@ -461,7 +461,9 @@ typedef struct fake_plane {     /* stands in for the data plane */
     mbox_t *mb;
     mbox_tag_t tag;
     int put_on_poll;            /* the poll that "receives" tag; 0: none */
+    int stop_on_poll;           /* the poll that answers "stop polling"; 0: none */
     atomic_int polls, enters, leaves, last_need;
+    atomic_llong last_waited;   /* waited_us of the last poll */
     pthread_t poller;           /* the thread that last polled */
 } fake_plane_t;
 
@@ -473,12 +475,17 @@ static void fake_enter(void *ctx)
 
 /* Like a UCX handler run by progress: the message is put from inside the
  * poll, in the polling taker's own thread. */
-static void fake_poll(void *ctx)
+static int fake_poll(void *ctx, int64_t waited_us)
 {
     fake_plane_t *f = ctx;
     f->poller = pthread_self();
-    if (atomic_fetch_add(&f->polls, 1) + 1 == f->put_on_poll)
+    atomic_store(&f->last_waited, waited_us);
+    int k = atomic_fetch_add(&f->polls, 1) + 1;
+    if (k == f->stop_on_poll)
+        return 0;
+    if (k == f->put_on_poll)
         mbox_put(f->mb, &f->tag, scalar(11.0f));
+    return 1;
 }
 
 static void fake_leave(void *ctx, int need)
@@ -571,7 +578,33 @@ static void test_poller_gives_up_then_sleeps(void **state)
     assert_true(got && got->data[0] == 12.0f);
     tensor_free(got);
     assert_true(atomic_load(&f.polls) >= 1);
+    /* Each poll is told how long its taker has polled (the data plane
+     * yields past a while): after 2 ms of polls, more than nothing. */
+    assert_true(atomic_load(&f.last_waited) >= 0);
+    assert_true(atomic_load(&f.polls) == 1 || atomic_load(&f.last_waited) > 0);
     assert_int_equal(atomic_load(&f.enters), 1);
+    assert_int_equal(atomic_load(&f.leaves), 1);
+    assert_int_equal(atomic_load(&f.last_need), 1);
+    mbox_free(mb);
+}
+
+/* A poller that answers "stop" ends the polling there, long before
+ * spin_us: the taker leaves (saying it needs progress), sleeps, and is
+ * woken by a put from elsewhere. */
+static void test_poller_stops_when_told(void **state)
+{
+    (void)state;
+    mbox_t *mb = mbox_new();
+    fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 5, 0, 1), .stop_on_poll = 3};
+    set_fake(mb, &f, 60000000);    /* 60 s: only the poller's answer ends it */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, late_put_main, &f), 0);
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(mb, &f.tag, in_ms(120000), &got), MBOX_OK);
+    pthread_join(th, NULL);
+    assert_true(got && got->data[0] == 12.0f);
+    tensor_free(got);
+    assert_int_equal(atomic_load(&f.polls), 3);
     assert_int_equal(atomic_load(&f.leaves), 1);
     assert_int_equal(atomic_load(&f.last_need), 1);
     mbox_free(mb);
@@ -678,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_task_end_frees_only_its_leftovers),
         cmocka_unit_test(test_poller_receives_in_taker),
         cmocka_unit_test(test_poller_gives_up_then_sleeps),
+        cmocka_unit_test(test_poller_stops_when_told),
         cmocka_unit_test(test_poller_leave_needs_for_sleepers),
         cmocka_unit_test(test_poller_off_and_deadline),
     };

@@ -279,25 +279,16 @@ static void count_puts(void *ctx, int64_t dobjects, int64_t dbytes)
         atomic_fetch_add(&puts_in_thread, 1);
 }
 
-/* A taker waiting for a frame receives it itself (it progresses UCX while
- * it waits, mbox_set_poller): over a ping-pong, pongs are put into a's
- * mailbox by the taking thread, not only by a's progress thread; every
- * value comes back exact. */
-static void test_taker_receives_itself(void **state)
+/* Up to `rounds` pings from a to b's echo, each pong taken (and checked)
+ * by this thread; with until_put, only until one pong was put in this
+ * thread (puts_in_thread). Stops the echo. Whether every round went. */
+static int ping_pong(pair_t *p, int rounds, int until_put)
 {
-    pair_t *p = *state;
-    /* Rounds until one pong was received by the taker, at most ROUNDS:
-     * most are on an idle host, and a take polls for DPLANE_POLL_US
-     * before it sleeps, so even a loaded one gets some. */
-    enum { ROUNDS = 5000 };
-    counted_thread = pthread_self();
-    atomic_store(&puts_in_thread, 0);
-    mbox_set_accounting(p->mb_a, count_puts, NULL);
-    echo_t e = {.p = p, .n = ROUNDS};
+    echo_t e = {.p = p, .n = rounds};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, echo_main, &e), 0);
     int ok = 1;
-    for (int i = 0; ok && i < ROUNDS && atomic_load(&puts_in_thread) == 0; i++) {
+    for (int i = 0; ok && i < rounds && !(until_put && atomic_load(&puts_in_thread) > 0); i++) {
         int64_t dims[1] = {3};
         tensor_t *t = iota(1, dims), *got = NULL;
         t->data[0] = (float)i;
@@ -311,9 +302,108 @@ static void test_taker_receives_itself(void **state)
     }
     mbox_shutdown(p->mb_b);        /* the echo's next take ends */
     pthread_join(th, NULL);
-    assert_true(ok);
+    return ok;
+}
+
+/* A taker waiting for a frame receives it itself (it progresses UCX while
+ * it waits, mbox_set_poller): over a ping-pong, pongs are put into a's
+ * mailbox by the taking thread, not only by a's progress thread; every
+ * value comes back exact. */
+static void test_taker_receives_itself(void **state)
+{
+    pair_t *p = *state;
+    /* Rounds until one pong was received by the taker, at most ROUNDS:
+     * most are on an idle host, and a take polls for DPLANE_POLL_US at
+     * least before it sleeps, so even a loaded one gets some. */
+    enum { ROUNDS = 5000 };
+    counted_thread = pthread_self();
+    atomic_store(&puts_in_thread, 0);
+    mbox_set_accounting(p->mb_a, count_puts, NULL);
+    assert_true(ping_pong(p, ROUNDS, 1));
     assert_true(atomic_load(&puts_in_thread) > 0);
     mbox_set_accounting(p->mb_a, NULL, NULL);
+}
+
+/* The polling budget: 200 us below 8 CPUs, 2 ms from 8; a dplane starts
+ * with its host's. With it set to 0 a taker never polls: every message
+ * reaches it through the progress thread (no put in the taker's thread),
+ * and still arrives. */
+static void test_poll_budget(void **state)
+{
+    pair_t *p = *state;
+    assert_int_equal(dplane_poll_budget_us(1), DPLANE_POLL_US);
+    assert_int_equal(dplane_poll_budget_us(DPLANE_SPIN_MIN_CPUS - 1), DPLANE_POLL_US);
+    assert_int_equal(dplane_poll_budget_us(DPLANE_SPIN_MIN_CPUS), DPLANE_POLL_LARGE_US);
+    assert_int_equal(dplane_poll_budget_us(64), DPLANE_POLL_LARGE_US);
+    assert_true(DPLANE_POLL_LARGE_US > DPLANE_POLL_US);
+    assert_int_equal(dplane_poll_us(p->a), dplane_poll_budget_us(sysconf(_SC_NPROCESSORS_ONLN)));
+    dplane_set_poll_us(p->a, 0);
+    assert_int_equal(dplane_poll_us(p->a), 0);
+    enum { ROUNDS = 200 };
+    counted_thread = pthread_self();
+    atomic_store(&puts_in_thread, 0);
+    mbox_set_accounting(p->mb_a, count_puts, NULL);
+    assert_true(ping_pong(p, ROUNDS, 0));
+    assert_int_equal(atomic_load(&puts_in_thread), 0);
+    mbox_set_accounting(p->mb_a, NULL, NULL);
+    dplane_set_poll_us(p->a, 5000);
+    assert_int_equal(dplane_poll_us(p->a), 5000);
+    /* A poll says stop once its waiter has polled the budget. */
+    dplane_set_poll_us(p->a, 300);
+    assert_int_equal(dp_poll(p->a, 0), 1);
+    assert_int_equal(dp_poll(p->a, 299), 1);
+    assert_int_equal(dp_poll(p->a, 300), 0);
+}
+
+/* Rewrites a pressure file (cpupsi.h's format) with this total. */
+static void pressure_write(const char *path, int64_t total)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "some avg10=0.00 avg60=0.00 avg300=0.00 total=%lld\n", (long long)total);
+    fclose(f);
+}
+
+/* Waits (20 s at most) until a's waiters poll `want` us, feeding the
+ * pressure file: with `stalled`, a total that grows with the clock (every
+ * moment stalled), else one that stands still. */
+static int pressure_reaches(dplane_t *a, const char *path, int stalled, int64_t want)
+{
+    int64_t t0 = util_mono_us(), end = t0 + 20000000;
+    while (dplane_poll_now_us(a) != want) {
+        if (util_mono_us() > end)
+            return 0;
+        pressure_write(path, stalled ? util_mono_us() - t0 : 1);
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
+}
+
+/* A budget longer than DPLANE_POLL_US falls back to it while the host's
+ * CPUs are contended (the pressure file's total grows with the clock),
+ * and comes back once they are free (it stands still); the budget set
+ * stays what it was. */
+static void test_poll_budget_under_pressure(void **state)
+{
+    pair_t *p = *state;
+    char path[] = "/tmp/atoll-pressure-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    pressure_write(path, 1);
+    dplane_set_pressure_file(p->a, path);
+    dplane_set_poll_us(p->a, 2000);
+    assert_true(pressure_reaches(p->a, path, 1, DPLANE_POLL_US));
+    /* A total far ahead keeps every later sample contended meanwhile. */
+    pressure_write(path, INT64_C(1) << 50);
+    assert_int_equal(dplane_poll_us(p->a), 2000);
+    assert_int_equal(dplane_poll_now_us(p->a), DPLANE_POLL_US);
+    assert_int_equal(dp_poll(p->a, DPLANE_POLL_US), 0);
+    assert_int_equal(dp_poll(p->a, 0), 1);
+    assert_true(pressure_reaches(p->a, path, 0, 2000));
+    dplane_set_pressure_file(p->a, NULL);
+    unlink(path);
 }
 
 /* A send to one's own address is a mailbox put of a copy. */
@@ -942,6 +1032,9 @@ int main(void)
         cmocka_unit_test(test_parse_addr),
         cmocka_unit_test_setup_teardown(test_loopback_send, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_self_send_is_local, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(test_poll_budget, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(test_poll_budget_under_pressure, pair_setup,
+                                        pair_teardown),
         cmocka_unit_test_setup_teardown(test_taker_receives_itself, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_garbage_connection, pair_setup, pair_teardown),
         cmocka_unit_test(test_unreachable_peer),

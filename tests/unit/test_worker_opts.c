@@ -47,6 +47,7 @@ static void test_flags_and_defaults(void **state)
     assert_int_equal(o.data_transport, DPLANE_AUTO);
     assert_int_equal(o.ring_min_kb, 64);
     assert_int_equal(o.report_hold_ms, 10);
+    assert_int_equal(o.spin_us, -1);
 }
 
 static void expect_error(int argc, const char **argv, const char *needle);
@@ -57,7 +58,7 @@ static void test_dataplane_flags(void **state)
 {
     (void)state;
     static const char *const env[] = {"ATOLL_STORE_CAP_MB", "32", "ATOLL_DATA_TRANSPORT", "tcp",
-                                      "ATOLL_REPORT_HOLD_MS", "0", NULL};
+                                      "ATOLL_REPORT_HOLD_MS", "0", "ATOLL_SPIN_US", "0", NULL};
     fake_env = env;
     const char *argv[] = {"atoll-worker", "--controller", "http://c:1", "--island", "w",
                           "--devices", "1", "--ring-min-kb", "0"};
@@ -68,6 +69,7 @@ static void test_dataplane_flags(void **state)
     assert_int_equal(o.data_transport, DPLANE_TCP);
     assert_int_equal(o.ring_min_kb, 0);
     assert_int_equal(o.report_hold_ms, 0);
+    assert_int_equal(o.spin_us, 0);
     fake_env = NULL;
     const char *bad1[] = {"atoll-worker", "--data-transport", "udp"};
     expect_error(3, bad1, "--data-transport");
@@ -75,6 +77,10 @@ static void test_dataplane_flags(void **state)
     expect_error(3, bad2, "--store-cap-mb");
     const char *bad3[] = {"atoll-worker", "--report-hold-ms", "-1"};
     expect_error(3, bad3, "--report-hold-ms");
+    const char *bad4[] = {"atoll-worker", "--spin-us", "1000001"};
+    expect_error(3, bad4, "--spin-us");
+    const char *bad5[] = {"atoll-worker", "--spin-us", "-1"};
+    expect_error(3, bad5, "--spin-us");
 }
 
 static void test_env_and_override(void **state)
