@@ -3,12 +3,14 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *log_program = "atoll";
 static log_level_t log_min = LOG_INFO;
@@ -249,4 +251,13 @@ void log_msg(log_level_t level, const char *fmt, ...)
 int log_enabled(log_level_t level)
 {
     return level >= log_min;
+}
+
+long util_cpu_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
 }

@@ -30,6 +30,10 @@ size_t util_i64_text(int64_t v, char out[UTIL_I64_TEXT_MAX]);
  * sort's n log n comparisons every time. */
 void util_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
 
+/* The CPUs this process may run on: its affinity mask's count (a
+ * container's cpuset, taskset), else the online CPUs; at least 1. */
+long util_cpu_count(void);
+
 /* A hint inside a spin-wait loop (x86 pause, arm yield): the spinning
  * core backs off for its sibling hyper-thread and the memory bus. */
 static inline void util_cpu_relax(void)

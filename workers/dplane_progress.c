@@ -477,7 +477,7 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
         dp->rma_cookie = (uint64_t)util_wall_us() * 2654435761u;
     dp->epfd = dp->epfd_unarmed = dp->wake_fd = -1;
     dp->listen_fd = -1;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long ncpu = util_cpu_count();
     dp->spin_us = ncpu >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
     dp->yield_polls = ncpu < DPLANE_SPIN_MIN_CPUS;
     dp->poll_max_us = dplane_poll_budget_us(ncpu);
