@@ -598,12 +598,12 @@ static int send_abandon(dplane_t *dp, send_wait_t *w)
     return !done;
 }
 
-/* Progresses the worker while w is not done, for dp->poll_now_us at most
+/* Progresses the worker while w is not done, for dplane_poll_now_us at most
  * (dp_poll): a send's completion, or a peer's read of our pool, is then
  * handled in this thread. */
 static void send_poll(dplane_t *dp, send_wait_t *w)
 {
-    if (dp->poll_max_us <= 0)
+    if (atomic_load(&dp->poll_max_us) <= 0)
         return;
     int64_t start = util_mono_us();
     dp_poll_enter(dp);

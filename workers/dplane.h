@@ -88,6 +88,7 @@
  * dplane_set_poll_us() replaces the budget (the worker's --spin-us). */
 #define DPLANE_POLL_US 200
 #define DPLANE_POLL_LARGE_US 2000
+_Static_assert(DPLANE_POLL_LARGE_US > DPLANE_POLL_US, "large hosts poll longer");
 /* While runners poll, the progress thread sleeps unarmed and looks again
  * this often (dplane_progress.c, "waiters that progress"). */
 #define DPLANE_UNARMED_MS 1
@@ -135,7 +136,7 @@ int64_t dplane_poll_budget_us(long ncpu);
  * task). */
 void dplane_set_poll_us(dplane_t *dp, int64_t us);
 /* The polling budget set (dplane_set_poll_us, or the host's). */
-int64_t dplane_poll_us(const dplane_t *dp);
+int64_t dplane_poll_us(dplane_t *dp);
 /* How long a waiter polls now: the budget set, or DPLANE_POLL_US while
  * this host's CPUs are contended (cpupsi.h; sampled about once a second
  * by the progress thread, only when the budget set is longer). */

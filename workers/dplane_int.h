@@ -155,15 +155,15 @@ struct dplane {
      * takers polling now; unarmed: the progress thread sleeps unarmed;
      * yield_polls: pollers yield the core between polls from the start
      * (small hosts), else once they polled DPLANE_POLL_US; poll_max_us:
-     * how long a waiter polls (dplane_set_poll_us; the mailbox's spin_us),
-     * poll_now_us: how long it polls now (poll_max_us, or DPLANE_POLL_US
-     * while the host's CPUs are contended: dp_pressure_check); psi: the
-     * progress thread's sampler of that. */
+     * how long a waiter polls (dplane_set_poll_us; the mailbox's spin_us);
+     * contended: the host's CPUs are (dp_pressure_check), so a waiter
+     * polls no longer than DPLANE_POLL_US (dp_poll_budget); psi: the
+     * progress thread's sampler of that, under prog_mu. */
     pthread_mutex_t prog_mu;
     atomic_int pollers, unarmed;
     int yield_polls;
-    int64_t poll_max_us;
-    atomic_llong poll_now_us;
+    atomic_llong poll_max_us;
+    atomic_int contended;
     cpupsi_t psi;
     int wake_fd;                   /* eventfd: dp_wake() */
     int epfd_unarmed;              /* the unarmed sleep's: wake_fd, listen_fd */
@@ -213,8 +213,8 @@ void dp_wake(dplane_t *dp);
 /* dplane_progress.c: a waiting runner's progress (ctx: the dplane), as
  * mb's poller (mbox.h): enter before polling, dp_poll (progress once if
  * nobody else is; never blocks; waited_us: how long this waiter has
- * polled; 0 once that reached dp->poll_now_us: stop) while it returns 1,
- * leave when done; need: this or another waiter sleeps now. */
+ * polled; 0 once that reached dplane_poll_now_us: stop) while it returns
+ * 1, leave when done; need: this or another waiter sleeps now. */
 void dp_poll_enter(void *ctx);
 int dp_poll(void *ctx, int64_t waited_us);
 void dp_poll_leave(void *ctx, int need);

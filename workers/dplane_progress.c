@@ -55,7 +55,7 @@ static void wake_drain(dplane_t *dp, int r, const struct epoll_event *ev)
 /* ---- waiters that progress (dplane_int.h, dp_poll) ----
  *
  * A runner waiting for a message (mbox_set_poller) or for its send
- * progresses the worker itself for dp->poll_now_us at most (dplane.h): the
+ * progresses the worker itself for dplane_poll_now_us at most (dplane.h): the
  * handler then runs in the waiting thread, with no wake-up between
  * the wire and the waiter. While waiters poll, the progress thread sleeps
  * without arming the worker: an armed worker would wake it for every
@@ -77,7 +77,7 @@ void dp_poll_enter(void *ctx)
 int dp_poll(void *ctx, int64_t waited_us)
 {
     dplane_t *dp = ctx;
-    if (waited_us >= atomic_load_explicit(&dp->poll_now_us, memory_order_relaxed))
+    if (waited_us >= dplane_poll_now_us(dp))
         return 0;
     unsigned n = 0;
     if (pthread_mutex_trylock(&dp->prog_mu) == 0) {
@@ -134,18 +134,15 @@ static void close_pending(dplane_t *dp)
  * (progress thread). */
 static void dp_pressure_check(dplane_t *dp, int64_t now)
 {
-    if (dp->poll_max_us <= DPLANE_POLL_US)
+    if (atomic_load(&dp->poll_max_us) <= DPLANE_POLL_US)
         return;                    /* nothing to fall back to: no read */
-    int64_t was = atomic_load(&dp->poll_now_us);
     pthread_mutex_lock(&dp->prog_mu);       /* psi: dplane_set_pressure_file */
     int contended = cpupsi_sample(&dp->psi, now);
     pthread_mutex_unlock(&dp->prog_mu);
-    int64_t want = contended ? DPLANE_POLL_US : dp->poll_max_us;
-    if (want == was)
+    if (atomic_exchange(&dp->contended, contended) == contended)
         return;
-    atomic_store(&dp->poll_now_us, want);
     log_info("data plane: this host's CPUs are %s: a waiting runner polls %lld us",
-             want < dp->poll_max_us ? "contended" : "free again", (long long)want);
+             contended ? "contended" : "free again", (long long)dplane_poll_now_us(dp));
 }
 
 /* One pass of the progress thread's work on UCX, under prog_mu: progress,
@@ -480,10 +477,9 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
     long ncpu = util_cpu_count();
     dp->spin_us = ncpu >= DPLANE_SPIN_MIN_CPUS ? DPLANE_SPIN_US : 0;
     dp->yield_polls = ncpu < DPLANE_SPIN_MIN_CPUS;
-    dp->poll_max_us = dplane_poll_budget_us(ncpu);
-    atomic_init(&dp->poll_now_us, dp->poll_max_us);
+    atomic_init(&dp->poll_max_us, 0);
+    atomic_init(&dp->contended, 0);
     cpupsi_init(&dp->psi, NULL);
-    cpupsi_sample(&dp->psi, util_mono_us());   /* the baseline: a share after 1 s */
     atomic_init(&dp->recheck_us, DPLANE_RECHECK_US);
     pthread_mutex_init(&dp->mu, NULL);
     pthread_mutex_init(&dp->prog_mu, NULL);
@@ -493,7 +489,7 @@ dplane_t *dplane_start(const char *listen_addr, const char *advertise_host, mbox
         log_error("dplane: cannot start the progress thread");
         goto fail;
     }
-    dplane_set_poll_us(dp, dp->poll_max_us);
+    dplane_set_poll_us(dp, dplane_poll_budget_us(ncpu));
     return dp;
 fail:
     dplane_free(dp);
@@ -507,21 +503,32 @@ int64_t dplane_poll_budget_us(long ncpu)
 
 void dplane_set_poll_us(dplane_t *dp, int64_t us)
 {
-    dp->poll_max_us = us > 0 ? us : 0;
-    atomic_store(&dp->poll_now_us, dp->poll_max_us);
-    mbox_poller_t poller = {.ctx = dp, .spin_us = dp->poll_max_us, .enter = dp_poll_enter,
-                            .poll = dp_poll, .leave = dp_poll_leave};
+    if (us < 0)
+        us = 0;
+    atomic_store(&dp->poll_max_us, us);
+    /* A budget with something to fall back to samples the pressure from
+     * now on: its first share comes a second later, not two. */
+    if (us > DPLANE_POLL_US) {
+        pthread_mutex_lock(&dp->prog_mu);
+        cpupsi_sample(&dp->psi, util_mono_us());
+        pthread_mutex_unlock(&dp->prog_mu);
+    }
+    mbox_poller_t poller = {.ctx = dp, .spin_us = us, .enter = dp_poll_enter, .poll = dp_poll,
+                            .leave = dp_poll_leave};
     mbox_set_poller(dp->mb, &poller);
 }
 
-int64_t dplane_poll_us(const dplane_t *dp)
+int64_t dplane_poll_us(dplane_t *dp)
 {
-    return dp->poll_max_us;
+    return atomic_load(&dp->poll_max_us);
 }
 
 int64_t dplane_poll_now_us(dplane_t *dp)
 {
-    return atomic_load(&dp->poll_now_us);
+    int64_t max = atomic_load_explicit(&dp->poll_max_us, memory_order_relaxed);
+    return atomic_load_explicit(&dp->contended, memory_order_relaxed) && max > DPLANE_POLL_US
+               ? DPLANE_POLL_US
+               : max;
 }
 
 void dplane_set_pressure_file(dplane_t *dp, const char *path)

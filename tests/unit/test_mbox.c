@@ -562,6 +562,24 @@ static void *late_put_main(void *arg)
     return NULL;
 }
 
+/* f's taker (spin_us of polling at most) takes a message that comes only
+ * once it gave up polling and sleeps (late_put_main): it polled once
+ * (enter), left saying it needs progress (a sleeper), and got the put. */
+static void take_after_polling(fake_plane_t *f, int64_t spin_us)
+{
+    set_fake(f->mb, f, spin_us);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, late_put_main, f), 0);
+    tensor_t *got = NULL;
+    assert_int_equal(mbox_take(f->mb, &f->tag, in_ms(120000), &got), MBOX_OK);
+    pthread_join(th, NULL);
+    assert_true(got && got->data[0] == 12.0f);
+    tensor_free(got);
+    assert_int_equal(atomic_load(&f->enters), 1);
+    assert_int_equal(atomic_load(&f->leaves), 1);
+    assert_int_equal(atomic_load(&f->last_need), 1);
+}
+
 /* A taker that polls past spin_us stops polling, says it needs progress
  * (leave with need), sleeps, and is woken by a put from elsewhere. */
 static void test_poller_gives_up_then_sleeps(void **state)
@@ -569,44 +587,24 @@ static void test_poller_gives_up_then_sleeps(void **state)
     (void)state;
     mbox_t *mb = mbox_new();
     fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 2, 0, 1)};
-    set_fake(mb, &f, 2000);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, late_put_main, &f), 0);
-    tensor_t *got = NULL;
-    assert_int_equal(mbox_take(mb, &f.tag, in_ms(20000), &got), MBOX_OK);
-    pthread_join(th, NULL);
-    assert_true(got && got->data[0] == 12.0f);
-    tensor_free(got);
+    take_after_polling(&f, 2000);
     assert_true(atomic_load(&f.polls) >= 1);
     /* Each poll is told how long its taker has polled (the data plane
      * yields past a while): after 2 ms of polls, more than nothing. */
     assert_true(atomic_load(&f.last_waited) >= 0);
     assert_true(atomic_load(&f.polls) == 1 || atomic_load(&f.last_waited) > 0);
-    assert_int_equal(atomic_load(&f.enters), 1);
-    assert_int_equal(atomic_load(&f.leaves), 1);
-    assert_int_equal(atomic_load(&f.last_need), 1);
     mbox_free(mb);
 }
 
 /* A poller that answers "stop" ends the polling there, long before
- * spin_us: the taker leaves (saying it needs progress), sleeps, and is
- * woken by a put from elsewhere. */
+ * spin_us (60 s: only its answer ends it in time). */
 static void test_poller_stops_when_told(void **state)
 {
     (void)state;
     mbox_t *mb = mbox_new();
     fake_plane_t f = {.mb = mb, .tag = tag_of(4, 0, 5, 0, 1), .stop_on_poll = 3};
-    set_fake(mb, &f, 60000000);    /* 60 s: only the poller's answer ends it */
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, late_put_main, &f), 0);
-    tensor_t *got = NULL;
-    assert_int_equal(mbox_take(mb, &f.tag, in_ms(120000), &got), MBOX_OK);
-    pthread_join(th, NULL);
-    assert_true(got && got->data[0] == 12.0f);
-    tensor_free(got);
+    take_after_polling(&f, 60000000);
     assert_int_equal(atomic_load(&f.polls), 3);
-    assert_int_equal(atomic_load(&f.leaves), 1);
-    assert_int_equal(atomic_load(&f.last_need), 1);
     mbox_free(mb);
 }
 
