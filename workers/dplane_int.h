@@ -170,7 +170,7 @@ struct dplane {
     pthread_mutex_t mu;
     dp_peer_t *peers;
     dp_origin_t origins[DPLANE_MAX_CONNS];
-    int norigins;
+    int norigins;                  /* origins[0..norigins) are in use */
     dp_park_t *parked;
     int nparked;
     ucp_ep_h closing[DPLANE_MAX_CLOSING];

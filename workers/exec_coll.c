@@ -56,6 +56,10 @@ typedef struct coll {
     int nprocs, self, n, nl;
     int *lead, *pos;            /* per local shard: its group (lowest member), position */
     int nsh;                    /* shards of the slice */
+    int *glead, *gpos;          /* nsh: every shard's group lead and position, found
+                                   once per op (the walks below ask for them per
+                                   piece: ~80 group lookups a computation at a
+                                   4-process relay root) */
     int *gslot;                 /* nsh: row of group_on for a group's lead, else -1 */
     unsigned char *on;          /* ngroups * nprocs: does the group have a member on q?
                                    (whole-argument collectives only) */
@@ -73,6 +77,8 @@ typedef struct coll {
     tensor_t **temps;           /* nl * n local all_to_all chunks (owned) */
     ostore_obj_t **held;        /* nprocs received frames kept in the store */
     float **bufs;               /* nprocs joined multi-frame packs (owned) */
+    void *block;                /* owned: every array above but `on` and `all`,
+                                   carved from one zeroed allocation */
 } coll_t;
 
 /* One piece of a pack: `numel` floats for member `dst` (a shard) at its
@@ -144,10 +150,8 @@ static int64_t pack_walk(coll_t *c, const int *shards_from, int count, int to, p
 {
     int64_t total = 0;
     for (int x = 0; x < count; x++) {
-        int lead, n, ps;
-        if (coll_group_of(c->ss, c->axes, shards_from[x], &lead, &n, &ps) != 0)
-            return -1;
-        total += pack_walk_shard(c, shards_from[x], lead, ps, to, fn, ctx);
+        int s = shards_from[x];
+        total += pack_walk_shard(c, s, c->glead[s], c->gpos[s], to, fn, ctx);
     }
     return total;
 }
@@ -172,11 +176,7 @@ static void fill_piece(coll_t *c, int src, int dst, int at, int64_t numel, void 
     const tensor_t *arg = c->args[local_index(c, src)];
     if (c->op->code == OP_ALL_TO_ALL) {
         /* chunk pos(dst) of our argument, cut along split_axis */
-        int lead, n, pd;
-        coll_group_of(c->ss, c->axes, dst, &lead, &n, &pd);
-        int ls, ns, ps;
-        coll_group_of(c->ss, c->axes, src, &ls, &ns, &ps);
-        tensor_t *chunk = coll_piece(c->op, arg, c->n, ps, pd);
+        tensor_t *chunk = coll_piece(c->op, arg, c->n, c->gpos[src], c->gpos[dst]);
         if (!chunk) {
             f->oom = 1;
             return;
@@ -383,9 +383,7 @@ static void place_piece(coll_t *c, int src, int dst, int at, int64_t numel, void
     place_ctx_t *p = vctx;
     const shape_t *shape = c->op->code == OP_ALL_TO_ALL ? p->piece_shape : p->arg_shape;
     const float *data = p->data ? p->data + p->off : c->all[src];
-    int src_lead = -1, n, ps;
-    if (dst < 0)
-        coll_group_of(c->ss, c->axes, src, &src_lead, &n, &ps);
+    int src_lead = dst < 0 ? c->glead[src] : -1;
     for (int l = 0; l < c->nl; l++) {
         if (dst >= 0 ? c->r->t->shards[l] != dst : c->lead[l] != src_lead)
             continue;
@@ -564,21 +562,16 @@ static int combine(coll_t *c, tensor_t **outs)
 
 /* ---- setup ---- */
 
-/* Shards of the slice per proc (counting sort): start[q]..start[q+1]. */
-static int shards_by_proc(const coll_t *c, int **start, int **list)
+/* Shards of the slice per proc (counting sort): start[q]..start[q+1]
+ * (start: nprocs + 2 zeroed ints, list: nsh). */
+static void shards_by_proc(const coll_t *c, int *start, int *list)
 {
-    int nsh = c->r->comp->nshards;
-    *start = calloc((size_t)c->nprocs + 2, sizeof **start);
-    *list = malloc(sizeof **list * (size_t)nsh);
-    if (!*start || !*list)
-        return -1;
-    for (int k = 0; k < nsh; k++)
-        (*start)[c->proc_of[k] + 2]++;
+    for (int k = 0; k < c->nsh; k++)
+        start[c->proc_of[k] + 2]++;
     for (int q = 0; q < c->nprocs; q++)
-        (*start)[q + 2] += (*start)[q + 1];
-    for (int k = 0; k < nsh; k++)
-        (*list)[(*start)[c->proc_of[k] + 1]++] = k;
-    return 0;
+        start[q + 2] += start[q + 1];
+    for (int k = 0; k < c->nsh; k++)
+        list[start[c->proc_of[k] + 1]++] = k;
 }
 
 static int whole_arg(const coll_t *c)
@@ -593,79 +586,107 @@ static int groups_on_procs(coll_t *c)
     int ngroups = 0;
     for (int k = 0; k < c->nsh; k++)
         c->gslot[k] = -1;
-    for (int k = 0; k < c->nsh; k++) {
-        int lead, n, pos;
-        if (coll_group_of(c->ss, c->axes, k, &lead, &n, &pos) != 0)
-            return -1;
-        if (c->gslot[lead] < 0)
-            c->gslot[lead] = ngroups++;
-    }
+    for (int k = 0; k < c->nsh; k++)
+        if (c->gslot[c->glead[k]] < 0)
+            c->gslot[c->glead[k]] = ngroups++;
     if (!(c->on = calloc((size_t)ngroups * (size_t)c->nprocs, 1)))
         return -1;
-    for (int k = 0; k < c->nsh; k++) {
-        int lead, n, pos;
-        coll_group_of(c->ss, c->axes, k, &lead, &n, &pos);
-        c->on[(size_t)c->gslot[lead] * c->nprocs + c->proc_of[k]] = 1;
-    }
+    for (int k = 0; k < c->nsh; k++)
+        c->on[(size_t)c->gslot[c->glead[k]] * c->nprocs + c->proc_of[k]] = 1;
     return 0;
 }
 
+/* The next n items of `size` bytes from a block being carved (*at), kept
+ * 16-byte aligned; with *at NULL it only counts (*len). */
+static void *carve(char **at, size_t *len, size_t n, size_t size)
+{
+    size_t bytes = (n * size + 15) & ~(size_t)15;
+    void *p = *at ? *at + *len : NULL;
+    *len += bytes;
+    return p;
+}
+
+/* Lays the op's arrays out in c->block (one allocation: an op's setup made
+ * eleven, ~7 % of a chain's runner instructions); a first pass with no
+ * block counts the bytes. Every array but `views` starts zeroed; `views`
+ * comes last and is not (place_piece writes a view before pieces[] points
+ * at it), so the zeroing skips its nl * n tensor headers (*zeroed: the
+ * bytes before it). */
+static void coll_carve(coll_t *c, char *block, size_t *len, size_t *zeroed)
+{
+    size_t nl = (size_t)c->nl, nn = nl * (size_t)c->n, nsh = (size_t)c->nsh;
+    size_t np = (size_t)c->nprocs;
+    *len = 0;
+    c->pieces = carve(&block, len, nn, sizeof *c->pieces);
+    c->temps = carve(&block, len, nn, sizeof *c->temps);
+    c->held = carve(&block, len, np, sizeof *c->held);
+    c->bufs = carve(&block, len, np, sizeof *c->bufs);
+    c->lead = carve(&block, len, nl, sizeof *c->lead);
+    c->pos = carve(&block, len, nl, sizeof *c->pos);
+    c->glead = carve(&block, len, nsh, sizeof *c->glead);
+    c->gpos = carve(&block, len, nsh, sizeof *c->gpos);
+    c->gslot = carve(&block, len, nsh, sizeof *c->gslot);
+    c->start = carve(&block, len, np + 2, sizeof *c->start);
+    c->list = carve(&block, len, nsh, sizeof *c->list);
+    *zeroed = *len;
+    c->views = carve(&block, len, nn, sizeof *c->views);
+}
+
+/* Returns 0, or -1 with r->err set. */
 static int coll_setup(coll_t *c)
 {
-    size_t nl = (size_t)c->nl, nn = nl * (size_t)c->n;
+    size_t len, zeroed;
     c->nsh = c->r->comp->nshards;
-    c->lead = calloc(nl, sizeof *c->lead);
-    c->pos = calloc(nl, sizeof *c->pos);
-    c->gslot = calloc((size_t)c->nsh, sizeof *c->gslot);
-    c->pieces = calloc(nn, sizeof *c->pieces);
-    c->views = calloc(nn, sizeof *c->views);
-    c->temps = calloc(nn, sizeof *c->temps);
-    c->held = calloc((size_t)c->nprocs, sizeof *c->held);
-    c->bufs = calloc((size_t)c->nprocs, sizeof *c->bufs);
-    if (!c->lead || !c->pos || !c->gslot || !c->pieces || !c->views || !c->temps ||
-        !c->held || !c->bufs || shards_by_proc(c, &c->start, &c->list) != 0)
-        return -1;
-    for (int l = 0; l < c->nl; l++) {
+    coll_carve(c, NULL, &len, &zeroed);
+    if (!(c->block = malloc(len)))
+        goto oom;
+    memset(c->block, 0, zeroed);
+    coll_carve(c, c->block, &len, &zeroed);
+    for (int k = 0; k < c->nsh; k++) {
         int n;
-        coll_group_of(c->ss, c->axes, c->r->t->shards[l], &c->lead[l], &n, &c->pos[l]);
+        if (coll_group_of(c->ss, c->axes, k, &c->glead[k], &n, &c->gpos[k]) != 0 || n != c->n) {
+            snprintf(c->r->err, sizeof c->r->err, "op %d: no collective group for shard %d",
+                     c->i, k);
+            return -1;
+        }
+    }
+    shards_by_proc(c, c->start, c->list);
+    for (int l = 0; l < c->nl; l++) {
+        c->lead[l] = c->glead[c->r->t->shards[l]];
+        c->pos[l] = c->gpos[c->r->t->shards[l]];
     }
     if (!whole_arg(c))
         return 0;
     if (groups_on_procs(c) != 0)
-        return -1;
+        goto oom;
     int used = 0;
     for (int q = 0; q < c->nprocs; q++)
         used += c->start[q + 1] > c->start[q];
     c->relay = used >= c->r->env->relay_min_procs;
     c->root = c->proc_of[0];
     if (c->relay && c->self == c->root && !(c->all = calloc((size_t)c->nsh, sizeof *c->all)))
-        return -1;
+        goto oom;
     return 0;
+oom:
+    snprintf(c->r->err, sizeof c->r->err, "out of memory");
+    return -1;
 }
 
 static void coll_release(coll_t *c)
 {
+    if (!c->block)
+        return;
     size_t nn = (size_t)c->nl * (size_t)c->n;
-    for (size_t x = 0; c->temps && x < nn; x++)
+    for (size_t x = 0; x < nn; x++)
         tensor_free(c->temps[x]);
     for (int q = 0; q < c->nprocs; q++) {
-        if (c->held && c->held[q])
+        if (c->held[q])
             ostore_release(c->r->env->st, c->held[q], 1);
-        if (c->bufs)
-            free(c->bufs[q]);
+        free(c->bufs[q]);
     }
-    free(c->lead);
-    free(c->pos);
-    free(c->gslot);
     free(c->on);
-    free(c->start);
-    free(c->list);
     free(c->all);
-    free(c->pieces);
-    free(c->views);
-    free(c->temps);
-    free(c->held);
-    free(c->bufs);
+    free(c->block);
 }
 
 int exec_coll_run(run_t *r, int i, int64_t ready_us, const tensor_t *const *args,
@@ -685,10 +706,8 @@ int exec_coll_run(run_t *r, int i, int64_t ready_us, const tensor_t *const *args
     shape_t ps;
     c.piece_numel = coll_piece_shape(c.op, &args[0]->shape, c.n, &ps) == 0 ? shape_numel(&ps)
                                                                         : c.arg_numel;
-    if (coll_setup(&c) != 0) {
-        snprintf(r->err, sizeof r->err, "out of memory");
+    if (coll_setup(&c) != 0)
         goto cleanup;
-    }
     /* Send everything first, then receive: no pair of processes can wait
      * on each other (the mailbox keeps early packs). */
     if (send_packs(&c) != 0 || recv_packs(&c) != 0 || local_pieces(&c) != 0 ||

@@ -22,7 +22,7 @@
 typedef struct run {
     const exec_env_t *env;
     const wtask_t *t;
-    comp_t *comp;               /* owned; compiled once for every local shard */
+    const comp_t *comp;         /* the task's plan (borrowed), for every local shard */
     int nl;                     /* local shards (t->nlocal) */
     int nv;                     /* comp->nvalues */
     ostore_obj_t **objs;        /* nl * nv slots, objs[l * nv + v]: the store object

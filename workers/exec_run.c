@@ -15,7 +15,7 @@
  * are reserved in the store before they are made, and its arguments lose
  * a reference once it ran, so a value dies with its last reader.
  * Ownership: the run_t lives on the runner's stack (exec_run_task()); it
- * owns the compiled computation and its arrays, and run_cleanup() drops
+ * borrows the task's compiled plan, owns its arrays, and run_cleanup() drops
  * whatever the task still holds, so an ended task leaves no object. */
 #include "exec_run.h"
 
@@ -567,14 +567,12 @@ static void run_stamp_end(run_t *r)
             ostore_ready_after(r->objs[k], r->end_us);
 }
 
-/* Compiles once and runs every op and send. Returns 0 or -1. */
+/* Runs every op and send of the task's plan (compiled once, at intake:
+ * wtask.h). Returns 0 or -1. */
 static int run_body(run_t *r)
 {
-    err_t e = {0};
-    if (compiler_comp(r->t->computation, &r->t->slice_shape, wtask_input_shape,
-                      (void *)r->t, &r->comp, &e) != 0) {
-        snprintf(r->err, sizeof r->err, "compile: %s%s%s", e.field, e.field[0] ? ": " : "",
-                 e.detail);
+    if (!(r->comp = r->t->plan)) {
+        snprintf(r->err, sizeof r->err, "%s", r->t->plan_err ? r->t->plan_err : "not compiled");
         return -1;
     }
     r->nl = r->t->nlocal;
@@ -621,7 +619,6 @@ static void run_cleanup(run_t *r)
     free(r->objs);
     free(r->refs);
     free(r->send_slot);
-    comp_free(r->comp);
 }
 
 char *exec_run_task(const exec_env_t *env, const wtask_t *t, exec_clock_t *clk, int *succeeded)

@@ -12,7 +12,7 @@
  * exactly one proc, procs of one island do not overlap, every slice's box
  * lies inside its mesh. Of a parsed task: its shards increase, lie in its
  * slice and are held by this worker's proc, each on a distinct local
- * device.
+ * device; exactly one of plan and plan_err is set.
  *
  * Ownership: see wtask.h. A task takes its placement reference first and
  * wtask_free() drops it with everything else, so a failed parse leaves
@@ -465,20 +465,46 @@ int wtask_full_values(const wtask_t *t, const char *value, int shard)
     return 0;
 }
 
+/* compiler_input_fn over a task's "input_shapes" object (ctx). */
+static int input_shape_of(void *ctx, const char *from, shape_t *shape)
+{
+    return wtask_shape_from_json(json_object_get((const json_t *)ctx, from), TENSOR_MAX_RANK, 1,
+                                 shape);
+}
+
+/* Compiles the task's computation into t->plan, or says why not in
+ * t->plan_err (a task that runs and fails, see wtask.h). -1 only when out
+ * of memory. */
+static int compile_plan(const json_t *comp, const json_t *shapes, wtask_t *t, char *err,
+                        size_t errlen)
+{
+    err_t e = {0};
+    json_t *empty = NULL;
+    if (!shapes && !(shapes = empty = json_object())) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = compiler_comp(comp, &t->slice_shape, input_shape_of, (void *)shapes, &t->plan, &e);
+    json_decref(empty);
+    if (rc == 0)
+        return 0;
+    char why[sizeof e.field + sizeof e.detail + 16];
+    snprintf(why, sizeof why, "compile: %s%s%s", e.field, e.field[0] ? ": " : "", e.detail);
+    if (!(t->plan_err = strdup(why))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_body(const json_t *j, wtask_t *t, int ndevices, char *err, size_t errlen)
 {
     if (parse_ids(j, t, err, errlen) || parse_slice(j, t, err, errlen))
         return -1;
-    json_t *comp = json_object_get(j, "computation");
-    json_t *shapes = json_object_get(j, "input_shapes");
+    const json_t *comp = json_object_get(j, "computation");
+    const json_t *shapes = json_object_get(j, "input_shapes");
     if (!json_is_object(comp) || (shapes && !json_is_object(shapes))) {
         snprintf(err, errlen, "task 'computation'/'input_shapes' must be objects");
-        return -1;
-    }
-    t->computation = json_incref(comp);
-    t->input_shapes = shapes ? json_incref(shapes) : json_object();
-    if (!t->input_shapes) {
-        snprintf(err, errlen, "out of memory");
         return -1;
     }
     if (t->place->self < 0) {
@@ -486,7 +512,8 @@ static int parse_body(const json_t *j, wtask_t *t, int ndevices, char *err, size
         return -1;
     }
     return parse_shards(j, t, ndevices, err, errlen) || parse_sends(j, t, err, errlen) ||
-           parse_full_values(j, t, err, errlen) ? -1 : 0;
+           parse_full_values(j, t, err, errlen) || compile_plan(comp, shapes, t, err, errlen)
+               ? -1 : 0;
 }
 
 int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
@@ -520,8 +547,8 @@ void wtask_free(wtask_t *t)
 {
     if (!t)
         return;
-    json_decref(t->computation);
-    json_decref(t->input_shapes);
+    comp_free(t->plan);
+    free(t->plan_err);
     free(t->shards);
     free(t->devices);
     for (int i = 0; t->sends && i < t->nsends; i++)
@@ -530,11 +557,4 @@ void wtask_free(wtask_t *t)
     free(t->full);
     wplace_unref(t->place);
     free(t);
-}
-
-int wtask_input_shape(void *ctx, const char *from, shape_t *shape)
-{
-    const wtask_t *t = ctx;
-    return wtask_shape_from_json(json_object_get(t->input_shapes, from), TENSOR_MAX_RANK, 1,
-                                 shape);
 }

@@ -5,8 +5,13 @@
  * job lies) and the HOST TASKs of that attempt the worker runs: one per
  * computation, covering every shard of it whose device this worker holds
  * (docs/worker-protocol.md). wplace_parse() and wtask_parse() check and
- * copy that untrusted JSON, so the executor never touches it except
- * `computation` (which compiler_comp() validates).
+ * copy that untrusted JSON, and wtask_parse() compiles the task's
+ * `computation` (compiler_comp() validates it), so the executor never
+ * touches JSON. Compiling at intake, on the polling thread, keeps the
+ * compiler and the JSON's frees off the runner's path between a chain's
+ * computations. A computation that does not compile is still a parsed
+ * task: it fails when its turn comes to run (plan_err), in queue order,
+ * like any other failure of a task.
  *
  * Proc ids: a proc's index in the placement's `procs`; the data plane tags
  * collective packs with them. Shard k of a slice lives on proc
@@ -14,8 +19,8 @@
  * placement, which is what lets both ends of a pack agree on its layout.
  *
  * Ownership: a wplace_t is shared by the tasks of its group (refcounted,
- * atomic); a wtask_t owns its arrays, one reference to each JSON member it
- * keeps and one reference to its placement; free with wtask_free(). */
+ * atomic); a wtask_t owns its arrays, its plan (or plan_err) and one
+ * reference to its placement, and keeps no JSON; free with wtask_free(). */
 #ifndef ATOLL_WTASK_H
 #define ATOLL_WTASK_H
 
@@ -100,8 +105,11 @@ typedef struct wtask {
     int64_t seq;
     int slice;                         /* index in place->slices */
     shape_t slice_shape;
-    json_t *computation;               /* owned reference */
-    json_t *input_shapes;              /* owned reference; an object, maybe empty */
+    comp_t *plan;                      /* `computation` compiled at parse against
+                                          slice_shape and `input_shapes`: owned; NULL
+                                          when it does not compile (plan_err) */
+    char *plan_err;                    /* owned: "compile: FIELD: DETAIL" when plan is
+                                          NULL, else NULL */
     int nlocal;                        /* shards of this computation run here */
     int32_t *shards;                   /* nlocal shard indexes, increasing */
     int32_t *devices;                  /* nlocal worker-local devices */
@@ -125,9 +133,6 @@ void wtask_free(wtask_t *t);
  * GSPMD_GLOBAL_VALUES_MAX values: the value is listed in "full_values" and
  * the shard's coordinate is 0 on each of its replica axes. */
 int wtask_full_values(const wtask_t *t, const char *value, int shard);
-
-/* compiler_input_fn over a task's input_shapes (ctx: the wtask_t). */
-int wtask_input_shape(void *ctx, const char *from, shape_t *shape);
 
 /* Parses a JSON array of 0..max_rank non-negative integers into a shape;
  * min_dim is the smallest dim allowed. Returns 0 or -1. */

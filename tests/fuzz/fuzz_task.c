@@ -6,8 +6,8 @@
  * {"placement": PLACEMENT, "tasks": [TASK, ...]}. Decoding is
  * wplace_parse() then wtask_parse() of every task against that placement
  * (workers/wtask.c), for a worker of 4 devices whose data address is the
- * first proc's; a decoded task's computation is then compiled with
- * compiler_comp() against its slice and input shapes, as exec_run.c does.
+ * first proc's; wtask_parse() compiles a decoded task's computation with
+ * compiler_comp() against its slice and input shapes.
  * Everything is freed (LeakSanitizer is on: a leak on any path is a
  * finding).
  *
@@ -19,7 +19,8 @@
  *  - a decoded task has 1..4 shards, increasing, inside its slice, all on
  *    this worker's proc, on distinct devices 0..3; its slice_shape has as
  *    many devices as the slice; every send names a slice with its shards;
- *  - a compiled computation has exactly the slice's shard count. */
+ *  - a decoded task has exactly one of a plan, of exactly the slice's
+ *    shard count, and a "compile: " reason. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -87,18 +88,13 @@ static void check_task(const wtask_t *t, int64_t id)
         (void)wtask_full_values(t, "y", t->shards[l]);
 }
 
-static void compile_task(const wtask_t *t)
+/* wtask_parse() compiled the computation: either a plan of the slice's
+ * shard count, or the reason it did not compile. */
+static void check_plan(const wtask_t *t)
 {
-    comp_t *c = NULL;
-    err_t e = {0};
-    if (compiler_comp(t->computation, &t->slice_shape, wtask_input_shape, (void *)t, &c, &e) ==
-        0) {
-        if (!c || c->nshards != t->place->slices[t->slice].nshards)
-            abort();
-        comp_free(c);
-    } else if (c || !e.detail[0]) {
+    if (t->plan ? t->plan_err || t->plan->nshards != t->place->slices[t->slice].nshards
+                : !t->plan_err || strncmp(t->plan_err, "compile: ", 9) != 0)
         abort();
-    }
 }
 
 static void decode_task(const json_t *j, wplace_t *place)
@@ -114,7 +110,7 @@ static void decode_task(const json_t *j, wplace_t *place)
         return;
     }
     check_task(t, id);
-    compile_task(t);
+    check_plan(t);
     wtask_free(t);
 }
 

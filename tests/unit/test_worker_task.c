@@ -3,7 +3,8 @@
  * with all its values, and what is refused; and the placement's and the
  * task's geometry rules (a box inside its mesh, procs that do not overlap,
  * every shard held, shards of this proc on distinct devices, the group
- * key), each refused on its own. (The rest of the decoder is fuzzed by
+ * key), each refused on its own; and the computation compiled at parse,
+ * or the reason it is not. (The rest of the decoder is fuzzed by
  * tests/fuzz/fuzz_task.c and run by every integration test.) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,16 +19,18 @@ static const char place_json[] =
     "{\"procs\":[{\"addr\":\"127.0.0.1:4000\",\"island\":\"west\",\"first\":0,\"count\":8}],"
     "\"slices\":{\"a\":{\"island\":\"west\",\"mesh\":[2,4],\"origin\":[0,0],\"box\":[2,4]}}}";
 
-/* Parses a task over shards 0..3 of slice a ([2,4]) with `full` as its
- * "full_values" (NULL: none). Returns 0 and *out, or -1 with err set. */
-static int parse_with(const char *full, wtask_t **out, char *err, size_t errlen)
+/* Parses a task over shards 0..3 of slice a ([2,4]) computing `comp` with
+ * input shapes `shapes` (JSON texts) and `full` as its "full_values" (NULL:
+ * none). Returns 0 and *out, or -1 with err set. */
+static int parse_task(const char *comp, const char *shapes, const char *full, wtask_t **out,
+                      char *err, size_t errlen)
 {
-    char text[1024];
+    char text[2048];
     snprintf(text, sizeof text,
              "{\"task\":1,\"job\":5,\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\","
-             "\"slice_shape\":[2,4],\"computation\":{},\"input_shapes\":{},"
+             "\"slice_shape\":[2,4],\"computation\":%s,\"input_shapes\":%s,"
              "\"shards\":[0,1,2,3],\"devices\":[0,1,2,3],\"sends\":[]%s%s}",
-             full ? ",\"full_values\":" : "", full ? full : "");
+             comp, shapes, full ? ",\"full_values\":" : "", full ? full : "");
     json_t *pj = json_loads(place_json, 0, NULL), *tj = json_loads(text, 0, NULL);
     assert_non_null(pj);
     assert_non_null(tj);
@@ -39,6 +42,51 @@ static int parse_with(const char *full, wtask_t **out, char *err, size_t errlen)
     json_decref(pj);
     json_decref(tj);
     return rc;
+}
+
+static int parse_with(const char *full, wtask_t **out, char *err, size_t errlen)
+{
+    return parse_task("{}", "{}", full, out, err, errlen);
+}
+
+/* The computation is compiled once, at parse, against the task's slice
+ * shape and input shapes; a task whose computation does not compile still
+ * parses (it fails when it runs) and carries the compiler's reason. */
+static void test_task_compiled_at_parse(void **state)
+{
+    (void)state;
+    static const char comp[] =
+        "{\"name\":\"c1\",\"slice\":\"a\",\"ops\":["
+        "{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
+        "{\"op\":\"all_reduce\",\"out\":\"m\",\"args\":[\"p\"],\"reduce\":\"max\"}],"
+        "\"outputs\":[\"m\"]}";
+    wtask_t *t = NULL;
+    char err[256] = "";
+    assert_int_equal(parse_task(comp, "{\"c0.x\":[3]}", NULL, &t, err, sizeof err), 0);
+    assert_non_null(t->plan);
+    assert_null(t->plan_err);
+    assert_int_equal(t->plan->nshards, 8);
+    assert_int_equal(t->plan->nops, 2);
+    assert_int_equal(t->plan->ops[0].shape.rank, 1);
+    assert_int_equal(t->plan->ops[0].shape.dim[0], 3);
+    wtask_free(t);
+    /* The input's shape is not among input_shapes. */
+    assert_int_equal(parse_task(comp, "{}", NULL, &t, err, sizeof err), 0);
+    assert_null(t->plan);
+    assert_non_null(t->plan_err);
+    assert_non_null(strstr(t->plan_err, "compile: ops[0].from"));
+    wtask_free(t);
+    assert_int_equal(parse_task("{\"name\":\"c\",\"slice\":\"a\",\"ops\":[{\"op\":\"nosuch\","
+                                "\"out\":\"y\"}],\"outputs\":[\"y\"]}", "{}", NULL, &t, err,
+                                sizeof err), 0);
+    assert_null(t->plan);
+    assert_non_null(strstr(t->plan_err, "compile: ops[0].op"));
+    wtask_free(t);
+    /* Still refused outright: a computation or input_shapes not an object. */
+    assert_int_equal(parse_task("[]", "{}", NULL, &t, err, sizeof err), -1);
+    assert_null(t);
+    assert_int_equal(parse_task(comp, "[]", NULL, &t, err, sizeof err), -1);
+    assert_null(t);
 }
 
 /* y replicated over axis 0 (rows of the 2x4 slice): only row 0's shards
@@ -261,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_placement_refused),
         cmocka_unit_test(test_group_key),
         cmocka_unit_test(test_task_shards_refused),
+        cmocka_unit_test(test_task_compiled_at_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
