@@ -90,7 +90,7 @@ int comp_head(const json_t *cj, const char *prefix, int internal, comp_t *c, err
     if (!json_name(name))
         return comp_fail(prefix, e, "name", "computation name must be 1 to %d characters "
                          "[A-Za-z0-9_-]", NAME_MAX_LEN - 1);
-    fmt(c->name, sizeof c->name, "%s", json_string_value(name));
+    copy_str(c->name, sizeof c->name, json_string_value(name));
     const json_t *global = json_object_get(cj, "global");
     if (global && !json_is_boolean(global))
         return comp_fail(prefix, e, "global", "computation '%s': global must be true or false",

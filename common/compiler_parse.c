@@ -64,7 +64,7 @@ int job_top(const json_t *doc, job_plan_t *plan, err_t *e)
         if (!job_name_ok(name))
             return err_set(e, 400, "name", "name must be a string of at most %d printable "
                            "characters", JOB_NAME_MAX_CHARS);
-        fmt(plan->name, sizeof plan->name, "%s", json_string_value(name));
+        copy_str(plan->name, sizeof plan->name, json_string_value(name));
     }
     int64_t v = 0;
     if (json_object_get(doc, "priority") &&
@@ -181,7 +181,7 @@ static int slice_axes(const char *name, const json_t *axes, job_slice_t *out, er
         if (a && !json_name(a))
             return err_set(e, 400, field, "slice '%s': axis names must be 1 to %d characters "
                            "[A-Za-z0-9_-]", name, NAME_MAX_LEN - 1);
-        fmt(out->axes[i], sizeof out->axes[i], "%s", a ? json_string_value(a) : dflt[i]);
+        copy_str(out->axes[i], sizeof out->axes[i], a ? json_string_value(a) : dflt[i]);
         for (int k = 0; k < i; k++)
             if (strcmp(out->axes[k], out->axes[i]) == 0)
                 return err_set(e, 400, field, "slice '%s': axis name '%s' is used twice", name,
@@ -209,7 +209,7 @@ static int slice_parse(const char *name, const json_t *sj, const island_desc_t *
             return err_set(e, 400, field, "unknown field '%s' in slice '%s'", key, name);
         }
     }
-    fmt(out->name, sizeof out->name, "%s", name);
+    copy_str(out->name, sizeof out->name, name);
     fmt(field, sizeof field, "slices.%s.shape", name);
     if (read_shape(json_object_get(sj, "shape"), 1, MESH_MAX_RANK, SLICE_DIM_MAX, &out->shape))
         return err_set(e, 400, field, "slice '%s': shape must be 1 to %d integers in 1..%d",
@@ -223,7 +223,7 @@ static int slice_parse(const char *name, const json_t *sj, const island_desc_t *
     fmt(field, sizeof field, "slices.%s.island", name);
     if (!json_name(isl))
         return err_set(e, 400, field, "slice '%s': island must be an island name", name);
-    fmt(out->island, sizeof out->island, "%s", json_string_value(isl));
+    copy_str(out->island, sizeof out->island, json_string_value(isl));
     if (islands && island_find(islands, nislands, out->island) < 0)
         return err_set(e, 400, field, "slice '%s': unknown island '%s'", name, out->island);
     return 0;

@@ -101,7 +101,7 @@ static int job_compile_global(job_ctx_t *j, int i, const char *prefix)
     rc = comp_body(gs->lowered, prefix, c, 0, 1, job_resolve, j, j->e);
     if (rc && rc != 500) {
         char why[ERR_DETAIL_MAX];
-        fmt(why, sizeof why, "%s", j->e->detail);
+        copy_str(why, sizeof why, j->e->detail);
         rc = err_set(j->e, 500, "", "partitioner produced an invalid program: %s", why);
     }
     return rc;

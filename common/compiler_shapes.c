@@ -91,16 +91,18 @@ static int op_args(cc_t *x, const json_t *opj, op_t *op, int nargs)
         return op_fail(x, "args", "args must be an array of %d value name%s", nargs,
                        nargs == 1 ? "" : "s");
     for (int k = 0; k < nargs; k++) {
-        char sub[16];
-        fmt(sub, sizeof sub, "args[%d]", k);
         const json_t *s = json_array_get(a, (size_t)k);
+        int slot = json_is_string(s) ? nidx_find(&x->values, json_string_value(s)) : -1;
+        if (slot >= 0) {
+            op->arg[k] = slot;
+            continue;
+        }
+        char sub[16];           /* the field is named only when there is an error */
+        fmt(sub, sizeof sub, "args[%d]", k);
         if (!json_is_string(s))
             return op_fail(x, sub, "arguments must be value names");
-        int slot = nidx_find(&x->values, json_string_value(s));
-        if (slot < 0)
-            return op_fail(x, sub, "unknown value '%s' (arguments must be defined by earlier ops)",
-                           json_string_value(s));
-        op->arg[k] = slot;
+        return op_fail(x, sub, "unknown value '%s' (arguments must be defined by earlier ops)",
+                       json_string_value(s));
     }
     return 0;
 }
@@ -213,8 +215,8 @@ static int op_input(cc_t *x, const json_t *opj, op_t *op)
         return op_fail(x, "from", "from must be \"computation.value\"");
     memset(in, 0, sizeof *in);
     memcpy(in->producer_name, from, (size_t)(dot - from));
-    fmt(in->value, sizeof in->value, "%s", dot + 1);
-    fmt(in->from, sizeof in->from, "%s", from);
+    copy_str(in->value, sizeof in->value, dot + 1);
+    copy_str(in->from, sizeof in->from, from);
     if (!name_valid(in->producer_name) || !name_valid(in->value))
         return op_fail(x, "from", "from must be \"computation.value\"");
     in->producer = -1;
@@ -596,7 +598,7 @@ int cc_op(cc_t *x, int j, const json_t *opj)
     if ((rc = op_args(x, opj, op, op_specs[code].nargs)) || (rc = op_semantics(x, opj, op)))
         return rc;
     /* Define the value only now, so an op cannot read its own result. */
-    fmt(c->vnames[j], sizeof c->vnames[j], "%s", json_string_value(out));
+    copy_str(c->vnames[j], sizeof c->vnames[j], json_string_value(out));
     int prev = nidx_put(&x->values, c->vnames[j], j);
     if (prev >= 0)
         return op_fail(x, "out", "value '%s' is already defined by op %d", c->vnames[j], prev);

@@ -89,9 +89,9 @@ int read_shape(const json_t *v, int min_rank, int max_rank, int64_t max_dim,
 void field_join(char *dst, size_t n, const char *prefix, const char *sub)
 {
     if (!prefix[0])
-        fmt(dst, n, "%s", sub);
+        copy_str(dst, n, sub);
     else if (!sub[0])
-        fmt(dst, n, "%s", prefix);
+        copy_str(dst, n, prefix);
     else
         fmt(dst, n, "%s.%s", prefix, sub);
 }
