@@ -134,7 +134,9 @@ static const char small_doc[] =
     "{\"name\":\"c1\",\"slice\":\"s\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
     "{\"op\":\"scale\",\"out\":\"x\",\"args\":[\"p\"],\"factor\":2.0}],\"outputs\":[\"x\"]}]}";
 
-static int setup_wide(void **state)
+/* wide with its 128 workers, and wide_doc submitted as f->job when
+ * `submit`. */
+static int setup_wide_with(void **state, int submit)
 {
     fixture_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
@@ -146,9 +148,20 @@ static int setup_wide(void **state)
         snprintf(addr, sizeof addr, "127.0.0.1:%d", 2000 + w);
         support_store_register(f->st, "wide", addr, 1);
     }
-    f->job = support_store_submit(f->st, wide_doc, wide, 1);
+    if (submit)
+        f->job = support_store_submit(f->st, wide_doc, wide, 1);
     *state = f;
     return 0;
+}
+
+static int setup_wide(void **state)
+{
+    return setup_wide_with(state, 1);
+}
+
+static int setup_wide_idle(void **state)
+{
+    return setup_wide_with(state, 0);
 }
 
 /* Places job `id` as an admission round would and writes its allocation;
@@ -557,6 +570,29 @@ static void test_first_chunk_waits_for_next_pass(void **state)
     assert_true(job_is(f, late, "running", 1));
 }
 
+/* A pass whose chunks used the round's time places nothing: the next job
+ * waits for the first pass that writes no chunk, or whose chunks leave it
+ * time. Two half-island gangs of 128 host tasks (chunks 32, 32, 64); a
+ * round's time of 1 µs. */
+static void test_placing_waits_behind_chunks(void **state)
+{
+    fixture_t *f = *state;
+    int64_t a = support_store_submit(f->st, half_doc, wide, 1);
+    int64_t b = support_store_submit(f->st, half_doc, wide, 1);
+    sched_cfg.round_admit_us = 1;
+    sched_admit(f->st);             /* places a (first chunk), then its time is up */
+    int a_placed = job_is(f, a, "running", 1), b_waits[3];
+    for (int pass = 0; pass < 3; pass++) {
+        b_waits[pass] = job_is(f, b, "queued", 0);
+        sched_admit(f->st);         /* a's chunks 2 and 3, then no chunk: b */
+    }
+    int b_placed = !job_is(f, b, "queued", 0);
+    sched_cfg.round_admit_us = 0;
+    assert_true(a_placed);
+    assert_true(b_waits[0] && b_waits[1] && b_waits[2]);
+    assert_true(b_placed);
+}
+
 /* A job whose first chunk is small (SCHED_CHUNK_INLINE_TASKS host tasks
  * at most) gets it with its allocation even when its pass's time is up:
  * no pass of its own for it. */
@@ -758,6 +794,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_small_first_chunk_at_once, setup_wide,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pass_time_shared_in_turn, setup_wide, teardown),
+        cmocka_unit_test_setup_teardown(test_placing_waits_behind_chunks, setup_wide_idle,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_plans_compiled_together, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_runs_end_at_slice_changes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_program_runs_alone, setup_wide, teardown),
