@@ -189,6 +189,8 @@ void jtext_str(jtext_w_t *w, const char *s) { put_str(w, s, strlen(s)); }
 
 void jtext_int(jtext_w_t *w, long long v) { put_int(w, (json_int_t)v); }
 
+void jtext_value(jtext_w_t *w, const json_t *v) { put_value(w, v); }
+
 void jtext_real(jtext_w_t *w, double v)
 {
     if (isfinite(v))

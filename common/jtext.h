@@ -45,6 +45,8 @@ void jtext_raw(jtext_w_t *w, const char *s, size_t n);
 /* s (NUL-terminated, UTF-8) as a JSON string, jansson's escapes. */
 void jtext_str(jtext_w_t *w, const char *s);
 void jtext_int(jtext_w_t *w, long long v);
+/* A tree as compact JSON text: jtext_dump()'s bytes, appended. */
+void jtext_value(jtext_w_t *w, const json_t *v);
 /* v as jansson prints a real; NaN and infinities, which JSON lacks, as
  * null. */
 void jtext_real(jtext_w_t *w, double v);

@@ -23,96 +23,6 @@ static json_t *shape_json(const shape_t *s)
     return a;
 }
 
-/* Where computations c .. c + n - 1's outputs go: sends[k] gets one entry
- * per `input` op that reads an output of computation c + k. The same for
- * every shard (shard k feeds shard k of the consumer, or, for a cross-mesh
- * edge, the pieces its "reshard" names), so a host task carries the
- * consumer's slice name and the worker resolves the destination processes
- * from the placement. One scan of the plan for the whole run, not one per
- * computation: per computation that was O(computations), a 1,024-step
- * chain's dispatch O(computations^2). On success every sends[k] is a new
- * reference; on -1 (out of memory) none is. */
-static int task_sends(const job_plan_t *plan, int c, int n, json_t **sends)
-{
-    for (int k = 0; k < n; k++)
-        sends[k] = json_array();
-    for (int k = 0; k < n; k++)
-        if (!sends[k])
-            goto fail;
-    for (int c2 = 0; c2 < plan->ncomps; c2++) {
-        const comp_t *cc = &plan->comps[c2];
-        for (int i = 0; i < cc->ninputs; i++) {
-            int p = cc->inputs[i].producer;
-            if (p < c || p >= c + n)
-                continue;
-            json_t *e = json_pack("{s:s, s:i, s:i, s:s}", "value", cc->inputs[i].value,
-                                  "comp", c2, "op", cc->inputs[i].op_index,
-                                  "slice", plan->slices[cc->slice].name);
-            /* A cross-mesh edge: the worker cuts its pieces for each consumer shard. */
-            if (e && cc->inputs[i].edge &&
-                json_object_set_new(e, "reshard", gspmd_edge_json(cc->inputs[i].edge)) != 0) {
-                json_decref(e);
-                e = NULL;
-            }
-            if (!e || json_array_append_new(sends[p - c], e) != 0)
-                goto fail;
-        }
-    }
-    return 0;
-fail:
-    for (int k = 0; k < n; k++) {
-        json_decref(sends[k]);
-        sends[k] = NULL;
-    }
-    return -1;
-}
-
-/* A global computation's "full_values" (gspmd.h), set on base when it
- * names any output. 0, or -1 on OOM. */
-static int task_full_values(const job_plan_t *plan, const comp_t *cp, json_t *base)
-{
-    const job_slice_t *sl = &plan->slices[cp->slice];
-    gspmd_mesh_t mesh = {.shape = sl->shape};
-    memcpy(mesh.axes, sl->axes, sizeof mesh.axes);
-    json_t *fv = gspmd_full_values_json(cp->gspmd, cp, &mesh);
-    if (!fv)
-        return -1;
-    if (json_object_size(fv) == 0) {
-        json_decref(fv);
-        return 0;
-    }
-    return json_object_set_new(base, "full_values", fv);
-}
-
-/* What every host task of computation c has in common (TASK of
- * docs/worker-protocol.md without "task", "shards" and "devices"), stored
- * once per computation; new reference, or NULL. O(computation size),
- * never O(shards) or O(workers). sends (task_sends) is stolen, also on
- * failure. */
-static json_t *task_base(const job_plan_t *plan, const json_t *doc, const sched_job_t *job,
-                         int c, int64_t seq, json_t *sends)
-{
-    const comp_t *cp = &plan->comps[c];
-    json_t *inputs = json_object();
-    for (int i = 0; inputs && i < cp->ninputs; i++)
-        json_object_set_new(inputs, cp->inputs[i].from, shape_json(&cp->inputs[i].shape));
-    /* A global computation (DESIGN Part C) goes out as its partitioned
-     * per-shard program: workers never see global shapes. */
-    json_t *comp = cp->gspmd ? cp->gspmd->lowered
-                 : cp->run_json ? cp->run_json   /* a run computation, lowered (Part F) */
-                 : json_array_get(json_object_get(doc, "computations"), (size_t)c);
-    json_t *base = json_pack("{s:I, s:i, s:i, s:I, s:s, s:o, s:O, s:o, s:o}",
-                             "job", (json_int_t)job->id, "attempt", job->attempt, "comp", c,
-                             "seq", (json_int_t)seq, "slice", plan->slices[cp->slice].name,
-                             "slice_shape", shape_json(&cp->slice_shape), "computation", comp,
-                             "input_shapes", inputs, "sends", sends);
-    if (base && cp->gspmd && task_full_values(plan, cp, base) != 0) {
-        json_decref(base);
-        base = NULL;
-    }
-    return base;
-}
-
 /* One shard of a computation and the device that runs it. */
 typedef struct shard_ref {
     int64_t worker;
@@ -194,6 +104,182 @@ static int batch_add(store_t *st, task_batch_t *b, const sched_job_t *job, int c
     return 0;
 }
 
+/* An edge out of a run's computation: `input` op inputs[i] of computation
+ * c2 reads it. */
+typedef struct send_ref {
+    int c2, i;
+} send_ref_t;
+
+/* Where computations c .. c + n - 1's outputs go: those of c + k are
+ * (*refs)[(*at)[k] .. (*at)[k + 1]), one per `input` op that reads an
+ * output of c + k, in plan order. The same for every shard (shard k feeds
+ * shard k of the consumer, or, for a cross-mesh edge, the pieces its
+ * "reshard" names), so a host task carries the consumer's slice name and
+ * the worker resolves the destination processes from the placement. One
+ * scan of the plan for the whole run (two passes), not one per
+ * computation: per computation that was O(computations), a 1,024-step
+ * chain's dispatch O(computations^2). 0, or -1 on OOM; *refs and *at are
+ * malloc'd (the caller frees both, also after -1). */
+static int run_sends(const job_plan_t *plan, int c, int n, send_ref_t **refs, int **at)
+{
+    int *next = NULL, rc = -1;
+    *refs = NULL;
+    if (!(*at = calloc((size_t)n + 1, sizeof **at)) || !(next = calloc((size_t)n, sizeof *next)))
+        goto cleanup;
+    for (int c2 = 0; c2 < plan->ncomps; c2++)
+        for (int i = 0; i < plan->comps[c2].ninputs; i++) {
+            int p = plan->comps[c2].inputs[i].producer;
+            if (p >= c && p < c + n)
+                (*at)[p - c + 1]++;
+        }
+    for (int k = 0; k < n; k++) {
+        (*at)[k + 1] += (*at)[k];
+        next[k] = (*at)[k];
+    }
+    if (!(*refs = malloc(sizeof **refs * (size_t)((*at)[n] > 0 ? (*at)[n] : 1))))
+        goto cleanup;
+    for (int c2 = 0; c2 < plan->ncomps; c2++)
+        for (int i = 0; i < plan->comps[c2].ninputs; i++) {
+            int p = plan->comps[c2].inputs[i].producer;
+            if (p >= c && p < c + n)
+                (*refs)[next[p - c]++] = (send_ref_t){c2, i};
+        }
+    rc = 0;
+cleanup:
+    free(next);
+    return rc;
+}
+
+/* A shape as JSON text; rank -1 (a run computation's undeclared output):
+ * null. */
+static void shape_text(jtext_w_t *w, const shape_t *s)
+{
+    if (s->rank < 0) {
+        JTEXT_LIT(w, "null");
+        return;
+    }
+    JTEXT_LIT(w, "[");
+    for (int i = 0; i < s->rank; i++) {
+        if (i)
+            JTEXT_LIT(w, ",");
+        jtext_int(w, s->dim[i]);
+    }
+    JTEXT_LIT(w, "]");
+}
+
+/* One entry of a TASK's "sends". 0, or -1 on OOM. */
+static int send_text(jtext_w_t *w, const job_plan_t *plan, const send_ref_t *e)
+{
+    const comp_t *cc = &plan->comps[e->c2];
+    const comp_input_t *in = &cc->inputs[e->i];
+    JTEXT_LIT(w, "{\"value\":");
+    jtext_str(w, in->value);
+    JTEXT_LIT(w, ",\"comp\":");
+    jtext_int(w, e->c2);
+    JTEXT_LIT(w, ",\"op\":");
+    jtext_int(w, in->op_index);
+    JTEXT_LIT(w, ",\"slice\":");
+    jtext_str(w, plan->slices[cc->slice].name);
+    if (in->edge) {     /* a cross-mesh edge: the worker cuts its pieces for each consumer shard */
+        json_t *r = gspmd_edge_json(in->edge);
+        if (!r)
+            return -1;
+        JTEXT_LIT(w, ",\"reshard\":");
+        jtext_value(w, r);
+        json_decref(r);
+    }
+    JTEXT_LIT(w, "}");
+    return 0;
+}
+
+/* A global computation's "full_values" (gspmd.h), when it names any
+ * output. 0, or -1 on OOM. */
+static int full_values_text(jtext_w_t *w, const job_plan_t *plan, const comp_t *cp)
+{
+    const job_slice_t *sl = &plan->slices[cp->slice];
+    gspmd_mesh_t mesh = {.shape = sl->shape};
+    memcpy(mesh.axes, sl->axes, sizeof mesh.axes);
+    json_t *fv = gspmd_full_values_json(cp->gspmd, cp, &mesh);
+    if (!fv)
+        return -1;
+    if (json_object_size(fv) > 0) {
+        JTEXT_LIT(w, ",\"full_values\":");
+        jtext_value(w, fv);
+    }
+    json_decref(fv);
+    return 0;
+}
+
+/* Whether inputs[i] reads the same edge as an earlier input (its shape is
+ * listed once in "input_shapes"). */
+static int input_seen(const comp_t *cp, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (strcmp(cp->inputs[j].from, cp->inputs[i].from) == 0)
+            return 1;
+    return 0;
+}
+
+/* What every host task of computation c has in common (TASK of
+ * docs/worker-protocol.md without "task", "shards" and "devices"), stored
+ * once per computation, as JSON text written in place: built as a jansson
+ * tree and printed it cost a chain's dispatch ~40 % of its instructions.
+ * O(computation size), never O(shards) or O(workers). sends: its edges
+ * out (run_sends). malloc'd, or NULL on OOM. */
+static char *task_base_text(const job_plan_t *plan, const json_t *doc, const sched_job_t *job,
+                            int c, int64_t seq, const send_ref_t *sends, int nsends)
+{
+    const comp_t *cp = &plan->comps[c];
+    /* A global computation (DESIGN Part C) goes out as its partitioned
+     * per-shard program: workers never see global shapes. */
+    const json_t *comp = cp->gspmd ? cp->gspmd->lowered
+                       : cp->run_json ? cp->run_json   /* a run computation, lowered (Part F) */
+                       : json_array_get(json_object_get(doc, "computations"), (size_t)c);
+    if (!comp)
+        return NULL;
+    jtext_w_t w = {0};
+    int rc = 0;
+    JTEXT_LIT(&w, "{\"job\":");
+    jtext_int(&w, job->id);
+    JTEXT_LIT(&w, ",\"attempt\":");
+    jtext_int(&w, job->attempt);
+    JTEXT_LIT(&w, ",\"comp\":");
+    jtext_int(&w, c);
+    JTEXT_LIT(&w, ",\"seq\":");
+    jtext_int(&w, seq);
+    JTEXT_LIT(&w, ",\"slice\":");
+    jtext_str(&w, plan->slices[cp->slice].name);
+    JTEXT_LIT(&w, ",\"slice_shape\":");
+    shape_text(&w, &cp->slice_shape);
+    JTEXT_LIT(&w, ",\"computation\":");
+    jtext_value(&w, comp);
+    JTEXT_LIT(&w, ",\"input_shapes\":{");
+    for (int i = 0, n = 0; i < cp->ninputs; i++) {
+        if (input_seen(cp, i))
+            continue;
+        if (n++)
+            JTEXT_LIT(&w, ",");
+        jtext_str(&w, cp->inputs[i].from);
+        JTEXT_LIT(&w, ":");
+        shape_text(&w, &cp->inputs[i].shape);
+    }
+    JTEXT_LIT(&w, "},\"sends\":[");
+    for (int e = 0; rc == 0 && e < nsends; e++) {
+        if (e)
+            JTEXT_LIT(&w, ",");
+        rc = send_text(&w, plan, &sends[e]);
+    }
+    JTEXT_LIT(&w, "]");
+    if (rc == 0 && cp->gspmd)
+        rc = full_values_text(&w, plan, cp);
+    JTEXT_LIT(&w, "}");
+    if (rc != 0) {
+        jtext_drop(&w);
+        return NULL;
+    }
+    return jtext_take(&w, NULL);
+}
+
 /* Writes the island sequence numbers of the computations c .. c + ncomps -
  * 1 of a run (seq, seq + 1, ...: one statement), and for each the payload
  * its host tasks share. 0 or -1. */
@@ -201,21 +287,19 @@ static int comps_heads(store_t *st, const sched_job_t *job, const job_plan_t *pl
                        const json_t *doc, int c, int ncomps, int64_t island, int64_t seq,
                        int blocked)
 {
-    json_t **sends = calloc((size_t)ncomps, sizeof *sends);
-    int rc = sends ? store_sched_set_comp(st, job->id, c, ncomps, island, seq, !blocked) : -1;
+    send_ref_t *sends = NULL;
+    int *at = NULL;
+    int rc = store_sched_set_comp(st, job->id, c, ncomps, island, seq, !blocked);
     if (rc == 0)
-        rc = task_sends(plan, c, ncomps, sends);
+        rc = run_sends(plan, c, ncomps, &sends, &at);
     for (int k = 0; rc == 0 && k < ncomps; k++) {
-        json_t *base = task_base(plan, doc, job, c + k, seq + k, sends[k]);
-        char *text = base ? jtext_dump(base, NULL) : NULL;
-        sends[k] = NULL;        /* stolen by task_base */
+        char *text = task_base_text(plan, doc, job, c + k, seq + k, sends + at[k],
+                                    at[k + 1] - at[k]);
         rc = text ? store_sched_add_comp_payload(st, job->id, job->attempt, c + k, text) : -1;
-        json_decref(base);
         free(text);
     }
-    for (int k = 0; sends && k < ncomps; k++)
-        json_decref(sends[k]);      /* those not handed over after a failure */
     free(sends);
+    free(at);
     return rc;
 }
 

@@ -593,6 +593,74 @@ static void test_placing_waits_behind_chunks(void **state)
     assert_true(b_placed);
 }
 
+/* Two computations on [1,2] of wide: c1 reads c0.x twice and c0.y once. */
+static const char edges_doc[] =
+    "{\"name\":\"edges\",\"slices\":{\"a\":{\"shape\":[1,2]}},\"computations\":["
+    "{\"name\":\"c0\",\"slice\":\"a\",\"ops\":[{\"op\":\"fill\",\"out\":\"x\",\"shape\":[3],"
+    "\"value\":1.0},{\"op\":\"scale\",\"out\":\"y\",\"args\":[\"x\"],\"factor\":2.0}],"
+    "\"outputs\":[\"x\",\"y\"]},"
+    "{\"name\":\"c1\",\"slice\":\"a\",\"ops\":[{\"op\":\"input\",\"out\":\"p\",\"from\":\"c0.x\"},"
+    "{\"op\":\"input\",\"out\":\"q\",\"from\":\"c0.x\"},{\"op\":\"input\",\"out\":\"r\","
+    "\"from\":\"c0.y\"},{\"op\":\"add\",\"out\":\"s\",\"args\":[\"p\",\"q\"]}],"
+    "\"outputs\":[\"s\"]}]}";
+
+/* Computation comp's stored payload (comp_payloads), parsed with duplicate
+ * keys refused; new reference. */
+static json_t *payload_of(fixture_t *f, int64_t job, int comp)
+{
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(f->st),
+                                        "SELECT payload FROM comp_payloads WHERE job_id = ?1"
+                                        " AND comp_idx = ?2", -1, &s, NULL), SQLITE_OK);
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, comp);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    json_t *j = json_loads((const char *)sqlite3_column_text(s, 0), JSON_REJECT_DUPLICATES, NULL);
+    sqlite3_finalize(s);
+    assert_non_null(j);
+    return j;
+}
+
+/* The payload every host task of a computation shares (TASK without
+ * "task", "shards", "devices"): its ids and seq, its slice, the
+ * computation as the document wrote it, each input edge's shape once
+ * however many ops read it, and one send per `input` op that reads one of
+ * its outputs, in plan order. */
+static void test_payload_text(void **state)
+{
+    fixture_t *f = *state;
+    int64_t job = support_store_submit(f->st, edges_doc, wide, 1);
+    assert_int_equal(allocate_job(f, job), 0);
+    json_t *doc = json_loads(edges_doc, 0, NULL), *p0 = payload_of(f, job, 0),
+           *p1 = payload_of(f, job, 1);
+    json_t *want0 = json_pack("{s:I, s:i, s:i, s:s, s:[i,i], s:O, s:{}, s:["
+                              "{s:s, s:i, s:i, s:s}, {s:s, s:i, s:i, s:s}, {s:s, s:i, s:i, s:s}]}",
+                              "job", (json_int_t)job, "attempt", 0, "comp", 0, "slice", "a",
+                              "slice_shape", 1, 2, "computation",
+                              json_array_get(json_object_get(doc, "computations"), 0),
+                              "input_shapes", "sends",
+                              "value", "x", "comp", 1, "op", 0, "slice", "a",
+                              "value", "x", "comp", 1, "op", 1, "slice", "a",
+                              "value", "y", "comp", 1, "op", 2, "slice", "a");
+    assert_true(json_is_integer(json_object_get(p0, "seq")));
+    json_int_t seq0 = json_integer_value(json_object_get(p0, "seq"));
+    json_object_del(p0, "seq");     /* drawn from the island: checked against c1's */
+    assert_true(json_equal(p0, want0));
+    assert_int_equal(json_integer_value(json_object_get(p1, "seq")), seq0 + 1);
+    json_t *shapes = json_object_get(p1, "input_shapes");
+    assert_int_equal(json_object_size(shapes), 2);
+    json_t *want_shapes = json_pack("{s:[i], s:[i]}", "c0.x", 3, "c0.y", 3);
+    assert_true(json_equal(shapes, want_shapes));
+    assert_int_equal(json_array_size(json_object_get(p1, "sends")), 0);
+    assert_true(json_equal(json_object_get(p1, "computation"),
+                           json_array_get(json_object_get(doc, "computations"), 1)));
+    json_decref(want_shapes);
+    json_decref(want0);
+    json_decref(p1);
+    json_decref(p0);
+    json_decref(doc);
+}
+
 /* A job whose first chunk is small (SCHED_CHUNK_INLINE_TASKS host tasks
  * at most) gets it with its allocation even when its pass's time is up:
  * no pass of its own for it. */
@@ -796,6 +864,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pass_time_shared_in_turn, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_placing_waits_behind_chunks, setup_wide_idle,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_payload_text, setup_wide_idle, teardown),
         cmocka_unit_test_setup_teardown(test_plans_compiled_together, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_runs_end_at_slice_changes, setup_wide, teardown),
         cmocka_unit_test_setup_teardown(test_program_runs_alone, setup_wide, teardown),
