@@ -78,7 +78,7 @@ typedef struct coll {
     ostore_obj_t **held;        /* nprocs received frames kept in the store */
     float **bufs;               /* nprocs joined multi-frame packs (owned) */
     void *block;                /* owned: every array above but `on` and `all`,
-                                   carved from one zeroed allocation */
+                                   carved from one allocation (coll_carve) */
 } coll_t;
 
 /* One piece of a pack: `numel` floats for member `dst` (a shard) at its

@@ -465,7 +465,8 @@ int wtask_full_values(const wtask_t *t, const char *value, int shard)
     return 0;
 }
 
-/* compiler_input_fn over a task's "input_shapes" object (ctx). */
+/* compiler_input_fn over a task's "input_shapes" object (ctx; NULL when
+ * the task has none: every input's shape is then missing). */
 static int input_shape_of(void *ctx, const char *from, shape_t *shape)
 {
     return wtask_shape_from_json(json_object_get((const json_t *)ctx, from), TENSOR_MAX_RANK, 1,
@@ -479,13 +480,7 @@ static int compile_plan(const json_t *comp, const json_t *shapes, wtask_t *t, ch
                         size_t errlen)
 {
     err_t e = {0};
-    json_t *empty = NULL;
-    if (!shapes && !(shapes = empty = json_object())) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
     int rc = compiler_comp(comp, &t->slice_shape, input_shape_of, (void *)shapes, &t->plan, &e);
-    json_decref(empty);
     if (rc == 0)
         return 0;
     char why[sizeof e.field + sizeof e.detail + 16];
