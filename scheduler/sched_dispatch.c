@@ -12,11 +12,10 @@
 #include "jtext.h"
 #include "util.h"
 
-/* rank -1 (a run computation's undeclared output): null. */
+/* A placement's mesh or box shape as a JSON array (a computation's
+ * shapes go out as text: shape_text). */
 static json_t *shape_json(const shape_t *s)
 {
-    if (s->rank < 0)
-        return json_null();
     json_t *a = json_array();
     for (int i = 0; a && i < s->rank; i++)
         json_array_append_new(a, json_integer(s->dim[i]));

@@ -80,9 +80,10 @@
  * (so that many worker processes on one host still hand the core to the
  * peer they wait for). A waiter that sleeps is woken through the progress
  * thread, two wake-ups that cost 0.1-0.5 ms on a VM whose idle vCPUs
- * halt: measured on a 16-CPU one, with 200 us `sim` chains of 0.5 and
- * 1 ms computations kept their devices under 95 % busy in 12 of 26 runs
- * (30-80 %), with 2 ms in 1 of 14 (docs/performance.md, "Stop 71").
+ * halt: measured on a 16-CPU one, `sim` chains of 0.5 and 1 ms
+ * computations kept their devices under 95 % busy in 12 of 26 runs
+ * (30-80 %) with a 200 us budget, in 1 of 14 with 2 ms
+ * (docs/performance.md, "Stop 71").
  * While the host's CPUs are contended (cpupsi.h: many worker processes
  * on one host), a longer budget falls back to DPLANE_POLL_US.
  * dplane_set_poll_us() replaces the budget (the worker's --spin-us). */

@@ -67,8 +67,9 @@ mbox_status_t mbox_take(mbox_t *mb, const mbox_tag_t *tag, int64_t deadline_mono
  * never calls back into the mailbox's taking side; waited_us: how long
  * this taker has polled; returns 0 when the taker should stop polling
  * now) until the mailbox changes, for at most spin_us, before it sleeps:
- * the message is received by the thread that wants it. leave(ctx, need) ends the polling; need: a taker sleeps
- * now (this one or another), so somebody else must progress for it. None
+ * the message is received by the thread that wants it. leave(ctx, need)
+ * ends the polling; need: a taker sleeps now (this one or another), so
+ * somebody else must progress for it. None
  * is called with the mailbox's lock held. p == NULL (or spin_us 0) turns
  * polling off. Set it while no take is in progress. */
 typedef struct mbox_poller {
