@@ -2,7 +2,8 @@
  * between dplane instances in this process: shared memory as UCX picks it
  * for same-host peers, UCX's TCP when forced, keys, the gate's parking of
  * frames without room, raw junk at the listener, peers that went away
- * (workers/dplane.c and mbox.c compiled in, the other dplane files linked);
+ * (workers/dplane.c, dplane_rx.c and mbox.c compiled in, the other dplane
+ * files linked); origin slots recycled once every one is taken;
  * sends from the shared-memory pool, read by the receiver in place. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <cmocka.h>
 
 #include "../../workers/dplane.c"
+#include "../../workers/dplane_rx.c"
 #include "../../workers/mbox.c"
 
 static int64_t in_ms(int ms)
@@ -1023,6 +1025,54 @@ static void test_parked_until_claimed(void **state)
     mbox_task_done(p->mb_b, 77, 1, 0, 0);
 }
 
+/* A sender's origin is its reply endpoint's slot. Every distinct endpoint
+ * takes the next slot up to DPLANE_MAX_CONNS; one more recycles the least
+ * recently used slot: the refusal is counted, the old sender's unclaimed
+ * frames go (their bytes given back), and that sender, heard again, takes
+ * a slot anew. The endpoints are never dereferenced (origin_of compares
+ * them), so addresses in a local array stand in for UCX's. */
+static void test_origin_slots_recycled(void **state)
+{
+    pair_t *p = *state;
+    dplane_t *dp = p->b;
+    static char eps[DPLANE_MAX_CONNS + 1];
+    pthread_mutex_lock(&dp->prog_mu);          /* origin_of's context: the progress thread's */
+    assert_int_equal(dp->norigins, 0);
+    for (int i = 0; i < DPLANE_MAX_CONNS; i++)
+        assert_int_equal(origin_of(dp, (ucp_ep_h)&eps[i]), i + 1);
+    assert_int_equal(origin_of(dp, (ucp_ep_h)&eps[5]), 6);     /* known: its own slot */
+    assert_int_equal(dp->norigins, DPLANE_MAX_CONNS);
+    for (int i = 0; i < DPLANE_MAX_CONNS; i++)
+        dp->origins[i].used_us = 1000 + i;
+    dp->origins[7].used_us = 1;                 /* slot 7, origin 8: least recently used */
+
+    /* An unclaimed frame from origin 8 and one from origin 9. */
+    mbox_tag_t t8 = {.job = 90, .attempt = 0, .comp = 0}, t9 = {.job = 91, .attempt = 0};
+    for (int o = 8; o <= 9; o++) {
+        const mbox_tag_t *tag = o == 8 ? &t8 : &t9;
+        assert_int_equal(mbox_admit(p->mb_b, tag, &KEY, o, 4, in_ms(10000)),
+                         MBOX_ADMIT_UNCLAIMED);
+        assert_int_equal(mbox_put_from(p->mb_b, tag, &KEY, iota(0, NULL), o,
+                                       MBOX_ADMIT_UNCLAIMED), 0);
+    }
+    assert_int_equal(mbox_count(p->mb_b), 2);
+    long long refused = atomic_load(&dp->refused);
+
+    assert_int_equal(origin_of(dp, (ucp_ep_h)&eps[DPLANE_MAX_CONNS]), 8);
+    assert_int_equal(dp->norigins, DPLANE_MAX_CONNS);
+    assert_int_equal(atomic_load(&dp->refused), refused + 1);
+    mbox_guard_stats_t g;
+    mbox_guard_stats(p->mb_b, &g);
+    assert_int_equal(mbox_count(p->mb_b), 1);  /* origin 9's frame stays */
+    assert_int_equal(g.unclaimed_bytes, 4);
+    /* The evicted sender is a stranger now: it takes the next LRU slot
+     * (origin 1, used_us 1000), not its old one. */
+    assert_int_equal(origin_of(dp, (ucp_ep_h)&eps[7]), 1);
+    assert_int_equal(origin_of(dp, (ucp_ep_h)&eps[DPLANE_MAX_CONNS]), 8);
+    pthread_mutex_unlock(&dp->prog_mu);
+    mbox_drop_origin(p->mb_b, 9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1046,6 +1096,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wrong_key_dropped, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_bad_header_counted, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(test_parked_until_claimed, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(test_origin_slots_recycled, pair_setup, pair_teardown),
         cmocka_unit_test(test_rma_codec),
         cmocka_unit_test_setup_teardown(test_pool_blocks, pool_pair_setup, pool_pair_teardown),
         cmocka_unit_test_setup_teardown(test_pool_send_exact, pool_pair_setup,
