@@ -26,6 +26,7 @@
 #include "dplane.h"
 #include "exec.h"
 #include "f32b64.h"
+#include "jarena.h"
 #include "kernels.h"
 #include "mbox.h"
 #include "ostore.h"
@@ -255,6 +256,9 @@ static void poll_loop(worker_t *w)
 {
     int delay = 100, down = 0;
     int64_t ack = 0, ack_id = -1;
+    /* The answers' trees are built in this arena (NULL, on OOM: the heap),
+     * and it is rewound once each answer is freed. Owned here. */
+    jarena_t *arena = jarena_new();
     while (!atomic_load(&g_stop)) {
         int64_t id = wclient_id(w->wc);
         if (id != ack_id) {         /* registered again: a new id has nothing acknowledged */
@@ -262,7 +266,9 @@ static void poll_loop(worker_t *w)
             ack_id = id;
         }
         json_t *ans = NULL;
+        jarena_begin(arena);
         int st = wclient_poll(w->wc, id, w->o.poll_ms, ack, &g_stop, &ans);
+        jarena_end();
         if (st == 200) {
             if (down)
                 log_info("controller reachable again");
@@ -285,6 +291,11 @@ static void poll_loop(worker_t *w)
             wclient_sleep_backoff(&delay, &g_stop);
         }
         json_decref(ans);
+        /* Nothing keeps a part of an answer (the executor copies what it
+         * needs), so the arena is rewound every time; were something kept,
+         * the arena would stay as it is, and only grow. */
+        if (arena && !jarena_reset(arena))
+            log_debug("poll: a part of an answer is still referenced; its arena stays");
     }
     /* Stopping. A poll cut short by the signal may have carried tasks the
      * controller had already leased to us (their job shows "running"):
@@ -295,6 +306,8 @@ static void poll_loop(worker_t *w)
     if (wclient_poll(w->wc, id, 0, id == ack_id ? ack : 0, NULL, &ans) == 200)
         handle_poll(w, ans);
     json_decref(ans);
+    if (arena && jarena_live(arena) == 0)
+        jarena_free(arena);     /* else a value still points into it: left */
 }
 
 /* The dplane's resolver: the peer's address from the controller. */
@@ -457,6 +470,7 @@ int main(int argc, char **argv)
 {
     static worker_t w;                 /* static: threads point into it */
     char err[256];
+    jarena_install();                  /* before any jansson value exists */
     if (wopts_parse(argc, argv, NULL, &w.o, err, sizeof err) != 0) {
         fprintf(stderr, "atoll-worker: %s\n", err);
         return 2;
