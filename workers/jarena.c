@@ -6,8 +6,12 @@
  * a list of chunks bumped in order; a value's free only counts down the
  * arena's live values, and jarena_reset rewinds the chunks when that count
  * is 0. Only the thread between jarena_begin and jarena_end allocates from
- * an arena, and only it resets it, so the chunks need no lock; `live` is
- * atomic because a tree may be freed elsewhere. */
+ * an arena, and only it resets it, so the chunks need no lock; `refs` is
+ * atomic because a tree may be freed elsewhere.
+ *
+ * refs counts the live values plus one for the owner (until
+ * jarena_retire): whoever takes it to 0, the owner's retire or a value's
+ * free, frees the arena. */
 #include "jarena.h"
 
 #include <jansson.h>
@@ -46,7 +50,7 @@ typedef struct jchunk {
 struct jarena {
     jchunk_t *first, *last, *cur;   /* owned: the chunks, in order; cur is bumped */
     int nchunks;
-    atomic_long live;               /* values allocated here, not yet freed */
+    atomic_long refs;               /* values allocated here, not yet freed, + 1 (owner) */
 };
 
 typedef struct jhdr {
@@ -91,7 +95,7 @@ static void *jarena_malloc(size_t size)
     size_t need = (size + JARENA_HDR + 15) & ~(size_t)15;
     if (a && need <= JARENA_BIG && (h = arena_take(a, need))) {
         h->arena = a;
-        atomic_fetch_add_explicit(&a->live, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
     } else {
         if (!(h = malloc(JARENA_HDR + size)))
             return NULL;
@@ -99,21 +103,6 @@ static void *jarena_malloc(size_t size)
     }
     return (unsigned char *)h + JARENA_HDR;
 }
-
-static void jarena_release(void *p)
-{
-    if (!p)
-        return;
-    jhdr_t *h = (jhdr_t *)(void *)((unsigned char *)p - JARENA_HDR);
-    if (h->arena)
-        atomic_fetch_sub_explicit(&h->arena->live, 1, memory_order_release);
-    else
-        free(h);
-}
-
-void jarena_install(void) { json_set_alloc_funcs(jarena_malloc, jarena_release); }
-
-jarena_t *jarena_new(void) { return calloc(1, sizeof(jarena_t)); }
 
 static void chunks_free(jchunk_t *c)
 {
@@ -124,12 +113,40 @@ static void chunks_free(jchunk_t *c)
     }
 }
 
-void jarena_free(jarena_t *a)
+/* Drops one of a's references; the last one frees a. */
+static void arena_unref(jarena_t *a)
 {
-    if (!a)
+    if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1) {
+        chunks_free(a->first);
+        free(a);
+    }
+}
+
+static void jarena_release(void *p)
+{
+    if (!p)
         return;
-    chunks_free(a->first);
-    free(a);
+    jhdr_t *h = (jhdr_t *)(void *)((unsigned char *)p - JARENA_HDR);
+    if (h->arena)
+        arena_unref(h->arena);
+    else
+        free(h);
+}
+
+void jarena_install(void) { json_set_alloc_funcs(jarena_malloc, jarena_release); }
+
+jarena_t *jarena_new(void)
+{
+    jarena_t *a = calloc(1, sizeof *a);
+    if (a)
+        atomic_init(&a->refs, 1);
+    return a;
+}
+
+void jarena_retire(jarena_t *a)
+{
+    if (a)
+        arena_unref(a);
 }
 
 void jarena_begin(jarena_t *a) { tls_arena = JARENA_BYPASS ? NULL : a; }
@@ -138,7 +155,7 @@ void jarena_end(void) { tls_arena = NULL; }
 
 int jarena_reset(jarena_t *a)
 {
-    if (atomic_load_explicit(&a->live, memory_order_acquire) != 0)
+    if (atomic_load_explicit(&a->refs, memory_order_acquire) != 1)
         return 0;
     jchunk_t *c = a->first;
     for (int i = 1; c && i < JARENA_KEEP; i++)
@@ -155,7 +172,7 @@ int jarena_reset(jarena_t *a)
     return 1;
 }
 
-long jarena_live(const jarena_t *a) { return atomic_load(&a->live); }
+long jarena_live(const jarena_t *a) { return atomic_load(&a->refs) - 1; }
 
 size_t jarena_bytes(const jarena_t *a) { return (size_t)a->nchunks * JARENA_CHUNK; }
 

@@ -18,9 +18,11 @@
  *
  * jarena_reset makes the arena's memory reusable once every value
  * allocated in it was freed (its live count is 0), and keeps it as it is
- * otherwise: a tree still referenced keeps its memory. The arena's chunks
- * are its own until jarena_free, which must come after every value from
- * it was freed.
+ * otherwise: a tree still referenced keeps its memory. The owner gives the
+ * arena up with jarena_retire: it is freed then, or, while values from it
+ * are live, by the free of the last one (on whatever thread). So an owner
+ * whose reset was refused retires that arena and takes a new one, and
+ * nothing leaks or grows.
  *
  * Sanitizer builds (ASan) bypass the arena, so that use-after-free and
  * leaks of the trees stay visible to the sanitizer: every allocation goes
@@ -37,9 +39,10 @@ typedef struct jarena jarena_t;
 void jarena_install(void);
 /* A new, empty arena, or NULL on OOM. */
 jarena_t *jarena_new(void);
-/* Frees the arena and its chunks (NULL: nothing). Every value allocated
- * in it must have been freed. */
-void jarena_free(jarena_t *a);
+/* The owner's end of a (NULL: nothing): a and its chunks are freed now,
+ * or when the last value allocated in it is freed. a is not used again
+ * by the owner. */
+void jarena_retire(jarena_t *a);
 /* The calling thread's jansson allocations go to a until jarena_end. */
 void jarena_begin(jarena_t *a);
 void jarena_end(void);

@@ -293,9 +293,12 @@ static void poll_loop(worker_t *w)
         json_decref(ans);
         /* Nothing keeps a part of an answer (the executor copies what it
          * needs), so the arena is rewound every time; were something kept,
-         * the arena would stay as it is, and only grow. */
-        if (arena && !jarena_reset(arena))
-            log_debug("poll: a part of an answer is still referenced; its arena stays");
+         * the arena would go with its last value and a new one serve. */
+        if (arena && !jarena_reset(arena)) {
+            log_debug("poll: a part of an answer is still referenced; a new arena");
+            jarena_retire(arena);
+            arena = jarena_new();
+        }
     }
     /* Stopping. A poll cut short by the signal may have carried tasks the
      * controller had already leased to us (their job shows "running"):
@@ -306,8 +309,7 @@ static void poll_loop(worker_t *w)
     if (wclient_poll(w->wc, id, 0, id == ack_id ? ack : 0, NULL, &ans) == 200)
         handle_poll(w, ans);
     json_decref(ans);
-    if (arena && jarena_live(arena) == 0)
-        jarena_free(arena);     /* else a value still points into it: left */
+    jarena_retire(arena);
 }
 
 /* The dplane's resolver: the peer's address from the controller. */

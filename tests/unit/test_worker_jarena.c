@@ -1,7 +1,8 @@
 /* test_worker_jarena.c - the poll answers' arena (workers/jarena.c): a
  * tree built inside jarena_begin/jarena_end lives in the arena, its frees
  * (on any thread) count down, a reset rewinds only when nothing is live
- * and keeps at most its first chunks; allocations outside the window, or
+ * and keeps at most its first chunks, a retired arena lasts as long as a
+ * value from it; allocations outside the window, or
  * too large, come from the heap. Sanitizer builds bypass the arena: every
  * allocation is the heap's there, which the same checks confirm. */
 #include <setjmp.h>
@@ -66,7 +67,7 @@ static void test_tree_lives_in_arena(void **state)
     t = built_in(a, 100);
     assert_int_equal(jarena_bytes(a), bytes);
     json_decref(t);
-    jarena_free(a);
+    jarena_retire(a);
 }
 
 /* A string past the arena's largest block is the heap's: its free does
@@ -90,7 +91,7 @@ static void test_large_value_from_heap(void **state)
     json_decref(s);
     assert_int_equal(jarena_live(a), 0);
     free(big);
-    jarena_free(a);
+    jarena_retire(a);
 }
 
 static void *decref_main(void *arg)
@@ -111,7 +112,26 @@ static void test_freed_elsewhere(void **state)
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(jarena_live(a), 0);
     assert_int_equal(jarena_reset(a), 1);
-    jarena_free(a);
+    jarena_retire(a);
+}
+
+/* An arena retired while a tree from it is live stays until the tree is
+ * freed (here on another thread), which frees it: the tree stays readable
+ * meanwhile (ASan builds check the order, LeakSanitizer the end). */
+static void test_retired_outlived(void **state)
+{
+    (void)state;
+    jarena_t *a = jarena_new();
+    assert_non_null(a);
+    json_t *t = built_in(a, 200);
+    if (jarena_enabled())
+        assert_int_equal(jarena_reset(a), 0);
+    jarena_retire(a);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(t, 199), "task")), 199);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(t, 7), "op")), "add");
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, decref_main, t), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
 }
 
 /* One huge answer grows the arena; the reset after it keeps 4 chunks. */
@@ -128,7 +148,7 @@ static void test_reset_trims(void **state)
     assert_true(jarena_bytes(a) <= (size_t)4 * 64 * 1024);
     t = built_in(a, 10);
     json_decref(t);
-    jarena_free(a);
+    jarena_retire(a);
 }
 
 int main(void)
@@ -139,6 +159,7 @@ int main(void)
         cmocka_unit_test(test_large_value_from_heap),
         cmocka_unit_test(test_freed_elsewhere),
         cmocka_unit_test(test_reset_trims),
+        cmocka_unit_test(test_retired_outlived),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
