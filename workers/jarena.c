@@ -60,6 +60,7 @@ typedef struct jhdr {
 _Static_assert(sizeof(jhdr_t) == JARENA_HDR, "the header keeps 16-byte alignment");
 
 static _Thread_local jarena_t *tls_arena;
+static atomic_long arenas_alive;    /* made and not yet freed (jarena_alive) */
 
 /* need bytes (a multiple of 16) from a's chunks, a new chunk added when
  * none after cur has room; NULL on OOM. */
@@ -119,6 +120,7 @@ static void arena_unref(jarena_t *a)
     if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1) {
         chunks_free(a->first);
         free(a);
+        atomic_fetch_sub(&arenas_alive, 1);
     }
 }
 
@@ -138,8 +140,10 @@ void jarena_install(void) { json_set_alloc_funcs(jarena_malloc, jarena_release);
 jarena_t *jarena_new(void)
 {
     jarena_t *a = calloc(1, sizeof *a);
-    if (a)
+    if (a) {
         atomic_init(&a->refs, 1);
+        atomic_fetch_add(&arenas_alive, 1);
+    }
     return a;
 }
 
@@ -177,3 +181,5 @@ long jarena_live(const jarena_t *a) { return atomic_load(&a->refs) - 1; }
 size_t jarena_bytes(const jarena_t *a) { return (size_t)a->nchunks * JARENA_CHUNK; }
 
 int jarena_enabled(void) { return !JARENA_BYPASS; }
+
+long jarena_alive(void) { return atomic_load(&arenas_alive); }

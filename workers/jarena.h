@@ -55,5 +55,7 @@ long jarena_live(const jarena_t *a);
 size_t jarena_bytes(const jarena_t *a);
 /* 0 in sanitizer builds, where arenas are bypassed; else 1. */
 int jarena_enabled(void);
+/* Arenas made and not freed yet, in the process (tests, diagnostics). */
+long jarena_alive(void);
 
 #endif
