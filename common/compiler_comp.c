@@ -16,6 +16,7 @@
 #include "compiler_shapes.h"
 #include "compiler_util.h"
 #include "runspec.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ static int cc_outputs(cc_t *x, const json_t *outs)
 {
     comp_t *c = x->c;
     size_t n = json_array_size(outs);
-    c->outputs = calloc(n ? n : 1, sizeof *c->outputs);
+    c->outputs = util_zalloc(n ? n : 1, sizeof *c->outputs);
     if (!c->outputs)
         return err_set(x->e, 500, "", "out of memory");
     for (size_t k = 0; k < n; k++) {
@@ -60,10 +61,10 @@ static size_t count_inputs(const json_t *ops)
 
 static int cc_alloc(comp_t *c, size_t nops, size_t ninputs)
 {
-    c->ops = calloc(nops, sizeof *c->ops);
-    c->vnames = calloc(nops, sizeof *c->vnames);
-    c->vshapes = calloc(nops, sizeof *c->vshapes);
-    c->inputs = calloc(ninputs ? ninputs : 1, sizeof *c->inputs);
+    c->ops = util_zalloc(nops, sizeof *c->ops);
+    c->vnames = util_zalloc(nops, sizeof *c->vnames);
+    c->vshapes = util_zalloc(nops, sizeof *c->vshapes);
+    c->inputs = util_zalloc(ninputs ? ninputs : 1, sizeof *c->inputs);
     return c->ops && c->vnames && c->vshapes && c->inputs ? 0 : -1;
 }
 
@@ -289,7 +290,7 @@ int compiler_comp(const json_t *comp_json, const shape_t *slice_shape,
     if (!slice_shape || !slice_shape_valid(slice_shape))
         return err_set(e, 400, "slice_shape", "slice shape must have 1 to %d dims of 1..%d",
                        MESH_MAX_RANK, SLICE_DIM_MAX);
-    comp_t *c = calloc(1, sizeof *c);
+    comp_t *c = util_zalloc(1, sizeof *c);
     if (!c)
         return err_set(e, 500, "", "out of memory");
     comp_set_slice(c, -1, slice_shape);

@@ -17,6 +17,7 @@
 #include "compiler_comp.h"
 #include "compiler_parse.h"
 #include "compiler_util.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,7 +238,7 @@ int job_slices(const json_t *sj, const island_desc_t *islands, int nislands,
     size_t n = json_object_size(sj);
     if (!json_is_object(sj) || n < 1 || n > SLICES_MAX)
         return err_set(e, 400, "slices", "slices must be an object of 1 to %d slices", SLICES_MAX);
-    plan->slices = calloc(n, sizeof *plan->slices);
+    plan->slices = util_zalloc(n, sizeof *plan->slices);
     if (!plan->slices)
         return err_set(e, 500, "", "out of memory");
     json_object_foreach((json_t *)sj, key, val) {
@@ -410,7 +411,7 @@ static int edges_index(job_ctx_t *j, size_t *in_off, size_t *out_off, int *out_a
                        int *indeg)
 {
     int n = j->plan->ncomps;
-    size_t *fill = calloc((size_t)n, sizeof *fill);
+    size_t *fill = util_zalloc((size_t)n, sizeof *fill);
     if (!fill)
         return err_set(j->e, 500, "", "out of memory");
     for (size_t k = 0; k < j->nedges; k++) {
@@ -435,12 +436,12 @@ static int edges_index(job_ctx_t *j, size_t *in_off, size_t *out_off, int *out_a
 int job_topo(job_ctx_t *j)
 {
     int n = j->plan->ncomps, rc = 0;
-    size_t *in_off = calloc((size_t)n + 1, sizeof *in_off);
-    size_t *out_off = calloc((size_t)n + 1, sizeof *out_off);
-    int *out_adj = calloc(j->nedges ? j->nedges : 1, sizeof *out_adj);
-    int *indeg = calloc((size_t)n, sizeof *indeg);
-    char *done = calloc((size_t)n, 1);
-    j->plan->topo = calloc((size_t)n, sizeof *j->plan->topo);
+    size_t *in_off = util_zalloc((size_t)n + 1, sizeof *in_off);
+    size_t *out_off = util_zalloc((size_t)n + 1, sizeof *out_off);
+    int *out_adj = util_zalloc(j->nedges ? j->nedges : 1, sizeof *out_adj);
+    int *indeg = util_zalloc((size_t)n, sizeof *indeg);
+    char *done = util_zalloc((size_t)n, 1);
+    j->plan->topo = util_zalloc((size_t)n, sizeof *j->plan->topo);
     if (!in_off || !out_off || !out_adj || !indeg || !done || !j->plan->topo) {
         rc = err_set(j->e, 500, "", "out of memory");
         goto cleanup;

@@ -23,6 +23,7 @@
 #include "compiler_shapes.h"
 #include "compiler_util.h"
 #include "gspmd.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,7 @@ static int job_compile_global(job_ctx_t *j, int i, const char *prefix)
     comp_t *c = &j->plan->comps[i];
     const job_slice_t *sl = &j->plan->slices[c->slice];
     const json_t *cj = json_array_get(j->comps_json, (size_t)i);
-    comp_t *g = calloc(1, sizeof *g);
+    comp_t *g = util_zalloc(1, sizeof *g);
     gspmd_edge_t *in_edge = NULL;
     gspmd_t *gs = NULL;
     gspmd_mesh_t mesh = {.shape = sl->shape};
@@ -80,7 +81,7 @@ static int job_compile_global(job_ctx_t *j, int i, const char *prefix)
     memcpy(g->name, c->name, sizeof g->name);
     comp_set_slice(g, c->slice, &c->slice_shape);
     int rc = comp_body(cj, prefix, g, 1, 0, job_resolve, j, j->e);
-    if (!rc && !(in_edge = calloc((size_t)g->ninputs + 1, sizeof *in_edge)))
+    if (!rc && !(in_edge = util_zalloc((size_t)g->ninputs + 1, sizeof *in_edge)))
         rc = err_set(j->e, 500, "", "out of memory");
     for (int k = 0; !rc && k < g->ninputs; k++) {
         const comp_t *pc = &j->plan->comps[g->inputs[k].producer];
@@ -142,8 +143,8 @@ static int job_comps(const json_t *cj, job_plan_t *plan, err_t *e)
     if (!json_is_array(cj) || n < 1 || n > JOB_MAX_COMPS)
         return err_set(e, 400, "computations", "computations must be an array of 1 to %d "
                        "computations", JOB_MAX_COMPS);
-    plan->comps = calloc(n, sizeof *plan->comps);
-    j.outputs = calloc(n, sizeof *j.outputs);
+    plan->comps = util_zalloc(n, sizeof *plan->comps);
+    j.outputs = util_zalloc(n, sizeof *j.outputs);
     if (!plan->comps || !j.outputs || nidx_init(&j.comp_names, n)) {
         rc = err_set(e, 500, "", "out of memory");
         goto cleanup;
@@ -163,7 +164,7 @@ cleanup:
 int compiler_job(const json_t *doc, const island_desc_t *islands, int nislands,
                  job_plan_t **out, err_t *e)
 {
-    job_plan_t *plan = calloc(1, sizeof *plan);
+    job_plan_t *plan = util_zalloc(1, sizeof *plan);
     int rc;
     if (!plan)
         return err_set(e, 500, "", "out of memory");

@@ -6,6 +6,7 @@
  * count), so a probe always ends at a hole. */
 #include "compiler_types.h"
 #include "compiler_util.h"
+#include "util.h"
 
 #include <float.h>
 #include <math.h>
@@ -123,8 +124,8 @@ int nidx_init(nidx_t *x, size_t n)
     while (cap < 2 * n)
         cap <<= 1;
     x->mask = cap - 1;
-    x->keys = calloc(cap, sizeof *x->keys);
-    x->vals = calloc(cap, sizeof *x->vals);
+    x->keys = util_zalloc(cap, sizeof *x->keys);
+    x->vals = util_zalloc(cap, sizeof *x->vals);
     if (!x->keys || !x->vals) {
         free(x->keys);
         free(x->vals);

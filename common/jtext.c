@@ -56,6 +56,19 @@ static void put_int(jbuf_t *b, json_int_t v)
 /* A real as jansson writes it (jsonp_dtostr, precision 17). */
 static void put_real(jbuf_t *b, double v)
 {
+    /* A whole number below 2^53 in magnitude is what "%.17g" writes as
+     * plain digits (every such number has at most 16), so it is written
+     * here without vfprintf's ~2K instructions: a worker's report carries
+     * a sum per output per shard, and sums are often whole. -0.0 takes
+     * the slow path ("-0.0"). */
+    if (v > -9007199254740992.0 && v < 9007199254740992.0 && v == (double)(int64_t)v &&
+        (v != 0.0 || !signbit(v))) {
+        char d[UTIL_I64_TEXT_MAX + 2];
+        size_t n = util_i64_text((int64_t)v, d);
+        memcpy(d + n, ".0", 2);
+        put(b, d, n + 2);
+        return;
+    }
     char t[40];
     int n = snprintf(t, sizeof t - 2, "%.17g", v);
     if (n < 0 || n >= (int)sizeof t - 2) {

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 int64_t shape_numel(const shape_t *s)
 {
     int64_t n = 1;
@@ -76,7 +78,23 @@ static float *data_alloc(size_t n, int zero)
         memset(p, 0, bytes);
     if (p)
         return p;
-    return zero ? calloc(n, sizeof(float)) : malloc(bytes);
+    return zero ? util_zalloc(n, sizeof(float)) : malloc(bytes);
+}
+
+/* Data of at most this many bytes lives in the tensor's own block, right
+ * after the struct (at TENSOR_INLINE_OFF, 16-byte aligned as malloc's
+ * blocks are): one allocation a tensor instead of two. A worker makes and
+ * frees several small tensors a computation (scalars, a collective's
+ * pieces). */
+#define TENSOR_INLINE_MAX 64
+#define TENSOR_INLINE_OFF ((sizeof(tensor_t) + 15) / 16 * 16)
+
+/* Decided by the size alone, as tensor_free's pool check is: a tensor's
+ * shape never changes once made. (Not by comparing data with the inline
+ * address: a separate block may well start right there.) */
+static int tensor_inline(size_t n)
+{
+    return n <= TENSOR_INLINE_MAX / sizeof(float);
 }
 
 /* zero: calloc the data (free of cost on fresh pages, a memset on reused
@@ -85,7 +103,9 @@ static tensor_t *tensor_make(const shape_t *s, int zero)
 {
     if (!s || !shape_valid(s))
         return NULL;
-    tensor_t *t = malloc(sizeof *t);
+    size_t n = (size_t)shape_numel(s);
+    int inl = tensor_inline(n);
+    tensor_t *t = malloc(inl ? TENSOR_INLINE_OFF + n * sizeof(float) : sizeof *t);
     if (!t)
         return NULL;
     /* Copy only the used dims so the "dims beyond rank are 0" invariant
@@ -95,7 +115,12 @@ static tensor_t *tensor_make(const shape_t *s, int zero)
     t->shape.rank = s->rank;
     for (int i = 0; i < s->rank; i++)
         t->shape.dim[i] = s->dim[i];
-    size_t n = (size_t)shape_numel(s);
+    if (inl) {
+        t->data = (float *)(void *)((char *)t + TENSOR_INLINE_OFF);
+        if (zero)
+            memset(t->data, 0, n * sizeof(float));
+        return t;
+    }
     t->data = data_alloc(n, zero);
     if (!t->data) {
         free(t);
@@ -130,6 +155,10 @@ void tensor_free(tensor_t *t)
 {
     if (!t)
         return;
+    if (tensor_inline((size_t)shape_numel(&t->shape))) {
+        free(t);
+        return;
+    }
     if (!tensor_big.release ||
         (size_t)shape_numel(&t->shape) * sizeof(float) < tensor_big.min_bytes ||
         tensor_big.release(tensor_big.ctx, t->data) != 0)

@@ -96,6 +96,22 @@ int util_hex_digit(char c)
     return -1;
 }
 
+/* Below glibc's mmap threshold (128 KiB), calloc memsets too. */
+#define UTIL_ZALLOC_MAX ((size_t)64 << 10)
+
+void *util_zalloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    size_t bytes = n * size;
+    if (bytes > UTIL_ZALLOC_MAX)
+        return calloc(n, size);
+    void *p = malloc(bytes ? bytes : 1);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
 size_t util_i64_text(int64_t v, char out[UTIL_I64_TEXT_MAX])
 {
     char tmp[UTIL_I64_TEXT_MAX];

@@ -288,7 +288,7 @@ static int exec_init_locks(exec_t *ex)
 exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_fn report_fn,
                    void *report_ctx)
 {
-    exec_t *ex = calloc(1, sizeof *ex);
+    exec_t *ex = util_zalloc(1, sizeof *ex);
     if (!ex)
         return NULL;
     ostore_t *st = cfg->store;
@@ -310,8 +310,8 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
     ex->report_fn = report_fn;
     ex->report_ctx = report_ctx;
     ex->ndev = cfg->ndevices;
-    ex->dev = calloc((size_t)cfg->ndevices, sizeof *ex->dev);
-    ex->threads = calloc((size_t)cfg->ndevices, sizeof *ex->threads);
+    ex->dev = util_zalloc((size_t)cfg->ndevices, sizeof *ex->dev);
+    ex->threads = util_zalloc((size_t)cfg->ndevices, sizeof *ex->threads);
     if (!ex->dev || !ex->threads || exec_init_locks(ex) != 0) {
         free(ex->dev);
         free(ex->threads);
@@ -335,7 +335,7 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
 static int enqueue_locked(exec_t *ex, hnode_t *h)
 {
     const wtask_t *t = h->t;
-    qent_t **ents = calloc((size_t)t->nlocal, sizeof *ents);
+    qent_t **ents = util_zalloc((size_t)t->nlocal, sizeof *ents);
     int ok = ents != NULL;
     for (int l = 0; ok && l < t->nlocal; l++)
         ok = (ents[l] = malloc(sizeof *ents[l])) != NULL;
@@ -401,7 +401,7 @@ static hnode_t *task_prepare(exec_t *ex, const json_t *tj, wplace_t *place, cons
         reject_task(ex, id, comp, NULL, t, err);
         return NULL;
     }
-    if (!(h = calloc(1, sizeof *h)) || task_expect(ex, t) != 0) {
+    if (!(h = util_zalloc(1, sizeof *h)) || task_expect(ex, t) != 0) {
         reject_task(ex, id, comp, h, t, "out of memory");
         return NULL;
     }
@@ -459,7 +459,7 @@ int exec_submit(exec_t *ex, const json_t *group)
         wplace_set_key(place, json_object_get(group, "key"), err, sizeof err) != 0)
         group_err = err;
     size_t i, n = json_array_size(tasks);
-    hnode_t **hs = calloc(n ? n : 1, sizeof *hs);
+    hnode_t **hs = util_zalloc(n ? n : 1, sizeof *hs);
     if (!hs && !group_err)
         group_err = "out of memory";
     const json_t *tj;

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "util.h"
 
 typedef struct coll {
     run_t *r;
@@ -299,7 +300,7 @@ static int pack_select(const coll_t *c, int q, unsigned char *sel)
 static int send_whole_packs(coll_t *c)
 {
     size_t nl = (size_t)c->nl;
-    unsigned char *sel = calloc(nl, 1), *built = calloc(nl, 1);
+    unsigned char *sel = util_zalloc(nl, 1), *built = util_zalloc(nl, 1);
     float *buf = NULL;
     int have = 0, rc = -1;
     if (!sel || !built)
@@ -589,7 +590,7 @@ static int groups_on_procs(coll_t *c)
     for (int k = 0; k < c->nsh; k++)
         if (c->gslot[c->glead[k]] < 0)
             c->gslot[c->glead[k]] = ngroups++;
-    if (!(c->on = calloc((size_t)ngroups * (size_t)c->nprocs, 1)))
+    if (!(c->on = util_zalloc((size_t)ngroups * (size_t)c->nprocs, 1)))
         return -1;
     for (int k = 0; k < c->nsh; k++)
         c->on[(size_t)c->gslot[c->glead[k]] * c->nprocs + c->proc_of[k]] = 1;
@@ -664,7 +665,7 @@ static int coll_setup(coll_t *c)
         used += c->start[q + 1] > c->start[q];
     c->relay = used >= c->r->env->relay_min_procs;
     c->root = c->proc_of[0];
-    if (c->relay && c->self == c->root && !(c->all = calloc((size_t)c->nsh, sizeof *c->all)))
+    if (c->relay && c->self == c->root && !(c->all = util_zalloc((size_t)c->nsh, sizeof *c->all)))
         goto oom;
     return 0;
 oom:

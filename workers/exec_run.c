@@ -280,7 +280,7 @@ static int run_dispatch(run_t *r, int i, tensor_t **outs)
         return run_values_ready(r) == 0 ? exec_gang_output(r, i, outs) : -1;
     if (!opcode_is_collective(op->code))
         return run_local(r, i, outs);
-    const tensor_t **args = calloc((size_t)r->nl, sizeof *args);
+    const tensor_t **args = util_zalloc((size_t)r->nl, sizeof *args);
     if (!args) {
         snprintf(r->err, sizeof r->err, "out of memory");
         return -1;
@@ -335,7 +335,7 @@ static int run_op(run_t *r, int i)
                       ? 0 : ostore_tensor_bytes(&op->shape);
     if (per > 0 && run_reserve(r, i, per * r->nl) != 0)
         return -1;
-    tensor_t **outs = calloc((size_t)r->nl, sizeof *outs);
+    tensor_t **outs = util_zalloc((size_t)r->nl, sizeof *outs);
     if (!outs || run_dispatch(r, i, outs) != 0) {
         if (!outs)
             snprintf(r->err, sizeof r->err, "out of memory");
@@ -431,9 +431,9 @@ static int run_sends(run_t *r)
 static int run_plan_refs(run_t *r)
 {
     int nv = r->nv;
-    r->objs = calloc((size_t)nv * (size_t)r->nl + 1, sizeof *r->objs);
-    r->refs = calloc((size_t)nv + 1, sizeof *r->refs);
-    r->send_slot = calloc((size_t)r->t->nsends + 1, sizeof *r->send_slot);
+    r->objs = util_zalloc((size_t)nv * (size_t)r->nl + 1, sizeof *r->objs);
+    r->refs = util_zalloc((size_t)nv + 1, sizeof *r->refs);
+    r->send_slot = util_zalloc((size_t)r->t->nsends + 1, sizeof *r->send_slot);
     if (!r->objs || !r->refs || !r->send_slot) {
         snprintf(r->err, sizeof r->err, "out of memory");
         return -1;

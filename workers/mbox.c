@@ -231,7 +231,7 @@ static int cancelled_locked(const mbox_t *mb, int64_t job, int32_t attempt)
 
 int mbox_put(mbox_t *mb, const mbox_tag_t *tag, tensor_t *t)
 {
-    mbox_msg_t *m = calloc(1, sizeof *m);    /* origin 0: a local, claimed message */
+    mbox_msg_t *m = util_zalloc(1, sizeof *m);    /* origin 0: a local, claimed message */
     pthread_mutex_lock(&mb->mu);
     /* A message for an ended task has no taker any more (ended_locked is
      * defined with the gate below). */
@@ -745,7 +745,7 @@ int mbox_put_from(mbox_t *mb, const mbox_tag_t *tag, const mbox_key_t *key, tens
         tensor_free(t);
         return 1;
     }
-    mbox_msg_t *m = calloc(1, sizeof *m);
+    mbox_msg_t *m = util_zalloc(1, sizeof *m);
     pthread_mutex_lock(&mb->mu);
     if (admit == MBOX_ADMIT_UNCLAIMED) {    /* the reservation becomes the frame's */
         mb->origin_bytes[origin] -= bytes;

@@ -153,7 +153,7 @@ void ostore_charge(ostore_t *s, int64_t dobjects, int64_t dbytes)
 ostore_obj_t *ostore_put(ostore_t *s, const ostore_key_t *key, tensor_t *t, int refs,
                          int64_t reserved)
 {
-    ostore_obj_t *o = t && refs > 0 ? calloc(1, sizeof *o) : NULL;
+    ostore_obj_t *o = t && refs > 0 ? util_zalloc(1, sizeof *o) : NULL;
     if (!o) {
         tensor_free(t);
         ostore_unreserve(s, reserved);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "gspmd.h"
+#include "util.h"
 
 int wtask_shape_from_json(const json_t *a, int max_rank, int64_t min_dim, shape_t *out)
 {
@@ -76,7 +77,7 @@ static int parse_procs(const json_t *a, wplace_t *p, char *err, size_t errlen)
         return -1;
     }
     p->nprocs = (int)json_array_size(a);
-    if (!(p->procs = calloc((size_t)p->nprocs, sizeof *p->procs))) {
+    if (!(p->procs = util_zalloc((size_t)p->nprocs, sizeof *p->procs))) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -169,7 +170,7 @@ static int parse_slices(const json_t *o, wplace_t *p, char *err, size_t errlen)
         return -1;
     }
     int *owner = malloc(sizeof *owner * WPLACE_MAX_DEVICES);
-    p->slices = calloc(json_object_size(o), sizeof *p->slices);
+    p->slices = util_zalloc(json_object_size(o), sizeof *p->slices);
     if (!owner || !p->slices) {
         free(owner);
         snprintf(err, errlen, "out of memory");
@@ -197,7 +198,7 @@ int wplace_parse(const json_t *j, const char *self_addr, wplace_t **out, char *e
                  size_t errlen)
 {
     *out = NULL;
-    wplace_t *p = calloc(1, sizeof *p);
+    wplace_t *p = util_zalloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -318,9 +319,9 @@ static int parse_shards(const json_t *j, wtask_t *t, int ndevices, char *err, si
                  "as many devices as shards", ndevices);
         return -1;
     }
-    t->shards = calloc(n, sizeof *t->shards);
-    t->devices = calloc(n, sizeof *t->devices);
-    unsigned char *used = calloc((size_t)ndevices, 1);
+    t->shards = util_zalloc(n, sizeof *t->shards);
+    t->devices = util_zalloc(n, sizeof *t->devices);
+    unsigned char *used = util_zalloc((size_t)ndevices, 1);
     int rc = -1;
     if (!t->shards || !t->devices || !used) {
         snprintf(err, errlen, "out of memory");
@@ -380,7 +381,7 @@ static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
     t->nsends = (int)json_array_size(a);
     if (t->nsends == 0)
         return 0;
-    if (!(t->sends = calloc((size_t)t->nsends, sizeof *t->sends))) {
+    if (!(t->sends = util_zalloc((size_t)t->nsends, sizeof *t->sends))) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -425,7 +426,7 @@ static int parse_full_values(const json_t *j, wtask_t *t, char *err, size_t errl
     }
     if (json_object_size(o) == 0)
         return 0;
-    if (!(t->full = calloc(json_object_size(o), sizeof *t->full))) {
+    if (!(t->full = util_zalloc(json_object_size(o), sizeof *t->full))) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -520,7 +521,7 @@ int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
         snprintf(err, errlen, "task is not an object");
         return -1;
     }
-    wtask_t *t = calloc(1, sizeof *t);
+    wtask_t *t = util_zalloc(1, sizeof *t);
     if (!t) {
         snprintf(err, errlen, "out of memory");
         return -1;
