@@ -82,7 +82,10 @@ typedef struct report_acc_job {
  * and finish stamps. */
 typedef struct report_acc_comp {
     int64_t job, attempt, comp;
-    int shared;                 /* the job's `shared` (its computations are fed) */
+    int unblocks;               /* its success may release blocked computations:
+                                 * not a shared job's (fed), nor one of a run (a
+                                 * run is written only for an exclusive job under
+                                 * parallel dispatch, which blocks none) */
     int64_t shards;
     int64_t t0, t1, t2;
     int64_t busy_us;            /* sum over its reports of (t2 - t1) x their shards */
@@ -136,7 +139,7 @@ int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *d
 /* Adds nshards done and the stamps to computation comp of job attempt
  * (one entry per computation and attempt), and the report's device time,
  * (t2 - t1) x nshards, saturating. 0, or -1 (OOM: nothing added). */
-int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int shared,
+int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int unblocks,
                     int64_t nshards, int64_t t0, int64_t t1, int64_t t2);
 /* Counts one more succeeded computation of job. 0, or -1 (OOM). */
 int report_acc_job_done(report_acc_t *a, int64_t job);

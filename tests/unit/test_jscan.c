@@ -102,6 +102,42 @@ static void test_numbers(void **state)
         assert_true(json_number_value(json_array_get(j, 0)) == n.d);
         json_decref(j);
     }
+    /* Reals read without strtod (at most 15 significant digits, a power
+     * of ten up to 22) and with it: every one the very double strtod
+     * gives, -0.0 included. */
+    static const char *const reals[] = {
+        "16.0", "-0.0", "0.0", "0.001", "123456789012345.6", "12345678901234.56e8",
+        "1234567890123456.0", "9007199254740993.0", "0.1e-22", "1e22", "1e23", "5e-324",
+        "2.2250738585072014e-308", "0.30000000000000004", "1.5E+3", "7e-05", "100.25",
+        "-3.14159265358979", "4.35e-1", "0.000000000000000000000000123"};
+    unsigned seed = 74;
+    for (int i = 0; i < 20000 + (int)(sizeof reals / sizeof reals[0]); i++) {
+        char t[64];
+        if (i < (int)(sizeof reals / sizeof reals[0]))
+            snprintf(t, sizeof t, "%s", reals[i]);
+        else        /* up to 17 digits, a point somewhere, an exponent often */
+            snprintf(t, sizeof t, "%s%d.%0*de%d", rand_r(&seed) % 2 ? "-" : "",
+                     rand_r(&seed) % 100000, rand_r(&seed) % 12 + 1, rand_r(&seed) % 1000000,
+                     rand_r(&seed) % 60 - 30);
+        jscan_t s;
+        jscan_num_t n;
+        jscan_init(&s, t, strlen(t));
+        assert_int_equal(jscan_number(&s, &n), 0);
+        double want = strtod(t, NULL);
+        if (memcmp(&n.d, &want, sizeof want) != 0)
+            fail_msg("'%s': read %.17g, strtod %.17g", t, n.d, want);
+    }
+    /* Integers up to 18 digits and past: as strtoll reads them. */
+    static const char *const ints[] = {"999999999999999999", "-999999999999999999",
+                                       "1000000000000000000", "1764460000123456",
+                                       "-9223372036854775807"};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        jscan_t s;
+        jscan_num_t n;
+        jscan_init(&s, ints[i], strlen(ints[i]));
+        assert_int_equal(jscan_number(&s, &n), 0);
+        assert_true(n.is_int && n.i == strtoll(ints[i], NULL, 10));
+    }
     /* A long real (over the reader's 63-byte buffer) still reads. */
     char big[200] = "0.";
     memset(big + 2, '1', 150);
