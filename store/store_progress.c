@@ -75,8 +75,11 @@ static int task_refusal(store_t *st, int64_t task)
  * computations 4 times; the read cost ~9K instructions a report as a
  * join). Per connection (store_outputs_cache: a cache belongs to one
  * database), direct-mapped; a text longer than an entry, or no cache (out
- * of memory), is read every time. */
-#define SIG_CACHE 64
+ * of memory), is read every time. 512 entries (132 KiB): a worker's batch
+ * of a chain's reports reaches ~60 computations, and with 64 entries the
+ * next worker's batch of the same ones found many evicted (stop 74: half
+ * the applier's reads of a 1,000-step chain were misses). */
+#define SIG_CACHE 512
 #define SIG_CACHE_TEXT 240
 typedef struct sig_entry {
     int64_t job;                /* 0: empty */
@@ -382,13 +385,12 @@ static int jobs_progress(store_t *st, report_acc_t *acc, int *effects)
     return rc;
 }
 
-/* A computation finished: marked so, its consumers unblocked (sequential
- * dispatch), and counted for its job (jobs_progress). */
+/* A computation finished (its row marked so by comp_progress_add): its
+ * consumers unblocked (sequential dispatch), and counted for its job
+ * (jobs_progress). */
 static int comp_succeeded(store_t *st, const report_acc_comp_t *r, report_acc_t *acc,
                           int *effects)
 {
-    static const char comp_sql[] =
-        "UPDATE computations SET state = 'succeeded' WHERE job_id = ? AND idx = ?";
     /* Only computations waiting with a seq (sequential dispatch: blocked)
      * have anything to unblock: with parallel dispatch none are (those of
      * an exclusive job whose chunk is not written yet wait without a seq),
@@ -420,12 +422,7 @@ static int comp_succeeded(store_t *st, const report_acc_comp_t *r, report_acc_t 
         "UPDATE computations AS c SET state = 'dispatched', dispatched_at = ?2 WHERE c.job_id = ?1"
         " AND " COMP_RELEASED("c");
 #undef COMP_RELEASED
-    sqlite3_stmt *s = store_stmt(st, comp_sql);
-    if (!s)
-        return -1;
-    sqlite3_bind_int64(s, 1, r->job);
-    sqlite3_bind_int64(s, 2, r->comp);
-    if (store_step_done(s) != 0 || report_acc_job_done(acc, r->job) != 0)
+    if (report_acc_job_done(acc, r->job) != 0)
         return -1;
     /* A shared job's computations are never blocked: the feed dispatches
      * them one by one in topological order. Its unfed ones are 'waiting',
@@ -439,7 +436,8 @@ static int comp_succeeded(store_t *st, const report_acc_comp_t *r, report_acc_t 
     if (!r->unblocks)
         return 0;
     int64_t now = util_wall_us();
-    if (!(s = store_stmt(st, deps_sql)))
+    sqlite3_stmt *s = store_stmt(st, deps_sql);
+    if (!s)
         return -1;
     sqlite3_bind_int64(s, 1, r->job);
     sqlite3_bind_int64(s, 2, r->comp);
@@ -512,6 +510,59 @@ static int host_succeeded(const reporter_t *rep, const report_row_t *r, const re
                            r->nshards, t0, t1, t2);
 }
 
+/* A computation's progress from this transaction, in one of three
+ * UPDATEs that differ in their last condition (COMP_PROGRESS(x)): rows
+ * changed (0 or 1), or -1. */
+#define COMP_PROGRESS(state_set, cond)                                                       \
+    "UPDATE computations SET shards_done = shards_done + ?6," state_set                   \
+    " busy_us = CASE WHEN busy_us > 9223372036854775807 - ?7 THEN 9223372036854775807"     \
+    " ELSE busy_us + ?7 END,"                                                              \
+    " started_at = MIN(COALESCE(started_at, ?3), ?3),"                                     \
+    " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"                           \
+    " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"                                    \
+    " WHERE job_id = ?1 AND idx = ?2" cond
+static int comp_progress(store_t *st, const report_acc_comp_t *c, const char *sql)
+{
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, c->job);
+    sqlite3_bind_int64(s, 2, c->comp);
+    sqlite3_bind_int64(s, 3, c->t0);
+    sqlite3_bind_int64(s, 4, c->t1);
+    sqlite3_bind_int64(s, 5, c->t2);
+    sqlite3_bind_int64(s, 6, c->shards);
+    sqlite3_bind_int64(s, 7, c->busy_us);
+    return store_step_done(s) == 0 ? sqlite3_changes(store_db(st)) : -1;
+}
+
+/* Adds c to its computation's row; 1 when that made the computation
+ * succeed (its shards all done), 0 when not, -1 on error. A gang's
+ * workers report apart, so a computation's progress comes in as many
+ * transactions as it has workers, and all but the last only add: one
+ * statement each (the add, when it leaves shards to do). The last adds
+ * and marks it succeeded in a second. (Before: an add, then a read of
+ * whether it was done, every time, and a third write at the end: 9
+ * statements a computation of a 4-worker chain instead of 5, ~40K
+ * instructions of the applier's ~220K.) Neither matches a row that the
+ * add would carry past its shards_total, which never happens unless
+ * something counted twice: that row gets the plain add, as before, and
+ * does not succeed. */
+static int comp_progress_add(store_t *st, const report_acc_comp_t *c)
+{
+    static const char part_sql[] = COMP_PROGRESS("", " AND shards_done + ?6 < shards_total");
+    static const char last_sql[] =
+        COMP_PROGRESS(" state = 'succeeded',", " AND shards_done + ?6 = shards_total");
+    static const char any_sql[] = COMP_PROGRESS("", "");
+    int n = comp_progress(st, c, part_sql);
+    if (n != 0)
+        return n < 0 ? -1 : 0;
+    if ((n = comp_progress(st, c, last_sql)) != 0)
+        return n;
+    return comp_progress(st, c, any_sql) < 0 ? -1 : 0;
+}
+#undef COMP_PROGRESS
+
 /* Writes what acc gathered of outputs and computations' progress, in the
  * order they came: a computation whose shards are now all done succeeds
  * (comp_succeeded: its consumers), then its job counts them and ends when
@@ -519,42 +570,10 @@ static int host_succeeded(const reporter_t *rep, const report_row_t *r, const re
  * before the transaction's end (report_acc.h, Order). 0 or -1. */
 static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
 {
-    static const char comp_sql[] =
-        "UPDATE computations SET shards_done = shards_done + ?6,"
-        " busy_us = CASE WHEN busy_us > 9223372036854775807 - ?7 THEN 9223372036854775807"
-        " ELSE busy_us + ?7 END,"
-        " started_at = MIN(COALESCE(started_at, ?3), ?3),"
-        " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"
-        " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"
-        " WHERE job_id = ?1 AND idx = ?2";
-    /* Read back apart, not RETURNING (see task_take). */
-    static const char done_sql[] =
-        "SELECT shards_done = shards_total FROM computations WHERE job_id = ?1 AND idx = ?2";
     int rc = runs_write(st, acc) == 0 ? report_acc_flush_outputs(st, acc) : -1;
     for (size_t i = 0; rc == 0 && i < acc->ncomp; i++) {
-        const report_acc_comp_t *c = &acc->comp[i];
-        sqlite3_stmt *s = store_stmt(st, comp_sql);
-        if (!s) {
-            rc = -1;
-            break;
-        }
-        sqlite3_bind_int64(s, 1, c->job);
-        sqlite3_bind_int64(s, 2, c->comp);
-        sqlite3_bind_int64(s, 3, c->t0);
-        sqlite3_bind_int64(s, 4, c->t1);
-        sqlite3_bind_int64(s, 5, c->t2);
-        sqlite3_bind_int64(s, 6, c->shards);
-        sqlite3_bind_int64(s, 7, c->busy_us);
-        if (store_step_done(s) != 0 || !(s = store_stmt(st, done_sql))) {
-            rc = -1;
-            break;
-        }
-        sqlite3_bind_int64(s, 1, c->job);
-        sqlite3_bind_int64(s, 2, c->comp);
-        int comp_done = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0);
-        sqlite3_reset(s);
-        if (comp_done)
-            rc = comp_succeeded(st, c, acc, effects);
+        int done = comp_progress_add(st, &acc->comp[i]);
+        rc = done < 0 ? -1 : done ? comp_succeeded(st, &acc->comp[i], acc, effects) : 0;
     }
     acc->ncomp = 0;
     return rc == 0 ? jobs_progress(st, acc, effects) : rc;
