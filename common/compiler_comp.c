@@ -31,17 +31,18 @@ static int cc_outputs(cc_t *x, const json_t *outs)
         return err_set(x->e, 500, "", "out of memory");
     for (size_t k = 0; k < n; k++) {
         char sub[32];
-        fmt(sub, sizeof sub, "outputs[%zu]", k);
         const json_t *s = json_array_get(outs, k);
-        int slot = json_is_string(s) ? nidx_find(&x->values, json_string_value(s)) : -1;
+        int slot = json_is_string(s) ? nidx_find(&x->values, json_string_value(s)) : -1, dup = 0;
+        for (int i = 0; slot >= 0 && i < c->noutputs; i++)
+            dup |= c->outputs[i] == slot;
+        if (slot < 0 || dup)    /* the field's name is printed only for an error */
+            fmt(sub, sizeof sub, "outputs[%zu]", k);
         if (slot < 0)
             return comp_fail(x->prefix, x->e, sub, "computation '%s': output %zu must name a "
                              "value the computation defines", c->name, k);
-        for (int i = 0; i < c->noutputs; i++) {
-            if (c->outputs[i] == slot)
-                return comp_fail(x->prefix, x->e, sub, "computation '%s': output '%s' is "
-                                 "listed twice", c->name, c->vnames[slot]);
-        }
+        if (dup)
+            return comp_fail(x->prefix, x->e, sub, "computation '%s': output '%s' is "
+                             "listed twice", c->name, c->vnames[slot]);
         c->outputs[c->noutputs++] = slot;
     }
     return 0;

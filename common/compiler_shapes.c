@@ -44,7 +44,7 @@ int op_fail(cc_t *x, const char *sub, const char *f, ...)
 static int field_bit(const char *key)
 {
     for (int i = 0; i < NFIELDS; i++) {
-        if (strcmp(field_names[i], key) == 0)
+        if (field_names[i][0] == key[0] && strcmp(field_names[i], key) == 0)
             return i;
     }
     return -1;
@@ -55,7 +55,7 @@ static int op_check_keys(cc_t *x, const json_t *opj, const op_spec_t *spec)
 {
     const char *key;
     json_t *val;
-    unsigned allowed = spec->required | spec->optional;
+    unsigned allowed = spec->required | spec->optional, seen = 0;
     json_object_foreach((json_t *)opj, key, val) {
         if (strcmp(key, "op") == 0 || strcmp(key, "out") == 0)
             continue;
@@ -68,9 +68,10 @@ static int op_check_keys(cc_t *x, const json_t *opj, const op_spec_t *spec)
         int b = field_bit(key);
         if (b < 0 || !(allowed & (1u << b)))
             return op_fail(x, key, "unknown field '%s'", key);
+        seen |= 1u << b;
     }
     for (int b = 0; b < NFIELDS; b++) {
-        if ((spec->required & (1u << b)) && !json_object_get(opj, field_names[b]))
+        if ((spec->required & (1u << b)) && !(seen & (1u << b)))
             return op_fail(x, field_names[b], "missing field '%s'", field_names[b]);
     }
     return 0;
