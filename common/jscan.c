@@ -327,8 +327,6 @@ static int int_value(const unsigned char *p, const unsigned char *end, int64_t *
     return 0;
 }
 
-/* The real literal [p, end) as a double: 0, or -1 when it overflows
- * (jansson: "real number overflow"). */
 /* Clinger's fast path: a literal of at most 15 significant digits (so
  * its digits, read as an integer m, are exact in a double) scaled by
  * 10^e with |e| <= 22 (exact too) is one correctly rounded multiplication
@@ -371,6 +369,8 @@ static int real_fast(const unsigned char *p, const unsigned char *end, double *d
     return 0;
 }
 
+/* The real literal [p, end) as a double: 0, or -1 when it overflows
+ * (jansson: "real number overflow"). */
 static int real_value(const unsigned char *p, const unsigned char *end, double *d)
 {
     if (real_fast(p, end, d) == 0)
