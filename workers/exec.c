@@ -412,8 +412,9 @@ static hnode_t *task_prepare(exec_t *ex, const json_t *tj, wplace_t *place, cons
     return h;
 }
 
-/* Queues a group's prepared tasks (n, NULL entries skipped) under one hold
- * of mu, so that no runner sees part of a group: a task's report may wait
+/* Queues an answer's prepared tasks (n, NULL entries skipped) under one
+ * hold of mu, so that no runner sees part of it (submit: the order across
+ * groups), nor part of a group: a task's report may wait
  * while the next task of its attempt is queued behind it
  * (report_may_hold), and a chain's first task could otherwise end before
  * its second was queued. A task that cannot be queued is reported failed. */
@@ -448,20 +449,21 @@ static void enqueue_group(exec_t *ex, hnode_t **hs, size_t n)
     }
 }
 
-int exec_submit(exec_t *ex, const json_t *group)
+/* Prepares the tasks of one group into hs[0..n), n its task count (NULL
+ * where a task was rejected and reported); hs NULL: every task is
+ * rejected ("out of memory"). Returns n. */
+static size_t prepare_group(exec_t *ex, const json_t *group, hnode_t **hs)
 {
     char err[256];
-    const char *group_err = NULL;
+    const char *group_err = hs ? NULL : "out of memory";
     wplace_t *place = NULL;
     const json_t *tasks = json_object_get(group, "tasks");
-    if (wplace_parse(json_object_get(group, "placement"), ex->self_addr, &place, err,
-                     sizeof err) != 0 ||
-        wplace_set_key(place, json_object_get(group, "key"), err, sizeof err) != 0)
+    if (!group_err &&
+        (wplace_parse(json_object_get(group, "placement"), ex->self_addr, &place, err,
+                      sizeof err) != 0 ||
+         wplace_set_key(place, json_object_get(group, "key"), err, sizeof err) != 0))
         group_err = err;
-    size_t i, n = json_array_size(tasks);
-    hnode_t **hs = util_zalloc(n ? n : 1, sizeof *hs);
-    if (!hs && !group_err)
-        group_err = "out of memory";
+    size_t i;
     const json_t *tj;
     json_array_foreach(tasks, i, tj) {
         hnode_t *h;
@@ -475,11 +477,51 @@ int exec_submit(exec_t *ex, const json_t *group)
         if (hs)
             hs[i] = h;
     }
-    if (hs)
-        enqueue_group(ex, hs, n);
-    free(hs);
     wplace_unref(place);
-    return (int)n;
+    return json_array_size(tasks);
+}
+
+/* Queues the tasks of ngroups groups, all prepared first and then queued
+ * under one hold of mu (enqueue_group): a group lists its tasks in seq
+ * order, but with devices shared between jobs one group's later task may
+ * follow another group's earlier one on a device, and queued before it, it
+ * could start first (its runner free, the other group still compiling),
+ * against a peer that runs them in seq order: a collective deadlock until
+ * the peer timeout. Returns the number of tasks. */
+static int submit(exec_t *ex, const json_t *const *groups, size_t ngroups)
+{
+    size_t total = 0, at = 0;
+    for (size_t g = 0; g < ngroups; g++)
+        total += json_array_size(json_object_get(groups[g], "tasks"));
+    hnode_t **hs = util_zalloc(total ? total : 1, sizeof *hs);
+    for (size_t g = 0; g < ngroups; g++)
+        at += prepare_group(ex, groups[g], hs ? hs + at : NULL);
+    if (hs)
+        enqueue_group(ex, hs, total);
+    free(hs);
+    return (int)total;
+}
+
+int exec_submit(exec_t *ex, const json_t *group)
+{
+    return submit(ex, &group, 1);
+}
+
+int exec_submit_answer(exec_t *ex, const json_t *jobs)
+{
+    size_t n = json_array_size(jobs);
+    const json_t **gs = malloc(sizeof *gs * (n ? n : 1));
+    int ntasks = 0;
+    if (!gs) {              /* every task rejected and reported, none queued */
+        for (size_t g = 0; g < n; g++)
+            ntasks += (int)prepare_group(ex, json_array_get(jobs, g), NULL);
+        return ntasks;
+    }
+    for (size_t g = 0; g < n; g++)
+        gs[g] = json_array_get(jobs, g);
+    ntasks = submit(ex, gs, n);
+    free(gs);
+    return ntasks;
 }
 
 /* Takes queued (not running) tasks of job with attempt <= attempt out of

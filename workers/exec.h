@@ -63,6 +63,12 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
  * group whose placement is malformed, is reported failed at once (when its
  * id is readable). Returns the number of tasks in the group. */
 int exec_submit(exec_t *ex, const json_t *group);
+/* Queues every group of a poll answer's `jobs` array (borrowed), as one:
+ * no task of it is queued before all of them are prepared, so none can
+ * start ahead of a lower-seq task of another group on its devices (a
+ * group lists its tasks in seq order, but with devices shared between
+ * jobs the groups interleave). Returns the number of tasks. */
+int exec_submit_answer(exec_t *ex, const json_t *jobs);
 /* Aborts attempt `attempt` of a job, and its older attempts (attempts only
  * grow, so they are over too): their queued tasks are reported cancelled,
  * their running tasks wake from their waits and report cancelled, their

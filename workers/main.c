@@ -195,18 +195,12 @@ static int register_first(worker_t *w)
     }
 }
 
-/* Submits an answer's job groups in answer order: the controller lists
- * them (and their tasks) in increasing seq, and a host task queued first
- * may start at once, so a later seq must not be queued before an earlier
- * one of the same device. Returns the number of tasks. */
+/* Submits an answer's job groups, all queued together (exec_submit_answer:
+ * one group's later task may come after another's earlier one on a
+ * device). Returns the number of tasks. */
 static int submit_groups(worker_t *w, const json_t *jobs)
 {
-    size_t i;
-    const json_t *g;
-    int n = 0;
-    json_array_foreach(jobs, i, g)
-        n += exec_submit(w->ex, g);
-    return n;
+    return exec_submit_answer(w->ex, jobs);
 }
 
 /* Applies one cancel entry {"job": J, "attempt": A}: attempt A of job J

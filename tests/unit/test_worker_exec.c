@@ -743,6 +743,71 @@ static void test_gang_order_overlapping(void **state)
     cluster_free(c);
 }
 
+/* ---- a poll answer's groups are queued as one (exec_submit_answer) ----
+ *
+ * Jobs 40 and 41 share both procs' devices (the whole [1,4] slice, an
+ * all_reduce each): 40 has computations at seq 10 and 12, 41 one at seq
+ * 11. Proc 1 gets 40's seq 10 in one answer, then [41: 11] [40: 12] in the
+ * next; proc 0 gets all three in one answer, grouped [40: 10, 12] [41: 11]
+ * as the controller groups them, with 41's computation slow to compile
+ * (4,000 more ops). Queued group by group, proc 0 would run 10, then 12
+ * while 41 was still compiling, and proc 1, in 11, would wait for proc 0's
+ * part of it while proc 0 waited for its part of 12: a deadlock until the
+ * peer timeout failed both. Queued as one, every device runs 10, 11, 12. */
+static json_t *slow_sum_ops(void)
+{
+    json_t *ops = index_sum_ops();
+    for (int k = 0; k < 4000; k++) {
+        char out[16];
+        snprintf(out, sizeof out, "f%d", k);
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:[i], s:f}", "op", "fill", "out", out,
+                                             "shape", 1, "value", 1.0));
+    }
+    return ops;
+}
+
+static void test_answer_groups_queued_as_one(void **state)
+{
+    (void)state;
+    cluster_t *c = cluster_new(2, 2, 0, 3000);
+    json_t *ans = json_pack("[o]", group(40, 0, placement(c, 1, 4),
+                                         json_pack("[o]", host_task(c, 401, 40, 0, 0, 10, 1, 4, 1,
+                                                                    index_sum_ops(), NULL,
+                                                                    NULL))));
+    assert_int_equal(exec_submit_answer(c->p[1].ex, ans), 1);
+    json_decref(ans);
+    ans = json_pack("[o,o]",
+                    group(40, 0, placement(c, 1, 4),
+                          json_pack("[o,o]",
+                                    host_task(c, 400, 40, 0, 0, 10, 1, 4, 0, index_sum_ops(),
+                                              NULL, NULL),
+                                    host_task(c, 420, 40, 0, 1, 12, 1, 4, 0, index_sum_ops(),
+                                              NULL, NULL))),
+                    group(41, 0, placement(c, 1, 4),
+                          json_pack("[o]", host_task(c, 410, 41, 0, 0, 11, 1, 4, 0,
+                                                     slow_sum_ops(), NULL, NULL))));
+    assert_int_equal(exec_submit_answer(c->p[0].ex, ans), 3);
+    json_decref(ans);
+    ans = json_pack("[o,o]",
+                    group(41, 0, placement(c, 1, 4),
+                          json_pack("[o]", host_task(c, 411, 41, 0, 0, 11, 1, 4, 1,
+                                                     slow_sum_ops(), NULL, NULL))),
+                    group(40, 0, placement(c, 1, 4),
+                          json_pack("[o]", host_task(c, 421, 40, 0, 1, 12, 1, 4, 1,
+                                                     index_sum_ops(), NULL, NULL))));
+    assert_int_equal(exec_submit_answer(c->p[1].ex, ans), 2);
+    json_decref(ans);
+    for (int q = 0; q < 2; q++) {
+        assert_int_equal(sink_wait(&c->p[q].sink, 3), 3);
+        for (int k = 0; k < 3; k++) {
+            const json_t *b = sink_find(&c->p[q].sink, 400 + k * 10 + q);
+            assert_string_equal(state_of(b), "succeeded");
+            assert_true(out_value(b, 0, 0) == 6.0f);
+        }
+    }
+    cluster_free(c);
+}
+
 /* ---- a runner that claims a task wakes the next (exec.c, wake_one) ----
  *
  * Two procs of 4 devices, island [2,4] (proc q: row q). Each proc first
@@ -1155,6 +1220,7 @@ int main(void)
         cmocka_unit_test(test_cancel_is_attempt_exact),
         cmocka_unit_test(test_cancel_reports_a_run_once),
         cmocka_unit_test(test_gang_order_overlapping),
+        cmocka_unit_test(test_answer_groups_queued_as_one),
         cmocka_unit_test(test_claim_wakes_next),
         cmocka_unit_test(test_malformed_reported_failed),
         cmocka_unit_test(test_report_hold_marks),
