@@ -485,9 +485,10 @@ static size_t prepare_group(exec_t *ex, const json_t *group, hnode_t **hs)
  * under one hold of mu (enqueue_group): a group lists its tasks in seq
  * order, but with devices shared between jobs one group's later task may
  * follow another group's earlier one on a device, and queued before it, it
- * could start first (its runner free, the other group still compiling),
- * against a peer that runs them in seq order: a collective deadlock until
- * the peer timeout. Returns the number of tasks. */
+ * could start first (its devices free, the other group still compiling):
+ * the earlier one, queued ahead of it later, would then run beside it, and
+ * the devices would not run the island's computations in seq order.
+ * Returns the number of tasks. */
 static int submit(exec_t *ex, const json_t *const *groups, size_t ngroups)
 {
     size_t total = 0, at = 0;

@@ -750,10 +750,11 @@ static void test_gang_order_overlapping(void **state)
  * 11. Proc 1 gets 40's seq 10 in one answer, then [41: 11] [40: 12] in the
  * next; proc 0 gets all three in one answer, grouped [40: 10, 12] [41: 11]
  * as the controller groups them, with 41's computation slow to compile
- * (4,000 more ops). Queued group by group, proc 0 would run 10, then 12
- * while 41 was still compiling, and proc 1, in 11, would wait for proc 0's
- * part of it while proc 0 waited for its part of 12: a deadlock until the
- * peer timeout failed both. Queued as one, every device runs 10, 11, 12. */
+ * (4,000 more ops). Queued group by group, proc 0 would start 12 as soon
+ * as 10 ended, while 41 was still compiling (11, queued ahead of it later,
+ * then runs beside it on another runner): its devices would run the
+ * island's computations out of seq order. Queued as one, every device
+ * runs 10, 11, 12, each after the one before ended. */
 static json_t *slow_sum_ops(void)
 {
     json_t *ops = index_sum_ops();
@@ -799,10 +800,14 @@ static void test_answer_groups_queued_as_one(void **state)
     json_decref(ans);
     for (int q = 0; q < 2; q++) {
         assert_int_equal(sink_wait(&c->p[q].sink, 3), 3);
-        for (int k = 0; k < 3; k++) {
+        int64_t prev_end = 0;
+        for (int k = 0; k < 3; k++) {       /* seq 10, 11, 12 */
             const json_t *b = sink_find(&c->p[q].sink, 400 + k * 10 + q);
             assert_string_equal(state_of(b), "succeeded");
             assert_true(out_value(b, 0, 0) == 6.0f);
+            int64_t t0 = json_integer_value(json_object_get(b, "started_us"));
+            assert_true(t0 >= prev_end - 2);    /* clocks as test_sim_devices_are_streams */
+            prev_end = json_integer_value(json_object_get(b, "finished_us"));
         }
     }
     cluster_free(c);
