@@ -230,6 +230,8 @@ typedef struct raw_body {
     const void *data;
     size_t len;
     int json;                   /* already JSON text: sent as application/json */
+    jtext_w_t *answer;          /* set: the answer's bytes are handed over here
+                                 * (the caller's to drop), not parsed */
 } raw_body_t;
 
 /* One exchange; extra (may be NULL) is one more header line; the body is
@@ -283,8 +285,12 @@ static int call_with(wclient_t *wc, const char *extra, const char *method, const
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     status = (int)code;
     failed = 0;
-    if (resp && !b.failed && b.len > 0)
+    if (raw && raw->answer && !b.failed) {
+        *raw->answer = b;
+        b = (jtext_w_t){0};
+    } else if (resp && !b.failed && b.len > 0) {
         *resp = jscan_load(b.p, b.len, 0, NULL);
+    }
 cleanup:
     if (c && own)
         curl_easy_cleanup(c);
@@ -337,7 +343,7 @@ int wclient_worker_post(wclient_t *wc, const char *path_fmt_id, const json_t *bo
     int n = snprintf(path, sizeof path, path_fmt_id, (long long)id);
     if (n < 0 || (size_t)n >= sizeof path)
         return -1;
-    raw_body_t rb = {raw, rawlen, 0};
+    raw_body_t rb = {raw, rawlen, 0, NULL};
     return call_as_raw(wc, id, "POST", path, body, raw ? &rb : NULL, timeout_ms, NULL, resp);
 }
 
@@ -540,15 +546,105 @@ static void note_refused(json_t **refused, size_t item, const json_t *r, json_in
                                               "detail", detail ? detail : ""));
 }
 
+/* One result item of a batch's answer that is not 200: logged, and noted
+ * in *refused when it refuses the report itself (not 404/409: no longer
+ * ours). r: the item (borrowed), i its position. */
+static void item_refused(const json_t *r, size_t i, json_t **refused)
+{
+    json_int_t code = json_integer_value(json_object_get(r, "status"));
+    log_warn("report of task %lld: %lld %s",
+             (long long)json_integer_value(json_object_get(r, "task")), (long long)code,
+             json_string_value(json_object_get(r, "detail"))
+                 ? json_string_value(json_object_get(r, "detail")) : "");
+    if (code != 404 && code != 409)
+        note_refused(refused, i, r, code);
+}
+
+/* The status of the result item next in s (an object), read past it: its
+ * "status" when an integer, 0 when it has none; -1 on a syntax error. */
+static int64_t item_status(jscan_t *s)
+{
+    jscan_str_t key;
+    jscan_num_t num;
+    int n = 0, more;
+    int64_t status = 0;
+    if (jscan_object(s) != 0)
+        return -1;
+    while ((more = jscan_member(s, &n, &key)) == 1) {
+        if (jscan_str_eq(&key, "status") && jscan_peek(s) == JSCAN_NUMBER) {
+            if (jscan_number(s, &num) != 0)
+                return -1;
+            status = num.is_int ? num.i : 0;
+        } else if (jscan_skip(s) != 0) {
+            return -1;
+        }
+    }
+    return more == 0 ? status : -1;
+}
+
+/* The results of a batch's 200 answer, {"results": [{"task", "status",
+ * "detail"?}, ...]}, read with the pull reader: an item of status 200,
+ * nearly every one, builds nothing (a tree of the whole answer cost the
+ * reporting thread ~6K instructions a computation of a chain); another is
+ * loaded alone and handled by item_refused. 0, or -1 when the text is
+ * not JSON (the items read before it count). */
+static int results_scan(const char *text, size_t len, json_t **refused)
+{
+    jscan_t s;
+    jscan_str_t key;
+    int n = 0, more;
+    jscan_init(&s, text, len);
+    if (jscan_object(&s) != 0)
+        return -1;
+    while ((more = jscan_member(&s, &n, &key)) == 1) {
+        if (!jscan_str_eq(&key, "results") || jscan_peek(&s) != JSCAN_ARRAY) {
+            if (jscan_skip(&s) != 0)
+                return -1;
+            continue;
+        }
+        int k = 0, el;
+        if (jscan_array(&s) != 0)
+            return -1;
+        while ((el = jscan_element(&s, &k)) == 1) {
+            if (jscan_peek(&s) != JSCAN_OBJECT) {
+                if (jscan_skip(&s) != 0)
+                    return -1;
+                continue;
+            }
+            const char *start = (const char *)s.p;
+            int64_t status = item_status(&s);
+            if (status < 0)
+                return -1;
+            if (status != 200) {
+                json_t *r = jscan_load(start, (size_t)((const char *)s.p - start), 0, NULL);
+                if (r)
+                    item_refused(r, (size_t)(k - 1), refused);
+                json_decref(r);
+            }
+        }
+        if (el < 0)
+            return -1;
+    }
+    return more == 0 && jscan_finish(&s) == 0 ? 0 : -1;
+}
+
 int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len,
                          size_t count, json_t **refused)
 {
     char path[96];
     snprintf(path, sizeof path, "/v1/workers/%lld/reports", (long long)id);
-    raw_body_t rb = {body, len, 1};
-    json_t *ans = NULL;
+    jtext_w_t text = {0};
+    raw_body_t rb = {body, len, 1, &text};
     *refused = NULL;
-    int st = call_as_raw(wc, id, "POST", path, NULL, &rb, 15000, NULL, &ans);
+    int st = call_as_raw(wc, id, "POST", path, NULL, &rb, 15000, NULL, NULL);
+    if (st == 200) {
+        if (results_scan(text.p, text.len, refused) != 0)
+            log_warn("batch of %zu reports: its answer is not JSON", count);
+        jtext_drop(&text);
+        return st;
+    }
+    json_t *ans = text.len > 0 ? jscan_load(text.p, text.len, 0, NULL) : NULL;
+    jtext_drop(&text);
     if (st == 413) {
         /* Over the cap of this controller (restarted with a smaller
          * --max-body since we registered): its answer names the cap. */
@@ -556,25 +652,8 @@ int wclient_report_batch(wclient_t *wc, int64_t id, const char *body, size_t len
         max_body_learn(wc, json_object_get(ans, "max_body"));
         pthread_mutex_unlock(&wc->mu);
     }
-    if (st >= 400) {
+    if (st >= 400)
         log_warn("batch of %zu reports: HTTP %d %s", count, st, wclient_problem_detail(ans));
-    } else if (st == 200) {
-        /* Per-item refusals are final; log them, and hand back those
-         * refusing the report itself (not 404/409: no longer ours). */
-        size_t i;
-        json_t *r;
-        json_array_foreach(json_object_get(ans, "results"), i, r) {
-            json_int_t code = json_integer_value(json_object_get(r, "status"));
-            if (code == 200)
-                continue;
-            log_warn("report of task %lld: %lld %s",
-                     (long long)json_integer_value(json_object_get(r, "task")), (long long)code,
-                     json_string_value(json_object_get(r, "detail"))
-                         ? json_string_value(json_object_get(r, "detail")) : "");
-            if (code != 404 && code != 409)
-                note_refused(refused, i, r, code);
-        }
-    }
     json_decref(ans);
     return st;
 }
