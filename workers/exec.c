@@ -288,7 +288,7 @@ static int exec_init_locks(exec_t *ex)
 exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_fn report_fn,
                    void *report_ctx)
 {
-    exec_t *ex = util_zalloc(1, sizeof *ex);
+    exec_t *ex = calloc(1, sizeof *ex);
     if (!ex)
         return NULL;
     ostore_t *st = cfg->store;
@@ -310,8 +310,8 @@ exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_
     ex->report_fn = report_fn;
     ex->report_ctx = report_ctx;
     ex->ndev = cfg->ndevices;
-    ex->dev = util_zalloc((size_t)cfg->ndevices, sizeof *ex->dev);
-    ex->threads = util_zalloc((size_t)cfg->ndevices, sizeof *ex->threads);
+    ex->dev = calloc((size_t)cfg->ndevices, sizeof *ex->dev);
+    ex->threads = calloc((size_t)cfg->ndevices, sizeof *ex->threads);
     if (!ex->dev || !ex->threads || exec_init_locks(ex) != 0) {
         free(ex->dev);
         free(ex->threads);
@@ -481,22 +481,29 @@ static size_t prepare_group(exec_t *ex, const json_t *group, hnode_t **hs)
     return json_array_size(tasks);
 }
 
-/* Queues the tasks of ngroups groups, all prepared first and then queued
- * under one hold of mu (enqueue_group): a group lists its tasks in seq
- * order, but with devices shared between jobs one group's later task may
- * follow another group's earlier one on a device, and queued before it, it
- * could start first (its devices free, the other group still compiling):
- * the earlier one, queued ahead of it later, would then run beside it, and
- * the devices would not run the island's computations in seq order.
- * Returns the number of tasks. */
-static int submit(exec_t *ex, const json_t *const *groups, size_t ngroups)
+/* Group g of what is submitted: `one` alone, or element g of `jobs`. */
+static const json_t *group_at(const json_t *jobs, const json_t *one, size_t g)
 {
-    size_t total = 0, at = 0;
+    return one ? one : json_array_get(jobs, g);
+}
+
+/* Queues the tasks of the groups submitted (`one`, or the array `jobs`),
+ * all prepared first and then queued under one hold of mu
+ * (enqueue_group): a group lists its tasks in seq order, but with devices
+ * shared between jobs one group's later task may follow another group's
+ * earlier one on a device, and queued before it, it could start first (its
+ * devices free, the other group still compiling): the earlier one, queued
+ * ahead of it later, would then run beside it, and the devices would not
+ * run the island's computations in seq order. Returns the number of
+ * tasks. */
+static int submit(exec_t *ex, const json_t *jobs, const json_t *one)
+{
+    size_t ngroups = one ? 1 : json_array_size(jobs), total = 0, at = 0;
     for (size_t g = 0; g < ngroups; g++)
-        total += json_array_size(json_object_get(groups[g], "tasks"));
+        total += json_array_size(json_object_get(group_at(jobs, one, g), "tasks"));
     hnode_t **hs = util_zalloc(total ? total : 1, sizeof *hs);
-    for (size_t g = 0; g < ngroups; g++)
-        at += prepare_group(ex, groups[g], hs ? hs + at : NULL);
+    for (size_t g = 0; g < ngroups; g++)    /* hs NULL: each task rejected */
+        at += prepare_group(ex, group_at(jobs, one, g), hs ? hs + at : NULL);
     if (hs)
         enqueue_group(ex, hs, total);
     free(hs);
@@ -505,24 +512,12 @@ static int submit(exec_t *ex, const json_t *const *groups, size_t ngroups)
 
 int exec_submit(exec_t *ex, const json_t *group)
 {
-    return submit(ex, &group, 1);
+    return submit(ex, NULL, group);
 }
 
 int exec_submit_answer(exec_t *ex, const json_t *jobs)
 {
-    size_t n = json_array_size(jobs);
-    const json_t **gs = malloc(sizeof *gs * (n ? n : 1));
-    int ntasks = 0;
-    if (!gs) {              /* every task rejected and reported, none queued */
-        for (size_t g = 0; g < n; g++)
-            ntasks += (int)prepare_group(ex, json_array_get(jobs, g), NULL);
-        return ntasks;
-    }
-    for (size_t g = 0; g < n; g++)
-        gs[g] = json_array_get(jobs, g);
-    ntasks = submit(ex, gs, n);
-    free(gs);
-    return ntasks;
+    return submit(ex, jobs, NULL);
 }
 
 /* Takes queued (not running) tasks of job with attempt <= attempt out of

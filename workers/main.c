@@ -195,14 +195,6 @@ static int register_first(worker_t *w)
     }
 }
 
-/* Submits an answer's job groups, all queued together (exec_submit_answer:
- * one group's later task may come after another's earlier one on a
- * device). Returns the number of tasks. */
-static int submit_groups(worker_t *w, const json_t *jobs)
-{
-    return exec_submit_answer(w->ex, jobs);
-}
-
 /* Applies one cancel entry {"job": J, "attempt": A}: attempt A of job J
  * (and its older attempts) is over, a newer one may run here already.
  * Anything else is ignored and logged (the first few times only: the
@@ -236,7 +228,7 @@ static int handle_poll(worker_t *w, const json_t *ans)
     log_debug("poll: %zu group(s), %zu cancel(s), lease %lld",
               json_array_size(json_object_get(ans, "jobs")), json_array_size(cancel),
               (long long)json_integer_value(json_object_get(ans, "lease")));
-    int news = submit_groups(w, json_object_get(ans, "jobs"));
+    int news = exec_submit_answer(w->ex, json_object_get(ans, "jobs"));
     json_array_foreach(cancel, i, v)
         news += apply_cancel(w, v);
     return news;

@@ -560,26 +560,26 @@ static void item_refused(const json_t *r, size_t i, json_t **refused)
         note_refused(refused, i, r, code);
 }
 
-/* The status of the result item next in s (an object), read past it: its
- * "status" when an integer, 0 when it has none; -1 on a syntax error. */
-static int64_t item_status(jscan_t *s)
+/* Reads the result item next in s (an object) past it, its "status" into
+ * *status (0 when it has no integer one). 0, or -1 on a syntax error. */
+static int item_status(jscan_t *s, int64_t *status)
 {
     jscan_str_t key;
     jscan_num_t num;
     int n = 0, more;
-    int64_t status = 0;
+    *status = 0;
     if (jscan_object(s) != 0)
         return -1;
     while ((more = jscan_member(s, &n, &key)) == 1) {
         if (jscan_str_eq(&key, "status") && jscan_peek(s) == JSCAN_NUMBER) {
             if (jscan_number(s, &num) != 0)
                 return -1;
-            status = num.is_int ? num.i : 0;
+            *status = num.is_int ? num.i : 0;
         } else if (jscan_skip(s) != 0) {
             return -1;
         }
     }
-    return more == 0 ? status : -1;
+    return more == 0 ? 0 : -1;
 }
 
 /* The results of a batch's 200 answer, {"results": [{"task", "status",
@@ -612,8 +612,8 @@ static int results_scan(const char *text, size_t len, json_t **refused)
                 continue;
             }
             const char *start = (const char *)s.p;
-            int64_t status = item_status(&s);
-            if (status < 0)
+            int64_t status;
+            if (item_status(&s, &status) != 0)
                 return -1;
             if (status != 200) {
                 json_t *r = jscan_load(start, (size_t)((const char *)s.p - start), 0, NULL);
