@@ -612,6 +612,14 @@ static json_t *build(jscan_t *s, int depth, int dups)
     return v;
 }
 
+json_t *jscan_tree(jscan_t *s, int dups)
+{
+    json_t *v = s->bad ? NULL : build(s, 0, dups);
+    if (!v)
+        fail(s);
+    return v;
+}
+
 json_t *jscan_load(const char *text, size_t len, size_t flags, json_error_t *err)
 {
     if (flags & ~(size_t)(JSON_REJECT_DUPLICATES | JSON_DECODE_ANY))

@@ -103,6 +103,14 @@ int jscan_finish(jscan_t *s);
  * NULL with err filled (err may be NULL). */
 json_t *jscan_load(const char *text, size_t len, size_t flags, json_error_t *err);
 
+/* The next value, consumed, as a new jansson tree built as jscan_load
+ * builds one (a repeated key refused when dups, else the last one kept, as
+ * jansson does), for a reader that walks a text and wants a tree of one
+ * part of it only. NULL on a syntax error, a refused key, nesting past
+ * JSCAN_MAX_DEPTH below this value, or out of memory: the reader is then
+ * failed. New reference. */
+json_t *jscan_tree(jscan_t *s, int dups);
+
 /* Writes str's decoded bytes to buf (room for str->len + 1 bytes) and a
  * NUL; returns their count. str came from this reader, so it decodes. */
 size_t jscan_str_decode(const jscan_str_t *str, char *buf);

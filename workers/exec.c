@@ -375,34 +375,13 @@ static void reject_task(exec_t *ex, int64_t id, int32_t comp, hnode_t *h, wtask_
         report(ex, id, comp, exec_report_failed(err), 0, 0);
 }
 
-/* Member key of a TASK as a non-negative integer in 0..max, else -1 (read
- * only to name a task that cannot be run). */
-static int64_t task_member(const json_t *tj, const char *key, int64_t max)
+/* A parsed task as a node ready to queue (its mailbox gates open), or
+ * NULL after reporting it failed (out of memory). Takes t. */
+static hnode_t *task_node(exec_t *ex, wtask_t *t)
 {
-    const json_t *v = json_object_get(tj, key);
-    return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= max
-               ? json_integer_value(v) : -1;
-}
-
-/* Parses one TASK of a group into a node ready to queue (its mailbox
- * gates open). NULL when it cannot be, after reporting it failed. */
-static hnode_t *task_prepare(exec_t *ex, const json_t *tj, wplace_t *place, const char *group_err)
-{
-    char err[256];
-    int64_t id = -1;
-    int32_t comp = (int32_t)task_member(tj, "comp", INT32_MAX);
-    wtask_t *t = NULL;
-    hnode_t *h = NULL;
-    if (group_err) {
-        reject_task(ex, task_member(tj, "task", INT64_MAX), comp, NULL, NULL, group_err);
-        return NULL;
-    }
-    if (wtask_parse(tj, place, ex->ndev, &t, &id, err, sizeof err) != 0) {
-        reject_task(ex, id, comp, NULL, t, err);
-        return NULL;
-    }
-    if (!(h = util_zalloc(1, sizeof *h)) || task_expect(ex, t) != 0) {
-        reject_task(ex, id, comp, h, t, "out of memory");
+    hnode_t *h = util_zalloc(1, sizeof *h);
+    if (!h || task_expect(ex, t) != 0) {
+        reject_task(ex, t->id, t->comp, h, t, "out of memory");
         return NULL;
     }
     /* Leftover messages of this job's earlier (failed) attempts are stale. */
@@ -449,75 +428,135 @@ static void enqueue_group(exec_t *ex, hnode_t **hs, size_t n)
     }
 }
 
-/* Prepares the tasks of one group into hs[0..n), n its task count (NULL
- * where a task was rejected and reported); hs NULL: every task is
- * rejected ("out of memory"). Returns n. */
-static size_t prepare_group(exec_t *ex, const json_t *group, hnode_t **hs)
+/* A task refused at intake, reported failed when its batch is queued. */
+typedef struct refused {
+    int64_t id;
+    int32_t comp;
+    char *err;                         /* owned */
+} refused_t;
+
+/* An answer's tasks read, not yet queued: the nodes in the answer's order
+ * and the refused tasks; ntasks counts both. */
+struct exec_batch {
+    hnode_t **hs;                      /* owned array and nodes (until queued) */
+    size_t n, cap;
+    refused_t *refused;                /* owned */
+    size_t nrefused, cap_refused;
+    int ntasks;
+    exec_t *ex;
+};
+
+/* Appends item (size sz) to *arr of *n (capacity *cap). 0 or -1 (OOM). */
+static int batch_push(void **arr, size_t *n, size_t *cap, const void *item, size_t sz)
 {
-    char err[256];
-    const char *group_err = hs ? NULL : "out of memory";
-    wplace_t *place = NULL;
-    const json_t *tasks = json_object_get(group, "tasks");
-    if (!group_err &&
-        (wplace_parse(json_object_get(group, "placement"), ex->self_addr, &place, err,
-                      sizeof err) != 0 ||
-         wplace_set_key(place, json_object_get(group, "key"), err, sizeof err) != 0))
-        group_err = err;
-    size_t i;
-    const json_t *tj;
-    json_array_foreach(tasks, i, tj) {
-        hnode_t *h;
-        /* A task must belong to its group: the placement is the attempt's. */
-        if (!group_err && (!json_equal(json_object_get(tj, "job"), json_object_get(group, "job")) ||
-                           !json_equal(json_object_get(tj, "attempt"),
-                                       json_object_get(group, "attempt"))))
-            h = task_prepare(ex, tj, NULL, "task's job or attempt differs from its group's");
-        else
-            h = task_prepare(ex, tj, place, group_err);
-        if (hs)
-            hs[i] = h;
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        void *a = realloc(*arr, c * sz);
+        if (!a)
+            return -1;
+        *arr = a;
+        *cap = c;
     }
-    wplace_unref(place);
-    return json_array_size(tasks);
+    memcpy((char *)*arr + sz * (*n)++, item, sz);
+    return 0;
 }
 
-/* Group g of what is submitted: `one` alone, or element g of `jobs`. */
-static const json_t *group_at(const json_t *jobs, const json_t *one, size_t g)
+/* wtask_fn: a task of the answer becomes a node, or is noted refused (at
+ * once reported failed when even that fails). */
+static void batch_task(void *ctx, wtask_item_t *it)
 {
-    return one ? one : json_array_get(jobs, g);
+    exec_batch_t *b = ctx;
+    b->ntasks++;
+    if (!it->t) {
+        refused_t r = {it->id, it->comp, strdup(it->err)};
+        if (!r.err || batch_push((void **)&b->refused, &b->nrefused, &b->cap_refused, &r,
+                                 sizeof r) != 0) {
+            free(r.err);
+            reject_task(b->ex, it->id, it->comp, NULL, NULL, it->err);
+        }
+        return;
+    }
+    hnode_t *h = task_node(b->ex, it->t);
+    if (h && batch_push((void **)&b->hs, &b->n, &b->cap, &h, sizeof h) != 0) {
+        task_done(b->ex, h->t);
+        reject_task(b->ex, h->t->id, h->t->comp, h, h->t, "out of memory");
+    }
 }
 
-/* Queues the tasks of the groups submitted (`one`, or the array `jobs`),
- * all prepared first and then queued under one hold of mu
- * (enqueue_group): a group lists its tasks in seq order, but with devices
- * shared between jobs one group's later task may follow another group's
- * earlier one on a device, and queued before it, it could start first (its
- * devices free, the other group still compiling): the earlier one, queued
- * ahead of it later, would then run beside it, and the devices would not
- * run the island's computations in seq order. Returns the number of
- * tasks. */
-static int submit(exec_t *ex, const json_t *jobs, const json_t *one)
+void exec_batch_drop(exec_t *ex, exec_batch_t *b)
 {
-    size_t ngroups = one ? 1 : json_array_size(jobs), total = 0, at = 0;
-    for (size_t g = 0; g < ngroups; g++)
-        total += json_array_size(json_object_get(group_at(jobs, one, g), "tasks"));
-    hnode_t **hs = util_zalloc(total ? total : 1, sizeof *hs);
-    for (size_t g = 0; g < ngroups; g++)    /* hs NULL: each task rejected */
-        at += prepare_group(ex, group_at(jobs, one, g), hs ? hs + at : NULL);
-    if (hs)
-        enqueue_group(ex, hs, total);
-    free(hs);
-    return (int)total;
+    if (!b)
+        return;
+    for (size_t i = 0; i < b->n; i++) {
+        task_done(ex, b->hs[i]->t);
+        wtask_free(b->hs[i]->t);
+        free(b->hs[i]);
+    }
+    for (size_t i = 0; i < b->nrefused; i++)
+        free(b->refused[i].err);
+    free(b->refused);
+    free(b->hs);
+    free(b);
 }
 
-int exec_submit(exec_t *ex, const json_t *group)
+int exec_batch_read(exec_t *ex, jscan_t *s, int one, exec_batch_t **out)
 {
-    return submit(ex, NULL, group);
+    exec_batch_t *b = util_zalloc(1, sizeof *b);
+    *out = NULL;
+    if (!b)
+        return -1;
+    b->ex = ex;
+    if (wtask_walk(s, one, ex->self_addr, ex->ndev, batch_task, b) != 0) {
+        exec_batch_drop(ex, b);
+        return -1;
+    }
+    *out = b;
+    return 0;
 }
 
-int exec_submit_answer(exec_t *ex, const json_t *jobs)
+/* Queues the batch's tasks, all prepared first and then queued under one
+ * hold of mu (enqueue_group): a group lists its tasks in seq order, but
+ * with devices shared between jobs one group's later task may follow
+ * another group's earlier one on a device, and queued before it, it could
+ * start first (its devices free, the other group still compiling): the
+ * earlier one, queued ahead of it later, would then run beside it, and
+ * the devices would not run the island's computations in seq order. */
+int exec_batch_queue(exec_t *ex, exec_batch_t *b)
 {
-    return submit(ex, jobs, NULL);
+    if (!b)
+        return 0;
+    int ntasks = b->ntasks;
+    if (b->n > 0)
+        enqueue_group(ex, b->hs, b->n);
+    for (size_t i = 0; i < b->nrefused; i++)
+        reject_task(ex, b->refused[i].id, b->refused[i].comp, NULL, NULL, b->refused[i].err);
+    b->n = 0;                          /* queued: the executor's now */
+    exec_batch_drop(ex, b);
+    return ntasks;
+}
+
+/* One group (one) or an answer's "jobs" array, as text: read and queued,
+ * or -1 when it is not one JSON value. */
+static int submit(exec_t *ex, const char *text, size_t len, int one)
+{
+    jscan_t s;
+    exec_batch_t *b = NULL;
+    jscan_init(&s, text, len);
+    if (exec_batch_read(ex, &s, one, &b) != 0 || jscan_finish(&s) != 0) {
+        exec_batch_drop(ex, b);
+        return -1;
+    }
+    return exec_batch_queue(ex, b);
+}
+
+int exec_submit(exec_t *ex, const char *group, size_t len)
+{
+    return submit(ex, group, len, 1);
+}
+
+int exec_submit_answer(exec_t *ex, const char *jobs, size_t len)
+{
+    return submit(ex, jobs, len, 0);
 }
 
 /* Takes queued (not running) tasks of job with attempt <= attempt out of

@@ -21,6 +21,7 @@
 
 #include "dplane.h"
 #include "exec_run.h"
+#include "jscan.h"
 #include "mbox.h"
 #include "ostore.h"
 
@@ -58,17 +59,32 @@ typedef struct exec exec_t;
 /* mb and dp are borrowed and must outlive the executor. NULL on failure. */
 exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_fn report_fn,
                    void *report_ctx);
-/* Queues a job group {"job", "attempt", "placement", "tasks": [TASK...]}
- * of the poll answer (borrowed). A malformed task, or every task of a
- * group whose placement is malformed, is reported failed at once (when its
- * id is readable). Returns the number of tasks in the group. */
-int exec_submit(exec_t *ex, const json_t *group);
-/* Queues every group of a poll answer's `jobs` array (borrowed), as one:
- * no task of it is queued before all of them are prepared, so none can
- * start ahead of a lower-seq task of another group on its devices (a
- * group lists its tasks in seq order, but with devices shared between
- * jobs the groups interleave). Returns the number of tasks. */
-int exec_submit_answer(exec_t *ex, const json_t *jobs);
+/* A poll answer's tasks, read but not yet queued (exec_batch_read). */
+typedef struct exec_batch exec_batch_t;
+
+/* Reads the job groups next in s, {"job", "attempt", "key", "placement",
+ * "tasks": [TASK...]}: one group (one) or a poll answer's `jobs` array of
+ * them (wtask_walk), into *out: each task compiled and prepared to run,
+ * each malformed one (or every task of a group whose placement is
+ * malformed) noted refused. Nothing is queued or reported yet, so a caller
+ * that finds the rest of the answer broken drops the batch and the
+ * answer comes again. 0, or -1 when the value is not JSON (or out of
+ * memory): nothing kept, *out NULL. */
+int exec_batch_read(exec_t *ex, jscan_t *s, int one, exec_batch_t **out);
+/* Queues a batch's tasks as one: no task of it is queued before all of
+ * them are prepared, so none can start ahead of a lower-seq task of
+ * another group on its devices (a group lists its tasks in seq order, but
+ * with devices shared between jobs the groups interleave); reports its
+ * refused tasks failed (those whose id could be read); frees the batch.
+ * Returns the number of tasks it held (NULL: 0). */
+int exec_batch_queue(exec_t *ex, exec_batch_t *b);
+/* Frees a batch without queueing anything (NULL: nothing). */
+void exec_batch_drop(exec_t *ex, exec_batch_t *b);
+/* A group's text (exec_submit) or an answer's `jobs` array's text
+ * (exec_submit_answer), borrowed, read and queued as above. Returns the
+ * number of tasks, or -1 (nothing queued) when it is not one JSON value. */
+int exec_submit(exec_t *ex, const char *group, size_t len);
+int exec_submit_answer(exec_t *ex, const char *jobs, size_t len);
 /* Aborts attempt `attempt` of a job, and its older attempts (attempts only
  * grow, so they are over too): their queued tasks are reported cancelled,
  * their running tasks wake from their waits and report cancelled, their

@@ -27,6 +27,7 @@
 #include "exec.h"
 #include "f32b64.h"
 #include "jarena.h"
+#include "jscan.h"
 #include "kernels.h"
 #include "mbox.h"
 #include "ostore.h"
@@ -216,21 +217,61 @@ static int apply_cancel(worker_t *w, const json_t *v)
 
 /* Hands a poll answer's tasks to the executor and applies its cancels
  * (tasks first: a cancel names only attempts older than any task of the
- * same job in the answer, and leaves those alone). Returns how many tasks
- * and cancels were new: the controller repeats a cancel until the
- * attempt's tasks are reported, and the caller must not spin on such
- * answers. */
-static int handle_poll(worker_t *w, const json_t *ans)
+ * same job in the answer, and leaves those alone). The answer is read in
+ * one pass, its "jobs" read into a batch where they stand; the batch is
+ * queued only once the whole text proved JSON. Returns how many tasks and
+ * cancels were new (the controller repeats a cancel until the attempt's
+ * tasks are reported, and the caller must not spin on such answers), or
+ * -1 when the answer is not JSON: nothing of it is taken in, and it is not
+ * acknowledged. *lease: the answer's (0: none); *ncancel: its cancels. */
+static int handle_poll(worker_t *w, const char *text, size_t len, int64_t *lease, size_t *ncancel)
 {
-    const json_t *cancel = json_object_get(ans, "cancel");
+    jscan_t s;
+    jscan_str_t key;
+    jscan_num_t num;
+    exec_batch_t *batch = NULL;
+    const char *cancel_at = NULL;
+    size_t cancel_len = 0;
+    int n = 0, more = -1;
+    *lease = 0;
+    *ncancel = 0;
+    jscan_init(&s, text, len);
+    if (jscan_object(&s) == 0) {
+        while ((more = jscan_member(&s, &n, &key)) == 1) {
+            int rc;
+            if (jscan_str_eq(&key, "jobs")) {
+                exec_batch_drop(w->ex, batch);          /* a repeated key: the last counts */
+                rc = exec_batch_read(w->ex, &s, 0, &batch);
+            } else if (jscan_str_eq(&key, "lease") && jscan_peek(&s) == JSCAN_NUMBER) {
+                rc = jscan_number(&s, &num);
+                *lease = rc == 0 && num.is_int ? num.i : 0;
+            } else if (jscan_str_eq(&key, "cancel")) {
+                cancel_at = (const char *)s.p;
+                rc = jscan_skip(&s);
+                cancel_len = (size_t)((const char *)s.p - cancel_at);
+            } else {
+                rc = jscan_skip(&s);
+            }
+            if (rc != 0) {
+                more = -1;
+                break;
+            }
+        }
+    }
+    if (more != 0 || jscan_finish(&s) != 0) {
+        exec_batch_drop(w->ex, batch);
+        return -1;
+    }
+    int news = exec_batch_queue(w->ex, batch);
+    /* Cancels are few (usually none): a tree of them is cheap. */
+    json_t *cancel = cancel_at ? jscan_load(cancel_at, cancel_len, 0, NULL) : NULL;
     size_t i;
     const json_t *v;
-    log_debug("poll: %zu group(s), %zu cancel(s), lease %lld",
-              json_array_size(json_object_get(ans, "jobs")), json_array_size(cancel),
-              (long long)json_integer_value(json_object_get(ans, "lease")));
-    int news = exec_submit_answer(w->ex, json_object_get(ans, "jobs"));
+    *ncancel = json_array_size(cancel);
+    log_debug("poll: %d task(s), %zu cancel(s), lease %lld", news, *ncancel, (long long)*lease);
     json_array_foreach(cancel, i, v)
         news += apply_cancel(w, v);
+    json_decref(cancel);
     return news;
 }
 
@@ -242,8 +283,9 @@ static void poll_loop(worker_t *w)
 {
     int delay = 100, down = 0;
     int64_t ack = 0, ack_id = -1;
-    /* The answers' trees are built in this arena (NULL, on OOM: the heap),
-     * and it is rewound once each answer is freed. Owned here. */
+    /* The trees built from an answer (its placements, computations and
+     * cancels) come from this arena (NULL, on OOM: the heap), rewound once
+     * the answer is taken in. Owned here. */
     jarena_t *arena = jarena_new();
     while (!atomic_load(&g_stop)) {
         int64_t id = wclient_id(w->wc);
@@ -251,32 +293,36 @@ static void poll_loop(worker_t *w)
             ack = 0;
             ack_id = id;
         }
-        json_t *ans = NULL;
-        jarena_begin(arena);
+        jtext_w_t ans = {0};
         int st = wclient_poll(w->wc, id, w->o.poll_ms, ack, &g_stop, &ans);
-        jarena_end();
+        int64_t lease = 0;
+        size_t ncancel = 0;
+        int news = 0;
         if (st == 200) {
+            jarena_begin(arena);
+            news = handle_poll(w, ans.p, ans.len, &lease, &ncancel);
+            jarena_end();
+        }
+        jtext_drop(&ans);
+        if (st == 200 && news >= 0) {
             if (down)
                 log_info("controller reachable again");
             down = 0;
             delay = 100;
-            int news = handle_poll(w, ans);
-            json_int_t lease = json_integer_value(json_object_get(ans, "lease"));
             if (lease > ack)
                 ack = lease;
             /* Nothing new (wait_ms=0, or only repeated cancels): do not spin. */
-            if (news == 0 && (w->o.poll_ms < 100 ||
-                              json_array_size(json_object_get(ans, "cancel")) > 0))
+            if (news == 0 && (w->o.poll_ms < 100 || ncancel > 0))
                 sleep_unless(100, &g_stop);
         } else if (st == 404 || st == 401 || st == 403) {
             wclient_reregister(w->wc, id, &g_stop);     /* as in heartbeat_main */
         } else if (!atomic_load(&g_stop)) {
             if (!down++)
                 log_warn("poll: %s (HTTP %d); retrying with backoff",
-                         st < 0 ? "controller unreachable" : "unexpected answer", st);
+                         st < 0 ? "controller unreachable"
+                         : st == 200 ? "an answer that is not JSON" : "unexpected answer", st);
             wclient_sleep_backoff(&delay, &g_stop);
         }
-        json_decref(ans);
         /* Nothing keeps a part of an answer (the executor copies what it
          * needs), so the arena is rewound every time; were something kept,
          * the arena would go with its last value and a new one serve. */
@@ -290,11 +336,12 @@ static void poll_loop(worker_t *w)
      * controller had already leased to us (their job shows "running"):
      * one last poll that does not wait takes them in, so the drain runs
      * them instead of our leaving requeueing their jobs. */
-    int64_t id = wclient_id(w->wc);
-    json_t *ans = NULL;
+    int64_t id = wclient_id(w->wc), lease;
+    size_t ncancel;
+    jtext_w_t ans = {0};
     if (wclient_poll(w->wc, id, 0, id == ack_id ? ack : 0, NULL, &ans) == 200)
-        handle_poll(w, ans);
-    json_decref(ans);
+        handle_poll(w, ans.p, ans.len, &lease, &ncancel);
+    jtext_drop(&ans);
     jarena_retire(arena);
 }
 

@@ -524,12 +524,14 @@ int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body)
 }
 
 int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
-                 const atomic_int *abort_flag, json_t **resp)
+                 const atomic_int *abort_flag, jtext_w_t *answer)
 {
     char path[160];
     snprintf(path, sizeof path, "/v1/workers/%lld/tasks?wait_ms=%d&ack=%lld", (long long)id,
              wait_ms, (long long)ack);
-    return call_as(wc, id, "GET", path, NULL, (long)wait_ms + 10000, abort_flag, resp);
+    raw_body_t rb = {NULL, 0, 1, answer};
+    *answer = (jtext_w_t){0};
+    return call_as_raw(wc, id, "GET", path, NULL, &rb, (long)wait_ms + 10000, abort_flag, NULL);
 }
 
 /* Appends {"item", "task", "status", "detail"} to *refused (created on

@@ -15,6 +15,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "jtext.h"
+
 /* atolld's default --max-body: assumed until the registration answer says. */
 #define WCLIENT_MAX_BODY_DEFAULT ((size_t)1 << 20)
 
@@ -71,11 +73,13 @@ size_t wclient_max_body(wclient_t *wc);
 
 /* body (borrowed; NULL = {}) is e.g. {"store": {"objects", "bytes", "cap_bytes"}}. */
 int wclient_heartbeat(wclient_t *wc, int64_t id, const json_t *body);
-/* GET tasks; *resp = {"jobs": [...], "cancel": [...], "lease": L} on 200.
- * ack: the "lease" of the last answer received (0 before any): tasks of
- * answers lost on the way come again (docs/worker-protocol.md). */
+/* GET tasks; on 200, *answer holds the answer's text, {"jobs": [...],
+ * "cancel": [...], "lease": L}, unparsed (the caller's to read, and to
+ * jtext_drop() whatever the status). ack: the "lease" of the last answer
+ * received (0 before any): tasks of answers lost on the way come again
+ * (docs/worker-protocol.md). */
 int wclient_poll(wclient_t *wc, int64_t id, int wait_ms, int64_t ack,
-                 const atomic_int *abort_flag, json_t **resp);
+                 const atomic_int *abort_flag, jtext_w_t *answer);
 /* POSTs many reports at once: body is the JSON text {"reports": [{"task":
  * N, ...report}, ...]} of `count` reports (len bytes, borrowed; the caller
  * serialized each report once). Returns the HTTP status of the whole

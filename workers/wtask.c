@@ -1,4 +1,5 @@
-/* wtask.c - see wtask.h.
+/* wtask.c - see wtask.h: a group's placement (read from its tree), and
+ * the checks that turn a TASK as read (wtask_read.c) into a task.
  *
  * A decoder of untrusted JSON (the controller's poll answer): every
  * member it reads is type- and range-checked before it is used (except
@@ -24,7 +25,9 @@
 #include <string.h>
 
 #include "gspmd.h"
+#include "jscan.h"
 #include "util.h"
+#include "wtask_raw.h"
 
 int wtask_shape_from_json(const json_t *a, int max_rank, int64_t min_dim, shape_t *out)
 {
@@ -229,9 +232,8 @@ static int hex_digit(char c)
          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-int wplace_set_key(wplace_t *p, const json_t *hex, char *err, size_t errlen)
+int wplace_set_key(wplace_t *p, const char *s, char *err, size_t errlen)
 {
-    const char *s = json_string_value(hex);
     if (!s || strlen(s) != 2 * MBOX_KEY_SIZE) {
         snprintf(err, errlen, "group key is not %d hex digits", 2 * MBOX_KEY_SIZE);
         return -1;
@@ -272,33 +274,39 @@ int wplace_slice_index(const wplace_t *p, const char *name)
     return -1;
 }
 
-/* ---- tasks ---- */
+/* ---- checking a task as read (wtask_raw.h) ---- */
 
-static int parse_ids(const json_t *j, wtask_t *t, char *err, size_t errlen)
+const char *const wtask_member_names[WT_COUNT] = {
+    "task", "job", "attempt", "comp", "seq", "slice", "slice_shape", "computation",
+    "input_shapes", "shards", "devices", "sends", "full_values"};
+
+
+static int check_ids(const wtask_raw_t *r, wtask_t *t, char *err, size_t errlen)
 {
-    int64_t v[4];
-    if (get_int(j, "job", 1, INT64_MAX, &v[0], err, errlen) ||
-        get_int(j, "attempt", 0, INT32_MAX, &v[1], err, errlen) ||
-        get_int(j, "comp", 0, INT32_MAX, &v[2], err, errlen) ||
-        get_int(j, "seq", 0, INT64_MAX, &v[3], err, errlen))
-        return -1;
-    t->job = v[0];
-    t->attempt = (int32_t)v[1];
-    t->comp = (int32_t)v[2];
-    t->seq = v[3];
+    static const int64_t lo[] = {0, 1, 0, 0, 0};
+    static const int64_t hi[] = {INT64_MAX, INT64_MAX, INT32_MAX, INT32_MAX, INT64_MAX};
+    for (int m = WT_JOB; m <= WT_SEQ; m++) {
+        if (!(r->int_ok >> m & 1) || r->ints[m] < lo[m] || r->ints[m] > hi[m]) {
+            snprintf(err, errlen, "field '%s' missing or out of range", wtask_member_names[m]);
+            return -1;
+        }
+    }
+    t->job = r->ints[WT_JOB];
+    t->attempt = (int32_t)r->ints[WT_ATTEMPT];
+    t->comp = (int32_t)r->ints[WT_COMP];
+    t->seq = r->ints[WT_SEQ];
     return 0;
 }
 
 /* The task's slice: named in the placement, of the slice_shape's size. */
-static int parse_slice(const json_t *j, wtask_t *t, char *err, size_t errlen)
+static int check_slice(const wtask_raw_t *r, wtask_t *t, char *err, size_t errlen)
 {
-    t->slice = wplace_slice_index(t->place, json_string_value(json_object_get(j, "slice")));
+    t->slice = r->slice_ok > 0 ? wplace_slice_index(t->place, r->slice) : -1;
     if (t->slice < 0) {
         snprintf(err, errlen, "task 'slice' is not a slice of the placement");
         return -1;
     }
-    if (wtask_shape_from_json(json_object_get(j, "slice_shape"), MESH_MAX_RANK, 1,
-                              &t->slice_shape) != 0 || t->slice_shape.rank < 1 ||
+    if (r->shape_ok <= 0 || t->slice_shape.rank < 1 ||
         shape_numel(&t->slice_shape) != t->place->slices[t->slice].nshards) {
         snprintf(err, errlen, "task 'slice_shape' must have 1 to %d positive dims, as many "
                  "devices as its slice", MESH_MAX_RANK);
@@ -309,44 +317,36 @@ static int parse_slice(const json_t *j, wtask_t *t, char *err, size_t errlen)
 
 /* shards (increasing, inside the slice, on this worker's proc) and devices
  * (distinct, < ndevices), one each. Returns 0 or -1. */
-static int parse_shards(const json_t *j, wtask_t *t, int ndevices, char *err, size_t errlen)
+static int check_shards(const wtask_raw_t *r, wtask_t *t, int ndevices, char *err, size_t errlen)
 {
-    const json_t *sa = json_object_get(j, "shards"), *da = json_object_get(j, "devices");
-    size_t n = json_array_size(sa);
-    if (!json_is_array(sa) || !json_is_array(da) || n < 1 || n > (size_t)ndevices ||
-        json_array_size(da) != n) {
+    int n = r->nshards;
+    if (n < 1 || n > ndevices || r->ndevs != n) {
         snprintf(err, errlen, "task 'shards' and 'devices' must list 1 to %d entries each, "
                  "as many devices as shards", ndevices);
         return -1;
     }
-    t->shards = util_zalloc(n, sizeof *t->shards);
-    t->devices = util_zalloc(n, sizeof *t->devices);
     unsigned char *used = util_zalloc((size_t)ndevices, 1);
-    int rc = -1;
-    if (!t->shards || !t->devices || !used) {
+    if (!used) {
         snprintf(err, errlen, "out of memory");
-        goto cleanup;
+        return -1;
     }
     const wplace_slice_t *s = &t->place->slices[t->slice];
-    for (size_t i = 0; i < n; i++) {
-        const json_t *k = json_array_get(sa, i), *d = json_array_get(da, i);
-        json_int_t kv = json_integer_value(k), dv = json_integer_value(d);
-        if (!json_is_integer(k) || kv < 0 || kv >= s->nshards ||
-            (i > 0 && kv <= t->shards[i - 1]) || s->proc_of[kv] != t->place->self ||
-            !json_is_integer(d) || dv < 0 || dv >= ndevices || used[dv]) {
-            snprintf(err, errlen, "task 'shards[%zu]'/'devices[%zu]': a shard of the slice "
-                     "held by this worker (increasing) on a distinct device of it", i, i);
-            goto cleanup;
-        }
+    int i = 0;
+    for (; i < n; i++) {
+        int32_t kv = t->shards[i], dv = t->devices[i];
+        if (kv < 0 || kv >= s->nshards || (i > 0 && kv <= t->shards[i - 1]) ||
+            s->proc_of[kv] != t->place->self || dv < 0 || dv >= ndevices || used[dv])
+            break;
         used[dv] = 1;
-        t->shards[i] = (int32_t)kv;
-        t->devices[i] = (int32_t)dv;
     }
-    t->nlocal = (int)n;
-    rc = 0;
-cleanup:
     free(used);
-    return rc;
+    if (i < n) {
+        snprintf(err, errlen, "task 'shards[%d]'/'devices[%d]': a shard of the slice held by "
+                 "this worker (increasing) on a distinct device of it", i, i);
+        return -1;
+    }
+    t->nlocal = n;
+    return 0;
 }
 
 /* A send's cross-mesh edge: from this computation's mesh to the
@@ -369,38 +369,33 @@ static int parse_reshard(const json_t *rj, wtask_t *t, wtask_send_t *d, int i, c
     return 0;
 }
 
-static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
+static int check_sends(const wtask_raw_t *r, wtask_t *t, char *err, size_t errlen)
 {
-    const json_t *a = json_object_get(j, "sends");
-    if (!a)
-        return 0;
-    if (!json_is_array(a) || json_array_size(a) > JOB_MAX_OPS) {
+    if (r->sends_bad) {
         snprintf(err, errlen, "task 'sends' must be an array of at most %d", JOB_MAX_OPS);
         return -1;
     }
-    t->nsends = (int)json_array_size(a);
-    if (t->nsends == 0)
+    if (r->nsends == 0)
         return 0;
-    if (!(t->sends = util_zalloc((size_t)t->nsends, sizeof *t->sends))) {
+    if (!(t->sends = util_zalloc((size_t)r->nsends, sizeof *t->sends))) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (int i = 0; i < t->nsends; i++) {
-        const json_t *s = json_array_get(a, (size_t)i);
-        wtask_send_t *d = &t->sends[i];
-        int64_t comp, op;
-        int rc = 0;
-        if (get_str(s, "value", d->value, sizeof d->value, err, errlen) ||
-            get_int(s, "comp", 0, INT32_MAX, &comp, err, errlen) ||
-            get_int(s, "op", 0, JOB_MAX_OPS - 1, &op, err, errlen))
+    for (int i = 0; i < r->nsends; i++) {
+        const wtask_raw_send_t *rs = &r->sends[i];
+        wtask_send_t *d = &t->sends[t->nsends++];
+        const char *missing = rs->value_ok <= 0 ? "value" : rs->comp < 0 ? "comp"
+                            : rs->op < 0 ? "op" : NULL;
+        if (missing) {
+            snprintf(err, errlen, "field '%s' missing or %s", missing,
+                     rs->value_ok <= 0 ? "too long" : "out of range");
             return -1;
-        d->comp = (int32_t)comp;
-        d->op = (int32_t)op;
-        d->slice = wplace_slice_index(t->place, json_string_value(json_object_get(s, "slice")));
-        const json_t *rj = json_object_get(s, "reshard");
-        if (rj && d->slice >= 0)
-            rc = parse_reshard(rj, t, d, i, err, errlen);
-        if (rc)
+        }
+        memcpy(d->value, rs->value, sizeof d->value);
+        d->comp = (int32_t)rs->comp;
+        d->op = (int32_t)rs->op;
+        d->slice = rs->slice;
+        if (rs->reshard && d->slice >= 0 && parse_reshard(rs->reshard, t, d, i, err, errlen))
             return -1;
         /* An edge carries shard k to shard k: the consumer has every shard
          * this task runs. */
@@ -415,9 +410,8 @@ static int parse_sends(const json_t *j, wtask_t *t, char *err, size_t errlen)
 }
 
 /* "full_values": {value: [distinct slice axes]}, optional. */
-static int parse_full_values(const json_t *j, wtask_t *t, char *err, size_t errlen)
+static int parse_full_values(const json_t *o, wtask_t *t, char *err, size_t errlen)
 {
-    const json_t *o = json_object_get(j, "full_values");
     if (!o)
         return 0;
     if (!json_is_object(o) || json_object_size(o) > JOB_MAX_OPS) {
@@ -466,22 +460,28 @@ int wtask_full_values(const wtask_t *t, const char *value, int shard)
     return 0;
 }
 
-/* compiler_input_fn over a task's "input_shapes" object (ctx; NULL when
- * the task has none: every input's shape is then missing). */
+
+/* compiler_input_fn over the task's "input_shapes" as read (ctx: the
+ * wtask_raw_t): a key given twice counts as its last, as in a JSON object. */
 static int input_shape_of(void *ctx, const char *from, shape_t *shape)
 {
-    return wtask_shape_from_json(json_object_get((const json_t *)ctx, from), TENSOR_MAX_RANK, 1,
-                                 shape);
+    const wtask_raw_t *r = ctx;
+    for (int i = r->ninputs - 1; i >= 0; i--) {
+        if (jscan_str_eq(&r->inputs[i].from, from)) {
+            *shape = r->inputs[i].shape;
+            return r->inputs[i].ok > 0 ? 0 : -1;
+        }
+    }
+    return -1;
 }
 
 /* Compiles the task's computation into t->plan, or says why not in
  * t->plan_err (a task that runs and fails, see wtask.h). -1 only when out
  * of memory. */
-static int compile_plan(const json_t *comp, const json_t *shapes, wtask_t *t, char *err,
-                        size_t errlen)
+static int compile_plan(wtask_raw_t *r, wtask_t *t, char *err, size_t errlen)
 {
     err_t e = {0};
-    int rc = compiler_comp(comp, &t->slice_shape, input_shape_of, (void *)shapes, &t->plan, &e);
+    int rc = compiler_comp(r->comp, &t->slice_shape, input_shape_of, r, &t->plan, &e);
     if (rc == 0)
         return 0;
     char why[sizeof e.field + sizeof e.detail + 16];
@@ -493,50 +493,41 @@ static int compile_plan(const json_t *comp, const json_t *shapes, wtask_t *t, ch
     return 0;
 }
 
-static int parse_body(const json_t *j, wtask_t *t, int ndevices, char *err, size_t errlen)
+/* Checks what read_task read, in the order its faults are named. */
+int wtask_check(wtask_raw_t *r, wtask_t *t, int ndevices, char *err, size_t errlen)
 {
-    if (parse_ids(j, t, err, errlen) || parse_slice(j, t, err, errlen))
+    if (r->oom) {
+        snprintf(err, errlen, "out of memory");
         return -1;
-    const json_t *comp = json_object_get(j, "computation");
-    const json_t *shapes = json_object_get(j, "input_shapes");
-    if (!json_is_object(comp) || (shapes && !json_is_object(shapes))) {
-        snprintf(err, errlen, "task 'computation'/'input_shapes' must be objects");
+    }
+    if (r->repeated >= 0) {
+        snprintf(err, errlen, "task field '%s' given twice", wtask_member_names[r->repeated]);
+        return -1;
+    }
+    if (check_ids(r, t, err, errlen) || check_slice(r, t, err, errlen))
+        return -1;
+    if (!r->comp || r->inputs_bad) {
+        snprintf(err, errlen, "task 'computation'/'input_shapes' must be objects"
+                 " (at most %d input shapes)", JOB_MAX_OPS);
         return -1;
     }
     if (t->place->self < 0) {
         snprintf(err, errlen, "this worker's data address is not in the placement");
         return -1;
     }
-    return parse_shards(j, t, ndevices, err, errlen) || parse_sends(j, t, err, errlen) ||
-           parse_full_values(j, t, err, errlen) || compile_plan(comp, shapes, t, err, errlen)
+    return check_shards(r, t, ndevices, err, errlen) || check_sends(r, t, err, errlen) ||
+           parse_full_values(r->full, t, err, errlen) || compile_plan(r, t, err, errlen)
                ? -1 : 0;
 }
 
-int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
-                int64_t *task_id, char *err, size_t errlen)
+void wtask_raw_free(wtask_raw_t *r)
 {
-    *out = NULL;
-    *task_id = -1;
-    if (!json_is_object(j)) {
-        snprintf(err, errlen, "task is not an object");
-        return -1;
-    }
-    wtask_t *t = util_zalloc(1, sizeof *t);
-    if (!t) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    t->place = wplace_ref(place);
-    if (get_int(j, "task", 0, INT64_MAX, &t->id, err, errlen))
-        goto fail;
-    *task_id = t->id;
-    if (parse_body(j, t, ndevices, err, errlen) != 0)
-        goto fail;
-    *out = t;
-    return 0;
-fail:
-    wtask_free(t);
-    return -1;
+    json_decref(r->comp);
+    json_decref(r->full);
+    for (int i = 0; i < r->nsends; i++)
+        json_decref(r->sends[i].reshard);
+    free(r->sends);
+    free(r->inputs);
 }
 
 void wtask_free(wtask_t *t)

@@ -4,10 +4,10 @@
  * worker process holds which island devices, and where each slice of the
  * job lies) and the HOST TASKs of that attempt the worker runs: one per
  * computation, covering every shard of it whose device this worker holds
- * (docs/worker-protocol.md). wplace_parse() and wtask_parse() check and
- * copy that untrusted JSON, and wtask_parse() compiles the task's
- * `computation` (compiler_comp() validates it), so the executor never
- * touches JSON. Compiling at intake, on the polling thread, keeps the
+ * (docs/worker-protocol.md). wtask_walk() reads an answer's groups from
+ * their text and hands over each TASK parsed (or refused, with the reason),
+ * its `computation` compiled (compiler_comp() validates it), so the
+ * executor never touches JSON. Compiling at intake, on the polling thread, keeps the
  * compiler and the JSON's frees off the runner's path between a chain's
  * computations. A computation that does not compile is still a parsed
  * task: it fails when its turn comes to run (plan_err), in queue order,
@@ -31,6 +31,7 @@
 
 #include "compiler.h"
 #include "dplane.h"
+#include "jscan.h"
 #include "tensor.h"
 
 #define WPLACE_MAX_PROCS 4096          /* procs in one placement */
@@ -72,9 +73,9 @@ typedef struct wplace {
  * one reference, or -1 with a reason in err. */
 int wplace_parse(const json_t *j, const char *self_addr, wplace_t **out, char *err,
                  size_t errlen);
-/* Sets p->key from the group's "key": 32 hex digits. 0, or -1 with a
- * reason in err. */
-int wplace_set_key(wplace_t *p, const json_t *hex, char *err, size_t errlen);
+/* Sets p->key from the group's "key": 32 hex digits (NULL: none). 0, or
+ * -1 with a reason in err. */
+int wplace_set_key(wplace_t *p, const char *hex, char *err, size_t errlen);
 wplace_t *wplace_ref(wplace_t *p);
 void wplace_unref(wplace_t *p);
 /* Index of the slice named `name`, or -1. */
@@ -120,13 +121,37 @@ typedef struct wtask {
     wplace_t *place;                   /* one reference */
 } wtask_t;
 
-/* Parses one TASK of a group whose placement is `place` (borrowed; the task
- * takes its own reference) for a worker of ndevices devices. Returns 0 and
- * sets *out, or -1 with a reason in err. *task_id is set whenever an id
- * could be read (else -1), so that a malformed task can still be reported
- * failed. */
-int wtask_parse(const json_t *j, wplace_t *place, int ndevices, wtask_t **out,
+/* Parses one TASK, the JSON text [text, text + len), of a group whose
+ * placement is `place` (borrowed; the task takes its own reference) for a
+ * worker of ndevices devices. Returns 0 and sets *out, or -1 with a reason
+ * in err. *task_id is set whenever an id could be read (else -1), so that
+ * a malformed task can still be reported failed. A member given twice
+ * refuses the task. */
+int wtask_parse(const char *text, size_t len, wplace_t *place, int ndevices, wtask_t **out,
                 int64_t *task_id, char *err, size_t errlen);
+
+/* A TASK of a walked answer: parsed (t, whose ownership passes to the
+ * callee), or refused (t NULL, err why; id and comp name it when they
+ * could be read, else -1). */
+typedef struct wtask_item {
+    wtask_t *t;
+    int64_t id;
+    int32_t comp;
+    const char *err;                   /* borrowed for the call */
+} wtask_item_t;
+typedef void (*wtask_fn)(void *ctx, wtask_item_t *item);
+
+/* Reads the groups {"job", "attempt", "key", "placement", "tasks":
+ * [TASK...]} of a poll answer, the JSON value next in s: one group (one)
+ * or the answer's "jobs" array of them, and hands each TASK to fn in the
+ * text's order. A group whose placement or key is malformed has every
+ * task refused with that reason; a task of another job or attempt than
+ * its group's is refused. Returns 0 with the value consumed, or -1 when
+ * it is not JSON (or a tree could not be built; s is then failed): the
+ * walk stops there, and the items handed over so far are the callee's to
+ * keep or drop. self_addr names this worker's proc in each placement. */
+int wtask_walk(jscan_t *s, int one, const char *self_addr, int ndevices, wtask_fn fn,
+               void *ctx);
 void wtask_free(wtask_t *t);
 
 /* Non-zero when shard `shard`'s output `value` is reported with up to

@@ -1,12 +1,16 @@
 /* fuzz_task.c - libFuzzer target for the worker's job-group decoder.
  *
- * Each input is parsed as the worker parses the controller's poll answer
- * (json_loadb, no flags: workers/wclient.c). A poll answer {"jobs": [GROUP,
- * ...]} has each group decoded; any other document is decoded as one GROUP
- * {"placement": PLACEMENT, "tasks": [TASK, ...]}. Decoding is
- * wplace_parse() then wtask_parse() of every task against that placement
- * (workers/wtask.c), for a worker of 4 devices whose data address is the
- * first proc's; wtask_parse() compiles a decoded task's computation with
+ * Each input is read twice, as the worker reads the controller's poll
+ * answer and as its parts are decoded alone:
+ *  - wtask_walk() over the raw text (workers/wtask_read.c): a poll answer
+ *    {"jobs": [GROUP, ...]} has its "jobs" walked, any other document is
+ *    walked as one GROUP {"job", "attempt", "key", "placement", "tasks"};
+ *  - from a jansson tree of it (json_loadb, no flags), each group's
+ *    placement by wplace_parse() and each task, as the text json_dumps
+ *    writes it, by wtask_parse() against that placement (a group without a
+ *    good key or ids still has its tasks decoded this way).
+ * Both for a worker of 4 devices whose data address is the first proc's
+ * (of the first group); a decoded task's computation is compiled with
  * compiler_comp() against its slice and input shapes.
  * Everything is freed (LeakSanitizer is on: a leak on any path is a
  * finding).
@@ -20,13 +24,15 @@
  *    this worker's proc, on distinct devices 0..3; its slice_shape has as
  *    many devices as the slice; every send names a slice with its shards;
  *  - a decoded task has exactly one of a plan, of exactly the slice's
- *    shard count, and a "compile: " reason. */
+ *    shard count, and a "compile: " reason;
+ *  - the walk hands over each item once: a task, or a non-empty reason. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler.h"
+#include "jscan.h"
 #include "wtask.h"
 
 #define NDEV 4
@@ -102,7 +108,12 @@ static void decode_task(const json_t *j, wplace_t *place)
     wtask_t *t = NULL;
     int64_t id = -2;
     char err[256] = "";
-    if (wtask_parse(j, place, NDEV, &t, &id, err, sizeof err) != 0) {
+    char *text = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return;
+    int rc = wtask_parse(text, strlen(text), place, NDEV, &t, &id, err, sizeof err);
+    free(text);
+    if (rc != 0) {
         const json_t *tid = json_object_get(j, "task");
         if (t || !err[0] ||
             (id != -1 && !(json_is_integer(tid) && json_integer_value(tid) == id && id >= 0)))
@@ -134,12 +145,58 @@ static void decode_group(const json_t *g)
     wplace_unref(p);
 }
 
+/* wtask_fn of the walk: checks the item and frees it. */
+static void walked(void *ctx, wtask_item_t *it)
+{
+    (*(int *)ctx)++;
+    if (!it->t) {
+        if (!it->err || !it->err[0] || it->id < -1 || it->comp < -1)
+            abort();
+        return;
+    }
+    if (it->err)
+        abort();
+    check_place(it->t->place);
+    check_task(it->t, it->id);
+    check_plan(it->t);
+    wtask_free(it->t);
+}
+
+/* The walk over the raw text: the "jobs" member's value of an answer,
+ * else the whole text as one group. */
+static void walk_text(const uint8_t *data, size_t size, int answer, const char *self)
+{
+    jscan_t s;
+    jscan_str_t key;
+    int n = 0, items = 0;
+    jscan_init(&s, data, size);
+    if (!answer) {
+        (void)wtask_walk(&s, 1, self, NDEV, walked, &items);
+        return;
+    }
+    if (jscan_object(&s) != 0)
+        return;
+    while (jscan_member(&s, &n, &key) == 1) {
+        int rc = jscan_str_eq(&key, "jobs") ? wtask_walk(&s, 0, self, NDEV, walked, &items)
+                                            : jscan_skip(&s);
+        if (rc != 0)
+            return;
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_t *j = json_loadb((const char *)data, size, 0, NULL);
+    const json_t *jobs = json_object_get(j, "jobs");
+    const json_t *g0 = json_is_array(jobs) ? json_array_get(jobs, 0) : j;
+    const json_t *procs = json_object_get(json_object_get(g0, "placement"), "procs");
+    const char *self = json_string_value(json_object_get(json_array_get(procs, 0), "addr"));
+    char self_copy[64] = "127.0.0.1:4000";
+    if (self && strlen(self) < sizeof self_copy)
+        memcpy(self_copy, self, strlen(self) + 1);
+    walk_text(data, size, json_is_array(jobs), self_copy);
     if (!j)
         return 0;
-    const json_t *jobs = json_object_get(j, "jobs");
     if (json_is_array(jobs)) {
         size_t i;
         const json_t *g;

@@ -156,8 +156,10 @@ static int64_t poll_one_task(wclient_t *wc)
 {
     int64_t task = 0, t0 = hx_now_ms();
     while (task < 1 && hx_now_ms() - t0 < 10000) {
-        json_t *ans = NULL;
-        int st = wclient_poll(wc, wclient_id(wc), 500, 0, NULL, &ans);
+        jtext_w_t text = {0};
+        int st = wclient_poll(wc, wclient_id(wc), 500, 0, NULL, &text);
+        json_t *ans = text.len ? json_loadb(text.p, text.len, 0, NULL) : NULL;
+        jtext_drop(&text);
         json_t *group = json_array_get(json_object_get(ans, "jobs"), 0);
         task = json_integer_value(json_object_get(
             json_array_get(json_object_get(group, "tasks"), 0), "task"));

@@ -30,6 +30,7 @@
 #include "../../workers/mbox.c"
 #include "../../workers/ostore.c"
 #include "../../workers/wtask.c"
+#include "../../workers/wtask_read.c"
 
 #define MAX_REPORTS 256
 #define MAX_PROCS 4
@@ -77,6 +78,27 @@ static void sink_fn(void *ctx, int64_t task, int32_t comp, char *text, int hold,
         json_decref(body);
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* The executor takes a group (or an answer's "jobs") as the JSON text a
+ * poll answer carries; the tests build them as trees. */
+static int submit_text(exec_t *ex, const json_t *j, int one)
+{
+    char *text = json_dumps(j, JSON_COMPACT);
+    assert_non_null(text);
+    int n = one ? exec_submit(ex, text, strlen(text)) : exec_submit_answer(ex, text, strlen(text));
+    free(text);
+    return n;
+}
+
+static int submit_json(exec_t *ex, const json_t *group)
+{
+    return submit_text(ex, group, 1);
+}
+
+static int submit_answer_json(exec_t *ex, const json_t *jobs)
+{
+    return submit_text(ex, jobs, 0);
 }
 
 static int sink_count(sink_t *s)
@@ -303,7 +325,7 @@ static void test_chain_four_procs(void **state)
                                                     chain_ops(k)));
         }
         json_t *g = group(7, 0, placement(c, 4, 4), tasks);
-        assert_int_equal(exec_submit(c->p[q].ex, g), CHAIN);
+        assert_int_equal(submit_json(c->p[q].ex, g), CHAIN);
         json_decref(g);
     }
     for (int q = 0; q < 4; q++)
@@ -380,7 +402,7 @@ static void fold_run(int64_t ring_min_bytes, int numel, float *got)
         json_t *tasks = json_pack("[o]", host_task(c, 50 + q, 9, 0, 0, 1, 1, 4, q,
                                                    fold_ops(numel), NULL, NULL));
         json_t *g = group(9, 0, placement(c, 1, 4), tasks);
-        exec_submit(c->p[q].ex, g);
+        submit_json(c->p[q].ex, g);
         json_decref(g);
     }
     for (int q = 0; q < 2; q++)
@@ -457,7 +479,7 @@ static void relay_run(int relay_min, float got[4][2][5 * RELAY_N + 1], long pack
                             json_pack("[s,s,s]", "s", "g", "rs"));
         json_t *tasks = json_pack("[o]", t);
         json_t *g = group(12, 0, placement(c, 2, 4), tasks);
-        assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+        assert_int_equal(submit_json(c->p[q].ex, g), 1);
         json_decref(g);
     }
     for (int q = 0; q < 4; q++) {
@@ -522,7 +544,7 @@ static void test_packs_differ_per_peer(void **state)
         json_t *tasks = json_pack("[o]", host_task(c, 90 + q, 13, 0, 0, 1, 4, 3, q, ops,
                                                    NULL, NULL));
         json_t *g = group(13, 0, placement(c, 4, 3), tasks);
-        assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+        assert_int_equal(submit_json(c->p[q].ex, g), 1);
         json_decref(g);
     }
     for (int q = 0; q < 3; q++) {
@@ -557,7 +579,7 @@ static void test_forged_pack_fails_task(void **state)
                                                          "reduce", "sum"),
                                                NULL, NULL));
     json_t *g = group(11, 0, placement(c, 1, 4), tasks);
-    exec_submit(c->p[1].ex, g);
+    submit_json(c->p[1].ex, g);
     json_decref(g);
     assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
     tensor_free(junk);
@@ -586,7 +608,7 @@ static void junk_input_fails(int64_t task, int64_t job, json_t *ops, int in_dim,
     json_t *tasks = json_pack("[o]", host_task(c, task, job, 0, 1, 1, 1, 4, 1, ops,
                                                json_pack("{s:[i]}", "c0.y", in_dim), NULL));
     json_t *g = group(job, 0, placement(c, 1, 4), tasks);
-    exec_submit(c->p[1].ex, g);
+    submit_json(c->p[1].ex, g);
     json_decref(g);
     assert_int_equal(dplane_send(c->p[0].dp, dplane_addr(c->p[1].dp), &tag, &TEST_KEY, junk), 0);
     tensor_free(junk);
@@ -642,7 +664,7 @@ static cluster_t *cluster_busy(void)
     json_t *g = group(20, 0, placement(c, 1, 2),
                       json_pack("[o]", host_task(c, 200, 20, 0, 0, 1, 1, 2, 0,
                                                  compute_ops(300000), NULL, NULL)));
-    exec_submit(c->p[0].ex, g);
+    submit_json(c->p[0].ex, g);
     json_decref(g);
     return c;
 }
@@ -657,7 +679,7 @@ static void test_cancel_is_attempt_exact(void **state)
         g = group(21, a, placement(c, 1, 2),
                   json_pack("[o]", host_task(c, 210 + a, 21, a, 0, 2 + a, 1, 2, 0,
                                              compute_ops(1000), NULL, NULL)));
-        exec_submit(c->p[0].ex, g);
+        submit_json(c->p[0].ex, g);
         json_decref(g);
     }
     assert_true(exec_cancel_attempt(c->p[0].ex, 21, 0) >= 1);
@@ -685,7 +707,7 @@ static void test_cancel_reports_a_run_once(void **state)
         json_array_append_new(run, host_task(c, 220, 22, 0, k, 2 + k, 1, 2, 0,
                                              compute_ops(1000), NULL, NULL));
     json_t *g = group(22, 0, placement(c, 1, 2), run);
-    assert_int_equal(exec_submit(c->p[0].ex, g), 3);
+    assert_int_equal(submit_json(c->p[0].ex, g), 3);
     json_decref(g);
     assert_true(exec_cancel_attempt(c->p[0].ex, 22, 0) >= 1);
     assert_int_equal(sink_wait(&c->p[0].sink, 2), 2);
@@ -736,7 +758,7 @@ static void test_gang_order_overlapping(void **state)
                               json_pack("[o]", host_task(c, job * 10 + q, job, 0, 0,
                                                          job == 30 ? 6 : 5, 1, 4, q, ops, NULL,
                                                          NULL)));
-            exec_submit(c->p[q].ex, g);
+            submit_json(c->p[q].ex, g);
             json_decref(g);
         }
     assert_pair_sums(c, 2, 30);
@@ -775,7 +797,7 @@ static void test_answer_groups_queued_as_one(void **state)
                                          json_pack("[o]", host_task(c, 401, 40, 0, 0, 10, 1, 4, 1,
                                                                     index_sum_ops(), NULL,
                                                                     NULL))));
-    assert_int_equal(exec_submit_answer(c->p[1].ex, ans), 1);
+    assert_int_equal(submit_answer_json(c->p[1].ex, ans), 1);
     json_decref(ans);
     ans = json_pack("[o,o]",
                     group(40, 0, placement(c, 1, 4),
@@ -787,7 +809,7 @@ static void test_answer_groups_queued_as_one(void **state)
                     group(41, 0, placement(c, 1, 4),
                           json_pack("[o]", host_task(c, 410, 41, 0, 0, 11, 1, 4, 0,
                                                      slow_sum_ops(), NULL, NULL))));
-    assert_int_equal(exec_submit_answer(c->p[0].ex, ans), 3);
+    assert_int_equal(submit_answer_json(c->p[0].ex, ans), 3);
     json_decref(ans);
     ans = json_pack("[o,o]",
                     group(41, 0, placement(c, 1, 4),
@@ -796,7 +818,7 @@ static void test_answer_groups_queued_as_one(void **state)
                     group(40, 0, placement(c, 1, 4),
                           json_pack("[o]", host_task(c, 421, 40, 0, 1, 12, 1, 4, 1,
                                                      index_sum_ops(), NULL, NULL))));
-    assert_int_equal(exec_submit_answer(c->p[1].ex, ans), 2);
+    assert_int_equal(submit_answer_json(c->p[1].ex, ans), 2);
     json_decref(ans);
     for (int q = 0; q < 2; q++) {
         assert_int_equal(sink_wait(&c->p[q].sink, 3), 3);
@@ -810,6 +832,42 @@ static void test_answer_groups_queued_as_one(void **state)
             prev_end = json_integer_value(json_object_get(b, "finished_us"));
         }
     }
+    cluster_free(c);
+}
+
+/* ---- an answer is taken in whole or not at all (exec_batch_read) ----
+ *
+ * A group with a good task and a malformed one (no computation): as text
+ * it queues the first and reports the second failed. The same text cut
+ * short, or followed by anything, queues and reports nothing: the answer
+ * is not acknowledged and comes again, so a task reported or queued from
+ * it would be reported or run twice. Reports go to the sink on the
+ * submitting thread, so their count is known when the call returns. */
+static void test_broken_answer_takes_nothing(void **state)
+{
+    (void)state;
+    cluster_t *c = cluster_new(1, 2, 0, 3000);
+    json_t *bad = host_task(c, 91, 9, 0, 1, 21, 1, 2, 0, index_sum_ops(), NULL, NULL);
+    json_object_del(bad, "computation");
+    json_t *g = group(9, 0, placement(c, 1, 2),
+                      json_pack("[o,o]", host_task(c, 90, 9, 0, 0, 20, 1, 2, 0,
+                                                   index_sum_ops(), NULL, NULL), bad));
+    char *text = json_dumps(g, JSON_COMPACT);
+    json_decref(g);
+    assert_non_null(text);
+    size_t len = strlen(text);
+    char *more = malloc(len + 3);
+    assert_non_null(more);
+    snprintf(more, len + 3, "%s x", text);
+    assert_int_equal(exec_submit(c->p[0].ex, text, len - 1), -1);
+    assert_int_equal(exec_submit(c->p[0].ex, more, len + 2), -1);
+    assert_int_equal(sink_count(&c->p[0].sink), 0);
+    assert_int_equal(exec_submit(c->p[0].ex, text, len), 2);
+    assert_int_equal(sink_wait(&c->p[0].sink, 2), 2);
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 91)), "failed");
+    assert_string_equal(state_of(sink_find(&c->p[0].sink, 90)), "succeeded");
+    free(more);
+    free(text);
     cluster_free(c);
 }
 
@@ -847,7 +905,7 @@ static void submit_on(cluster_t *c, int q, int64_t job, int64_t seq, const int b
     json_object_set_new(t, "shards", shards);
     json_object_set_new(t, "devices", devs);
     json_t *g = group(job, 0, box_placement(c, box[0], box[1], box[2], box[3]), json_pack("[o]", t));
-    assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+    assert_int_equal(submit_json(c->p[q].ex, g), 1);
     json_decref(g);
 }
 
@@ -939,7 +997,7 @@ static void test_sim_devices_are_streams(void **state)
                                                     2, q, ops));
         }
         json_t *g = group(30, 0, placement(c, 2, 2), tasks);
-        assert_int_equal(exec_submit(c->p[q].ex, g), STREAM_STEPS);
+        assert_int_equal(submit_json(c->p[q].ex, g), STREAM_STEPS);
         json_decref(g);
     }
     for (int q = 0; q < 2; q++)
@@ -989,11 +1047,11 @@ static void test_sim_cancel_frees_devices(void **state)
                                           json_pack("[{s:s,s:s,s:i}]", "op", "compute", "out",
                                                     "y", "us", 10000000),
                                           NULL, NULL)));
-    assert_int_equal(exec_submit(c->p[0].ex, g), 2);
+    assert_int_equal(submit_json(c->p[0].ex, g), 2);
     json_decref(g);
     g = group(41, 0, placement(c, 1, 2),
               json_pack("[o]", host_task(c, 410, 41, 0, 0, 3, 1, 2, 0, idx, NULL, NULL)));
-    assert_int_equal(exec_submit(c->p[0].ex, g), 1);
+    assert_int_equal(submit_json(c->p[0].ex, g), 1);
     json_decref(g);
     assert_int_equal(sink_wait(&c->p[0].sink, 1), 1);
     assert_true(exec_cancel_attempt(c->p[0].ex, 40, 0) >= 0);
@@ -1019,7 +1077,7 @@ static void test_cpu_ignores_sim_clocks(void **state)
         json_t *g = group(31, 0, placement(c, 2, 2),
                           json_pack("[o]", host_task(c, 310 + q, 31, 0, 0, 2, 2, 2, q,
                                                      index_sum_ops(), NULL, NULL)));
-        assert_int_equal(exec_submit(c->p[q].ex, g), 1);
+        assert_int_equal(submit_json(c->p[q].ex, g), 1);
         json_decref(g);
     }
     assert_int_equal(sink_wait(&c->p[0].sink, 2), 2);
@@ -1113,7 +1171,7 @@ static void submit_pair_job(cluster_t *c, int q, int64_t job, int ntasks, int64_
                                                                       "nosuch", "out", "y")
                                                           : NULL));
     json_t *g = group(job, 0, place, tasks);
-    assert_int_equal(exec_submit(c->p[q].ex, g), ntasks);
+    assert_int_equal(submit_json(c->p[q].ex, g), ntasks);
     json_decref(g);
 }
 
@@ -1160,24 +1218,24 @@ static void test_malformed_reported_failed(void **state)
                                        "box"), 1, json_integer(3));
     json_t *g = group(40, 0, bad, json_pack("[o]", host_task(c, 400, 40, 0, 0, 1, 1, 2, 0,
                                                              json_deep_copy(ops), NULL, NULL)));
-    exec_submit(c->p[0].ex, g);
+    submit_json(c->p[0].ex, g);
     json_decref(g);
     /* 2: a device out of range. */
     json_t *t = host_task(c, 401, 41, 0, 0, 1, 1, 2, 0, json_deep_copy(ops), NULL, NULL);
     json_array_set_new(json_object_get(t, "devices"), 1, json_integer(7));
     g = group(41, 0, placement(c, 1, 2), json_pack("[o]", t));
-    exec_submit(c->p[0].ex, g);
+    submit_json(c->p[0].ex, g);
     json_decref(g);
     /* 3: the task's attempt differs from its group's. */
     t = host_task(c, 402, 42, 1, 0, 1, 1, 2, 0, json_deep_copy(ops), NULL, NULL);
     g = group(42, 0, placement(c, 1, 2), json_pack("[o]", t));
-    exec_submit(c->p[0].ex, g);
+    submit_json(c->p[0].ex, g);
     json_decref(g);
     /* 4: a shard this proc does not hold (the placement gives it to no one). */
     t = host_task(c, 403, 43, 0, 0, 1, 1, 2, 0, json_deep_copy(ops), NULL, NULL);
     json_array_set_new(json_object_get(t, "shards"), 1, json_integer(2));
     g = group(43, 0, placement(c, 1, 2), json_pack("[o]", t));
-    exec_submit(c->p[0].ex, g);
+    submit_json(c->p[0].ex, g);
     json_decref(g);
     json_decref(ops);
     assert_int_equal(sink_wait(&c->p[0].sink, 4), 4);
@@ -1226,6 +1284,7 @@ int main(void)
         cmocka_unit_test(test_cancel_reports_a_run_once),
         cmocka_unit_test(test_gang_order_overlapping),
         cmocka_unit_test(test_answer_groups_queued_as_one),
+        cmocka_unit_test(test_broken_answer_takes_nothing),
         cmocka_unit_test(test_claim_wakes_next),
         cmocka_unit_test(test_malformed_reported_failed),
         cmocka_unit_test(test_report_hold_marks),

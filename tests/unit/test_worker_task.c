@@ -4,7 +4,8 @@
  * task's geometry rules (a box inside its mesh, procs that do not overlap,
  * every shard held, shards of this proc on distinct devices, the group
  * key), each refused on its own; and the computation compiled at parse,
- * or the reason it is not. (The rest of the decoder is fuzzed by
+ * or the reason it is not; a TASK's text read in any member order, and a
+ * group walked as the worker walks a poll answer. (The rest of the decoder is fuzzed by
  * tests/fuzz/fuzz_task.c and run by every integration test.) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include "../../workers/wtask.c"
+#include "../../workers/wtask_read.c"
 
 /* One proc holding the whole 2x4 island; slice a is all of it. */
 static const char place_json[] =
@@ -31,16 +33,14 @@ static int parse_task(const char *comp, const char *shapes, const char *full, wt
              "\"slice_shape\":[2,4],\"computation\":%s,\"input_shapes\":%s,"
              "\"shards\":[0,1,2,3],\"devices\":[0,1,2,3],\"sends\":[]%s%s}",
              comp, shapes, full ? ",\"full_values\":" : "", full ? full : "");
-    json_t *pj = json_loads(place_json, 0, NULL), *tj = json_loads(text, 0, NULL);
+    json_t *pj = json_loads(place_json, 0, NULL);
     assert_non_null(pj);
-    assert_non_null(tj);
     wplace_t *place = NULL;
     int64_t id;
     assert_int_equal(wplace_parse(pj, "127.0.0.1:4000", &place, err, errlen), 0);
-    int rc = wtask_parse(tj, place, 4, out, &id, err, errlen);
+    int rc = wtask_parse(text, strlen(text), place, 4, out, &id, err, errlen);
     wplace_unref(place);
     json_decref(pj);
-    json_decref(tj);
     return rc;
 }
 
@@ -218,14 +218,11 @@ static void test_group_key(void **state)
         "00112233445566778899aabbccddeeff0",    /* 33 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        json_t *k = json_string(bad[i]);
-        assert_int_equal(wplace_set_key(p, k, err, sizeof err), -1);
+        assert_int_equal(wplace_set_key(p, bad[i], err, sizeof err), -1);
         assert_non_null(strstr(err, "group key"));
-        json_decref(k);
     }
-    json_t *k = json_string("00112233445566778899AAbbCCddEEff");
-    assert_int_equal(wplace_set_key(p, k, err, sizeof err), 0);
-    json_decref(k);
+    assert_int_equal(wplace_set_key(p, NULL, err, sizeof err), -1);
+    assert_int_equal(wplace_set_key(p, "00112233445566778899AAbbCCddEEff", err, sizeof err), 0);
     assert_int_equal(p->key.b[0], 0x00);
     assert_int_equal(p->key.b[5], 0x55);
     assert_int_equal(p->key.b[10], 0xaa);
@@ -244,18 +241,15 @@ static int task_with(const char *place, const char *sshape, const char *shards,
              "{\"task\":1,\"job\":5,\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\","
              "\"slice_shape\":%s,\"computation\":{},\"input_shapes\":{},"
              "\"shards\":%s,\"devices\":%s,\"sends\":%s}", sshape, shards, devices, sends);
-    json_t *tj = json_loads(text, 0, NULL);
-    assert_non_null(tj);
     wplace_t *p = NULL;
     assert_int_equal(place_from(place, &p, err, errlen), 0);
     wtask_t *t = NULL;
     int64_t id;
-    int rc = wtask_parse(tj, p, 4, &t, &id, err, errlen);
+    int rc = wtask_parse(text, strlen(text), p, 4, &t, &id, err, errlen);
     if (rc != 0)
         assert_null(t);
     wtask_free(t);
     wplace_unref(p);
-    json_decref(tj);
     return rc;
 }
 
@@ -301,6 +295,135 @@ static void test_task_shards_refused(void **state)
                                sizeof err), 0);
 }
 
+/* A TASK's text is read as it comes: members in any order, unknown ones
+ * skipped; a member given twice, or text after the object, refuses it. */
+static void test_task_text(void **state)
+{
+    (void)state;
+    static const char *const good[] = {
+        /* the controller's order */
+        "{\"task\":1,\"job\":5,\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\","
+        "\"slice_shape\":[2,4],\"computation\":{},\"input_shapes\":{},"
+        "\"shards\":[0,1],\"devices\":[0,1],\"sends\":[]}",
+        /* reversed, with a member nobody knows */
+        " { \"sends\" : [ ] , \"devices\":[0,1],\"shards\":[0,1],\"future\":{\"x\":[1,{}]},"
+        "\"input_shapes\":{},\"computation\":{},\"slice_shape\":[2,4],\"slice\":\"a\","
+        "\"seq\":3,\"comp\":0,\"attempt\":0,\"job\":5,\"task\":1 } ",
+    };
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"{\"task\":1,\"task\":1,\"job\":5,\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\","
+         "\"slice_shape\":[2,4],\"computation\":{},\"shards\":[0],\"devices\":[0]}",
+         "'task' given twice"},
+        {"{\"task\":1,\"job\":5,\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\","
+         "\"slice_shape\":[2,4],\"computation\":{},\"computation\":{},\"shards\":[0],"
+         "\"devices\":[0]}", "'computation' given twice"},
+        {"{\"task\":1,\"job\":5,\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\","
+         "\"slice_shape\":[2,4],\"computation\":{},\"shards\":[0],\"devices\":[0]} x",
+         "one JSON object"},
+        {"{\"task\":1,\"job\":5,\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\","
+         "\"slice_shape\":[2,4],\"computation\":{},\"shards\":[0],\"devices\":[0]",
+         "not JSON"},
+    };
+    wplace_t *p = NULL;
+    char err[256] = "";
+    wtask_t *t = NULL;
+    int64_t id;
+    assert_int_equal(place_from(place_json, &p, err, sizeof err), 0);
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        assert_int_equal(wtask_parse(good[i], strlen(good[i]), p, 4, &t, &id, err, sizeof err),
+                         0);
+        assert_int_equal(id, 1);
+        assert_int_equal(t->job, 5);
+        assert_int_equal(t->seq, 3);
+        assert_int_equal(t->nlocal, 2);
+        wtask_free(t);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(wtask_parse(bad[i].text, strlen(bad[i].text), p, 4, &t, &id, err,
+                                     sizeof err), -1);
+        assert_null(t);
+        if (!strstr(err, bad[i].why))
+            fail_msg("case %zu: '%s' does not say '%s'", i, err, bad[i].why);
+    }
+    wplace_unref(p);
+}
+
+/* What a walk handed over: parsed tasks' ids, refused ones' reasons. */
+typedef struct walked {
+    int ntasks, nrefused;
+    int64_t ids[8];
+    char why[8][256];
+} walked_t;
+
+static void walk_fn(void *ctx, wtask_item_t *it)
+{
+    walked_t *w = ctx;
+    if (it->t) {
+        assert_true(w->ntasks < 8);
+        w->ids[w->ntasks++] = it->id;
+        wtask_free(it->t);
+    } else {
+        assert_true(w->nrefused < 8);
+        snprintf(w->why[w->nrefused++], sizeof w->why[0], "%s", it->err);
+    }
+}
+
+/* Walks `text` (one group, or an array of groups when !one). */
+static int walk(const char *text, int one, walked_t *w)
+{
+    jscan_t s;
+    memset(w, 0, sizeof *w);
+    jscan_init(&s, text, strlen(text));
+    return wtask_walk(&s, one, "127.0.0.1:4000", 4, walk_fn, w) == 0 && jscan_finish(&s) == 0
+               ? 0 : -1;
+}
+
+#define WALK_KEY "\"key\":\"00112233445566778899aabbccddeeff\""
+#define WALK_TASK(id, job) \
+    "{\"task\":" #id ",\"job\":" #job ",\"attempt\":0,\"comp\":0,\"seq\":3,\"slice\":\"a\"," \
+    "\"slice_shape\":[2,4],\"computation\":{},\"input_shapes\":{},\"shards\":[0],"         \
+    "\"devices\":[0]}"
+
+/* A group's tasks belong to it (job and attempt), need its placement and
+ * key, and may come before them in the text; a group with a bad key has
+ * every task refused naming it; text broken half-way stops the walk. */
+static void test_group_walk(void **state)
+{
+    (void)state;
+    char group[2048];
+    walked_t w;
+    /* tasks first: read once the group's other members are */
+    snprintf(group, sizeof group, "{\"tasks\":[" WALK_TASK(7, 5) "," WALK_TASK(8, 5) "],"
+             "\"job\":5,\"attempt\":0," WALK_KEY ",\"placement\":%s}", place_json);
+    assert_int_equal(walk(group, 1, &w), 0);
+    assert_int_equal(w.ntasks, 2);
+    assert_int_equal(w.nrefused, 0);
+    assert_int_equal(w.ids[0], 7);
+    assert_int_equal(w.ids[1], 8);
+    /* the controller's order, in an answer's array; task 8 is another job's */
+    snprintf(group, sizeof group, "[{\"job\":5,\"attempt\":0," WALK_KEY ",\"placement\":%s,"
+             "\"tasks\":[" WALK_TASK(7, 5) "," WALK_TASK(8, 6) "]}]", place_json);
+    assert_int_equal(walk(group, 0, &w), 0);
+    assert_int_equal(w.ntasks, 1);
+    assert_int_equal(w.nrefused, 1);
+    assert_non_null(strstr(w.why[0], "differs from its group's"));
+    /* no key: each task refused, naming the key */
+    snprintf(group, sizeof group, "{\"job\":5,\"attempt\":0,\"placement\":%s,"
+             "\"tasks\":[" WALK_TASK(7, 5) "," WALK_TASK(8, 5) "]}", place_json);
+    assert_int_equal(walk(group, 1, &w), 0);
+    assert_int_equal(w.ntasks, 0);
+    assert_int_equal(w.nrefused, 2);
+    assert_non_null(strstr(w.why[1], "group key"));
+    /* cut short inside its second task */
+    snprintf(group, sizeof group, "{\"job\":5,\"attempt\":0," WALK_KEY ",\"placement\":%s,"
+             "\"tasks\":[" WALK_TASK(7, 5) ",{\"task\":8,\"job\":", place_json);
+    assert_int_equal(walk(group, 1, &w), -1);
+    assert_int_equal(w.ntasks, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +433,8 @@ int main(void)
         cmocka_unit_test(test_group_key),
         cmocka_unit_test(test_task_shards_refused),
         cmocka_unit_test(test_task_compiled_at_parse),
+        cmocka_unit_test(test_task_text),
+        cmocka_unit_test(test_group_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
