@@ -251,6 +251,11 @@ size_t jscan_str_decode(const jscan_str_t *str, char *buf)
 
 int jscan_str_eq(const jscan_str_t *str, const char *lit)
 {
+    /* Most compares are a key against a list of names: the first byte
+     * settles nearly all of them without measuring lit (a report item made
+     * ~60 compares, 2.9K instructions, stop 75). */
+    if (!str->escaped && (str->len == 0 ? lit[0] != '\0' : str->p[0] != lit[0]))
+        return 0;
     size_t n = strlen(lit);
     if (!str->escaped)
         return str->len == n && memcmp(str->p, lit, n) == 0;
