@@ -714,7 +714,7 @@ static int status_of(int rc, const err_t *e)
  * still apply. STORE_OK, or STORE_ERR when the store failed (the
  * transaction must then be rolled back). */
 static int batch_items(store_t *st, int64_t worker, const report_prep_t *preps, size_t n,
-                       json_t *res, report_acc_t *acc, int *effects)
+                       store_report_result_t *res, report_acc_t *acc, int *effects)
 {
     reporter_t rep;
     if (reporter_load(st, worker, &rep) != 0)
@@ -730,14 +730,19 @@ static int batch_items(store_t *st, int64_t worker, const report_prep_t *preps, 
             if (rc == STORE_ERR && e.status < 400)
                 return STORE_ERR;
         }
-        json_t *r = json_pack("{s:I, s:i}", "task", (json_int_t)p->task, "status",
-                              status_of(rc, &e));
-        if (r && rc != STORE_OK && e.detail[0])
-            json_object_set_new(r, "detail", json_string(e.detail));
-        if (!r || json_array_append_new(res, r) != 0)
+        res[i] = (store_report_result_t){p->task, status_of(rc, &e), NULL};
+        if (rc != STORE_OK && e.detail[0] && !(res[i].detail = strdup(e.detail)))
             return STORE_ERR;
     }
     return STORE_OK;
+}
+
+void store_report_results_clear(store_report_result_t *results, size_t n)
+{
+    for (size_t i = 0; results && i < n; i++) {
+        free(results[i].detail);
+        results[i].detail = NULL;
+    }
 }
 
 /* ---- one applier for the workers' report batches ----
@@ -752,7 +757,7 @@ typedef struct report_req {
     int64_t worker;
     const report_prep_t *preps; /* borrowed: the requester waits until done */
     size_t n;
-    json_t *results;            /* new reference handed to the requester */
+    store_report_result_t *results; /* the requester's, n of them */
     int effects, rc, done;
     struct report_req *next;
 } report_req_t;
@@ -772,9 +777,8 @@ static void combine_apply(store_t *st, report_req_t *list)
     int ok = store_begin(st) == 0;
     for (r = list; ok && r; r = r->next) {
         last = r;
-        r->results = json_array();
-        ok = r->results && batch_items(st, r->worker, r->preps, r->n, r->results, &acc,
-                                       &r->effects) == STORE_OK;
+        ok = batch_items(st, r->worker, r->preps, r->n, r->results, &acc, &r->effects) ==
+             STORE_OK;
     }
     /* What the flush does (a computation done, a job ended) is told to
      * the last request's thread, which wakes whom it concerns. */
@@ -787,8 +791,7 @@ static void combine_apply(store_t *st, report_req_t *list)
     }
     store_rollback(st);
     for (r = list; r; r = r->next) {
-        json_decref(r->results);
-        r->results = NULL;
+        store_report_results_clear(r->results, r->n);
         r->effects = 0;
         r->rc = STORE_ERR;
     }
@@ -887,12 +890,14 @@ void store_reports_stop(void)
 }
 
 int store_worker_report_batch(store_t *st, int64_t worker, const report_prep_t *preps,
-                              size_t n, json_t **results, int *effects)
+                              size_t n, store_report_result_t *results, int *effects)
 {
-    *results = NULL;
     *effects = 0;
+    if (n > 0)
+        memset(results, 0, sizeof *results * n);
     pthread_once(&comb_once, combine_start);
-    report_req_t me = {.worker = worker, .preps = preps, .n = n, .rc = STORE_ERR};
+    report_req_t me = {.worker = worker, .preps = preps, .n = n, .results = results,
+                       .rc = STORE_ERR};
     pthread_mutex_lock(&comb_mu);
     if (comb_state != COMB_ON) {
         pthread_mutex_unlock(&comb_mu);
@@ -907,7 +912,6 @@ int store_worker_report_batch(store_t *st, int64_t worker, const report_prep_t *
             pthread_cond_wait(&comb_cv, &comb_mu);
         pthread_mutex_unlock(&comb_mu);
     }
-    *results = me.results;
     *effects = me.effects;
     return me.rc;
 }

@@ -70,26 +70,25 @@ static int one_batch(store_t *st, int64_t worker, int t, int r)
     for (int k = 0; k < n; k++)
         json_array_append_new(reports, json_pack("{s:I, s:s}", "task", (json_int_t)task_id(t, r, k),
                                                  "state", "succeeded"));
-    json_t *body = json_pack("{s:o}", "reports", reports), *results = NULL;
+    json_t *body = json_pack("{s:o}", "reports", reports);
     char *text = json_dumps(body, JSON_COMPACT);
     report_prep_t *preps = NULL;
     size_t np = 0;
     err_t e = {0};
     int effects = 0;
+    store_report_result_t results[3];
     int rc = text ? report_parse_batch(text, strlen(text), &preps, &np, &e) : -1;
-    if (rc == 0)
-        rc = store_worker_report_batch(st, worker, preps, np, &results, &effects);
-    bad |= rc != STORE_OK || json_array_size(results) != (size_t)n;
-    for (int k = 0; !bad && k < n; k++) {
-        json_t *a = json_array_get(results, (size_t)k);
-        bad |= json_integer_value(json_object_get(a, "task")) != task_id(t, r, k) ||
-               json_integer_value(json_object_get(a, "status")) != 404;
-    }
+    if (rc == 0 && np == (size_t)n)
+        rc = store_worker_report_batch(st, worker, preps, np, results, &effects);
+    bad |= rc != STORE_OK || np != (size_t)n;
+    for (int k = 0; !bad && k < n; k++)
+        bad |= results[k].task != task_id(t, r, k) || results[k].status != 404;
+    if (rc == STORE_OK)
+        store_report_results_clear(results, np);
     for (size_t i = 0; i < np; i++)
         report_prep_clear(&preps[i]);
     free(preps);
     free(text);
-    json_decref(results);
     json_decref(body);
     return bad ? -1 : 0;
 }
@@ -384,17 +383,20 @@ static void apply_batch(fixture_t *f, const char *body, int *status)
     report_prep_t *preps = NULL;
     size_t n = 0;
     err_t e = {0};
-    json_t *results = NULL;
     int effects = 0;
     assert_int_equal(report_parse_batch(body, strlen(body), &preps, &n, &e), 0);
-    assert_int_equal(store_worker_report_batch(f->st, f->worker, preps, n, &results, &effects),
+    store_report_result_t *results = calloc(n, sizeof *results);
+    assert_non_null(results);
+    assert_int_equal(store_worker_report_batch(f->st, f->worker, preps, n, results, &effects),
                      STORE_OK);
-    for (size_t i = 0; i < n && i < 8; i++) {
-        status[i] = (int)json_integer_value(json_object_get(json_array_get(results, i), "status"));
+    for (size_t i = 0; i < n; i++) {
+        if (i < 8)
+            status[i] = results[i].status;
         report_prep_clear(&preps[i]);
     }
+    store_report_results_clear(results, n);
+    free(results);
     free(preps);
-    json_decref(results);
 }
 
 static int64_t job_int(fixture_t *f, const char *expr, int64_t job)
