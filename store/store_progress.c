@@ -12,6 +12,7 @@
 #include "report_decode.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -773,6 +774,11 @@ static pthread_mutex_t comb_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t comb_cv = PTHREAD_COND_INITIALIZER;
 static report_req_t *comb_head;         /* guarded by comb_mu: FIFO of waiting requests */
 
+/* Report transactions committed (store_report_transactions). */
+static _Atomic uint64_t comb_txns;
+
+uint64_t store_report_transactions(void) { return atomic_load(&comb_txns); }
+
 /* Applies the requests of list (linked by next) in one transaction. */
 static void combine_apply(store_t *st, report_req_t *list)
 {
@@ -789,6 +795,7 @@ static void combine_apply(store_t *st, report_req_t *list)
     ok = ok && progress_flush(st, &acc, &last->effects) == 0 && report_acc_flush(st, &acc) == 0;
     report_acc_free(&acc);
     if (ok && store_commit(st) == 0) {
+        atomic_fetch_add(&comb_txns, 1);
         for (r = list; r; r = r->next)
             r->rc = STORE_OK;
         return;
@@ -847,7 +854,9 @@ static void combine_done(report_req_t *list)
  * worker, and a commit per batch (at ~190K instructions, ~40K a
  * computation of a 4-worker chain). Reports the workers held are by
  * definition not awaited by anyone, so when everything taken is held, the
- * applier waits up to comb_hold_us for more, and applies them together.
+ * applier waits comb_hold_us for more (half as long again after each that
+ * comes: the rest of a group may be close behind; three windows at most),
+ * and applies them together.
  * Whatever else comes (a failure, an attempt's last task, a cancel: a
  * batch not marked held) ends the wait at once and goes in with them.
  * Guarded by comb_mu. */
@@ -881,7 +890,7 @@ static report_req_t *combine_gather(report_req_t *list)
         items += last->next->n;
         held &= last->next->held;
     }
-    int64_t deadline = util_mono_us() + comb_hold_us;
+    int64_t start = util_mono_us(), deadline = start + comb_hold_us;
     while (held && items < COMBINE_MAX_ITEMS && comb_state == COMB_ON) {
         if (!comb_head) {
             int64_t now = util_mono_us();
@@ -905,6 +914,10 @@ static report_req_t *combine_gather(report_req_t *list)
         last->next = NULL;
         items += last->n;
         held &= last->held;
+        /* Another came: its peers may be close behind (half a window
+         * more), up to three windows in all. */
+        int64_t more = util_mono_us() + comb_hold_us / 2, cap = start + 3 * comb_hold_us;
+        deadline = more > deadline ? (more < cap ? more : cap) : deadline;
     }
     return list;
 }

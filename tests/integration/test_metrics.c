@@ -387,7 +387,7 @@ static void test_metrics_families(void **state)
         "atoll_sched_rounds_total", "atoll_dplane_dropped_frames_total",
         "atoll_dplane_bad_frames_total", "atoll_http_header_timeouts_total",
         "atoll_worker_report_requests_total", "atoll_worker_report_items_total",
-        "atoll_store_checkpoint_requests_total", "atoll_scheduler_pass_cpu_seconds",
+        "atoll_store_report_transactions_total", "atoll_store_checkpoint_requests_total", "atoll_scheduler_pass_cpu_seconds",
         "atoll_store_wal_reads_total", "atoll_store_db_reads_total",
         "atoll_sched_freed_notices_total", "atoll_scheduler_rt_priority",
         "atoll_scheduler_rt_rests_total", "atoll_scheduler_rt_burst_seconds"};
@@ -406,15 +406,18 @@ static void test_metrics_families(void **state)
 
     /* Reports: each job's host tasks were reported, some requests carrying
      * several. */
-    double rreq = -1, ritems = -1;
+    double rreq = -1, ritems = -1, rtxn = -1;
     FOR_SAMPLES(&p, "atoll_worker_report_requests_total", s)
         rreq = value(s);
     FOR_SAMPLES(&p, "atoll_worker_report_items_total", s)
         ritems = value(s);
-    if (!(rreq >= 1 && ritems >= JOBS_RUN && ritems >= rreq))
+    FOR_SAMPLES(&p, "atoll_store_report_transactions_total", s)
+        rtxn = value(s);
+    int ok = rreq >= 1 && ritems >= JOBS_RUN && ritems >= rreq && rtxn >= 1 && rtxn <= rreq;
+    if (!ok)
         prom_free(&p);
-    T_CHECK(rreq >= 1 && ritems >= JOBS_RUN && ritems >= rreq,
-            "report counters: %g requests, %g items after %d jobs", rreq, ritems, JOBS_RUN);
+    T_CHECK(ok, "report counters: %g requests, %g items, %g transactions after %d jobs", rreq,
+            ritems, rtxn, JOBS_RUN);
 
     /* Jobs by state: every job ran to success. */
     int states = 0;
