@@ -286,9 +286,8 @@ static size_t metrics_http(char *buf, size_t len, size_t cap)
                      "Host-task reports those requests carried (a worker sends what queued while"
                      " its last request was out).", ritems);
     len = metric_one(buf, len, cap, "atoll_store_report_transactions_total", "counter",
-                     "Transactions the report applier committed (the report requests that"
-                     " queued together, or held batches gathered, share one).",
-                     store_report_transactions());
+                     "Transactions the report applier committed (report requests that queued"
+                     " together share one).", store_report_transactions());
     uint64_t counts[6];
     http_counts(counts);
     len = util_appendf(buf, len, cap,

@@ -807,8 +807,7 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
     report_prep_t *preps = NULL;
     size_t n = 0;
     err_t e = {0};
-    int held = 0;
-    if (report_parse_batch(req->body, req->body_len, &preps, &n, &held, &e) != 0) {
+    if (report_parse_batch(req->body, req->body_len, &preps, &n, &e) != 0) {
         http_problem(resp, e.status, e.field, "%s", e.detail);
         return;
     }
@@ -818,7 +817,7 @@ void api_worker_report_batch(http_req_t *req, http_resp_t *resp)
     atomic_fetch_add(&report_items, n);
     if (!results) {
         http_problem(resp, 503, NULL, "out of memory; retry");
-    } else if (store_worker_report_batch(st, id, preps, n, held, results, &effects) != STORE_OK) {
+    } else if (store_worker_report_batch(st, id, preps, n, results, &effects) != STORE_OK) {
         http_problem(resp, 503, NULL, "reports could not be stored; retry");
     } else {
         report_effects(effects);

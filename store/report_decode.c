@@ -766,14 +766,13 @@ static int items_read(jscan_t *s, report_prep_t **preps, size_t *n, int *env, in
 }
 
 int report_parse_batch(const char *body, size_t len, report_prep_t **preps, size_t *n,
-                       int *held, err_t *e)
+                       err_t *e)
 {
     jscan_t s;
-    int members = 0, more = -1, env = 0, consult = 0, have = 0, held_seen = 0, held_bad = 0;
+    int members = 0, more = -1, env = 0, consult = 0, have = 0;
     jscan_str_t key;
     *preps = NULL;
     *n = 0;
-    *held = 0;
     jscan_init(&s, body, len);
     int object = jscan_peek(&s) == JSCAN_OBJECT;
     if (object && jscan_object(&s) == 0) {
@@ -783,13 +782,6 @@ int report_parse_batch(const char *body, size_t len, report_prep_t **preps, size
                 consult |= have;                /* repeated */
                 have = 1;
                 rc = items_read(&s, preps, n, &env, &consult, e);
-            } else if (jscan_str_eq(&key, "held")) {
-                int t = jscan_peek(&s);
-                consult |= held_seen;           /* repeated */
-                held_seen = 1;
-                held_bad |= t != JSCAN_TRUE && t != JSCAN_FALSE;
-                *held = t == JSCAN_TRUE;
-                rc = jscan_skip(&s);
             } else {
                 env = consult = 1;
                 rc = jscan_skip(&s);
@@ -808,12 +800,7 @@ int report_parse_batch(const char *body, size_t len, report_prep_t **preps, size
     if (consult && body_json_ok(body, len, e) != 0)
         goto refuse;
     if (env || !have) {
-        err_set(e, 400, "reports", "body is {\"reports\": [1..%d reports], \"held\": "
-                "true|false}", REPORT_BATCH_MAX);
-        goto refuse;
-    }
-    if (held_bad) {
-        err_set(e, 400, "held", "held must be true or false");
+        err_set(e, 400, "reports", "body is {\"reports\": [1..%d reports]}", REPORT_BATCH_MAX);
         goto refuse;
     }
     return 0;
@@ -821,7 +808,6 @@ refuse:
     preps_free(*preps, *n);
     *preps = NULL;
     *n = 0;
-    *held = 0;
     return e->status;
 }
 

@@ -106,16 +106,13 @@ typedef struct report_prep {
  * it refuses is the body's 400 (field "body"), as for any endpoint; so a
  * body is refused as JSON exactly when jansson refuses it. */
 
-/* A batch body {"reports": [1..REPORT_BATCH_MAX items], "held": B}, each
- * item a report with "task" (a positive integer); "held" (optional, a
- * boolean) says every report in it is one the worker held (none is an
- * attempt's last, a failure or a cancel): see store_worker_report_batch.
- * Returns 0 with *preps (n of them: each prepared or refused alone;
- * report_prep_clear each, then free) and *held, or the body's refusal
- * (400, e filled: field "body", "reports" or "held"; 500 on OOM) with
- * *preps NULL. */
+/* A batch body {"reports": [1..REPORT_BATCH_MAX items]}, each item a
+ * report with "task" (a positive integer). Returns 0 with *preps (n of
+ * them: each prepared or refused alone; report_prep_clear each, then
+ * free), or the body's refusal (400, e filled: field "body" or "reports";
+ * 500 on OOM) with *preps NULL. */
 int report_parse_batch(const char *body, size_t len, report_prep_t **preps, size_t *n,
-                       int *held, err_t *e);
+                       err_t *e);
 
 /* A single report body (no "task": the URL names it) for task. Returns
  * p->e.status: 0 (prepared), 400 (the body or a field) or 500. */

@@ -455,20 +455,12 @@ typedef struct store_report_result {
  * several in one transaction when they queue together; st is used only
  * when that thread is not running. Thread-safe; blocks until applied. */
 int store_worker_report_batch(store_t *st, int64_t worker, const struct report_prep *preps,
-                              size_t n, int held, store_report_result_t *results, int *effects);
-/* held (the batch's "held": every report in it one its worker held) lets
- * the applier wait this long (default 2 ms; half as long again after each
- * batch that comes, three times it at most) for other batches to apply
- * with it, as long as all it has are held (store_progress.c,
- * combine_gather). Tests lengthen it. */
-void store_reports_set_hold_us(int64_t us);
-/* Whether the applier is waiting so right now (tests). */
-int store_reports_gathering(void);
-/* Report transactions the applier committed (atoll_store_report_transactions_total:
- * with atoll_worker_report_requests_total, the batches a transaction). */
-uint64_t store_report_transactions(void);
+                              size_t n, store_report_result_t *results, int *effects);
 /* Frees the details of results[0..n). */
 void store_report_results_clear(store_report_result_t *results, size_t n);
+/* Report transactions the applier committed (atoll_store_report_transactions_total:
+ * with atoll_worker_report_requests_total, the requests a transaction). */
+uint64_t store_report_transactions(void);
 /* Stops the report applier thread once the queued batches are applied
  * (at shutdown, after the HTTP server stopped); later batches apply on
  * their callers' threads. */

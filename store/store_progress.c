@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "jtext.h"
 #include "util.h"
@@ -760,15 +759,12 @@ typedef struct report_req {
     const report_prep_t *preps; /* borrowed: the requester waits until done */
     size_t n;
     store_report_result_t *results; /* the requester's, n of them */
-    int held;                   /* every report in it was held by its worker */
     int effects, rc, done;
     struct report_req *next;
 } report_req_t;
 
 /* A combined transaction takes whole requests until this many items. */
 #define COMBINE_MAX_ITEMS 1024
-/* How long held batches wait for their peers' (combine_gather). */
-#define COMBINE_HOLD_US 2000
 
 static pthread_mutex_t comb_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t comb_cv = PTHREAD_COND_INITIALIZER;
@@ -823,7 +819,6 @@ static report_req_t *combine_take(void)
     return list;
 }
 
-
 /* The applier thread applies the queued requests with its own connection,
  * whose page cache stays warm from one report transaction to the next
  * (SQLite drops a connection's cache when another connection wrote in
@@ -847,81 +842,6 @@ static void combine_done(report_req_t *list)
     pthread_cond_broadcast(&comb_cv);
 }
 
-/* Held batches wait for their peers. A chain's workers each hold their
- * succeeded reports and send them when the hold ends, all at about the
- * same computation (the collective keeps them in step), and apart they
- * made a transaction each: a computation's progress row written once per
- * worker, and a commit per batch (at ~190K instructions, ~40K a
- * computation of a 4-worker chain). Reports the workers held are by
- * definition not awaited by anyone, so when everything taken is held, the
- * applier waits comb_hold_us for more (half as long again after each that
- * comes: the rest of a group may be close behind; three windows at most),
- * and applies them together.
- * Whatever else comes (a failure, an attempt's last task, a cancel: a
- * batch not marked held) ends the wait at once and goes in with them.
- * Guarded by comb_mu. */
-static int64_t comb_hold_us = COMBINE_HOLD_US;
-static int comb_gathering;      /* the applier waits in combine_gather */
-
-int store_reports_gathering(void)
-{
-    pthread_mutex_lock(&comb_mu);
-    int on = comb_gathering;
-    pthread_mutex_unlock(&comb_mu);
-    return on;
-}
-
-void store_reports_set_hold_us(int64_t us)
-{
-    pthread_mutex_lock(&comb_mu);
-    comb_hold_us = us < 0 ? 0 : us;
-    pthread_mutex_unlock(&comb_mu);
-}
-
-/* Adds to list (taken, all held) what queues within comb_hold_us, up to
- * COMBINE_MAX_ITEMS items, until a request not held came. Holds comb_mu
- * (released while waiting). Returns the list. */
-static report_req_t *combine_gather(report_req_t *list)
-{
-    report_req_t *last = list;
-    size_t items = list->n;
-    int held = list->held;
-    for (; last->next; last = last->next) {
-        items += last->next->n;
-        held &= last->next->held;
-    }
-    int64_t start = util_mono_us(), deadline = start + comb_hold_us;
-    while (held && items < COMBINE_MAX_ITEMS && comb_state == COMB_ON) {
-        if (!comb_head) {
-            int64_t now = util_mono_us();
-            if (now >= deadline)
-                break;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);     /* the condition variable's clock */
-            int64_t ns = ts.tv_nsec + (deadline - now) * 1000;
-            ts.tv_sec += (time_t)(ns / 1000000000);
-            ts.tv_nsec = (long)(ns % 1000000000);
-            comb_gathering = 1;
-            pthread_cond_timedwait(&comb_work_cv, &comb_mu, &ts);
-            comb_gathering = 0;
-            continue;
-        }
-        if (items + comb_head->n > COMBINE_MAX_ITEMS)
-            break;
-        last->next = comb_head;
-        comb_head = comb_head->next;
-        last = last->next;
-        last->next = NULL;
-        items += last->n;
-        held &= last->held;
-        /* Another came: its peers may be close behind (half a window
-         * more), up to three windows in all. */
-        int64_t more = util_mono_us() + comb_hold_us / 2, cap = start + 3 * comb_hold_us;
-        deadline = more > deadline ? (more < cap ? more : cap) : deadline;
-    }
-    return list;
-}
-
 static void *combine_main(void *arg)
 {
     (void)arg;
@@ -935,7 +855,7 @@ static void *combine_main(void *arg)
             pthread_cond_wait(&comb_work_cv, &comb_mu);
         if (!comb_head)
             break;          /* stopping, and every queued request answered */
-        report_req_t *list = combine_gather(combine_take());
+        report_req_t *list = combine_take();
         pthread_mutex_unlock(&comb_mu);
         combine_apply(st, list);
         pthread_mutex_lock(&comb_mu);
@@ -977,14 +897,14 @@ void store_reports_stop(void)
 }
 
 int store_worker_report_batch(store_t *st, int64_t worker, const report_prep_t *preps,
-                              size_t n, int held, store_report_result_t *results, int *effects)
+                              size_t n, store_report_result_t *results, int *effects)
 {
     *effects = 0;
     if (n > 0)
         memset(results, 0, sizeof *results * n);
     pthread_once(&comb_once, combine_start);
     report_req_t me = {.worker = worker, .preps = preps, .n = n, .results = results,
-                       .held = held != 0, .rc = STORE_ERR};
+                       .rc = STORE_ERR};
     pthread_mutex_lock(&comb_mu);
     if (comb_state != COMB_ON) {
         pthread_mutex_unlock(&comb_mu);

@@ -58,8 +58,8 @@ struct wreport {
  * fit the controller's body cap (wclient_max_body): a handful of reports
  * with 4096 values per output per shard can pass it. */
 #define WREPORT_BATCH_MAX 64
-/* {"reports":[ ... ],"held":true} around the reports. */
-#define WREPORT_ENVELOPE_BYTES 32
+/* {"reports":[ ... ]} around the reports. */
+#define WREPORT_ENVELOPE_BYTES 16
 
 static void push_node(wreport_t *wr, int64_t task, int32_t comp, char *body, int last_word,
                       int hold, int64_t due_us);
@@ -83,7 +83,6 @@ typedef struct batch_meta {
     int64_t task[WREPORT_BATCH_MAX];
     int32_t comp[WREPORT_BATCH_MAX];
     int last_word[WREPORT_BATCH_MAX];
-    int held;                   /* every report in it may wait: "held": true */
     size_t count;
     size_t cap;                 /* the body cap the batch was built under */
 } batch_meta_t;
@@ -233,10 +232,9 @@ static void send_list(wreport_t *wr, rnode_t *list)
         size_t tl = 0;
         char *text = n ? report_text(n, cap, &tl) : NULL;
         /* Flush what is gathered when this one does not fit, or at the end. */
-        if (m.count && (!n || len + tl + WREPORT_ENVELOPE_BYTES > cap ||
-                        m.count == WREPORT_BATCH_MAX)) {
-            len += (size_t)snprintf(buf + len, bufcap - len, m.held ? "],\"held\":true}" : "]}");
-            deliver(wr, buf, len, &m);
+        if (m.count && (!n || len + tl + 2 > cap || m.count == WREPORT_BATCH_MAX)) {
+            memcpy(buf + len, "]}", 3);
+            deliver(wr, buf, len + 2, &m);
             len = m.count = 0;
         }
         if (!n)
@@ -254,13 +252,10 @@ static void send_list(wreport_t *wr, rnode_t *list)
             }
         }
         if (text) {
-            if (!m.count) {
+            if (!m.count)
                 len = (size_t)snprintf(buf, bufcap, "{\"reports\":[");
-                m.held = 1;
-            } else {
+            else
                 buf[len++] = ',';
-            }
-            m.held &= n->hold;
             memcpy(buf + len, text, tl);
             len += tl;
             m.task[m.count] = n->task;

@@ -277,8 +277,7 @@ static void check_batch(const char *text, size_t len, const json_t *doc)
     report_prep_t *preps = NULL;
     size_t n = 0;
     err_t e = {0};
-    int held = -1;
-    int rc = report_parse_batch(text, len, &preps, &n, &held, &e);
+    int rc = report_parse_batch(text, len, &preps, &n, &e);
     if (rc == 500 || nul_refused(text, len, rc, &e))
         return;
     if (!json_is_object(doc)) {
@@ -287,21 +286,17 @@ static void check_batch(const char *text, size_t len, const json_t *doc)
         check_body_refusal(rc, &e);
         return;
     }
-    /* {"reports": [1..REPORT_BATCH_MAX], "held": a boolean (optional)} */
-    const json_t *reports = json_object_get(doc, "reports"), *hj = json_object_get(doc, "held");
-    int env = json_object_size(doc) == 1 + (hj != NULL) && json_is_array(reports) &&
-              json_array_size(reports) >= 1 && json_array_size(reports) <= REPORT_BATCH_MAX &&
-              (!hj || json_is_boolean(hj));
+    const json_t *reports = json_object_get(doc, "reports");
+    int env = json_object_size(doc) == 1 && json_is_array(reports) &&
+              json_array_size(reports) >= 1 && json_array_size(reports) <= REPORT_BATCH_MAX;
     if ((rc == 0) != env)
         abort();
     if (rc != 0) {
         check_err(rc, &e);
-        if (strcmp(e.field, "reports") != 0 && strcmp(e.field, "held") != 0)
+        if (strcmp(e.field, "reports") != 0)
             abort();
         return;
     }
-    if (held != json_is_true(hj))
-        abort();
     if (n != json_array_size(reports))
         abort();
     for (size_t i = 0; i < n; i++) {
@@ -364,8 +359,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         report_prep_t *preps = NULL, p;
         size_t n = 0;
         err_t e = {0};
-        int held;
-        int rc = report_parse_batch(text, size, &preps, &n, &held, &e);
+        int rc = report_parse_batch(text, size, &preps, &n, &e);
         if (rc != 500)
             check_body_refusal(rc, &e);
         if (preps || n)

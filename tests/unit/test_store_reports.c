@@ -75,11 +75,11 @@ static int one_batch(store_t *st, int64_t worker, int t, int r)
     report_prep_t *preps = NULL;
     size_t np = 0;
     err_t e = {0};
-    int effects = 0, held = 0;
+    int effects = 0;
     store_report_result_t results[3];
-    int rc = text ? report_parse_batch(text, strlen(text), &preps, &np, &held, &e) : -1;
+    int rc = text ? report_parse_batch(text, strlen(text), &preps, &np, &e) : -1;
     if (rc == 0 && np == (size_t)n)
-        rc = store_worker_report_batch(st, worker, preps, np, held, results, &effects);
+        rc = store_worker_report_batch(st, worker, preps, np, results, &effects);
     bad |= rc != STORE_OK || np != (size_t)n;
     for (int k = 0; !bad && k < n; k++)
         bad |= results[k].task != task_id(t, r, k) || results[k].status != 404;
@@ -383,11 +383,11 @@ static void apply_batch(fixture_t *f, const char *body, int *status)
     report_prep_t *preps = NULL;
     size_t n = 0;
     err_t e = {0};
-    int effects = 0, held = 0;
-    assert_int_equal(report_parse_batch(body, strlen(body), &preps, &n, &held, &e), 0);
+    int effects = 0;
+    assert_int_equal(report_parse_batch(body, strlen(body), &preps, &n, &e), 0);
     store_report_result_t *results = calloc(n, sizeof *results);
     assert_non_null(results);
-    assert_int_equal(store_worker_report_batch(f->st, f->worker, preps, n, held, results, &effects),
+    assert_int_equal(store_worker_report_batch(f->st, f->worker, preps, n, results, &effects),
                      STORE_OK);
     for (size_t i = 0; i < n; i++) {
         if (i < 8)
@@ -808,8 +808,7 @@ static void expect_batch(const char *text, int want, const char *want_field)
     report_prep_t *preps = NULL;
     size_t n = 0;
     err_t e = {0};
-    int held;
-    int rc = report_parse_batch(text, strlen(text), &preps, &n, &held, &e);
+    int rc = report_parse_batch(text, strlen(text), &preps, &n, &e);
     for (size_t i = 0; i < n; i++)
         report_prep_clear(&preps[i]);
     free(preps);
@@ -877,19 +876,11 @@ static void test_decode_bounds(void **state)
     b = batch_of("{\"task\":1,\"state\":\"failed\"}", 1, ",\"extra\":1");
     expect_batch(b, 400, "reports");
     free(b);
-    /* "held": a boolean or nothing */
-    b = batch_of("{\"task\":1,\"state\":\"failed\"}", 1, ",\"held\":1");
-    expect_batch(b, 400, "held");
-    free(b);
-    b = batch_of("{\"task\":1,\"state\":\"failed\"}", 1, ",\"held\":false");
-    expect_batch(b, 0, NULL);
-    free(b);
     report_prep_t *preps = NULL;
     size_t n = 0;
     err_t e = {0};
-    int held;
     static const char untasked[] = "{\"reports\":[{\"state\":\"failed\"}]}";
-    assert_int_equal(report_parse_batch(untasked, strlen(untasked), &preps, &n, &held, &e), 0);
+    assert_int_equal(report_parse_batch(untasked, strlen(untasked), &preps, &n, &e), 0);
     assert_int_equal(n, 1);
     int item = preps[0].e.status;
     char field[ERR_FIELD_MAX];
