@@ -1,9 +1,10 @@
 /* f32b64.h - tensor values as text for the worker's reports: the f32
- * elements as little-endian bytes, base64 (RFC 4648, padded; the codec
- * is f32b64.c's own, checked against nettle's in test_tensor). A report's values travel as one such string ("values_f32"),
- * not a JSON array of numbers: a quarter of the bytes, and no number
- * printing or parsing (16,384 values took ~25 ms of JSON work each way on
- * a 2-core machine). Non-finite values pass through unchanged. */
+ * elements as little-endian bytes, base64 (RFC 4648, padded; the codec is
+ * f32b64.c's own, checked against nettle's in test_tensor). A report's
+ * values travel as one such string ("values_f32"), not a JSON array of
+ * numbers: a quarter of the bytes, and no number printing or parsing
+ * (16,384 values took ~25 ms of JSON work each way on a 2-core machine).
+ * Non-finite values pass through unchanged. */
 #ifndef ATOLL_F32B64_H
 #define ATOLL_F32B64_H
 

@@ -96,6 +96,21 @@ int util_hex_digit(char c)
     return -1;
 }
 
+int util_grow(void **arr, size_t *cap, size_t n, size_t sz)
+{
+    if (n < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : 16;
+    if (want < *cap || (sz && want > SIZE_MAX / sz))
+        return -1;
+    void *p = realloc(*arr, want * sz);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = want;
+    return 0;
+}
+
 /* Below glibc's mmap threshold (128 KiB), calloc memsets too. */
 #define UTIL_ZALLOC_MAX ((size_t)64 << 10)
 

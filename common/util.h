@@ -52,6 +52,11 @@ static inline void util_cpu_relax(void)
 #endif
 }
 
+/* Makes room in *arr (capacity *cap elements of size sz) for one more
+ * than n, doubling (16 at first): a list of n costs O(n). 0, or -1 (out
+ * of memory or past SIZE_MAX: *arr and *cap unchanged). */
+int util_grow(void **arr, size_t *cap, size_t n, size_t sz);
+
 /* Appends printf-formatted text to buf (capacity cap, cap > 0) at len and
  * returns the new length; text that does not fit is cut, and the result is
  * then cap - 1 (buf stays NUL-terminated), so calls can be chained. */

@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "exec_run.h"
+#include "jscan.h"
 #include "util.h"
 #include "wtask.h"
 
@@ -437,56 +438,44 @@ typedef struct refused {
 
 /* An answer's tasks read, not yet queued: the nodes in the answer's order
  * and the refused tasks; ntasks counts both. */
-struct exec_batch {
+typedef struct batch {
     hnode_t **hs;                      /* owned array and nodes (until queued) */
     size_t n, cap;
     refused_t *refused;                /* owned */
     size_t nrefused, cap_refused;
     int ntasks;
     exec_t *ex;
-};
-
-/* Appends item (size sz) to *arr of *n (capacity *cap). 0 or -1 (OOM). */
-static int batch_push(void **arr, size_t *n, size_t *cap, const void *item, size_t sz)
-{
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 16;
-        void *a = realloc(*arr, c * sz);
-        if (!a)
-            return -1;
-        *arr = a;
-        *cap = c;
-    }
-    memcpy((char *)*arr + sz * (*n)++, item, sz);
-    return 0;
-}
+} batch_t;
 
 /* wtask_fn: a task of the answer becomes a node, or is noted refused (at
  * once reported failed when even that fails). */
 static void batch_task(void *ctx, wtask_item_t *it)
 {
-    exec_batch_t *b = ctx;
+    batch_t *b = ctx;
     b->ntasks++;
     if (!it->t) {
-        refused_t r = {it->id, it->comp, strdup(it->err)};
-        if (!r.err || batch_push((void **)&b->refused, &b->nrefused, &b->cap_refused, &r,
-                                 sizeof r) != 0) {
-            free(r.err);
+        char *err = strdup(it->err);
+        if (!err || util_grow((void **)&b->refused, &b->cap_refused, b->nrefused,
+                              sizeof *b->refused) != 0) {
+            free(err);
             reject_task(b->ex, it->id, it->comp, NULL, NULL, it->err);
+            return;
         }
+        b->refused[b->nrefused++] = (refused_t){it->id, it->comp, err};
         return;
     }
     hnode_t *h = task_node(b->ex, it->t);
-    if (h && batch_push((void **)&b->hs, &b->n, &b->cap, &h, sizeof h) != 0) {
+    if (h && util_grow((void **)&b->hs, &b->cap, b->n, sizeof *b->hs) != 0) {
         task_done(b->ex, h->t);
         reject_task(b->ex, h->t->id, h->t->comp, h, h->t, "out of memory");
+    } else if (h) {
+        b->hs[b->n++] = h;
     }
 }
 
-void exec_batch_drop(exec_t *ex, exec_batch_t *b)
+/* Frees what b holds without queueing or reporting any of it. */
+static void batch_drop(exec_t *ex, batch_t *b)
 {
-    if (!b)
-        return;
     for (size_t i = 0; i < b->n; i++) {
         task_done(ex, b->hs[i]->t);
         wtask_free(b->hs[i]->t);
@@ -496,22 +485,7 @@ void exec_batch_drop(exec_t *ex, exec_batch_t *b)
         free(b->refused[i].err);
     free(b->refused);
     free(b->hs);
-    free(b);
-}
-
-int exec_batch_read(exec_t *ex, jscan_t *s, int one, exec_batch_t **out)
-{
-    exec_batch_t *b = util_zalloc(1, sizeof *b);
-    *out = NULL;
-    if (!b)
-        return -1;
-    b->ex = ex;
-    if (wtask_walk(s, one, ex->self_addr, ex->ndev, batch_task, b) != 0) {
-        exec_batch_drop(ex, b);
-        return -1;
-    }
-    *out = b;
-    return 0;
+    *b = (batch_t){.ex = ex};
 }
 
 /* Queues the batch's tasks, all prepared first and then queued under one
@@ -520,43 +494,64 @@ int exec_batch_read(exec_t *ex, jscan_t *s, int one, exec_batch_t **out)
  * another group's earlier one on a device, and queued before it, it could
  * start first (its devices free, the other group still compiling): the
  * earlier one, queued ahead of it later, would then run beside it, and
- * the devices would not run the island's computations in seq order. */
-int exec_batch_queue(exec_t *ex, exec_batch_t *b)
+ * the devices would not run the island's computations in seq order. Then
+ * reports the refused tasks failed, and empties b. */
+static void batch_queue(exec_t *ex, batch_t *b)
 {
-    if (!b)
-        return 0;
-    int ntasks = b->ntasks;
     if (b->n > 0)
         enqueue_group(ex, b->hs, b->n);
     for (size_t i = 0; i < b->nrefused; i++)
         reject_task(ex, b->refused[i].id, b->refused[i].comp, NULL, NULL, b->refused[i].err);
     b->n = 0;                          /* queued: the executor's now */
-    exec_batch_drop(ex, b);
-    return ntasks;
+    batch_drop(ex, b);
 }
 
-/* One group (one) or an answer's "jobs" array, as text: read and queued,
- * or -1 when it is not one JSON value. */
-static int submit(exec_t *ex, const char *text, size_t len, int one)
+/* One member of a poll answer (its key read, the value next in s): its
+ * "jobs" read into b (a repeated key: the last counts), its "lease" and
+ * where its "cancel" lies into a. 0, or -1 (not JSON, or out of memory). */
+static int answer_member(exec_t *ex, jscan_t *s, const jscan_str_t *key, batch_t *b,
+                         exec_answer_t *a)
+{
+    jscan_num_t num;
+    if (jscan_str_eq(key, "jobs")) {
+        batch_drop(ex, b);
+        return wtask_walk(s, 0, ex->self_addr, ex->ndev, batch_task, b);
+    }
+    if (jscan_str_eq(key, "lease") && jscan_peek(s) == JSCAN_NUMBER) {
+        int rc = jscan_number(s, &num);
+        a->lease = rc == 0 && num.is_int ? num.i : 0;
+        return rc;
+    }
+    if (!jscan_str_eq(key, "cancel"))
+        return jscan_skip(s);
+    a->cancel = (const char *)s->p;
+    int rc = jscan_skip(s);
+    a->cancel_len = (size_t)((const char *)s->p - a->cancel);
+    return rc;
+}
+
+int exec_take_answer(exec_t *ex, const char *text, size_t len, exec_answer_t *a)
 {
     jscan_t s;
-    exec_batch_t *b = NULL;
+    jscan_str_t key;
+    batch_t b = {.ex = ex};
+    int n = 0, more = -1;
+    *a = (exec_answer_t){0};
     jscan_init(&s, text, len);
-    if (exec_batch_read(ex, &s, one, &b) != 0 || jscan_finish(&s) != 0) {
-        exec_batch_drop(ex, b);
+    if (jscan_object(&s) == 0)
+        while ((more = jscan_member(&s, &n, &key)) == 1)
+            if (answer_member(ex, &s, &key, &b, a) != 0) {
+                more = -1;
+                break;
+            }
+    if (more != 0 || jscan_finish(&s) != 0) {
+        batch_drop(ex, &b);
+        *a = (exec_answer_t){0};
         return -1;
     }
-    return exec_batch_queue(ex, b);
-}
-
-int exec_submit(exec_t *ex, const char *group, size_t len)
-{
-    return submit(ex, group, len, 1);
-}
-
-int exec_submit_answer(exec_t *ex, const char *jobs, size_t len)
-{
-    return submit(ex, jobs, len, 0);
+    a->ntasks = b.ntasks;
+    batch_queue(ex, &b);
+    return 0;
 }
 
 /* Takes queued (not running) tasks of job with attempt <= attempt out of

@@ -1,10 +1,11 @@
 /* exec.h - the executor: host tasks in `seq` order on every device.
  *
- * Job groups from the poll loop (a placement and host tasks) are parsed;
- * each host task is queued on every local device it covers (sorted by seq)
- * and run by exec_run_task() on one runner thread, all its shards at once,
- * when it is first in line on every one of its devices. Every task handed
- * to exec_submit() produces exactly one report through report_fn:
+ * The poll loop's answers (job groups: a placement and host tasks) are
+ * read and compiled (exec_take_answer); each host task is queued on every
+ * local device it covers (sorted by seq) and run by exec_run_task() on one
+ * runner thread, all its shards at once, when it is first in line on every
+ * one of its devices. Every task of an answer taken in produces exactly
+ * one report through report_fn:
  * succeeded, failed (bad task, compile error, peer timeout, shutdown) or
  * cancelled.
  *
@@ -21,7 +22,6 @@
 
 #include "dplane.h"
 #include "exec_run.h"
-#include "jscan.h"
 #include "mbox.h"
 #include "ostore.h"
 
@@ -59,32 +59,27 @@ typedef struct exec exec_t;
 /* mb and dp are borrowed and must outlive the executor. NULL on failure. */
 exec_t *exec_start(const exec_cfg_t *cfg, mbox_t *mb, dplane_t *dp, exec_report_fn report_fn,
                    void *report_ctx);
-/* A poll answer's tasks, read but not yet queued (exec_batch_read). */
-typedef struct exec_batch exec_batch_t;
+/* A poll answer as taken in (exec_take_answer). */
+typedef struct exec_answer {
+    int ntasks;                 /* the tasks it held, refused ones too */
+    int64_t lease;              /* its "lease" (0: none) */
+    const char *cancel;         /* its "cancel" value, in the answer's text; NULL: none */
+    size_t cancel_len;
+} exec_answer_t;
 
-/* Reads the job groups next in s, {"job", "attempt", "key", "placement",
- * "tasks": [TASK...]}: one group (one) or a poll answer's `jobs` array of
- * them (wtask_walk), into *out: each task compiled and prepared to run,
- * each malformed one (or every task of a group whose placement is
- * malformed) noted refused. Nothing is queued or reported yet, so a caller
- * that finds the rest of the answer broken drops the batch and the
- * answer comes again. 0, or -1 when the value is not JSON (or out of
- * memory): nothing kept, *out NULL. */
-int exec_batch_read(exec_t *ex, jscan_t *s, int one, exec_batch_t **out);
-/* Queues a batch's tasks as one: no task of it is queued before all of
- * them are prepared, so none can start ahead of a lower-seq task of
- * another group on its devices (a group lists its tasks in seq order, but
- * with devices shared between jobs the groups interleave); reports its
- * refused tasks failed (those whose id could be read); frees the batch.
- * Returns the number of tasks it held (NULL: 0). */
-int exec_batch_queue(exec_t *ex, exec_batch_t *b);
-/* Frees a batch without queueing anything (NULL: nothing). */
-void exec_batch_drop(exec_t *ex, exec_batch_t *b);
-/* A group's text (exec_submit) or an answer's `jobs` array's text
- * (exec_submit_answer), borrowed, read and queued as above. Returns the
- * number of tasks, or -1 (nothing queued) when it is not one JSON value. */
-int exec_submit(exec_t *ex, const char *group, size_t len);
-int exec_submit_answer(exec_t *ex, const char *jobs, size_t len);
+/* Takes in a poll answer, the JSON text [text, text + len) {"jobs":
+ * [GROUP...], "cancel": [...], "lease": L}, each GROUP {"job", "attempt",
+ * "key", "placement", "tasks": [TASK...]}, in one pass: each task is read
+ * and compiled where it stands (wtask_walk), and only once the whole text
+ * proved JSON are the tasks queued, as one (no task of it before all are
+ * prepared, so none can start ahead of a lower-seq task of another group
+ * on its devices: with devices shared between jobs the groups interleave),
+ * and the malformed ones (or every task of a group whose placement is
+ * malformed) reported failed. Returns 0 with *a filled (the cancels are
+ * the caller's to apply, after), or -1 when the text is not JSON (or out
+ * of memory): nothing queued or reported, and the answer is not to be
+ * acknowledged, so it comes again. */
+int exec_take_answer(exec_t *ex, const char *text, size_t len, exec_answer_t *a);
 /* Aborts attempt `attempt` of a job, and its older attempts (attempts only
  * grow, so they are over too): their queued tasks are reported cancelled,
  * their running tasks wake from their waits and report cancelled, their

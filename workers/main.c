@@ -215,59 +215,28 @@ static int apply_cancel(worker_t *w, const json_t *v)
     return 0;
 }
 
-/* Hands a poll answer's tasks to the executor and applies its cancels
- * (tasks first: a cancel names only attempts older than any task of the
- * same job in the answer, and leaves those alone). The answer is read in
- * one pass, its "jobs" read into a batch where they stand; the batch is
- * queued only once the whole text proved JSON. Returns how many tasks and
- * cancels were new (the controller repeats a cancel until the attempt's
- * tasks are reported, and the caller must not spin on such answers), or
- * -1 when the answer is not JSON: nothing of it is taken in, and it is not
- * acknowledged. *lease: the answer's (0: none); *ncancel: its cancels. */
+/* Hands a poll answer's tasks to the executor (exec_take_answer) and
+ * then applies its cancels (tasks first: a cancel names only attempts
+ * older than any task of the same job in the answer, and leaves those
+ * alone). Returns how many tasks and cancels were new (the controller
+ * repeats a cancel until the attempt's tasks are reported, and the caller
+ * must not spin on such answers), or -1 when the answer is not JSON:
+ * nothing of it is taken in, and it is not acknowledged. *lease: the
+ * answer's (0: none); *ncancel: its cancels. */
 static int handle_poll(worker_t *w, const char *text, size_t len, int64_t *lease, size_t *ncancel)
 {
-    jscan_t s;
-    jscan_str_t key;
-    jscan_num_t num;
-    exec_batch_t *batch = NULL;
-    const char *cancel_at = NULL;
-    size_t cancel_len = 0;
-    int n = 0, more = -1;
-    *lease = 0;
+    exec_answer_t a;
     *ncancel = 0;
-    jscan_init(&s, text, len);
-    if (jscan_object(&s) == 0) {
-        while ((more = jscan_member(&s, &n, &key)) == 1) {
-            int rc;
-            if (jscan_str_eq(&key, "jobs")) {
-                exec_batch_drop(w->ex, batch);          /* a repeated key: the last counts */
-                rc = exec_batch_read(w->ex, &s, 0, &batch);
-            } else if (jscan_str_eq(&key, "lease") && jscan_peek(&s) == JSCAN_NUMBER) {
-                rc = jscan_number(&s, &num);
-                *lease = rc == 0 && num.is_int ? num.i : 0;
-            } else if (jscan_str_eq(&key, "cancel")) {
-                cancel_at = (const char *)s.p;
-                rc = jscan_skip(&s);
-                cancel_len = (size_t)((const char *)s.p - cancel_at);
-            } else {
-                rc = jscan_skip(&s);
-            }
-            if (rc != 0) {
-                more = -1;
-                break;
-            }
-        }
-    }
-    if (more != 0 || jscan_finish(&s) != 0) {
-        exec_batch_drop(w->ex, batch);
+    *lease = 0;
+    if (exec_take_answer(w->ex, text, len, &a) != 0)
         return -1;
-    }
-    int news = exec_batch_queue(w->ex, batch);
     /* Cancels are few (usually none): a tree of them is cheap. */
-    json_t *cancel = cancel_at ? jscan_load(cancel_at, cancel_len, 0, NULL) : NULL;
+    json_t *cancel = a.cancel ? jscan_load(a.cancel, a.cancel_len, 0, NULL) : NULL;
     size_t i;
     const json_t *v;
+    int news = a.ntasks;
     *ncancel = json_array_size(cancel);
+    *lease = a.lease;
     log_debug("poll: %d task(s), %zu cancel(s), lease %lld", news, *ncancel, (long long)*lease);
     json_array_foreach(cancel, i, v)
         news += apply_cancel(w, v);

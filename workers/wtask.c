@@ -226,12 +226,6 @@ fail:
     return -1;
 }
 
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 int wplace_set_key(wplace_t *p, const char *s, char *err, size_t errlen)
 {
     if (!s || strlen(s) != 2 * MBOX_KEY_SIZE) {
@@ -239,7 +233,7 @@ int wplace_set_key(wplace_t *p, const char *s, char *err, size_t errlen)
         return -1;
     }
     for (int i = 0; i < MBOX_KEY_SIZE; i++) {
-        int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
+        int hi = util_hex_digit(s[2 * i]), lo = util_hex_digit(s[2 * i + 1]);
         if (hi < 0 || lo < 0) {
             snprintf(err, errlen, "group key is not %d hex digits", 2 * MBOX_KEY_SIZE);
             return -1;

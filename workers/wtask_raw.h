@@ -55,10 +55,12 @@ typedef struct wtask_raw {
     int inputs_bad;                    /* "input_shapes" not an object, or too long */
     wtask_raw_input_t *inputs;
     int ninputs;
+    size_t cap_inputs;
     int nshards, ndevs;                /* entries read (ndevices + 1: too many), -2: none */
     int sends_bad;                     /* "sends" not an array, or too long */
     wtask_raw_send_t *sends;
     int nsends;
+    size_t cap_sends;
     json_t *full;                      /* "full_values", any value */
 } wtask_raw_t;
 

@@ -36,20 +36,16 @@ static int key_index(const jscan_str_t *key, const char *const *names, int n)
     return -1;
 }
 
-/* Grows *arr (of *n items of size sz) by one zeroed item, at most max:
- * the new item, or NULL (full, or out of memory: *oom set). Doubling, so
- * a long list costs O(n). */
-static void *grow_one(void **arr, int *n, size_t sz, int max, int *oom)
+/* Appends one zeroed item to *arr (*n items, capacity *cap, each sz
+ * bytes), at most max: the new item, or NULL (full, or out of memory:
+ * *oom set). */
+static void *grow_one(void **arr, int *n, size_t *cap, size_t sz, int max, int *oom)
 {
     if (*n >= max)
         return NULL;
-    if ((*n & (*n - 1)) == 0) {        /* 0, 1, 2, 4, ...: full */
-        void *a = realloc(*arr, sz * (size_t)(*n ? 2 * *n : 1));
-        if (!a) {
-            *oom = 1;
-            return NULL;
-        }
-        *arr = a;
+    if (util_grow(arr, cap, (size_t)*n, sz) != 0) {
+        *oom = 1;
+        return NULL;
     }
     unsigned char *item = (unsigned char *)*arr + sz * (size_t)(*n)++;
     memset(item, 0, sz);
@@ -150,8 +146,8 @@ static int read_inputs(jscan_t *s, wtask_raw_t *r)
     if (jscan_object(s) != 0)
         return -1;
     while ((more = jscan_member(s, &n, &key)) == 1) {
-        wtask_raw_input_t *in = grow_one((void **)&r->inputs, &r->ninputs, sizeof *in, JOB_MAX_OPS,
-                                   &r->oom);
+        wtask_raw_input_t *in = grow_one((void **)&r->inputs, &r->ninputs, &r->cap_inputs,
+                                         sizeof *in, JOB_MAX_OPS, &r->oom);
         if (!in) {
             r->inputs_bad |= !r->oom;
             if (jscan_skip(s) != 0)
@@ -212,8 +208,8 @@ static int read_sends(jscan_t *s, wtask_raw_t *r, const wplace_t *place)
     if (jscan_array(s) != 0)
         return -1;
     while ((more = jscan_element(s, &k)) == 1) {
-        wtask_raw_send_t *d = grow_one((void **)&r->sends, &r->nsends, sizeof *d, JOB_MAX_OPS,
-                                 &r->oom);
+        wtask_raw_send_t *d = grow_one((void **)&r->sends, &r->nsends, &r->cap_sends, sizeof *d,
+                                       JOB_MAX_OPS, &r->oom);
         r->sends_bad |= !d && !r->oom;
         if (d ? read_send(s, d, place) != 0 : jscan_skip(s) != 0)
             return -1;

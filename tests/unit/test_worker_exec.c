@@ -80,25 +80,33 @@ static void sink_fn(void *ctx, int64_t task, int32_t comp, char *text, int hold,
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The executor takes a group (or an answer's "jobs") as the JSON text a
- * poll answer carries; the tests build them as trees. */
-static int submit_text(exec_t *ex, const json_t *j, int one)
+/* The executor takes a whole poll answer's JSON text (exec_take_answer);
+ * the tests build its groups as trees. The answer's task count, or -1. */
+static int submit_text(exec_t *ex, const json_t *jobs)
 {
-    char *text = json_dumps(j, JSON_COMPACT);
+    json_t *ans = json_pack("{s:O, s:[], s:i}", "jobs", jobs, "cancel", "lease", 0);
+    char *text = json_dumps(ans, JSON_COMPACT);
+    json_decref(ans);
     assert_non_null(text);
-    int n = one ? exec_submit(ex, text, strlen(text)) : exec_submit_answer(ex, text, strlen(text));
+    exec_answer_t a;
+    int rc = exec_take_answer(ex, text, strlen(text), &a);
     free(text);
+    return rc == 0 ? a.ntasks : -1;
+}
+
+/* One group, as the only one of an answer. */
+static int submit_json(exec_t *ex, const json_t *group)
+{
+    json_t *jobs = json_pack("[O]", group);
+    int n = submit_text(ex, jobs);
+    json_decref(jobs);
     return n;
 }
 
-static int submit_json(exec_t *ex, const json_t *group)
-{
-    return submit_text(ex, group, 1);
-}
-
+/* An answer's "jobs" array of groups. */
 static int submit_answer_json(exec_t *ex, const json_t *jobs)
 {
-    return submit_text(ex, jobs, 0);
+    return submit_text(ex, jobs);
 }
 
 static int sink_count(sink_t *s)
@@ -765,7 +773,7 @@ static void test_gang_order_overlapping(void **state)
     cluster_free(c);
 }
 
-/* ---- a poll answer's groups are queued as one (exec_submit_answer) ----
+/* ---- a poll answer's groups are queued as one (exec_take_answer) ----
  *
  * Jobs 40 and 41 share both procs' devices (the whole [1,4] slice, an
  * all_reduce each): 40 has computations at seq 10 and 12, 41 one at seq
@@ -835,14 +843,14 @@ static void test_answer_groups_queued_as_one(void **state)
     cluster_free(c);
 }
 
-/* ---- an answer is taken in whole or not at all (exec_batch_read) ----
+/* ---- an answer is taken in whole or not at all (exec_take_answer) ----
  *
- * A group with a good task and a malformed one (no computation): as text
- * it queues the first and reports the second failed. The same text cut
- * short, or followed by anything, queues and reports nothing: the answer
- * is not acknowledged and comes again, so a task reported or queued from
- * it would be reported or run twice. Reports go to the sink on the
- * submitting thread, so their count is known when the call returns. */
+ * An answer with a group of a good task and a malformed one (no
+ * computation) queues the first and reports the second failed. The same
+ * text cut short, or followed by anything, queues and reports nothing: the
+ * answer is not acknowledged and comes again, so a task reported or
+ * queued from it would be reported or run twice. Reports go to the sink on
+ * the submitting thread, so their count is known when the call returns. */
 static void test_broken_answer_takes_nothing(void **state)
 {
     (void)state;
@@ -852,17 +860,22 @@ static void test_broken_answer_takes_nothing(void **state)
     json_t *g = group(9, 0, placement(c, 1, 2),
                       json_pack("[o,o]", host_task(c, 90, 9, 0, 0, 20, 1, 2, 0,
                                                    index_sum_ops(), NULL, NULL), bad));
-    char *text = json_dumps(g, JSON_COMPACT);
-    json_decref(g);
+    json_t *ans = json_pack("{s:[o], s:i}", "jobs", g, "lease", 7);
+    char *text = json_dumps(ans, JSON_COMPACT);
+    json_decref(ans);
     assert_non_null(text);
     size_t len = strlen(text);
     char *more = malloc(len + 3);
     assert_non_null(more);
     snprintf(more, len + 3, "%s x", text);
-    assert_int_equal(exec_submit(c->p[0].ex, text, len - 1), -1);
-    assert_int_equal(exec_submit(c->p[0].ex, more, len + 2), -1);
+    exec_answer_t a;
+    assert_int_equal(exec_take_answer(c->p[0].ex, text, len - 1, &a), -1);
+    assert_int_equal(exec_take_answer(c->p[0].ex, more, len + 2, &a), -1);
     assert_int_equal(sink_count(&c->p[0].sink), 0);
-    assert_int_equal(exec_submit(c->p[0].ex, text, len), 2);
+    assert_int_equal(exec_take_answer(c->p[0].ex, text, len, &a), 0);
+    assert_int_equal(a.ntasks, 2);
+    assert_int_equal(a.lease, 7);
+    assert_null(a.cancel);
     assert_int_equal(sink_wait(&c->p[0].sink, 2), 2);
     assert_string_equal(state_of(sink_find(&c->p[0].sink, 91)), "failed");
     assert_string_equal(state_of(sink_find(&c->p[0].sink, 90)), "succeeded");
