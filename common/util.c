@@ -96,11 +96,11 @@ int util_hex_digit(char c)
     return -1;
 }
 
-int util_grow(void **arr, size_t *cap, size_t n, size_t sz)
+int util_grow(void **arr, size_t *cap, size_t n, size_t sz, size_t first)
 {
     if (n < *cap)
         return 0;
-    size_t want = *cap ? *cap * 2 : 16;
+    size_t want = *cap ? *cap * 2 : first ? first : 1;
     if (want < *cap || (sz && want > SIZE_MAX / sz))
         return -1;
     void *p = realloc(*arr, want * sz);

@@ -53,9 +53,11 @@ static inline void util_cpu_relax(void)
 }
 
 /* Makes room in *arr (capacity *cap elements of size sz) for one more
- * than n, doubling (16 at first): a list of n costs O(n). 0, or -1 (out
- * of memory or past SIZE_MAX: *arr and *cap unchanged). */
-int util_grow(void **arr, size_t *cap, size_t n, size_t sz);
+ * than n, doubling (first elements at first: 1 for lists that are nearly
+ * always one long, where a larger block would leave malloc's per-thread
+ * cache): a list of n costs O(n). 0, or -1 (out of memory or past
+ * SIZE_MAX: *arr and *cap unchanged). */
+int util_grow(void **arr, size_t *cap, size_t n, size_t sz, size_t first);
 
 /* Appends printf-formatted text to buf (capacity cap, cap > 0) at len and
  * returns the new length; text that does not fit is cut, and the result is

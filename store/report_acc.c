@@ -36,7 +36,7 @@ static int add_job(report_acc_t *a, int64_t job, int64_t us)
         a->job[a->njob - 1].us = sat_add(a->job[a->njob - 1].us, us);
         return 0;
     }
-    if (util_grow((void **)&a->job, &a->capjob, a->njob, sizeof *a->job))
+    if (util_grow((void **)&a->job, &a->capjob, a->njob, sizeof *a->job, 16))
         return -1;
     a->job[a->njob++] = (report_acc_job_t){job, us};
     return 0;
@@ -52,7 +52,7 @@ int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *d
     while (*p && *p != ']') {
         char *end;
         long long d = strtoll(p, &end, 10);
-        if (end == p || d < 0 || util_grow((void **)&a->dev, &a->capdev, a->ndev, sizeof *a->dev))
+        if (end == p || d < 0 || util_grow((void **)&a->dev, &a->capdev, a->ndev, sizeof *a->dev, 16))
             goto fail;
         a->dev[a->ndev++] = (report_acc_dev_t){island, first + d, us};
         p = *end == ',' ? end + 1 : end;
@@ -94,7 +94,7 @@ int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
         c->t2 = t2 > c->t2 ? t2 : c->t2;
         return 0;
     }
-    if (util_grow((void **)&a->comp, &a->capcomp, a->ncomp, sizeof *a->comp))
+    if (util_grow((void **)&a->comp, &a->capcomp, a->ncomp, sizeof *a->comp, 16))
         return -1;
     a->comp[a->ncomp++] =
         (report_acc_comp_t){job, attempt, comp, unblocks, nshards, t0, t1, t2, busy};
@@ -108,7 +108,7 @@ int report_acc_job_done(report_acc_t *a, int64_t job)
             a->done[i].comps++;
             return 0;
         }
-    if (util_grow((void **)&a->done, &a->capdone, a->ndone, sizeof *a->done))
+    if (util_grow((void **)&a->done, &a->capdone, a->ndone, sizeof *a->done, 16))
         return -1;
     a->done[a->ndone++] = (report_acc_done_t){job, 1};
     return 0;
@@ -117,7 +117,7 @@ int report_acc_job_done(report_acc_t *a, int64_t job)
 int report_acc_output(report_acc_t *a, int64_t job, int64_t comp, const char *value,
                       int64_t shard0, char *meta, size_t meta_len, void *vals, size_t vals_len)
 {
-    if (util_grow((void **)&a->out, &a->capout, a->nout, sizeof *a->out)) {
+    if (util_grow((void **)&a->out, &a->capout, a->nout, sizeof *a->out, 16)) {
         free(meta);
         free(vals);
         return -1;
@@ -297,7 +297,7 @@ report_acc_run_t *report_acc_run_find(report_acc_t *a, int64_t task, int64_t wor
 int report_acc_run_add(report_acc_t *a, int64_t task, int64_t worker, const report_row_t *row,
                        int64_t t0, int64_t t1)
 {
-    if (util_grow((void **)&a->run, &a->caprun, a->nrun, sizeof *a->run))
+    if (util_grow((void **)&a->run, &a->caprun, a->nrun, sizeof *a->run, 16))
         return -1;
     report_acc_run_t *r = &a->run[a->nrun];
     *r = (report_acc_run_t){task, worker, {0}, t0, t1};

@@ -456,7 +456,7 @@ static void batch_task(void *ctx, wtask_item_t *it)
     if (!it->t) {
         char *err = strdup(it->err);
         if (!err || util_grow((void **)&b->refused, &b->cap_refused, b->nrefused,
-                              sizeof *b->refused) != 0) {
+                              sizeof *b->refused, 16) != 0) {
             free(err);
             reject_task(b->ex, it->id, it->comp, NULL, NULL, it->err);
             return;
@@ -465,7 +465,7 @@ static void batch_task(void *ctx, wtask_item_t *it)
         return;
     }
     hnode_t *h = task_node(b->ex, it->t);
-    if (h && util_grow((void **)&b->hs, &b->cap, b->n, sizeof *b->hs) != 0) {
+    if (h && util_grow((void **)&b->hs, &b->cap, b->n, sizeof *b->hs, 16) != 0) {
         task_done(b->ex, h->t);
         reject_task(b->ex, h->t->id, h->t->comp, h, h->t, "out of memory");
     } else if (h) {

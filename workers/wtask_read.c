@@ -43,7 +43,7 @@ static void *grow_one(void **arr, int *n, size_t *cap, size_t sz, int max, int *
 {
     if (*n >= max)
         return NULL;
-    if (util_grow(arr, cap, (size_t)*n, sz) != 0) {
+    if (util_grow(arr, cap, (size_t)*n, sz, 1) != 0) {
         *oom = 1;
         return NULL;
     }
