@@ -288,6 +288,13 @@ static size_t metrics_http(char *buf, size_t len, size_t cap)
     len = metric_one(buf, len, cap, "atoll_store_report_transactions_total", "counter",
                      "Transactions the report applier committed (report requests that queued"
                      " together share one).", store_report_transactions());
+    len = metric_one(buf, len, cap, "atoll_store_carried_computations", "gauge",
+                     "Computations whose progress from their reported shards is held in memory"
+                     " until their last shards' report (or written as it stands after 100 ms).",
+                     (uint64_t)store_carried_computations());
+    len = metric_one(buf, len, cap, "atoll_store_carried_shown_total", "counter",
+                     "Carried progress written as it stood, its computation's last shards not"
+                     " reported 100 ms after its first.", store_carried_shown());
     uint64_t counts[6];
     http_counts(counts);
     len = util_appendf(buf, len, cap,

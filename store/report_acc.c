@@ -74,7 +74,7 @@ fail:
 }
 
 int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int unblocks,
-                    int64_t nshards, int64_t t0, int64_t t1, int64_t t2)
+                    int64_t total, int64_t nshards, int64_t t0, int64_t t1, int64_t t2)
 {
     /* Stamps are at most REPORT_TIME_MAX_US (2^52) and shards a worker's
      * 4,096 devices at most: the sums saturate rather than overflow. */
@@ -87,6 +87,8 @@ int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
         if (c->comp != comp || c->job != job || c->attempt != attempt)
             continue;
         c->unblocks &= unblocks;    /* one run's report proves the job blocks none */
+        if (total > 0)
+            c->total = total;
         c->shards += nshards;
         c->busy_us = c->busy_us > INT64_MAX - busy ? INT64_MAX : c->busy_us + busy;
         c->t0 = t0 < c->t0 ? t0 : c->t0;
@@ -97,7 +99,7 @@ int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp,
     if (util_grow((void **)&a->comp, &a->capcomp, a->ncomp, sizeof *a->comp, 16))
         return -1;
     a->comp[a->ncomp++] =
-        (report_acc_comp_t){job, attempt, comp, unblocks, nshards, t0, t1, t2, busy};
+        (report_acc_comp_t){job, attempt, comp, unblocks, total, nshards, t0, t1, t2, busy};
     return 0;
 }
 

@@ -9,8 +9,9 @@
  * was an INSERT of its own, and a batch of 64 reports from one worker of
  * 4 devices rewrote the same 4 device rows and the same tenant row 64
  * times each, and every computation that succeeded rewrote its job's row.
- * Gathered, a computation's progress is one UPDATE and one read per
- * transaction, a job's count of succeeded computations one UPDATE, outputs
+ * Gathered, a computation's progress is at most one UPDATE per
+ * transaction (and with its carry across transactions, comp_carry.h, one
+ * per computation), a job's count of succeeded computations one UPDATE, outputs
  * go in multi-row INSERTs, device time and tenant usage one UPDATE per
  * device run and per job.
  *
@@ -45,6 +46,8 @@
 typedef struct report_row {
     int64_t job, attempt, comp, island, job_attempt;
     int64_t first, ncomps, done;    /* its run (schema/032): comp_idx, ncomps, done */
+    int64_t total;              /* comp's shards_total, once a success's outputs were
+                                 * checked (store_progress.c); else 0 */
     int nshards;
     int shared;                 /* the job's `shared` */
     int64_t *shards;            /* owned: nshards shard indexes, increasing */
@@ -86,6 +89,7 @@ typedef struct report_acc_comp {
                                  * not a shared job's (fed), nor one of a run (a
                                  * run is written only for an exclusive job under
                                  * parallel dispatch, which blocks none) */
+    int64_t total;              /* the computation's shards_total; 0: not known */
     int64_t shards;
     int64_t t0, t1, t2;
     int64_t busy_us;            /* sum over its reports of (t2 - t1) x their shards */
@@ -137,10 +141,11 @@ typedef struct report_acc {
 int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *devices_txt,
                    int64_t us, int64_t job, int64_t job_us);
 /* Adds nshards done and the stamps to computation comp of job attempt
- * (one entry per computation and attempt), and the report's device time,
- * (t2 - t1) x nshards, saturating. 0, or -1 (OOM: nothing added). */
+ * (one entry per computation and attempt; total is its shards_total, 0
+ * when not known), and the report's device time, (t2 - t1) x nshards,
+ * saturating. 0, or -1 (OOM: nothing added). */
 int report_acc_comp(report_acc_t *a, int64_t job, int64_t attempt, int64_t comp, int unblocks,
-                    int64_t nshards, int64_t t0, int64_t t1, int64_t t2);
+                    int64_t total, int64_t nshards, int64_t t0, int64_t t1, int64_t t2);
 /* Counts one more succeeded computation of job. 0, or -1 (OOM). */
 int report_acc_job_done(report_acc_t *a, int64_t job);
 /* Queues an outputs row; takes meta and vals (malloc'd) whatever it

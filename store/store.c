@@ -71,6 +71,10 @@ struct store {
      * (callgrind, stop 63). Owned; finalized by store_close. */
     sqlite3_stmt *txn[STORE_TXN__N];
     void *outputs_cache;        /* store_progress.c's (store_outputs_cache): one block */
+    /* What this connection's write transaction changed of the carried
+     * progress (comp_carry.h): applied by store_commit before the write
+     * lock goes, dropped by store_rollback. Owned. */
+    comp_carry_txn_t carry;
 };
 
 extern const char *const store_migrations[];
@@ -132,9 +136,12 @@ static void store_close(store_t *st)
     sqlite3_close(st->db);      /* rolls back a transaction left open */
     if (st->holds_write)
         pthread_mutex_unlock(&store_write_mu);
+    comp_carry_txn_free(&st->carry);
     free(st->outputs_cache);
     free(st);
 }
+
+comp_carry_txn_t *store_carry(store_t *st) { return &st->carry; }
 
 void *store_outputs_cache(store_t *st, size_t size)
 {
@@ -678,6 +685,11 @@ int store_commit(store_t *st)
         store_devlog_publish(&st->devchg);
         st->device_commits++;
     }
+    /* The carry too, before the next writer can read it: what it holds
+     * must match the rows as of the last commit (comp_carry.h). A failed
+     * COMMIT is rolled back by the caller, which discards it. */
+    if (rc == 0)
+        comp_carry_commit(&st->carry);
     store_write_end(st);
     /* The stale family first: a parked poll woken by its worker's
      * generation must find the stale one moved too, or store_poll.c's
@@ -699,6 +711,7 @@ void store_rollback(store_t *st)
     memset(&st->kick_stale, 0, sizeof st->kick_stale);
     st->n_new_leased = st->new_leased_all = 0;
     store_devlog_clear(&st->devchg);
+    comp_carry_discard(&st->carry);
     store_write_end(st);
 }
 
@@ -1046,6 +1059,7 @@ int store_global_init(const char *path, const island_desc_t *islands, int nislan
     if (strlen(path) >= sizeof store_path)
         return err_set(e, -1, "db", "database path too long"), -1;
     snprintf(store_path, sizeof store_path, "%s", path);
+    comp_carry_reset();         /* parts of another database's jobs */
     sqlite3 *probe = NULL;
     int rc = store_global_open(islands, nislands, &probe, e);
     sqlite3_close(probe);

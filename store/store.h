@@ -461,6 +461,22 @@ void store_report_results_clear(store_report_result_t *results, size_t n);
 /* Report transactions the applier committed (atoll_store_report_transactions_total:
  * with atoll_worker_report_requests_total, the requests a transaction). */
 uint64_t store_report_transactions(void);
+/* Writes the computations' progress carried in memory (comp_carry.h) that
+ * fell due at now_us (util_mono_us; its first shards carried
+ * COMP_CARRY_SHOW_US before) to their rows, in a write transaction of
+ * st's; the report applier runs it as parts fall due. 0, or -1 (store
+ * busy or failed: nothing written, try later). */
+int store_reports_show_carried(store_t *st, int64_t now_us);
+/* How long carried progress waits before the applier writes it as it
+ * stands (default COMP_CARRY_SHOW_US, 100 ms); for tests that look at the
+ * rows in between. */
+void store_set_carry_show_us(int64_t us);
+/* Computations whose progress is carried in memory now
+ * (atoll_store_carried_computations). */
+size_t store_carried_computations(void);
+/* Carried parts the applier wrote as they stood, after COMP_CARRY_SHOW_US
+ * (atoll_store_carried_shown_total). */
+uint64_t store_carried_shown(void);
 /* Stops the report applier thread once the queued batches are applied
  * (at shutdown, after the HTTP server stopped); later batches apply on
  * their callers' threads. */

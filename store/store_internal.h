@@ -3,6 +3,7 @@
 #define ATOLL_STORE_INTERNAL_H
 
 #include "store.h"
+#include "comp_carry.h"
 
 /* SQL: the job state column `col` is terminal. Comparisons, not
  * `IN ('succeeded','failed','cancelled')`: SQLite evaluates a constant IN
@@ -23,6 +24,11 @@
  * worker reports (it is told through the poll's cancel list) or its poll
  * shows it never received them (store_poll.c). */
 int store_job_finish(store_t *st, int64_t job, const char *state, const char *error);
+/* Writes the job's carried progress (comp_carry.h) to its computations'
+ * rows while its attempt is live, and drops it: before the job ends
+ * otherwise than by success. Inside the caller's write transaction. 0 or
+ * -1. */
+int store_carry_show_job(store_t *st, int64_t job);
 /* RFC 3339 UTC text with microseconds for a Unix-microsecond time, or JSON
  * null when t is 0 / SQL NULL. New reference. */
 json_t *store_time_json(sqlite3_stmt *s, int col);
@@ -187,5 +193,8 @@ void store_buf_int(store_buf_t *b, int64_t v);
  * to this connection's database), freed with the connection; NULL when
  * out of memory. */
 void *store_outputs_cache(store_t *st, size_t size);
+/* The connection's staged changes of the carried progress (comp_carry.h),
+ * for its write transaction. */
+comp_carry_txn_t *store_carry(store_t *st);
 
 #endif

@@ -623,6 +623,10 @@ int store_job_finish(store_t *st, int64_t job, const char *state, const char *er
     static const char comp_sql[] =
         "UPDATE computations SET state = ?2 WHERE job_id = ?1 AND state NOT IN ('succeeded')";
     int64_t now = util_wall_us();
+    /* A success has nothing carried (its last shards wrote its rows); any
+     * other end first writes what its reported shards did. */
+    if (strcmp(state, "succeeded") != 0 && store_carry_show_job(st, job) != 0)
+        return -1;
     sqlite3_stmt *s = store_stmt(st, job_sql);
     if (!s)
         return -1;

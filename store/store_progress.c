@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jtext.h"
 #include "util.h"
@@ -86,21 +87,26 @@ typedef struct sig_entry {
     int64_t job;                /* 0: empty */
     int comp;
     int null;                   /* no outputs recorded (a computation from before 031) */
+    int64_t total;              /* its shards_total (never changes either) */
     char text[SIG_CACHE_TEXT];
 } sig_entry_t;
 
 /* Checks a success's outputs against those of computation comp of job
  * (report_outputs_check): STORE_OK, or STORE_ERR with e set (400: refused;
- * e unset: a store error). */
+ * e unset: a store error). The computation's shards_total in *total (for
+ * its carried progress, comp_carry.h). */
 static int comp_outputs_check(store_t *st, int64_t job, int comp, const report_prep_t *p,
-                              err_t *e)
+                              int64_t *total, err_t *e)
 {
-    static const char sql[] = "SELECT outputs FROM computations WHERE job_id = ?1 AND idx = ?2";
+    static const char sql[] =
+        "SELECT outputs, shards_total FROM computations WHERE job_id = ?1 AND idx = ?2";
     sig_entry_t *cache = store_outputs_cache(st, sizeof *cache * SIG_CACHE), none = {0};
     sig_entry_t *c = cache ? &cache[(uint64_t)(job * 31 + comp) % SIG_CACHE] : &none;
-    if (c->job == job && c->comp == comp)
+    if (c->job == job && c->comp == comp) {
+        *total = c->total;
         return report_outputs_check(c->null ? NULL : c->text, p->out, p->nout, e) == 0
                    ? STORE_OK : STORE_ERR;
+    }
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return STORE_ERR;
@@ -110,8 +116,9 @@ static int comp_outputs_check(store_t *st, int64_t job, int comp, const report_p
     if (sqlite3_step(s) == SQLITE_ROW) {
         const char *t = (const char *)sqlite3_column_text(s, 0);
         size_t n = t ? strlen(t) : 0;
+        *total = sqlite3_column_int64(s, 1);
         if (n < SIG_CACHE_TEXT) {
-            *c = (sig_entry_t){job, comp, t == NULL, ""};
+            *c = (sig_entry_t){job, comp, t == NULL, *total, ""};
             memcpy(c->text, t ? t : "", n + 1);
         }
         rc = report_outputs_check(t, p->out, p->nout, e) == 0 ? STORE_OK : STORE_ERR;
@@ -285,7 +292,7 @@ static int task_take(store_t *st, const report_prep_t *p, int64_t worker, const 
         if (report_output_count(p->out[i].name, (size_t)p->out[i].n, r->nshards, e) != 0)
             rc = STORE_ERR;
     if (check && rc == STORE_OK)
-        rc = comp_outputs_check(st, r->job, (int)r->comp, p, e);
+        rc = comp_outputs_check(st, r->job, (int)r->comp, p, &r->total, e);
     if (rc == STORE_OK && task_mark(st, p, r, msg, worker, acc, cached) != 0)
         rc = STORE_ERR;
     if (rc != STORE_OK)
@@ -508,7 +515,7 @@ static int host_succeeded(const reporter_t *rep, const report_row_t *r, const re
                        dev_us) != 0)
         return -1;
     return report_acc_comp(acc, r->job, r->attempt, r->comp, !r->shared && r->ncomps <= 1,
-                           r->nshards, t0, t1, t2);
+                           r->total, r->nshards, t0, t1, t2);
 }
 
 /* A computation's progress from this transaction, in one of three
@@ -522,7 +529,8 @@ static int host_succeeded(const reporter_t *rep, const report_row_t *r, const re
     " inputs_ready_at = MAX(COALESCE(inputs_ready_at, ?4), ?4),"                           \
     " finished_at = MAX(COALESCE(finished_at, ?5), ?5)"                                    \
     " WHERE job_id = ?1 AND idx = ?2" cond
-static int comp_progress(store_t *st, const report_acc_comp_t *c, const char *sql)
+static int comp_progress(store_t *st, const report_acc_comp_t *c, const char *sql,
+                         int64_t attempt)
 {
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
@@ -534,35 +542,163 @@ static int comp_progress(store_t *st, const report_acc_comp_t *c, const char *sq
     sqlite3_bind_int64(s, 5, c->t2);
     sqlite3_bind_int64(s, 6, c->shards);
     sqlite3_bind_int64(s, 7, c->busy_us);
+    if (attempt >= 0)               /* carry_show's guard */
+        sqlite3_bind_int64(s, 8, attempt);
     return store_step_done(s) == 0 ? sqlite3_changes(store_db(st)) : -1;
 }
 
 /* Adds c to its computation's row; 1 when that made the computation
- * succeed (its shards all done), 0 when not, -1 on error. A gang's
- * workers report apart, so a computation's progress comes in as many
- * transactions as it has workers, and all but the last only add: one
- * statement each (the add, when it leaves shards to do). The last adds
- * and marks it succeeded in a second. (Before: an add, then a read of
- * whether it was done, every time, and a third write at the end: 9
- * statements a computation of a 4-worker chain instead of 5, ~40K
- * instructions of the applier's ~220K.) Neither matches a row that the
- * add would carry past its shards_total, which never happens unless
- * something counted twice: that row gets the plain add, as before, and
- * does not succeed. */
-static int comp_progress_add(store_t *st, const report_acc_comp_t *c)
+ * succeed (its shards all done), 0 when not, -1 on error. One statement
+ * when it goes as expected: the add that marks it succeeded when
+ * expect_last (its carried part and this transaction's reports make up
+ * its shards, comp_progress_carry), else the add that leaves shards to do
+ * (a computation whose shards_total was not known), each tried second
+ * otherwise. Neither matches a row that the add would carry past its
+ * shards_total, which never happens unless something counted twice: that
+ * row gets the plain add, and does not succeed. */
+static int comp_progress_add(store_t *st, const report_acc_comp_t *c, int expect_last)
 {
     static const char part_sql[] = COMP_PROGRESS("", " AND shards_done + ?6 < shards_total");
     static const char last_sql[] =
         COMP_PROGRESS(" state = 'succeeded',", " AND shards_done + ?6 = shards_total");
     static const char any_sql[] = COMP_PROGRESS("", "");
-    int n = comp_progress(st, c, part_sql);
+    /* The one expected first: a statement that matches no row still costs
+     * its seek (~7K instructions). */
+    int n = expect_last ? comp_progress(st, c, last_sql, -1) : 0;
     if (n != 0)
-        return n < 0 ? -1 : 0;
-    if ((n = comp_progress(st, c, last_sql)) != 0)
         return n;
-    return comp_progress(st, c, any_sql) < 0 ? -1 : 0;
+    if ((n = comp_progress(st, c, part_sql, -1)) != 0)
+        return n < 0 ? -1 : 0;
+    if (!expect_last && (n = comp_progress(st, c, last_sql, -1)) != 0)
+        return n;
+    return comp_progress(st, c, any_sql, -1) < 0 ? -1 : 0;
+}
+
+/* Adds c (this transaction's progress of a computation) to its carried
+ * part p. */
+static void carry_add(comp_carry_t *p, const report_acc_comp_t *c)
+{
+    if (p->shards == 0) {           /* nothing carried: c's stamps, and a new wait */
+        p->t0 = c->t0;
+        p->t1 = c->t1;
+        p->t2 = c->t2;
+        p->busy_us = c->busy_us;
+        p->due_us = util_mono_us() + comp_carry_show_us();
+    } else {
+        p->t0 = c->t0 < p->t0 ? c->t0 : p->t0;
+        p->t1 = c->t1 > p->t1 ? c->t1 : p->t1;
+        p->t2 = c->t2 > p->t2 ? c->t2 : p->t2;
+        p->busy_us = p->busy_us > INT64_MAX - c->busy_us ? INT64_MAX : p->busy_us + c->busy_us;
+    }
+    p->shards += c->shards;
+    p->unblocks &= c->unblocks;
+}
+
+/* This transaction's progress of a computation, c, with the part carried
+ * from earlier ones (comp_carry.h): carried on while shards remain for
+ * other reports (nothing written), else written with the part in one
+ * UPDATE (comp_progress_add) and the part dropped; what was written in *m.
+ * 1 when that made the computation succeed, 0 when not, -1 on error. A
+ * computation whose shards_total is not known is written through. */
+static int comp_progress_carry(store_t *st, const report_acc_comp_t *c, report_acc_comp_t *m)
+{
+    comp_carry_txn_t *t = store_carry(st);
+    comp_carry_t p;
+    *m = *c;
+    if (c->total <= 0)
+        return comp_progress_add(st, c, 0);
+    int had = comp_carry_get(t, c->job, c->attempt, c->comp, &p);
+    if (!had)
+        p = (comp_carry_t){.job = c->job, .attempt = c->attempt, .comp = c->comp,
+                           .total = c->total, .unblocks = 1};
+    carry_add(&p, c);
+    if (p.written + p.shards < p.total)
+        return comp_carry_put(t, &p) == 0 ? 0 : -1;
+    *m = (report_acc_comp_t){c->job, c->attempt, c->comp, p.unblocks, p.total, p.shards,
+                             p.t0, p.t1, p.t2, p.busy_us};
+    p.gone = 1;
+    if (had && comp_carry_put(t, &p) != 0)
+        return -1;
+    return comp_progress_add(st, m, 1);
+}
+
+/* Carried parts written as they stood after COMP_CARRY_SHOW_US
+ * (store_carried_shown). */
+static _Atomic uint64_t carry_shown;
+
+uint64_t store_carried_shown(void) { return atomic_load(&carry_shown); }
+size_t store_carried_computations(void) { return comp_carry_count(); }
+void store_set_carry_show_us(int64_t us) { comp_carry_set_show_us(us); }
+
+/* Writes carried part p as it stands (shards done so far) while its job
+ * attempt is live, or drops it: the applier's, for a part carried past
+ * COMP_CARRY_SHOW_US, and store_job_finish's, for a job about to fail or
+ * be cancelled (its rows show every shard reported; `drop`: the part goes
+ * too). A part with nothing to write is dropped once its attempt ended,
+ * else looked at again in COMP_CARRY_GC_US. 0 or -1. */
+static int carry_show(store_t *st, comp_carry_t *p, int drop)
+{
+    static const char show_sql[] = COMP_PROGRESS("", " AND shards_done + ?6 < shards_total AND"
+        " EXISTS (SELECT 1 FROM jobs j WHERE j.id = ?1 AND j.attempt = ?8 AND NOT "
+        STORE_JOB_ENDED("j.state") ")");
+    static const char live_sql[] =
+        "SELECT 1 FROM jobs WHERE id = ?1 AND attempt = ?2 AND NOT " STORE_JOB_ENDED("state");
+    int live;
+    if (p->shards > 0) {
+        report_acc_comp_t c = {p->job, p->attempt, p->comp, p->unblocks, p->total, p->shards,
+                               p->t0, p->t1, p->t2, p->busy_us};
+        if ((live = comp_progress(st, &c, show_sql, p->attempt)) < 0)
+            return -1;
+        if (live && !drop)
+            atomic_fetch_add(&carry_shown, 1);  /* counted before the commit: a gauge of
+                                                 * work done, not of rows */
+    } else {
+        sqlite3_stmt *s = store_stmt(st, live_sql);
+        if (!s)
+            return -1;
+        sqlite3_bind_int64(s, 1, p->job);
+        sqlite3_bind_int64(s, 2, p->attempt);
+        int step = sqlite3_step(s);
+        sqlite3_reset(s);
+        if (step != SQLITE_ROW && step != SQLITE_DONE)
+            return -1;
+        live = step == SQLITE_ROW;
+    }
+    p->gone = drop || !live;
+    p->written += p->shards;
+    p->shards = 0;
+    p->due_us = util_mono_us() + COMP_CARRY_GC_US;
+    return comp_carry_put(store_carry(st), p);
 }
 #undef COMP_PROGRESS
+
+int store_carry_show_job(store_t *st, int64_t job)
+{
+    comp_carry_t *parts;
+    long n = comp_carry_of_job(store_carry(st), job, &parts);
+    int rc = n < 0 ? -1 : 0;
+    for (long i = 0; rc == 0 && i < n; i++)
+        rc = carry_show(st, &parts[i], 1);
+    free(parts);
+    return rc;
+}
+
+int store_reports_show_carried(store_t *st, int64_t now_us)
+{
+    comp_carry_t due[64];
+    size_t n = comp_carry_due(now_us, due, sizeof due / sizeof due[0]);
+    if (n == 0)
+        return 0;
+    if (store_begin(st) != 0)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = carry_show(st, &due[i], 0);
+    if (rc == 0 && store_commit(st) == 0)
+        return 0;
+    store_rollback(st);
+    return -1;
+}
 
 /* Writes what acc gathered of outputs and computations' progress, in the
  * order they came: a computation whose shards are now all done succeeds
@@ -573,8 +709,9 @@ static int progress_flush(store_t *st, report_acc_t *acc, int *effects)
 {
     int rc = runs_write(st, acc) == 0 ? report_acc_flush_outputs(st, acc) : -1;
     for (size_t i = 0; rc == 0 && i < acc->ncomp; i++) {
-        int done = comp_progress_add(st, &acc->comp[i]);
-        rc = done < 0 ? -1 : done ? comp_succeeded(st, &acc->comp[i], acc, effects) : 0;
+        report_acc_comp_t m;
+        int done = comp_progress_carry(st, &acc->comp[i], &m);
+        rc = done < 0 ? -1 : done ? comp_succeeded(st, &m, acc, effects) : 0;
     }
     acc->ncomp = 0;
     return rc == 0 ? jobs_progress(st, acc, effects) : rc;
@@ -842,6 +979,30 @@ static void combine_done(report_req_t *list)
     pthread_cond_broadcast(&comb_cv);
 }
 
+/* Waits on comb_work_cv (holding comb_mu) until signalled or, when
+ * until_us (util_mono_us) is not 0, until then. */
+static void combine_wait(int64_t until_us)
+{
+    if (until_us == 0) {
+        pthread_cond_wait(&comb_work_cv, &comb_mu);
+        return;
+    }
+    int64_t left = until_us - util_mono_us();
+    if (left <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);     /* the condition's clock */
+    int64_t ns = ts.tv_nsec + (left % 1000000) * 1000;
+    ts.tv_sec += (time_t)(left / 1000000 + ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&comb_work_cv, &comb_mu, &ts);
+}
+
+/* A failed write of carried parts is tried again after this long. */
+#define SHOW_RETRY_US 10000
+
+/* The applier: queued report requests first, then the carried parts that
+ * fell due (store_reports_show_carried), else a wait for either. */
 static void *combine_main(void *arg)
 {
     (void)arg;
@@ -850,11 +1011,23 @@ static void *combine_main(void *arg)
     pthread_mutex_lock(&comb_mu);
     comb_state = st ? COMB_ON : COMB_OFF;
     pthread_cond_broadcast(&comb_cv);
+    int64_t retry_at = 0;
     while (st) {
-        while (!comb_head && comb_state == COMB_ON)
-            pthread_cond_wait(&comb_work_cv, &comb_mu);
-        if (!comb_head)
-            break;          /* stopping, and every queued request answered */
+        if (!comb_head) {
+            if (comb_state != COMB_ON)
+                break;      /* stopping, and every queued request answered */
+            int64_t now = util_mono_us(), due = comp_carry_next_due();
+            if (due && due < retry_at)
+                due = retry_at;
+            if (!due || due > now) {
+                combine_wait(due);
+                continue;
+            }
+            pthread_mutex_unlock(&comb_mu);
+            retry_at = store_reports_show_carried(st, now) == 0 ? 0 : now + SHOW_RETRY_US;
+            pthread_mutex_lock(&comb_mu);
+            continue;
+        }
         report_req_t *list = combine_take();
         pthread_mutex_unlock(&comb_mu);
         combine_apply(st, list);

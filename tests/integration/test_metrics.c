@@ -387,7 +387,8 @@ static void test_metrics_families(void **state)
         "atoll_sched_rounds_total", "atoll_dplane_dropped_frames_total",
         "atoll_dplane_bad_frames_total", "atoll_http_header_timeouts_total",
         "atoll_worker_report_requests_total", "atoll_worker_report_items_total",
-        "atoll_store_report_transactions_total", "atoll_store_checkpoint_requests_total", "atoll_scheduler_pass_cpu_seconds",
+        "atoll_store_report_transactions_total", "atoll_store_checkpoint_requests_total",
+        "atoll_scheduler_pass_cpu_seconds", "atoll_store_carried_computations",
         "atoll_store_wal_reads_total", "atoll_store_db_reads_total",
         "atoll_sched_freed_notices_total", "atoll_scheduler_rt_priority",
         "atoll_scheduler_rt_rests_total", "atoll_scheduler_rt_burst_seconds"};
@@ -418,6 +419,13 @@ static void test_metrics_families(void **state)
         prom_free(&p);
     T_CHECK(ok, "report counters: %g requests, %g items, %g transactions after %d jobs", rreq,
             ritems, rtxn, JOBS_RUN);
+    /* Every computation's last shards were reported: nothing is carried. */
+    double carried = -1;
+    FOR_SAMPLES(&p, "atoll_store_carried_computations", s)
+        carried = value(s);
+    if (carried != 0)
+        prom_free(&p);
+    T_CHECK(carried == 0, "%g computations carried after every job succeeded", carried);
 
     /* Jobs by state: every job ran to success. */
     int states = 0;

@@ -13,7 +13,10 @@
  *
  * A computation's host tasks reported in one batch complete it; a
  * failure that requeues the job after a success in the same batch leaves
- * the new attempt's computations at zero.
+ * the new attempt's computations at zero. Reported in several
+ * transactions, its progress is carried in memory until the last
+ * (comp_carry.h), or written as it stands once due; a failed job's rows
+ * show every shard reported.
  *
  * A computation's success costs the same whatever the number of its job's
  * computations still waiting for their dispatch chunk (parallel dispatch:
@@ -50,6 +53,9 @@ typedef support_worker_fixture_t fixture_t;
 
 static int setup(void **state)
 {
+    /* The applier writes no carried part as it stands while a test looks
+     * at the rows (test_carried_shown_when_due asks for it). */
+    store_set_carry_show_us((int64_t)3600 * 1000000);
     fixture_t *f = support_worker_fixture(islands, 1, 8);
     *state = f;
     return 0;
@@ -238,10 +244,10 @@ static void test_acc_outputs_and_comps(void **state)
     }
     assert_int_equal(report_acc_flush_outputs(st, &a), 0);
     assert_int_equal(a.nout, 0);
-    assert_int_equal(report_acc_comp(&a, job, 0, 1, 0, 2, 50, 60, 70), 0);
-    assert_int_equal(report_acc_comp(&a, job, 0, 0, 0, 1, 10, 20, 30), 0);
-    assert_int_equal(report_acc_comp(&a, job, 0, 1, 0, 3, 40, 65, 68), 0);
-    assert_int_equal(report_acc_comp(&a, job, 1, 1, 0, 1, 1, 1, 1), 0);   /* another attempt */
+    assert_int_equal(report_acc_comp(&a, job, 0, 1, 0, 0, 2, 50, 60, 70), 0);
+    assert_int_equal(report_acc_comp(&a, job, 0, 0, 0, 0, 1, 10, 20, 30), 0);
+    assert_int_equal(report_acc_comp(&a, job, 0, 1, 0, 0, 3, 40, 65, 68), 0);
+    assert_int_equal(report_acc_comp(&a, job, 1, 1, 0, 0, 1, 1, 1, 1), 0);   /* another attempt */
     assert_int_equal(store_commit(st), 0);
     assert_int_equal(a.ncomp, 3);
     assert_true(a.comp[0].comp == 1 && a.comp[0].shards == 5 && a.comp[0].t0 == 40 &&
@@ -618,6 +624,8 @@ static void test_report_fencing(void **state)
     assert_int_equal(report_success(f, task[0]), 200);
     assert_true(row_is(f, task[0], "state = 'succeeded'"));
     assert_int_equal(report_success(f, task[0]), 409);
+    /* Carried, then written as it stands (comp_carry.h): one shard. */
+    assert_int_equal(store_reports_show_carried(f->st, INT64_MAX), 0);
     assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
                             " AND idx = 0", job), 1);
     assert_int_equal(job_int(f, "SELECT count(*) FROM outputs WHERE job_id = %lld", job), 1);
@@ -747,6 +755,131 @@ static void test_run_after_failure_in_batch(void **state)
                             " AND idx = 0", job), 1);
     assert_int_equal(job_int(f, "SELECT shards_done FROM computations WHERE job_id = %lld"
                             " AND idx = 1", job), 0);
+}
+
+/* Reports task's success with stamps t0 (started), t1 (inputs ready),
+ * t2 (finished) in a batch of its own: one transaction. */
+static void report_stamped(fixture_t *f, int64_t task, int t0, int t1, int t2)
+{
+    char body[320];
+    int status[8] = {0};
+    snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
+             "\"started_us\":%d,\"inputs_ready_us\":%d,\"finished_us\":%d,"
+             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}}]}", (long long)task, t0, t1,
+             t2);
+    apply_batch(f, body, status);
+    assert_int_equal(status[0], 200);
+}
+
+/* Computation 0's row of job as "shards_done state started_at
+ * inputs_ready_at finished_at busy_us" (NULL stamps as -1). */
+static void comp_row(fixture_t *f, int64_t job, char *out, size_t cap)
+{
+    char sql[320];
+    snprintf(sql, sizeof sql, "SELECT shards_done || ' ' || state || ' ' ||"
+             " COALESCE(started_at, -1) || ' ' || COALESCE(inputs_ready_at, -1) || ' ' ||"
+             " COALESCE(finished_at, -1) || ' ' || busy_us FROM computations"
+             " WHERE job_id = %lld AND idx = 0", (long long)job);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(f->st), sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    snprintf(out, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+}
+
+/* A computation reported by its shards' tasks in two transactions: the
+ * first one's progress is carried in memory (its row untouched), and the
+ * last one writes the row once, with both: shards, the earliest start,
+ * the latest inputs-ready and finish, the sum of device time. */
+static void test_carried_until_last(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    char row[128];
+    int64_t job = two_task_job(f, task);
+    /* A new database: nothing carried from the earlier tests' jobs (whose
+     * ids this one's reuse). */
+    assert_int_equal(store_carried_computations(), 0);
+    report_stamped(f, task[0], 5, 10, 20);
+    comp_row(f, job, row, sizeof row);
+    assert_string_equal(row, "0 dispatched -1 -1 -1 0");
+    assert_int_equal(store_carried_computations(), 1);
+    report_stamped(f, task[1], 7, 12, 30);
+    comp_row(f, job, row, sizeof row);
+    assert_string_equal(row, "2 succeeded 5 12 30 28");
+    assert_int_equal(store_carried_computations(), 0);
+    assert_int_equal(job_int(f, "SELECT comps_done FROM jobs WHERE id = %lld", job), 1);
+}
+
+/* A carried part is written as it stands once due (the applier's wait,
+ * COMP_CARRY_SHOW_US), not before, and the last report adds to it; a part
+ * whose job moved to another attempt is dropped, never written to the
+ * new attempt's row. */
+static void test_carried_shown_when_due(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    char row[128];
+    int64_t job = two_task_job(f, task);
+    int64_t before = util_mono_us();
+    report_stamped(f, task[0], 5, 10, 20);
+    assert_int_equal(store_reports_show_carried(f->st, before), 0);
+    comp_row(f, job, row, sizeof row);
+    assert_string_equal(row, "0 dispatched -1 -1 -1 0");
+    assert_int_equal(store_reports_show_carried(f->st, INT64_MAX), 0);
+    comp_row(f, job, row, sizeof row);
+    assert_string_equal(row, "1 dispatched 5 10 20 10");
+    report_stamped(f, task[1], 7, 12, 30);
+    comp_row(f, job, row, sizeof row);
+    assert_string_equal(row, "2 succeeded 5 12 30 28");
+
+    int64_t again[2];
+    int64_t job2 = two_task_job(f, again);
+    size_t carried0 = store_carried_computations();     /* the first job's, written */
+    report_stamped(f, again[0], 5, 10, 20);
+    assert_int_equal(store_carried_computations(), carried0 + 1);
+    char sql[128];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET attempt = 1 WHERE id = %lld", (long long)job2);
+    support_store_write(f->st, sql);
+    assert_int_equal(store_reports_show_carried(f->st, INT64_MAX), 0);
+    comp_row(f, job2, row, sizeof row);
+    assert_string_equal(row, "0 dispatched -1 -1 -1 0");
+    assert_int_equal(store_carried_computations(), carried0);
+}
+
+/* A report transaction that fails after its carry was staged (here the
+ * device time's write) is rolled back with it: the same report taken
+ * again is the computation's first shard, not its second. */
+static void test_carry_rolled_back(void **state)
+{
+    fixture_t *f = *state;
+    int64_t task[2];
+    char row[128], body[320];
+    int64_t job = two_task_job(f, task);
+    support_store_write(f->st, "CREATE TRIGGER test_fail BEFORE UPDATE OF busy_us ON devices"
+                               " BEGIN SELECT RAISE(ABORT, 'test: store failure'); END");
+    snprintf(body, sizeof body, "{\"reports\":[{\"task\":%lld,\"state\":\"succeeded\","
+             "\"started_us\":5,\"inputs_ready_us\":10,\"finished_us\":20,"
+             "\"outputs\":{\"x\":[{\"shape\":[4],\"sum\":6}]}}]}", (long long)task[0]);
+    report_prep_t *preps = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    int effects = 0;
+    store_report_result_t res[1];
+    assert_int_equal(report_parse_batch(body, strlen(body), &preps, &n, &e), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_worker_report_batch(f->st, f->worker, preps, n, res, &effects),
+                     STORE_ERR);
+    report_prep_clear(&preps[0]);
+    free(preps);
+    support_store_write(f->st, "DROP TRIGGER test_fail");
+    assert_true(row_is(f, task[0], "state = 'leased'"));
+    report_stamped(f, task[0], 5, 10, 20);
+    comp_row(f, job, row, sizeof row);
+    assert_string_equal(row, "0 dispatched -1 -1 -1 0");
+    report_stamped(f, task[1], 7, 12, 30);
+    comp_row(f, job, row, sizeof row);
+    assert_string_equal(row, "2 succeeded 5 12 30 28");
 }
 
 static void test_concurrent_batches(void **state)
@@ -911,6 +1044,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_ended_by_failure, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_run_after_failure_in_batch, setup,
                                         support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_carried_until_last, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_carried_shown_when_due, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_carry_rolled_back, setup, support_store_teardown),
         cmocka_unit_test(test_decode_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
