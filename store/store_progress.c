@@ -547,29 +547,19 @@ static int comp_progress(store_t *st, const report_acc_comp_t *c, const char *sq
     return store_step_done(s) == 0 ? sqlite3_changes(store_db(st)) : -1;
 }
 
-/* Adds c to its computation's row; 1 when that made the computation
- * succeed (its shards all done), 0 when not, -1 on error. One statement
- * when it goes as expected: the add that marks it succeeded when
- * expect_last (its carried part and this transaction's reports make up
- * its shards, comp_progress_carry), else the add that leaves shards to do
- * (a computation whose shards_total was not known), each tried second
- * otherwise. Neither matches a row that the add would carry past its
- * shards_total, which never happens unless something counted twice: that
- * row gets the plain add, and does not succeed. */
-static int comp_progress_add(store_t *st, const report_acc_comp_t *c, int expect_last)
+/* Adds c, the rest of its computation's shards (its carried part and
+ * this transaction's reports, comp_progress_carry), to its row and marks
+ * it succeeded: one statement. 1 when that made the computation succeed,
+ * 0 when not, -1 on error. It matches no row whose count would then differ
+ * from its shards_total, which never happens unless something counted
+ * twice or was lost: that row gets the plain add, and does not succeed. */
+static int comp_progress_add(store_t *st, const report_acc_comp_t *c)
 {
-    static const char part_sql[] = COMP_PROGRESS("", " AND shards_done + ?6 < shards_total");
     static const char last_sql[] =
         COMP_PROGRESS(" state = 'succeeded',", " AND shards_done + ?6 = shards_total");
     static const char any_sql[] = COMP_PROGRESS("", "");
-    /* The one expected first: a statement that matches no row still costs
-     * its seek (~7K instructions). */
-    int n = expect_last ? comp_progress(st, c, last_sql, -1) : 0;
+    int n = comp_progress(st, c, last_sql, -1);
     if (n != 0)
-        return n;
-    if ((n = comp_progress(st, c, part_sql, -1)) != 0)
-        return n < 0 ? -1 : 0;
-    if (!expect_last && (n = comp_progress(st, c, last_sql, -1)) != 0)
         return n;
     return comp_progress(st, c, any_sql, -1) < 0 ? -1 : 0;
 }
@@ -598,15 +588,12 @@ static void carry_add(comp_carry_t *p, const report_acc_comp_t *c)
  * from earlier ones (comp_carry.h): carried on while shards remain for
  * other reports (nothing written), else written with the part in one
  * UPDATE (comp_progress_add) and the part dropped; what was written in *m.
- * 1 when that made the computation succeed, 0 when not, -1 on error. A
- * computation whose shards_total is not known is written through. */
+ * 1 when that made the computation succeed, 0 when not, -1 on error. */
 static int comp_progress_carry(store_t *st, const report_acc_comp_t *c, report_acc_comp_t *m)
 {
     comp_carry_txn_t *t = store_carry(st);
     comp_carry_t p;
     *m = *c;
-    if (c->total <= 0)
-        return comp_progress_add(st, c, 0);
     int had = comp_carry_get(t, c->job, c->attempt, c->comp, &p);
     if (!had)
         p = (comp_carry_t){.job = c->job, .attempt = c->attempt, .comp = c->comp,
@@ -619,7 +606,7 @@ static int comp_progress_carry(store_t *st, const report_acc_comp_t *c, report_a
     p.gone = 1;
     if (had && comp_carry_put(t, &p) != 0)
         return -1;
-    return comp_progress_add(st, m, 1);
+    return comp_progress_add(st, m);
 }
 
 /* Carried parts written as they stood after COMP_CARRY_SHOW_US
