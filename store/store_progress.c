@@ -518,9 +518,10 @@ static int host_succeeded(const reporter_t *rep, const report_row_t *r, const re
                            r->total, r->nshards, t0, t1, t2);
 }
 
-/* A computation's progress from this transaction, in one of three
- * UPDATEs that differ in their last condition (COMP_PROGRESS(x)): rows
- * changed (0 or 1), or -1. */
+/* Adds progress c to its computation's row, in one of the UPDATEs built
+ * by COMP_PROGRESS, which differ in what they set and in their last
+ * condition (attempt >= 0 binds ?8, carry_show's guard): rows changed (0
+ * or 1), or -1. */
 #define COMP_PROGRESS(state_set, cond)                                                       \
     "UPDATE computations SET shards_done = shards_done + ?6," state_set                   \
     " busy_us = CASE WHEN busy_us > 9223372036854775807 - ?7 THEN 9223372036854775807"     \
@@ -636,9 +637,9 @@ static int carry_show(store_t *st, comp_carry_t *p, int drop)
                                p->t0, p->t1, p->t2, p->busy_us};
         if ((live = comp_progress(st, &c, show_sql, p->attempt)) < 0)
             return -1;
-        if (live && !drop)
-            atomic_fetch_add(&carry_shown, 1);  /* counted before the commit: a gauge of
-                                                 * work done, not of rows */
+        if (live && !drop)          /* counted in the transaction: a rare rolled-back
+                                     * one still counts */
+            atomic_fetch_add(&carry_shown, 1);
     } else {
         sqlite3_stmt *s = store_stmt(st, live_sql);
         if (!s)
