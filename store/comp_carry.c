@@ -216,6 +216,8 @@ int64_t comp_carry_next_due(void)
 
 void comp_carry_commit(comp_carry_txn_t *t)
 {
+    if (t->n == 0 && t->reserved == 0)
+        return;                 /* most transactions: nothing staged */
     pthread_mutex_lock(&carry_mu);
     for (size_t i = 0; i < t->n; i++) {
         const comp_carry_t *e = &t->e[i];
@@ -241,6 +243,10 @@ void comp_carry_commit(comp_carry_txn_t *t)
 
 void comp_carry_discard(comp_carry_txn_t *t)
 {
+    if (t->reserved == 0) {
+        t->n = 0;
+        return;
+    }
     pthread_mutex_lock(&carry_mu);
     carry_reserved -= t->reserved;
     pthread_mutex_unlock(&carry_mu);
