@@ -952,6 +952,7 @@ static report_req_t *combine_take(void)
  * (it could not start, or store_reports_stop ran) a request is applied by
  * its own thread. */
 static pthread_cond_t comb_work_cv = PTHREAD_COND_INITIALIZER;
+static int comb_work_mono;      /* comb_work_cv's clock is CLOCK_MONOTONIC (combine_start) */
 static pthread_once_t comb_once = PTHREAD_ONCE_INIT;
 static pthread_t comb_thread;
 static int comb_state;          /* guarded by comb_mu: COMB_* */
@@ -978,8 +979,10 @@ static void combine_wait(int64_t until_us)
     int64_t left = until_us - util_mono_us();
     if (left <= 0)
         return;
+    /* On the condition's clock: CLOCK_MONOTONIC, which a step of the wall
+     * clock does not move (CLOCK_REALTIME only if that could not be set). */
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);     /* the condition's clock */
+    clock_gettime(comb_work_mono ? CLOCK_MONOTONIC : CLOCK_REALTIME, &ts);
     int64_t ns = ts.tv_nsec + (left % 1000000) * 1000;
     ts.tv_sec += (time_t)(left / 1000000 + ns / 1000000000);
     ts.tv_nsec = (long)(ns % 1000000000);
@@ -1033,6 +1036,18 @@ static void combine_start(void)
     if (comb_closed) {          /* stopping before any batch came: none is started */
         pthread_mutex_unlock(&comb_mu);
         return;
+    }
+    /* Nobody waits on comb_work_cv yet (the applier is not started), so it
+     * can take the monotonic clock now, for combine_wait's deadlines. */
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) == 0) {
+        if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+            pthread_cond_destroy(&comb_work_cv) == 0) {
+            comb_work_mono = pthread_cond_init(&comb_work_cv, &ca) == 0;
+            if (!comb_work_mono)        /* never on Linux; the default clock then */
+                pthread_cond_init(&comb_work_cv, NULL);
+        }
+        pthread_condattr_destroy(&ca);
     }
     comb_state = COMB_STARTING;
     if (pthread_create(&comb_thread, NULL, combine_main, NULL) != 0)

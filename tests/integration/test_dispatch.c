@@ -6,7 +6,9 @@
  *  sequential  the same with ATOLL_DISPATCH=sequential;
  *  fault       west=2x2, two workers of 2 devices, a short worker peer
  *              timeout: one worker is stopped (SIGSTOP) so that its peers'
- *              collective times out and the job fails for real.
+ *              collective times out and the job fails for real; before
+ *              that, one is stopped while its peer's shards run alone, and
+ *              the job view shows their progress by shards.
  *
  * Only orderings of recorded timestamps are asserted, never durations: the
  * worker and controller stamps share one host clock (CLOCK_REALTIME).
@@ -495,6 +497,49 @@ static long leased_of(pid_t pid)
     return n;
 }
 
+/* Computation 0's shards_done and state in job id's view (-1, "" when
+ * the job cannot be read). */
+static long comp0_done(int64_t id, char state[16])
+{
+    json_t *job = hx_job_get(&itest_client, id);
+    json_t *c = json_array_get(json_object_get(job, "computations"), 0);
+    long done = c ? (long)json_integer_value(json_object_get(c, "shards_done")) : -1;
+    snprintf(state, 16, "%s", c ? json_string_value(json_object_get(c, "state")) ?: "" : "");
+    json_decref(job);
+    return done;
+}
+
+/* A computation's progress is carried in memory until its last shards'
+ * report (store/comp_carry.c) and written as it stands by the report
+ * applier once carried 100 ms: with worker 1 frozen before the job comes
+ * (so its two shards wait), the job view shows worker 0's two shards done
+ * while the computation is still dispatched, and all four once worker 1
+ * resumes. Well inside the 30 s lease: worker 1 stays live. */
+static void test_progress_shown_while_a_worker_waits(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{'name':'halves','slices':{'s':{'shape':[2,2]}},'computations':["
+        "{'name':'c','slice':'s','ops':[{'op':'compute','out':'busy','us':200000},"
+        "{'op':'shard_index','out':'i'}],'outputs':['i']}]}";
+    pid_t frozen = itest_cluster.workers[1].pid;
+    T_CHECK(frozen > 0 && kill(frozen, SIGSTOP) == 0, "could not freeze the second worker");
+    int64_t id = itest_submit(doc);
+    char st[16] = "";
+    long done = -1;
+    for (int64_t deadline = hx_now_ms() + 15000; hx_now_ms() < deadline;) {
+        if ((done = comp0_done(id, st)) == 2)
+            break;
+        hx_sleep_ms(20);
+    }
+    kill(frozen, SIGCONT);
+    T_CHECK(done == 2 && strcmp(st, "dispatched") == 0,
+            "worker 0's shards: %ld done, computation %s (expected 2, dispatched)", done, st);
+    json_decref(itest_wait_state(id, "succeeded"));
+    T_CHECK(comp0_done(id, st) == 4 && strcmp(st, "succeeded") == 0,
+            "after worker 1 resumed: computation %s", st);
+}
+
 /* Worker 1 is frozen once it holds its shards: its peers on worker 0 wait
  * for its all_reduce contribution, time out (FAULT_PEER_TIMEOUT_MS), and
  * report failed, which fails the job. The frozen worker then resumes, is
@@ -594,6 +639,8 @@ int main(void)
                                   itest_cancel_leftovers),
     };
     const struct CMUnitTest fault[] = {
+        cmocka_unit_test_teardown(test_progress_shown_while_a_worker_waits,
+                                  itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_failed_shard_then_drained, itest_cancel_leftovers),
     };
     int failed = cmocka_run_group_tests_name("parallel", parallel, setup_parallel, itest_group_teardown);
