@@ -3,9 +3,9 @@
  *
  * Why: a computation on W workers is reported W times, nearly always in W
  * transactions (each worker's batch its own), and each wrote the
- * computation's row: W + 1 writes of it (a chain on 4 workers: 5 UPDATEs
- * of ~14K instructions, ~40 % of the report applier's work a
- * computation). Carried, the row is written once, by the transaction that
+ * computation's row: up to W + 1 writes of it (a chain on 4 workers: 4.6
+ * UPDATEs of ~14K instructions on average, ~40 % of the report
+ * applier's work a computation). Carried, the row is written once, by the transaction that
  * takes its last shards, so the controller's writes a computation do not
  * grow with its workers. A part carried longer than COMP_CARRY_SHOW_US is
  * written as it stands by the applier (store_progress.c), so the job view

@@ -52,7 +52,8 @@ int report_acc_add(report_acc_t *a, int64_t island, int64_t first, const char *d
     while (*p && *p != ']') {
         char *end;
         long long d = strtoll(p, &end, 10);
-        if (end == p || d < 0 || util_grow((void **)&a->dev, &a->capdev, a->ndev, sizeof *a->dev, 16))
+        if (end == p || d < 0 ||
+            util_grow((void **)&a->dev, &a->capdev, a->ndev, sizeof *a->dev, 16))
             goto fail;
         a->dev[a->ndev++] = (report_acc_dev_t){island, first + d, us};
         p = *end == ',' ? end + 1 : end;

@@ -595,7 +595,9 @@ static int comp_progress_carry(store_t *st, const report_acc_comp_t *c, report_a
     comp_carry_txn_t *t = store_carry(st);
     comp_carry_t p;
     *m = *c;
-    int had = comp_carry_get(t, c->job, c->attempt, c->comp, &p);
+    /* A computation whose shards all came in this transaction (one
+     * worker's, nearly always) has no part: no lookup. */
+    int had = c->shards < c->total && comp_carry_get(t, c->job, c->attempt, c->comp, &p);
     if (!had)
         p = (comp_carry_t){.job = c->job, .attempt = c->attempt, .comp = c->comp,
                            .total = c->total, .unblocks = 1};

@@ -23,16 +23,13 @@
 #include "util.h"
 #include "wtask_raw.h"
 
-/* Index of key in names[0..n), or -1. An unescaped key (every key the
- * controller writes) costs a length compare per name and one memcmp. */
+/* Index of key in names[0..n), or -1 (jscan_str_eq settles most names
+ * by their first byte). */
 static int key_index(const jscan_str_t *key, const char *const *names, int n)
 {
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(names[i]);
-        if (key->escaped ? jscan_str_eq(key, names[i])
-                         : key->len == len && memcmp(key->p, names[i], len) == 0)
+    for (int i = 0; i < n; i++)
+        if (jscan_str_eq(key, names[i]))
             return i;
-    }
     return -1;
 }
 
