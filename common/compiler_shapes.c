@@ -209,17 +209,12 @@ static int op_input_reshard(cc_t *x, const json_t *rj, op_t *op, comp_input_t *i
 static int op_input(cc_t *x, const json_t *opj, op_t *op)
 {
     const char *from = json_string_value(json_object_get(opj, "from"));
-    const char *dot = from ? strchr(from, '.') : NULL;
     comp_t *c = x->c;
     comp_input_t *in = &c->inputs[c->ninputs];
-    if (!dot || (size_t)(dot - from) >= NAME_MAX_LEN || strlen(dot + 1) >= NAME_MAX_LEN)
-        return op_fail(x, "from", "from must be \"computation.value\"");
     memset(in, 0, sizeof *in);
-    memcpy(in->producer_name, from, (size_t)(dot - from));
-    copy_str(in->value, sizeof in->value, dot + 1);
-    copy_str(in->from, sizeof in->from, from);
-    if (!name_valid(in->producer_name) || !name_valid(in->value))
+    if (name_from_split(from, in->producer_name, in->value) != 0)
         return op_fail(x, "from", "from must be \"computation.value\"");
+    copy_str(in->from, sizeof in->from, from);
     in->producer = -1;
     in->op_index = x->j;
     int rc = x->resolve(x->rctx, x, in);

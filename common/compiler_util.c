@@ -35,6 +35,17 @@ int json_name(const json_t *v)
            name_valid(json_string_value(v));
 }
 
+int name_from_split(const char *from, char producer[NAME_MAX_LEN], char value[NAME_MAX_LEN])
+{
+    const char *dot = from ? strchr(from, '.') : NULL;
+    if (!dot || (size_t)(dot - from) >= NAME_MAX_LEN || strlen(dot + 1) >= NAME_MAX_LEN)
+        return -1;
+    memcpy(producer, from, (size_t)(dot - from));
+    producer[dot - from] = '\0';
+    copy_str(value, NAME_MAX_LEN, dot + 1);
+    return name_valid(producer) && name_valid(value) ? 0 : -1;
+}
+
 /* Integer in [lo, hi]; reals (even 1.0) and booleans are not integers. */
 int read_int(const json_t *v, int64_t lo, int64_t hi, int64_t *out)
 {

@@ -50,6 +50,9 @@ static inline void copy_str(char *dst, size_t n, const char *src)
 int name_valid(const char *s);
 /* A JSON string with no NUL inside that is a valid name. */
 int json_name(const json_t *v);
+/* An input's "from", "computation.value": 0 with both names written
+ * (NUL-terminated, valid names), or -1 (then the buffers hold anything). */
+int name_from_split(const char *from, char producer[NAME_MAX_LEN], char value[NAME_MAX_LEN]);
 /* Integer in [lo, hi]; reals (even 1.0) and booleans are not integers.
  * 0 and *out, or -1. */
 int read_int(const json_t *v, int64_t lo, int64_t hi, int64_t *out);

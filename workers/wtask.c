@@ -26,6 +26,7 @@
 
 #include "gspmd.h"
 #include "jscan.h"
+#include "plancache.h"
 #include "util.h"
 #include "wtask_raw.h"
 
@@ -475,9 +476,14 @@ static int input_shape_of(void *ctx, const char *from, shape_t *shape)
 static int compile_plan(wtask_raw_t *r, wtask_t *t, char *err, size_t errlen)
 {
     err_t e = {0};
-    int rc = compiler_comp(r->comp, &t->slice_shape, input_shape_of, r, &t->plan, &e);
+    int rc = plancache_compile(r->comp_text, r->comp_len, &t->slice_shape, input_shape_of, r,
+                               &t->plan_ref, &t->plan, &e);
     if (rc == 0)
         return 0;
+    if (rc == 500) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     char why[sizeof e.field + sizeof e.detail + 16];
     snprintf(why, sizeof why, "compile: %s%s%s", e.field, e.field[0] ? ": " : "", e.detail);
     if (!(t->plan_err = strdup(why))) {
@@ -500,7 +506,7 @@ int wtask_check(wtask_raw_t *r, wtask_t *t, int ndevices, char *err, size_t errl
     }
     if (check_ids(r, t, err, errlen) || check_slice(r, t, err, errlen))
         return -1;
-    if (!r->comp || r->inputs_bad) {
+    if (!r->comp_text || r->inputs_bad) {
         snprintf(err, errlen, "task 'computation'/'input_shapes' must be objects"
                  " (at most %d input shapes)", JOB_MAX_OPS);
         return -1;
@@ -516,7 +522,6 @@ int wtask_check(wtask_raw_t *r, wtask_t *t, int ndevices, char *err, size_t errl
 
 void wtask_raw_free(wtask_raw_t *r)
 {
-    json_decref(r->comp);
     json_decref(r->full);
     for (int i = 0; i < r->nsends; i++)
         json_decref(r->sends[i].reshard);
@@ -528,7 +533,7 @@ void wtask_free(wtask_t *t)
 {
     if (!t)
         return;
-    comp_free(t->plan);
+    plancache_unref(t->plan_ref);
     free(t->plan_err);
     free(t->shards);
     free(t->devices);

@@ -106,9 +106,12 @@ typedef struct wtask {
     int64_t seq;
     int slice;                         /* index in place->slices */
     shape_t slice_shape;
-    comp_t *plan;                      /* `computation` compiled at parse against
-                                          slice_shape and `input_shapes`: owned; NULL
-                                          when it does not compile (plan_err) */
+    const comp_t *plan;                /* `computation` compiled at parse against
+                                          slice_shape and `input_shapes`, maybe shared
+                                          with other tasks (plancache.h): read-only,
+                                          valid while plan_ref is held; NULL when it
+                                          does not compile (plan_err) */
+    struct plan_ref *plan_ref;         /* owned reference to plan; NULL with it */
     char *plan_err;                    /* owned: "compile: FIELD: DETAIL" when plan is
                                           NULL, else NULL */
     int nlocal;                        /* shards of this computation run here */

@@ -5,8 +5,9 @@
  * them, into a wtask_raw_t (and the task's shards and devices arrays);
  * wtask_check() in wtask.c then checks them against each other and the
  * placement and compiles the computation. Ownership: the raw task owns
- * its arrays and trees until wtask_raw_free(); the input keys point into
- * the task's text, which must outlive the check. */
+ * its arrays and trees until wtask_raw_free(); the input keys and the
+ * computation's text point into the task's text, which must outlive the
+ * check. */
 #ifndef ATOLL_WTASK_RAW_H
 #define ATOLL_WTASK_RAW_H
 
@@ -51,7 +52,9 @@ typedef struct wtask_raw {
     unsigned int_ok;                   /* bit per WT_TASK..WT_SEQ read as an integer */
     char slice[NAME_MAX_LEN];
     int slice_ok, shape_ok;            /* slice_shape is read into the task */
-    json_t *comp;                      /* "computation" when an object */
+    const char *comp_text;             /* "computation" when an object: its text,
+                                          borrowed from the task's (plancache.h) */
+    size_t comp_len;
     int inputs_bad;                    /* "input_shapes" not an object, or too long */
     wtask_raw_input_t *inputs;
     int ninputs;

@@ -233,12 +233,19 @@ static int read_member(jscan_t *s, int m, wtask_raw_t *r, wtask_t *t, int ndevic
         return (r->slice_ok = read_name(s, r->slice, sizeof r->slice)) < 0 ? -1 : 0;
     case WT_SLICE_SHAPE:
         return (r->shape_ok = read_shape(s, MESH_MAX_RANK, 1, &t->slice_shape)) < 0 ? -1 : 0;
-    case WT_COMPUTATION:
-        json_decref(r->comp);
-        r->comp = NULL;
-        if (jscan_peek(s) != JSCAN_OBJECT)
-            return jscan_skip(s);
-        return (r->comp = jscan_tree(s, 0)) ? 0 : -1;
+    case WT_COMPUTATION: {
+        /* Kept as text: the plan cache keys it without a tree. */
+        int obj = jscan_peek(s) == JSCAN_OBJECT;
+        const char *start = (const char *)s->p;
+        r->comp_text = NULL;
+        if (jscan_skip(s) != 0)
+            return -1;
+        if (obj) {
+            r->comp_text = start;
+            r->comp_len = (size_t)((const char *)s->p - start);
+        }
+        return 0;
+    }
     case WT_INPUT_SHAPES:
         return read_inputs(s, r);
     case WT_SHARDS:

@@ -25,6 +25,10 @@
  *    many devices as the slice; every send names a slice with its shards;
  *  - a decoded task has exactly one of a plan, of exactly the slice's
  *    shard count, and a "compile: " reason;
+ *  - its plan, which may come from the plan cache (workers/plancache.c;
+ *    it lives across inputs, so earlier inputs' plans are found), is one
+ *    the computation compiles to on its own, from jansson's tree: both
+ *    compile or neither, to plans alike in all a runner reads;
  *  - the walk hands over each item once: a task, or a non-empty reason. */
 #include <jansson.h>
 #include <stdint.h>
@@ -103,6 +107,70 @@ static void check_plan(const wtask_t *t)
         abort();
 }
 
+/* compiler_input_fn over a task's "input_shapes" as jansson read it. */
+static int tree_input(void *ctx, const char *from, shape_t *shape)
+{
+    const json_t *a = json_object_get(ctx, from);
+    return a && wtask_shape_from_json(a, TENSOR_MAX_RANK, 1, shape) == 0 ? 0 : -1;
+}
+
+static int same_op(const op_t *a, const op_t *b)
+{
+    return a->code == b->code && a->out == b->out && a->nargs == b->nargs &&
+           a->arg[0] == b->arg[0] && a->arg[1] == b->arg[1] && shape_equal(&a->shape, &b->shape) &&
+           memcmp(&a->value, &b->value, sizeof a->value) == 0 &&
+           memcmp(&a->factor, &b->factor, sizeof a->factor) == 0 && a->axis == b->axis &&
+           a->reduce == b->reduce && a->mesh_axes == b->mesh_axes && a->shift == b->shift &&
+           a->nperm == b->nperm && !a->perm == !b->perm &&
+           (!a->perm || memcmp(a->perm, b->perm, 2 * (size_t)a->nperm * sizeof *a->perm) == 0) &&
+           a->split_axis == b->split_axis && a->concat_axis == b->concat_axis && a->us == b->us &&
+           a->input == b->input && memcmp(&a->ein, &b->ein, sizeof a->ein) == 0 &&
+           a->nslice == b->nslice &&
+           memcmp(a->slice_stride, b->slice_stride, sizeof a->slice_stride) == 0 &&
+           memcmp(a->slice_dim, b->slice_dim, sizeof a->slice_dim) == 0;
+}
+
+/* Whether two plans run alike: what a runner reads (exec_run.c), not the
+ * computation's name or its inputs' sources (plancache.h). */
+static int same_plan(const comp_t *a, const comp_t *b)
+{
+    if (a->nshards != b->nshards || a->nops != b->nops || a->nvalues != b->nvalues ||
+        a->noutputs != b->noutputs || a->ninputs != b->ninputs || !a->run != !b->run ||
+        !shape_equal(&a->slice_shape, &b->slice_shape))
+        return 0;
+    for (int i = 0; i < a->nops; i++)
+        if (!same_op(&a->ops[i], &b->ops[i]))
+            return 0;
+    for (int v = 0; v < a->nvalues; v++)
+        if (strcmp(a->vnames[v], b->vnames[v]) != 0 || !shape_equal(&a->vshapes[v], &b->vshapes[v]))
+            return 0;
+    for (int k = 0; k < a->noutputs; k++)
+        if (a->outputs[k] != b->outputs[k])
+            return 0;
+    for (int k = 0; k < a->ninputs; k++) {
+        const comp_input_t *x = &a->inputs[k], *y = &b->inputs[k];
+        if (x->op_index != y->op_index || !shape_equal(&x->shape, &y->shape) ||
+            !x->edge != !y->edge || (x->edge && memcmp(x->edge, y->edge, sizeof *x->edge) != 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* The task's plan, maybe from the plan cache, against the computation
+ * compiled on its own: both compile or neither, and alike. */
+static void check_cached_plan(const wtask_t *t, const json_t *j)
+{
+    comp_t *own = NULL;
+    err_t e = {0};
+    int rc = compiler_comp(json_object_get(j, "computation"), &t->slice_shape, tree_input,
+                           json_object_get(j, "input_shapes"), &own, &e);
+    if (rc == 500)
+        return;
+    if ((rc == 0) != (t->plan != NULL) || (own && !same_plan(own, t->plan)))
+        abort();
+    comp_free(own);
+}
+
 static void decode_task(const json_t *j, wplace_t *place)
 {
     wtask_t *t = NULL;
@@ -122,6 +190,7 @@ static void decode_task(const json_t *j, wplace_t *place)
     }
     check_task(t, id);
     check_plan(t);
+    check_cached_plan(t, j);
     wtask_free(t);
 }
 
