@@ -238,6 +238,7 @@ static int progress_sleep(dplane_t *dp, int timeout_ms, int64_t *busy_since)
 static void *progress_main(void *arg)
 {
     dplane_t *dp = arg;
+    pthread_setname_np(pthread_self(), "atoll-dplane");
     int64_t last_event = util_mono_us(), last_expire = last_event, last_accept = last_event;
     int64_t busy_since = 0;
     int accept_due = 0, quiet = 0;

@@ -227,6 +227,7 @@ static int64_t devices_free(const exec_t *ex, const wtask_t *t)
 static void *runner_main(void *arg)
 {
     exec_t *ex = arg;
+    pthread_setname_np(pthread_self(), "atoll-runner");
     pthread_mutex_lock(&ex->mu);
     for (;;) {
         hnode_t *h = NULL;

@@ -130,6 +130,7 @@ static void heartbeat_sleep(worker_t *w, int ms)
 static void *heartbeat_main(void *arg)
 {
     worker_t *w = arg;
+    pthread_setname_np(pthread_self(), "atoll-heartbeat");
     while (!atomic_load(&w->hb_stop)) {
         heartbeat_sleep(w, wclient_lease_ms(w->wc) / 3);
         if (atomic_load(&w->hb_stop))

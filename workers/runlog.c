@@ -233,6 +233,7 @@ static void tick_wait(pthread_cond_t *cv, pthread_mutex_t *mu)
 static void *runlog_main(void *arg)
 {
     runlog_t *rl = arg;
+    pthread_setname_np(pthread_self(), "atoll-runlog");
     enum { MAXCH = 32 };
     chunk_t ch[MAXCH];
     pthread_mutex_lock(&rl->mu);

@@ -322,6 +322,7 @@ static rnode_t *take_batch(wreport_t *wr)
 static void *report_main(void *arg)
 {
     wreport_t *wr = arg;
+    pthread_setname_np(pthread_self(), "atoll-reporter");
     pthread_mutex_lock(&wr->mu);
     for (;;) {
         while (!send_due(wr, util_mono_us()) && !atomic_load(&wr->stopping))
