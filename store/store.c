@@ -850,6 +850,42 @@ int64_t store_island_id(store_t *st, const char *name)
     return id;
 }
 
+/* A migration whose text begins so rebuilds a table other tables
+ * reference (SQLite cannot alter a CHECK): it runs with foreign keys off,
+ * as SQLite's own procedure for a table rebuild says (a DROP TABLE with
+ * them on would delete, or refuse over, every referencing row), and
+ * commits only when PRAGMA foreign_key_check finds nothing. The pragma is
+ * a no-op inside a transaction, so it goes around the transaction. */
+#define STORE_MIGRATION_FK_OFF "-- atoll: foreign keys off"
+
+/* One migration, text sql, to version v + 1 in one transaction. 0 or -1. */
+static int store_migrate_one(store_t *st, const char *sql, int v)
+{
+    char pragma[64];
+    int fk_off = strncmp(sql, STORE_MIGRATION_FK_OFF, strlen(STORE_MIGRATION_FK_OFF)) == 0;
+    int rc = -1;
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
+    if (fk_off && store_exec(st, "PRAGMA foreign_keys=OFF") != 0)
+        return -1;
+    if (store_begin(st) != 0 || store_exec(st, sql) != 0 || store_exec(st, pragma) != 0)
+        goto done;
+    if (fk_off) {
+        sqlite3_stmt *s = NULL;
+        int bad = sqlite3_prepare_v2(st->db, "PRAGMA foreign_key_check", -1, &s, NULL) !=
+                  SQLITE_OK || sqlite3_step(s) != SQLITE_DONE;
+        sqlite3_finalize(s);
+        if (bad)
+            goto done;
+    }
+    rc = store_commit(st);
+done:
+    if (rc != 0)
+        store_rollback(st);
+    if (fk_off && store_exec(st, "PRAGMA foreign_keys=ON") != 0)
+        rc = -1;
+    return rc;
+}
+
 /* Applies migrations newer than PRAGMA user_version, each in one
  * transaction, so a crash mid-migration leaves the previous version. */
 static int store_migrate(store_t *st, err_t *e)
@@ -864,13 +900,8 @@ static int store_migrate(store_t *st, err_t *e)
         return err_set(e, -1, "db", "database schema version %d is newer than this atolld (%d)",
                        version, store_migration_count), -1;
     for (int v = version; v < store_migration_count; v++) {
-        char pragma[64];
-        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
-        if (store_begin(st) != 0 || store_exec(st, store_migrations[v]) != 0 ||
-            store_exec(st, pragma) != 0 || store_commit(st) != 0) {
-            store_rollback(st);
+        if (store_migrate_one(st, store_migrations[v], v) != 0)
             return err_set(e, -1, "db", "migration %d failed", v + 1), -1;
-        }
         log_info("database migrated to schema version %d", v + 1);
     }
     return 0;

@@ -322,6 +322,69 @@ static void test_interleaved_rows_in_shard_order(void **state)
     json_decref(res);
 }
 
+/* Version 33 rebuilt jobs (its state check as comparisons) with foreign
+ * keys off: the old job keeps its fields and id, rows that reference it
+ * still do, its state is still checked, the new CHECK has no IN list, and
+ * the connection has its foreign keys on again. */
+static void test_jobs_rebuilt_with_foreign_keys_off(void **state)
+{
+    fixture_t *f = *state;
+    int64_t id = make_old_db(f->d.db);
+    store_t *st = open_store(f->d.db);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE id = %lld AND name = 'kept'"
+             " AND state = 'queued' AND comps_total = 1 AND created_at = 1", (long long)id);
+    assert_int_equal(support_store_int(st, sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM host_tasks t JOIN jobs j ON j.id = t.job_id"
+             " WHERE t.id = 7 AND j.id = %lld", (long long)id);
+    assert_int_equal(support_store_int(st, sql), 1);
+    assert_int_equal(support_store_int(st, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    assert_int_equal(support_store_int(st, "PRAGMA foreign_keys"), 1);
+    assert_int_equal(support_store_int(st, "SELECT count(*) FROM sqlite_schema WHERE name ="
+                                           " 'jobs' AND sql LIKE '%state IN%'"), 0);
+    assert_int_equal(support_store_int(st, "SELECT count(*) FROM sqlite_schema WHERE type ="
+                                           " 'index' AND tbl_name = 'jobs'"), 7);
+    assert_int_equal(sqlite3_exec(store_db(st), "UPDATE jobs SET state = 'running'", NULL, NULL,
+                                  NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(store_db(st), "UPDATE jobs SET state = 'lost'", NULL, NULL,
+                                  NULL), SQLITE_CONSTRAINT);
+    /* Foreign keys are on again: a row naming no job is refused. */
+    assert_int_equal(sqlite3_exec(store_db(st), "INSERT INTO job_docs(job_id, doc)"
+                                  " VALUES (999, '{}')", NULL, NULL, NULL), SQLITE_CONSTRAINT);
+}
+
+/* A rebuild that foreign_key_check would find a dangling row after (here
+ * one the old database already had, written with foreign keys off) is
+ * rolled back: the database stays at the version before, whole. */
+static void test_dangling_row_refuses_the_rebuild(void **state)
+{
+    fixture_t *f = *state;
+    make_old_db(f->d.db);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->d.db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA foreign_keys=OFF; INSERT INTO slices(job_id, name,"
+                                  " island_id, shape, devices) VALUES (999, 's', 1, '[1]', '[0]')",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    err_t e = {0};
+    store_sync_setup(f->d.db, STORE_DURABLE_NONE);
+    assert_int_equal(store_global_init(f->d.db, islands, 1, &e), -1);
+    assert_non_null(strstr(e.detail, "migration 33 failed"));
+    store_thread_close();
+    assert_int_equal(sqlite3_open(f->d.db, &db), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(s, 0), 32);
+    sqlite3_finalize(s);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT sql FROM sqlite_schema WHERE name = 'jobs'",
+                                        -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_non_null(strstr((const char *)sqlite3_column_text(s, 0), "state IN"));
+    sqlite3_finalize(s);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
 static void test_write_transactions_take_turns(void **state)
 {
     fixture_t *f = *state;
@@ -367,6 +430,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_old_outputs_answer_the_same, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_interleaved_rows_in_shard_order, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_jobs_rebuilt_with_foreign_keys_off, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_dangling_row_refuses_the_rebuild, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_write_transactions_take_turns, setup,
                                         support_store_teardown),
