@@ -6,7 +6,7 @@
 -- tiny job (submitted, allocated and running, ended; callgrind). The
 -- constraint can only change with the table, so the table is rebuilt: the
 -- same columns in the same order (those later versions added, at the
--- end), the same rows and ids, the same indexes. Fourteen tables reference
+-- end), the same rows and ids, the same indexes. Ten tables reference
 -- jobs(id), so this runs with foreign keys off (the first line above:
 -- store/store.c) and commits only when PRAGMA foreign_key_check finds no
 -- row without its job. Migrations run before the poll watch's TEMP
