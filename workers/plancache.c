@@ -4,10 +4,10 @@
  * The key is built by one scan of the computation's text (key_build: no
  * tree, no tokens): the raw bytes are copied up to each elided string's
  * first byte, its replacement written, and the copy goes on after its
- * last byte. A
- * replacement cannot be mistaken for text: a name is replaced by nothing
- * (an empty name is never valid, so never kept), a "from" by "#R:D,D..."
- * ('#' and ':' are not name characters, so never in a kept "from"). */
+ * last byte. A replacement cannot be mistaken for text: a name is
+ * replaced by nothing (an empty name is never valid, so never kept), a
+ * "from" by "#R:D,D..." ('#' and ':' are not name characters, so never in
+ * a kept "from"). */
 #include "plancache.h"
 
 #include <pthread.h>

@@ -39,7 +39,9 @@ typedef struct plan_ref plan_ref_t;
 
 /* Plans listed at most (direct-mapped by key hash: a newcomer replaces
  * the one in its slot) and the longest key kept (a longer computation is
- * compiled on its own, every time). */
+ * compiled on its own, every time). A key is at most its text, so what
+ * the cache keeps is bounded: 256 texts of 8 KiB and their plans (an
+ * op's plan is a few hundred bytes), a few MiB at worst. */
 #define PLANCACHE_SLOTS 256
 #define PLANCACHE_KEY_MAX ((size_t)8192)
 

@@ -6,8 +6,8 @@
  * `computation`, which compiler_comp() validates), every count is bounded
  * (WPLACE_MAX_*, MESH_MAX_RANK, NAME_MAX_LEN) before anything is allocated
  * from it, and a bad member fails the whole placement or task with a
- * reason naming it; nothing half-parsed escapes. No I/O, no locks, no
- * clock (the fuzzer runs it alone: fuzz_task).
+ * reason naming it; nothing half-parsed escapes. No I/O, no clock, no
+ * lock but the plan cache's (the fuzzer runs it alone: fuzz_task).
  *
  * Invariants of a parsed placement: every shard of every slice is held by
  * exactly one proc, procs of one island do not overlap, every slice's box

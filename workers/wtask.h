@@ -6,7 +6,8 @@
  * computation, covering every shard of it whose device this worker holds
  * (docs/worker-protocol.md). wtask_walk() reads an answer's groups from
  * their text and hands over each TASK parsed (or refused, with the reason),
- * its `computation` compiled (compiler_comp() validates it), so the
+ * its `computation` compiled (compiler_comp() validates it; one program
+ * is compiled once and its plan shared: plancache.h), so the
  * executor never touches JSON. Compiling at intake, on the polling thread, keeps the
  * compiler and the JSON's frees off the runner's path between a chain's
  * computations. A computation that does not compile is still a parsed
@@ -19,8 +20,9 @@
  * placement, which is what lets both ends of a pack agree on its layout.
  *
  * Ownership: a wplace_t is shared by the tasks of its group (refcounted,
- * atomic); a wtask_t owns its arrays, its plan (or plan_err) and one
- * reference to its placement, and keeps no JSON; free with wtask_free(). */
+ * atomic); a wtask_t owns its arrays, one reference to its plan (or its
+ * plan_err) and one reference to its placement, and keeps no JSON; free
+ * with wtask_free(). */
 #ifndef ATOLL_WTASK_H
 #define ATOLL_WTASK_H
 
