@@ -504,7 +504,8 @@ static long comp0_done(int64_t id, char state[16])
     json_t *job = hx_job_get(&itest_client, id);
     json_t *c = json_array_get(json_object_get(job, "computations"), 0);
     long done = c ? (long)json_integer_value(json_object_get(c, "shards_done")) : -1;
-    snprintf(state, 16, "%s", c ? json_string_value(json_object_get(c, "state")) ?: "" : "");
+    const char *s = json_string_value(json_object_get(c, "state"));
+    snprintf(state, 16, "%s", s ? s : "");
     json_decref(job);
     return done;
 }
