@@ -68,11 +68,13 @@ static int check_json(const char *path, const char *data, size_t len)
     return 0;
 }
 
-/* POSTs the document; on 201 stores the id. Returns a CLI exit code. */
+/* POSTs the document; on 201 stores the id. Returns a CLI exit code. The
+ * id is all it reads: the answer is the summary (view=summary), not the
+ * whole job echoed back. */
 static int post_job(cli_ctx_t *ctx, const char *data, size_t len, long long *id)
 {
     cli_resp_t r;
-    if (cli_request(ctx->cl, "POST", "/v1/jobs", data, len, &r) != 0)
+    if (cli_request(ctx->cl, "POST", "/v1/jobs?view=summary", data, len, &r) != 0)
         return CLI_EXIT_USAGE;
     json_t *jid = json_object_get(r.json, "id");
     int code = CLI_EXIT_OK;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "jtext.h"
 #include "report_decode.h"
 #include "store.h"
 #include "util.h"
@@ -105,10 +106,25 @@ static int job_refused_early(const http_req_t *req, store_t *st, const job_plan_
     return req->tenant > 0 && job_over_limits(lim, plan, resp);
 }
 
+/* The answer to a submission: the job as stored, in full (the default),
+ * or with view=summary as GET /v1/jobs lists it (one row: a client that
+ * submitted a large program needs its id and state, not its echo: a
+ * 128-computation chain's full object is 74 KB to build and to parse).
+ * Malloc'd text, or NULL when it could not be read. */
+static char *created_text(store_t *st, int64_t id, int summary, size_t *len)
+{
+    return summary ? store_job_summary_text(st, id, len) : store_job_json_text(st, id, len);
+}
+
 void api_jobs_create(http_req_t *req, http_resp_t *resp)
 {
     job_plan_t *plan = NULL;
     err_t e = {0};
+    const char *view = http_query(req, "view");
+    if (view && strcmp(view, "full") != 0 && strcmp(view, "summary") != 0) {
+        http_problem(resp, 400, "view", "view must be full or summary");
+        return;
+    }
     json_t *doc = api_body_json(req, resp);
     char *job = NULL;
     size_t len = 0;
@@ -165,7 +181,7 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
      * another connection commits, and during the sync the scheduler
      * allocates the job), so the read costs ~40 us instead of ~165. The
      * answer is the job as stored, queued. */
-    if (!(job = store_job_json_text(st, id, &len))) {
+    if (!(job = created_text(st, id, view && strcmp(view, "summary") == 0, &len))) {
         http_problem(resp, 500, NULL, "job %ld stored but could not be read back", (long)id);
         goto cleanup;
     }
@@ -208,11 +224,12 @@ void api_jobs_list(http_req_t *req, http_resp_t *resp)
     store_t *st = api_store(resp);
     if (!st)
         return;
-    json_t *list = store_jobs_list(st, state, before, (int)limit, req->tenant);
+    size_t len;
+    char *list = store_jobs_list_text(st, state, before, (int)limit, req->tenant, &len);
     if (!list)
         http_problem(resp, 500, NULL, "could not list jobs");
     else
-        http_json(resp, 200, list);
+        http_json_text(resp, 200, list, len);
 }
 
 /* The wait_ms query of GET /v1/jobs/{id}: 0 when absent, -1 when
@@ -258,26 +275,17 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     req->user_gen = store_job_gen(id);  /* before the read: a later commit is seen next run */
     /* A summary is one row: what a client polling for the end needs,
      * without the cost of every computation and the document. A waiter
-     * looks at the summary whatever its view (most runs find the job not
-     * ended yet and park again); the full object is read only to answer. */
-    int summary = view && strcmp(view, "summary") == 0;
-    json_t *job = summary || waiting ? store_job_summary(st, id) : NULL;
-    if (job && waiting &&
-        !store_state_is_terminal(json_string_value(json_object_get(job, "state")))) {
-        json_decref(job);
+     * looks at the state alone (most runs find the job not ended yet and
+     * park again); the object is read only to answer, and a state once
+     * terminal stays so. */
+    char state[16];
+    if (waiting && store_job_state(st, id, state) == STORE_OK && !store_state_is_terminal(state)) {
         http_park_until(resp, store_job_gen, id, req->user_gen, until);
         return;
     }
-    if (summary) {
-        if (job)
-            http_json(resp, 200, job);
-        else
-            http_problem(resp, 404, "id", "no job %ld", (long)id);
-        return;
-    }
-    json_decref(job);
     size_t len;
-    char *text = store_job_json_text(st, id, &len);
+    char *text = view && strcmp(view, "summary") == 0 ? store_job_summary_text(st, id, &len)
+                                                      : store_job_json_text(st, id, &len);
     if (text)
         http_json_text(resp, 200, text, len);
     else

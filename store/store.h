@@ -328,11 +328,19 @@ int store_job_create(store_t *st, const job_plan_t *plan, const store_job_new_t 
 char *store_job_json_text(store_t *st, int64_t id, size_t *len);
 json_t *store_job_json(store_t *st, int64_t id);      /* NULL: not found */
 /* The job as GET /v1/jobs lists it (one row: no slices, computations,
- * events or document), for clients that poll a job's state. */
-json_t *store_job_summary(store_t *st, int64_t id);   /* NULL: not found */
-/* tenant 0: every tenant's jobs; else only that tenant's. */
-json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit,
-                        int64_t tenant);
+ * events or document), for clients that poll a job's state, as JSON text
+ * (malloc'd, *len bytes, NUL-terminated); the full object begins with the
+ * same fields. NULL: not found or out of memory. */
+char *store_job_summary_text(store_t *st, int64_t id, size_t *len);
+/* The job's state ("queued" ... "cancelled") into out: STORE_OK,
+ * STORE_NOTFOUND or STORE_ERR. */
+int store_job_state(store_t *st, int64_t id, char out[16]);
+/* GET /v1/jobs as JSON text {"jobs": [summary...], "next_before": id or
+ * null}: newest first, at most limit, state NULL for any, ids below
+ * before (0: from the newest); tenant 0: every tenant's jobs, else only
+ * that tenant's. malloc'd (*len bytes), NULL on a store error or OOM. */
+char *store_jobs_list_text(store_t *st, const char *state, int64_t before, int limit,
+                           int64_t tenant, size_t *len);
 /* Cancels a non-terminal job: state cancelled, devices freed, unleased
  * tasks cancelled. STORE_NOTFOUND / STORE_CONFLICT (already terminal). */
 int store_job_cancel(store_t *st, int64_t id, char state_out[16]);

@@ -23,17 +23,23 @@ int store_state_is_terminal(const char *state)
                      strcmp(state, "cancelled") == 0);
 }
 
+/* Unix microseconds as RFC 3339 UTC text with microseconds. */
+static void time_text(int64_t us, char buf[48])
+{
+    time_t secs = (time_t)(us / 1000000);
+    struct tm tm;
+    char stamp[32];
+    gmtime_r(&secs, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, 48, "%s.%06dZ", stamp, (int)(us % 1000000));
+}
+
 json_t *store_time_json(sqlite3_stmt *s, int col)
 {
     if (sqlite3_column_type(s, col) == SQLITE_NULL)
         return json_null();
-    int64_t us = sqlite3_column_int64(s, col);
-    time_t secs = (time_t)(us / 1000000);
-    struct tm tm;
-    char buf[48], stamp[32];
-    gmtime_r(&secs, &tm);
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, sizeof buf, "%s.%06dZ", stamp, (int)(us % 1000000));
+    char buf[48];
+    time_text(sqlite3_column_int64(s, col), buf);
     return json_string(buf);
 }
 
@@ -215,44 +221,6 @@ fail:
                  " pending_reason, error, created_at, allocated_at, started_at, finished_at," \
                  " retries, restarts, preemptible, preemptions, shared"
 
-static json_t *job_summary(sqlite3_stmt *s)
-{
-    json_t *j = json_object();
-    if (!j)
-        return NULL;
-    json_object_set_new(j, "id", json_integer(sqlite3_column_int64(s, 0)));
-    json_object_set_new(j, "name", json_string((const char *)sqlite3_column_text(s, 1)));
-    json_object_set_new(j, "state", json_string((const char *)sqlite3_column_text(s, 2)));
-    json_object_set_new(j, "priority", json_integer(sqlite3_column_int64(s, 3)));
-    json_object_set_new(j, "attempt", json_integer(sqlite3_column_int64(s, 4)));
-    json_object_set_new(j, "max_retries", json_integer(sqlite3_column_int64(s, 5)));
-    json_object_set_new(j, "computations_total", json_integer(sqlite3_column_int64(s, 6)));
-    json_object_set_new(j, "computations_done", json_integer(sqlite3_column_int64(s, 7)));
-    store_set_text_or_null(j, "pending_reason", s, 8);
-    store_set_text_or_null(j, "error", s, 9);
-    json_object_set_new(j, "created_at", store_time_json(s, 10));
-    json_object_set_new(j, "allocated_at", store_time_json(s, 11));
-    json_object_set_new(j, "started_at", store_time_json(s, 12));
-    json_object_set_new(j, "finished_at", store_time_json(s, 13));
-    json_t *us = json_object();
-    store_set_int_or_null(us, "created", s, 10);
-    store_set_int_or_null(us, "allocated", s, 11);
-    store_set_int_or_null(us, "started", s, 12);
-    store_set_int_or_null(us, "finished", s, 13);
-    json_object_set_new(j, "times_us", us);
-    /* attempt counts every attempt; retries only those caused by lost
-     * workers (bounded by max_retries), restarts those caused by a
-     * controller restart (schema/004_faults.sql). */
-    json_object_set_new(j, "retries", json_integer(sqlite3_column_int64(s, 14)));
-    json_object_set_new(j, "restarts", json_integer(sqlite3_column_int64(s, 15)));
-    /* Evictions by higher-priority jobs (DESIGN Part D): not retries. */
-    json_object_set_new(j, "preemptible", json_boolean(sqlite3_column_int(s, 16)));
-    json_object_set_new(j, "preemptions", json_integer(sqlite3_column_int64(s, 17)));
-    json_object_set_new(j, "sharing", json_string(sqlite3_column_int(s, 18) ? "shared"
-                                                                           : "exclusive"));
-    return j;
-}
-
 /* The island shape column ("[4,4]") into *out; 0 or -1. */
 static int island_shape(const json_t *arr, shape_t *out)
 {
@@ -346,6 +314,107 @@ static void buf_int_or_null(store_buf_t *b, const char *head, size_t n, sqlite3_
         STORE_BUF_LIT(b, "null");
     else
         store_buf_int(b, sqlite3_column_int64(s, col));
+}
+
+/* Appends column col of s: its text as a JSON string, or null. */
+static void buf_text_or_null(store_buf_t *b, sqlite3_stmt *s, int col)
+{
+    const char *t = (const char *)sqlite3_column_text(s, col);
+    if (t)
+        buf_json_str(b, t);
+    else
+        STORE_BUF_LIT(b, "null");
+}
+
+/* Appends column col of s, unix microseconds: RFC 3339 text, or null. */
+static void buf_time(store_buf_t *b, sqlite3_stmt *s, int col)
+{
+    char t[48];
+    if (sqlite3_column_type(s, col) == SQLITE_NULL) {
+        STORE_BUF_LIT(b, "null");
+        return;
+    }
+    time_text(sqlite3_column_int64(s, col), t);
+    STORE_BUF_LIT(b, "\"");
+    store_buf_put(b, t, strlen(t));
+    STORE_BUF_LIT(b, "\"");
+}
+
+/* Appends the job's summary (a JOB_COLS row of s) as a JSON object: the
+ * job as GET /v1/jobs lists it and the head of its full object. Written
+ * as text, not built in jansson and printed (that was a third of a tiny
+ * job's read-back). */
+static void job_summary_text(store_buf_t *b, sqlite3_stmt *s)
+{
+    const char *name = (const char *)sqlite3_column_text(s, 1);
+    const char *state = (const char *)sqlite3_column_text(s, 2);
+    STORE_BUF_LIT(b, "{\"id\":");
+    store_buf_int(b, sqlite3_column_int64(s, 0));
+    STORE_BUF_LIT(b, ",\"name\":");
+    buf_json_str(b, name ? name : "");
+    STORE_BUF_LIT(b, ",\"state\":");
+    buf_json_str(b, state ? state : "");
+    STORE_BUF_LIT(b, ",\"priority\":");
+    store_buf_int(b, sqlite3_column_int64(s, 3));
+    STORE_BUF_LIT(b, ",\"attempt\":");
+    store_buf_int(b, sqlite3_column_int64(s, 4));
+    STORE_BUF_LIT(b, ",\"max_retries\":");
+    store_buf_int(b, sqlite3_column_int64(s, 5));
+    STORE_BUF_LIT(b, ",\"computations_total\":");
+    store_buf_int(b, sqlite3_column_int64(s, 6));
+    STORE_BUF_LIT(b, ",\"computations_done\":");
+    store_buf_int(b, sqlite3_column_int64(s, 7));
+    STORE_BUF_LIT(b, ",\"pending_reason\":");
+    buf_text_or_null(b, s, 8);
+    STORE_BUF_LIT(b, ",\"error\":");
+    buf_text_or_null(b, s, 9);
+    static const char *const at[4] = {",\"created_at\":", ",\"allocated_at\":",
+                                      ",\"started_at\":", ",\"finished_at\":"};
+    for (int i = 0; i < 4; i++) {
+        store_buf_put(b, at[i], strlen(at[i]));
+        buf_time(b, s, 10 + i);
+    }
+    BUF_INT_OR_NULL(b, ",\"times_us\":{\"created\":", s, 10);
+    BUF_INT_OR_NULL(b, ",\"allocated\":", s, 11);
+    BUF_INT_OR_NULL(b, ",\"started\":", s, 12);
+    BUF_INT_OR_NULL(b, ",\"finished\":", s, 13);
+    /* attempt counts every attempt; retries only those caused by lost
+     * workers (bounded by max_retries), restarts those caused by a
+     * controller restart (schema/004_faults.sql). */
+    STORE_BUF_LIT(b, "},\"retries\":");
+    store_buf_int(b, sqlite3_column_int64(s, 14));
+    STORE_BUF_LIT(b, ",\"restarts\":");
+    store_buf_int(b, sqlite3_column_int64(s, 15));
+    /* Evictions by higher-priority jobs (DESIGN Part D): not retries. */
+    if (sqlite3_column_int(s, 16))
+        STORE_BUF_LIT(b, ",\"preemptible\":true,\"preemptions\":");
+    else
+        STORE_BUF_LIT(b, ",\"preemptible\":false,\"preemptions\":");
+    store_buf_int(b, sqlite3_column_int64(s, 17));
+    if (sqlite3_column_int(s, 18))
+        STORE_BUF_LIT(b, ",\"sharing\":\"shared\"}");
+    else
+        STORE_BUF_LIT(b, ",\"sharing\":\"exclusive\"}");
+}
+
+/* Appends the summary of job id, read now (*ncomps: its computations, when
+ * not NULL); 0, or -1 when there is no such job (nothing appended) or the
+ * read failed. */
+static int job_summary_put(store_t *st, int64_t id, store_buf_t *b, int64_t *ncomps)
+{
+    static const char sql[] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    sqlite3_bind_int64(s, 1, id);
+    int found = sqlite3_step(s) == SQLITE_ROW;
+    if (found) {
+        job_summary_text(b, s);
+        if (ncomps)
+            *ncomps = sqlite3_column_int64(s, 6);
+    }
+    sqlite3_reset(s);
+    return found ? 0 : -1;
 }
 
 /* The shards the job's current attempt's host tasks reported succeeded,
@@ -466,18 +535,29 @@ static json_t *job_events_json(store_t *st, int64_t id)
     return out;
 }
 
-json_t *store_job_summary(store_t *st, int64_t id)
+char *store_job_summary_text(store_t *st, int64_t id, size_t *len)
 {
-    static const char sql[] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?";
+    store_buf_t b = store_buf_new(512);
+    if (job_summary_put(st, id, &b, NULL) != 0 || b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}
+
+int store_job_state(store_t *st, int64_t id, char out[16])
+{
+    static const char sql[] = "SELECT state FROM jobs WHERE id = ?";
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
-        return NULL;
+        return STORE_ERR;
     sqlite3_bind_int64(s, 1, id);
-    json_t *j = NULL;
-    if (sqlite3_step(s) == SQLITE_ROW)
-        j = job_summary(s);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        snprintf(out, 16, "%s", (const char *)sqlite3_column_text(s, 0));
     sqlite3_reset(s);
-    return j;
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOTFOUND : STORE_ERR;
 }
 
 /* Appends ,"key": and v printed (compact); v is new, consumed here; a
@@ -509,18 +589,13 @@ static void buf_json(store_buf_t *b, const char *key, json_t *v)
 static char *job_text(store_t *st, int64_t id, size_t *len)
 {
     static const char doc_sql[] = "SELECT doc FROM job_docs WHERE job_id = ?";
-    json_t *j = store_job_summary(st, id);
-    int64_t ncomps = json_integer_value(json_object_get(j, "computations_total"));
-    char *head = j ? jtext_dump(j, NULL) : NULL;
-    json_decref(j);
-    size_t hlen = head ? strlen(head) : 0;
-    if (hlen < 2) {             /* no job (or OOM); a summary is never "{}" */
-        free(head);
+    store_buf_t b = store_buf_new(4096);
+    int64_t ncomps = 0;
+    if (job_summary_put(st, id, &b, &ncomps) != 0 || b.failed) {
+        free(b.p);              /* no job (or OOM) */
         return NULL;
     }
-    store_buf_t b = store_buf_new(hlen + 4096);
-    store_buf_put(&b, head, hlen - 1);      /* without its closing brace */
-    free(head);
+    b.len--;                    /* without its closing brace */
     buf_json(&b, "slices", job_slices_json(st, id));
     store_buf_put(&b, ",\"computations\":", 16);
     job_comps_text(st, id, ncomps, &b);
@@ -570,42 +645,47 @@ json_t *store_job_json(store_t *st, int64_t id)
     return j;
 }
 
-json_t *store_jobs_list(store_t *st, const char *state, int64_t before, int limit,
-                        int64_t tenant)
+char *store_jobs_list_text(store_t *st, const char *state, int64_t before, int limit,
+                           int64_t tenant, size_t *len)
 {
     static const char sql[] =
         "SELECT " JOB_COLS " FROM jobs WHERE (?1 IS NULL OR state = ?1)"
         " AND (?2 <= 0 OR id < ?2) AND (?4 = 0 OR tenant_id = ?4) ORDER BY id DESC LIMIT ?3";
     sqlite3_stmt *s = store_stmt(st, sql);
-    json_t *out = json_object(), *jobs = json_array();
-    if (!s || !out || !jobs)
-        goto fail;
+    if (!s)
+        return NULL;
+    store_buf_t b = store_buf_new(4096);
     if (state)
         sqlite3_bind_text(s, 1, state, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, before);
     sqlite3_bind_int(s, 3, limit + 1);   /* one extra row tells whether there is a next page */
     sqlite3_bind_int64(s, 4, tenant);
-    int n = 0;
-    int64_t last = 0;
-    json_t *next = json_null();
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    int n = 0, rc;
+    int64_t last = 0, next = 0;
+    STORE_BUF_LIT(&b, "{\"jobs\":[");
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == limit) {
-            json_decref(next);
-            next = json_integer(last);
+            next = last;
             break;
         }
+        if (n++)
+            STORE_BUF_LIT(&b, ",");
         last = sqlite3_column_int64(s, 0);
-        json_array_append_new(jobs, job_summary(s));
-        n++;
+        job_summary_text(&b, s);
     }
     sqlite3_reset(s);
-    json_object_set_new(out, "jobs", jobs);
-    json_object_set_new(out, "next_before", next);
-    return out;
-fail:
-    json_decref(out);
-    json_decref(jobs);
-    return NULL;
+    STORE_BUF_LIT(&b, "],\"next_before\":");
+    if (next)
+        store_buf_int(&b, next);
+    else
+        STORE_BUF_LIT(&b, "null");
+    STORE_BUF_LIT(&b, "}");
+    if (b.failed || (rc != SQLITE_ROW && rc != SQLITE_DONE)) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
 }
 
 int store_job_finish(store_t *st, int64_t job, const char *state, const char *error)

@@ -78,7 +78,10 @@ static int jobs_id_of(const json_t *obj, int64_t *id)
 int hx_job_submit(hx_client_t *cl, const char *doc, int64_t *id, hx_resp_t *out)
 {
     hx_resp_t r;
-    if (hx_request(cl, "POST", "/v1/jobs", doc, strlen(doc), &r) != 0)
+    /* A caller that keeps no answer reads only the id: the summary serves
+     * (a large program's full object is tens of KB to build and parse). */
+    if (hx_request(cl, "POST", out ? "/v1/jobs" : "/v1/jobs?view=summary", doc, strlen(doc),
+                   &r) != 0)
         return -1;
     int status = (int)r.status;
     if (status == 201 && jobs_id_of(r.json, id) != 0) {

@@ -325,6 +325,59 @@ static void test_document_as_sent(void **state)
     T_CHECK(in_get, "GET %s does not carry the document as sent", path);
 }
 
+/* POST /v1/jobs?view=summary answers the job as listed (its id, state and
+ * counts, none of its parts), a replay with the same Idempotency-Key too;
+ * view=full (the default) the whole object; another view is 400 at
+ * "view" and stores nothing. */
+static void test_submit_summary_view(void **state)
+{
+    (void)state;
+    char *doc = hx_text_q(ONE_COMP("{'op':'shard_index','out':'x'}"));
+    T_CHECK(doc != NULL, "out of memory");
+    int before = job_count();
+    expect_fault("POST", "/v1/jobs?view=bogus", doc, strlen(doc), 400, "view");
+    T_CHECK(job_count() == before, "a submission refused for its view created a job");
+    static const char key[] = "Idempotency-Key: summary-view-1";
+    const char *const hdrs[] = {key, NULL};
+    long status[2] = {0, 0};
+    int64_t id[2] = {0, 0};
+    int parts = 0, counted = 1;
+    char location[256] = "";
+    for (int i = 0; i < 2; i++) {
+        hx_resp_t r;
+        if (hx_request_h(&itest_client, "POST", "/v1/jobs?view=summary", doc, strlen(doc), hdrs,
+                         &r) != 0)
+            break;
+        status[i] = r.status;
+        id[i] = json_integer_value(json_object_get(r.json, "id"));
+        parts += json_object_get(r.json, "computations") != NULL ||
+                 json_object_get(r.json, "slices") != NULL ||
+                 json_object_get(r.json, "document") != NULL;
+        counted &= json_integer_value(json_object_get(r.json, "computations_total")) == 1 &&
+                   json_is_string(json_object_get(r.json, "state"));
+        if (i == 0)
+            snprintf(location, sizeof location, "%s", r.location);
+        hx_resp_clear(&r);
+    }
+    T_CHECK(status[0] == 201 && status[1] == 200 && id[0] > 0 && id[1] == id[0],
+            "summary submissions answered %ld (job %lld) then %ld (job %lld), want 201 then 200"
+            " for one job", status[0], (long long)id[0], status[1], (long long)id[1]);
+    char want[64];
+    snprintf(want, sizeof want, "/v1/jobs/%lld", (long long)id[0]);
+    T_CHECK(strcmp(location, want) == 0, "Location %s, want %s", location, want);
+    T_CHECK(parts == 0 && counted, "a summary answer carried the job's parts or lacked its counts");
+    T_CHECK(job_count() == before + 1, "two summary submissions with one key did not make one job");
+    hx_resp_t r;
+    T_CHECK(hx_request(&itest_client, "POST", "/v1/jobs?view=full", doc, strlen(doc), &r) == 0,
+            "POST ?view=full failed at transport level");
+    int full = r.status == 201 && json_is_array(json_object_get(r.json, "computations")) &&
+               json_is_object(json_object_get(r.json, "document"));
+    hx_resp_clear(&r);
+    free(doc);
+    T_CHECK(full, "POST ?view=full did not answer the whole job");
+    json_decref(itest_wait_state(id[0], "succeeded"));
+}
+
 /* An Idempotency-Key is 1 to 128 characters: an empty one ("Name;" makes
  * curl send the header without a value) or one of 129 is 400 naming it,
  * no job created; one of 128 is taken. */
@@ -925,6 +978,7 @@ int main(void)
         cmocka_unit_test_teardown(test_job_document_faults, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_valid_job_still_runs, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_document_as_sent, itest_cancel_leftovers),
+        cmocka_unit_test_teardown(test_submit_summary_view, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_idempotency_key_bounds, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_queries, itest_cancel_leftovers),
         cmocka_unit_test_teardown(test_job_wait, itest_cancel_leftovers),

@@ -1,0 +1,229 @@
+/* test_store_views.c - a job's summary, written as text (store_jobs.c:
+ * job_summary_text), on a real SQLite file: it parses as JSON with the
+ * stored values, strings escaped (quotes, backslashes, control characters,
+ * non-ASCII kept as UTF-8), missing times null and set ones as RFC 3339;
+ * the full object begins with the same fields; GET /v1/jobs's pages
+ * (store_jobs_list_text) hold those summaries newest first, "next_before"
+ * naming the last one shown while more are left; store_job_state reads the
+ * state alone. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "store.h"
+#include "support_store.h"
+
+static const island_desc_t islands[] = {{"west", {2, {2, 2, 0, 0}}}};
+
+typedef struct fixture {
+    support_store_t d;          /* first: support_store_teardown */
+    store_t *st;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->st = support_store_open(&f->d, islands, 1);
+    *state = f;
+    return 0;
+}
+
+/* A job named "a \"q\" \\ é ✓" (the document's JSON escapes). */
+#define ODD_NAME_DOC                                                                        \
+    "{\"name\": \"a \\\"q\\\" \\\\ \\u00e9 \\u2713\", \"slices\": {\"s\": {\"shape\": [2]}},"     \
+    " \"computations\": [{\"name\": \"a\", \"slice\": \"s\", \"ops\": [{\"op\": \"iota\","      \
+    " \"out\": \"v\", \"shape\": [4]}], \"outputs\": [\"v\"]}]}"
+#define ODD_NAME "a \"q\" \\ \xc3\xa9 \xe2\x9c\x93"
+
+/* A view's text (len bytes, NUL-terminated; freed here), parsed strictly:
+ * the whole text is one JSON value; never NULL. */
+static json_t *parsed(char *text, size_t len, const char *what)
+{
+    assert_non_null(text);
+    assert_int_equal(strlen(text), len);
+    json_error_t e;
+    json_t *j = json_loadb(text, len, 0, &e);
+    if (!j)
+        fail_msg("%s is not JSON (%s): %s", what, e.text, text);
+    free(text);
+    return j;
+}
+
+/* The summary of job id, parsed. */
+static json_t *summary(store_t *st, int64_t id)
+{
+    size_t len = 0;
+    char *text = store_job_summary_text(st, id, &len);
+    return parsed(text, len, "summary");
+}
+
+static const char *str(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    assert_true(json_is_string(v));
+    return json_string_value(v);
+}
+
+/* Strings escaped, nulls and times as the store holds them. */
+static void test_summary_values(void **state)
+{
+    fixture_t *f = *state;
+    int64_t id = support_store_submit(f->st, ODD_NAME_DOC, islands, 1);
+    json_t *j = summary(f->st, id);
+    assert_int_equal(json_integer_value(json_object_get(j, "id")), id);
+    assert_string_equal(str(j, "name"), ODD_NAME);
+    assert_string_equal(str(j, "state"), "queued");
+    assert_int_equal(json_integer_value(json_object_get(j, "computations_total")), 1);
+    assert_true(json_is_null(json_object_get(j, "error")));
+    assert_true(json_is_null(json_object_get(j, "allocated_at")));
+    assert_true(json_is_null(json_object_get(json_object_get(j, "times_us"), "allocated")));
+    int64_t created = json_integer_value(json_object_get(json_object_get(j, "times_us"), "created"));
+    assert_true(created > 0);
+    /* created_at is the same instant in RFC 3339 UTC with microseconds. */
+    const char *at = str(j, "created_at");
+    assert_int_equal(strlen(at), strlen("2026-12-01T08:22:07.879863Z"));
+    char us[8];
+    snprintf(us, sizeof us, "%06lld", (long long)(created % 1000000));
+    assert_memory_equal(at + 20, us, 6);
+    assert_true(json_is_false(json_object_get(j, "preemptible")));
+    assert_string_equal(str(j, "sharing"), "exclusive");
+    json_decref(j);
+
+    /* Control characters and quotes in the store's own text; set times,
+     * a preemptible shared job. */
+    support_store_write(f->st, "UPDATE jobs SET pending_reason = 'line1' || char(10) || 'tab'"
+                               " || char(9) || 'bell' || char(7), error = 'he said \"no\" \\ ok',"
+                               " allocated_at = 1796113327879863, preemptible = 1, shared = 1");
+    j = summary(f->st, id);
+    assert_string_equal(str(j, "pending_reason"), "line1\ntab\tbell\a");
+    assert_string_equal(str(j, "error"), "he said \"no\" \\ ok");
+    assert_string_equal(str(j, "allocated_at"), "2026-12-01T08:22:07.879863Z");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "times_us"),
+                                                        "allocated")),
+                     1796113327879863LL);
+    assert_true(json_is_true(json_object_get(j, "preemptible")));
+    assert_string_equal(str(j, "sharing"), "shared");
+    json_decref(j);
+
+    size_t len = 0;
+    assert_null(store_job_summary_text(f->st, id + 1, &len));
+    char st[16];
+    assert_int_equal(store_job_state(f->st, id, st), STORE_OK);
+    assert_string_equal(st, "queued");
+    assert_int_equal(store_job_state(f->st, id + 1, st), STORE_NOTFOUND);
+}
+
+/* The full object is the summary plus the job's parts. */
+static void test_full_object_begins_with_summary(void **state)
+{
+    fixture_t *f = *state;
+    int64_t id = support_store_submit(f->st, ODD_NAME_DOC, islands, 1);
+    json_t *s = summary(f->st, id), *full = store_job_json(f->st, id);
+    assert_non_null(full);
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v)
+    {
+        if (!json_equal(v, json_object_get(full, k)))
+            fail_msg("the full object's \"%s\" differs from the summary's", k);
+    }
+    assert_int_equal(json_object_size(full), json_object_size(s) + 4);
+    assert_true(json_is_array(json_object_get(full, "computations")));
+    assert_true(json_is_object(json_object_get(full, "slices")));
+    assert_true(json_is_array(json_object_get(full, "events")));
+    assert_true(json_is_object(json_object_get(full, "document")));
+    json_decref(s);
+    json_decref(full);
+}
+
+/* One page of the list, parsed. */
+static json_t *page(store_t *st, const char *state, int64_t before, int limit)
+{
+    size_t len = 0;
+    char *text = store_jobs_list_text(st, state, before, limit, 0, &len);
+    return parsed(text, len, "list");
+}
+
+/* The ids of a page's jobs, newest first, as "5,4"; *next its
+ * next_before (0: null). */
+static void page_ids(const json_t *p, char *out, size_t cap, int64_t *next)
+{
+    size_t i, n = 0;
+    json_t *v;
+    out[0] = '\0';
+    json_array_foreach(json_object_get(p, "jobs"), i, v)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", i ? "," : "",
+                              (long long)json_integer_value(json_object_get(v, "id")));
+    const json_t *nb = json_object_get(p, "next_before");
+    assert_true(json_is_null(nb) || json_is_integer(nb));
+    *next = json_is_integer(nb) ? json_integer_value(nb) : 0;
+}
+
+static void test_list_pages(void **state)
+{
+    fixture_t *f = *state;
+    int64_t ids[5];
+    for (int i = 0; i < 5; i++)
+        ids[i] = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    assert_int_equal(ids[4], ids[0] + 4);
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'cancelled' WHERE id = %lld",
+             (long long)ids[1]);
+    support_store_write(f->st, sql);
+    char got[64], want[64];
+    int64_t next = 0;
+    json_t *p = page(f->st, NULL, 0, 2);
+    page_ids(p, got, sizeof got, &next);
+    snprintf(want, sizeof want, "%lld,%lld", (long long)ids[4], (long long)ids[3]);
+    assert_string_equal(got, want);
+    assert_int_equal(next, ids[3]);
+    /* Each entry is the job's summary. */
+    json_t *s = summary(f->st, ids[4]);
+    assert_true(json_equal(json_array_get(json_object_get(p, "jobs"), 0), s));
+    json_decref(s);
+    json_decref(p);
+    p = page(f->st, NULL, next, 2);
+    page_ids(p, got, sizeof got, &next);
+    snprintf(want, sizeof want, "%lld,%lld", (long long)ids[2], (long long)ids[1]);
+    assert_string_equal(got, want);
+    assert_int_equal(next, ids[1]);
+    json_decref(p);
+    p = page(f->st, NULL, next, 2);
+    page_ids(p, got, sizeof got, &next);
+    snprintf(want, sizeof want, "%lld", (long long)ids[0]);
+    assert_string_equal(got, want);
+    assert_int_equal(next, 0);
+    json_decref(p);
+    p = page(f->st, "cancelled", 0, 10);
+    page_ids(p, got, sizeof got, &next);
+    snprintf(want, sizeof want, "%lld", (long long)ids[1]);
+    assert_string_equal(got, want);
+    json_decref(p);
+    p = page(f->st, "failed", 0, 10);
+    page_ids(p, got, sizeof got, &next);
+    assert_string_equal(got, "");
+    assert_int_equal(next, 0);
+    json_decref(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_summary_values, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_full_object_begins_with_summary, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_list_pages, setup, support_store_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
