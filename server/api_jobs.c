@@ -106,12 +106,24 @@ static int job_refused_early(const http_req_t *req, store_t *st, const job_plan_
     return req->tenant > 0 && job_over_limits(lim, plan, resp);
 }
 
-/* The answer to a submission: the job as stored, in full (the default),
- * or with view=summary as GET /v1/jobs lists it (one row: a client that
- * submitted a large program needs its id and state, not its echo: a
+/* The view query of POST /v1/jobs and GET /v1/jobs/{id}: 0 for full (the
+ * default), 1 for summary, -1 when answered 400. */
+static int job_view_param(http_req_t *req, http_resp_t *resp)
+{
+    const char *view = http_query(req, "view");
+    if (view && strcmp(view, "full") != 0 && strcmp(view, "summary") != 0) {
+        http_problem(resp, 400, "view", "view must be full or summary");
+        return -1;
+    }
+    return view && strcmp(view, "summary") == 0;
+}
+
+/* A job as a client asked to see it: in full, or with summary as GET
+ * /v1/jobs lists it (one row: a client that submitted a large program, or
+ * polls for its end, needs its id and state, not its echo: a
  * 128-computation chain's full object is 74 KB to build and to parse).
- * Malloc'd text, or NULL when it could not be read. */
-static char *created_text(store_t *st, int64_t id, int summary, size_t *len)
+ * Malloc'd text (the caller frees), or NULL when it could not be read. */
+static char *job_view_text(store_t *st, int64_t id, int summary, size_t *len)
 {
     return summary ? store_job_summary_text(st, id, len) : store_job_json_text(st, id, len);
 }
@@ -120,11 +132,9 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
 {
     job_plan_t *plan = NULL;
     err_t e = {0};
-    const char *view = http_query(req, "view");
-    if (view && strcmp(view, "full") != 0 && strcmp(view, "summary") != 0) {
-        http_problem(resp, 400, "view", "view must be full or summary");
+    int summary = job_view_param(req, resp);
+    if (summary < 0)
         return;
-    }
     json_t *doc = api_body_json(req, resp);
     char *job = NULL;
     size_t len = 0;
@@ -181,7 +191,7 @@ void api_jobs_create(http_req_t *req, http_resp_t *resp)
      * another connection commits, and during the sync the scheduler
      * allocates the job), so the read costs ~40 us instead of ~165. The
      * answer is the job as stored, queued. */
-    if (!(job = created_text(st, id, view && strcmp(view, "summary") == 0, &len))) {
+    if (!(job = job_view_text(st, id, summary, &len))) {
         http_problem(resp, 500, NULL, "job %ld stored but could not be read back", (long)id);
         goto cleanup;
     }
@@ -257,11 +267,9 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
     int64_t id = api_visible_job(req, resp, &st);
     if (id < 1)
         return;
-    const char *view = http_query(req, "view");
-    if (view && strcmp(view, "full") != 0 && strcmp(view, "summary") != 0) {
-        http_problem(resp, 400, "view", "view must be full or summary");
+    int summary = job_view_param(req, resp);
+    if (summary < 0)
         return;
-    }
     int64_t wait_ms = job_wait_param(req, resp);
     if (wait_ms < 0)
         return;
@@ -284,8 +292,7 @@ void api_jobs_get(http_req_t *req, http_resp_t *resp)
         return;
     }
     size_t len;
-    char *text = view && strcmp(view, "summary") == 0 ? store_job_summary_text(st, id, &len)
-                                                      : store_job_json_text(st, id, &len);
+    char *text = job_view_text(st, id, summary, &len);
     if (text)
         http_json_text(resp, 200, text, len);
     else
