@@ -57,10 +57,10 @@ static int dashboard_hash(store_t *st, uint64_t *out)
 {
     static const char jobs_sql[] =
         "SELECT id, state, comps_done, pending_reason FROM jobs"
-        " WHERE state IN ('queued', 'allocated', 'running') ORDER BY id";
+        " WHERE " STORE_JOB_LIVE("state") " ORDER BY id";
     static const char comps_sql[] =
         "SELECT c.job_id, c.idx, c.state, c.shards_done, c.started_at FROM computations c"
-        " JOIN jobs j ON j.id = c.job_id WHERE j.state IN ('allocated', 'running')"
+        " JOIN jobs j ON j.id = c.job_id WHERE " STORE_JOB_HOLDING("j.state")
         " ORDER BY c.job_id, c.idx";
     static const char events_sql[] = "SELECT MAX(id) FROM events";
     uint64_t h = 1469598103934665603ULL;
@@ -96,9 +96,6 @@ static int insert_sample(sqlite3_stmt *ins, int64_t at, const char *kind, const 
     return store_step_done(ins);
 }
 
-static const char *const sample_states[] = {"queued", "allocated", "running",
-                                            "succeeded", "failed", "cancelled"};
-
 typedef struct island_sample {
     char name[NAME_MAX_LEN];
     int64_t busy, down;
@@ -107,7 +104,8 @@ typedef struct island_sample {
 /* What one sample records: busy and down devices per island, jobs per
  * state, read in one read transaction (one snapshot). *isl: malloc'd, the
  * caller frees (also on failure). 0 or -1. */
-static int sample_read(store_t *st, island_sample_t **isl, int *nisl, int64_t counts[6])
+static int sample_read(store_t *st, island_sample_t **isl, int *nisl,
+                       int64_t counts[STORE_JOB_NSTATES])
 {
     static const char dev_sql[] =
         "SELECT i.name, COALESCE(SUM(d.worker_id IS NOT NULL AND ("
@@ -115,7 +113,6 @@ static int sample_read(store_t *st, island_sample_t **isl, int *nisl, int64_t co
         " (SELECT 1 FROM device_holds h WHERE h.island_id = d.island_id AND h.idx = d.idx))), 0),"
         " COALESCE(SUM(d.worker_id IS NULL), 0) FROM islands i"
         " LEFT JOIN devices d ON d.island_id = i.id GROUP BY i.id ORDER BY i.id";
-    static const char jobs_sql[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
     int rc = SQLITE_ERROR, cap = 0;
     *isl = NULL;
     *nisl = 0;
@@ -145,15 +142,8 @@ static int sample_read(store_t *st, island_sample_t **isl, int *nisl, int64_t co
     }
     if (s)
         sqlite3_reset(s);
-    if (rc == SQLITE_DONE && (s = store_stmt(st, jobs_sql))) {
-        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-            const char *state = (const char *)sqlite3_column_text(s, 0);   /* NULL on OOM */
-            for (int i = 0; state && i < 6; i++)
-                if (strcmp(state, sample_states[i]) == 0)
-                    counts[i] = sqlite3_column_int64(s, 1);
-        }
-        sqlite3_reset(s);
-    }
+    if (rc == SQLITE_DONE && store_job_counts(st, counts) != 0)
+        rc = SQLITE_ERROR;
     if (store_commit(st) != 0)      /* ends the read transaction */
         return -1;
     return rc == SQLITE_DONE ? 0 : -1;
@@ -168,7 +158,7 @@ int sampler_record(store_t *st, int64_t at_us, int retain_s)
     static const char ins_sql[] =
         "INSERT OR REPLACE INTO samples(at, kind, key, value) VALUES (?, ?, ?, ?)";
     static const char prune_sql[] = "DELETE FROM samples WHERE at < ?";
-    int64_t counts[6] = {0};
+    int64_t counts[STORE_JOB_NSTATES] = {0};
     island_sample_t *isl = NULL;
     int nisl = 0, rc = -1;
     if (sample_read(st, &isl, &nisl, counts) != 0 || store_begin(st) != 0)
@@ -180,8 +170,8 @@ int sampler_record(store_t *st, int64_t at_us, int retain_s)
         if (insert_sample(ins, at_us, "busy", isl[k].name, isl[k].busy) != 0 ||
             insert_sample(ins, at_us, "down", isl[k].name, isl[k].down) != 0)
             goto fail;
-    for (int i = 0; i < 6; i++)
-        if (insert_sample(ins, at_us, "jobs", sample_states[i], counts[i]) != 0)
+    for (int i = 0; i < STORE_JOB_NSTATES; i++)
+        if (insert_sample(ins, at_us, "jobs", store_job_states[i], counts[i]) != 0)
             goto fail;
     if (!(s = store_stmt(st, prune_sql)))
         goto fail;

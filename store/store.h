@@ -361,6 +361,24 @@ int64_t store_tasks_leased(store_t *st, int64_t lease_us);
 /* Appends Prometheus text to a malloc'd buffer; NULL on error. For a
  * tenant's caller (tenant > 0) the per-tenant series hold its own only. */
 char *store_metrics_text(store_t *st, int64_t tenant);
+/* SQL: the job state column `col` is live (queued, allocated or running).
+ * Spelled as the partial index jobs_live's WHERE (schema 035), so that a
+ * query with this term can read that index rather than every job. */
+#define STORE_JOB_LIVE(col) \
+    "(" col " = 'queued' OR " col " = 'allocated' OR " col " = 'running')"
+/* SQL: the job in `col` is allocated or running, through jobs_live: the
+ * planner, left to itself with `IN ('allocated', 'running')`, scans every
+ * job (or every computation of a join) rather than read a partial index
+ * whose key does not lead with the state. */
+#define STORE_JOB_HOLDING(col) "(" STORE_JOB_LIVE(col) " AND " col " != 'queued')"
+enum { STORE_JOB_NSTATES = 6 };
+/* The job states in the order store_job_counts fills its array. */
+extern const char *const store_job_states[STORE_JOB_NSTATES];
+/* Jobs per state: live ones counted through jobs_live, ended ones read
+ * from job_counts, kept by triggers (schema 035), so the work is
+ * proportional to the live jobs, not to every job ever submitted. Reads
+ * in the caller's transaction if one is open. 0 or -1. */
+int store_job_counts(store_t *st, int64_t counts[STORE_JOB_NSTATES]);
 
 /* ---- worker protocol (store_worker.c: membership; store_poll.c: store_worker_poll;
  *      store_progress.c: store_worker_report, store_worker_report_batch) ---- */

@@ -3,6 +3,7 @@
 #include "store_internal.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,35 +391,37 @@ static int metrics_worker_store(store_t *st, store_buf_t *b)
 
 /* Admission latency (created -> allocated, for every allocation the
  * store remembers: jobs allocated now or before) as a Prometheus histogram.
- * Derived from the jobs table, so it survives restarts; a requeued job
- * counts its latest admission. */
+ * Kept per bucket by triggers as jobs are allocated and requeued
+ * (admission_buckets, schema 035), so it survives restarts, a requeued job
+ * counts its latest admission, and a scrape reads 12 rows, not every job.
+ * The last bucket's bound is +Inf. */
 static int metrics_admission(store_t *st, store_buf_t *b)
 {
     static const char sql[] =
-        "SELECT (allocated_at - created_at) / 1e6 FROM jobs WHERE allocated_at IS NOT NULL";
-    static const double le[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300};
-    enum { NB = sizeof le / sizeof le[0] };
-    int64_t counts[NB] = {0}, n = 0;
-    double sum = 0;
+        "SELECT le_us, n, sum_us FROM admission_buckets ORDER BY le_us";
+    int64_t n = 0, sum_us = 0;
     sqlite3_stmt *s = store_stmt(st, sql);
     if (!s)
         return -1;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        double v = sqlite3_column_double(s, 0);
-        for (int i = 0; i < NB; i++)
-            counts[i] += v <= le[i];
-        sum += v;
-        n++;
-    }
-    sqlite3_reset(s);
     store_buf_printf(b, "# HELP atoll_admission_latency_seconds From submission to allocation.\n"
                         "# TYPE atoll_admission_latency_seconds histogram\n");
-    for (int i = 0; i < NB; i++)
-        store_buf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"%g\"} %ld\n", le[i],
-                         (long)counts[i]);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int64_t le_us = sqlite3_column_int64(s, 0);
+        n += sqlite3_column_int64(s, 1);
+        sum_us += sqlite3_column_int64(s, 2);
+        if (le_us == INT64_MAX)
+            break;          /* the +Inf bucket, written with the count below */
+        store_buf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"%g\"} %ld\n",
+                         (double)le_us / 1e6, (long)n);
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return -1;
     store_buf_printf(b, "atoll_admission_latency_seconds_bucket{le=\"+Inf\"} %ld\n"
                         "atoll_admission_latency_seconds_sum %.6f\n"
-                        "atoll_admission_latency_seconds_count %ld\n", (long)n, sum, (long)n);
+                        "atoll_admission_latency_seconds_count %ld\n", (long)n,
+                     (double)sum_us / 1e6, (long)n);
     return 0;
 }
 
@@ -446,31 +449,51 @@ static int metrics_tenant_usage(store_t *st, store_buf_t *b, int64_t tenant)
     return 0;
 }
 
+const char *const store_job_states[STORE_JOB_NSTATES] = {
+    "queued", "allocated", "running", "succeeded", "failed", "cancelled"};
+
+int store_job_counts(store_t *st, int64_t counts[STORE_JOB_NSTATES])
+{
+    static const char sql[] =
+        "SELECT state, COUNT(*) FROM jobs WHERE " STORE_JOB_LIVE("state") " GROUP BY state"
+        " UNION ALL SELECT state, n FROM job_counts";
+    sqlite3_stmt *s = store_stmt(st, sql);
+    if (!s)
+        return -1;
+    memset(counts, 0, sizeof *counts * STORE_JOB_NSTATES);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *state = (const char *)sqlite3_column_text(s, 0);   /* NULL on OOM */
+        if (!state) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        for (int i = 0; i < STORE_JOB_NSTATES; i++)
+            if (strcmp(state, store_job_states[i]) == 0)
+                counts[i] = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_reset(s);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
 char *store_metrics_text(store_t *st, int64_t tenant)
 {
-    static const char jobs_sql[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
     static const char dev_sql[] =
         "SELECT i.name, " DEVICE_STATE_SQL ", COUNT(*), SUM(d.busy_us) FROM devices d"
         " JOIN islands i ON i.id = d.island_id GROUP BY i.name, 2 ORDER BY i.name";
     static const char workers_sql[] =
         "SELECT id, heartbeat_at FROM workers WHERE state = 'live' ORDER BY id";
-    static const char *const states[] = {"queued", "allocated", "running",
-                                         "succeeded", "failed", "cancelled"};
     store_buf_t b = store_buf_new(4096);
     if (b.failed)
         return NULL;
-    int64_t counts[6] = {0};
-    sqlite3_stmt *s = store_stmt(st, jobs_sql);
-    if (!s)
+    int64_t counts[STORE_JOB_NSTATES];
+    sqlite3_stmt *s;
+    if (store_job_counts(st, counts) != 0)
         goto fail;
-    while (sqlite3_step(s) == SQLITE_ROW)
-        for (int i = 0; i < 6; i++)
-            if (strcmp((const char *)sqlite3_column_text(s, 0), states[i]) == 0)
-                counts[i] = sqlite3_column_int64(s, 1);
-    sqlite3_reset(s);
     store_buf_printf(&b, "# HELP atoll_jobs Jobs by state.\n# TYPE atoll_jobs gauge\n");
-    for (int i = 0; i < 6; i++)
-        store_buf_printf(&b, "atoll_jobs{state=\"%s\"} %ld\n", states[i], (long)counts[i]);
+    for (int i = 0; i < STORE_JOB_NSTATES; i++)
+        store_buf_printf(&b, "atoll_jobs{state=\"%s\"} %ld\n", store_job_states[i],
+                         (long)counts[i]);
     store_buf_printf(&b, "# HELP atoll_queue_depth Jobs waiting for devices.\n"
                          "# TYPE atoll_queue_depth gauge\natoll_queue_depth %ld\n", (long)counts[0]);
     if (!(s = store_stmt(st, dev_sql)))

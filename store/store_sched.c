@@ -1049,7 +1049,7 @@ int store_sched_recover(store_t *st)
 {
     static const char hb_sql[] = "UPDATE workers SET heartbeat_at = ? WHERE state = 'live'";
     static const char jobs_sql[] =
-        "SELECT id FROM jobs WHERE state IN ('allocated','running') ORDER BY id";
+        "SELECT id FROM jobs WHERE " STORE_JOB_HOLDING("state") " ORDER BY id";
     int64_t *ids = NULL;
     int n = 0, cap = 0;
     if (store_begin(st) != 0)
@@ -1102,7 +1102,7 @@ int store_sched_feed_jobs(store_t *st, sched_feed_job_t *out, int cap)
         " j.comps_total - j.comps_done,"
         " (SELECT MIN(s.island_id) FROM slices s WHERE s.job_id = j.id), j.comps_done = 0"
         /* Through jobs_shared_live (schema 013), which the planner passed
-         * over for jobs_by_state: every live job read, then sorted in a
+         * over for jobs_by_state (schema 034 and before): every live job read, then sorted in a
          * temporary b-tree, on every pass. */
         " FROM jobs j INDEXED BY jobs_shared_live LEFT JOIN tenants t ON t.id = j.tenant_id"
         " WHERE j.shared = 1 AND j.state IN ('allocated', 'running') ORDER BY j.id LIMIT ?1";

@@ -190,7 +190,7 @@ static int usage_jobs(store_t *st, int64_t from, int64_t now, json_t *arr)
         " JOIN jobs j ON j.id = o.id"
         " WHERE o.tenant_id IS NULL AND o.id IN"
         " (SELECT id FROM jobs WHERE tenant_id IS NULL"
-        "  AND state IN ('queued', 'allocated', 'running')"
+        "  AND " STORE_JOB_LIVE("state")
         "  UNION SELECT job_id FROM host_tasks WHERE finished_us >= ?1)"
         " ORDER BY o.id LIMIT 1000";
     sqlite3_stmt *s = store_stmt(st, sql);

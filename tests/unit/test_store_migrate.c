@@ -17,7 +17,8 @@
  * the list is still refused. Version 28 made exclusive holds allocation
  * runs: the devices the job held are its runs, devices.job_id is gone and
  * the rest of the devices rows is kept. Version 29 keeps only live tasks
- * in host_tasks_by_worker. A new database has 1 KiB pages, an old one
+ * in host_tasks_by_worker. Version 35 starts job_counts and
+ * admission_buckets from the jobs already there. A new database has 1 KiB pages, an old one
  * keeps its 4 KiB. Also the store's
  * write transactions: one cannot begin inside another on a connection,
  * and each end (commit, rollback) lets the next begin. */
@@ -353,6 +354,46 @@ static void test_jobs_rebuilt_with_foreign_keys_off(void **state)
                                   " VALUES (999, '{}')", NULL, NULL, NULL), SQLITE_CONSTRAINT);
 }
 
+/* Version 35 counts ended jobs in job_counts and allocated ones by their
+ * admission latency in admission_buckets: a database of version 34 starts
+ * both from the jobs it holds. */
+static void test_job_counts_seeded(void **state)
+{
+    fixture_t *f = *state;
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->d.db, &db), SQLITE_OK);
+    assert_true(store_migration_count >= 35);
+    for (int v = 0; v < 34; v++)
+        assert_int_equal(sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+        "INSERT INTO jobs (name, state, priority, max_retries, comps_total, created_at,"
+        " allocated_at) VALUES ('a', 'succeeded', 0, 0, 1, 1, 501),"
+        " ('b', 'succeeded', 0, 0, 1, 1, 7001), ('c', 'failed', 0, 0, 1, 1, NULL),"
+        " ('d', 'running', 0, 0, 1, 1, 400000001), ('e', 'queued', 0, 0, 1, 1, NULL),"
+        " ('f', 'running', 0, 0, 1, 1, 5001);"
+        " PRAGMA user_version = 34", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    store_t *st = open_store(f->d.db);
+    int64_t c[STORE_JOB_NSTATES];
+    assert_int_equal(store_job_counts(st, c), 0);
+    static const int64_t want[STORE_JOB_NSTATES] = {1, 0, 2, 2, 1, 0};
+    for (int i = 0; i < STORE_JOB_NSTATES; i++)
+        if (c[i] != want[i])
+            fail_msg("%s: %lld, not %lld", store_job_states[i], (long long)c[i],
+                     (long long)want[i]);
+    /* The admission histogram too: bucket:jobs:latency sum, bounds 1 ms,
+     * 5 ms (inclusive), 10 ms, ..., +Inf. */
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(st), "SELECT group_concat(bucket || ':' || n"
+                                        " || ':' || sum_us, ' ') FROM (SELECT * FROM"
+                                        " admission_buckets WHERE n > 0 ORDER BY bucket)", -1,
+                                        &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(s, 0),
+                        "0:1:500 1:1:5000 2:1:7000 11:1:400000000");
+    sqlite3_finalize(s);
+}
+
 /* A rebuild that foreign_key_check would find a dangling row after (here
  * one the old database already had, written with foreign keys off) is
  * rolled back: the database stays at the version before, whole. */
@@ -431,6 +472,7 @@ int main(void)
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_interleaved_rows_in_shard_order, setup,
                                         support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_job_counts_seeded, setup, support_store_teardown),
         cmocka_unit_test_setup_teardown(test_jobs_rebuilt_with_foreign_keys_off, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_dangling_row_refuses_the_rebuild, setup,

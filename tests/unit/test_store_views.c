@@ -5,7 +5,9 @@
  * the full object begins with the same fields; GET /v1/jobs's pages
  * (store_jobs_list_text) hold those summaries newest first, "next_before"
  * naming the last one shown while more are left; store_job_state reads the
- * state alone. */
+ * state alone; store_job_counts counts jobs by state exactly, at a cost
+ * that does not grow with the jobs ended; the admission histogram of
+ * /metrics, kept as jobs are allocated, reads as a scan of every job. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -217,6 +219,226 @@ static void test_list_pages(void **state)
     json_decref(p);
 }
 
+/* store_job_counts against a count of the jobs table itself, state by
+ * state. */
+static void assert_counts_exact(store_t *st)
+{
+    int64_t got[STORE_JOB_NSTATES];
+    assert_int_equal(store_job_counts(st, got), 0);
+    for (int i = 0; i < STORE_JOB_NSTATES; i++) {
+        char sql[96];
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE state = '%s'",
+                 store_job_states[i]);
+        int64_t want = support_store_int(st, sql);
+        if (got[i] != want)
+            fail_msg("%s: %lld counted, %lld in jobs", store_job_states[i], (long long)got[i],
+                     (long long)want);
+    }
+}
+
+static void set_state(store_t *st, int64_t id, const char *state)
+{
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET state = '%s' WHERE id = %lld", state,
+             (long long)id);
+    support_store_write(st, sql);
+}
+
+/* The ended states' counts are kept by triggers (schema 035) through every
+ * change of a job's state, a cancel through the API included, and through
+ * an insert or delete of an ended job; live states are counted. */
+static void test_job_counts_follow_states(void **state)
+{
+    fixture_t *f = *state;
+    int64_t ids[6];
+    for (int i = 0; i < 6; i++)
+        ids[i] = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    assert_counts_exact(f->st);
+    char was[16];
+    assert_int_equal(store_job_cancel(f->st, ids[0], was), STORE_OK);
+    assert_counts_exact(f->st);
+    assert_int_equal(support_store_int(f->st, "SELECT n FROM job_counts"
+                                              " WHERE state = 'cancelled'"), 1);
+    set_state(f->st, ids[1], "allocated");
+    set_state(f->st, ids[2], "running");
+    set_state(f->st, ids[3], "running");
+    set_state(f->st, ids[3], "succeeded");
+    set_state(f->st, ids[4], "failed");
+    assert_counts_exact(f->st);
+    set_state(f->st, ids[2], "queued");            /* a requeue */
+    set_state(f->st, ids[4], "succeeded");         /* ended to ended: both rows move */
+    set_state(f->st, ids[5], "queued");            /* no change: no count moves */
+    assert_counts_exact(f->st);
+    set_state(f->st, ids[0], "queued");            /* no code path revives a job; */
+    assert_counts_exact(f->st);                    /* if one did, it would count */
+    set_state(f->st, ids[0], "cancelled");
+    support_store_write(f->st, "INSERT INTO jobs (name, state, priority, max_retries,"
+                               " comps_total, created_at) VALUES ('ended', 'failed', 0, 0, 1, 1)");
+    assert_counts_exact(f->st);
+    /* No code path deletes a job; if one did, its count goes with it. */
+    assert_int_equal(sqlite3_exec(store_db(f->st), "PRAGMA foreign_keys=OFF", NULL, NULL, NULL),
+                     SQLITE_OK);
+    char sql[64];
+    snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE id = %lld", (long long)ids[3]);
+    support_store_write(f->st, sql);
+    assert_int_equal(sqlite3_exec(store_db(f->st), "PRAGMA foreign_keys=ON", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_counts_exact(f->st);
+    int64_t c[STORE_JOB_NSTATES];
+    assert_int_equal(store_job_counts(f->st, c), 0);
+    assert_int_equal(c[0] + c[1] + c[2] + c[3] + c[4] + c[5], 6);
+}
+
+static int count_vm(void *arg)
+{
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* SQLite VM instructions of one store_job_counts. */
+static long counts_cost(store_t *st)
+{
+    long steps = 0;
+    int64_t c[STORE_JOB_NSTATES];
+    sqlite3_progress_handler(store_db(st), 1, count_vm, &steps);
+    int rc = store_job_counts(st, c);
+    sqlite3_progress_handler(store_db(st), 0, NULL, NULL);
+    assert_int_equal(rc, 0);
+    return steps;
+}
+
+/* Counting jobs reads the live ones, not every job ever ended: the
+ * sampler counts them every second, and a loop of tiny jobs ends a
+ * million in minutes. */
+static void test_job_counts_cost_flat_in_ended(void **state)
+{
+    fixture_t *f = *state;
+    int64_t ids[2];
+    for (int i = 0; i < 2; i++)
+        ids[i] = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    set_state(f->st, ids[1], "succeeded");
+    long small = counts_cost(f->st);
+    support_store_write(f->st, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
+                               " WHERE i < 5000) INSERT INTO jobs (name, state, priority,"
+                               " max_retries, comps_total, created_at) SELECT 'ended',"
+                               " CASE i % 3 WHEN 0 THEN 'succeeded' WHEN 1 THEN 'failed'"
+                               " ELSE 'cancelled' END, 0, 0, 1, i FROM n");
+    long big = counts_cost(f->st);
+    assert_counts_exact(f->st);
+    print_message("job counts: %ld VM instructions with 1 ended job, %ld with 5001\n", small, big);
+    if (big > small + small / 2)
+        fail_msg("counting jobs costs %ld VM instructions with 5001 ended jobs, %ld with 1",
+                 big, small);
+}
+
+/* The admission histogram's lines of /metrics, as the scan of every job
+ * wrote them before schema 035: cumulative buckets at these bounds, the
+ * sum and count of (allocated_at - created_at) over jobs allocated now. */
+static char *admission_scanned(store_t *st)
+{
+    static const double le[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300};
+    enum { NB = sizeof le / sizeof le[0] };
+    int64_t counts[NB] = {0}, n = 0;
+    double sum = 0;
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(store_db(st), "SELECT (allocated_at - created_at) / 1e6"
+                                        " FROM jobs WHERE allocated_at IS NOT NULL", -1, &s,
+                                        NULL), SQLITE_OK);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        double v = sqlite3_column_double(s, 0);
+        for (int i = 0; i < NB; i++)
+            counts[i] += v <= le[i];
+        sum += v;
+        n++;
+    }
+    sqlite3_finalize(s);
+    static char out[2048];
+    size_t len = 0;
+    for (int i = 0; i < NB; i++)
+        len += (size_t)snprintf(out + len, sizeof out - len,
+                                "atoll_admission_latency_seconds_bucket{le=\"%g\"} %ld\n", le[i],
+                                (long)counts[i]);
+    snprintf(out + len, sizeof out - len, "atoll_admission_latency_seconds_bucket{le=\"+Inf\"}"
+             " %ld\natoll_admission_latency_seconds_sum %.6f\n"
+             "atoll_admission_latency_seconds_count %ld\n", (long)n, sum, (long)n);
+    return out;
+}
+
+/* The same lines of store_metrics_text, in one string. */
+static void admission_kept(store_t *st, char *out, size_t cap)
+{
+    char *text = store_metrics_text(st, 0);
+    assert_non_null(text);
+    size_t len = 0;
+    out[0] = '\0';
+    for (char *line = text; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t l = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        if (strncmp(line, "atoll_admission_latency_seconds", 31) == 0 && len + l < cap) {
+            memcpy(out + len, line, l);
+            out[len += l] = '\0';
+        }
+        line += l;
+    }
+    free(text);
+}
+
+static void assert_admission_exact(store_t *st)
+{
+    char kept[2048];
+    admission_kept(st, kept, sizeof kept);
+    assert_string_equal(kept, admission_scanned(st));
+}
+
+static void set_allocated(store_t *st, int64_t id, const char *latency_us)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET allocated_at = created_at + %s WHERE id = %lld",
+             latency_us, (long long)id);
+    support_store_write(st, sql);
+}
+
+/* The admission histogram kept by triggers (schema 035) reads as the scan
+ * of every job did: latencies on and beside the bounds, negative ones (a
+ * clock step), past the last bound; a requeue (allocated_at back to NULL)
+ * and a second admission; an insert and a delete of an allocated job. */
+static void test_admission_kept_as_scanned(void **state)
+{
+    fixture_t *f = *state;
+    static const char *const lat[] = {"0", "1000", "1001", "-5", "60000000", "400000000",
+                                      "4999", "5000"};
+    enum { NJ = sizeof lat / sizeof lat[0] };
+    int64_t ids[NJ];
+    for (int i = 0; i < NJ; i++)
+        ids[i] = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    assert_admission_exact(f->st);
+    for (int i = 0; i < NJ; i++)
+        set_allocated(f->st, ids[i], lat[i]);
+    assert_admission_exact(f->st);
+    set_allocated(f->st, ids[2], "NULL");          /* requeued */
+    set_allocated(f->st, ids[3], "250000");        /* admitted again */
+    assert_admission_exact(f->st);
+    char sql[160];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET created_at = created_at - 7000000 WHERE id = %lld",
+             (long long)ids[4]);
+    support_store_write(f->st, sql);
+    support_store_write(f->st, "INSERT INTO jobs (name, state, priority, max_retries,"
+                               " comps_total, created_at, allocated_at) VALUES"
+                               " ('ended', 'succeeded', 0, 0, 1, 10, 20010)");
+    assert_admission_exact(f->st);
+    assert_int_equal(sqlite3_exec(store_db(f->st), "PRAGMA foreign_keys=OFF", NULL, NULL, NULL),
+                     SQLITE_OK);
+    snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE id = %lld", (long long)ids[1]);
+    support_store_write(f->st, sql);
+    assert_int_equal(sqlite3_exec(store_db(f->st), "PRAGMA foreign_keys=ON", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_admission_exact(f->st);
+    char kept[2048];
+    admission_kept(f->st, kept, sizeof kept);
+    if (!strstr(kept, "atoll_admission_latency_seconds_count 7\n"))
+        fail_msg("not 7 jobs allocated:\n%s", kept);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +446,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_object_begins_with_summary, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_list_pages, setup, support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_job_counts_follow_states, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_job_counts_cost_flat_in_ended, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_admission_kept_as_scanned, setup,
+                                        support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

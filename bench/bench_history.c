@@ -1,0 +1,200 @@
+/* bench_history.c - what a long history costs a running controller.
+ *
+ * atolld keeps every job it ever ran (ended jobs are never deleted), so
+ * whatever it counts every second, or on every scrape, must not read them
+ * all. This makes a store (atolld started once and stopped), writes JOBS
+ * ended jobs straight into its SQLite file (one transaction, as a long run
+ * of tiny jobs would have left them: 90 % succeeded, 5 % failed, 5 %
+ * cancelled, allocated 0-5 ms after submission; submitting a million jobs
+ * through the API would take the bench a quarter of an hour; atolld owns
+ * its file while it runs), starts atolld on it again with one worker of 4
+ * devices (island w=2x2) and runs one real job, then measures:
+ *   history.jobs                   ended jobs written
+ *   history.start_ms               atolld's start on that store, to its
+ *                                  ready line
+ *   history.idle_cpu_pct           atolld's CPU over SECONDS with nothing
+ *                                  submitted (percent of one core)
+ *   history.sampler_cpu_ms_per_s   of which the sampler thread's (the
+ *                                  dashboard's watch and the utilization
+ *                                  sample: every second)
+ *   history.metrics_ms             GET /metrics, the median of 11
+ *   history.jobs_per_s.serial_1dev tiny 1-device jobs, one client, each
+ *                                  waited to success, for 3 s
+ * Compare two builds on the same history with bench/ab.sh, e.g.
+ *   bench/ab.sh rev:HEAD~1 build/bin 3 bench_history 1000000
+ *
+ *   bench_history [JOBS [SECONDS]]     (default 1000000 and 10) */
+#include <inttypes.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "support_faults.h"
+#include "support_harness.h"
+
+#define BENCH_SCRAPES 11
+#define BENCH_LOOP_MS 3000
+
+static const char one_doc_q[] =
+    "{'name':'one','slices':{'s':{'shape':[1]}},'computations':[{'name':'c','slice':'s',"
+    "'ops':[{'op':'fill','out':'x','shape':[1],'value':1.0},"
+    "{'op':'all_reduce','out':'z','args':['x'],'reduce':'sum'}],'outputs':['z']}]}";
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Submits doc and waits for its success: 0, or -1 (said on stderr). */
+static int run_one(hx_client_t *cl, const char *doc)
+{
+    int64_t id;
+    json_t *job = NULL;
+    if (hx_job_submit(cl, doc, &id, NULL) != 201) {
+        hx_client_print_last(cl);
+        return -1;
+    }
+    int rc = hx_job_wait(cl, id, 20000, 2, &job);
+    if (rc != 0 || strcmp(hx_job_state(job), "succeeded") != 0) {
+        fprintf(stderr, "bench: job %" PRId64 " ended '%s'\n", id, job ? hx_job_state(job) : "?");
+        rc = -1;
+    }
+    json_decref(job);
+    return rc;
+}
+
+/* Writes n ended jobs into the store at db_path in one transaction. Their
+ * created_at are in the past (before the real job's), so they sort as old
+ * history. 0 or -1. */
+static int seed_history(const char *db_path, long n)
+{
+    static const char sql[] =
+        "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?1)"
+        " INSERT INTO jobs (name, state, priority, max_retries, comps_total, comps_done,"
+        " created_at, allocated_at, started_at, finished_at)"
+        " SELECT 'history', CASE WHEN i % 20 = 0 THEN 'failed' WHEN i % 20 = 1 THEN 'cancelled'"
+        " ELSE 'succeeded' END, 0, 0, 1, 1, ?2 + i * 1000, ?2 + i * 1000 + (i * 7919) % 5000,"
+        " ?2 + i * 1000 + 5000, ?2 + i * 1000 + 6000 FROM k";
+    sqlite3 *db = NULL;
+    sqlite3_stmt *s = NULL;
+    int rc = -1;
+    if (sqlite3_open(db_path, &db) != SQLITE_OK)
+        goto cleanup;
+    sqlite3_busy_timeout(db, 30000);
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK)
+        goto cleanup;
+    sqlite3_bind_int64(s, 1, n);
+    sqlite3_bind_int64(s, 2, (int64_t)1700000000 * 1000000);    /* 2023-11: long ago */
+    if (sqlite3_step(s) != SQLITE_DONE || sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        goto cleanup;
+    rc = 0;
+cleanup:
+    if (rc != 0)
+        fprintf(stderr, "bench: seeding the history: %s\n", db ? sqlite3_errmsg(db) : "no memory");
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return rc;
+}
+
+/* GET /metrics BENCH_SCRAPES times; the median in ms, or -1. */
+static double metrics_median_ms(hx_client_t *cl)
+{
+    int64_t us[BENCH_SCRAPES];
+    for (int i = 0; i < BENCH_SCRAPES; i++) {
+        hx_resp_t r;
+        int64_t t0 = now_us();
+        int st = hx_request(cl, "GET", "/metrics", NULL, 0, &r) == 0 ? r.status : -1;
+        us[i] = now_us() - t0;
+        if (st == 200)
+            hx_resp_clear(&r);
+        else
+            return -1;
+    }
+    qsort(us, BENCH_SCRAPES, sizeof us[0], hx_cmp_i64);
+    return (double)us[BENCH_SCRAPES / 2] / 1000.0;
+}
+
+int main(int argc, char **argv)
+{
+    long njobs = argc > 1 ? atol(argv[1]) : 1000000;
+    int seconds = argc > 2 ? atoi(argv[2]) : 10;
+    if (njobs < 0 || njobs > 100000000 || seconds < 1 || seconds > 600) {
+        fprintf(stderr, "usage: bench_history [JOBS (0..1e8) [SECONDS (1..600)]]\n");
+        return 2;
+    }
+    static const char *const islands[] = {"w=2x2"};
+    static hx_proc_t atolld, worker;
+    hx_client_t cl = {0};
+    char dir[64] = "/tmp/atoll-bench-XXXXXX", db_path[96], url[128];
+    char *doc = NULL;
+    int rc = 1, port = 0;
+    if (hx_init() != 0 || !mkdtemp(dir))
+        return 1;
+    snprintf(db_path, sizeof db_path, "%s/atoll.db", dir);
+    if (fx_atolld_start(&atolld, dir, "atolld", 0, 5000, islands, 1, url, sizeof url,
+                        &port) != 0 || !fx_term(&atolld, 10000))
+        goto cleanup;
+    int64_t t0 = hx_now_ms();
+    if (seed_history(db_path, njobs) != 0)
+        goto cleanup;
+    printf("history.jobs %ld\nhistory.seed_s %.1f\n", njobs,
+           (double)(hx_now_ms() - t0) / 1000.0);
+    t0 = now_us();
+    if (fx_atolld_start(&atolld, dir, "atolld", 0, 5000, islands, 1, url, sizeof url,
+                        &port) != 0)
+        goto cleanup;
+    printf("history.start_ms %.1f\n", (double)(now_us() - t0) / 1000.0);
+    fflush(stdout);
+    if (!(doc = hx_text_q(one_doc_q)) || hx_client_init(&cl, url) != 0 ||
+        fx_worker_start(&worker, dir, "worker", url, "w", 4, 15000) != 0 ||
+        run_one(&cl, doc) != 0)
+        goto cleanup;
+    hx_sleep_ms(2000);      /* the sampler's next rounds see the history */
+    pid_t pid = atolld.pid;
+    int64_t cpu0 = hx_cpu_us(pid), samp0 = hx_thread_cpu_us(pid, "atoll-sampler");
+    int64_t w0 = now_us();
+    hx_sleep_ms(seconds * 1000);
+    int64_t cpu1 = hx_cpu_us(pid), samp1 = hx_thread_cpu_us(pid, "atoll-sampler");
+    double wall_s = (double)(now_us() - w0) / 1e6;
+    if (cpu0 < 0 || cpu1 < 0 || samp0 < 0 || samp1 < 0) {
+        fprintf(stderr, "bench: atolld's CPU time unreadable\n");
+        goto cleanup;
+    }
+    printf("history.idle_cpu_pct %.2f\nhistory.sampler_cpu_ms_per_s %.2f\n",
+           (double)(cpu1 - cpu0) / 1e4 / wall_s, (double)(samp1 - samp0) / 1e3 / wall_s);
+    double ms = metrics_median_ms(&cl);
+    if (ms < 0) {
+        fprintf(stderr, "bench: /metrics failed\n");
+        goto cleanup;
+    }
+    printf("history.metrics_ms %.2f\n", ms);
+    int done = 0;
+    int64_t start = hx_now_ms(), end = start + BENCH_LOOP_MS;
+    while (hx_now_ms() < end) {
+        if (run_one(&cl, doc) != 0)
+            goto cleanup;
+        done++;
+    }
+    printf("history.jobs_per_s.serial_1dev %.1f\n",
+           done * 1000.0 / (double)(hx_now_ms() - start));
+    rc = 0;
+cleanup:
+    free(doc);
+    hx_client_cleanup(&cl);
+    fx_term(&worker, 10000);
+    if (!fx_term(&atolld, 10000) && rc == 0) {
+        fprintf(stderr, "bench: atolld did not exit cleanly\n");
+        rc = 1;
+    }
+    if (rc == 0 && !getenv("ATOLL_KEEP_RUN"))
+        hx_remove_dir(dir);
+    else
+        fprintf(stderr, "bench: store and logs kept in %s\n", dir);
+    return rc;
+}
