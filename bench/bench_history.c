@@ -18,6 +18,9 @@
  *                                  dashboard's watch and the utilization
  *                                  sample: every second)
  *   history.metrics_ms             GET /metrics, the median of 11
+ *   history.queue_page_ms          GET /v1/jobs?state=queued&limit=500 (what
+ *                                  the dashboard asks on every refresh),
+ *                                  the median of 11
  *   history.jobs_per_s.serial_1dev tiny 1-device jobs, one client, each
  *                                  waited to success, for 3 s
  * Compare two builds on the same history with bench/ab.sh, e.g.
@@ -102,14 +105,14 @@ cleanup:
     return rc;
 }
 
-/* GET /metrics BENCH_SCRAPES times; the median in ms, or -1. */
-static double metrics_median_ms(hx_client_t *cl)
+/* GET path BENCH_SCRAPES times; the median in ms, or -1. */
+static double get_median_ms(hx_client_t *cl, const char *path)
 {
     int64_t us[BENCH_SCRAPES];
     for (int i = 0; i < BENCH_SCRAPES; i++) {
         hx_resp_t r;
         int64_t t0 = now_us();
-        int st = hx_request(cl, "GET", "/metrics", NULL, 0, &r) == 0 ? r.status : -1;
+        int st = hx_request(cl, "GET", path, NULL, 0, &r) == 0 ? r.status : -1;
         us[i] = now_us() - t0;
         if (st == 200)
             hx_resp_clear(&r);
@@ -168,12 +171,13 @@ int main(int argc, char **argv)
     }
     printf("history.idle_cpu_pct %.2f\nhistory.sampler_cpu_ms_per_s %.2f\n",
            (double)(cpu1 - cpu0) / 1e4 / wall_s, (double)(samp1 - samp0) / 1e3 / wall_s);
-    double ms = metrics_median_ms(&cl);
-    if (ms < 0) {
-        fprintf(stderr, "bench: /metrics failed\n");
+    double ms = get_median_ms(&cl, "/metrics"),
+           queue_ms = get_median_ms(&cl, "/v1/jobs?state=queued&limit=500");
+    if (ms < 0 || queue_ms < 0) {
+        fprintf(stderr, "bench: a GET failed\n");
         goto cleanup;
     }
-    printf("history.metrics_ms %.2f\n", ms);
+    printf("history.metrics_ms %.2f\nhistory.queue_page_ms %.2f\n", ms, queue_ms);
     int done = 0;
     int64_t start = hx_now_ms(), end = start + BENCH_LOOP_MS;
     while (hx_now_ms() < end) {

@@ -361,12 +361,16 @@ int64_t store_tasks_leased(store_t *st, int64_t lease_us);
 /* Appends Prometheus text to a malloc'd buffer; NULL on error. For a
  * tenant's caller (tenant > 0) the per-tenant series hold its own only. */
 char *store_metrics_text(store_t *st, int64_t tenant);
-/* SQL: the job state column `col` is live (queued, allocated or running).
- * Spelled as the partial index jobs_live's WHERE (schema 035), so that a
- * query with this term can read that index rather than every job. */
-#define STORE_JOB_LIVE(col) \
-    "(" col " = 'queued' OR " col " = 'allocated' OR " col " = 'running')"
-/* SQL: the job in `col` is allocated or running, through jobs_live: the
+/* SQL: the job state column `col` is not succeeded: the WHERE of the
+ * partial index jobs_unsucceeded (schema 036), so that a query with this
+ * term can read that index rather than every job ever run. */
+#define STORE_JOB_UNSUCCEEDED(col) "(" col " <> 'succeeded')"
+/* SQL: the job state column `col` is live (queued, allocated or running),
+ * through jobs_unsucceeded. */
+#define STORE_JOB_LIVE(col)                                                               \
+    "(" STORE_JOB_UNSUCCEEDED(col) " AND (" col " = 'queued' OR " col " = 'allocated' OR "  \
+    col " = 'running'))"
+/* SQL: the job in `col` is allocated or running, through jobs_unsucceeded: the
  * planner, left to itself with `IN ('allocated', 'running')`, scans every
  * job (or every computation of a join) rather than read a partial index
  * whose key does not lead with the state. */
@@ -374,7 +378,7 @@ char *store_metrics_text(store_t *st, int64_t tenant);
 enum { STORE_JOB_NSTATES = 6 };
 /* The job states in the order store_job_counts fills its array. */
 extern const char *const store_job_states[STORE_JOB_NSTATES];
-/* Jobs per state: live ones counted through jobs_live, ended ones read
+/* Jobs per state: live ones counted through jobs_unsucceeded, ended ones read
  * from job_counts, kept by triggers (schema 035), so the work is
  * proportional to the live jobs, not to every job ever submitted. Reads
  * in the caller's transaction if one is open. 0 or -1. */

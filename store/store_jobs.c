@@ -648,10 +648,17 @@ json_t *store_job_json(store_t *st, int64_t id)
 char *store_jobs_list_text(store_t *st, const char *state, int64_t before, int limit,
                            int64_t tenant, size_t *len)
 {
-    static const char sql[] =
+    /* Any state but succeeded is a seek in jobs_unsucceeded (schema 036),
+     * whose entries follow the ids: no reading past the history to fill a
+     * page. No state, or succeeded (most of the history), pages the table. */
+    static const char all_sql[] =
         "SELECT " JOB_COLS " FROM jobs WHERE (?1 IS NULL OR state = ?1)"
         " AND (?2 <= 0 OR id < ?2) AND (?4 = 0 OR tenant_id = ?4) ORDER BY id DESC LIMIT ?3";
-    sqlite3_stmt *s = store_stmt(st, sql);
+    static const char unsucceeded_sql[] =
+        "SELECT " JOB_COLS " FROM jobs WHERE " STORE_JOB_UNSUCCEEDED("state") " AND state = ?1"
+        " AND (?2 <= 0 OR id < ?2) AND (?4 = 0 OR tenant_id = ?4) ORDER BY id DESC LIMIT ?3";
+    int seek = state && strcmp(state, "succeeded") != 0;
+    sqlite3_stmt *s = store_stmt(st, seek ? unsucceeded_sql : all_sql);
     if (!s)
         return NULL;
     store_buf_t b = store_buf_new(4096);

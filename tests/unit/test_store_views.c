@@ -7,7 +7,8 @@
  * naming the last one shown while more are left; store_job_state reads the
  * state alone; store_job_counts counts jobs by state exactly, at a cost
  * that does not grow with the jobs ended; the admission histogram of
- * /metrics, kept as jobs are allocated, reads as a scan of every job. */
+ * /metrics, kept as jobs are allocated, reads as a scan of every job; a
+ * page of any state but succeeded seeks its jobs whatever the history. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -331,6 +332,57 @@ static void test_job_counts_cost_flat_in_ended(void **state)
                  big, small);
 }
 
+/* SQLite VM instructions of one page of `state`, whose ids (newest first)
+ * go to got. */
+static long list_cost(store_t *st, const char *state, char *got, size_t cap)
+{
+    long steps = 0;
+    int64_t next = 0;
+    size_t len = 0;
+    sqlite3_progress_handler(store_db(st), 1, count_vm, &steps);
+    char *text = store_jobs_list_text(st, state, 0, 10, 0, &len);
+    sqlite3_progress_handler(store_db(st), 0, NULL, NULL);
+    json_t *p = parsed(text, len, "list");
+    page_ids(p, got, cap, &next);
+    json_decref(p);
+    return steps;
+}
+
+/* A page of queued or failed jobs seeks them (jobs_unsucceeded, schema
+ * 036) rather than read the succeeded history newest first: the
+ * dashboard asks for the queue on every refresh. */
+static void test_list_cost_flat_in_succeeded(void **state)
+{
+    fixture_t *f = *state;
+    int64_t ids[2];
+    for (int i = 0; i < 2; i++)
+        ids[i] = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
+    set_state(f->st, ids[1], "failed");
+    char got[64], want[64];
+    long queued_small = list_cost(f->st, "queued", got, sizeof got);
+    long failed_small = list_cost(f->st, "failed", got, sizeof got);
+    support_store_write(f->st, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
+                               " WHERE i < 5000) INSERT INTO jobs (name, state, priority,"
+                               " max_retries, comps_total, created_at) SELECT 'ended',"
+                               " 'succeeded', 0, 0, 1, i FROM n");
+    long queued_big = list_cost(f->st, "queued", got, sizeof got);
+    snprintf(want, sizeof want, "%lld", (long long)ids[0]);
+    assert_string_equal(got, want);
+    long failed_big = list_cost(f->st, "failed", got, sizeof got);
+    snprintf(want, sizeof want, "%lld", (long long)ids[1]);
+    assert_string_equal(got, want);
+    print_message("a page: queued %ld -> %ld, failed %ld -> %ld VM instructions (1 -> 5001"
+                  " succeeded jobs)\n", queued_small, queued_big, failed_small, failed_big);
+    if (queued_big > queued_small + queued_small / 2 || failed_big > failed_small + failed_small / 2)
+        fail_msg("a page reads the succeeded history: queued %ld -> %ld, failed %ld -> %ld",
+                 queued_small, queued_big, failed_small, failed_big);
+    /* Succeeded jobs page the table: newest first, as before. */
+    list_cost(f->st, "succeeded", got, sizeof got);
+    int64_t newest = support_store_int(f->st, "SELECT MAX(id) FROM jobs");
+    snprintf(want, sizeof want, "%lld,", (long long)newest);
+    assert_int_equal(strncmp(got, want, strlen(want)), 0);
+}
+
 /* The admission histogram's lines of /metrics, as the scan of every job
  * wrote them before schema 035: cumulative buckets at these bounds, the
  * sum and count of (allocated_at - created_at) over jobs allocated now. */
@@ -451,6 +503,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_job_counts_cost_flat_in_ended, setup,
                                         support_store_teardown),
         cmocka_unit_test_setup_teardown(test_admission_kept_as_scanned, setup,
+                                        support_store_teardown),
+        cmocka_unit_test_setup_teardown(test_list_cost_flat_in_succeeded, setup,
                                         support_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
