@@ -296,14 +296,38 @@ static int count_vm(void *arg)
     return 0;
 }
 
+/* Counts the SQLite VM instructions st runs into *steps (zeroed) until
+ * vm_meter_off. */
+static void vm_meter_on(store_t *st, long *steps)
+{
+    *steps = 0;
+    sqlite3_progress_handler(store_db(st), 1, count_vm, steps);
+}
+
+static void vm_meter_off(store_t *st)
+{
+    sqlite3_progress_handler(store_db(st), 0, NULL, NULL);
+}
+
+/* Writes 5,000 ended jobs straight into jobs, their state the SQL
+ * expression `state_sql` of i (1..5000). */
+static void add_ended_jobs(store_t *st, const char *state_sql)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
+             " WHERE i < 5000) INSERT INTO jobs (name, state, priority, max_retries,"
+             " comps_total, created_at) SELECT 'ended', %s, 0, 0, 1, i FROM n", state_sql);
+    support_store_write(st, sql);
+}
+
 /* SQLite VM instructions of one store_job_counts. */
 static long counts_cost(store_t *st)
 {
-    long steps = 0;
+    long steps;
     int64_t c[STORE_JOB_NSTATES];
-    sqlite3_progress_handler(store_db(st), 1, count_vm, &steps);
+    vm_meter_on(st, &steps);
     int rc = store_job_counts(st, c);
-    sqlite3_progress_handler(store_db(st), 0, NULL, NULL);
+    vm_meter_off(st);
     assert_int_equal(rc, 0);
     return steps;
 }
@@ -319,11 +343,8 @@ static void test_job_counts_cost_flat_in_ended(void **state)
         ids[i] = support_store_submit(f->st, SUPPORT_STORE_JOB_DOC, islands, 1);
     set_state(f->st, ids[1], "succeeded");
     long small = counts_cost(f->st);
-    support_store_write(f->st, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
-                               " WHERE i < 5000) INSERT INTO jobs (name, state, priority,"
-                               " max_retries, comps_total, created_at) SELECT 'ended',"
-                               " CASE i % 3 WHEN 0 THEN 'succeeded' WHEN 1 THEN 'failed'"
-                               " ELSE 'cancelled' END, 0, 0, 1, i FROM n");
+    add_ended_jobs(f->st, "CASE i % 3 WHEN 0 THEN 'succeeded' WHEN 1 THEN 'failed'"
+                          " ELSE 'cancelled' END");
     long big = counts_cost(f->st);
     assert_counts_exact(f->st);
     print_message("job counts: %ld VM instructions with 1 ended job, %ld with 5001\n", small, big);
@@ -336,12 +357,12 @@ static void test_job_counts_cost_flat_in_ended(void **state)
  * go to got. */
 static long list_cost(store_t *st, const char *state, char *got, size_t cap)
 {
-    long steps = 0;
+    long steps;
     int64_t next = 0;
     size_t len = 0;
-    sqlite3_progress_handler(store_db(st), 1, count_vm, &steps);
+    vm_meter_on(st, &steps);
     char *text = store_jobs_list_text(st, state, 0, 10, 0, &len);
-    sqlite3_progress_handler(store_db(st), 0, NULL, NULL);
+    vm_meter_off(st);
     json_t *p = parsed(text, len, "list");
     page_ids(p, got, cap, &next);
     json_decref(p);
@@ -361,10 +382,7 @@ static void test_list_cost_flat_in_succeeded(void **state)
     char got[64], want[64];
     long queued_small = list_cost(f->st, "queued", got, sizeof got);
     long failed_small = list_cost(f->st, "failed", got, sizeof got);
-    support_store_write(f->st, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
-                               " WHERE i < 5000) INSERT INTO jobs (name, state, priority,"
-                               " max_retries, comps_total, created_at) SELECT 'ended',"
-                               " 'succeeded', 0, 0, 1, i FROM n");
+    add_ended_jobs(f->st, "'succeeded'");
     long queued_big = list_cost(f->st, "queued", got, sizeof got);
     snprintf(want, sizeof want, "%lld", (long long)ids[0]);
     assert_string_equal(got, want);
