@@ -55,6 +55,7 @@ typedef struct options {
     int64_t header_timeout_ms;          /* a request's header block, from accept */
     int allow_run;                      /* --allow-run: users' programs (DESIGN Part F) */
     int64_t sched_priority;             /* 0, or the scheduler thread's SCHED_FIFO priority */
+    int64_t keep_jobs_s;                /* ended jobs deleted this long after their end; 0: kept */
 } options_t;
 
 static void usage(FILE *out)
@@ -95,6 +96,9 @@ static void usage(FILE *out)
         "                       (1..99; needs CAP_SYS_NICE, else a warning), so that no\n"
         "                       other thread preempts a pass; 0 (default): the default\n"
         "                       policy (ATOLL_SCHED_PRIORITY)\n"
+        "  --keep-jobs-s N      delete an ended job, with its results and events, N\n"
+        "                       seconds after it ended (ATOLL_KEEP_JOBS_S; default 0:\n"
+        "                       keep every job; e.g. 604800 keeps a week)\n"
         "  --help, --version\n", ATOLL_SOURCE_DIR);
 }
 
@@ -209,6 +213,7 @@ static int apply(options_t *o, int opt, const char *arg)
     case 'M': return parse_int("--max-connections", arg, 16, 1000000, &o->max_conns);
     case 'H': return parse_int("--header-timeout-ms", arg, 100, 600000, &o->header_timeout_ms);
     case 'P': return parse_int("--sched-priority", arg, 0, 99, &o->sched_priority);
+    case 'k': return parse_int("--keep-jobs-s", arg, 0, 315360000, &o->keep_jobs_s);
     default: return -1;
     }
 }
@@ -222,7 +227,7 @@ static int parse_env(options_t *o)
         {"ATOLL_WORKER_TOKEN", 'W'}, {"ATOLL_READ_TOKEN", 'R'}, {"ATOLL_TLS_CERT", 'C'},
         {"ATOLL_TLS_KEY", 'K'}, {"ATOLL_DRAIN_MS", 'T'}, {"ATOLL_MAX_CONNECTIONS", 'M'},
         {"ATOLL_HEADER_TIMEOUT_MS", 'H'}, {"ATOLL_DURABILITY", 'u'},
-        {"ATOLL_SCHED_PRIORITY", 'P'},
+        {"ATOLL_SCHED_PRIORITY", 'P'}, {"ATOLL_KEEP_JOBS_S", 'k'},
     };
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
@@ -256,6 +261,7 @@ static int parse_args(options_t *o, int argc, char **argv)
         {"header-timeout-ms", required_argument, NULL, 'H'},
         {"durability", required_argument, NULL, 'u'},
         {"sched-priority", required_argument, NULL, 'P'},
+        {"keep-jobs-s", required_argument, NULL, 'k'},
         {"allow-run", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
@@ -382,7 +388,9 @@ static int start_services(const options_t *o, int *port)
         return -1;
     }
     /* The dashboard's watcher: utilization samples and live-update pushes. */
-    sampler_config_t smp = {1000, 3600, api_stream_changed, api_stream_sampled};
+    sampler_config_t smp = {.interval_ms = 1000, .retain_s = 3600,
+                            .keep_jobs_s = o->keep_jobs_s, .on_change = api_stream_changed,
+                            .on_sample = api_stream_sampled};
     if (sampler_start(&smp) != 0) {
         sched_stop();
         fprintf(stderr, "atolld: cannot start the sampler thread\n");
@@ -416,11 +424,11 @@ static void say_ready(const options_t *o, int port)
     const char *scheme = o->tls_cert ? "https" : "http";
     log_info("config: listen=%s:%d db=%s islands=[%s] dispatch=%s durability=%s lease_ms=%ld"
              " max_body=%ld threads=%ld web_dir=%s auth=%s tls=%s max_connections=%u"
-             " header_timeout_ms=%ld sched_priority=%ld",
+             " header_timeout_ms=%ld sched_priority=%ld keep_jobs_s=%ld",
              o->host, port, o->db, islands, o->dispatch, o->durability, (long)o->lease_ms,
              (long)o->max_body, (long)o->threads, o->web_dir, auth_enabled() ? "tokens" : "off",
              o->tls_cert ? "on" : "off", http_max_conns(), (long)o->header_timeout_ms,
-             (long)o->sched_priority);
+             (long)o->sched_priority, (long)o->keep_jobs_s);
     printf("atolld ready: %s://%s:%d (db %s, islands %s)\n", scheme, o->host, port, o->db,
            islands);
     fflush(stdout);

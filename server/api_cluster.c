@@ -164,8 +164,8 @@ void api_healthz(http_req_t *req, http_resp_t *resp)
         http_problem(resp, 503, "db", "database not answering");
 }
 
-/* The store's own families: write transactions, group-commit rounds and
- * checkpoints. */
+/* The store's own families: write transactions, group-commit rounds,
+ * checkpoints and the jobs retention deleted. */
 static size_t metrics_store(char *buf, size_t len, size_t cap)
 {
     uint64_t runs, frames, forced, kicks, mem, file, db_mem, db_file;
@@ -211,12 +211,17 @@ static size_t metrics_store(char *buf, size_t len, size_t cap)
                         " answered from its copy in memory or from the file.\n"
                         "# TYPE atoll_store_db_reads_total counter\n"
                         "atoll_store_db_reads_total{from=\"memory\"} %lu\n"
-                        "atoll_store_db_reads_total{from=\"file\"} %lu\n",
+                        "atoll_store_db_reads_total{from=\"file\"} %lu\n"
+                        "# HELP atoll_jobs_pruned_total Ended jobs deleted past their retention"
+                        " (--keep-jobs-s) since atolld started.\n"
+                        "# TYPE atoll_jobs_pruned_total counter\n"
+                        "atoll_jobs_pruned_total %lu\n",
                         (unsigned long)store_write_transactions(),
                         (unsigned long)store_sync_rounds(), (unsigned long)store_sync_waits(),
                         (unsigned long)runs, (unsigned long)frames, (unsigned long)forced,
                         (unsigned long)kicks, (unsigned long)mem, (unsigned long)file,
-                        (unsigned long)db_mem, (unsigned long)db_file);
+                        (unsigned long)db_mem, (unsigned long)db_file,
+                        (unsigned long)store_jobs_pruned());
 }
 
 /* The workers' data-plane drop counters (summed from their heartbeats);

@@ -224,6 +224,26 @@ fail:
     return NULL;
 }
 
+/* ---- job retention ---- */
+
+static int sampler_sleep(int ms);
+
+/* Deletes the jobs past their retention, a batch at a time, within the
+ * round's budget (sampler.h). */
+static void sampler_prune_jobs(store_t *st)
+{
+    if (sampler_cfg.keep_jobs_s <= 0)
+        return;
+    int64_t cutoff = util_wall_us() - sampler_cfg.keep_jobs_s * 1000000;
+    int64_t until = util_mono_us() + SAMPLER_PRUNE_BUDGET_MS * 1000;
+    int n;
+    do
+        n = store_jobs_prune(st, cutoff, SAMPLER_PRUNE_BATCH);
+    while (n == SAMPLER_PRUNE_BATCH && util_mono_us() < until && sampler_sleep(0));
+    if (n < 0)
+        log_warn("sampler: could not delete the jobs past their retention (retrying each round)");
+}
+
 /* ---- the thread ---- */
 
 /* Waits up to ms or until sampler_stop(); returns 0 when stopping. */
@@ -279,6 +299,7 @@ static void *sampler_main(void *arg)
             } else if (failures++ == 0) {
                 log_warn("sampler: could not record a utilization sample (retrying each round)");
             }
+            sampler_prune_jobs(st);
         }
     } while (sampler_sleep(SAMPLER_WATCH_MS));
     store_thread_close();

@@ -8,7 +8,12 @@
  *
  * Every interval_ms it records one utilization sample (busy and down devices
  * per island, jobs per state) in the `samples` table (schema/003_samples.sql),
- * prunes rows older than retain_s and calls on_sample().
+ * prunes rows older than retain_s and calls on_sample(). Then, when
+ * keep_jobs_s > 0, it deletes the jobs that ended more than keep_jobs_s
+ * ago (store_jobs_prune), in batches of SAMPLER_PRUNE_BATCH jobs, each
+ * its own write transaction, for at most SAMPLER_PRUNE_BUDGET_MS a round:
+ * a backlog (a first start with a long history) goes over several rounds
+ * and other writers take turns between the batches.
  *
  * The callbacks run on the sampler thread and must be quick. */
 #ifndef ATOLL_SAMPLER_H
@@ -20,10 +25,13 @@
 #include "store.h"
 
 #define SAMPLER_WATCH_MS 200
+#define SAMPLER_PRUNE_BATCH 64
+#define SAMPLER_PRUNE_BUDGET_MS 250
 
 typedef struct sampler_config {
     int interval_ms;                /* between samples (1000) */
     int retain_s;                   /* samples kept (3600) */
+    int64_t keep_jobs_s;            /* ended jobs kept this long; 0: forever */
     void (*on_change)(void);        /* may be NULL */
     void (*on_sample)(void);        /* may be NULL */
 } sampler_config_t;

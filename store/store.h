@@ -230,6 +230,16 @@ uint32_t store_devlog_writer(const store_t *st);
 void store_rollback(store_t *st);
 /* Runs a statement that returns no rows; 0 or -1 (logged). */
 int store_step_done(sqlite3_stmt *s);
+/* Job retention (store_prune.c): deletes, in one write transaction, up
+ * to `batch` (1..STORE_PRUNE_BATCH_MAX, else the max) ended jobs whose
+ * finished_at is before cutoff_us, with every row they own; a job with a
+ * host task still leased, or owning the newest row of a table whose ids
+ * are handed out, stays (ids are never reused). Returns how many went,
+ * or -1 (nothing changed). store_jobs_pruned: how many went since the
+ * process started (/metrics). */
+#define STORE_PRUNE_BATCH_MAX 256
+int store_jobs_prune(store_t *st, int64_t cutoff_us, int batch);
+uint64_t store_jobs_pruned(void);
 /* Appends an event row (job may be 0 for cluster events). */
 void store_event(store_t *st, int64_t job, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -72,6 +72,26 @@ static inline int64_t support_store_int(store_t *st, const char *sql)
 
 /* Submits the job document `doc` as POST /v1/jobs would for tenant
  * (0: none, as admin); its id. */
+static inline int support_store_count_vm(void *arg)
+{
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* Counts the SQLite VM instructions st runs into *steps (zeroed) until
+ * support_store_vm_meter_off: a query's cost, exact and independent of
+ * the machine's speed. */
+static inline void support_store_vm_meter_on(store_t *st, long *steps)
+{
+    *steps = 0;
+    sqlite3_progress_handler(store_db(st), 1, support_store_count_vm, steps);
+}
+
+static inline void support_store_vm_meter_off(store_t *st)
+{
+    sqlite3_progress_handler(store_db(st), 0, NULL, NULL);
+}
+
 static inline int64_t support_store_submit_as(store_t *st, const char *doc,
                                               const island_desc_t *islands, int n,
                                               int64_t tenant)

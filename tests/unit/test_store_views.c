@@ -290,25 +290,6 @@ static void test_job_counts_follow_states(void **state)
     assert_int_equal(c[0] + c[1] + c[2] + c[3] + c[4] + c[5], 6);
 }
 
-static int count_vm(void *arg)
-{
-    (*(long *)arg)++;
-    return 0;
-}
-
-/* Counts the SQLite VM instructions st runs into *steps (zeroed) until
- * vm_meter_off. */
-static void vm_meter_on(store_t *st, long *steps)
-{
-    *steps = 0;
-    sqlite3_progress_handler(store_db(st), 1, count_vm, steps);
-}
-
-static void vm_meter_off(store_t *st)
-{
-    sqlite3_progress_handler(store_db(st), 0, NULL, NULL);
-}
-
 /* Writes 5,000 ended jobs straight into jobs, their state the SQL
  * expression `state_sql` of i (1..5000). */
 static void add_ended_jobs(store_t *st, const char *state_sql)
@@ -325,9 +306,9 @@ static long counts_cost(store_t *st)
 {
     long steps;
     int64_t c[STORE_JOB_NSTATES];
-    vm_meter_on(st, &steps);
+    support_store_vm_meter_on(st, &steps);
     int rc = store_job_counts(st, c);
-    vm_meter_off(st);
+    support_store_vm_meter_off(st);
     assert_int_equal(rc, 0);
     return steps;
 }
@@ -360,9 +341,9 @@ static long list_cost(store_t *st, const char *state, char *got, size_t cap)
     long steps;
     int64_t next = 0;
     size_t len = 0;
-    vm_meter_on(st, &steps);
+    support_store_vm_meter_on(st, &steps);
     char *text = store_jobs_list_text(st, state, 0, 10, 0, &len);
-    vm_meter_off(st);
+    support_store_vm_meter_off(st);
     json_t *p = parsed(text, len, "list");
     page_ids(p, got, cap, &next);
     json_decref(p);
