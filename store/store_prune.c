@@ -22,9 +22,10 @@
  * a call reads the jobs it deletes and the few old ones it keeps (live,
  * or ended within the window), never the whole history.
  *
- * What stays: job_counts and admission_buckets follow the deletes through
- * their triggers (schema 035: they count stored jobs; /metrics'
- * atoll_jobs_pruned_total counts the deleted ones), tenants' device time
+ * What stays: job_counts follows the deletes through its trigger (schema
+ * 035: atoll_jobs{state} counts stored jobs; atoll_jobs_pruned_total the
+ * deleted ones); admission_buckets keeps the deleted jobs' admissions
+ * (schema 037: a Prometheus histogram only grows); tenants' device time
  * (tenant_usage) and devices' busy time, and events without a job
  * (workers joining or lost). An idempotency key is free again once its
  * job is gone. */

@@ -1,0 +1,13 @@
+-- Version 37: the admission histogram keeps the admissions of deleted jobs.
+-- /metrics exports admission_buckets (version 35) as the Prometheus
+-- histogram atoll_admission_latency_seconds, whose buckets, sum and count
+-- a scraper takes to only grow: a drop reads as a counter reset, and
+-- rate() over it counts the whole history again. Version 35 took a job's
+-- admission out when the job row was deleted; nothing deleted jobs then,
+-- but job retention (atolld --keep-jobs-s, store/store_prune.c) deletes
+-- ended jobs every second, so the histogram fell with each batch. Now a
+-- deleted job's admission stays counted: the histogram counts every
+-- admission the store made, as atoll_jobs_pruned_total counts the jobs it
+-- deleted. (A requeue still moves a job's admission to its latest one:
+-- version 35's admission_update.)
+DROP TRIGGER admission_delete;
