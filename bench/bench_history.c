@@ -1,6 +1,6 @@
 /* bench_history.c - what a long history costs a running controller.
  *
- * atolld keeps every job it ever ran (ended jobs are never deleted), so
+ * By default atolld keeps every job it ever ran (--keep-jobs-s 0), so
  * whatever it counts every second, or on every scrape, must not read them
  * all. This makes a store (atolld started once and stopped), writes JOBS
  * ended jobs straight into its SQLite file (one transaction, as a long run
@@ -23,6 +23,18 @@
  *                                  the median of 11
  *   history.jobs_per_s.serial_1dev tiny 1-device jobs, one client, each
  *                                  waited to success, for 3 s
+ *   history.job_p50_ms, job_p99_ms, job_max_ms
+ *                                  a loop job's submission to success
+ * Then retention is turned on for that history (atolld restarted with
+ * ATOLL_KEEP_JOBS_S=1, a fresh worker), as an operator would on an old
+ * store, and the same loop runs while the sampler deletes it:
+ *   history.drain_s                until atoll_jobs_pruned_total counts
+ *                                  every seeded job
+ *   history.drain_jobs_per_s       jobs deleted a second
+ *   history.drain.jobs_per_s.serial_1dev   the loop meanwhile
+ *   history.drain.job_p50_ms, job_p99_ms, job_max_ms    the same
+ * (the seeded jobs own no rows in other tables, so a real history's
+ * deletes cost more a job: bench_retain measures those).
  * Compare two builds on the same history with bench/ab.sh, e.g.
  *   bench/ab.sh rev:HEAD~1 build/bin 3 bench_history 1000000
  *
@@ -40,6 +52,8 @@
 
 #define BENCH_SCRAPES 11
 #define BENCH_LOOP_MS 3000
+#define BENCH_DRAIN_MAX_MS 600000
+#define BENCH_LAT_MAX 200000
 
 static const char one_doc_q[] =
     "{'name':'one','slices':{'s':{'shape':[1]}},'computations':[{'name':'c','slice':'s',"
@@ -102,6 +116,74 @@ cleanup:
         fprintf(stderr, "bench: seeding the history: %s\n", db ? sqlite3_errmsg(db) : "no memory");
     sqlite3_finalize(s);
     sqlite3_close(db);
+    return rc;
+}
+
+/* Prints PREFIX.job_p50_ms, _p99_ms and _max_ms of the n latencies in
+ * lat_us (sorted here). */
+static void print_latencies(const char *prefix, int64_t *lat_us, int n)
+{
+    if (n <= 0)
+        return;
+    qsort(lat_us, (size_t)n, sizeof lat_us[0], hx_cmp_i64);
+    printf("%s.job_p50_ms %.2f\n%s.job_p99_ms %.2f\n%s.job_max_ms %.2f\n", prefix,
+           (double)lat_us[n / 2] / 1000.0, prefix, (double)lat_us[(size_t)n * 99 / 100] / 1000.0,
+           prefix, (double)lat_us[n - 1] / 1000.0);
+}
+
+/* The drain phase: atolld on the same store with retention on, a fresh
+ * worker, and tiny jobs one by one until the seeded history is deleted.
+ * atolld must be stopped on entry; on return *atolld and *worker may run
+ * (the caller stops them). 0 or -1. */
+static int drain_history(hx_proc_t *atolld, hx_proc_t *worker, const char *dir, long njobs,
+                         const char *doc)
+{
+    static const char *const islands[] = {"w=2x2"};
+    static int64_t lat_us[BENCH_LAT_MAX];
+    char url[128];
+    int port = 0, rc = -1, n = 0;
+    hx_client_t cl = {0};
+    if (setenv("ATOLL_KEEP_JOBS_S", "1", 1) != 0)
+        return -1;
+    int64_t t0 = now_us();
+    int start_rc = fx_atolld_start(atolld, dir, "atolld-drain", 0, 5000, islands, 1, url,
+                                   sizeof url, &port);
+    unsetenv("ATOLL_KEEP_JOBS_S");
+    if (start_rc != 0 || hx_client_init(&cl, url) != 0 ||
+        fx_worker_start(worker, dir, "worker-drain", url, "w", 4, 15000) != 0)
+        goto cleanup;
+    double pruned = 0;
+    long done = 0;
+    int64_t deadline = t0 + (int64_t)BENCH_DRAIN_MAX_MS * 1000, t_end = 0, loop0 = now_us(),
+            last_look = 0;
+    while (now_us() < deadline) {
+        int64_t j0 = now_us();
+        if (run_one(&cl, doc) != 0)
+            goto cleanup;
+        done++;
+        if (n < BENCH_LAT_MAX)
+            lat_us[n++] = now_us() - j0;
+        if (now_us() - last_look < 100000)
+            continue;       /* looked at /metrics less than 100 ms ago */
+        last_look = now_us();
+        if ((pruned = hx_metric(&cl, "atoll_jobs_pruned_total")) >= (double)njobs) {
+            t_end = now_us();
+            break;
+        }
+    }
+    if (t_end == 0 || n == 0) {
+        fprintf(stderr, "bench: the history was not deleted in %d s (%.0f of %ld)\n",
+                BENCH_DRAIN_MAX_MS / 1000, pruned, njobs);
+        goto cleanup;
+    }
+    double secs = (double)(t_end - t0) / 1e6;
+    printf("history.drain_s %.1f\nhistory.drain_jobs_per_s %.0f\n"
+           "history.drain.jobs_per_s.serial_1dev %.1f\n",
+           secs, (double)njobs / secs, (double)done * 1e6 / (double)(t_end - loop0));
+    print_latencies("history.drain", lat_us, n);
+    rc = 0;
+cleanup:
+    hx_client_cleanup(&cl);
     return rc;
 }
 
@@ -178,15 +260,25 @@ int main(int argc, char **argv)
         goto cleanup;
     }
     printf("history.metrics_ms %.2f\nhistory.queue_page_ms %.2f\n", ms, queue_ms);
+    static int64_t lat_us[BENCH_LAT_MAX];
     int done = 0;
     int64_t start = hx_now_ms(), end = start + BENCH_LOOP_MS;
     while (hx_now_ms() < end) {
+        int64_t j0 = now_us();
         if (run_one(&cl, doc) != 0)
             goto cleanup;
+        if (done < BENCH_LAT_MAX)
+            lat_us[done] = now_us() - j0;
         done++;
     }
     printf("history.jobs_per_s.serial_1dev %.1f\n",
            done * 1000.0 / (double)(hx_now_ms() - start));
+    print_latencies("history", lat_us, done < BENCH_LAT_MAX ? done : BENCH_LAT_MAX);
+    fflush(stdout);
+    fx_term(&worker, 10000);
+    if (!fx_term(&atolld, 10000) || njobs == 0 ||
+        drain_history(&atolld, &worker, dir, njobs, doc) != 0)
+        goto cleanup;
     rc = 0;
 cleanup:
     free(doc);
