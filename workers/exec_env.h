@@ -64,6 +64,8 @@ typedef struct exec_run_opts {
     int run_as;                 /* switch the programs to uid/gid */
     unsigned uid, gid;
     int refuse;                 /* root without --run-as: run computations fail */
+    const char *runtime;        /* --container-runtime (borrowed from argv or the
+                                   environment); NULL: podman's default */
     char host[64];              /* this worker's host, for process states */
     struct runlog *log;         /* output and state shipping; may be NULL */
 } exec_run_opts_t;

@@ -489,6 +489,8 @@ static int build_argv(gang_ctx_t *g, lproc_t *p)
         }
         sv_add(&s, "%s", prog);
         sv_add(&s, "run");
+        if (o->runtime)
+            sv_add(&s, "--runtime=%s", o->runtime);
         sv_add(&s, "--rm");
         sv_add(&s, "--network=host");
         char name[128];

@@ -374,6 +374,7 @@ static int run_opts(worker_t *w)
         return -1;
     }
     w->run.dir = dir;
+    w->run.runtime = w->o.container_runtime;
     gethostname(w->run.host, sizeof w->run.host - 1);
     if (w->o.run_as) {
         struct passwd *pw = getpwnam(w->o.run_as);

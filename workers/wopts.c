@@ -9,6 +9,7 @@
  * argv or the environment (wopts.h). */
 #include "wopts.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -165,6 +166,21 @@ static int set_run_dir(wopts_t *o, const char *v)
     return 0;
 }
 
+/* A runtime name (crun, runc) or an absolute path to one: it becomes one
+ * argv element of podman run, but a name with a space or a shell character
+ * is a mistake, said now rather than when a job runs. */
+static int set_container_runtime(wopts_t *o, const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 200)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)v[i]) && !strchr("._-/", v[i]))
+            return -1;
+    o->container_runtime = v;
+    return 0;
+}
+
 static int set_log_level(wopts_t *o, const char *v)
 {
     return log_level_parse(v, &o->log_level);
@@ -201,6 +217,8 @@ static const wopt_t wopt_table[] = {
     {"ca-file", "ATOLL_CA_FILE", set_ca_file, "a PEM file path"},
     {"run-as", "ATOLL_RUN_AS", set_run_as, "a user name or uid"},
     {"run-dir", "ATOLL_RUN_DIR", set_run_dir, "an absolute path of at most 200 characters"},
+    {"container-runtime", "ATOLL_CONTAINER_RUNTIME", set_container_runtime,
+     "a runtime name or path (letters, digits, . _ - /)"},
     {"log-level", "ATOLL_LOG_LEVEL", set_log_level, "debug, info, warn or error"},
     {"log-json", "ATOLL_LOG_JSON", set_log_json, "0 or 1"},
 };
@@ -248,6 +266,9 @@ const char *wopts_usage(void)
            "                                             root to allow root)\n"
            "  --run-dir DIR           ATOLL_RUN_DIR      their working directories (default\n"
            "                                             $TMPDIR/atoll-run)\n"
+           "  --container-runtime RT  ATOLL_CONTAINER_RUNTIME  podman's OCI runtime for programs\n"
+           "                                             run in an image (run.image), e.g. runc\n"
+           "                                             (default: podman's own choice)\n"
            "  --log-level LEVEL       ATOLL_LOG_LEVEL    debug|info|warn|error (default info)\n"
            "  --log-json 0|1          ATOLL_LOG_JSON     log JSON lines to stderr\n"
            "  --help, --version\n";

@@ -42,6 +42,8 @@ typedef struct wopts {
                                    worker's own, refused when that is root */
     const char *run_dir;        /* parent of their working directories; default
                                    $TMPDIR (or /tmp) /atoll-run */
+    const char *container_runtime; /* podman's OCI runtime for run.image (podman run
+                                   --runtime); NULL: podman's own choice */
     log_level_t log_level;      /* default info */
     int log_json;               /* default 0 */
     int help, version;

@@ -357,9 +357,14 @@ wait_for 20 host_ready || fail "host atolld printed no URL: $(cat "$TMP/host-ato
 HURL="$(grep -o 'http://127\.0\.0\.1:[0-9][0-9]*' "$TMP/host-atolld.out" | head -n 1)"
 RUN_AS=()
 [ "$(id -u)" = 0 ] && RUN_AS=(--run-as nobody)
+# The worker's podman uses the runtime this test's own podman uses (runc):
+# where crun is also installed podman would pick it, and crun refuses to
+# run on a host with cgroups v1 controllers mounted (hybrid mode).
 "$BIN/atoll-worker" --controller "$HURL" --island img --devices 2 "${RUN_AS[@]}" \
+    --container-runtime runc \
     >"$TMP/host-worker.out" 2>"$TMP/host-worker.err" &
-HOST_PIDS+=($!)
+HOST_WORKER=$!
+HOST_PIDS+=($HOST_WORKER)
 img_ready() {
     curl -fsS "$HURL/v1/islands/img" 2>/dev/null | python3 -c '
 import json, sys; i = json.load(sys.stdin); sys.exit(0 if i["free"] == 2 else 1)' 2>/dev/null
@@ -395,7 +400,9 @@ assert [(s["shard"], s["values"]) for s in out] == [(0, [1.0] * 3), (1, [2.0] * 
 log="$(curl -fsS "$HURL/v1/jobs/$RJOB/logs?process=1")"
 want="in image, rank 1 as $([ ${#RUN_AS[@]} -gt 0 ] && echo nobody || id -un)"
 [ "$log" = "$want" ] || fail "run job $RJOB process 1 wrote '$log', expected '$want'"
-if "${PODMAN[@]}" ps -a --format '{{.Names}}' | grep -q "^atoll-w[0-9]*-j$RJOB-"; then
+# Containers are named atoll-w<worker pid>-j<job>-...: this worker's only (one
+# an earlier, aborted run on this host left is not this run's).
+if "${PODMAN[@]}" ps -a --format '{{.Names}}' | grep -q "^atoll-w$HOST_WORKER-j$RJOB-"; then
     fail "a container of run job $RJOB is left: $("${PODMAN[@]}" ps -a --format '{{.Names}} {{.Status}}')"
 fi
 stop_host

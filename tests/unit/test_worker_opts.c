@@ -70,6 +70,7 @@ static void test_dataplane_flags(void **state)
     assert_int_equal(o.ring_min_kb, 0);
     assert_int_equal(o.report_hold_ms, 0);
     assert_int_equal(o.spin_us, 0);
+    assert_null(o.container_runtime);
     fake_env = NULL;
     const char *bad1[] = {"atoll-worker", "--data-transport", "udp"};
     expect_error(3, bad1, "--data-transport");
@@ -101,6 +102,14 @@ static void test_env_and_override(void **state)
     assert_string_equal(o.backend, "cpu");
     assert_int_equal(o.poll_ms, 250);
     assert_int_equal(o.log_level, LOG_DEBUG);
+    static const char *const env2[] = {"ATOLL_CONTAINER_RUNTIME", "crun", NULL};
+    fake_env = env2;
+    const char *argv2[] = {"atoll-worker", "--controller", "http://c:1", "--island", "w",
+                           "--devices", "1", "--container-runtime", "/usr/sbin/runc"};
+    assert_int_equal(parse(7, argv2, &o, err), 0);
+    assert_string_equal(o.container_runtime, "crun");
+    assert_int_equal(parse(9, argv2, &o, err), 0);
+    assert_string_equal(o.container_runtime, "/usr/sbin/runc");   /* flag beats environment */
     fake_env = NULL;
 }
 
@@ -132,6 +141,11 @@ static void test_bad_flags(void **state)
     expect_error(3, (const char *[]){"w", "--data-listen", "nowhere"}, "--data-listen");
     expect_error(3, (const char *[]){"w", "--poll-ms", "40000"}, "--poll-ms");
     expect_error(3, (const char *[]){"w", "--log-level", "loud"}, "--log-level");
+    expect_error(3, (const char *[]){"w", "--container-runtime", ""}, "--container-runtime");
+    expect_error(3, (const char *[]){"w", "--container-runtime", "runc --privileged"},
+                 "--container-runtime");
+    expect_error(3, (const char *[]){"w", "--container-runtime", "runc;id"},
+                 "--container-runtime");
 
     static const char *const env[] = {"ATOLL_DEVICES", "-3", NULL};
     fake_env = env;
