@@ -12,6 +12,9 @@
  *   retain.SIDE.sampler_cpu_us_per_job
  *                                  of which the sampler thread's, which
  *                                  runs the deletes
+ *   retain.SIDE.ckpt_cpu_us_per_job
+ *                                  of which the checkpointer's (the deleted
+ *                                  rows' pages are written to the WAL too)
  *   retain.SIDE.pruned             jobs deleted (atoll_jobs_pruned_total)
  *   retain.SIDE.store_mb           atoll.db + its WAL at the end
  *   retain.SIDE.growth_mb_per_s    how fast they grew over the second half
@@ -81,7 +84,7 @@ static double store_mb(const char *dir)
 }
 
 typedef struct side {
-    double jobs, per_s, cpu_us, sampler_us, pruned, store_mb, growth;
+    double jobs, per_s, cpu_us, sampler_us, ckpt_us, pruned, store_mb, growth;
 } side_t;
 
 /* One side: a fresh cluster with --keep-jobs-s keep, the loop for secs.
@@ -101,6 +104,7 @@ static int run_side(const char *doc, int keep, int secs, side_t *out)
     loop_t loops[RETAIN_CLIENTS];
     int64_t cpu0 = hx_sched_cpu_us(c.atolld.pid);
     int64_t smp0 = hx_thread_cpu_us(c.atolld.pid, "atoll-sampler");
+    int64_t ck0 = hx_thread_cpu_us(c.atolld.pid, "atoll-ckpt");
     int64_t t0 = hx_now_ms();
     int started = 0;
     for (; started < RETAIN_CLIENTS; started++) {
@@ -124,6 +128,7 @@ static int run_side(const char *doc, int keep, int secs, side_t *out)
     double end_mb = store_mb(c.dir);
     int64_t cpu = hx_sched_cpu_us(c.atolld.pid) - cpu0;
     int64_t smp = hx_thread_cpu_us(c.atolld.pid, "atoll-sampler") - smp0;
+    int64_t ck = hx_thread_cpu_us(c.atolld.pid, "atoll-ckpt") - ck0;
     hx_client_t cl;
     if (errors || done == 0 || hx_client_init(&cl, c.url) != 0) {
         fprintf(stderr, "bench_retain: %ld jobs failed, %ld succeeded\n", errors, done);
@@ -131,6 +136,7 @@ static int run_side(const char *doc, int keep, int secs, side_t *out)
     }
     *out = (side_t){.jobs = (double)done, .per_s = (double)done / wall_s,
                     .cpu_us = (double)cpu / (double)done, .sampler_us = (double)smp / (double)done,
+                    .ckpt_us = (double)ck / (double)done,
                     .pruned = hx_metric(&cl, "atoll_jobs_pruned_total"),
                     .store_mb = end_mb,
                     .growth = (end_mb - half_mb) * 1000.0 / (double)(end_ms - half_ms)};
@@ -147,6 +153,7 @@ static void print_side(const char *name, const side_t *s)
     printf("retain.%s.jobs_per_s %.1f\n", name, s->per_s);
     printf("retain.%s.cpu_us_per_job %.0f\n", name, s->cpu_us);
     printf("retain.%s.sampler_cpu_us_per_job %.1f\n", name, s->sampler_us);
+    printf("retain.%s.ckpt_cpu_us_per_job %.1f\n", name, s->ckpt_us);
     printf("retain.%s.pruned %.0f\n", name, s->pruned);
     printf("retain.%s.store_mb %.2f\n", name, s->store_mb);
     printf("retain.%s.growth_mb_per_s %.3f\n", name, s->growth);
