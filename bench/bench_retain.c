@@ -23,12 +23,9 @@
  * and the ratios keepN / keep0 of jobs_per_s, cpu_us_per_job and store_mb.
  *
  *   bench_retain [SECONDS [KEEP]]      (default 20 and 2) */
-#include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 
 #include "support_harness.h"
@@ -56,15 +53,10 @@ static void *loop_main(void *arg)
         return NULL;
     }
     while (hx_now_ms() < l->deadline_ms) {
-        int64_t id;
-        json_t *job = NULL;
-        if (hx_job_submit(&cl, l->doc, &id, NULL) != 201 ||
-            hx_job_wait(&cl, id, 30000, 2, &job) != 0 ||
-            strcmp(hx_job_state(job), "succeeded") != 0)
+        if (hx_job_run(&cl, l->doc, 30000, 2) != 0)
             l->errors++;
         else
             l->done++;
-        json_decref(job);
     }
     hx_client_cleanup(&cl);
     return NULL;

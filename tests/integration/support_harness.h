@@ -182,6 +182,10 @@ int hx_state_terminal(const char *state);
  * object (new ref) in *job (may be NULL), or -1 on timeout/transport
  * failure (last object still stored when there was one). */
 int hx_job_wait(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t **job);
+/* Submits doc and waits (hx_job_wait) for it to end: 0 when it succeeded;
+ * -1 when it was refused (the exchange printed to stderr), timed out or
+ * ended otherwise (its state printed). For loops of jobs in benchmarks. */
+int hx_job_run(hx_client_t *cl, const char *doc, int timeout_ms, int poll_ms);
 /* Polls until the job's state is not `state` anymore; like hx_job_wait. */
 int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeout_ms,
                       int poll_ms, json_t **job);

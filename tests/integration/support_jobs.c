@@ -186,6 +186,23 @@ int hx_job_wait(hx_client_t *cl, int64_t id, int timeout_ms, int poll_ms, json_t
     return jobs_poll(cl, id, timeout_ms, poll_ms, job, jobs_is_terminal, NULL, 1);
 }
 
+int hx_job_run(hx_client_t *cl, const char *doc, int timeout_ms, int poll_ms)
+{
+    int64_t id;
+    json_t *job = NULL;
+    if (hx_job_submit(cl, doc, &id, NULL) != 201) {
+        hx_client_print_last(cl);
+        return -1;
+    }
+    int rc = hx_job_wait(cl, id, timeout_ms, poll_ms, &job);
+    if (rc != 0 || strcmp(hx_job_state(job), "succeeded") != 0) {
+        fprintf(stderr, "job %" PRId64 " ended '%s'\n", id, job ? hx_job_state(job) : "?");
+        rc = -1;
+    }
+    json_decref(job);
+    return rc;
+}
+
 int hx_job_wait_leave(hx_client_t *cl, int64_t id, const char *state, int timeout_ms,
                       int poll_ms, json_t **job)
 {
