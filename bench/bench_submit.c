@@ -16,6 +16,10 @@
  * fdatasync rounds and jobs per round (from /metrics), the ratios against
  * `none`, and this disk's own fdatasync latency (the floor of one
  * connection's fsync'd submit: requests on one connection are sequential).
+ * In group mode, where one connection's time goes: a request's time on
+ * the connection (1 / its rate), the mean fdatasync of atolld's rounds
+ * (atoll_store_sync_seconds) and the mean wait of an acknowledgement for
+ * its round (atoll_http_durable_wait_seconds), measured in atolld.
  * Exits 1 when a submit was not answered 201. */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -120,6 +124,39 @@ static double submit_pipelined(const char *url, const char *doc, int depth, int 
     return (double)(answered - refused) * 1000.0 / (double)(ms > 0 ? ms : 1);
 }
 
+/* Group commit's figures in atolld's /metrics: rounds and their fdatasync
+ * time, acknowledgements and their waits (s); -1 where missing. */
+typedef struct sync_snap {
+    double rounds, sync_s, waits, wait_s;
+} sync_snap_t;
+
+static sync_snap_t sync_snap(hx_client_t *cl)
+{
+    sync_snap_t v = {-1, -1, -1, -1};
+    hx_resp_t r = {0};
+    if (hx_request(cl, "GET", "/metrics", NULL, 0, &r) == 0 && r.status == 200 && r.body)
+        v = (sync_snap_t){hx_metric_in(r.body, "atoll_store_sync_seconds_count"),
+                          hx_metric_in(r.body, "atoll_store_sync_seconds_sum"),
+                          hx_metric_in(r.body, "atoll_http_durable_wait_seconds_count"),
+                          hx_metric_in(r.body, "atoll_http_durable_wait_seconds_sum")};
+    hx_resp_clear(&r);
+    return v;
+}
+
+/* Prints where a group-mode run's time went: label's per-connection
+ * request time (conns connections at rate jobs/s), the mean round and the
+ * mean acknowledgement's wait between snapshots a and b. */
+static void print_sync_share(const char *label, int conns, double rate, sync_snap_t a,
+                             sync_snap_t b)
+{
+    double rounds = b.rounds - a.rounds, waits = b.waits - a.waits;
+    if (rate <= 0 || a.rounds < 0 || b.rounds < 0 || rounds <= 0 || waits <= 0)
+        return;
+    printf("%s_request_us %.0f fdatasync_mean_us %.0f ack_wait_mean_us %.0f\n", label,
+           1e6 * conns / rate, 1e6 * (b.sync_s - a.sync_s) / rounds,
+           1e6 * (b.wait_s - a.wait_s) / waits);
+}
+
 /* Median latency of pwrite(4 KiB) + fdatasync in dir, in microseconds. */
 static double fdatasync_us(const char *dir)
 {
@@ -187,17 +224,29 @@ int main(int argc, char **argv)
         for (int k = 0; k < 2; k++) {
             double r0 = hx_metric(&cl, "atoll_store_sync_rounds_total");
             double w0 = hx_metric(&cl, "atoll_store_sync_waits_total");
+            sync_snap_t a = sync_snap(&cl);
             rate[m][k] = submit_rate(c.url, doc, conns[k], secs, &errors);
+            sync_snap_t b = sync_snap(&cl);
             double rounds = hx_metric(&cl, "atoll_store_sync_rounds_total") - r0;
             double waits = hx_metric(&cl, "atoll_store_sync_waits_total") - w0;
             printf("submit_%s_conns%d_jobs_per_s %.0f\n", modes[m], conns[k], rate[m][k]);
-            if (m == 2)
-                printf("submit_group_conns%d_syncs %.0f jobs_per_sync %.2f\n", conns[k], rounds,
+            if (m == 2) {
+                char label[64];
+                snprintf(label, sizeof label, "submit_group_conns%d", conns[k]);
+                printf("%s_syncs %.0f jobs_per_sync %.2f\n", label, rounds,
                        rounds > 0 ? waits / rounds : 0);
+                print_sync_share(label, conns[k], rate[m][k], a, b);
+            }
         }
-        if (m == 2)
-            printf("submit_group_conns1_pipelined%d_jobs_per_s %.0f\n", SUBMIT_PIPE_DEPTH,
-                   submit_pipelined(c.url, doc, SUBMIT_PIPE_DEPTH, secs, &errors));
+        if (m == 2) {
+            char label[64];
+            snprintf(label, sizeof label, "submit_group_conns1_pipelined%d", SUBMIT_PIPE_DEPTH);
+            sync_snap_t a = sync_snap(&cl);
+            double r = submit_pipelined(c.url, doc, SUBMIT_PIPE_DEPTH, secs, &errors);
+            sync_snap_t b = sync_snap(&cl);
+            printf("%s_jobs_per_s %.0f\n", label, r);
+            print_sync_share(label, 1, r, a, b);
+        }
         hx_client_cleanup(&cl);
         if (hx_cluster_stop(&c) != 0)
             rc = 1;

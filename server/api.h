@@ -6,6 +6,7 @@
 
 #include "compiler.h"
 #include "http.h"
+#include "util.h"
 
 typedef struct api_config {
     const island_desc_t *islands;
@@ -61,6 +62,9 @@ void api_answer_durable(http_req_t *req, http_resp_t *resp, int status, char *te
  * sum). api_answer_durable, called later, waits for that round. */
 void api_durable_request(http_req_t *req);
 int api_durable_rerun(http_req_t *req, http_resp_t *resp);
+/* Each decided wait of an acknowledged write, from its request for a
+ * round to its answer (a /metrics histogram). */
+const util_hist_t *api_durable_histogram(void);
 
 /* The router: the handler given to http_start(). */
 void api_route(http_req_t *req, http_resp_t *resp);

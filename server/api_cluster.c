@@ -350,6 +350,12 @@ void api_metrics(http_req_t *req, http_resp_t *resp)
     len = util_hist_prom(all, len, cap, store_lock_histogram(STORE_LOCK_HOLD),
                          "atoll_store_write_lock_hold_seconds",
                          "Time a write transaction held the store's write lock.");
+    len = util_hist_prom(all, len, cap, store_sync_histogram(), "atoll_store_sync_seconds",
+                         "Group commit: each round's fdatasync of the WAL.");
+    len = util_hist_prom(all, len, cap, api_durable_histogram(),
+                         "atoll_http_durable_wait_seconds",
+                         "Time an acknowledged write (a submit's 201, a cancel's 200) waited"
+                         " for its group-commit round, from asking to answering.");
     len = metrics_dplane(st, all, len, cap);
     len = metrics_http(all, len, cap);
     free(resp->body);

@@ -11,7 +11,14 @@
  * req->user_ptr.
  *
  * Ownership: the held answer (its text included) belongs to the request
- * (user_ptr, freed by the front door with it). */
+ * (user_ptr, freed by the front door with it).
+ *
+ * atoll_http_durable_wait_seconds (/metrics) counts each decided wait,
+ * from the request for a round to the answer's run: its round's fdatasync
+ * (atoll_store_sync_seconds), the wait for a round already running, and
+ * the wake of the parked request. A round is asked for by one request at
+ * least, which waits from before it began to after it ended, so the waits'
+ * sum is never under the rounds' sum (test_durable). */
 #include "api.h"
 
 #include <stdarg.h>
@@ -23,12 +30,21 @@
 
 typedef struct held {
     uint64_t ticket;
+    int64_t asked_us;           /* util_mono_us before the round was asked for */
     int status;
     char *text;                 /* owned until answered */
     size_t len;
     char location[sizeof ((http_resp_t *)0)->location];
     char fail[256];             /* the 503's detail when the sync is refused */
 } held_t;
+
+static const int64_t durable_bounds_us[] = {50,   100,   250,   500,    1000,   2500,
+                                            5000, 10000, 25000, 100000, 1000000};
+#define DURABLE_NBOUNDS ((int)(sizeof durable_bounds_us / sizeof durable_bounds_us[0]))
+_Static_assert(DURABLE_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the wait buckets");
+static util_hist_t durable_hist = {.bounds_us = durable_bounds_us, .nbounds = DURABLE_NBOUNDS};
+
+const util_hist_t *api_durable_histogram(void) { return &durable_hist; }
 
 static void held_free(void *ptr)
 {
@@ -48,6 +64,8 @@ static void held_answer(http_resp_t *resp, held_t *h)
         http_park_until(resp, store_sync_gen, (int64_t)h->ticket, 0, 0);
         return;
     }
+    if (h->ticket)      /* 0: no round in this mode, nothing waited */
+        util_hist_add(&durable_hist, util_mono_us() - h->asked_us);
     if (v < 0) {
         resp->location[0] = '\0';
         http_problem(resp, 503, NULL, "%s", h->fail);
@@ -78,6 +96,7 @@ static held_t *held_of(http_req_t *req)
     held_t *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
+    h->asked_us = util_mono_us();
     h->ticket = store_sync_request();
     req->user_ptr = h;
     req->user_free = held_free;

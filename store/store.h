@@ -287,6 +287,8 @@ void store_sync_stop(void);
 /* For /metrics: fdatasync rounds run and rounds asked for (requests). */
 uint64_t store_sync_rounds(void);
 uint64_t store_sync_waits(void);
+/* Each successful round's fdatasync duration (a /metrics histogram). */
+const util_hist_t *store_sync_histogram(void);
 /* Closes the WAL descriptor (shutdown). */
 void store_sync_close(void);
 

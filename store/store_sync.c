@@ -56,6 +56,14 @@ static int sync_busy, sync_failed;
 /* The WAL's descriptor; used only by the round's leader (sync_busy). */
 static int sync_wal_fd = -1;
 static _Atomic uint64_t sync_rounds, sync_waits;
+/* Each round's fdatasync, in µs (/metrics: atoll_store_sync_seconds).
+ * On one connection requests are sequential, so this is the floor of
+ * each acknowledged write's time there (docs/performance.md, stop 82). */
+static const int64_t sync_bounds_us[] = {50,   100,   250,   500,    1000,   2500,
+                                         5000, 10000, 25000, 100000, 1000000};
+#define SYNC_NBOUNDS ((int)(sizeof sync_bounds_us / sizeof sync_bounds_us[0]))
+_Static_assert(SYNC_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the sync buckets");
+static util_hist_t sync_hist = {.bounds_us = sync_bounds_us, .nbounds = SYNC_NBOUNDS};
 
 int store_durability_parse(const char *s, store_durability_t *out)
 {
@@ -108,11 +116,13 @@ static int sync_wal(void)
             return -1;
         }
     }
+    int64_t t0 = util_mono_us();
     if (fdatasync(sync_wal_fd) != 0) {
         log_error("group commit: fdatasync of the WAL failed: %s; acknowledged writes are"
                   " refused from now on (restart atolld)", strerror(errno));
         return -1;
     }
+    util_hist_add(&sync_hist, util_mono_us() - t0);
     atomic_fetch_add(&sync_rounds, 1);
     return 0;
 }
@@ -245,6 +255,7 @@ void store_sync_stop(void)
 
 uint64_t store_sync_rounds(void) { return atomic_load(&sync_rounds); }
 uint64_t store_sync_waits(void) { return atomic_load(&sync_waits); }
+const util_hist_t *store_sync_histogram(void) { return &sync_hist; }
 
 void store_sync_close(void)
 {

@@ -15,6 +15,12 @@
  * --durability none no round runs at all, and a bad mode is refused at
  * start (exit 2, naming the flag).
  *
+ * The two histograms in /metrics account for every round and every wait:
+ * atoll_store_sync_seconds holds one entry per round, and
+ * atoll_http_durable_wait_seconds one per acknowledged write, and since a
+ * round's asker waited from before it began to after it ended, the waits'
+ * sum is at least the rounds'. With --durability none both stay empty.
+ *
  * atolld owns its database: a second atolld on the same file exits at once
  * (1), naming why, and the first goes on; an admin's GET /v1/admin/backup
  * is the online backup instead, a whole SQLite file holding every job
@@ -68,9 +74,27 @@ static int group_teardown(void **state)
     return itest_group_teardown(state);
 }
 
+/* The sync figures of one scrape of /metrics: rounds_total, waits_total,
+ * and the _count and _sum of the round and wait histograms (-1: missing). */
+enum { SF_ROUNDS, SF_WAITS, SF_SYNC_N, SF_SYNC_S, SF_WAIT_N, SF_WAIT_S, SF_N };
+static void sync_figures(hx_client_t *cl, double f[SF_N])
+{
+    static const char *const names[SF_N] = {
+        "atoll_store_sync_rounds_total",          "atoll_store_sync_waits_total",
+        "atoll_store_sync_seconds_count",         "atoll_store_sync_seconds_sum",
+        "atoll_http_durable_wait_seconds_count",  "atoll_http_durable_wait_seconds_sum"};
+    hx_resp_t r = {0};
+    int ok = hx_request(cl, "GET", "/metrics", NULL, 0, &r) == 0 && r.status == 200 && r.body;
+    for (int i = 0; i < SF_N; i++)
+        f[i] = ok ? hx_metric_in(r.body, names[i]) : -1;
+    hx_resp_clear(&r);
+}
+
 static void test_each_ack_waits_for_its_own_round(void **state)
 {
     (void)state;
+    double f0[SF_N], f1[SF_N];
+    sync_figures(&itest_client, f0);
     double r0 = hx_metric(&itest_client, "atoll_store_sync_rounds_total");
     double w0 = hx_metric(&itest_client, "atoll_store_sync_waits_total");
     T_CHECK(r0 >= 0 && w0 >= 0, "sync counters missing from /metrics");
@@ -121,6 +145,19 @@ static void test_each_ack_waits_for_its_own_round(void **state)
     double r2 = hx_metric(&itest_client, "atoll_store_sync_rounds_total");
     double w2 = hx_metric(&itest_client, "atoll_store_sync_waits_total");
     T_CHECK(w2 - w1 == 1 && r2 - r1 >= 1, "cancel: %.0f waits, %.0f rounds", w2 - w1, r2 - r1);
+    /* Nothing is pending now: every round and every wait is in its
+     * histogram, and the waits (each round's asker among them) took at
+     * least as long as the rounds. */
+    sync_figures(&itest_client, f1);
+    for (int i = 0; i < SF_N; i++)
+        T_CHECK(f0[i] >= 0 && f1[i] >= 0, "sync figure %d missing from /metrics", i);
+    double rounds = f1[SF_ROUNDS] - f0[SF_ROUNDS], waits = f1[SF_WAITS] - f0[SF_WAITS];
+    T_CHECK(f1[SF_SYNC_N] - f0[SF_SYNC_N] == rounds && f1[SF_WAIT_N] - f0[SF_WAIT_N] == waits,
+            "histograms: %.0f rounds and %.0f waits, counters %.0f and %.0f",
+            f1[SF_SYNC_N] - f0[SF_SYNC_N], f1[SF_WAIT_N] - f0[SF_WAIT_N], rounds, waits);
+    double sync_s = f1[SF_SYNC_S] - f0[SF_SYNC_S], wait_s = f1[SF_WAIT_S] - f0[SF_WAIT_S];
+    T_CHECK(sync_s > 0 && wait_s >= sync_s, "rounds took %g s, the waits for them %g s", sync_s,
+            wait_s);
 }
 
 static void test_none_runs_no_round(void **state)
@@ -135,12 +172,16 @@ static void test_none_runs_no_round(void **state)
     char *doc = hx_text_q(doc_q);
     int64_t id = 0;
     int st = doc ? hx_job_submit(&cl, doc, &id, NULL) : -1;
-    double rounds = hx_metric(&cl, "atoll_store_sync_rounds_total");
+    double f[SF_N];
+    sync_figures(&cl, f);
     free(doc);
     hx_client_cleanup(&cl);
     int unclean = hx_cluster_stop(&c);
-    T_CHECK(st == 201 && rounds == 0, "submit %d, %.0f rounds with --durability none", st,
-            rounds);
+    T_CHECK(st == 201 && f[SF_ROUNDS] == 0, "submit %d, %.0f rounds with --durability none", st,
+            f[SF_ROUNDS]);
+    T_CHECK(f[SF_SYNC_N] == 0 && f[SF_WAIT_N] == 0,
+            "--durability none: %.0f rounds and %.0f waits in the histograms", f[SF_SYNC_N],
+            f[SF_WAIT_N]);
     T_CHECK(unclean == 0, "atolld did not stop cleanly");
 }
 
