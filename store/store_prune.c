@@ -31,6 +31,7 @@
  * job is gone. */
 #include "store.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 
 #include "util.h"
@@ -40,20 +41,24 @@ static _Atomic uint64_t prune_total;
 /* Every table holding a job's rows, children first (their foreign keys
  * name jobs), jobs last. A table added later that references jobs makes
  * the last DELETE fail on its foreign key until it is listed here;
- * test_store_prune checks every table with a job_id column. */
+ * test_store_prune checks every table with a job_id column. Each
+ * statement deletes a whole batch: ?1 is the batch's ids as a JSON array
+ * of integers, and the planner looks each id up in the table's job_id
+ * index (12 statements a batch, not 12 a job). */
+#define PRUNE_IDS(col) " WHERE " col " IN (SELECT value FROM json_each(?1))"
 static const char *const prune_delete_sql[] = {
-    "DELETE FROM comp_payloads WHERE job_id = ?1",
-    "DELETE FROM computations WHERE job_id = ?1",
-    "DELETE FROM host_tasks WHERE job_id = ?1",
-    "DELETE FROM outputs WHERE job_id = ?1",
-    "DELETE FROM events WHERE job_id = ?1",
-    "DELETE FROM job_docs WHERE job_id = ?1",
-    "DELETE FROM run_logs WHERE job_id = ?1",
-    "DELETE FROM run_procs WHERE job_id = ?1",
-    "DELETE FROM slices WHERE job_id = ?1",
-    "DELETE FROM device_holds WHERE job_id = ?1",
-    "DELETE FROM allocations WHERE job_id = ?1",
-    "DELETE FROM jobs WHERE id = ?1",
+    "DELETE FROM comp_payloads" PRUNE_IDS("job_id"),
+    "DELETE FROM computations" PRUNE_IDS("job_id"),
+    "DELETE FROM host_tasks" PRUNE_IDS("job_id"),
+    "DELETE FROM outputs" PRUNE_IDS("job_id"),
+    "DELETE FROM events" PRUNE_IDS("job_id"),
+    "DELETE FROM job_docs" PRUNE_IDS("job_id"),
+    "DELETE FROM run_logs" PRUNE_IDS("job_id"),
+    "DELETE FROM run_procs" PRUNE_IDS("job_id"),
+    "DELETE FROM slices" PRUNE_IDS("job_id"),
+    "DELETE FROM device_holds" PRUNE_IDS("job_id"),
+    "DELETE FROM allocations" PRUNE_IDS("job_id"),
+    "DELETE FROM jobs" PRUNE_IDS("id"),
 };
 #define PRUNE_NDELETE ((int)(sizeof prune_delete_sql / sizeof prune_delete_sql[0]))
 
@@ -117,13 +122,23 @@ static int prune_pick(store_t *st, int64_t cutoff_us, int64_t *ids, int cap)
     return failed ? -1 : n;
 }
 
-static int prune_job(store_t *st, int64_t id)
+/* Largest text of a batch's ids: "[" then each id (at most 19 digits) and
+ * its separator, then "]". */
+#define PRUNE_IDS_TEXT (2 + STORE_PRUNE_BATCH_MAX * 20)
+
+/* Deletes jobs ids[0..n) and every row they own. 0 or -1. */
+static int prune_jobs(store_t *st, const int64_t *ids, int n)
 {
+    char text[PRUNE_IDS_TEXT];
+    size_t len = util_appendf(text, 0, sizeof text, "[");
+    for (int i = 0; i < n; i++)
+        len = util_appendf(text, len, sizeof text, "%s%" PRId64, i ? "," : "", ids[i]);
+    len = util_appendf(text, len, sizeof text, "]");
     for (int i = 0; i < PRUNE_NDELETE; i++) {
         sqlite3_stmt *s = store_stmt(st, prune_delete_sql[i]);
         if (!s)
             return -1;
-        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_text(s, 1, text, (int)len, SQLITE_TRANSIENT);
         if (store_step_done(s) != 0)
             return -1;
     }
@@ -138,11 +153,8 @@ int store_jobs_prune(store_t *st, int64_t cutoff_us, int batch)
     if (store_begin(st) != 0)
         return -1;
     int n = prune_pick(st, cutoff_us, ids, batch);
-    if (n < 0)
+    if (n < 0 || (n > 0 && prune_jobs(st, ids, n) != 0))
         goto fail;
-    for (int i = 0; i < n; i++)
-        if (prune_job(st, ids[i]) != 0)
-            goto fail;
     if (store_commit(st) != 0)
         goto fail;
     atomic_fetch_add(&prune_total, (uint64_t)n);

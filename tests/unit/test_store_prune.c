@@ -127,16 +127,19 @@ static int stored(store_t *st, int64_t id)
     return (int)support_store_int(st, sql);
 }
 
-/* Which jobs go, and that everything of the one that goes goes. */
+/* Which jobs go, and that everything of the ones that go goes (two in
+ * one batch: each table's delete takes the whole batch). */
 static void test_prune_takes_every_row(void **state)
 {
     fixture_t *f = *state;
     int64_t gone = job_in(f->st, "succeeded", 100);
+    int64_t gone2 = job_in(f->st, "failed", 100);
     int64_t leased = job_in(f->st, "failed", 100);
     int64_t recent = job_in(f->st, "succeeded", CUTOFF + 1);
     int64_t live = job_in(f->st, "running", 100);      /* finished_at of an older attempt */
     int64_t newest = job_in(f->st, "cancelled", 100);
     rows_of(f->st, gone, "succeeded");
+    rows_of(f->st, gone2, "failed");
     rows_of(f->st, leased, "leased");
     rows_of(f->st, recent, "succeeded");
     rows_of(f->st, live, "succeeded");
@@ -146,14 +149,17 @@ static void test_prune_takes_every_row(void **state)
     /* Every table with a job_id column got a row: one added to the schema
      * must be added to rows_of, and to the prune's list. */
     assert_int_equal(tables, job_tables(f->st));
+    assert_true(rows_naming(f->st, gone2, &tables) > 0);
+    assert_int_equal(tables, job_tables(f->st));
     int64_t counts[STORE_JOB_NSTATES];
     assert_int_equal(store_job_counts(f->st, counts), 0);
     int64_t succeeded = counts[3];
 
     uint64_t before = store_jobs_pruned();
-    assert_int_equal(store_jobs_prune(f->st, CUTOFF, 64), 1);
-    assert_int_equal(store_jobs_pruned() - before, 1);
+    assert_int_equal(store_jobs_prune(f->st, CUTOFF, 64), 2);
+    assert_int_equal(store_jobs_pruned() - before, 2);
     assert_int_equal(rows_naming(f->st, gone, &tables), 0);
+    assert_int_equal(rows_naming(f->st, gone2, &tables), 0);
     assert_int_equal(stored(f->st, leased), 1);
     assert_int_equal(stored(f->st, recent), 1);
     assert_int_equal(stored(f->st, live), 1);
