@@ -2,6 +2,7 @@
 """scripts/mutants.py - does every rule have a test that fails without it?
 
     scripts/mutants.py [--build DIR] [--list] [ID ...]
+    scripts/mutants.py --check
 
 Each line of tests/mutants/rules.jsonl names one rule the code enforces (an
 input bound, a type check, a fencing check) and a mutation that deletes it:
@@ -21,6 +22,10 @@ stale or failed to build. A build and a test run per rule (the 134 rules of
 stop 62: about 22 minutes on 2 cores; the 94 scheduler and GSPMD rules, S and
 G, run against unit tests only: about 5 minutes more; 339 rules in all), so
 not part of scripts/test.sh; run it after changing a rule or its tests.
+--check builds and runs nothing: it reports repeated ids, missing fields or
+files, mutations that change nothing and every STALE rule, so that an edit
+that leaves a rule behind fails scripts/test.sh at once, not at the next
+mutants run.
 Needs a clean work tree for the files it mutates: it refuses to start
 otherwise.
 """
@@ -37,6 +42,33 @@ RULES = os.path.join(ROOT, "tests", "mutants", "rules.jsonl")
 def load_rules():
     with open(RULES, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def check(rules):
+    """What is wrong with the rules without building anything: repeated
+    ids, missing fields or files, an `old` text that does not occur
+    exactly once in its file (a rule left behind by an edit), or a
+    mutation that changes nothing. One line per problem."""
+    problems, seen = [], set()
+    for r in rules:
+        rid = r.get("id", "?")
+        if rid in seen:
+            problems.append(f"{rid}: id repeated")
+        seen.add(rid)
+        if not all(isinstance(r.get(k), str) for k in ("id", "file", "old", "new", "tests")):
+            problems.append(f"{rid}: needs id, file, old, new and tests")
+            continue
+        if r["old"] == r["new"]:
+            problems.append(f"{rid}: new is old")
+        try:
+            with open(os.path.join(ROOT, r["file"]), encoding="utf-8") as f:
+                n = f.read().count(r["old"])
+        except OSError as e:
+            problems.append(f"{rid}: {r['file']}: {e.strerror}")
+            continue
+        if n != 1:
+            problems.append(f"{rid}: its old text occurs {n} times in {r['file']}, not once")
+    return problems
 
 
 def dirty(files):
@@ -71,6 +103,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--list", action="store_true", help="list the rules and exit")
+    ap.add_argument("--check", action="store_true",
+                    help="check that every rule still applies (no build) and exit")
     ap.add_argument("ids", nargs="*")
     a = ap.parse_args()
     rules = load_rules()
@@ -80,6 +114,12 @@ def main():
         if unknown:
             sys.exit("mutants.py: no rule " + ", ".join(unknown))
         rules = [r for r in rules if r["id"] in a.ids]
+    if a.check:
+        problems = check(rules)
+        for p in problems:
+            print("mutants.py:", p)
+        print(f"mutants: {len(rules)} rules checked, {len(problems)} problems")
+        return 1 if problems else 0
     if a.list:
         for r in rules:
             print(f'{r["id"]:6} {r["file"]}: {r["old"].strip().splitlines()[0][:70]}')

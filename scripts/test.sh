@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # scripts/test.sh - the whole test suite, as CI runs it:
-#   1. install missing Debian packages (build deps, chromium, clang);
+#   1. install missing Debian packages (build deps, chromium, clang), and
+#      check that every mutant rule still names code that exists
+#      (scripts/mutants.py --check: no build, a second);
 #   2. build (build/) and run unit, integration and security tests and the
 #      container test (image built and run with podman: tests/container/run.sh)
 #      with ctest; a skipped test fails the run (a test that cannot run here
@@ -19,6 +21,9 @@ cd "$ATOLL_ROOT"
 
 atoll_install $ATOLL_BUILD_DEPS chromium clang libclang-rt-14-dev python3 python3-yaml \
     python3-numpy python3-torch
+
+echo "== mutant rules still apply (tests/mutants/rules.jsonl)"
+python3 scripts/mutants.py --check
 
 echo "== build"
 atoll_build build
