@@ -23,11 +23,11 @@
  * and the ratios keepN / keep0 of jobs_per_s, cpu_us_per_job and store_mb.
  *
  *   bench_retain [SECONDS [KEEP]]      (default 20 and 2) */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "bench_clients.h"
 #include "support_harness.h"
 
 #define RETAIN_CLIENTS 4
@@ -37,29 +37,10 @@ static const char one_doc_q[] =
     "'ops':[{'op':'fill','out':'x','shape':[1],'value':1.0},"
     "{'op':'all_reduce','out':'z','args':['x'],'reduce':'sum'}],'outputs':['z']}]}";
 
-typedef struct loop {
-    pthread_t tid;
-    const char *url, *doc;
-    int64_t deadline_ms;
-    long done, errors;
-} loop_t;
-
-static void *loop_main(void *arg)
+/* One step of a client: a tiny job run to success. */
+static int run_job(hx_client_t *cl, const char *doc)
 {
-    loop_t *l = arg;
-    hx_client_t cl;
-    if (hx_client_init(&cl, l->url) != 0) {
-        l->errors++;
-        return NULL;
-    }
-    while (hx_now_ms() < l->deadline_ms) {
-        if (hx_job_run(&cl, l->doc, 30000, 2) != 0)
-            l->errors++;
-        else
-            l->done++;
-    }
-    hx_client_cleanup(&cl);
-    return NULL;
+    return hx_job_run(cl, doc, 30000, 2);
 }
 
 static double file_mb(const char *dir, const char *name)
@@ -93,28 +74,20 @@ static int run_side(const char *doc, int keep, int secs, side_t *out)
     int rc = -1;
     if (hx_worker_start(&c, "w", 4) != 0)
         goto done;
-    loop_t loops[RETAIN_CLIENTS];
+    bench_client_t clients[RETAIN_CLIENTS];
     int64_t cpu0 = hx_sched_cpu_us(c.atolld.pid);
     int64_t smp0 = hx_thread_cpu_us(c.atolld.pid, "atoll-sampler");
     int64_t ck0 = hx_thread_cpu_us(c.atolld.pid, "atoll-ckpt");
     int64_t t0 = hx_now_ms();
-    int started = 0;
-    for (; started < RETAIN_CLIENTS; started++) {
-        loops[started] = (loop_t){.url = c.url, .doc = doc, .deadline_ms = t0 + secs * 1000};
-        if (pthread_create(&loops[started].tid, NULL, loop_main, &loops[started]) != 0)
-            break;
-    }
-    /* The loops run on; this thread only looks at the files halfway. */
+    int started = bench_clients_start(clients, RETAIN_CLIENTS, c.url, doc, run_job,
+                                      t0 + secs * 1000);
+    /* The clients run on; this thread only looks at the files halfway. */
     while (hx_now_ms() < t0 + secs * 500)
         hx_sleep_ms(50);
     double half_mb = store_mb(c.dir);
     int64_t half_ms = hx_now_ms();
-    long done = 0, errors = started < RETAIN_CLIENTS;
-    for (int i = 0; i < started; i++) {
-        pthread_join(loops[i].tid, NULL);
-        done += loops[i].done;
-        errors += loops[i].errors;
-    }
+    long done, errors;
+    bench_clients_join(clients, RETAIN_CLIENTS, started, &done, &errors);
     int64_t end_ms = hx_now_ms();
     double wall_s = (double)(end_ms - t0) / 1000.0;
     double end_mb = store_mb(c.dir);

@@ -24,7 +24,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clients.h"
 #include "bench_pipe.h"
 #include "support_harness.h"
 
@@ -44,50 +44,25 @@ static const char doc_q[] =
     "{'name':'c','slice':'s','ops':[{'op':'shard_index','out':'i'}],'outputs':['i']}]}";
 static const char *const modes[] = {"none", "commit", "group"};
 
-typedef struct submitter {
-    pthread_t tid;
-    const char *url, *doc;
-    int64_t deadline_ms;
-    long accepted, errors;
-} submitter_t;
-
-static void *submitter_main(void *arg)
+/* One step of a client: a submission answered 201. */
+static int submit_one(hx_client_t *cl, const char *doc)
 {
-    submitter_t *s = arg;
-    hx_client_t cl;
-    if (hx_client_init(&cl, s->url) != 0) {
-        s->errors++;
-        return NULL;
-    }
-    size_t len = strlen(s->doc);
-    while (hx_now_ms() < s->deadline_ms) {
-        hx_resp_t r;
-        if (hx_request(&cl, "POST", "/v1/jobs", s->doc, len, &r) == 0 && r.status == 201)
-            s->accepted++;
-        else
-            s->errors++;
-        hx_resp_clear(&r);
-    }
-    hx_client_cleanup(&cl);
-    return NULL;
+    hx_resp_t r;
+    int rc = hx_request(cl, "POST", "/v1/jobs", doc, strlen(doc), &r) == 0 && r.status == 201
+                 ? 0 : -1;
+    hx_resp_clear(&r);
+    return rc;
 }
 
-/* nconns submitters for secs seconds; jobs accepted per second, or -1. */
+/* nconns submitters for secs seconds; jobs accepted per second. */
 static double submit_rate(const char *url, const char *doc, int nconns, int secs, long *errors)
 {
-    submitter_t subs[SUBMIT_MAX_CONNS];
+    bench_client_t subs[SUBMIT_MAX_CONNS];
     int64_t t0 = hx_now_ms();
-    for (int i = 0; i < nconns; i++) {
-        subs[i] = (submitter_t){.url = url, .doc = doc, .deadline_ms = t0 + secs * 1000};
-        if (pthread_create(&subs[i].tid, NULL, submitter_main, &subs[i]) != 0)
-            return -1;
-    }
-    long acc = 0;
-    for (int i = 0; i < nconns; i++) {
-        pthread_join(subs[i].tid, NULL);
-        acc += subs[i].accepted;
-        *errors += subs[i].errors;
-    }
+    int started = bench_clients_start(subs, nconns, url, doc, submit_one, t0 + secs * 1000);
+    long acc, err;
+    bench_clients_join(subs, nconns, started, &acc, &err);
+    *errors += err;
     return (double)acc * 1000.0 / (double)(hx_now_ms() - t0);
 }
 
@@ -124,8 +99,10 @@ static double submit_pipelined(const char *url, const char *doc, int depth, int 
     return (double)(answered - refused) * 1000.0 / (double)(ms > 0 ? ms : 1);
 }
 
-/* Group commit's figures in atolld's /metrics: rounds and their fdatasync
- * time, acknowledgements and their waits (s); -1 where missing. */
+/* Group commit's figures in atolld's /metrics, from its two histograms:
+ * rounds and their fdatasync time, acknowledgements and their waits (s);
+ * -1 where missing. The counts equal atoll_store_sync_rounds_total and
+ * atoll_store_sync_waits_total (test_durable checks it). */
 typedef struct sync_snap {
     double rounds, sync_s, waits, wait_s;
 } sync_snap_t;
@@ -222,13 +199,10 @@ int main(int argc, char **argv)
             break;
         }
         for (int k = 0; k < 2; k++) {
-            double r0 = hx_metric(&cl, "atoll_store_sync_rounds_total");
-            double w0 = hx_metric(&cl, "atoll_store_sync_waits_total");
             sync_snap_t a = sync_snap(&cl);
             rate[m][k] = submit_rate(c.url, doc, conns[k], secs, &errors);
             sync_snap_t b = sync_snap(&cl);
-            double rounds = hx_metric(&cl, "atoll_store_sync_rounds_total") - r0;
-            double waits = hx_metric(&cl, "atoll_store_sync_waits_total") - w0;
+            double rounds = b.rounds - a.rounds, waits = b.waits - a.waits;
             printf("submit_%s_conns%d_jobs_per_s %.0f\n", modes[m], conns[k], rate[m][k]);
             if (m == 2) {
                 char label[64];

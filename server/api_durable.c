@@ -38,11 +38,9 @@ typedef struct held {
     char fail[256];             /* the 503's detail when the sync is refused */
 } held_t;
 
-static const int64_t durable_bounds_us[] = {50,   100,   250,   500,    1000,   2500,
-                                            5000, 10000, 25000, 100000, 1000000};
-#define DURABLE_NBOUNDS ((int)(sizeof durable_bounds_us / sizeof durable_bounds_us[0]))
-_Static_assert(DURABLE_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the wait buckets");
-static util_hist_t durable_hist = {.bounds_us = durable_bounds_us, .nbounds = DURABLE_NBOUNDS};
+/* The rounds' buckets: a wait holds its round, so the two read together. */
+static util_hist_t durable_hist = {.bounds_us = store_sync_bounds_us,
+                                  .nbounds = STORE_SYNC_NBOUNDS};
 
 const util_hist_t *api_durable_histogram(void) { return &durable_hist; }
 

@@ -289,6 +289,10 @@ uint64_t store_sync_rounds(void);
 uint64_t store_sync_waits(void);
 /* Each successful round's fdatasync duration (a /metrics histogram). */
 const util_hist_t *store_sync_histogram(void);
+/* The buckets (us) of group commit's histograms: the rounds' above, and
+ * the acknowledgements' waits for them (server/api_durable.c). */
+#define STORE_SYNC_NBOUNDS 11
+extern const int64_t store_sync_bounds_us[STORE_SYNC_NBOUNDS];
 /* Closes the WAL descriptor (shutdown). */
 void store_sync_close(void);
 

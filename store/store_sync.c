@@ -59,11 +59,12 @@ static _Atomic uint64_t sync_rounds, sync_waits;
 /* Each round's fdatasync, in µs (/metrics: atoll_store_sync_seconds).
  * On one connection requests are sequential, so this is the floor of
  * each acknowledged write's time there (docs/performance.md, stop 82). */
-static const int64_t sync_bounds_us[] = {50,   100,   250,   500,    1000,   2500,
-                                         5000, 10000, 25000, 100000, 1000000};
-#define SYNC_NBOUNDS ((int)(sizeof sync_bounds_us / sizeof sync_bounds_us[0]))
-_Static_assert(SYNC_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the sync buckets");
-static util_hist_t sync_hist = {.bounds_us = sync_bounds_us, .nbounds = SYNC_NBOUNDS};
+const int64_t store_sync_bounds_us[STORE_SYNC_NBOUNDS] = {50,    100,   250,    500,
+                                                          1000,  2500,  5000,   10000,
+                                                          25000, 100000, 1000000};
+_Static_assert(STORE_SYNC_NBOUNDS <= UTIL_HIST_MAX_BOUNDS, "util_hist_t holds the sync buckets");
+static util_hist_t sync_hist = {.bounds_us = store_sync_bounds_us,
+                                .nbounds = STORE_SYNC_NBOUNDS};
 
 int store_durability_parse(const char *s, store_durability_t *out)
 {
